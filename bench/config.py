@@ -286,6 +286,7 @@ class RunSpec:
     pg_timeout_s: float = 120.0
     mode: str = "bench"        # bench | equivalence | comm
     emulate_ranks: int = 1     # equivalence reference: one process feeding N ranks' batches at once
+    comm_max_bytes: int = 0    # comm mode: largest all-reduce message (the largest model's gradients)
     out_dir: str = ""
 
     @property

@@ -87,3 +87,52 @@ def significance(a_ms: Sequence[float], b_ms: Sequence[float]) -> float:
     if len(a) < 2 or len(b) < 2:
         return float("nan")
     return float(st.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+# ---------------------------------------------------------------- helpers for reports and comparisons
+
+PHASES_MS = ("data_ms", "h2d_ms", "forward_ms", "backward_ms", "optimizer_ms")
+
+
+def median(values: Iterable[float]) -> float:
+    """Median of the values that are not None; nan when there are none."""
+    x = [float(v) for v in values if v is not None]
+    return float(np.median(x)) if x else float("nan")
+
+
+def slowest_rank_rows(rows: Iterable[dict]) -> list:
+    """Per step, the whole row of the slowest rank: the same rank step_times_ms takes the time from,
+    so a phase breakdown built from these rows adds up to the step time that is reported."""
+    by_step: dict = {}
+    for r in rows:
+        s = int(r["step"])
+        if s not in by_step or float(r["step_ms"]) > float(by_step[s]["step_ms"]):
+            by_step[s] = r
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def train_time_s(samples_per_s: float, images: int, epochs: int) -> float:
+    """Time to train `epochs` passes over `images` samples at a throughput, in seconds."""
+    return epochs * images / samples_per_s if samples_per_s > 0 else float("nan")
+
+
+def algbw_gbps(size_bytes: float, time_ms: float) -> float:
+    """nccl-tests' algorithm bandwidth: bytes reduced over time, GB/s (1 GB = 1e9 bytes)."""
+    return size_bytes / (time_ms / 1000.0) / 1e9 if time_ms > 0 else float("nan")
+
+
+def busbw_gbps(algbw: float, ranks: int) -> float:
+    """nccl-tests' bus bandwidth of a ring all-reduce: algbw * 2(n-1)/n."""
+    return algbw * 2 * (ranks - 1) / ranks if ranks > 0 else float("nan")
+
+
+def allreduce_ms_at(size_bytes: float, sizes_bytes: Sequence[float], times_ms: Sequence[float]) -> float:
+    """All-reduce time of size_bytes read off measured (size, time) points: linear interpolation
+    between them, and beyond the largest size that size's bandwidth."""
+    pts = sorted(zip(map(float, sizes_bytes), map(float, times_ms)))
+    if not pts:
+        return float("nan")
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    if size_bytes > xs[-1]:
+        return ys[-1] * size_bytes / xs[-1]
+    return float(np.interp(size_bytes, xs, ys))

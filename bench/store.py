@@ -254,9 +254,12 @@ def record_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int]
     comm = payload.pop("comm", [])
     grad_bytes = payload.pop("grad_bytes", None)
     measured = [s for s in steps if s.get("kind", "measure") == "measure"]
-    summary = None
+    summary = exposed_ms = None
     if status == "ok" and measured:
         summary = stats.summarize(stats.step_times_ms(measured))
+        nosync = [s for s in steps if s.get("kind") == "no_sync"]
+        if nosync:  # DDP: what backward's communication added over the same steps without it
+            exposed_ms = summary.median_ms - stats.summarize(stats.step_times_ms(nosync)).median_ms
     row = {
         "sweep_id": sweep_id, "env_id": env_id, "config_key": spec.key, "mode": spec.mode,
         "workload": spec.workload, "strategy": spec.strategy, "device_type": spec.device_type,
@@ -274,7 +277,7 @@ def record_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int]
         "unstable": int(summary.unstable) if summary else None,
         "params": payload.pop("params", None),
         "grad_mib": grad_bytes / 2**20 if grad_bytes is not None else None,
-        "exposed_comm_ms": payload.pop("exposed_comm_ms", None), "comm_method": payload.pop("comm_method", None),
+        "exposed_comm_ms": exposed_ms, "comm_method": payload.pop("comm_method", None),
         "spec_json": spec.to_json(), "details_json": json.dumps(payload, sort_keys=True, default=str) if payload else None,
     }
     with transaction(conn):

@@ -1,0 +1,176 @@
+"""Plots of a sweep, one PNG per question, drawn from the report's `Config`s (bench.report).
+
+Each `*_figure` function returns a matplotlib Figure (no pyplot, no global state, Agg canvas) so a
+test can read its lines, bars and legend; `render_workload` saves them as
+<plots_dir>/<workload>_<question>.png. Every title names the question, the workload and the device
+(GPU model or CPU model); every axis carries its unit.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Optional
+
+import matplotlib
+
+matplotlib.use("Agg")
+from matplotlib.figure import Figure  # noqa: E402
+
+COLORS = {"single": "#555555", "dp": "#d62728", "ddp": "#1f77b4"}
+NAMES = {"single": "single device", "dp": "DataParallel", "ddp": "DDP"}
+SEGMENTS = ("data", "host to device", "forward", "backward (compute)", "exposed communication", "optimizer", "other")
+SEGMENT_COLORS = ("#8c564b", "#e377c2", "#2ca02c", "#17becf", "#d62728", "#bcbd22", "#c7c7c7")
+
+
+def _figure(title: str, where: str, workload: str, width: float = 8.0, ncols: int = 1) -> tuple:
+    fig = Figure(figsize=(width, 5.0), layout="constrained")
+    axes = fig.subplots(1, ncols)
+    fig.suptitle(f"{title}\n{workload} on {where}")
+    return fig, axes
+
+
+def _devices_label(configs: list) -> str:
+    return "device count (GPUs)" if configs[0].device_type == "cuda" else "device count (gloo processes)"
+
+
+def _by_strategy(configs: list) -> dict:
+    out: dict = {}
+    for c in configs:
+        out.setdefault(c.strategy, []).append(c)
+    return out
+
+
+def throughput_figure(configs: list, workload: str, where: str) -> Figure:
+    """samples/s against device count per strategy, and the ideal line from the 1-device baseline."""
+    fig, ax = _figure("Throughput against device count", where, workload)
+    counts = sorted({c.device_count for c in configs})
+    for s, cs in _by_strategy(configs).items():
+        ax.plot([c.device_count for c in cs], [c.samples_per_s for c in cs], "o-", color=COLORS.get(s), label=NAMES.get(s, s))
+    base = next((c for c in configs if c.device_count == 1 and c.strategy == "single"), None)
+    bases = [base] if base else [c for c in configs if c.device_count == 1]
+    for b in bases:
+        ax.plot(counts, [b.samples_per_s * n for n in counts], "--", color=COLORS.get(b.strategy, "#999999"),
+                alpha=0.6, label=f"ideal linear (from {b.label})")
+    ax.set(xlabel=_devices_label(configs), ylabel="throughput (samples/s)", xticks=counts)
+    ax.set_ylim(bottom=0)
+    ax.legend()
+    return fig
+
+
+def efficiency_figure(configs: list, workload: str, where: str) -> Figure:
+    """Scaling efficiency (speed-up / device count) against device count, per strategy."""
+    scaling = configs[0].scaling
+    kind = "weak scaling, batch per device fixed" if scaling == "weak" else "strong scaling, global batch fixed"
+    fig, ax = _figure(f"Scaling efficiency ({kind})", where, workload)
+    counts = sorted({c.device_count for c in configs})
+    for s, cs in _by_strategy(configs).items():
+        cs = [c for c in cs if not math.isnan(c.efficiency)]
+        if cs:
+            ax.plot([c.device_count for c in cs], [c.efficiency * 100 for c in cs], "o-", color=COLORS.get(s), label=NAMES.get(s, s))
+    ax.axhline(100, linestyle="--", color="#999999", label="ideal (100%)")
+    ax.set(xlabel=_devices_label(configs), ylabel=f"{scaling} scaling efficiency (%)", xticks=counts)
+    ax.set_ylim(bottom=0)
+    ax.legend()
+    return fig
+
+
+def _hms(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def _bars_minutes(ax, bars: list, color: str) -> None:
+    labels, secs = [b[0] for b in bars], [b[1] for b in bars]
+    rects = ax.bar(labels, [s / 60 for s in secs], color=color)
+    ax.bar_label(rects, labels=[_hms(s) if not math.isnan(s) else "" for s in secs])
+    ax.set_ylabel("time to train (minutes)")
+    ax.tick_params(axis="x", labelrotation=20)
+
+
+def time_to_train_figure(bars: list, how: str, workload: str, where: str, reference: Optional[tuple] = None,
+                         epochs: int = 20) -> Figure:
+    """Bars of the time to train the reference experiment's epochs per setup; the published V100
+    times beside them when the data is VOC."""
+    fig, axes = _figure(f"Time to train {epochs} epochs of VOC 2012 train ({how})", where, workload,
+                        width=12.0 if reference else 8.0, ncols=2 if reference else 1)
+    ours = axes[0] if reference else axes
+    _bars_minutes(ours, bars, "#1f77b4")
+    ours.set_title("this run (" + ("measured" if how.startswith("measured") else "estimate") + ")")
+    if reference:
+        _bars_minutes(axes[1], list(reference), "#7f7f7f")
+        axes[1].set_title("published: AWS V100s (ANCHORS.md)")
+    return fig
+
+
+def phase_segments_ms(c) -> dict:
+    """The median step split into stacked segments (ms). DDP's backward phase includes the
+    all-reduce, so the exposed communication is taken out of it; 'other' is the rest of the median step."""
+    p = {k: (0.0 if math.isnan(v) else v) for k, v in c.phases_ms.items()}
+    exposed = 0.0 if math.isnan(c.exposed_comm_ms) else c.exposed_comm_ms
+    seg = dict(zip(SEGMENTS, (p.get("data_ms", 0.0), p.get("h2d_ms", 0.0), p.get("forward_ms", 0.0),
+                              max(0.0, p.get("backward_ms", 0.0) - exposed), exposed, p.get("optimizer_ms", 0.0))))
+    seg["other"] = max(0.0, c.summary.median_ms - sum(seg.values()))
+    return seg
+
+
+def phases_figure(configs: list, workload: str, where: str) -> Figure:
+    """Stacked bars: where the median step's time goes, per strategy and count (slowest rank)."""
+    fig, ax = _figure("Step broken into phases (medians, slowest rank per step)", where, workload)
+    labels = [c.label for c in configs]
+    segs = [phase_segments_ms(c) for c in configs]
+    bottom = [0.0] * len(configs)
+    for name, color in zip(SEGMENTS, SEGMENT_COLORS):
+        h = [s[name] for s in segs]
+        if any(h):
+            ax.bar(labels, h, bottom=bottom, color=color, label=name)
+            bottom = [a + b for a, b in zip(bottom, h)]
+    ax.set(ylabel="time per step (ms)")
+    ax.tick_params(axis="x", labelrotation=20)
+    ax.legend()
+    return fig
+
+
+def memory_figure(configs: list, workload: str, where: str) -> Figure:
+    """One bar per device per configuration: DataParallel's skew onto its first GPU shows here."""
+    cuda = configs[0].device_type == "cuda"
+    fig, ax = _figure("Peak memory per device" + (" (allocated by torch)" if cuda else " (process RSS per rank)"),
+                      where, workload, width=10.0)
+    devices = sorted({d for c in configs for d in c.memory_mib}, key=lambda d: (len(d), d))
+    width = 0.8 / max(1, len(devices))
+    for j, d in enumerate(devices):
+        xs = [i + (j - (len(devices) - 1) / 2) * width for i, c in enumerate(configs) if d in c.memory_mib]
+        ax.bar(xs, [c.memory_mib[d] for c in configs if d in c.memory_mib], width=width, label=d)
+    ax.set_xticks(range(len(configs)), [c.label for c in configs], rotation=20)
+    ax.set(ylabel="peak memory (MiB)")
+    if devices:
+        ax.legend(title="GPU" if cuda else "process")
+    return fig
+
+
+def step_times_figure(configs: list, workload: str, where: str) -> Figure:
+    """Distribution of step times per configuration: jitter and stragglers."""
+    fig, ax = _figure("Distribution of step times (slowest rank per step)", where, workload, width=10.0)
+    ax.boxplot([c.step_ms for c in configs], tick_labels=[c.label for c in configs], showmeans=True)
+    ax.set(ylabel="step time (ms)")
+    ax.tick_params(axis="x", labelrotation=20)
+    return fig
+
+
+def render_workload(workload: str, configs: list, where: str, plots_dir: str,
+                    train: Optional[tuple] = None, reference: Optional[tuple] = None) -> dict:
+    """Save every plot of one workload; returns {question: path}. train: (bars, how) or None."""
+    os.makedirs(plots_dir, exist_ok=True)
+    figs = {"throughput": throughput_figure(configs, workload, where),
+            "efficiency": efficiency_figure(configs, workload, where)}
+    if train is not None:
+        figs["time_to_train"] = time_to_train_figure(train[0], train[1], workload, where, reference)
+    figs["phases"] = phases_figure(configs, workload, where)
+    figs["memory"] = memory_figure(configs, workload, where)
+    figs["step_times"] = step_times_figure(configs, workload, where)
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", workload)
+    out = {}
+    for name, fig in figs.items():
+        out[name] = os.path.join(plots_dir, f"{safe}_{name}.png")
+        fig.savefig(out[name], dpi=100)
+    return out

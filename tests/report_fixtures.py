@@ -1,0 +1,114 @@
+"""Stores with known raw values for the report and compare tests, written through bench.store.record_result.
+
+`build_sweep_store` writes one sweep with bench results of two workloads (steps, memory, epochs
+rows), a skipped, a failed (reason with HTML in it), an interrupted, a failed-then-resumed
+configuration, all-reduce microbenchmark rows and an equivalence result. `build_compare_store`
+writes one sweep per slow-down factor with the same noisy step times scaled by the factor.
+"""
+from __future__ import annotations
+
+import random
+
+from bench import store
+from bench.config import RunSpec
+
+EVIL_REASON = "<script>alert('x')</script> rank 0 died & took <b>the rest</b> with it"
+PHASE_FRACTIONS = {"data_ms": 0.10, "h2d_ms": 0.05, "forward_ms": 0.30, "backward_ms": 0.40, "optimizer_ms": 0.10}
+COMM_POINTS = ((2**20, 1.0), (2**22, 3.5), (2**24, 13.0), (2**26, 50.0))  # (size_bytes, time_ms)
+GPU = "NVIDIA H100 80GB HBM3"
+
+
+def spec(workload: str, strategy: str, count: int, device: str = "cpu", mode: str = "bench", data: str = "synthetic",
+         per_device_batch: int = 0, repeat: int = 0) -> RunSpec:
+    pdb = per_device_batch or (2 if workload == "deeplabv3" else 64)
+    return RunSpec(workload=workload, strategy=strategy, device_type=device, device_count=count, per_device_batch=pdb,
+                   global_batch=pdb * count, image_size=64 if workload == "deeplabv3" else 0, steps=10, warmup=2,
+                   threads=1 if device == "cpu" else 0, seed=0, scaling="weak", repeat=repeat,
+                   data=data if workload == "deeplabv3" else "synthetic", mode=mode)
+
+
+def steps(ranks: int, step_ms: list, kind: str = "measure") -> list:
+    """Rank r takes step_ms[i] + r ms at step i (so the last rank is the slowest); phases are fixed fractions."""
+    out = []
+    for r in range(ranks):
+        for i, t in enumerate(step_ms):
+            t = t + r
+            out.append({"kind": kind, "rank": r, "step": i, "step_ms": t, "loss": 1.0,
+                        **{k: f * t for k, f in PHASE_FRACTIONS.items()}})
+    return out
+
+
+def memory(device: str, strategy: str, count: int, base_mib: float) -> list:
+    """CPU: RSS per rank. CUDA: allocated per GPU; DataParallel puts twice as much on cuda:0 as elsewhere."""
+    if device == "cpu":
+        ranks = 1 if strategy != "ddp" else count
+        return [{"rank": r, "device": "cpu", "peak_rss_mib": base_mib + 10 * r} for r in range(ranks)]
+    if strategy == "dp":
+        return [{"rank": 0, "device": f"cuda:{d}", "device_name": GPU, "peak_allocated_mib": base_mib * (2 if d == 0 else 1),
+                 "peak_reserved_mib": base_mib * 3} for d in range(count)] + [{"rank": 0, "device": "cpu", "peak_rss_mib": 9999.0}]
+    ranks = count if strategy == "ddp" else 1
+    return [{"rank": r, "device": f"cuda:{r}", "device_name": GPU, "peak_allocated_mib": base_mib,
+             "peak_reserved_mib": base_mib * 2} for r in range(ranks)]
+
+
+def build_sweep_store(path: str, device: str = "cpu", data: str = "synthetic", epochs: bool = False) -> int:
+    """One sweep with every kind of row the report shows. Returns the sweep id."""
+    conn = store.connect(path)
+    env = {"hostname": "bench-host", "python": "3.11.2", "torch": "2.14.1", "cuda": "12.4" if device == "cuda" else None,
+           "cudnn": "90100" if device == "cuda" else None, "nccl": "2.21.5" if device == "cuda" else None,
+           "gpu_names": [GPU, GPU] if device == "cuda" else [], "gpu_driver": "550.54" if device == "cuda" else None,
+           "cpu_model": "Test CPU <i>9000</i>", "cpu_cores": 2, "git_commit": "abc1234"}
+    env_id = store.insert_environment(conn, env)
+    sid = store.begin_sweep(conn, "bench sweep --gpus 1,2", "{}", env_id)
+    rec = lambda sp, status="ok", reason="", payload=None, **kw: store.record_result(  # noqa: E731
+        conn, sid, env_id, sp, status, reason, payload, **kw)
+    jitter = [1.00, 1.02, 0.98, 1.04, 0.96, 1.01, 0.99, 1.03, 0.97, 1.00]
+    for strategy, count, ms in (("single", 1, 100.0), ("dp", 1, 105.0), ("ddp", 1, 102.0)):
+        rec(spec("synthetic", strategy, count, device),
+            payload={"steps": steps(count, [ms * j for j in jitter]), "memory": memory(device, strategy, count, 500.0)})
+    rec(spec("synthetic", "ddp", 2, device), "failed", "rendezvous timed out", failed_rank=1)  # resumed below
+    ddp_ms = [120.0 if i % 2 else 170.0 for i in range(10)]  # alternating: an unstable result
+    rec(spec("synthetic", "ddp", 2, device),
+        payload={"steps": steps(2, ddp_ms) + steps(2, [100.0] * 10, kind="no_sync"),
+                 "memory": memory(device, "ddp", 2, 500.0), "exposed_comm_ms": 20.0, "grad_bytes": 16 * 2**20,
+                 "comm_method": "ddp minus no_sync"})
+    if device == "cpu":
+        rec(spec("synthetic", "dp", 2, device), "skipped", "DataParallel parallelises over GPUs only")
+    else:
+        rec(spec("synthetic", "dp", 2, device),
+            payload={"steps": steps(1, [80.0 * j for j in jitter]), "memory": memory(device, "dp", 2, 500.0)})
+    for strategy, count, ms in (("single", 1, 3500.0), ("ddp", 2, 4000.0)):
+        payload = {"steps": steps(count, [ms * j for j in jitter]), "memory": memory(device, strategy, count, 2000.0)}
+        if epochs:
+            payload["epochs"] = [{"epoch": e, "wall_s": 600.0 / count + 10 * e, "samples": 1464, "steps": 732}
+                                 for e in range(3)]
+        rec(spec("deeplabv3", strategy, count, device, data=data), payload=payload)
+    rec(spec("deeplabv3", "dp", 1, device, data=data), "failed", EVIL_REASON, failed_rank=0)
+    rec(spec("deeplabv3", "ddp", 1, device, data=data), "interrupted", "interrupted by SIGINT")
+    rec(spec("comm", "ddp", 2, device, mode="comm"),
+        payload={"comm": [{"size_bytes": s, "time_ms": t, "iters": 5} for s, t in COMM_POINTS]})
+    rec(spec("synthetic", "ddp", 2, device, mode="equivalence"),
+        payload={"max_abs_diff": 2.5e-7, "tolerance": 1e-5, "passed": True})
+    store.end_sweep(conn, sid, "completed")
+    conn.close()
+    return sid
+
+
+def noisy_ms(n: int, seed: int = 0, base_ms: float = 50.0) -> list:
+    rng = random.Random(seed)
+    return [base_ms * (1 + rng.uniform(0, 0.05)) for _ in range(n)]
+
+
+def build_compare_store(path: str, factors: tuple, steps_n: int = 30) -> list:
+    """One sweep per factor: single x1 and ddp x2 with the same noisy times x factor. Returns sweep ids."""
+    conn = store.connect(path)
+    ids = []
+    for f in factors:
+        sid = store.begin_sweep(conn, "bench sweep", "{}", None)
+        for strategy, count in (("single", 1), ("ddp", 2)):
+            store.record_result(conn, sid, None, spec("synthetic", strategy, count), "ok",
+                                payload={"steps": steps(count, [t * f for t in noisy_ms(steps_n, seed=count)])})
+        store.end_sweep(conn, sid, "completed")
+        ids.append(sid)
+    conn.close()
+    return ids

@@ -1,0 +1,245 @@
+"""The VOC data path on small fake trees: layout, up-front checks, named errors (also from a worker),
+image/mask alignment under the shared transform, and which images each rank consumes per epoch."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
+
+from bench.config import ConfigError
+from bench.voc import (IGNORE_INDEX, IMAGENET_MEAN, IMAGENET_STD, DataError, VOCTrain, check_tree, coverage,
+                       epoch_indices, make_loader, set_epoch, voc_dir)
+from voc_tree import make_voc_tree
+
+S = 32  # image side after the transform
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    return make_voc_tree(tmp_path, n_images=6, sizes=[(40, 48), (36, 52), (44, 40)])
+
+
+def base(root: Path) -> Path:
+    return root / "VOCdevkit" / "VOC2012"
+
+
+def brightness(image: torch.Tensor) -> torch.Tensor:
+    mean = torch.tensor(IMAGENET_MEAN).view(3, 1, 1)
+    std = torch.tensor(IMAGENET_STD).view(3, 1, 1)
+    return (image * std + mean).mean(0)
+
+
+def interior(mask: torch.Tensor) -> torch.Tensor:
+    """Pixels whose 3x3 neighbourhood holds one label: away from edges blurred by the image's interpolation."""
+    m = mask[None, None].float()
+    same = (torch.nn.functional.max_pool2d(m, 3, 1, 1) == -torch.nn.functional.max_pool2d(-m, 3, 1, 1))[0, 0]
+    same[0, :] = same[-1, :] = same[:, 0] = same[:, -1] = False
+    return same
+
+
+# ---------------------------------------------------------------- layout and up-front checks
+
+def test_voc_dir_accepts_root_voc2012_itself_or_its_parent(root, tmp_path):
+    expected = str(base(root))
+    assert voc_dir(str(root)) == expected
+    assert voc_dir(expected) == expected
+    assert voc_dir(str(base(root).parent)) == expected
+    check_tree(expected)
+
+
+def test_missing_root_is_a_config_error_naming_it(tmp_path):
+    missing = tmp_path / "no-such-voc"
+    with pytest.raises(ConfigError, match="no-such-voc"):
+        check_tree(str(missing))
+    with pytest.raises(DataError, match="holds no VOC 2012 tree"):
+        voc_dir(str(tmp_path))
+
+
+def test_missing_or_empty_split_file_is_named(root):
+    split = base(root) / "ImageSets" / "Segmentation" / "val.txt"
+    split.unlink()
+    with pytest.raises(DataError, match=r"val\.txt.* is missing"):
+        check_tree(str(root), "val")
+    split.write_text("\n")
+    with pytest.raises(DataError, match=r"val\.txt.* lists no image ids"):
+        check_tree(str(root), "val")
+
+
+def test_check_tree_names_the_first_missing_file_and_its_index(root):
+    (base(root) / "SegmentationClass" / "2007_000004.png").unlink()
+    (base(root) / "JPEGImages" / "2007_000005.jpg").unlink()
+    with pytest.raises(DataError, match=r"2007_000004\.png.* is missing \(sample 3 "):
+        check_tree(str(root))
+
+
+# ---------------------------------------------------------------- errors while loading
+
+def test_missing_image_is_named_with_its_index(root):
+    ds = VOCTrain(str(root), image_size=S)
+    (base(root) / "JPEGImages" / "2007_000003.jpg").unlink()
+    with pytest.raises(DataError, match=r"2007_000003\.jpg.* is missing \(sample 2\)"):
+        ds[2]
+
+
+def test_error_in_a_dataloader_worker_reaches_the_main_process_named(root):
+    ds = VOCTrain(str(root), image_size=S)
+    (base(root) / "JPEGImages" / "2007_000003.jpg").unlink()
+    loader = DataLoader(ds, batch_size=1, num_workers=1)
+    with pytest.raises(DataError, match=r"(?s)DataLoader worker.*2007_000003\.jpg.* is missing \(sample 2\)"):
+        for _ in loader:
+            pass
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_unreadable_jpeg_is_named_with_its_index(root, damage):
+    path = base(root) / "JPEGImages" / "2007_000002.jpg"
+    data = path.read_bytes()
+    path.write_bytes(b"this is not a jpeg" * 10 if damage == "garbage" else data[: len(data) // 2])
+    ds = VOCTrain(str(root), image_size=S)
+    with pytest.raises(DataError, match=r"2007_000002\.jpg.* cannot be read \(sample 1\)"):
+        ds[1]
+
+
+def test_mask_of_another_size_names_both_files_and_sizes(root):
+    mask_path = base(root) / "SegmentationClass" / "2007_000001.png"
+    Image.open(mask_path).resize((20, 10)).save(mask_path)
+    with pytest.raises(DataError, match=r"2007_000001\.jpg.* is 48x40 but its mask .*2007_000001\.png.* is 20x10"):
+        VOCTrain(str(root), image_size=S)[0]
+
+
+# ---------------------------------------------------------------- the shared transform
+
+def test_image_and_mask_stay_aligned_under_crop_resize_and_flip(root):
+    torch.manual_seed(0)
+    ds = VOCTrain(str(root), image_size=S)
+    checked = 0
+    for draw in range(30):
+        image, mask = ds[draw % len(ds)]
+        assert image.shape == (3, S, S) and image.dtype == torch.float32
+        assert mask.shape == (S, S) and mask.dtype == torch.int64
+        light, inner = brightness(image), interior(mask)
+        obj = inner & (mask > 0) & (mask < IGNORE_INDEX)
+        rest = inner & ((mask == 0) | (mask == IGNORE_INDEX))
+        assert obj.any() and rest.any()
+        assert light[obj].min() > 0.75, f"draw {draw}: object pixels in the mask are dark in the image"
+        assert light[rest].max() < 0.25, f"draw {draw}: background pixels in the mask are bright in the image"
+        checked += 1
+    assert checked == 30
+
+
+def test_mask_keeps_only_its_original_labels_including_255(root):
+    torch.manual_seed(1)
+    for size in (S, 96):  # down- and up-sampling: bilinear would invent values in both
+        ds = VOCTrain(str(root), image_size=size)
+        seen_ignore = False
+        for draw in range(18):
+            index = draw % len(ds)
+            original = set(np.unique(np.array(Image.open(ds.masks[index]))).tolist())
+            assert original == {0, 1 + index, IGNORE_INDEX}
+            _, mask = ds[index]
+            assert set(mask.unique().tolist()) <= original
+            seen_ignore |= bool((mask == IGNORE_INDEX).any())
+        assert seen_ignore
+
+
+# ---------------------------------------------------------------- epochs: which images each rank consumes
+
+class Indices(Dataset):
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+
+def loaders(n_images: int, world_size: int, batch: int, seed: int = 3, drop_last: bool = True) -> list:
+    """One loader per rank, as each DDP process (or the single/DataParallel process) builds it."""
+    return [make_loader(Indices(n_images), batch, rank=r, world_size=world_size, distributed=world_size > 1,
+                        num_workers=0, pin_memory=False, persistent_workers=True, seed=seed, drop_last=drop_last)[0]
+            for r in range(world_size)]
+
+
+@pytest.mark.parametrize("world_size,batch", [(1, 2), (1, 4), (2, 1), (2, 2), (3, 2)])
+def test_each_image_at_most_once_per_epoch_full_equal_steps_and_only_the_remainder_dropped(world_size, batch):
+    n = 7
+    global_batch = world_size * batch
+    for epoch in range(3):
+        per_rank = []
+        for loader in loaders(n, world_size, batch):
+            set_epoch(loader, epoch)
+            batches = [b.tolist() for b in loader]
+            assert len(batches) == n // global_batch  # the same step count on every rank: no hang
+            assert all(len(b) == batch for b in batches)  # no partial batch
+            consumed = [i for b in batches for i in b]
+            assert consumed == epoch_indices(loader, epoch)
+            per_rank.append(consumed)
+        assert coverage(per_rank, n) == {"images": n, "images_seen": n - n % global_batch,
+                                         "images_repeated": 0, "images_dropped": n % global_batch}
+
+
+@pytest.mark.parametrize("world_size,batch", [(2, 1), (2, 2)])
+def test_ddp_ranks_together_consume_the_single_process_batch_at_each_step(world_size, batch):
+    n = 11
+    (single,) = loaders(n, 1, world_size * batch)
+    ranks = loaders(n, world_size, batch)
+    for epoch in range(2):
+        for loader in [single, *ranks]:
+            set_epoch(loader, epoch)
+        steps = list(zip(*ranks))
+        assert len(steps) == len(single)
+        for step, whole in zip(steps, single):
+            assert sorted(i for b in step for i in b.tolist()) == sorted(whole.tolist())
+
+
+def test_set_epoch_reshuffles_and_a_seed_repeats_the_order():
+    (loader,) = loaders(7, 1, 2)
+    (again,) = loaders(7, 1, 2)
+    (other_seed,) = loaders(7, 1, 2, seed=4)
+    orders = [epoch_indices(loader, e) for e in range(4)]
+    assert len({tuple(o) for o in orders}) == 4
+    assert [epoch_indices(again, e) for e in range(4)] == orders
+    assert epoch_indices(other_seed, 0) != orders[0]
+    set_epoch(loader, 2)
+    assert [i for b in loader for i in b.tolist()] == orders[2]
+
+
+def test_without_drop_last_every_image_is_seen_and_fewer_than_world_size_repeat():
+    n, world_size, batch = 7, 2, 2
+    per_rank = [epoch_indices(loader, 0) for loader in loaders(n, world_size, batch, drop_last=False)]
+    assert len(per_rank[0]) == len(per_rank[1]) == 4  # padded to equal length: same steps on both ranks
+    cov = coverage(per_rank, n)
+    assert cov["images_dropped"] == 0 and 0 < cov["images_repeated"] < world_size
+
+
+def test_persistent_workers_serve_voc_batches_across_epochs(root):
+    ds = VOCTrain(str(root), image_size=S)
+    loader, sampler = make_loader(ds, 2, rank=0, world_size=1, distributed=False, num_workers=2,
+                                  pin_memory=False, persistent_workers=True, seed=0)
+    assert loader.persistent_workers
+    workers = None
+    for epoch in range(2):
+        set_epoch(sampler, epoch)
+        labels = []
+        for image, mask in loader:
+            assert image.shape == (2, 3, S, S) and mask.shape == (2, S, S)
+            # image i's object has label 1 + i, so the masks say which images were loaded
+            labels += [int(m[(m > 0) & (m < IGNORE_INDEX)].unique().item()) - 1 for m in mask]
+        assert labels == epoch_indices(loader, epoch)
+        if workers is None:
+            workers = loader._iterator._workers
+        assert loader._iterator._workers is workers  # the same worker processes in epoch 2
+
+
+def test_tree_with_a_voc2012_folder_but_no_vocdevkit_loads(root, tmp_path):
+    flat = tmp_path / "flat" / "VOC2012"
+    shutil.copytree(base(root), flat)
+    ds = VOCTrain(str(flat.parent), image_size=S)
+    assert len(ds) == 6 and ds[0][1].shape == (S, S)
