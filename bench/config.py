@@ -76,7 +76,7 @@ class SweepConfig:
     resume: str = field(default="", metadata={"help": "resume a sweep: 'last' or a sweep id; runs only configurations without an ok result"})
     plots_dir: str = field(default="plots", metadata={"help": "where plots are written"})
     report_dir: str = field(default="results", metadata={"help": "where report.md and report.html are written"})
-    no_report: bool = field(default=False, metadata={"help": "do not render plots and report after the sweep"})
+    report: bool = field(default=True, metadata={"help": "render plots and the report after the sweep (--no-report: skip)"})
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)

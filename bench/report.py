@@ -52,7 +52,7 @@ class Config:
     summary: stats.Summary
     samples_per_s: float
     phases_ms: dict                     # median per phase of the slowest rank's rows
-    exposed_comm_ms: float              # nan where not measured
+    exposed_comm_ms: float              # from the no_sync probe steps (else the stored column); nan if none
     grad_mib: Optional[float]
     comm_method: Optional[str]
     memory_mib: dict                    # device label -> peak MiB (max over repeats)
@@ -105,10 +105,11 @@ def _memory_mib(rows: list, device_type: str) -> dict:
 
 def _config(conn: sqlite3.Connection, results: list) -> Config:
     r0 = results[0]
-    step_ms, slowest, memory, epochs = [], [], [], []
+    step_ms, no_sync_ms, slowest, memory, epochs = [], [], [], [], []
     for r in results:
         rows = _rows(conn, "SELECT * FROM steps WHERE result_id = ? AND kind = 'measure'", r["result_id"])
         step_ms += stats.step_times_ms(rows)
+        no_sync_ms += stats.step_times_ms(_rows(conn, "SELECT * FROM steps WHERE result_id = ? AND kind = 'no_sync'", r["result_id"]))
         slowest += stats.slowest_rank_rows(rows)  # keeps each result's steps apart
         memory += _rows(conn, "SELECT * FROM memory WHERE result_id = ?", r["result_id"])
         epochs += [e["wall_s"] for e in _rows(conn, "SELECT wall_s FROM epochs WHERE result_id = ? ORDER BY epoch", r["result_id"])]
@@ -119,7 +120,8 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         data=r0["data"] or "synthetic", step_ms=step_ms, summary=summary,
         samples_per_s=stats.samples_per_s(int(r0["global_batch"]), summary.median_ms),
         phases_ms={p: stats.median(s.get(p) for s in slowest) for p in stats.PHASES_MS},
-        exposed_comm_ms=stats.median(r["exposed_comm_ms"] for r in results),
+        exposed_comm_ms=(stats.exposed_comm_ms(step_ms, no_sync_ms) if no_sync_ms
+                         else stats.median(r["exposed_comm_ms"] for r in results)),
         grad_mib=r0["grad_mib"], comm_method=r0["comm_method"], memory_mib=_memory_mib(memory, r0["device_type"]),
         epoch_wall_s=epochs)
 
@@ -180,9 +182,11 @@ def units(device_type: str) -> str:
     return "GPUs" if device_type == "cuda" else "processes"
 
 
-def fmt(v, spec: str = ".1f", suffix: str = "") -> str:
+def fmt(v, spec: str = "", suffix: str = "") -> str:
+    """A number for a table; without spec 1 decimal from 100 up, 2 from 1 up, else 3 significant digits."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
+    spec = spec or (".1f" if abs(v) >= 100 else ".2f" if abs(v) >= 1 else "#.3g")
     return f"{v:{spec}}{suffix}"
 
 
@@ -300,8 +304,8 @@ def blocks(sweep: Sweep, plot_paths: dict) -> list:
         for n, cr in sweep.comm:
             for r in cr:
                 alg = stats.algbw_gbps(r["size_bytes"], r["time_ms"])
-                rows.append([str(n), fmt(r["size_bytes"] / 2**20, ".2f"), fmt(r["time_ms"], ".3f"), fmt(alg, ".2f"),
-                             fmt(stats.busbw_gbps(alg, n), ".2f")])
+                rows.append([str(n), fmt(r["size_bytes"] / 2**20, ".2f"), fmt(r["time_ms"], ".3f"), fmt(alg),
+                             fmt(stats.busbw_gbps(alg, n))])
         b.append(("table", ["ranks", "size MiB", "time ms", "algbw GB/s", "busbw GB/s"], rows))
     if sweep.equivalence:
         b.append(("h", 2, "Equivalence with the single-device run"))

@@ -136,3 +136,11 @@ def allreduce_ms_at(size_bytes: float, sizes_bytes: Sequence[float], times_ms: S
     if size_bytes > xs[-1]:
         return ys[-1] * size_bytes / xs[-1]
     return float(np.interp(size_bytes, xs, ys))
+
+
+def exposed_comm_ms(step_ms: Sequence[float], no_sync_step_ms: Sequence[float]) -> float:
+    """DDP communication the step waits for: median step time minus the median time of the same
+    steps run under no_sync() (no gradient all-reduce). nan without both sets."""
+    if not len(step_ms) or not len(no_sync_step_ms):
+        return float("nan")
+    return summarize(step_ms).median_ms - summarize(no_sync_step_ms).median_ms

@@ -293,7 +293,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
         if row["status"] == "running":
             raise store.StoreError(f"sweep {sweep_id} is still running (pid {row['pid']} on {row['hostname']})")
         original = SweepConfig.from_json(row["config_json"])
-        cfg = dataclasses.replace(original, store=cfg.store, resume="", no_report=cfg.no_report,
+        cfg = dataclasses.replace(original, store=cfg.store, resume="", report=cfg.report,
                                   plots_dir=cfg.plots_dir, report_dir=cfg.report_dir)
     from bench import env as env_mod
     env_id = store.insert_environment(conn, env_mod.capture())
@@ -346,7 +346,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
     conn.close()
     log(f"sweep {sweep_id} completed: {failures} configuration(s) failed" if failures else f"sweep {sweep_id} completed")
     status = 1 if failures else 0
-    if not cfg.no_report:
+    if cfg.report:
         status = render_report(cfg, sweep_id, log) or status
     return status
 

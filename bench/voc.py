@@ -185,7 +185,7 @@ def make_loader(dataset: Dataset, batch_size: int, *, rank: int, world_size: int
     generator = torch.Generator()
     generator.manual_seed(seed * 1000 + rank)  # seeds each worker's RNG, hence the augmentation
     loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
-                        pin_memory=pin_memory, drop_last=False, generator=generator,
+                        pin_memory=pin_memory, drop_last=drop_last, generator=generator,
                         persistent_workers=persistent_workers and num_workers > 0)
     return loader, sampler
 

@@ -70,7 +70,7 @@ def build_sweep_store(path: str, device: str = "cpu", data: str = "synthetic", e
     ddp_ms = [120.0 if i % 2 else 170.0 for i in range(10)]  # alternating: an unstable result
     rec(spec("synthetic", "ddp", 2, device),
         payload={"steps": steps(2, ddp_ms) + steps(2, [100.0] * 10, kind="no_sync"),
-                 "memory": memory(device, "ddp", 2, 500.0), "exposed_comm_ms": 20.0, "grad_bytes": 16 * 2**20,
+                 "memory": memory(device, "ddp", 2, 500.0), "grad_bytes": 16 * 2**20,
                  "comm_method": "ddp minus no_sync"})
     if device == "cpu":
         rec(spec("synthetic", "dp", 2, device), "skipped", "DataParallel parallelises over GPUs only")
