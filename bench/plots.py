@@ -26,7 +26,7 @@ SEGMENT_COLORS = ("#8c564b", "#e377c2", "#2ca02c", "#17becf", "#d62728", "#bcbd2
 def _figure(title: str, where: str, workload: str, width: float = 8.0, ncols: int = 1) -> tuple:
     fig = Figure(figsize=(width, 5.0), layout="constrained")
     axes = fig.subplots(1, ncols)
-    fig.suptitle(f"{title}\n{workload} on {where}")
+    fig.suptitle(f"{title}\n{workload} on {where}".replace("$", r"\$"))  # store text is not mathtext
     return fig, axes
 
 
@@ -70,7 +70,7 @@ def efficiency_figure(configs: list, workload: str, where: str) -> Figure:
             ax.plot([c.device_count for c in cs], [c.efficiency * 100 for c in cs], "o-", color=COLORS.get(s), label=NAMES.get(s, s))
     ax.axhline(100, linestyle="--", color="#999999", label="ideal (100%)")
     ax.set(xlabel=_devices_label(configs), ylabel=f"{scaling} scaling efficiency (%)", xticks=counts)
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, max([110.0] + [c.efficiency * 110 for c in configs if not math.isnan(c.efficiency)]))
     ax.legend()
     return fig
 
@@ -116,7 +116,7 @@ def phase_segments_ms(c) -> dict:
 
 def phases_figure(configs: list, workload: str, where: str) -> Figure:
     """Stacked bars: where the median step's time goes, per strategy and count (slowest rank)."""
-    fig, ax = _figure("Step broken into phases (medians, slowest rank per step)", where, workload)
+    fig, ax = _figure("Step broken into phases (medians, slowest rank per step)", where, workload, width=10.0)
     labels = [c.label for c in configs]
     segs = [phase_segments_ms(c) for c in configs]
     bottom = [0.0] * len(configs)
@@ -127,7 +127,7 @@ def phases_figure(configs: list, workload: str, where: str) -> Figure:
             bottom = [a + b for a, b in zip(bottom, h)]
     ax.set(ylabel="time per step (ms)")
     ax.tick_params(axis="x", labelrotation=20)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
 
@@ -144,16 +144,16 @@ def memory_figure(configs: list, workload: str, where: str) -> Figure:
     ax.set_xticks(range(len(configs)), [c.label for c in configs], rotation=20)
     ax.set(ylabel="peak memory (MiB)")
     if devices:
-        ax.legend(title="GPU" if cuda else "process")
+        ax.legend(title="GPU" if cuda else "process", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
 
 def step_times_figure(configs: list, workload: str, where: str) -> Figure:
     """Distribution of step times per configuration: jitter and stragglers."""
     fig, ax = _figure("Distribution of step times (slowest rank per step)", where, workload, width=10.0)
-    ax.boxplot([c.step_ms for c in configs], tick_labels=[c.label for c in configs], showmeans=True)
+    ax.boxplot([c.step_ms for c in configs], showmeans=True)
+    ax.set_xticks(range(1, len(configs) + 1), [c.label for c in configs], rotation=20)
     ax.set(ylabel="step time (ms)")
-    ax.tick_params(axis="x", labelrotation=20)
     return fig
 
 

@@ -82,6 +82,8 @@ class Sweep:
 
 def pick_sweep(conn: sqlite3.Connection, sweep_id: Optional[int]) -> int:
     """The given sweep id (checked) or the latest sweep."""
+    if sweep_id is None and conn.execute("SELECT 1 FROM sweeps LIMIT 1").fetchone() is None:
+        raise store.StoreError("the store holds no sweep yet; run a sweep first")
     return int(store.find_sweep(conn, "last" if sweep_id is None else str(sweep_id))["sweep_id"])
 
 
@@ -149,14 +151,14 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
     out = Sweep(sweep=sweep, envs=envs, threads=threads)
     groups: dict = {}
     for r in results:
+        if r["mode"] == "equivalence":
+            out.equivalence.append(r)
         if r["status"] != "ok":
             out.problems.append(r)
         elif r["mode"] == "bench":
             groups.setdefault(r["config_key"], []).append(r)
         elif r["mode"] == "comm":
             out.comm.append((int(r["device_count"]), _rows(conn, "SELECT * FROM comm WHERE result_id = ? ORDER BY size_bytes", r["result_id"])))
-        elif r["mode"] == "equivalence":
-            out.equivalence.append(r)
     by_workload: dict = {}
     for rs in groups.values():
         if _rows(conn, "SELECT 1 FROM steps WHERE result_id = ? AND kind = 'measure' LIMIT 1", rs[0]["result_id"]):
@@ -231,7 +233,9 @@ def verdicts(configs: list) -> list:
         parts = []
         data = c.phases_ms.get("data_ms", math.nan)
         if not math.isnan(data):
-            parts.append(f"{data / c.summary.median_ms * 100:.0f}% of a {name} step on {top} {u} waits for data")
+            share = data / c.summary.median_ms * 100
+            parts.append(f"{share:.0f}% of a {name} step on {top} {u} waits for data" if share >= 1
+                         else f"A {name} step on {top} {u} waits for data less than 1% of the time")
         if not math.isnan(c.exposed_comm_ms):
             parts.append(f"{c.exposed_comm_ms / c.summary.median_ms * 100:.0f}% is exposed communication")
         if parts:
@@ -255,7 +259,7 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
     b.append(("table", ["strategy", u, "global batch", "steps", "samples/s", "speed-up", "efficiency",
                         "median step ms", "p10 ms", "p90 ms", f"peak memory MiB ({mem})", "stability"], rows))
     b.append(("p", f"Speed-up and efficiency against {configs[0].baseline or 'no 1-device result'}. "
-                   f"Step time per step is the slowest rank's; unstable means IQR > "
+                   f"Each step counts with its slowest rank, and its phases are that rank's; unstable means IQR > "
                    f"{stats.UNSTABLE_IQR_FRACTION:.0%} of the median."))
     if workload == "deeplabv3":
         bars, how = train_times(configs)
@@ -292,7 +296,7 @@ def blocks(sweep: Sweep, plot_paths: dict) -> list:
             "gpu_driver", "cpu_model", "cpu_cores")
     for e in sweep.envs:
         rows = [[k, str(e[k]) if e.get(k) not in (None, "") else "–"] for k in keys]
-        rows.append(["threads per process", ", ".join(map(str, sweep.threads)) or "–"])
+        rows.append(["threads per process", ", ".join(str(t) if t else "torch default" for t in sweep.threads) or "–"])
         b.append(("table", ["", f"environment {e['env_id']}"], rows))
     if not sweep.envs:
         b.append(("p", "No environment was recorded."))
@@ -304,17 +308,20 @@ def blocks(sweep: Sweep, plot_paths: dict) -> list:
         for n, cr in sweep.comm:
             for r in cr:
                 alg = stats.algbw_gbps(r["size_bytes"], r["time_ms"])
-                rows.append([str(n), fmt(r["size_bytes"] / 2**20, ".2f"), fmt(r["time_ms"], ".3f"), fmt(alg),
+                size = r["size_bytes"]
+                size_text = f"{size / 2**20:.2f} MiB" if size >= 2**20 else f"{size / 2**10:.1f} KiB"
+                rows.append([str(n), size_text, fmt(r["time_ms"], ".3f"), fmt(alg),
                              fmt(stats.busbw_gbps(alg, n))])
-        b.append(("table", ["ranks", "size MiB", "time ms", "algbw GB/s", "busbw GB/s"], rows))
+        b.append(("table", ["ranks", "size", "time ms", "algbw GB/s", "busbw GB/s"], rows))
     if sweep.equivalence:
         b.append(("h", 2, "Equivalence with the single-device run"))
         rows = []
         for r in sweep.equivalence:
             d = json.loads(r["details_json"] or "{}")
+            tol = d.get("tolerance")
             rows.append([r["workload"], STRATEGY_NAMES.get(r["strategy"], r["strategy"]), str(r["device_count"]),
-                         fmt(d.get("max_abs_diff"), ".3g"), fmt(d.get("tolerance"), ".3g"),
-                         {True: "passed", False: "FAILED"}.get(d.get("passed"), "–")])
+                         fmt(d.get("max_abs_diff"), ".3g"), fmt(tol, ".3g") if isinstance(tol, (int, float)) else str(tol or "–"),
+                         {True: "passed", False: "FAILED"}.get(d.get("passed"), r["status"])])
         b.append(("table", ["workload", "strategy", "devices", "max abs diff", "tolerance", "result"], rows))
     if sweep.problems:
         b.append(("h", 2, "Failed, skipped and interrupted configurations"))

@@ -89,6 +89,8 @@ def build_sweep_store(path: str, device: str = "cpu", data: str = "synthetic", e
         payload={"comm": [{"size_bytes": s, "time_ms": t, "iters": 5} for s, t in COMM_POINTS]})
     rec(spec("synthetic", "ddp", 2, device, mode="equivalence"),
         payload={"max_abs_diff": 2.5e-7, "tolerance": 1e-5, "passed": True})
+    rec(spec("synthetic", "dp", 1, device, mode="equivalence"), "failed", "parameters differ after 3 steps",
+        payload={"max_abs_diff": 0.5, "tolerance": "torch.allclose(rtol=0.0001, atol=1e-05)", "passed": False})
     store.end_sweep(conn, sid, "completed")
     conn.close()
     return sid

@@ -1,0 +1,331 @@
+"""The report is rendered from the store alone and its numbers are those of the raw rows."""
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+from PIL import Image
+
+from bench import plots, report, stats, store
+from report_fixtures import COMM_POINTS, EVIL_REASON, GPU, build_compare_store, build_sweep_store, spec
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def cpu(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cpu")
+    path = str(d / "bench.sqlite")
+    build_sweep_store(path, device="cpu")
+    out = report.render(path, plots_dir=str(d / "plots"), report_dir=str(d / "results"))
+    return path, out, open(out["markdown"], encoding="utf-8").read(), open(out["html"], encoding="utf-8").read()
+
+
+@pytest.fixture(scope="module")
+def cuda_voc(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cuda")
+    path = str(d / "bench.sqlite")
+    build_sweep_store(path, device="cuda", data="voc", epochs=True)
+    out = report.render(path, plots_dir=str(d / "plots"), report_dir=str(d / "results"))
+    return path, out, open(out["markdown"], encoding="utf-8").read(), open(out["html"], encoding="utf-8").read()
+
+
+# ---------------------------------------------------------------- independent reading of the raw rows
+
+def raw(path: str, key: str) -> dict:
+    """Numbers of one ok configuration straight from its raw rows (not through bench.report)."""
+    conn = sqlite3.connect(path)
+    conn.row_factory = sqlite3.Row
+    r = conn.execute("SELECT * FROM results WHERE config_key = ? AND status = 'ok' ORDER BY result_id DESC", (key,)).fetchone()
+    rows = [dict(s) for s in conn.execute("SELECT * FROM steps WHERE result_id = ? AND kind = 'measure'", (r["result_id"],))]
+    mem = [dict(m) for m in conn.execute("SELECT * FROM memory WHERE result_id = ?", (r["result_id"],))]
+    conn.close()
+    s = stats.summarize(stats.step_times_ms(rows))
+    if r["device_type"] == "cuda":
+        peak = max(m["peak_allocated_mib"] for m in mem if m["device"].startswith("cuda"))
+    else:
+        peak = max(m["peak_rss_mib"] for m in mem)
+    return {"summary": s, "samples_per_s": stats.samples_per_s(r["global_batch"], s.median_ms), "peak_mib": peak,
+            "rows": rows}
+
+
+def md_table(md: str, heading: str) -> list:
+    """The first markdown table after a heading, as dicts."""
+    lines = md[md.index(heading):].splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith("| "))
+    cells = lambda line: [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]  # noqa: E731
+    header, out = cells(lines[i]), []
+    for line in lines[i + 2:]:
+        if not line.startswith("|"):
+            break
+        out.append(dict(zip(header, cells(line))))
+    return out
+
+
+def close(cell: str, value: float) -> None:
+    """The printed number equals value to the precision it was printed with."""
+    num = cell.rstrip("x%")
+    decimals = len(num.split(".")[1]) if "." in num else 0
+    assert float(num) == pytest.approx(value, abs=0.5 * 10 ** -decimals + 1e-9), (cell, value)
+
+
+KEYS = {("single", 1): "bench/synthetic/single/{d}x1/b64/g64/i0/synthetic",
+        ("DataParallel", 1): "bench/synthetic/dp/{d}x1/b64/g64/i0/synthetic",
+        ("DDP", 1): "bench/synthetic/ddp/{d}x1/b64/g64/i0/synthetic",
+        ("DDP", 2): "bench/synthetic/ddp/{d}x2/b64/g128/i0/synthetic",
+        ("DataParallel", 2): "bench/synthetic/dp/{d}x2/b64/g128/i0/synthetic"}
+
+
+@pytest.mark.parametrize("which", ["cpu", "cuda_voc"])
+def test_workload_table_numbers_equal_values_computed_from_raw_rows(which, request):
+    path, _, md, _ = request.getfixturevalue(which)
+    device = "cpu" if which == "cpu" else "cuda"
+    table = md_table(md, "## synthetic")
+    units = "processes" if device == "cpu" else "GPUs"
+    base = raw(path, KEYS[("single", 1)].format(d=device))
+    assert base["samples_per_s"] == 640.0  # 64 samples / median 100 ms
+    seen = 0
+    for row in table:
+        name = "single" if row["strategy"] == "single device" else row["strategy"]
+        n = int(row[units])
+        exp = raw(path, KEYS[(name, n)].format(d=device))
+        s = exp["summary"]
+        close(row["samples/s"], exp["samples_per_s"])
+        close(row["speed-up"], exp["samples_per_s"] / base["samples_per_s"])
+        close(row["efficiency"], 100 * exp["samples_per_s"] / base["samples_per_s"] / n)
+        close(row["median step ms"], s.median_ms)
+        close(row["p10 ms"], s.p10_ms)
+        close(row["p90 ms"], s.p90_ms)
+        close(next(v for k, v in row.items() if k.startswith("peak memory MiB")), exp["peak_mib"])
+        assert row["stability"] == ("unstable" if s.unstable else "stable")
+        assert int(row["steps"]) == s.n
+        seen += 1
+    assert seen == (4 if device == "cpu" else 5)
+    ddp2 = next(r for r in table if r["strategy"] == "DDP" and r[units] == "2")
+    assert ddp2["stability"] == "unstable" and ddp2["samples/s"] == "876.7"  # 128 / 146 ms, slowest rank
+
+
+def test_verdict_sentences_state_speedup_efficiency_and_data_wait(cpu, cuda_voc):
+    path, _, md, _ = cuda_voc
+    base = raw(path, KEYS[("single", 1)].format(d="cuda"))["samples_per_s"]
+    dp = raw(path, KEYS[("DataParallel", 2)].format(d="cuda"))["samples_per_s"]
+    ddp = raw(path, KEYS[("DDP", 2)].format(d="cuda"))
+    assert (f"DataParallel reaches {dp / base:.2f}x on 2 GPUs ({dp / base / 2 * 100:.0f}% efficiency), "
+            f"DDP {ddp['samples_per_s'] / base:.2f}x") in md
+    data_ms = stats.median(r["data_ms"] for r in stats.slowest_rank_rows(ddp["rows"]))
+    assert f"{data_ms / ddp['summary'].median_ms * 100:.0f}% of a DDP step on 2 GPUs waits for data" in md
+    assert "DDP reaches 1.37x on 2 processes (68% efficiency)" in cpu[2]
+
+
+def test_environment_section_names_versions_host_commit_and_threads(cpu, cuda_voc):
+    env = dict((r[""], r["environment 1"]) for r in md_table(cuda_voc[2], "## Environment"))
+    assert env["torch"] == "2.14.1" and env["cuda"] == "12.4" and env["cudnn"] == "90100" and env["nccl"] == "2.21.5"
+    assert env["gpu_names"] == f"{GPU}, {GPU}" and env["gpu_driver"] == "550.54"
+    assert env["hostname"] == "bench-host" and env["git_commit"] == "abc1234" and env["cpu_cores"] == "2"
+    cpu_env = dict((r[""], r["environment 1"]) for r in md_table(cpu[2], "## Environment"))
+    assert cpu_env["threads per process"] == "1" and cpu_env["cpu_model"] == "Test CPU &lt;i&gt;9000&lt;/i&gt;"
+
+
+def test_failed_skipped_and_interrupted_configurations_appear_with_reasons(cpu):
+    rows = md_table(cpu[2], "## Failed, skipped and interrupted")
+    by_status = {r["status"]: r for r in rows}
+    assert {r["status"] for r in rows} == {"failed", "skipped", "interrupted"}
+    by_status["failed"] = next(r for r in rows if r["configuration"].startswith("bench/deeplabv3/dp"))
+    assert by_status["skipped"]["reason"] == "DataParallel parallelises over GPUs only"
+    assert by_status["failed"]["failed rank"] == "0" and "rank 0 died" in by_status["failed"]["reason"]
+    assert by_status["interrupted"]["reason"] == "interrupted by SIGINT"
+    assert "rendezvous timed out" not in cpu[2]  # failed, then resumed to ok: the ok result counts
+
+
+def test_html_is_self_contained_and_escapes_store_text(cpu):
+    _, out, _, page = cpu
+    assert "<script>alert" not in page and "<b>the rest</b>" not in page and "<i>9000" not in page
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; rank 0 died &amp; took" in page
+    srcs = re.findall(r'<img src="([^"]+)"', page)
+    assert len(srcs) == len(out["plots"]) == 11
+    for src in srcs:
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1]).startswith(PNG_SIGNATURE)
+    assert not re.search(r'(src|href)="(?!data:)', page)  # nothing fetched from disk or network
+    assert EVIL_REASON not in open(out["markdown"], encoding="utf-8").read()
+
+
+def test_markdown_embeds_every_plot_with_a_relative_path_that_exists(cpu):
+    _, out, md, _ = cpu
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    assert len(links) == len(out["plots"])
+    for link in links:
+        assert not os.path.isabs(link) and os.path.isfile(os.path.join(os.path.dirname(out["markdown"]), link))
+
+
+def test_every_plot_is_a_readable_png_with_a_stable_name(cpu):
+    _, out, _, _ = cpu
+    names = {os.path.basename(p) for p in out["plots"]}
+    assert names == {f"{w}_{q}.png" for w in ("synthetic", "deeplabv3")
+                     for q in ("throughput", "efficiency", "phases", "memory", "step_times")} | {"deeplabv3_time_to_train.png"}
+    for p in out["plots"]:
+        with open(p, "rb") as f:
+            assert f.read(8) == PNG_SIGNATURE
+        with Image.open(p) as im:
+            im.verify()
+        with Image.open(p) as im:
+            assert im.size[0] > 300 and im.size[1] > 200
+
+
+def _configs(path: str, workload: str) -> list:
+    conn = store.connect(path, readonly=True)
+    try:
+        return report.load(conn, report.pick_sweep(conn, None)).bench[workload]
+    finally:
+        conn.close()
+
+
+def _containers(ax) -> dict:
+    return {c.get_label(): [b.get_height() for b in c] for c in ax.containers}
+
+
+def test_throughput_and_efficiency_plots_show_each_strategy_and_the_ideal_line(cuda_voc):
+    path = cuda_voc[0]
+    cs = _configs(path, "synthetic")
+    fig = plots.throughput_figure(cs, "synthetic", "cuda, 2x " + GPU)
+    ax = fig.axes[0]
+    lines = {ln.get_label(): list(ln.get_ydata()) for ln in ax.get_lines()}
+    assert set(lines) == {"single device", "DataParallel", "DDP", "ideal linear (from single device x1)"}
+    expected = [raw(path, KEYS[("DDP", n)].format(d="cuda"))["samples_per_s"] for n in (1, 2)]
+    assert lines["DDP"] == pytest.approx(expected)
+    assert lines["ideal linear (from single device x1)"] == pytest.approx([640.0, 1280.0])
+    assert ax.get_xlabel() == "device count (GPUs)" and ax.get_ylabel() == "throughput (samples/s)"
+    assert "synthetic on cuda, 2x NVIDIA H100 80GB HBM3" in fig.get_suptitle()
+    eff = plots.efficiency_figure(cs, "synthetic", "x")
+    assert "weak scaling" in eff.get_suptitle() and "(%)" in eff.axes[0].get_ylabel()
+    eff_lines = {ln.get_label(): list(ln.get_ydata()) for ln in eff.axes[0].get_lines()}
+    assert eff_lines["DDP"][1] == pytest.approx(100 * expected[1] / 640.0 / 2)
+
+
+def test_memory_plot_has_one_bar_per_gpu_and_shows_dataparallel_imbalance(cuda_voc):
+    cs = _configs(cuda_voc[0], "synthetic")
+    ax = plots.memory_figure(cs, "synthetic", "x").axes[0]
+    bars = _containers(ax)
+    assert bars["cuda:0"] == [500.0, 1000.0, 1000.0, 500.0, 500.0]  # single, dp x1, dp x2, ddp x1, ddp x2
+    assert bars["cuda:1"] == [500.0, 500.0]  # dp x2 (half of cuda:0), ddp x2 (balanced)
+    assert ax.get_ylabel() == "peak memory (MiB)"
+
+
+def test_phase_plot_stacks_medians_and_splits_exposed_communication_out_of_backward(cpu):
+    path = cpu[0]
+    cs = _configs(path, "synthetic")
+    ax = plots.phases_figure(cs, "synthetic", "x").axes[0]
+    bars = _containers(ax)
+    assert {"data", "forward", "backward (compute)", "exposed communication", "optimizer"} <= set(bars)
+    ddp = raw(path, KEYS[("DDP", 2)].format(d="cpu"))
+    slow = stats.slowest_rank_rows(ddp["rows"])
+    i = [c.label for c in cs].index("DDP x2")
+    exposed = 146.0 - 101.0  # median step minus median no_sync step (slowest rank)
+    assert bars["exposed communication"][i] == pytest.approx(exposed)
+    assert bars["backward (compute)"][i] == pytest.approx(stats.median(r["backward_ms"] for r in slow) - exposed)
+    assert bars["data"][i] == pytest.approx(stats.median(r["data_ms"] for r in slow))
+    assert sum(v[i] for v in bars.values()) == pytest.approx(ddp["summary"].median_ms)
+
+
+def test_time_to_train_is_an_estimate_on_synthetic_data_and_measured_beside_v100_on_voc(cpu, cuda_voc):
+    rows = md_table(cpu[2], "### Time to train")
+    single = raw(cpu[0], "bench/deeplabv3/single/cpux1/b2/g2/i64/synthetic")["samples_per_s"]
+    s = round(20 * 1464 / single)
+    assert rows[0]["time"] == f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s"
+    assert rows[0]["how"].startswith("estimate from synthetic-data throughput")
+    assert "Published, on AWS V100s" not in cpu[2]
+    measured = md_table(cuda_voc[2], "### Time to train")
+    assert measured[1]["setup"] == "DDP x2" and measured[1]["time"] == "1h43m20s"  # median(300, 310, 320) s x 20
+    assert measured[1]["how"].startswith("measured")
+    v100 = md_table(cuda_voc[2], "Published, on AWS V100s")
+    assert [r["time"] for r in v100] == ["32m58s", "14m40s", "11m21s", "9m40s", "9m08s"]
+    bars, how = report.train_times(_configs(cuda_voc[0], "deeplabv3"))
+    fig = plots.time_to_train_figure(bars, how, "deeplabv3", "x", report.REFERENCE_V100_S)
+    assert len(fig.axes) == 2 and "measured" in fig.get_suptitle()
+    assert [b.get_height() for b in fig.axes[1].patches] == pytest.approx([32 + 58 / 60, 14 + 40 / 60, 11 + 21 / 60, 9 + 40 / 60, 9 + 8 / 60])
+
+
+def test_step_time_distribution_has_one_box_per_configuration(cpu):
+    cs = _configs(cpu[0], "synthetic")
+    ax = plots.step_times_figure(cs, "synthetic", "x").axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["single device x1", "DataParallel x1", "DDP x1", "DDP x2"]
+    assert ax.get_ylabel() == "step time (ms)"
+
+
+def test_allreduce_table_and_ddp_exposed_communication_come_from_raw_comm_rows(cpu):
+    rows = md_table(cpu[2], "## All-reduce microbenchmark")
+    assert len(rows) == len(COMM_POINTS)
+    for row, (size, t) in zip(rows, COMM_POINTS):
+        alg = size / (t / 1000) / 1e9
+        assert row["size"] == f"{size / 2**20:.2f} MiB"
+        close(row["time ms"], t)
+        close(row["algbw GB/s"], alg)
+        close(row["busbw GB/s"], alg * 2 * (2 - 1) / 2)
+    ddp = md_table(cpu[2], "### DDP: exposed communication")[0]
+    close(ddp["exposed comm ms"], 45.0)
+    close(ddp["all-reduce of grads ms (microbenchmark)"], 13.0)  # 16 MiB was measured: 13 ms
+
+
+def test_equivalence_results_are_reported_passed_and_failed(cpu):
+    ok, bad = md_table(cpu[2], "## Equivalence")
+    assert ok["result"] == "passed" and ok["max abs diff"] == "2.5e-07" and ok["tolerance"] == "1e-05"
+    assert bad["result"] == "FAILED" and bad["max abs diff"] == "0.5" and bad["tolerance"].startswith("torch.allclose(")
+    assert "parameters differ after 3 steps" in cpu[2]
+
+
+def test_render_defaults_to_the_latest_sweep_and_rejects_an_unknown_one(tmp_path):
+    path = str(tmp_path / "two.sqlite")
+    build_compare_store(path, (1.0, 2.0))
+    out = report.render(path, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))
+    assert open(out["markdown"]).read().startswith("# DataParallel vs DistributedDataParallel: sweep 2")
+    with pytest.raises(store.StoreError, match="sweep 99"):
+        report.render(path, sweep_id=99, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))
+
+
+def test_reporting_modules_do_not_import_torch():
+    code = "import sys, bench.report, bench.plots, bench.compare; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(__file__))).returncode == 0
+
+
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
+def test_html_report_opens_in_headless_chromium_with_every_plot_decoded(cpu, tmp_path):
+    page = cpu[1]["html"]
+    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
+    url = "file://" + os.path.abspath(page)
+    dom = subprocess.run(flags + ["--dump-dom", url], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert "Uncaught" not in dom.stderr
+    assert 'data-images-ok="true"' in dom.stdout  # the page's own check: every <img> has naturalWidth > 0
+    assert dom.stdout.count("<table>") >= 5 and "Failed, skipped and interrupted" in dom.stdout
+    shot = tmp_path / "shot.png"
+    run = subprocess.run(flags + [f"--screenshot={shot}", "--window-size=1200,3000", url],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert shot.stat().st_size > 10_000 and shot.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_a_sweep_with_no_ok_result_still_renders_its_failures(tmp_path):
+    path = str(tmp_path / "s.sqlite")
+    conn = store.connect(path)
+    with pytest.raises(store.StoreError, match="no sweep"):
+        report.render(path, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))
+    sid = store.begin_sweep(conn, "bench sweep", "{}", None)
+    store.record_result(conn, sid, None, spec("synthetic", "ddp", 2), "failed", "worker exited with status 1", failed_rank=1)
+    store.end_sweep(conn, sid, "interrupted")
+    conn.close()
+    out = report.render(path, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))
+    md = open(out["markdown"]).read()
+    assert out["plots"] == [] and "Sweep 1: interrupted" in md and "No environment was recorded." in md
+    assert md_table(md, "## Failed")[0]["reason"] == "worker exited with status 1"
+    assert report.main(["--store", str(tmp_path / "missing.sqlite")]) == 2
