@@ -99,7 +99,9 @@ def measure(spec: RunSpec, ctx: Ctx, model: nn.Module, wl: Workload, devices: li
                 samples += row["samples"]
                 n += 1
             wall_s = time.perf_counter() - t0
-            epochs.append(_epoch_row(epoch, wall_s, losses, wait_ms, samples))
+            row = _epoch_row(epoch, wall_s, losses, wait_ms, samples)
+            row.update(indices=wl.epoch_indices(epoch), n_images=wl.n_images)  # for the coverage check, outside the timing
+            epochs.append(row)
     else:
         it = (b for _, b in batch_stream(wl))
         for i in range(spec.warmup + spec.steps):
@@ -227,10 +229,12 @@ def merge(payloads: list) -> dict:
         merged = []
         for e, row in enumerate(out["epochs"]):
             rows = [p["epochs"][e] for p in payloads]
+            from bench.voc import coverage
             merged.append({"epoch": row["epoch"], "wall_s": max(r["wall_s"] for r in rows),
                            "mean_loss": sum(r["loss_sum"] for r in rows) / max(1, sum(r["loss_n"] for r in rows)),
                            "data_wait_s": max(r["data_wait_s"] for r in rows),
-                           "samples": sum(r["samples"] for r in rows), "steps": row["steps"]})
+                           "samples": sum(r["samples"] for r in rows), "steps": row["steps"],
+                           **coverage([r["indices"] for r in rows], row["n_images"])})
         out["epochs"] = merged
     return out
 

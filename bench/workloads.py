@@ -37,6 +37,8 @@ class Workload:
     samples_per_epoch: Optional[int] = None            # real data only
     on_device: bool = False                            # batches are already on the compute device
     details: Optional[dict] = None
+    epoch_indices: Optional[Callable[[int], list]] = None  # real data: sample indices this rank consumes in an epoch
+    n_images: int = 0                                  # real data: images in the split
 
 
 class MLP(nn.Module):
@@ -120,7 +122,9 @@ def deeplabv3(spec: RunSpec, ctx: Ctx) -> Workload:
         def batches(epoch: int) -> Iterator:
             voc.set_epoch(sampler if sampler is not None else loader, epoch)
             return iter(loader)
-        return Workload(model=model, loss_fn=loss_fn, batches=batches, samples_per_epoch=len(dataset), details=details)
+        return Workload(model=model, loss_fn=loss_fn, batches=batches, details=details, n_images=len(dataset),
+                        samples_per_epoch=len(dataset) // spec.global_batch * spec.global_batch,
+                        epoch_indices=lambda epoch: voc.epoch_indices(loader, epoch))
     s = spec.image_size
     make = lambda g, b: (torch.randn(b, 3, s, s, generator=g),
                          torch.randint(0, NUM_CLASSES_VOC, (b, s, s), generator=g))

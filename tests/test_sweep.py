@@ -1,0 +1,93 @@
+"""End to end: one command sweeps strategies x workloads x counts on CPU/gloo into the store."""
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from bench import stats
+from conftest import run_bench
+
+ARGS = ["--workloads", "synthetic,deeplabv3", "--image-size", "32", "--per-device-batch", "2", "--steps", "3",
+        "--warmup", "1", "--synthetic-width", "128", "--synthetic-depth", "2", "--no-report"]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("sweep") / "bench.sqlite")
+    proc = run_bench(ARGS + ["--store", path], timeout=600)
+    conn = sqlite3.connect(path)
+    conn.row_factory = sqlite3.Row
+    return proc, conn
+
+
+def results(conn, **where):
+    q = "SELECT * FROM results" + (" WHERE " + " AND ".join(f"{k} = ?" for k in where) if where else "")
+    return conn.execute(q, tuple(where.values())).fetchall()
+
+
+@pytest.mark.timeout(600)
+def test_default_style_sweep_stores_ok_rows_for_everything_the_cpu_can_run(sweep):
+    proc, conn = sweep
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = {(r["workload"], r["strategy"], r["device_count"]): r["status"] for r in results(conn, mode="bench")}
+    for w in ("synthetic", "deeplabv3"):
+        assert got[(w, "single", 1)] == got[(w, "dp", 1)] == got[(w, "ddp", 1)] == got[(w, "ddp", 2)] == "ok"
+        assert got[(w, "dp", 2)] == "skipped"
+    skipped = results(conn, status="skipped")
+    assert all("GPUs only" in r["reason"] for r in skipped) and len(skipped) == 2
+    assert [r["status"] for r in results(conn, mode="comm")] == ["ok"]
+    s = conn.execute("SELECT * FROM sweeps").fetchone()
+    assert s["status"] == "completed" and "--workloads synthetic,deeplabv3" in s["command_line"]
+    env = conn.execute("SELECT * FROM environments WHERE env_id = ?", (s["env_id"],)).fetchone()
+    assert env["torch"] and env["cpu_cores"] >= 2 and json.loads(env["json"])["git_commit"]
+    assert {r["threads_per_process"] for r in results(conn, mode="bench", status="ok")} == {1}
+
+
+@pytest.mark.timeout(600)
+def test_ddp_rows_keep_every_rank_and_the_result_uses_the_slowest(sweep):
+    _, conn = sweep
+    for r in results(conn, strategy="ddp", device_count=2, mode="bench"):
+        rows = [dict(x) for x in conn.execute("SELECT * FROM steps WHERE result_id = ?", (r["result_id"],))]
+        kinds = {(x["kind"], x["rank"]) for x in rows}
+        assert kinds == {(k, rank) for k in ("warmup", "measure", "no_sync") for rank in (0, 1)}
+        measured = [x for x in rows if x["kind"] == "measure"]
+        assert len(measured) == 2 * 3
+        assert r["step_ms_median"] == pytest.approx(stats.summarize(stats.step_times_ms(measured)).median_ms)
+        assert r["samples_per_s"] == pytest.approx(r["global_batch"] / r["step_ms_median"] * 1000)
+        assert r["global_batch"] == 4 and r["per_device_batch"] == 2
+        assert r["exposed_comm_ms"] is not None and r["comm_method"].startswith("no_sync_delta")
+        assert "ddp_logging" in json.loads(r["details_json"])
+        mem = conn.execute("SELECT rank, peak_rss_mib FROM memory WHERE result_id = ?", (r["result_id"],)).fetchall()
+        assert sorted(m["rank"] for m in mem) == [0, 1] and all(m["peak_rss_mib"] > 0 for m in mem)
+
+
+@pytest.mark.timeout(600)
+def test_phases_account_for_the_whole_step(sweep):
+    _, conn = sweep
+    rows = conn.execute("SELECT * FROM steps WHERE kind = 'measure'").fetchall()
+    assert rows
+    for x in rows:
+        phases = x["data_ms"] + x["h2d_ms"] + x["forward_ms"] + x["backward_ms"] + x["optimizer_ms"]
+        assert 0 < phases <= x["step_ms"] + 1e-6
+        assert x["step_ms"] - phases < 0.5 + 0.02 * x["step_ms"], dict(x)
+
+
+@pytest.mark.timeout(600)
+def test_allreduce_baseline_reaches_the_largest_gradient_size(sweep):
+    _, conn = sweep
+    r = results(conn, mode="comm")[0]
+    rows = conn.execute("SELECT * FROM comm WHERE result_id = ? ORDER BY size_bytes", (r["result_id"],)).fetchall()
+    deeplab_grad_bytes = max(x["grad_mib"] for x in results(conn, workload="deeplabv3", status="ok")) * 2**20
+    assert rows[-1]["size_bytes"] == pytest.approx(deeplab_grad_bytes)
+    for x in rows:  # nccl-tests' definitions, n = 2
+        assert x["algbw_gbps"] == pytest.approx(x["size_bytes"] / (x["time_ms"] / 1e3) / 1e9)
+        assert x["busbw_gbps"] == pytest.approx(x["algbw_gbps"] * 2 * (2 - 1) / 2)
+
+
+@pytest.mark.timeout(600)
+def test_deeplabv3_is_the_torchvision_model_at_the_asked_size(sweep):
+    _, conn = sweep
+    r = results(conn, workload="deeplabv3", strategy="single")[0]
+    assert r["params"] == 58_630_997 and r["image_size"] == 32
