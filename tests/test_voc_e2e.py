@@ -1,0 +1,65 @@
+"""The real-data workload end to end: DeepLabV3 trained on a VOC-shaped tree under single and DDP."""
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import pytest
+
+from conftest import run_bench
+from voc_tree import make_voc_tree
+
+N_IMAGES = 9
+VOC_ARGS = ["--workloads", "deeplabv3", "--data", "voc", "--image-size", "32", "--per-device-batch", "2",
+            "--num-workers", "1", "--warmup", "1", "--no-comm-bench", "--no-report"]
+
+
+@pytest.mark.timeout(600)
+def test_voc_epochs_under_single_and_ddp_record_time_loss_data_wait_and_coverage(tmp_path, store_path):
+    root = make_voc_tree(tmp_path / "voc", n_images=N_IMAGES)
+    p = run_bench(VOC_ARGS + ["--voc-root", str(root), "--epochs", "2", "--strategies", "single,ddp",
+                              "--gpus", "1,2", "--store", store_path], timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    conn = sqlite3.connect(store_path)
+    conn.row_factory = sqlite3.Row
+    results = conn.execute("SELECT * FROM results WHERE mode = 'bench'").fetchall()
+    assert {(r["strategy"], r["device_count"], r["status"], r["data"]) for r in results} == {
+        ("single", 1, "ok", "voc"), ("ddp", 1, "ok", "voc"), ("ddp", 2, "ok", "voc")}
+    for r in results:
+        epochs = conn.execute("SELECT * FROM epochs WHERE result_id = ? ORDER BY epoch", (r["result_id"],)).fetchall()
+        assert [e["epoch"] for e in epochs] == [0, 1]
+        g = r["global_batch"]
+        for e in epochs:
+            # No image twice; only the N mod G tail that cannot fill a whole global batch is left out.
+            assert e["images"] == N_IMAGES and e["images_repeated"] == 0
+            assert e["images_dropped"] == N_IMAGES % g and e["samples"] == N_IMAGES // g * g
+            assert e["steps"] == N_IMAGES // g and e["wall_s"] > 0 and e["mean_loss"] > 0
+            assert 0 <= e["data_wait_s"] < e["wall_s"]
+        steps = conn.execute("SELECT * FROM steps WHERE result_id = ? AND rank = 0", (r["result_id"],)).fetchall()
+        assert len(steps) == 2 * (N_IMAGES // g) and all(s["data_ms"] > 0 for s in steps)
+
+
+@pytest.mark.timeout(300)
+def test_a_missing_image_is_named_before_anything_starts(tmp_path, store_path):
+    root = make_voc_tree(tmp_path / "voc", n_images=4)
+    victim = next((root / "VOCdevkit" / "VOC2012" / "JPEGImages").glob("*.jpg"))
+    victim.unlink()
+    p = run_bench(VOC_ARGS + ["--voc-root", str(root), "--store", store_path], timeout=120)
+    assert p.returncode == 2 and victim.name in p.stderr, p.stderr
+
+
+@pytest.mark.timeout(300)
+def test_an_unreadable_image_under_ddp_fails_every_rank_promptly_naming_the_file(tmp_path, store_path):
+    root = make_voc_tree(tmp_path / "voc", n_images=6)
+    victims = sorted((root / "VOCdevkit" / "VOC2012" / "JPEGImages").glob("*.jpg"))
+    for v in victims:
+        v.write_bytes(b"\xff\xd8 not a jpeg")
+    t0 = time.monotonic()
+    p = run_bench(VOC_ARGS + ["--voc-root", str(root), "--strategies", "ddp", "--gpus", "2", "--steps", "2",
+                              "--store", store_path, "--pg-timeout", "60"], timeout=280)
+    elapsed = time.monotonic() - t0
+    assert p.returncode == 1, p.stdout + p.stderr
+    conn = sqlite3.connect(store_path)
+    status, reason = conn.execute("SELECT status, reason FROM results").fetchone()
+    assert status == "failed" and "DataError" in reason and ".jpg" in reason and "sample" in reason, reason
+    assert elapsed < 120, f"a broken file took {elapsed:.0f} s to end the configuration"
