@@ -17,9 +17,13 @@ PHASES = ("data", "h2d", "forward", "backward", "optimizer")
 
 
 class PhaseTimer:
-    def __init__(self, device: torch.device):
+    """Phases are timed on `device` (where the step's inputs and outputs live); the step boundary
+    synchronises every device in `sync_devices` (all GPUs of a DataParallel process)."""
+
+    def __init__(self, device: torch.device, sync_devices: list | None = None):
         self.cuda = device.type == "cuda"
         self.device = device
+        self.sync_devices = sync_devices or [device]
 
     def start(self) -> None:
         self._marks = []
@@ -39,7 +43,8 @@ class PhaseTimer:
     def stop(self) -> dict:
         """End the step (the one synchronisation on CUDA). Returns {'step_ms', '<phase>_ms'...}."""
         if self.cuda:
-            torch.cuda.synchronize(self.device)
+            for d in self.sync_devices:
+                torch.cuda.synchronize(d)
         t1 = time.perf_counter_ns()
         out = {"step_ms": (t1 - self._t0) / 1e6}
         prev = self._e0 if self.cuda else self._t0

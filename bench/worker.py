@@ -77,7 +77,7 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, wl: Workload, it, t
 
 def measure(spec: RunSpec, ctx: Ctx, model: nn.Module, wl: Workload, devices: list, fault) -> dict:
     opt = make_optimizer(model)
-    timer = PhaseTimer(ctx.device)
+    timer = PhaseTimer(ctx.device, devices)
     steps, epochs = [], []
     reset_peaks(devices)
     n = 0
@@ -143,6 +143,13 @@ def equivalence(spec: RunSpec, ctx: Ctx, model: nn.Module, wl: Workload, fault) 
     different computation from one batch's statistics, so unless --sync-bn is in effect, BatchNorm
     layers run in eval mode (fixed running statistics) on both sides of the check.
     """
+    if ctx.cuda:
+        # TF32 convolutions (cuDNN's default on Ampere and later) round differently for different batch
+        # splits; the check compares float32 arithmetic, deterministic kernels.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
     opt = make_optimizer(model)
     model.train()
     synced_bn = spec.sync_bn and ctx.cuda
@@ -206,7 +213,8 @@ def run(spec: RunSpec) -> None:
         else:
             payload = measure(spec, ctx, model, wl, devices, fault)
         payload.update(params=params, grad_bytes=params * 4, threads=torch.get_num_threads(),
-                       workload_details=wl.details or {})
+                       workload_details=wl.details or {},
+                       tf32={"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32})
 
     payloads = [payload]
     if distributed:
