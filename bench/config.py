@@ -67,6 +67,7 @@ class SweepConfig:
     voc_root: str = field(default="", metadata={"help": "folder holding VOCdevkit/VOC2012 (or VOC2012 itself) for --data voc"})
     download: bool = field(default=False, metadata={"help": "download VOC 2012 into --voc-root first (rank 0 only)"})
     epochs: int = field(default=0, metadata={"help": "with --data voc: train whole epochs and time each (0: fixed steps)"})
+    checkpoint: bool = field(default=False, metadata={"help": "with --epochs: rank 0 saves a checkpoint at the end of every epoch, inside the timed region (as the reference experiment did)"})
     num_workers: int = field(default=2, metadata={"help": "DataLoader workers per process (--data voc)"})
     pin_memory: bool = field(default=True, metadata={"help": "pin host memory in the DataLoader (CUDA only)"})
     persistent_workers: bool = field(default=True, metadata={"help": "keep DataLoader workers across epochs"})
@@ -223,6 +224,8 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         if not cfg.download:
             from bench import voc
             voc.check_tree(cfg.voc_root)  # raises ConfigError-compatible DataError naming the path
+    if cfg.checkpoint and not cfg.epochs:
+        raise ConfigError("--checkpoint: saves once per epoch; it needs --epochs N")
     if cfg.epochs and cfg.data != "voc":
         raise ConfigError(f"--epochs {cfg.epochs}: whole epochs need a real data set; use --data voc or --steps")
     if cfg.weights and not os.path.isfile(cfg.weights):
@@ -275,6 +278,7 @@ class RunSpec:
     voc_root: str = ""
     download: bool = False
     epochs: int = 0
+    checkpoint: bool = False
     num_workers: int = 0
     pin_memory: bool = False
     persistent_workers: bool = False
@@ -340,7 +344,7 @@ def plan(cfg: SweepConfig) -> list:
                         threads=cfg.threads_per_process if cfg.device == "cpu" else 0,
                         seed=cfg.seed, scaling=cfg.scaling, repeat=r,
                         data=cfg.data if workload == "deeplabv3" else "synthetic",
-                        voc_root=cfg.voc_root, download=cfg.download, epochs=cfg.epochs,
+                        voc_root=cfg.voc_root, download=cfg.download, epochs=cfg.epochs, checkpoint=cfg.checkpoint,
                         num_workers=cfg.num_workers, pin_memory=cfg.pin_memory and cfg.device == "cuda",
                         persistent_workers=cfg.persistent_workers,
                         synthetic_width=cfg.synthetic_width, synthetic_depth=cfg.synthetic_depth,

@@ -98,6 +98,11 @@ def measure(spec: RunSpec, ctx: Ctx, model: nn.Module, wl: Workload, devices: li
                 wait_ms += row["data_ms"]
                 samples += row["samples"]
                 n += 1
+            if spec.checkpoint and ctx.rank == 0:  # inside the epoch's time, like the reference experiment
+                torch.save(unwrap(model).state_dict(), os.path.join(spec.out_dir, "checkpoint.pt"))
+            if ctx.cuda:
+                for d in devices:
+                    torch.cuda.synchronize(d)
             wall_s = time.perf_counter() - t0
             row = _epoch_row(epoch, wall_s, losses, wait_ms, samples)
             row.update(indices=wl.epoch_indices(epoch), n_images=wl.n_images)  # for the coverage check, outside the timing
@@ -212,7 +217,7 @@ def run(spec: RunSpec) -> None:
             payload = equivalence(spec, ctx, model, wl, fault)
         else:
             payload = measure(spec, ctx, model, wl, devices, fault)
-        payload.update(params=params, grad_bytes=params * 4, threads=torch.get_num_threads(),
+        payload.update(params=params, grad_bytes=params * 4, threads=torch.get_num_threads(), pid=os.getpid(),
                        workload_details=wl.details or {},
                        tf32={"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32})
 

@@ -91,3 +91,14 @@ def test_deeplabv3_is_the_torchvision_model_at_the_asked_size(sweep):
     _, conn = sweep
     r = results(conn, workload="deeplabv3", strategy="single")[0]
     assert r["params"] == 58_630_997 and r["image_size"] == 32
+
+
+@pytest.mark.timeout(300)
+def test_repeats_run_each_configuration_again_in_fresh_processes(store_path):
+    from conftest import FAST
+    p = run_bench(FAST + ["--strategies", "single", "--repeats", "2", "--store", store_path])
+    assert p.returncode == 0, p.stdout + p.stderr
+    conn = sqlite3.connect(store_path)
+    rows = conn.execute("SELECT repeat, status, json_extract(details_json, '$.pid') FROM results ORDER BY repeat").fetchall()
+    assert [(r[0], r[1]) for r in rows] == [(0, "ok"), (1, "ok")]
+    assert rows[0][2] != rows[1][2], "both repeats ran in the same process"
