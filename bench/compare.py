@@ -7,7 +7,8 @@ For every configuration key with an ok 'bench' result on both sides: throughput 
 (candidate / baseline, from the median of the raw step times), Mann-Whitney p-value on the raw step
 times (slowest rank per step, repeats pooled), and "1.84x faster" / "1.10x slower" / "no significant
 difference". Exit status 1 when a configuration is slower by more than the threshold (0.05: the
-candidate's step takes 5% longer) and the difference is significant (p < 0.05), else 0.
+candidate's step takes 5% longer) and the difference is significant (p < 0.05), or when a
+configuration that was ok in the baseline failed in the candidate; else 0.
 """
 from __future__ import annotations
 
@@ -35,8 +36,12 @@ def _sweeps(conn_a, conn_b, sweep_a: Optional[int], sweep_b: Optional[int]) -> t
     return report.pick_sweep(conn_a, sweep_a), report.pick_sweep(conn_a, sweep_b)
 
 
-def _configs(conn, sweep_id: int) -> dict:
-    return {c.key: c for cs in report.load(conn, sweep_id).bench.values() for c in cs}
+def _configs(conn, sweep_id: int) -> tuple:
+    """(ok configurations by key, {key: reason} of bench configurations that failed or were interrupted)."""
+    sweep = report.load(conn, sweep_id)
+    broken = {r["config_key"]: f"{r['status']}: {r['reason']}" for r in sweep.problems
+              if r["mode"] == "bench" and r["status"] in ("failed", "interrupted")}
+    return {c.key: c for cs in sweep.bench.values() for c in cs}, broken
 
 
 def verdict(ratio: float, p: float) -> str:
@@ -54,7 +59,7 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
     conn_b = store.connect(store_b, readonly=True) if store_b else None
     try:
         sid_a, sid_b = _sweeps(conn_a, conn_b, sweep_a, sweep_b)
-        base, cand = _configs(conn_a, sid_a), _configs(conn_b or conn_a, sid_b)
+        (base, _), (cand, cand_broken) = _configs(conn_a, sid_a), _configs(conn_b or conn_a, sid_b)
     finally:
         conn_a.close()
         if conn_b is not None:
@@ -73,7 +78,11 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
         lines.append(f"{key}: {a.samples_per_s:.1f} -> {b.samples_per_s:.1f} samples/s, median step "
                      f"{a.summary.median_ms:.2f} -> {b.summary.median_ms:.2f} ms, p={p:.3g}: {words}")
     for key in sorted(set(base) - set(cand)):
-        lines.append(f"{key}: only in the baseline (no ok result in the candidate)")
+        if key in cand_broken:  # ran fine before, fails now: the worst regression there is
+            regressed.append(key)
+            lines.append(f"{key}: ok in the baseline, {cand_broken[key]} in the candidate (REGRESSION)")
+        else:
+            lines.append(f"{key}: only in the baseline (no ok result in the candidate)")
     for key in sorted(set(cand) - set(base)):
         lines.append(f"{key}: only in the candidate")
     if not set(base) & set(cand):

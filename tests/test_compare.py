@@ -76,7 +76,19 @@ def test_explicit_sweeps_and_configurations_present_on_one_side_only(tmp_path):
     conn.execute("UPDATE results SET status = 'failed', reason = 'x' WHERE sweep_id = 3 AND strategy = 'ddp'")
     conn.close()
     text, code = compare.compare(path, None, 2, 3, 0.05)
-    assert code == 1 and f"{DDP2}: only in the baseline" in text
+    assert code == 1 and f"{DDP2}: ok in the baseline, failed: x in the candidate (REGRESSION)" in text
+
+
+def test_a_configuration_that_now_fails_is_a_regression_on_its_own(tmp_path):
+    path = str(tmp_path / "s.sqlite")
+    build_compare_store(path, (1.0, 1.0))
+    conn = store.connect(path)
+    conn.execute("DELETE FROM steps WHERE result_id IN (SELECT result_id FROM results WHERE sweep_id = 2 AND strategy = 'ddp')")
+    conn.execute("UPDATE results SET status = 'failed', reason = 'rank 1: out of memory' WHERE sweep_id = 2 AND strategy = 'ddp'")
+    conn.close()
+    text, code = compare.compare(path, None, None, None, 0.05)
+    assert code == 1 and "failed: rank 1: out of memory in the candidate (REGRESSION)" in line_of(text, DDP2)
+    assert "no significant difference" in line_of(text, SINGLE)
 
 
 def test_one_sweep_in_one_store_is_an_error_naming_the_count(tmp_path):
