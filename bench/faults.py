@@ -1,54 +1,87 @@
-"""Fault injection, for tests only: make a chosen rank raise, exit, hang or die at a chosen step.
+"""Fault injection, for tests only: make a chosen rank, or the sweep itself, raise, exit, hang or die.
 
-Set BENCH_FAULT to KIND@RANK:STEP (several separated by commas) in the environment of a sweep;
-it reaches every worker process (torchrun passes the environment on). STEP counts every training
-step of the run from 0, warm-up included. KIND is one of:
+Set BENCH_FAULT to KIND@WHERE:STEP (several separated by commas) in the environment of a sweep; it
+reaches every worker process (the sweep and torchrun pass the environment on). KIND is one of:
     raise    raise RuntimeError("injected fault ...")
     exit     os._exit(3) without cleanup
     hang     sleep forever (the process-group or per-configuration timeout must end it)
     sigkill  SIGKILL itself, as the out-of-memory killer would
-Example: BENCH_FAULT=sigkill@1:3 ./run_bench.sh --strategies ddp --workloads synthetic
+WHERE is a rank: STEP counts every training step of that rank's run from 0, warm-up included
+(`sigkill@1:3`: rank 1 dies at its fourth step, typically inside backward's all-reduce). It fires in
+every configuration that has that rank and reaches that step.
+WHERE is `sweep`: the sweep process itself, while it writes its STEP-th result (from 0) to the store,
+after the result row and before its raw rows, inside the transaction (`sigkill@sweep:1`: a kill at the
+worst moment, to show that a result is stored whole or not at all).
+Examples:
+    BENCH_FAULT=sigkill@1:3 ./run_bench.sh --strategies ddp --workloads synthetic
+    BENCH_FAULT=hang@1:2 ./run_bench.sh --strategies ddp --pg-timeout 10 --timeout 30
+    BENCH_FAULT=sigkill@sweep:0 ./run_bench.sh --strategies single --workloads synthetic
 """
 from __future__ import annotations
 
 import os
 import signal
 import time
+from typing import Callable, Optional, Union
 
 KINDS = ("raise", "exit", "hang", "sigkill")
+SWEEP = "sweep"
 
 
 def parse(text: str) -> list:
+    """'KIND@WHERE:STEP,...' -> [(kind, rank or 'sweep', step)]; ValueError naming a bad item."""
     faults = []
     for item in filter(None, (t.strip() for t in text.split(","))):
         try:
             kind, where = item.split("@")
-            rank, step = (int(v) for v in where.split(":"))
+            who, step_text = where.split(":")
+            rank: Union[int, str] = SWEEP if who == SWEEP else int(who)
+            step = int(step_text)
         except ValueError:
-            raise ValueError(f"BENCH_FAULT item {item!r}: expected KIND@RANK:STEP, e.g. raise@1:3") from None
+            raise ValueError(f"BENCH_FAULT item {item!r}: expected KIND@RANK:STEP or KIND@sweep:N, "
+                             f"e.g. raise@1:3") from None
         if kind not in KINDS:
             raise ValueError(f"BENCH_FAULT item {item!r}: kind {kind!r} is not one of {', '.join(KINDS)}")
         faults.append((kind, rank, step))
     return faults
 
 
-def hook(rank: int):
-    """A function step -> None that fires this rank's injected faults; None when there are none."""
-    mine = [(k, s) for k, r, s in parse(os.environ.get("BENCH_FAULT", "")) if r == rank]
+def _fire(kind: str, where: str) -> None:
+    if kind == "raise":
+        raise RuntimeError(f"injected fault: {where}")
+    if kind == "exit":
+        os._exit(3)
+    if kind == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "hang":
+        while True:
+            time.sleep(3600)
+
+
+def _hook(who: Union[int, str], what: str) -> Optional[Callable[[int], None]]:
+    mine = [(k, s) for k, r, s in parse(os.environ.get("BENCH_FAULT", "")) if r == who]
     if not mine:
         return None
 
     def fire(step: int) -> None:
         for kind, at in mine:
-            if step != at:
-                continue
-            if kind == "raise":
-                raise RuntimeError(f"injected fault: rank {rank} raised at step {step}")
-            if kind == "exit":
-                os._exit(3)
-            if kind == "sigkill":
-                os.kill(os.getpid(), signal.SIGKILL)
-            if kind == "hang":
-                while True:
-                    time.sleep(3600)
+            if step == at:
+                _fire(kind, f"{what} {step}")
     return fire
+
+
+def hook(rank: int) -> Optional[Callable[[int], None]]:
+    """A function step -> None that fires this rank's injected faults; None when there are none."""
+    return _hook(rank, f"rank {rank} raised at step")
+
+
+_results_written = 0
+
+
+def sweep_writing_result() -> None:
+    """Called by the store inside each result's transaction: fires `KIND@sweep:N` at the N-th result."""
+    global _results_written
+    fire = _hook(SWEEP, "the sweep raised while writing result")
+    n, _results_written = _results_written, _results_written + 1
+    if fire:
+        fire(n)

@@ -7,7 +7,7 @@ Tables (schema version in `PRAGMA user_version`, see SCHEMA_HISTORY):
                 and a summary (samples/s, step-time statistics) derived from the raw rows below by bench.stats
   steps         raw per-step, per-rank times (ms) of every phase; kind 'measure' or 'no_sync' (DDP probe)
   memory        peak memory of every device (and process RSS) of a run, MiB
-  epochs        per-epoch wall time, mean loss and data wait (real-data runs with --epochs)
+  epochs        per-epoch wall time, mean loss, data wait and split coverage (real-data runs with --epochs)
   comm          all-reduce microbenchmark rows: size, time, algbw/busbw (nccl-tests' definitions), GB/s
 
 Durability: WAL journal, a busy timeout, and every result with its raw values written in one
@@ -24,7 +24,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
-from bench import stats
+from bench import faults, stats
 
 SCHEMA_VERSION = 1
 SCHEMA_HISTORY = {
@@ -91,6 +91,7 @@ CREATE TABLE IF NOT EXISTS epochs (
     result_id INTEGER NOT NULL REFERENCES results(result_id),
     epoch INTEGER NOT NULL, wall_s REAL NOT NULL, mean_loss REAL, data_wait_s REAL,
     samples INTEGER, steps INTEGER,
+    images INTEGER, images_seen INTEGER, images_repeated INTEGER, images_dropped INTEGER,
     PRIMARY KEY (result_id, epoch)
 );
 CREATE TABLE IF NOT EXISTS comm (
@@ -102,7 +103,8 @@ CREATE TABLE IF NOT EXISTS comm (
 
 STEP_COLUMNS = ("kind", "rank", "step", "step_ms", "data_ms", "h2d_ms", "forward_ms", "backward_ms", "optimizer_ms", "loss")
 MEMORY_COLUMNS = ("rank", "device", "device_name", "peak_allocated_mib", "peak_reserved_mib", "peak_rss_mib")
-EPOCH_COLUMNS = ("epoch", "wall_s", "mean_loss", "data_wait_s", "samples", "steps")
+EPOCH_COLUMNS = ("epoch", "wall_s", "mean_loss", "data_wait_s", "samples", "steps",
+                 "images", "images_seen", "images_repeated", "images_dropped")
 COMM_COLUMNS = ("size_bytes", "time_ms", "algbw_gbps", "busbw_gbps", "iters")
 
 
@@ -114,41 +116,85 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
+BUSY_TIMEOUT_S = 60.0
+
+
 def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
-    """Open (creating if needed) a store; check its version; mark sweeps whose process died."""
+    """Open (creating if needed) a store; check its version; mark sweeps whose process died.
+
+    Safe when several sweeps open (or create) the same store at once; readonly=True for reports
+    read while a sweep writes.
+    """
     if readonly:
         if not os.path.isfile(path):
             raise StoreError(f"store {path!r} does not exist")
-        conn = sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True, timeout=60, isolation_level=None)
+        conn = sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     else:
         d = os.path.dirname(os.path.abspath(path))
         os.makedirs(d, exist_ok=True)
-        conn = sqlite3.connect(path, timeout=60, isolation_level=None)
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     conn.row_factory = sqlite3.Row
-    conn.execute("PRAGMA busy_timeout = 60000")
+    conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
     try:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        version, tables = _version(conn)
     except sqlite3.DatabaseError as e:
         conn.close()
         raise StoreError(f"store {path!r} is not a SQLite results store: {e}") from None
+    _check_version(conn, path, version, tables)
+    if readonly:
+        if version == 0:
+            conn.close()
+            raise StoreError(f"store {path!r} holds no results yet (a sweep is creating it, or none has written to it)")
+        return conn
+    _retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
+    conn.execute("PRAGMA synchronous = NORMAL")
+    if version == 0:
+        with transaction(conn):  # another process may have created it since: look again under the write lock
+            version, tables = _version(conn)
+            _check_version(conn, path, version, tables)
+            if version == 0:
+                for stmt in SCHEMA.split(";"):
+                    if stmt.strip():
+                        conn.execute(stmt)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    mark_dead_sweeps(conn)
+    return conn
+
+
+def _version(conn: sqlite3.Connection) -> tuple:
+    """(user_version, table names), read from one snapshot."""
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    finally:
+        if own:
+            conn.execute("COMMIT")
+    return version, tables
+
+
+def _check_version(conn: sqlite3.Connection, path: str, version: int, tables: set) -> None:
     if version != SCHEMA_VERSION and (version != 0 or tables):
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         conn.close()
         raise StoreError(f"store {path!r} has schema version {version}; this suite reads and writes version "
                          f"{SCHEMA_VERSION} ({SCHEMA_HISTORY[SCHEMA_VERSION]}). Use another --store, or a suite "
                          f"version that matches; the file was not modified.")
-    if readonly:
-        return conn
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    if version == 0:
-        with transaction(conn):
-            for stmt in SCHEMA.split(";"):
-                if stmt.strip():
-                    conn.execute(stmt)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-    mark_dead_sweeps(conn)
-    return conn
+
+
+def _retry_busy(fn):
+    """Switching to WAL takes an exclusive lock without waiting on the busy handler: retry it."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            return fn()
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 @contextmanager
@@ -283,6 +329,7 @@ def record_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int]
     with transaction(conn):
         cur = conn.execute(f"INSERT INTO results ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
         rid = int(cur.lastrowid)
+        faults.sweep_writing_result()  # tests only: BENCH_FAULT=sigkill@sweep:N kills the sweep right here
         for table, cols, items in (("steps", STEP_COLUMNS, steps), ("memory", MEMORY_COLUMNS, memory),
                                    ("epochs", EPOCH_COLUMNS, epochs), ("comm", COMM_COLUMNS, comm)):
             if items:

@@ -22,10 +22,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from bench import config, store
+from bench import config, faults, store
 from bench.config import RunSpec, Skip, SweepConfig
 
 PORT_RETRIES = 3
@@ -35,7 +36,7 @@ EQUIVALENCE_RTOL, EQUIVALENCE_ATOL = 1e-4, 1e-5
 
 
 class Interrupted(Exception):
-    """The sweep received SIGTERM (SIGINT arrives as KeyboardInterrupt)."""
+    """The sweep received SIGTERM or SIGHUP (SIGINT arrives as KeyboardInterrupt)."""
 
     def __init__(self, signum: int):
         super().__init__(f"signal {signum}")
@@ -70,32 +71,69 @@ def command(spec: RunSpec, spec_path: str, port: int) -> list:
     return [sys.executable, "-m", "bench.worker", spec_path]
 
 
-def _die_with_parent() -> None:
-    """In the child: receive SIGTERM if the sweep dies (even by SIGKILL), so nothing is left behind."""
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask the kernel to send `sig` to this process when its parent dies (even by SIGKILL).
+
+    The sweep sets it in every launcher it starts; torchrun starts its workers in sessions of
+    their own, so the worker calls it too (with SIGKILL) to go with torchrun if torchrun is killed.
+    """
+    parent = os.getppid()
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request was made: nobody will send it
+        os.kill(os.getpid(), sig)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the configuration's process group (torchrun forwards it to its workers), then SIGKILL."""
-    for sig, grace in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=grace)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    # torchrun's workers live in sessions of their own: end any that outlived their agent.
-    for pid in worker_pids(proc.args[-1]):
+DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+@contextmanager
+def signals_deferred():
+    """Hold SIGINT/SIGTERM/SIGHUP until the block is done (a result and its rows are written whole)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, DEFERRED_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _child_setup() -> None:
+    """In the launcher, before exec: die with the sweep, and take signals again (the mask is inherited)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, DEFERRED_SIGNALS)
+    die_with_parent()
+
+
+def _kill_group(proc: subprocess.Popen, spec_path: str) -> None:
+    """SIGTERM the configuration's process group (torchrun forwards it to its workers), then SIGKILL;
+    then SIGKILL whatever still names the spec file (torchrun's workers live in sessions of their own)."""
+    with signals_deferred():  # a second Ctrl-C must not leave processes behind
+        for sig, grace in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=grace)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        _kill_leftovers(spec_path)
+
+
+def _kill_leftovers(spec_path: str) -> list:
+    """SIGKILL the processes of a configuration that outlived its launcher; returns their pids."""
+    pids = worker_pids(spec_path)
+    for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    deadline = time.monotonic() + KILL_GRACE_S
+    while pids and time.monotonic() < deadline and worker_pids(spec_path):
+        time.sleep(0.05)
+    return pids
 
 
 def worker_pids(spec_path: str) -> list:
@@ -104,15 +142,23 @@ def worker_pids(spec_path: str) -> list:
     for d in glob.glob("/proc/[0-9]*"):
         try:
             with open(os.path.join(d, "cmdline"), "rb") as f:
-                if spec_path.encode() in f.read():
-                    pids.append(int(os.path.basename(d)))
-        except OSError:
+                if spec_path.encode() not in f.read():
+                    continue
+            with open(os.path.join(d, "stat"), "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    continue  # a zombie is already dead, only not yet reaped by its parent
+        except (OSError, IndexError):
             continue
+        pids.append(int(os.path.basename(d)))
     return [p for p in pids if p != os.getpid()]
 
 
 def run_config(spec: RunSpec, timeout_s: float) -> Outcome:
-    """Run one configuration in fresh processes and collect its result file or its failure."""
+    """Run one configuration in fresh processes and collect its result file or its failure.
+
+    Returns within timeout_s (plus the kill grace) whatever the processes do, and leaves none of them
+    running: not on success, failure, timeout, a killed launcher, nor an interrupt (re-raised).
+    """
     out_dir = tempfile.mkdtemp(prefix="bench-run-")
     spec = dataclasses.replace(spec, out_dir=out_dir)
     spec_path = os.path.join(out_dir, "spec.json")
@@ -123,32 +169,39 @@ def run_config(spec: RunSpec, timeout_s: float) -> Outcome:
         env["OMP_NUM_THREADS"] = str(spec.threads)
     started, t0 = store.now(), time.monotonic()
     outcome = Outcome("failed", out_dir=out_dir, started_at=started)
+    proc: Optional[subprocess.Popen] = None
     try:
         for attempt in range(PORT_RETRIES):
             log_path = os.path.join(out_dir, f"log{attempt}.txt")
             with open(log_path, "w") as log:
-                proc = subprocess.Popen(command(spec, spec_path, free_port()), stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                                        preexec_fn=_die_with_parent)
+                with signals_deferred():  # an interrupt lands after Popen returns, with proc known
+                    proc = subprocess.Popen(command(spec, spec_path, free_port()), stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                            preexec_fn=_child_setup)
                 try:
                     rc = proc.wait(timeout=max(1.0, timeout_s - (time.monotonic() - t0)))
                 except subprocess.TimeoutExpired:
-                    _kill_group(proc)
-                    outcome = diagnose(out_dir, log_path, None)
+                    _kill_group(proc, spec_path)
+                    outcome = diagnose(out_dir, log_path, None, spec)
                     outcome.reason = (f"timed out after {timeout_s:g} s (--timeout); all processes of the configuration "
-                                      f"were killed" + (f". First error: {outcome.reason}" if outcome.failed_rank is not None else ""))
+                                      f"were killed" + (f". {outcome.reason}" if outcome.reason else ""))
                     break
-                except BaseException:
-                    _kill_group(proc)
-                    raise
+            # A launcher that died (torchrun SIGKILLed) leaves its workers in their own sessions.
+            orphans = _kill_leftovers(spec_path)
             result = os.path.join(out_dir, "result.json")
             if rc == 0 and os.path.exists(result):
                 with open(result) as f:
                     outcome = Outcome("ok", payload=json.load(f), out_dir=out_dir)
                 break
-            outcome = diagnose(out_dir, log_path, rc)
+            outcome = diagnose(out_dir, log_path, rc, spec)
+            if orphans:
+                outcome.reason += f" ({len(orphans)} orphaned worker process(es) killed)"
             if not _port_collision(log_path):
                 break
+    except BaseException:
+        if proc is not None:
+            _kill_group(proc, spec_path)
+        raise
     finally:
         outcome.started_at, outcome.ended_at, outcome.wall_s = started, store.now(), time.monotonic() - t0
     return outcome
@@ -160,8 +213,17 @@ def _port_collision(log_path: str) -> bool:
     return "EADDRINUSE" in text or "Address already in use" in text
 
 
-def diagnose(out_dir: str, log_path: str, rc: Optional[int]) -> Outcome:
-    """Why a configuration failed: the first rank's own error file, else torchrun's root cause, else the exit."""
+TIMEOUT_WORDS = re.compile(r"timed out|timeout", re.I)
+
+
+def diagnose(out_dir: str, log_path: str, rc: Optional[int], spec: Optional[RunSpec] = None) -> Outcome:
+    """Why a configuration failed, naming the rank that caused it.
+
+    In order: a rank killed by a signal (torchrun's root cause: SIGKILL from the OOM killer leaves no
+    error file, and the other ranks' errors are only its echo); a rank that stopped making progress
+    (the others timed out waiting for it in a collective and it reported nothing); the first rank's
+    own error file; torchrun's root cause; the launcher's exit. rc None: the sweep killed it (--timeout).
+    """
     with open(log_path, errors="replace") as f:
         log = f.read()
     tail = "\n".join(log.strip().splitlines()[-30:])
@@ -172,20 +234,46 @@ def diagnose(out_dir: str, log_path: str, rc: Optional[int]) -> Outcome:
                 errors.append(json.load(f))
         except (OSError, ValueError):
             continue
-    if errors:
-        first = min(errors, key=lambda e: e["time"])
-        return Outcome("failed", f"rank {first['rank']}: {first['type']}: {first['message']}".strip(),
-                       {"log_tail": tail, "traceback": first.get("traceback", "")}, failed_rank=first["rank"])
+    errors.sort(key=lambda e: e["time"])
+    with_error = {e["rank"] for e in errors}
+    exits = {int(r): int(c) for r, c in re.findall(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)", log)}
     root = re.search(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+).*?traceback\s*:\s*([^\n]*)", log, re.S)
+    details = {"log_tail": tail}
+    if errors:
+        details["traceback"] = errors[0].get("traceback", "")
+
+    if root and rc is not None:
+        rank, code = int(root.group(1)), int(root.group(2))
+        if code < 0 and rank not in with_error:
+            return Outcome("failed", f"rank {rank}: killed by {_signal_name(-code)}"
+                           + (f"; then {_error_text(errors[0])}" if errors else ""), details, failed_rank=rank)
+    if errors and TIMEOUT_WORDS.search(errors[0]["message"]):
+        ranks = set(exits) | with_error | (set(range(spec.device_count)) if spec and spec.strategy == "ddp" else set())
+        silent = sorted(ranks - with_error)
+        if silent:
+            who = ", ".join(map(str, silent))
+            return Outcome("failed", f"rank {who}: stopped making progress (reported no error; the other rank(s) timed out "
+                           f"waiting for it, --pg-timeout); first error: {_error_text(errors[0])}", details,
+                           failed_rank=silent[0])
+    if errors:
+        return Outcome("failed", _error_text(errors[0]), details, failed_rank=errors[0]["rank"])
     if root:
         rank, code, why = int(root.group(1)), int(root.group(2)), root.group(3).strip()
         return Outcome("failed", f"rank {rank}: exit code {code}" + (f" ({_signal_name(-code)})" if code < 0 else "")
-                       + (f": {why}" if why and "error_file" not in why else ""), {"log_tail": tail}, failed_rank=rank)
-    if rc is not None and rc < 0:
-        return Outcome("failed", f"rank 0: killed by {_signal_name(-rc)}", {"log_tail": tail}, failed_rank=0)
+                       + (f": {why}" if why and "error_file" not in why else ""), details, failed_rank=rank)
     if rc is None:
-        return Outcome("failed", "", {"log_tail": tail})
-    return Outcome("failed", f"exit code {rc}: {tail.splitlines()[-1] if tail else 'no output'}", {"log_tail": tail})
+        if spec is not None and spec.strategy not in ("ddp",):  # one process: rank 0 is the one that stalled
+            return Outcome("failed", "rank 0: stopped making progress (reported no error)", details, failed_rank=0)
+        return Outcome("failed", "no rank reported an error before the limit", details)
+    if rc < 0:
+        if spec is not None and spec.strategy == "ddp":
+            return Outcome("failed", f"torchrun (the launcher) was killed by {_signal_name(-rc)}", details)
+        return Outcome("failed", f"rank 0: killed by {_signal_name(-rc)}", details, failed_rank=0)
+    return Outcome("failed", f"exit code {rc}: {tail.splitlines()[-1] if tail else 'no output'}", details)
+
+
+def _error_text(err: dict) -> str:
+    return f"rank {err['rank']}: {err['type']}: {err['message']}".strip()
 
 
 def _signal_name(num: int) -> str:
@@ -231,7 +319,7 @@ def run_equivalence(spec: RunSpec, timeout_s: float) -> Outcome:
     if cand.status != "ok":
         return cand
     verdict = compare_params(os.path.join(ref.out_dir, "params.pt"), os.path.join(cand.out_dir, "params.pt"))
-    verdict.update(steps=EQUIVALENCE_STEPS, reference_losses=ref.payload.get("losses"),
+    verdict.update(optimizer_steps=EQUIVALENCE_STEPS, reference_losses=ref.payload.get("losses"),
                    candidate_losses=cand.payload.get("losses"), batchnorm=cand.payload.get("batchnorm"))
     cand.payload = verdict
     if not verdict["passed"]:
@@ -284,35 +372,58 @@ def _summary_line(conn, rid: int, outcome: Outcome) -> str:
 
 
 def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = print) -> int:
-    """Run a resolved, validated config (or resume one). Returns the process exit status."""
-    conn = store.connect(cfg.store)
-    resumed = bool(cfg.resume)
-    if resumed:
-        row = store.find_sweep(conn, cfg.resume)
-        sweep_id = row["sweep_id"]
-        if row["status"] == "running":
-            raise store.StoreError(f"sweep {sweep_id} is still running (pid {row['pid']} on {row['hostname']})")
-        original = SweepConfig.from_json(row["config_json"])
-        cfg = dataclasses.replace(original, store=cfg.store, resume="", report=cfg.report,
-                                  plots_dir=cfg.plots_dir, report_dir=cfg.report_dir)
-    from bench import env as env_mod
-    env_id = store.insert_environment(conn, env_mod.capture())
-    if resumed:
-        store.reopen_sweep(conn, sweep_id)
-        done = store.ok_keys(conn, sweep_id)
-        log(f"resuming sweep {sweep_id} in {cfg.store}: {len(done)} configuration(s) already done")
-    else:
-        sweep_id = store.begin_sweep(conn, command_line, cfg.to_json(), env_id)
-        done = set()
-        log(f"sweep {sweep_id} -> {cfg.store} ({cfg.device}, counts {','.join(map(str, cfg.gpus))}, "
-            f"{cfg.scaling} scaling, {cfg.steps} steps after {cfg.warmup} warm-up"
-            + (f", {cfg.threads_per_process} torch thread(s) per process" if cfg.device == "cpu" else "") + ")")
+    """Run a resolved, validated config (or resume one). Returns the process exit status.
 
-    items = build_items(cfg)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
-    failures = 0
+    Ctrl-C (SIGINT), SIGTERM and SIGHUP stop the running configuration (all its processes), record it
+    'interrupted', keep every finished result, mark the sweep 'interrupted' and return 128 + signal.
+    """
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    for sig, handler in previous.items():
+        if handler is not signal.SIG_IGN:  # respect nohup
+            signal.signal(sig, _raise_interrupted)
+    try:  # tests' fault injection: a malformed BENCH_FAULT is an input error, before anything runs
+        faults.parse(os.environ.get("BENCH_FAULT", ""))
+    except ValueError as e:
+        raise config.ConfigError(str(e)) from None
+    conn = None
+    sweep_id: Optional[int] = None
     current: Optional[RunSpec] = None
+    started = ""
+    failures = 0
     try:
+        conn = store.connect(cfg.store)
+        resumed = bool(cfg.resume)
+        if resumed:
+            row = store.find_sweep(conn, cfg.resume)
+            if row["status"] == "running":
+                raise store.StoreError(f"sweep {row['sweep_id']} is still running (pid {row['pid']} on {row['hostname']})")
+            original = SweepConfig.from_json(row["config_json"])
+            kept = {"store": cfg.store, "resume": "", "report": cfg.report, "plots_dir": cfg.plots_dir,
+                    "report_dir": cfg.report_dir}
+            ignored = [f.name for f in dataclasses.fields(SweepConfig) if f.name not in kept
+                       and getattr(cfg, f.name) != f.default and getattr(cfg, f.name) != getattr(original, f.name)]
+            if ignored:
+                log(f"note: a resumed sweep keeps its original settings; ignoring --"
+                    + ", --".join(n.replace("_", "-") for n in ignored))
+            cfg = dataclasses.replace(original, **kept)
+        from bench import env as env_mod
+        env_id = store.insert_environment(conn, env_mod.capture())
+        with signals_deferred():  # the sweep row exists exactly when sweep_id is known here
+            if resumed:
+                sweep_id = row["sweep_id"]
+                store.reopen_sweep(conn, sweep_id)
+            else:
+                sweep_id = store.begin_sweep(conn, command_line, cfg.to_json(), env_id)
+        if resumed:
+            done = store.ok_keys(conn, sweep_id)
+            log(f"resuming sweep {sweep_id} in {cfg.store}: {len(done)} configuration(s) already done")
+        else:
+            done = set()
+            log(f"sweep {sweep_id} -> {cfg.store} ({cfg.device}, counts {','.join(map(str, cfg.gpus))}, "
+                f"{cfg.scaling} scaling, {cfg.steps} steps after {cfg.warmup} warm-up"
+                + (f", {cfg.threads_per_process} torch thread(s) per process" if cfg.device == "cpu" else "") + ")")
+
+        items = build_items(cfg)
         for i, item in enumerate(items, 1):
             spec = item.spec if isinstance(item, Skip) else item
             if (spec.key, spec.repeat) in done:
@@ -324,26 +435,34 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
                 continue
             current, started = spec, store.now()
             outcome = run_equivalence(spec, cfg.timeout) if spec.mode == "equivalence" else run_config(spec, cfg.timeout)
-            current = None
-            rid = store.record_result(conn, sweep_id, env_id, spec, outcome.status, outcome.reason, outcome.payload,
-                                      outcome.started_at, outcome.ended_at, outcome.wall_s, outcome.failed_rank)
+            with signals_deferred():  # a finished configuration is recorded, not lost to a late Ctrl-C
+                rid = store.record_result(conn, sweep_id, env_id, spec, outcome.status, outcome.reason, outcome.payload,
+                                          outcome.started_at, outcome.ended_at, outcome.wall_s, outcome.failed_rank)
+                current = None
             failures += outcome.status != "ok"
             log(f"{head}: {_summary_line(conn, rid, outcome)}")
             if outcome.status == "ok":
                 shutil.rmtree(outcome.out_dir, ignore_errors=True)
+        with signals_deferred():
+            store.end_sweep(conn, sweep_id, "completed")
+            conn.close()
     except (KeyboardInterrupt, Interrupted) as e:
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
         name = "SIGINT (Ctrl-C)" if signum == signal.SIGINT else signal.Signals(signum).name
-        if current is not None:
-            store.record_result(conn, sweep_id, env_id, current, "interrupted", f"sweep interrupted by {name}",
-                                started_at=started, ended_at=store.now())
-        store.end_sweep(conn, sweep_id, "interrupted")
-        log(f"interrupted by {name}: finished results are kept; resume with ./run_bench.sh --resume {sweep_id} --store {cfg.store}")
+        with signals_deferred():
+            if sweep_id is not None:
+                if current is not None:
+                    store.record_result(conn, sweep_id, env_id, current, "interrupted", f"sweep interrupted by {name}",
+                                        started_at=started, ended_at=store.now())
+                store.end_sweep(conn, sweep_id, "interrupted")
+            if conn is not None:
+                conn.close()
+        log(f"interrupted by {name}: finished results are kept"
+            + (f"; resume with ./run_bench.sh --resume {sweep_id} --store {cfg.store}" if sweep_id is not None else ""))
         return 128 + int(signum)
     finally:
-        signal.signal(signal.SIGTERM, previous)
-    store.end_sweep(conn, sweep_id, "completed")
-    conn.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     log(f"sweep {sweep_id} completed: {failures} configuration(s) failed" if failures else f"sweep {sweep_id} completed")
     status = 1 if failures else 0
     if cfg.report:

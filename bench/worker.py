@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -25,6 +26,7 @@ from torch import nn
 from bench import faults
 from bench.config import RunSpec
 from bench.strategies import STRATEGIES, Ctx, unwrap
+from bench.sweep import die_with_parent
 from bench.timing import PhaseTimer, peak_memory, reset_peaks
 from bench.workloads import WORKLOADS, Workload
 
@@ -260,6 +262,7 @@ def write_json(path: str, obj: dict) -> None:
 
 
 def main(argv: list) -> int:
+    die_with_parent(signal.SIGKILL)  # torchrun starts workers in sessions of their own: go when it goes
     if len(argv) != 1:
         print("usage: python -m bench.worker SPEC.json (launched by the sweep)", file=sys.stderr)
         return 2

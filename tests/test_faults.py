@@ -1,0 +1,505 @@
+"""Faults and interruptions: no hang, nothing lost, every sweep resumable (CPU, gloo, bounded in time).
+
+Every sweep runs as a user runs it, `python -m bench ...` in a process group of its own, with
+BENCH_FAULT (bench/faults.py) to make a rank raise, die or hang. Each sweep gets its own TMPDIR, so
+every process of its configurations names that folder on its command line: "nothing left behind"
+is checked by looking for such processes in /proc. Each test asserts its time bound as well as its
+outcome; the bounds are generous (2 shared CPU cores) but far below the defaults (30 min) they guard.
+To keep the file short in time, the faulty and interrupted sweeps all start at once, on one store
+(`together`): they mostly wait on timeouts or on the test, and together they are the concurrent-use test.
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from bench import config, faults, store, sweep
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = ["--workloads", "synthetic", "--synthetic-width", "128", "--synthetic-depth", "2", "--steps", "3",
+        "--warmup", "1", "--no-comm-bench", "--no-report"]
+SINGLE_THEN_DDP = ["--strategies", "single,ddp", "--gpus", "2"]  # [single x1, ddp x2]
+STEP_ROWS = {1: 1 + 3, 2: 2 * (1 + 3 + 3)}  # per configuration: warm-up + measured (+ no_sync under DDP), every rank
+
+
+# ---------------------------------------------------------------- helpers
+
+@dataclass
+class Sweep:
+    proc: subprocess.Popen
+    store: str
+    runs: Path      # the sweep's TMPDIR: every configuration's out dir, so every worker's command line
+    log: Path
+    t0: float
+    sweep_id: int | None = None
+
+    def wait(self, timeout: float) -> tuple:
+        """(exit status, seconds since start)."""
+        rc = self.proc.wait(timeout=timeout)
+        return rc, time.monotonic() - self.t0
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def leftovers(self) -> list:
+        """Live processes of this sweep's configurations (torchrun, workers)."""
+        return sweep.worker_pids(f"{self.runs}{os.sep}bench-run-")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        for pid in self.leftovers():
+            os.kill(pid, signal.SIGKILL)
+
+
+class Sweeps:
+    """Starts sweeps; kills whatever of them is still running when the test ends."""
+
+    def __init__(self):
+        self.started: list = []
+
+    def start(self, tmp: Path, *args: str, fault: str = "", store_path: str = "", name: str = "sweep") -> Sweep:
+        runs = tmp / f"{name}-runs"
+        runs.mkdir(exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if k != "BENCH_FAULT"}
+        env.update(TMPDIR=str(runs), PYTHONUNBUFFERED="1", **({"BENCH_FAULT": fault} if fault else {}))
+        path = store_path or str(tmp / "bench.sqlite")
+        log = tmp / f"{name}.log"
+        with open(log, "a") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "bench", *FAST, "--store", path, *args], cwd=REPO, env=env,
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        s = Sweep(proc, path, runs, log, time.monotonic())
+        self.started.append(s)
+        return s
+
+    def kill_all(self) -> None:
+        for s in self.started:
+            s.kill()
+
+
+@pytest.fixture
+def sweeps():
+    s = Sweeps()
+    yield s
+    s.kill_all()
+
+
+def read(path: str, sql: str, args: tuple = ()) -> list:
+    """Read-only, as a report reads while a sweep writes."""
+    conn = store.connect(path, readonly=True)
+    try:
+        return [dict(r) for r in conn.execute(sql, args)]
+    finally:
+        conn.close()
+
+
+def results(path: str, sweep_id: int | None = None) -> list:
+    if sweep_id is None:
+        return read(path, "SELECT * FROM results ORDER BY result_id")
+    return read(path, "SELECT * FROM results WHERE sweep_id = ? ORDER BY result_id", (sweep_id,))
+
+
+def results_so_far(path: str, sweep_id: int | None = None) -> list:
+    """Results of a store a sweep may still be creating."""
+    try:
+        return results(path, sweep_id)
+    except store.StoreError:
+        return []
+
+
+def sweep_row(s: Sweep) -> dict:
+    """The sweeps row this process created (several sweeps share a store; a resume takes the row over)."""
+    def mine():
+        try:
+            if s.sweep_id is not None:
+                return read(s.store, "SELECT * FROM sweeps WHERE sweep_id = ?", (s.sweep_id,))
+            return read(s.store, "SELECT * FROM sweeps WHERE pid = ?", (s.proc.pid,))
+        except store.StoreError:
+            return []
+    rows = wait_until(mine, 60)
+    assert rows, s.output()
+    s.sweep_id = rows[0]["sweep_id"]
+    return rows[0]
+
+
+class Reader(threading.Thread):
+    """A report reading the store over and over while sweeps write to it."""
+
+    def __init__(self, path: str):
+        super().__init__(daemon=True)
+        self.path, self.reads, self.errors, self.done = path, 0, [], threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                conn = store.connect(self.path, readonly=True)
+                try:
+                    for row in conn.execute("SELECT sweep_id FROM sweeps").fetchall():
+                        store.latest_results(conn, row["sweep_id"])
+                        self.reads += 1
+                finally:
+                    conn.close()
+            except store.StoreError as e:
+                if "does not exist" not in str(e) and "no results yet" not in str(e):
+                    self.errors.append(repr(e))
+            except Exception as e:  # "database is locked" would land here
+                self.errors.append(repr(e))
+            self.done.wait(0.3)
+
+
+def by_config(rows: list) -> dict:
+    return {(r["strategy"], r["device_count"]): r for r in rows}
+
+
+def wait_until(what, timeout: float, every: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = what()
+        if got:
+            return got
+        time.sleep(every)
+    return what()
+
+
+def no_leftovers(s: Sweep, within: float = 15.0) -> bool:
+    return wait_until(lambda: not s.leftovers(), within)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def launcher_pids(s: Sweep) -> list:
+    return [p for p in s.leftovers() if b"torch.distributed.run" in _cmdline(p)]
+
+
+def rank_pids(s: Sweep) -> list:
+    """The worker processes themselves (torchrun's command line names bench.worker too)."""
+    return [p for p in s.leftovers() if b"bench.worker" in _cmdline(p) and b"torch.distributed.run" not in _cmdline(p)]
+
+
+def assert_store_whole(path: str) -> None:
+    """Integrity ok, and every ok result has all its raw rows (one transaction per result)."""
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        for rid, status, n, count in conn.execute("SELECT result_id, status, n_steps, device_count FROM results"):
+            kinds = dict(conn.execute("SELECT kind, COUNT(*) FROM steps WHERE result_id = ? GROUP BY kind", (rid,)).fetchall())
+            if status == "ok":
+                assert sum(kinds.values()) == STEP_ROWS[count] and kinds["measure"] == n * count, (rid, kinds)
+            else:
+                assert not kinds, (rid, status, kinds)
+    finally:
+        conn.close()
+
+
+# ---------------------------------------------------------------- faults, interruptions, one shared store
+
+HELD = ["--pg-timeout", "200", "--timeout", "240"]  # a hung configuration stays hung until the test acts
+TOGETHER = {  # name: (flags, BENCH_FAULT); every sweep writes to the same store at the same time
+    "raise": (["--strategies", "ddp,single", "--gpus", "2"], "raise@1:2"),
+    "sigkill": (["--strategies", "ddp", "--gpus", "2"], "sigkill@1:2"),
+    "hang_pg": (["--strategies", "ddp", "--gpus", "2", "--pg-timeout", "10", "--timeout", "120"], "hang@1:2"),
+    "hang_timeout": (["--strategies", "ddp", "--gpus", "2", "--pg-timeout", "300", "--timeout", "25"], "hang@1:2"),
+    "launcher": (["--strategies", "ddp", "--gpus", "2", *HELD], "hang@1:2"),
+    "ctrl_c": ([*SINGLE_THEN_DDP, *HELD], "hang@1:2"),
+    "sigterm": ([*SINGLE_THEN_DDP, *HELD], "hang@1:2"),
+}
+UNATTENDED = ("raise", "sigkill", "hang_pg", "hang_timeout")  # they end by themselves
+
+
+@pytest.fixture(scope="module")
+def together(tmp_path_factory):
+    """Seven sweeps started at once on one store (most of their time is spent waiting on timeouts or
+    on the test, so they share 2 cores well), and a report reading that store all along."""
+    tmp = tmp_path_factory.mktemp("together")
+    path = str(tmp / "shared.sqlite")
+    s = Sweeps()
+    started = {name: s.start(tmp, *flags, fault=fault, store_path=path, name=name) for name, (flags, fault) in TOGETHER.items()}
+    reader = Reader(path)
+    reader.start()
+    yield started, reader
+    reader.done.set()
+    s.kill_all()
+
+
+@pytest.mark.timeout(240)
+def test_rank_that_raises_fails_its_configuration_and_the_sweep_moves_on(together):
+    s = together[0]["raise"]
+    rc, took = s.wait(200)
+    assert rc == 1, s.output()
+    row = sweep_row(s)
+    got = by_config(results(s.store, row["sweep_id"]))
+    bad, next_one = got[("ddp", 2)], got[("single", 1)]
+    assert bad["status"] == "failed" and bad["failed_rank"] == 1
+    assert "RuntimeError: injected fault: rank 1 raised at step 2" in bad["reason"]
+    assert next_one["status"] == "ok"  # the sweep moved on
+    assert bad["wall_s"] < 120, bad["wall_s"]  # seven sweeps share 2 cores here; alone it takes ~10 s
+    assert took < 180, took
+    assert no_leftovers(s, within=0)
+    assert row["status"] == "completed"
+
+
+@pytest.mark.timeout(240)
+def test_rank_sigkilled_mid_allreduce_is_named_with_its_signal(together):
+    s = together[0]["sigkill"]
+    rc, took = s.wait(200)
+    assert rc == 1, s.output()
+    (bad,) = results(s.store, sweep_row(s)["sweep_id"])
+    assert bad["status"] == "failed" and bad["failed_rank"] == 1, bad["reason"]
+    assert "rank 1: killed by signal 9 (SIGKILL)" in bad["reason"]
+    assert bad["wall_s"] < 120 and took < 180, (bad["wall_s"], took)
+    assert no_leftovers(s, within=0)
+
+
+@pytest.mark.timeout(240)
+def test_hanging_rank_is_ended_by_the_process_group_timeout(together):
+    s = together[0]["hang_pg"]
+    rc, took = s.wait(200)
+    assert rc == 1, s.output()
+    (bad,) = results(s.store, sweep_row(s)["sweep_id"])
+    assert bad["status"] == "failed" and bad["failed_rank"] == 1, bad["reason"]
+    assert "rank 1: stopped making progress" in bad["reason"] and "Timed out" in bad["reason"]
+    assert "--timeout" not in bad["reason"]  # the 10 s process-group timeout fired, not the 120 s limit
+    assert bad["wall_s"] < 100 and took < 180, (bad["wall_s"], took)
+    assert no_leftovers(s, within=0)
+
+
+@pytest.mark.timeout(240)
+def test_configuration_that_stops_making_progress_is_killed_at_its_wall_clock_limit(together):
+    s = together[0]["hang_timeout"]
+    rc, took = s.wait(200)
+    assert rc == 1, s.output()
+    (bad,) = results(s.store, sweep_row(s)["sweep_id"])
+    assert bad["status"] == "failed"
+    assert bad["reason"].startswith("timed out after 25 s (--timeout); all processes of the configuration were killed")
+    assert 25 <= bad["wall_s"] < 25 + 2 * sweep.KILL_GRACE_S + 10, bad["wall_s"]
+    assert took < 180, took
+    assert no_leftovers(s, within=0)  # torchrun and both workers (in sessions of their own) are gone
+
+
+@pytest.mark.timeout(180)
+def test_killed_launcher_leaves_no_orphaned_workers(together):
+    # torchrun SIGKILLed (as the OOM killer may do): its workers, in sessions of their own, must not linger.
+    s = together[0]["launcher"]
+    assert wait_until(lambda: len(rank_pids(s)) == 2 and launcher_pids(s), 120), s.output()
+    (launcher,) = launcher_pids(s)
+    os.kill(launcher, signal.SIGKILL)
+    t_kill = time.monotonic()
+    rc, _ = s.wait(60)
+    assert rc == 1, s.output()
+    assert time.monotonic() - t_kill < 20
+    (bad,) = results(s.store, sweep_row(s)["sweep_id"])
+    assert bad["status"] == "failed" and "torchrun (the launcher) was killed by signal 9 (SIGKILL)" in bad["reason"]
+    assert no_leftovers(s, within=0)  # the sweep killed the orphans (or they died with torchrun, see below)
+
+
+def _wait_for_second_configuration(s: Sweep) -> int:
+    """Until the first configuration's result is stored and the second one's workers run (then hang)."""
+    sid = sweep_row(s)["sweep_id"]
+    assert wait_until(lambda: any(r["status"] == "ok" for r in results_so_far(s.store, sid)), 120), s.output()
+    assert wait_until(lambda: len(rank_pids(s)) == 2, 60), s.output()
+    return sid
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_keeps_finished_results_and_resume_runs_only_the_rest(together, sweeps, tmp_path):
+    s = together[0]["ctrl_c"]
+    sid = _wait_for_second_configuration(s)
+    os.killpg(s.proc.pid, signal.SIGINT)  # what a terminal does on Ctrl-C
+    t_sig = time.monotonic()
+    rc, _ = s.wait(60)
+    assert rc == 130, s.output()
+    assert time.monotonic() - t_sig < 20
+    assert no_leftovers(s, within=0)
+    got = by_config(results(s.store, sid))
+    assert got[("single", 1)]["status"] == "ok"
+    assert got[("ddp", 2)]["status"] == "interrupted" and "SIGINT" in got[("ddp", 2)]["reason"]
+    assert read(s.store, "SELECT status FROM sweeps WHERE sweep_id = ?", (sid,))[0]["status"] == "interrupted"
+    assert f"--resume {sid}" in s.output()
+    before = max(r["result_id"] for r in results(s.store, sid))
+
+    # No fault this time; a different --steps must not change the settings of the sweep being finished.
+    r = sweeps.start(tmp_path, "--resume", str(sid), "--steps", "5", store_path=s.store, name="resume")
+    rc, took = r.wait(150)
+    assert rc == 0, r.output()
+    assert "1 configuration(s) already done" in r.output() and "ignoring --steps" in r.output()
+    new = [x for x in results(s.store, sid) if x["result_id"] > before]
+    assert [(x["strategy"], x["device_count"], x["status"]) for x in new] == [("ddp", 2, "ok")]  # only the missing one
+    assert new[0]["n_steps"] == 3 and new[0]["per_device_batch"] == got[("single", 1)]["per_device_batch"]
+    (row,) = read(s.store, "SELECT * FROM sweeps WHERE sweep_id = ?", (sid,))  # the same sweep, not a new one
+    assert row["status"] == "completed" and row["resumed"] == 1
+    conn = store.connect(s.store, readonly=True)
+    latest = store.latest_results(conn, sid)
+    conn.close()
+    assert sorted((x["strategy"], x["status"]) for x in latest) == [("ddp", "ok"), ("single", "ok")]
+    assert took < 120, took
+    assert no_leftovers(r, within=0)
+
+
+@pytest.mark.timeout(180)
+def test_sigterm_stops_the_running_configuration_and_exits_143(together):
+    s = together[0]["sigterm"]
+    sid = _wait_for_second_configuration(s)
+    os.kill(s.proc.pid, signal.SIGTERM)  # the sweep alone: it must stop its configuration's processes itself
+    t_sig = time.monotonic()
+    rc, _ = s.wait(60)
+    assert rc == 143, s.output()
+    assert time.monotonic() - t_sig < 20
+    assert no_leftovers(s, within=0)
+    got = by_config(results(s.store, sid))
+    assert got[("single", 1)]["status"] == "ok"
+    assert got[("ddp", 2)]["status"] == "interrupted" and "SIGTERM" in got[("ddp", 2)]["reason"]
+    assert read(s.store, "SELECT status FROM sweeps WHERE sweep_id = ?", (sid,))[0]["status"] == "interrupted"
+
+
+@pytest.mark.timeout(240)
+def test_sweeps_sharing_one_store_all_complete_while_a_report_reads_it(together):
+    started, reader = together
+    for name in UNATTENDED:
+        started[name].wait(200)
+    finished = [s for s in started.values() if s.proc.poll() is not None]
+    reader.done.set()
+    reader.join(10)
+    path = started["raise"].store
+    for s in finished:
+        assert "locked" not in s.output() and "Traceback" not in s.output(), s.output()
+        assert sweep_row(s)["status"] in ("completed", "interrupted")
+    assert len(read(path, "SELECT * FROM sweeps")) == len(TOGETHER)  # every sweep has its own row
+    assert reader.reads > 0 and reader.errors == []
+    assert_store_whole(path)  # and every ok result with all its raw rows
+
+
+@pytest.mark.timeout(60)
+def test_workers_asking_to_die_with_torchrun_go_when_torchrun_is_sigkilled(tmp_path):
+    # What bench.worker should call first: torchrun starts its workers in sessions of their own, so
+    # without it they outlive a SIGKILLed torchrun when nobody (no sweep) is left to clean up.
+    script = tmp_path / "rank.py"
+    script.write_text("import os, signal, time\nfrom bench import sweep\nsweep.die_with_parent(signal.SIGKILL)\n"
+                      "print('armed', os.getpid(), flush=True)\ntime.sleep(60)\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    log = tmp_path / "torchrun.log"
+    with open(log, "w") as out:
+        launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--max-restarts=0",
+                                     "--master-addr=127.0.0.1", f"--master-port={sweep.free_port()}", str(script)],
+                                    cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        ranks = wait_until(lambda: [int(p) for p in re.findall(r"armed (\d+)\n", log.read_text())][:2]
+                           if log.read_text().count("armed") == 2 else [], 45)
+        assert len(ranks) == 2, log.read_text()
+        assert all(os.getsid(p) not in (os.getsid(0), launcher.pid) for p in ranks)  # sessions of their own
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+        assert wait_until(lambda: all(_gone(p) for p in ranks), 10)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # dead, waiting to be reaped
+    except OSError:
+        return True
+
+
+# ---------------------------------------------------------------- the sweep itself killed
+
+@pytest.mark.timeout(300)
+def test_sigkilled_sweep_leaves_a_whole_store_no_processes_and_is_resumable(tmp_path, sweeps):
+    rng = random.Random(int(time.time()))
+    path = str(tmp_path / "bench.sqlite")
+    # 1. Killed at the worst moment: inside the first result's transaction, between its row and its raw rows.
+    s = sweeps.start(tmp_path, *SINGLE_THEN_DDP, fault="sigkill@sweep:0", store_path=path, name="kill0")
+    rc, _ = s.wait(90)
+    assert rc == -signal.SIGKILL, s.output()
+    assert_store_whole(path)
+    assert results(path) == []  # the half-written result was rolled back
+    kills = 1
+    # 2. Killed at random moments (start-up, mid-configuration, between results), resuming each time.
+    for i in range(2):
+        s = sweeps.start(tmp_path, "--resume", "last", store_path=path, name=f"kill{i + 1}")
+        delay = rng.uniform(0.5, 9.0)
+        try:
+            s.wait(delay)
+            break  # it finished first: nothing left to kill
+        except subprocess.TimeoutExpired:
+            os.kill(s.proc.pid, signal.SIGKILL)  # the sweep alone, as the OOM killer would
+            s.proc.wait()
+            kills += 1
+        assert no_leftovers(s, within=20), f"children of the killed sweep linger after {delay:.1f} s"
+        assert_store_whole(path)
+        conn = store.connect(path)  # the next open recognises the dead sweep
+        assert [r["status"] for r in conn.execute("SELECT status FROM sweeps")] == ["died"]
+        conn.close()
+    assert kills >= 1
+    r = sweeps.start(tmp_path, "--resume", "last", store_path=path, name="final")
+    rc, _ = r.wait(150)
+    assert rc == 0, r.output()
+    (row,) = read(path, "SELECT * FROM sweeps")
+    assert row["status"] == "completed"
+    conn = store.connect(path, readonly=True)
+    latest = store.latest_results(conn, row["sweep_id"])
+    conn.close()
+    assert sorted((x["strategy"], x["status"]) for x in latest) == [("ddp", "ok"), ("single", "ok")]
+    assert_store_whole(path)
+    assert no_leftovers(r, within=0)
+
+
+# ---------------------------------------------------------------- ports
+
+@pytest.mark.timeout(150)
+def test_busy_rendezvous_port_is_retried_on_another(tmp_path, monkeypatch):
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port, real, calls = busy.getsockname()[1], sweep.free_port, []
+
+    def first_busy() -> int:
+        calls.append(1)
+        return port if len(calls) == 1 else real()
+
+    monkeypatch.setattr(sweep, "free_port", first_busy)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    cfg = config.resolve(config.SweepConfig(workloads=("synthetic",), strategies=("ddp",), gpus=(2,), steps=3, warmup=1,
+                                            synthetic_width=128, synthetic_depth=2, comm_bench=False, report=False,
+                                            store=str(tmp_path / "unused.sqlite")), config.Machine(0, 2))
+    (spec,) = config.plan(cfg)
+    t0 = time.monotonic()
+    try:
+        out = sweep.run_config(spec, 90)
+    finally:
+        busy.close()
+    first_try = (Path(out.out_dir) / "log0.txt").read_text()
+    assert out.status == "ok", (out.reason, out.payload.get("log_tail"))
+    assert len(calls) == 2, sorted(os.listdir(out.out_dir))
+    assert "EADDRINUSE" in first_try or "Address already in use" in first_try, first_try[-2000:]
+    assert time.monotonic() - t0 < 90  # ~12 s on an idle machine: a refused port costs one launcher start
+    assert sweep.worker_pids(out.out_dir) == [], [_cmdline(p) for p in sweep.worker_pids(out.out_dir)]
+
+
+def test_fault_specs_name_a_rank_or_the_sweep():
+    assert faults.parse("sigkill@1:3, hang@sweep:0") == [("sigkill", 1, 3), ("hang", "sweep", 0)]
+    for bad in ("boom@1:3", "raise@x:1", "raise@1"):
+        with pytest.raises(ValueError, match="BENCH_FAULT item"):
+            faults.parse(bad)
