@@ -420,7 +420,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
         else:
             done = set()
             log(f"sweep {sweep_id} -> {cfg.store} ({cfg.device}, counts {','.join(map(str, cfg.gpus))}, "
-                f"{cfg.scaling} scaling, {cfg.steps} steps after {cfg.warmup} warm-up"
+                f"{cfg.scaling} scaling, " + (f"{cfg.epochs} epoch(s) of {cfg.data}" if cfg.epochs else f"{cfg.steps} steps after {cfg.warmup} warm-up")
                 + (f", {cfg.threads_per_process} torch thread(s) per process" if cfg.device == "cpu" else "") + ")")
 
         items = build_items(cfg)
