@@ -85,8 +85,8 @@ def measure(spec: RunSpec, ctx: Ctx, model: nn.Module, wl: Workload, devices: li
     n = 0
     if spec.epochs:
         for epoch in range(spec.epochs):
+            t0 = time.perf_counter()  # the epoch's wall time includes starting its loader workers
             it = wl.batches(epoch)
-            t0 = time.perf_counter()
             losses, wait_ms, samples = [], 0.0, 0
             while True:
                 if fault:
