@@ -95,6 +95,11 @@ def check_tree(root: str, image_set: str = "train") -> None:
 def download(root: str) -> None:
     """Fetch and unpack VOC 2012 trainval (about 2 GB) into root/VOCdevkit/VOC2012. Rank 0 only, on --download."""
     from torchvision.datasets import VOCSegmentation
+    try:
+        check_tree(root)
+        return  # already there (an earlier configuration of the sweep fetched it): no second 2 GB unpack
+    except DataError:
+        pass
     os.makedirs(root, exist_ok=True)
     try:
         VOCSegmentation(root, year="2012", image_set="train", download=True)

@@ -243,3 +243,14 @@ def test_tree_with_a_voc2012_folder_but_no_vocdevkit_loads(root, tmp_path):
     shutil.copytree(base(root), flat)
     ds = VOCTrain(str(flat.parent), image_size=S)
     assert len(ds) == 6 and ds[0][1].shape == (S, S)
+
+
+def test_download_leaves_a_complete_tree_alone_without_network(tmp_path, monkeypatch):
+    import torchvision.datasets
+    root = make_voc_tree(tmp_path / "voc", n_images=3)
+
+    def no_network(*a, **k):
+        raise AssertionError("download attempted although the tree is complete")
+    monkeypatch.setattr(torchvision.datasets, "VOCSegmentation", no_network)
+    from bench.voc import download
+    download(str(root))
