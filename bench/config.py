@@ -230,8 +230,9 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         raise ConfigError(f"--epochs {cfg.epochs}: whole epochs need a real data set; use --data voc or --steps")
     if cfg.weights and not os.path.isfile(cfg.weights):
         raise ConfigError(f"--weights: {cfg.weights!r} is not a file")
-    if cfg.device == "cpu" and cfg.sync_bn:
-        pass  # SyncBatchNorm needs CUDA; the worker records that DDP on CPU keeps plain BatchNorm
+    if cfg.sync_bn and not cuda:
+        raise ConfigError("--sync-bn: SyncBatchNorm runs on CUDA only; on CPU DDP keeps per-process BatchNorm "
+                          "(the equivalence check then freezes BatchNorm statistics on both sides)")
     threads = cfg.threads_per_process
     if not cuda:
         threads = threads or max(1, machine.cpu_cores // gpus[-1])

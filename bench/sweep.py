@@ -305,7 +305,8 @@ def equivalence_specs(spec: RunSpec) -> tuple:
     """(reference, candidate): one process with the global batch vs the strategy over its devices, k steps."""
     cand = dataclasses.replace(spec, mode="equivalence", steps=EQUIVALENCE_STEPS, warmup=0, epochs=0, repeat=0)
     chunks = spec.device_count if spec.strategy in ("dp", "ddp") else 1
-    ref = dataclasses.replace(cand, strategy="single", device_count=1, emulate_ranks=chunks)
+    ref = dataclasses.replace(cand, strategy="single", device_count=1, emulate_ranks=chunks,
+                              sync_bn=cand.sync_bn and cand.strategy == "ddp")
     return ref, cand
 
 
@@ -320,7 +321,7 @@ def run_equivalence(spec: RunSpec, timeout_s: float) -> Outcome:
         return cand
     verdict = compare_params(os.path.join(ref.out_dir, "params.pt"), os.path.join(cand.out_dir, "params.pt"))
     verdict.update(optimizer_steps=EQUIVALENCE_STEPS, reference_losses=ref.payload.get("losses"),
-                   candidate_losses=cand.payload.get("losses"), batchnorm=cand.payload.get("batchnorm"))
+                   candidate_losses=cand.payload.get("losses"), batchnorm=ref.payload.get("batchnorm"))
     cand.payload = verdict
     if not verdict["passed"]:
         cand.status = "failed"

@@ -146,9 +146,13 @@ def _epoch_row(epoch: int, wall_s: float, losses: list, wait_ms: float, samples:
 def equivalence(spec: RunSpec, ctx: Ctx, model: nn.Module, wl: Workload, fault) -> dict:
     """k plain optimizer steps; rank 0 saves the final parameters for the sweep to compare.
 
-    BatchNorm rule: per-replica batch statistics (DataParallel, DDP without SyncBatchNorm) are a
-    different computation from one batch's statistics, so unless --sync-bn is in effect, BatchNorm
-    layers run in eval mode (fixed running statistics) on both sides of the check.
+    The reference is one process that takes the global batch every step. BatchNorm rule: DDP without
+    SyncBatchNorm, and DataParallel, normalise each replica's batch with that batch's statistics, so
+    the reference feeds its global batch as N replica-sized micro-batches and averages their
+    gradients: the same arithmetic, one process. With --sync-bn (DDP on CUDA) statistics span the
+    global batch, and the reference takes it in one piece. Dropout (DeepLabV3's ASPP) draws different
+    masks for different batch splits, so it is off on both sides. Parameters are compared, not
+    buffers (running statistics are updated per replica by design).
     """
     if ctx.cuda:
         # TF32 convolutions (cuDNN's default on Ampere and later) round differently for different batch
@@ -159,11 +163,11 @@ def equivalence(spec: RunSpec, ctx: Ctx, model: nn.Module, wl: Workload, fault) 
         torch.backends.cudnn.benchmark = False
     opt = make_optimizer(model)
     model.train()
-    synced_bn = spec.sync_bn and ctx.cuda
-    if not synced_bn:
-        for m in model.modules():
-            if isinstance(m, nn.modules.batchnorm._BatchNorm):
-                m.eval()
+    for m in model.modules():
+        if isinstance(m, nn.modules.dropout._DropoutNd):
+            m.eval()
+    whole_batch = spec.sync_bn and ctx.cuda
+    micro = spec.emulate_ranks if spec.strategy == "single" and not whole_batch else 1
     it = (b for _, b in batch_stream(wl))
     losses = []
     for i in range(spec.steps):
@@ -172,15 +176,23 @@ def equivalence(spec: RunSpec, ctx: Ctx, model: nn.Module, wl: Workload, fault) 
         x, y = next(it)
         if not wl.on_device:
             x, y = x.to(ctx.device), y.to(ctx.device)
-        loss = wl.loss_fn(model(x), y)
-        loss.backward()
+        total = 0.0
+        for xc, yc in zip(x.chunk(micro), y.chunk(micro)):
+            loss = wl.loss_fn(model(xc), yc) / micro
+            loss.backward()
+            total += loss.detach()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())
+        if dist.is_initialized():  # the loss over the global batch, as the reference reports it
+            dist.all_reduce(total)
+            total /= dist.get_world_size()
+        losses.append(total.item())
     if ctx.rank == 0:
-        state = {k: v.detach().cpu() for k, v in unwrap(model).state_dict().items()}
-        torch.save(state, os.path.join(spec.out_dir, "params.pt"))
-    return {"losses": losses, "batchnorm": "train (SyncBatchNorm)" if synced_bn else "eval (frozen statistics)"}
+        params = {k: v.detach().cpu() for k, v in unwrap(model).named_parameters()}
+        torch.save(params, os.path.join(spec.out_dir, "params.pt"))
+    return {"losses": losses, "dropout": "off",
+            "batchnorm": "statistics over the global batch (SyncBatchNorm)" if whole_batch else
+                         "statistics per replica batch" + (f" (reference: {micro} micro-batches)" if micro > 1 else "")}
 
 
 def run(spec: RunSpec) -> None:

@@ -30,6 +30,7 @@ GPU4 = Machine(cuda_devices=4, cpu_cores=32, gpu_names=("A100",) * 4)
     (["--weights", "/nonexistent/w.pt"], "/nonexistent/w.pt"),
     (["--epochs", "2"], "--data voc"),
     (["--timeout", "soon"], "'soon'"),
+    (["--sync-bn"], "CUDA only"),
 ])
 def test_bad_input_exits_2_naming_the_value_before_anything_runs(args, expected, tmp_path, capsys, monkeypatch):
     def no_sweep(*a, **k):
