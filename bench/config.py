@@ -55,7 +55,7 @@ class SweepConfig:
     image_size: int = field(default=0, metadata={"help": "DeepLabV3 image side in pixels (default: 256 on CUDA as in the reference experiment, 64 on CPU)"})
     store: str = field(default="results/bench.sqlite", metadata={"help": "SQLite results store (created if missing)"})
     timeout: float = field(default=0.0, metadata={"help": "wall-clock limit per configuration in seconds (default: 1800 on CUDA, 600 on CPU)"})
-    pg_timeout: float = field(default=0.0, metadata={"help": "process-group (collective) timeout in seconds (default: 300 on CUDA, 120 on CPU)"})
+    pg_timeout: float = field(default=0.0, metadata={"help": "process-group (collective) timeout in seconds (default: 300 on CUDA, 120 on CPU, at most half of --timeout)"})
     threads_per_process: int = field(default=0, metadata={"help": "torch threads per process on CPU (default: cores // largest count)"})
     repeats: int = field(default=1, metadata={"help": "run each configuration this many times, each in fresh processes"})
     seed: int = field(default=0, metadata={"help": "seed for weights and synthetic data"})
@@ -242,10 +242,12 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
     if not os.path.isdir(store_dir) and os.path.exists(store_dir):
         raise ConfigError(f"--store: parent {store_dir!r} is not a folder")
 
+    timeout = cfg.timeout or (1800.0 if cuda else 600.0)
+    # The collective timeout fires well before the wall-clock limit by default, so a rank that hangs
+    # is named by its peers' timeouts instead of the whole configuration just being killed.
+    pg_timeout = cfg.pg_timeout or min(300.0 if cuda else 120.0, timeout / 2)
     resolved = dataclasses.replace(cfg, device=dev, gpus=gpus, steps=steps, warmup=warmup, image_size=image,
-                                   timeout=cfg.timeout or (1800.0 if cuda else 600.0),
-                                   pg_timeout=cfg.pg_timeout or (300.0 if cuda else 120.0),
-                                   threads_per_process=threads)
+                                   timeout=timeout, pg_timeout=pg_timeout, threads_per_process=threads)
     for spec_or_skip in plan(resolved):  # batch splits are checked here, before anything runs
         pass
     return resolved

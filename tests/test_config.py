@@ -91,3 +91,9 @@ def test_dp_above_one_device_on_cpu_is_planned_as_skipped_with_reason():
 def test_config_round_trips_through_json_for_resume():
     cfg = resolve(SweepConfig(workloads=("synthetic",), repeats=2), CPU2)
     assert SweepConfig.from_json(cfg.to_json()) == cfg
+
+
+def test_collective_timeout_defaults_below_the_wall_clock_limit():
+    assert resolve(SweepConfig(), CPU2).pg_timeout == 120 and resolve(SweepConfig(), GPU8).pg_timeout == 300
+    assert resolve(SweepConfig(timeout=60), CPU2).pg_timeout == 30
+    assert resolve(SweepConfig(timeout=60, pg_timeout=90), CPU2).pg_timeout == 90  # what the user asked for
