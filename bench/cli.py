@@ -20,18 +20,18 @@ EPILOG = """examples:
 exit status: 0 all configurations ok or skipped; 1 a configuration failed; 2 bad input; 130/143 interrupted"""
 
 
-def run_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="./run_bench.sh", description="Benchmark single-device, DataParallel and "
-                                "DistributedDataParallel training and store every measurement.",
-                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    config.add_arguments(p)
-    return p
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's own errors: same exit status 2, one clear line
         self.print_usage(sys.stderr)
         self.exit(2, f"error: {message}\n")
+
+
+def run_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="./run_bench.sh", description="Benchmark single-device, DataParallel and "
+                                "DistributedDataParallel training and store every measurement.",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    config.add_arguments(p)
+    return p
 
 
 def main(argv: list | None = None) -> int:
@@ -47,15 +47,13 @@ def main(argv: list | None = None) -> int:
     if cmd != "run":
         print(f"error: unknown command {cmd!r}; expected run, report or compare (see ./run_bench.sh --help)", file=sys.stderr)
         return 2
-    parser = run_parser()
-    parser.__class__ = _Parser
-    ns = parser.parse_args(rest)
+    ns = run_parser().parse_args(rest)
     try:
         cfg = config.from_args(ns)
         if not cfg.resume:
             cfg = config.resolve(cfg, config.detect_machine())
         from bench import sweep
-        return sweep.run_sweep(cfg, sweep.command_line(argv) if cmd == "run" else "")
+        return sweep.run_sweep(cfg, sweep.command_line(argv))
     except (config.ConfigError, store.StoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

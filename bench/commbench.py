@@ -31,7 +31,8 @@ def message_sizes(max_bytes: int, min_bytes: int = 4096) -> list:
 
 
 def allreduce_sweep(device: torch.device, max_bytes: int, warmup: int = 2, budget_s: float = 0.5, max_iters: int = 50) -> list:
-    """Median-free, synchronised timing: all ranks agree on the iteration count of each size."""
+    """Mean time per all-reduce over n iterations per size (every rank runs the same n, rank 0 chooses it),
+    the slowest rank's time counting. Returns one row per size with algbw/busbw in GB/s."""
     world = dist.get_world_size()
     rows = []
     for size in message_sizes(max_bytes):

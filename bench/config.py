@@ -248,8 +248,7 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
     pg_timeout = cfg.pg_timeout or min(300.0 if cuda else 120.0, timeout / 2)
     resolved = dataclasses.replace(cfg, device=dev, gpus=gpus, steps=steps, warmup=warmup, image_size=image,
                                    timeout=timeout, pg_timeout=pg_timeout, threads_per_process=threads)
-    for spec_or_skip in plan(resolved):  # batch splits are checked here, before anything runs
-        pass
+    plan(resolved)  # raises on impossible batch splits, before anything runs
     return resolved
 
 

@@ -305,7 +305,7 @@ def record_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int]
         summary = stats.summarize(stats.step_times_ms(measured))
         nosync = [s for s in steps if s.get("kind") == "no_sync"]
         if nosync:  # DDP: what backward's communication added over the same steps without it
-            exposed_ms = summary.median_ms - stats.summarize(stats.step_times_ms(nosync)).median_ms
+            exposed_ms = stats.exposed_comm_ms(stats.step_times_ms(measured), stats.step_times_ms(nosync))
     row = {
         "sweep_id": sweep_id, "env_id": env_id, "config_key": spec.key, "mode": spec.mode,
         "workload": spec.workload, "strategy": spec.strategy, "device_type": spec.device_type,

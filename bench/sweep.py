@@ -341,7 +341,8 @@ def build_items(cfg: SweepConfig) -> list:
                   for s in runnable if s.strategy in ("dp", "ddp") and s.repeat == 0]
     if cfg.comm_bench and "ddp" in cfg.strategies:
         from bench.workloads import gradient_bytes
-        max_bytes = max(gradient_bytes(s) for s in runnable if s.repeat == 0) if runnable else 2**20
+        one_per_workload = {s.workload: s for s in runnable}.values()  # building DeepLabV3 even on meta takes ~2 s
+        max_bytes = max(gradient_bytes(s) for s in one_per_workload) if runnable else 2**20
         for n in cfg.gpus:
             if n > 1:
                 items.append(RunSpec(workload="allreduce", strategy="ddp", device_type=cfg.device, device_count=n,
