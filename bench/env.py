@@ -1,4 +1,11 @@
-"""Capture of the environment that produced a measurement: software versions, GPUs, CPU, host, commit."""
+"""Capture of the environment that produced a measurement: software versions, the exact GPUs and
+their links, the NCCL settings, CPU, host, commit.
+
+`capture()` is called once per sweep and stored as JSON with every result. GPU identity (UUID, PCI
+bus id, clocks, power limit) and topology come from NVML through `bench.gpuinfo` and
+`bench.topology`, in torch's device numbering; without a CUDA device neither NVML nor nvidia-smi
+is touched, so capture stays fast on CPU machines, and it never raises for want of a GPU tool.
+"""
 from __future__ import annotations
 
 import os
@@ -6,6 +13,11 @@ import platform
 import shutil
 import socket
 import subprocess
+
+from bench import gpuinfo
+from bench.topology import nvml_topology
+
+NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
 
 
 def _run(cmd: list, cwd: str | None = None) -> str:
@@ -34,10 +46,40 @@ def git_commit() -> str:
     return commit or "unknown"
 
 
+def nccl_env() -> dict:
+    """Every NCCL_* and TORCH_NCCL_* environment variable: they change what NCCL measures."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(NCCL_PREFIXES)}
+
+
+def hardware(props: list, nvml) -> dict:
+    """The GPUs torch numbers 0..n-1 (`props`: their torch device properties) described through
+    `nvml` (the pynvml module, or None), with nvidia-smi as the fallback for driver and topology.
+
+    Returns gpus (one `gpuinfo.describe_gpu` dict per device, in torch's numbering), topology (see
+    bench.topology; without NVML the text of `nvidia-smi topo -m`, labelled as NVML's numbering;
+    None without GPUs), gpu_driver ('' when unknown) and, where nvidia-smi runs, gpu_topology (its
+    raw `topo -m` text, as before).
+    """
+    handles = [gpuinfo.nvml_handle(nvml, p) for p in props]
+    gpus = [gpuinfo.describe_gpu(i, p, nvml, h) for i, (p, h) in enumerate(zip(props, handles))]
+    out = {"gpus": gpus, "topology": None, "gpu_driver": gpuinfo.driver_version(nvml) or ""}
+    if props and shutil.which("nvidia-smi"):
+        if not out["gpu_driver"]:
+            drivers = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).splitlines()
+            out["gpu_driver"] = drivers[0].strip() if drivers else ""
+        out["gpu_topology"] = _run(["nvidia-smi", "topo", "-m"])
+    if props and nvml is not None and all(h is not None for h in handles):
+        out["topology"] = nvml_topology(nvml, handles, [g["pci_bus_id"] for g in gpus])
+    elif out.get("gpu_topology"):
+        out["topology"] = {"numbering": "nvml", "source": "nvidia-smi topo -m", "text": out["gpu_topology"]}
+    return out
+
+
 def capture() -> dict:
     import torch
     import torchvision
     cuda = torch.cuda.is_available()
+    props = gpuinfo.torch_devices()
     env = {
         "hostname": socket.gethostname(),
         "python": platform.python_version(),
@@ -47,17 +89,17 @@ def capture() -> dict:
         "cuda": torch.version.cuda or "",
         "cudnn": str(torch.backends.cudnn.version() or "") if cuda else "",
         "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda and hasattr(torch.cuda, "nccl") else "",
-        "gpu_names": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
-        "gpu_driver": "",
+        "gpu_names": [p.name for p in props],
         "cpu_model": cpu_model(),
         "cpu_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "torch_threads_default": torch.get_num_threads(),
         "git_commit": git_commit(),
         "gloo_available": torch.distributed.is_gloo_available(),
         "nccl_available": torch.distributed.is_nccl_available(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "cuda_device_order": os.environ.get("CUDA_DEVICE_ORDER"),
+        "nccl_env": nccl_env(),
     }
-    if cuda and shutil.which("nvidia-smi"):
-        drivers = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).splitlines()
-        env["gpu_driver"] = drivers[0] if drivers else ""
-        env["gpu_topology"] = _run(["nvidia-smi", "topo", "-m"])
+    # NVML is loaded only when torch sees a GPU: on a CPU machine that costs nothing.
+    env.update(hardware(props, gpuinfo.load_nvml() if props else None))
     return env
