@@ -1,0 +1,147 @@
+"""FSDP2 strategy: `fully_shard` per block, then on the root, over a 1-D device mesh spanning the world.
+
+    model = apply_fsdp(model, ctx)                 # after init_process_group, before the optimizer
+    opt = make_optimizer(model)                    # sees the sharded (DTensor) parameters
+    with no_sync(model): loss.backward()           # accumulate without reduce-scatter
+    params = full_parameters(model)                # collective: every rank calls it
+    local_bytes = sharded_parameter_bytes(model)   # this rank's share of the parameters
+
+Each block found by `shard_blocks` becomes one communication unit (an all-gather before its forward, again
+before its backward if resharded after forward, and a reduce-scatter after its backward); whatever the
+blocks leave over (stem, heads) belongs to the root's unit.
+Works with NCCL on GPUs and gloo on CPU (the mesh's device type picks the communication device).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+try:
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+    from torch.distributed.tensor import DTensor
+except ImportError as e:  # FSDP2 became public in torch 2.6; the rest of the suite runs on older versions
+    raise ImportError(f"the fsdp strategy needs torch>=2.6 (FSDP2's fully_shard), this is torch {torch.__version__}") from e
+
+from bench.strategies import Ctx
+
+
+def _known_block_types() -> tuple:
+    types = [nn.TransformerEncoderLayer, nn.TransformerDecoderLayer]
+    try:
+        from torchvision.models.resnet import BasicBlock, Bottleneck
+        from torchvision.models.vision_transformer import EncoderBlock
+        types += [BasicBlock, Bottleneck, EncoderBlock]
+    except ImportError:  # torchvision is optional for the synthetic workload
+        pass
+    return tuple(types)
+
+
+def _has_params(m: nn.Module) -> bool:
+    return any(True for _ in m.parameters())
+
+
+def _repeated_children(model: nn.Module) -> list:
+    """Children of the container (ModuleList/Sequential) whose repeated same-class children hold the
+    most parameters: the generic guess at "the layers" of a model the suite does not know."""
+    best, best_params = [], 0
+    for m in model.modules():
+        if not isinstance(m, (nn.ModuleList, nn.Sequential)):
+            continue
+        by_type: dict = {}
+        for c in m.children():
+            if _has_params(c):
+                by_type.setdefault(type(c), []).append(c)
+        for group in by_type.values():
+            n = sum(p.numel() for c in group for p in c.parameters())
+            if len(group) >= 2 and n > best_params:
+                best, best_params = group, n
+    return best
+
+
+def shard_blocks(model: nn.Module) -> list[nn.Module]:
+    """The submodules that become FSDP units, in module order, none inside another and none the root.
+
+    Known blocks: torchvision ResNet BasicBlock/Bottleneck (also DeepLabV3's backbone), ViT
+    EncoderBlock, nn.TransformerEncoderLayer/DecoderLayer, and the suite's MLP.layers. Any other model:
+    the repeated same-class children of its largest nn.ModuleList/nn.Sequential.
+    """
+    from bench.workloads import MLP
+    known = _known_block_types()
+    mlp_layers = {id(layer) for m in model.modules() if isinstance(m, MLP) for layer in m.layers}
+    candidates = [m for m in model.modules()
+                  if m is not model and _has_params(m) and (isinstance(m, known) or id(m) in mlp_layers)]
+    if not candidates:
+        candidates = [m for m in _repeated_children(model) if m is not model]
+    # Keep the outermost: a block inside a chosen block (a ViT layer's MLP, say) stays in its unit.
+    inside = {id(sub) for m in candidates for sub in m.modules() if sub is not m}
+    return [m for m in candidates if id(m) not in inside]
+
+
+def _broadcast_from_rank0(model: nn.Module) -> None:
+    # DDP starts every rank from rank 0's weights and buffers; fully_shard keeps each rank's own copy
+    # and takes its shard from it. Broadcasting first gives FSDP the same starting point.
+    with torch.no_grad():
+        for t in [*model.parameters(), *model.buffers()]:
+            if t.device.type != "meta":
+                dist.broadcast(t, src=0)
+
+
+def apply_fsdp(model: nn.Module, ctx: Ctx, reshard_after_forward: bool = True,
+               param_dtype: torch.dtype | None = None, reduce_dtype: torch.dtype | None = None) -> nn.Module:
+    """FSDP2 over all ranks: `fully_shard` on each of `shard_blocks(model)`, then on the root.
+
+    reshard_after_forward: free the gathered parameters after a unit's forward (all-gather them again
+    in backward) rather than keep them until backward. param_dtype: dtype of the gathered parameters
+    and of the compute (e.g. torch.bfloat16; the sharded fp32 copy is what the optimizer updates).
+    reduce_dtype: dtype of the gradient reduce-scatter. None keeps the parameters' dtype.
+    The process group must exist; create the optimizer afterwards (the parameters are replaced by
+    sharded DTensors). Returns the same module object, now an FSDPModule.
+    """
+    if not dist.is_initialized():
+        raise RuntimeError("apply_fsdp needs an initialised process group (torch.distributed.init_process_group)")
+    if not any(t.is_meta for t in model.parameters()):  # a meta model stays there: to_empty() and init after
+        model = model.to(ctx.device)
+    _broadcast_from_rank0(model)
+    mesh = init_device_mesh(ctx.device.type, (dist.get_world_size(),))
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+    for block in shard_blocks(model):
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
+    return model
+
+
+@contextlib.contextmanager
+def no_sync(model: nn.Module) -> Iterator[None]:
+    """FSDP's counterpart of DDP's no_sync(): backward inside skips the reduce-scatter, and gradients
+    accumulate, unsharded, on each rank; the next backward outside reduces what accumulated. The
+    forward all-gathers still happen: only gradient communication is skipped."""
+    if not isinstance(model, FSDPModule):
+        raise TypeError(f"no_sync needs a module returned by apply_fsdp, got {type(model).__name__}")
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
+
+
+def full_parameters(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter gathered whole (detached, on the CPU), named as in the unwrapped module's
+    named_parameters(). A collective: every rank must call it; every rank gets the full tensors."""
+    out = {}
+    for name, p in model.named_parameters():
+        t = p.full_tensor() if isinstance(p, DTensor) else p
+        out[name] = t.detach().cpu()
+    return out
+
+
+def sharded_parameter_bytes(model: nn.Module) -> int:
+    """Bytes of parameters this rank holds between steps (its shards; whole tensors if unsharded)."""
+    total = 0
+    for p in model.parameters():
+        t = p.to_local() if isinstance(p, DTensor) else p
+        total += t.numel() * t.element_size()
+    return total

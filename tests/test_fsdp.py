@@ -1,0 +1,277 @@
+"""FSDP2 (bench.fsdp) on CPU/gloo with 2 processes: the equivalence gate, sharding, mixed precision.
+
+Two ranks are started once for the whole file (imports dominate a start); each scenario runs in them
+and leaves its result behind, and each test asserts on one scenario. The single-process references
+run here, in the test process.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import traceback
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
+
+from bench import fsdp
+from bench.strategies import Ctx
+from bench.workloads import MLP
+
+WORLD = 2
+STEPS = 3
+LR, MOMENTUM = 0.01, 0.9
+RTOL, ATOL = 1e-4, 1e-5     # the gate's tolerances (bench.sweep.compare_params)
+COLLECTIVE_TIMEOUT_S = 60   # a broken scenario fails in a minute instead of hanging
+
+
+# ---- shared by the ranks and the reference -------------------------------------------------------
+
+def make_mlp(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return MLP(64, 3)
+
+
+def make_resnet(seed: int = 0) -> nn.Module:
+    from torchvision.models import resnet18
+    torch.manual_seed(seed)
+    return resnet18(num_classes=10)
+
+
+def batch(kind: str, chunk: int, step: int) -> tuple:
+    """Replica chunk `chunk` of step `step`: every rank and the reference draw the same samples."""
+    g = torch.Generator().manual_seed(1000 * chunk + step)
+    x = torch.randn(8, 64, generator=g) if kind == "mlp" else torch.randn(2, 3, 32, 32, generator=g)
+    return x, torch.randint(0, 10, (x.shape[0],), generator=g)
+
+
+def train(model: nn.Module, micro_batches, no_sync_first: bool = False) -> list:
+    """STEPS SGD steps; step i averages the gradients of micro_batches(i). With no_sync_first, every
+    micro-batch but the last runs under fsdp.no_sync (gradient accumulation)."""
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    model.train()
+    losses = []
+    for i in range(STEPS):
+        mbs = micro_batches(i)
+        for j, (x, y) in enumerate(mbs):
+            quiet = no_sync_first and j < len(mbs) - 1
+            with fsdp.no_sync(model) if quiet else contextlib.nullcontext():
+                loss = nn.functional.cross_entropy(model(x), y) / len(mbs)
+                loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses
+
+
+# ---- the ranks ---------------------------------------------------------------------------------
+
+def _scenarios(rank: int, ctx: Ctx) -> dict:
+    def equivalence(kind, make, **kw):
+        model = fsdp.apply_fsdp(make(), ctx, **kw)
+        train(model, lambda i: [batch(kind, rank, i)])
+        return {"params": fsdp.full_parameters(model)}
+
+    def mlp():
+        model = fsdp.apply_fsdp(make_mlp(seed=rank), ctx)  # rank 1 starts from other weights: broadcast
+        out = {"initial": fsdp.full_parameters(model), "full_bytes": sum(p.numel() * 4 for p in make_mlp().parameters()),
+               "local_bytes": fsdp.sharded_parameter_bytes(model)}
+        train(model, lambda i: [batch("mlp", rank, i)])
+        return {**out, "params": fsdp.full_parameters(model)}
+
+    def accumulate():
+        probe = fsdp.apply_fsdp(make_mlp(), ctx)
+        x, y = batch("mlp", rank, 0)
+        with fsdp.no_sync(probe):
+            nn.functional.cross_entropy(probe(x), y).backward()
+        reduced_inside = [p.grad is not None for p in probe.parameters()]
+        nn.functional.cross_entropy(probe(x), y).backward()
+        reduced_after = [isinstance(p.grad, DTensor) for p in probe.parameters()]
+        model = fsdp.apply_fsdp(make_mlp(), ctx)
+        train(model, lambda i: [batch("mlp", 2 * rank, i), batch("mlp", 2 * rank + 1, i)], no_sync_first=True)
+        return {"params": fsdp.full_parameters(model), "reduced_inside": reduced_inside, "reduced_after": reduced_after}
+
+    def resharded_after_forward(flag: bool):
+        model = fsdp.apply_fsdp(make_mlp(), ctx, reshard_after_forward=flag)
+        x, y = batch("mlp", rank, 0)
+        out = model(x)
+        sharded = [isinstance(layer.weight, DTensor) for layer in model.layers]
+        nn.functional.cross_entropy(out, y).backward()
+        return {"sharded_between_forward_and_backward": sharded, **equivalence("mlp", make_mlp, reshard_after_forward=flag)}
+
+    def mixed(reduce_dtype):
+        model = fsdp.apply_fsdp(make_mlp(), ctx, param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
+        out_dtype = model(batch("mlp", rank, 0)[0]).dtype
+        losses = train(model, lambda i: [batch("mlp", rank, i)])
+        return {"output_dtype": out_dtype, "losses": losses, "params": fsdp.full_parameters(model),
+                "master_dtypes": {p.dtype for p in model.parameters()}}
+
+    def on_meta(build):
+        with torch.device("meta"):
+            model = build()
+        full = sum(p.numel() * p.element_size() for p in model.parameters())
+        model = fsdp.apply_fsdp(model, ctx)
+        units = sum(isinstance(m, FSDPModule) for m in model.modules())
+        return {"units": units, "full_bytes": full, "local_bytes": fsdp.sharded_parameter_bytes(model)}
+
+    from torchvision.models import vit_b_16
+    from torchvision.models.segmentation import deeplabv3_resnet101
+    scenarios = {
+        "mlp": mlp,
+        "resnet": lambda: equivalence("resnet", make_resnet),
+        "accumulate": accumulate,
+        "reshard_true": lambda: resharded_after_forward(True),
+        "reshard_false": lambda: resharded_after_forward(False),
+        "bf16_reduce_fp32": lambda: mixed(torch.float32),
+        "bf16_reduce_bf16": lambda: mixed(torch.bfloat16),
+        "vit_meta": lambda: on_meta(lambda: vit_b_16(weights=None, image_size=32)),
+        "deeplabv3_meta": lambda: on_meta(lambda: deeplabv3_resnet101(weights=None, weights_backbone=None,
+                                                                      num_classes=21, aux_loss=False)),
+    }
+    results = {}
+    for name, run in scenarios.items():
+        try:
+            results[name] = run()
+        except Exception:
+            results[name] = {"error": traceback.format_exc()}
+            break  # the other rank may be stuck in a collective: stop rather than desynchronise
+    return results
+
+
+def _rank_main(rank: int, init_file: str, out_dir: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD,
+                            timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    try:
+        ctx = Ctx(device=torch.device("cpu"), count=WORLD, rank=rank, world_size=WORLD)
+        torch.save(_scenarios(rank, ctx), os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> list:
+    d = tmp_path_factory.mktemp("fsdp")
+    mp.start_processes(_rank_main, args=(str(d / "init"), str(d)), nprocs=WORLD, start_method="spawn")
+    return [torch.load(d / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+
+
+def scenario(ranks: list, name: str) -> list:
+    for r, res in enumerate(ranks):
+        assert name in res, f"rank {r} did not reach {name!r} (an earlier scenario failed: {list(res)})"
+        assert "error" not in res[name], f"rank {r}, {name}:\n{res[name]['error']}"
+    return [res[name] for res in ranks]
+
+
+def reference(make, kind: str, chunks: int) -> dict:
+    """One process, one thread: the global batch as `chunks` replica micro-batches, gradients averaged."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = make()
+        train(model, lambda i: [batch(kind, c, i) for c in range(chunks)])
+        return {k: v.detach() for k, v in model.named_parameters()}
+    finally:
+        torch.set_num_threads(threads)
+
+
+def assert_same_parameters(got: dict, want: dict, rtol: float = RTOL, atol: float = ATOL) -> None:
+    assert got.keys() == want.keys()
+    bad = [k for k in want if not torch.allclose(got[k], want[k], rtol=rtol, atol=atol)]
+    worst = max(want, key=lambda k: (got[k] - want[k]).abs().max().item())
+    assert not bad, f"{len(bad)} tensors differ; worst {worst}: max abs diff {(got[worst] - want[worst]).abs().max().item():.3g}"
+
+
+# ---- the tests ----------------------------------------------------------------------------------
+
+@pytest.mark.timeout(180)
+def test_fsdp_two_ranks_match_single_process_with_the_global_batch(ranks):
+    want = reference(make_mlp, "mlp", WORLD)
+    for res in scenario(ranks, "mlp"):
+        assert_same_parameters(res["params"], want)
+
+
+def test_fsdp_starts_every_rank_from_rank0_weights(ranks):
+    want = {k: v.detach() for k, v in make_mlp(seed=0).named_parameters()}
+    for res in scenario(ranks, "mlp"):
+        assert_same_parameters(res["initial"], want, rtol=0, atol=0)
+
+
+def test_fsdp_resnet_with_batchnorm_per_replica_matches_micro_batched_reference(ranks):
+    want = reference(make_resnet, "resnet", WORLD)
+    for res in scenario(ranks, "resnet"):
+        assert_same_parameters(res["params"], want)
+
+
+def test_fsdp_no_sync_accumulation_equals_the_four_micro_batch_step(ranks):
+    # 2 ranks x 2 micro-batches (the first without reduce-scatter) == one process, 4 micro-batches.
+    want = reference(make_mlp, "mlp", 2 * WORLD)
+    for res in scenario(ranks, "accumulate"):
+        assert not any(res["reduced_inside"])  # no sharded gradient yet: the reduce-scatter was skipped
+        assert all(res["reduced_after"])       # the next synchronised backward reduced what accumulated
+        assert_same_parameters(res["params"], want)
+
+
+def test_each_rank_holds_half_the_parameter_bytes(ranks):
+    for name in ("mlp", "deeplabv3_meta"):
+        res = scenario(ranks, name)
+        full = res[0]["full_bytes"]
+        local = [r["local_bytes"] for r in res]
+        assert sum(local) == full, (name, local, full)  # every byte on exactly one rank
+        assert all(abs(b - full / WORLD) <= 0.01 * full for b in local), (name, local, full)
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_reshard_after_forward_decides_whether_blocks_stay_gathered_until_backward(ranks, flag):
+    want = reference(make_mlp, "mlp", WORLD)
+    for res in scenario(ranks, f"reshard_{str(flag).lower()}"):
+        assert res["sharded_between_forward_and_backward"] == [flag] * 3
+        assert_same_parameters(res["params"], want)
+
+
+@pytest.mark.parametrize("reduce_dtype", ["fp32", "bf16"])
+def test_bf16_parameters_compute_in_bf16_and_train_close_to_fp32(ranks, reduce_dtype):
+    want = reference(make_mlp, "mlp", WORLD)
+    for res in scenario(ranks, f"bf16_reduce_{reduce_dtype}"):
+        assert res["output_dtype"] == torch.bfloat16
+        assert res["master_dtypes"] == {torch.float32}  # the optimizer updates fp32 shards
+        assert all(torch.isfinite(torch.tensor(res["losses"])))
+        assert_same_parameters(res["params"], want, rtol=0, atol=4e-4)  # bf16 rounding: 1.1e-4 here; summed gradients: 1e-3
+
+
+def test_shard_blocks_picks_resnet_vit_deeplabv3_and_mlp_blocks():
+    from torchvision.models import resnet18, vit_b_16
+    from torchvision.models.resnet import BasicBlock, Bottleneck
+    from torchvision.models.segmentation import deeplabv3_resnet101
+    from torchvision.models.vision_transformer import EncoderBlock
+    with torch.device("meta"):
+        cases = [(resnet18(num_classes=10), BasicBlock, 8),
+                 (vit_b_16(weights=None, image_size=32), EncoderBlock, 12),
+                 (deeplabv3_resnet101(weights=None, weights_backbone=None, num_classes=21, aux_loss=False), Bottleneck, 3 + 4 + 23 + 3),
+                 (MLP(64, 3), nn.Linear, 3)]
+    for model, cls, n in cases:
+        blocks = fsdp.shard_blocks(model)
+        assert len(blocks) == n and all(type(b) is cls for b in blocks), (type(model).__name__, len(blocks))
+    mlp = cases[-1][0]
+    assert fsdp.shard_blocks(mlp) == list(mlp.layers)  # not the head
+
+
+def test_shard_blocks_falls_back_to_repeated_layers_of_an_unknown_model():
+    class Stack(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Linear(4, 8)
+            self.body = nn.Sequential(*(nn.Sequential(nn.Linear(8, 8), nn.ReLU()) for _ in range(5)), nn.ReLU())
+            self.head = nn.Linear(8, 2)
+    model = Stack()
+    assert fsdp.shard_blocks(model) == list(model.body)[:5]
+
+
+def test_fully_shard_accepts_the_units_chosen_for_vit_and_deeplabv3(ranks):
+    assert [r["units"] for r in scenario(ranks, "vit_meta")] == [12 + 1] * WORLD
+    assert [r["units"] for r in scenario(ranks, "deeplabv3_meta")] == [33 + 1] * WORLD
