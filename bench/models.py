@@ -1,10 +1,10 @@
-"""Any torchvision classification or segmentation model by name, and the resolution of --workloads names.
+"""Any torchvision classification, segmentation or detection model by name, and --workloads names.
 
     build_registry("resnet50", image_size=None)  -> ModelSpec: random weights (never a download),
                                                    synthetic images of the model's natural size, its loss
-    validate_workload("vit_b_16", 384)           -> details; checks the name and size up front on the
-                                                   meta device (no memory, no compute)
-    resolve_workload_name("resnet5")             -> ConfigError: did you mean resnet50, resnet18?
+    validate_workload("vit_b_16", 384)           -> details; checks the name, the size and one training
+                                                   step up front, on the meta device (no memory, no compute)
+    resolve_workload_name("resnet5")             -> ConfigError: did you mean resnet50, ...?
 
 Natural size: the crop size of torchvision's published weights for that model (224 for most
 classifiers, 299 inception_v3, 518 vit_h_14, 600 efficientnet_b7), 520 for segmentation. ViT and
@@ -12,7 +12,8 @@ MaxViT fix their size at construction, so the size is passed to the builder. Seg
 use torchvision's defaults: 21 classes (Pascal VOC), no auxiliary head. `deeplabv3_resnet101` is the
 same network as the suite's `deeplabv3` workload, which stays the reference experiment's model
 (its 256 px, VOC data, --weights); the registry name runs it on synthetic data like any other.
-Detection, video, optical-flow and quantized models are refused, each with its reason.
+Detection models are wrapped to take one tensor (bench/detection.py). Video, optical-flow and
+quantized models are refused, each with its reason.
 """
 from __future__ import annotations
 
@@ -29,18 +30,16 @@ from torch.nn import functional as F
 
 from bench.config import ConfigError
 from bench.modelspec import ModelSpec, check_spec, has_batchnorm
-from bench import usermodel
+from bench import detection, usermodel
 
 SUITE_WORKLOADS = ("synthetic", "deeplabv3")        # built by bench/workloads.py, not here
 IGNORE_INDEX = 255                                  # segmentation border label, as in VOC
 AUX_WEIGHT = 0.4                                    # GoogLeNet/Inception auxiliary classifiers in train mode
 SEG_AUX_WEIGHT = 0.5                                # segmentation auxiliary head, as torchvision's references
 SEGMENTATION_SIZE = 520                             # torchvision's segmentation weights are evaluated at 520
-TASK_MODULES = {"classification": torchvision.models, "segmentation": torchvision.models.segmentation}
+TASK_MODULES = {"classification": torchvision.models, "segmentation": torchvision.models.segmentation,
+                "detection": torchvision.models.detection}
 REFUSED = {
-    torchvision.models.detection: "detection models take a list of images plus per-image target dicts and return "
-    "a dict of losses in train mode; the suite's step is loss_fn(model(x), y) on one tensor batch that "
-    "DataParallel splits along dim 0",
     torchvision.models.video: "video models take clips (batch, 3, frames, height, width); only image models are "
     "supported so far",
     torchvision.models.optical_flow: "optical-flow models take image pairs and return a list of flow fields; "
@@ -50,7 +49,7 @@ REFUSED = {
 }
 # Smallest input side that trains (batch 2, train mode), found by probing every model on the meta device.
 MIN_SIZE = {"alexnet": 63, "convnext": 32, "densenet": 29, "googlenet": 15, "squeezenet1_0": 21,
-            "squeezenet1_1": 17, "swin": 8, "vgg": 32, "maxvit": 224,
+            "squeezenet1_1": 17, "swin": 8, "vgg": 32,
             "inception_v3": 299}  # its auxiliary classifier (train mode) needs 299; without it 75 would do
 
 
@@ -60,7 +59,7 @@ def _task_names() -> dict:
 
 
 def registry_names() -> list[str]:
-    """Torchvision model names this suite builds: every classification and segmentation model."""
+    """Torchvision model names this suite builds: every classification, segmentation and detection model."""
     return sorted(_task_names())
 
 
@@ -73,6 +72,8 @@ def _refusal(name: str) -> Optional[str]:
 
 def natural_size(name: str) -> int:
     """The input side torchvision's published weights for this model use."""
+    if _task_names()[name] == "detection":
+        return detection.natural_size(name)
     if _task_names()[name] == "segmentation":
         return SEGMENTATION_SIZE
     transforms = torchvision.models.get_model_weights(name).DEFAULT.transforms()  # metadata only, nothing fetched
@@ -146,11 +147,17 @@ def build_registry(name: str, image_size: Optional[int] = None, num_classes: Opt
                    meta: bool = False) -> ModelSpec:
     """A torchvision model with random weights (nothing downloaded) and synthetic data of its natural size.
 
-    image_size None: the natural size. meta=True builds on the meta device (no memory, no compute)."""
+    image_size None: the natural size. meta=True puts the parameters on the meta device (no memory,
+    no compute; detection models cannot train a step there, their proposal sampling is data-dependent)."""
     name = resolve_workload_name(name)
     if name not in _task_names():
         raise ConfigError(f"--workloads: {name!r} is not a torchvision registry model")
     task = _task_names()[name]
+    if num_classes is not None and num_classes < 1:
+        raise ConfigError(f"{name}: {num_classes} classes; expected a whole number >= 1")
+    if task == "detection":
+        with _parameters_on_meta() if meta else contextlib.nullcontext():
+            return detection.build(name, image_size, num_classes)
     size = natural_size(name) if image_size is None else image_size
     check_size(name, size)
     kwargs = {"weights": None}
@@ -191,7 +198,7 @@ def resolve_workload_name(name: str) -> str:
     known = list(SUITE_WORKLOADS) + registry_names()
     close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    raise ConfigError(f"--workloads: unknown model {name!r}{hint} (any torchvision classification/segmentation "
+    raise ConfigError(f"--workloads: unknown model {name!r}{hint} (any torchvision classification/segmentation/detection "
                       "model, 'synthetic', 'deeplabv3', or MODULE:FUNCTION / path.py:FUNCTION for your own)")
 
 
@@ -205,13 +212,16 @@ def build_workload(name: str, image_size: Optional[int] = None, num_classes: Opt
 
 def validate_workload(name: str, image_size: Optional[int] = None, num_classes: Optional[int] = None) -> dict:
     """Everything checkable before a sweep: the name, the size, and one dry training step
-    (registry models on the meta device; user models on CPU, batch 2). Returns details for the store."""
+    (classification and segmentation on the meta device; detection and user models on CPU, batch 2,
+    detection at a small side). Returns details for the store."""
     name = resolve_workload_name(name)
     if name in SUITE_WORKLOADS:
         return {"workload": name}
     if usermodel.is_user_text(name):
         spec = usermodel.build_user(name, image_size)
         checked = check_spec(spec, f"--workloads {name}")
+    elif _task_names()[name] == "detection":
+        return detection.validate(name, image_size, num_classes)
     else:
         spec = build_registry(name, image_size, num_classes, meta=True)
         checked = check_spec(spec, f"--workloads {name}", device="meta")

@@ -24,7 +24,7 @@ class ModelSpec:
     model: nn.Module                                   # random init, on CPU, not yet wrapped
     make_batch: Callable[[torch.Generator, int], tuple]  # (generator, batch) -> (inputs, targets), CPU, dim 0 = samples
     loss_fn: Callable[[Any, torch.Tensor], torch.Tensor]  # (model output, targets) -> scalar loss
-    task: str = "user"                                 # classification | segmentation | user
+    task: str = "user"                                 # classification | segmentation | detection | user
     image_size: Optional[int] = None                   # input side in pixels actually used; None: not an image model
     min_batch_per_replica: int = 1                     # 2 where BatchNorm trains (it needs 2 values per channel)
     details: dict = field(default_factory=dict)        # what the store records about the model

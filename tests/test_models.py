@@ -109,11 +109,12 @@ def test_registry_deeplabv3_resnet101_is_the_same_network_as_the_reference_workl
     assert details["num_classes"] == 21
 
 
-def test_registry_names_cover_classification_and_segmentation_but_not_detection():
+def test_registry_names_cover_classification_segmentation_and_detection_only():
     names = models.registry_names()
-    for n in ("resnet50", "vit_b_16", "inception_v3", "deeplabv3_resnet101", "lraspp_mobilenet_v3_large"):
+    for n in ("resnet50", "vit_b_16", "inception_v3", "deeplabv3_resnet101", "lraspp_mobilenet_v3_large",
+              "fasterrcnn_resnet50_fpn", "ssd300_vgg16"):
         assert n in names
-    for n in ("fasterrcnn_resnet50_fpn", "r3d_18", "raft_small", "quantized_resnet50"):
+    for n in ("r3d_18", "raft_small", "quantized_resnet50"):
         assert n not in names
 
 
@@ -126,12 +127,54 @@ def test_unknown_name_suggests_close_matches_and_the_other_forms():
     assert models.resolve_workload_name("deeplabv3") == "deeplabv3"
 
 
-@pytest.mark.parametrize("name,reason", [("fasterrcnn_resnet50_fpn", "detection models take a list of images"),
-                                         ("r3d_18", "video models"), ("raft_small", "optical-flow"),
+@pytest.mark.parametrize("name,reason", [("r3d_18", "video models"), ("raft_small", "optical-flow"),
                                          ("quantized_resnet50", r"quantized models .* no backward pass; benchmark the float model instead \('resnet50'\)")])
 def test_unsupported_torchvision_families_are_refused_with_their_reason(name, reason):
     with pytest.raises(ConfigError, match=f"{name}.*not supported: {reason}"):
         models.resolve_workload_name(name)
+
+
+# ---------------------------------------------------------------- detection, packed into one tensor
+
+class RecordingDetector(torch.nn.Module):
+    """Stands in for a torchvision detector: records what the wrapper hands it."""
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(()))
+        self.seen = []
+
+    def forward(self, images, targets):
+        self.seen.append((images, targets))
+        return {"a": self.w * len(images), "b": self.w}
+
+
+def test_packed_detection_rows_carry_each_images_own_boxes_through_a_dim0_split():
+    from bench import detection
+    x, boxes = detection.make_batch(16, 5, torch.Generator().manual_seed(0), 4)
+    inner = RecordingDetector()
+    wrapped = detection.PackedDetection(inner, 16)
+    out = torch.cat([wrapped(x[:2]), wrapped(x[2:])])  # what DataParallel's scatter and gather do
+    assert out.shape == (4,) and torch.equal(out, torch.tensor([3.0, 3.0, 3.0, 3.0]))
+    images = [im for seen, _ in inner.seen for im in seen]
+    targets = [t for _, seen in inner.seen for t in seen]
+    for i in range(4):
+        assert torch.equal(images[i], x[i, :3 * 16 * 16].reshape(3, 16, 16))
+        assert torch.equal(targets[i]["boxes"], boxes[i, :, :4]) and torch.equal(targets[i]["labels"], boxes[i, :, 4].long())
+    assert (boxes[..., 2:4] > boxes[..., 0:2]).all() and (boxes[..., 4] >= 1).all()  # valid boxes, no background label
+
+
+@pytest.mark.parametrize("name", ["fasterrcnn_mobilenet_v3_large_320_fpn", "maskrcnn_resnet50_fpn", "keypointrcnn_resnet50_fpn"])
+def test_detection_models_train_a_step_from_packed_rows_with_their_own_target_kinds(name, no_downloads):
+    details = models.validate_workload(name, 512)
+    assert details["task"] == "detection" and details["image_size"] == 512 and details["dry_run_image_size"] == 32
+    assert details["input_shape"] == [3 * 512 * 512 + 5 * 2] and details["parameters"] > 1_000_000
+    assert details["dry_run_loss"] > 0 and details["min_batch_per_replica"] == 2
+
+
+def test_ssd_accepts_only_the_size_it_resizes_to():
+    assert models.natural_size("ssd300_vgg16") == 300
+    with pytest.raises(ConfigError, match=r"ssd300_vgg16 resizes every image to 300 px, so it accepts only 300"):
+        models.build_registry("ssd300_vgg16", 256)
 
 
 # ---------------------------------------------------------------- the user's own model
