@@ -1,83 +1,93 @@
-"""Configuration of a sweep: one frozen dataclass, its command-line flags, and its validation.
+"""What the user asked for: one frozen dataclass, its command-line flags, and the checks of each value.
 
-`SweepConfig` holds what the user asked for (flags carry the field names, `--per-device-batch` for
-`per_device_batch`). `validate(cfg, machine)` checks everything up front, before any process is
-spawned or the store is touched, and raises `ConfigError` naming the bad value and what was expected.
-`plan(cfg, machine)` turns a valid config into `RunSpec`s (one per configuration and repeat, each
-run in fresh processes) plus the configurations that are skipped, each with its reason.
+`SweepConfig` has one field per flag (`--per-device-batch` is `per_device_batch`). A field that is
+None was not given: `bench.plan.resolve` fills it with the device's default, prints it and stores it.
+A number the user types is never a sentinel: `--steps 0`, `--warmup -1` or `--timeout 0` are errors.
+Flags that are sweep axes take comma-separated lists (`--precision fp32,bf16`, `--bucket-cap-mb 25,100`).
+
+    cfg = from_args(run_parser().parse_args(argv))   # ConfigError on a malformed value
+    check_values(cfg)                                 # ConfigError on a value out of range
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import os
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
-STRATEGIES = ("single", "dp", "ddp")
-WORKLOADS = ("synthetic", "deeplabv3")
+STRATEGIES = ("single", "dp", "ddp", "fsdp")
+DEFAULT_STRATEGIES = ("single", "dp", "ddp")
+DEFAULT_WORKLOADS = ("synthetic", "deeplabv3")
+DEVICES = ("auto", "cuda", "cpu")
 DATA_SOURCES = ("synthetic", "voc")
-MIN_REPLICA_BATCH = {"synthetic": 1, "deeplabv3": 2}  # DeepLabV3's BatchNorm needs 2 samples per replica
+SCALINGS = ("weak", "strong")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")   # powersgd takes a rank: powersgd:4
+FSDP_MIXED = ("none", "bf16")
+LAUNCHERS = ("auto", "local", "slurm")
 
 
 class ConfigError(ValueError):
     """A bad user input; the message names the value and what was expected (exit status 2)."""
 
 
-@dataclass(frozen=True)
-class Machine:
-    """What the sweep can run on; detected once by `detect_machine()`, faked in tests."""
-    cuda_devices: int
-    cpu_cores: int
-    gpu_names: tuple = ()
-
-
-def detect_machine() -> Machine:
-    import torch
-    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    names = tuple(torch.cuda.get_device_name(i) for i in range(n))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return Machine(cuda_devices=n, cpu_cores=cores, gpu_names=names)
+def _f(default, help_: str, parse: str, minimum=None, **extra):
+    """A SweepConfig field: default, one-line meaning with unit, how its flag parses, smallest value."""
+    return field(default=default, metadata={"help": help_, "parse": parse, "min": minimum, **extra})
 
 
 @dataclass(frozen=True)
 class SweepConfig:
-    gpus: tuple = field(default=(), metadata={"help": "device counts, e.g. 1,4,8 (on CPU: gloo processes); default: 1 and 4/8 where the machine has them (CPU: 1,2)"})
-    strategies: tuple = field(default=STRATEGIES, metadata={"help": "strategies to run: single,dp,ddp (single runs once, at 1 device, as the baseline)"})
-    workloads: tuple = field(default=WORKLOADS, metadata={"help": "workloads to run: synthetic,deeplabv3"})
-    device: str = field(default="auto", metadata={"help": "auto|cuda|cpu (auto: CUDA if present, else CPU)"})
-    steps: int = field(default=0, metadata={"help": "measured steps per configuration (default: 30 on CUDA, 8 on CPU)"})
-    warmup: int = field(default=-1, metadata={"help": "warm-up steps, run and discarded (default: 10 on CUDA, 2 on CPU)"})
-    per_device_batch: int = field(default=0, metadata={"help": "samples per device (default: synthetic 64; deeplabv3 8 on CUDA as in the reference experiment, 2 on CPU)"})
-    scaling: str = field(default="weak", metadata={"help": "weak: batch per device fixed, global batch grows with the count; strong: global batch fixed"})
-    global_batch: int = field(default=0, metadata={"help": "global batch for --scaling strong (default: per-device batch x largest count)"})
-    image_size: int = field(default=0, metadata={"help": "DeepLabV3 image side in pixels (default: 256 on CUDA as in the reference experiment, 64 on CPU)"})
-    store: str = field(default="results/bench.sqlite", metadata={"help": "SQLite results store (created if missing)"})
-    timeout: float = field(default=0.0, metadata={"help": "wall-clock limit per configuration in seconds (default: 1800 on CUDA, 600 on CPU)"})
-    pg_timeout: float = field(default=0.0, metadata={"help": "process-group (collective) timeout in seconds (default: 300 on CUDA, 120 on CPU, at most half of --timeout)"})
-    threads_per_process: int = field(default=0, metadata={"help": "torch threads per process on CPU (default: cores // largest count)"})
-    repeats: int = field(default=1, metadata={"help": "run each configuration this many times, each in fresh processes"})
-    seed: int = field(default=0, metadata={"help": "seed for weights and synthetic data"})
-    synthetic_width: int = field(default=1024, metadata={"help": "synthetic MLP hidden width (parameters ~ depth x width^2)"})
-    synthetic_depth: int = field(default=4, metadata={"help": "synthetic MLP hidden layers"})
-    synthetic_repeats: int = field(default=1, metadata={"help": "apply each synthetic layer this many times: more compute, same parameters"})
-    weights: str = field(default="", metadata={"help": "local DeepLabV3 state_dict file (default: random init, nothing downloaded)"})
-    data: str = field(default="synthetic", metadata={"help": "deeplabv3 data: synthetic|voc"})
-    voc_root: str = field(default="", metadata={"help": "folder holding VOCdevkit/VOC2012 (or VOC2012 itself) for --data voc"})
-    download: bool = field(default=False, metadata={"help": "download VOC 2012 into --voc-root first (rank 0 only)"})
-    epochs: int = field(default=0, metadata={"help": "with --data voc: train whole epochs and time each (0: fixed steps)"})
-    checkpoint: bool = field(default=False, metadata={"help": "with --epochs: rank 0 saves a checkpoint at the end of every epoch, inside the timed region (as the reference experiment did)"})
-    num_workers: int = field(default=2, metadata={"help": "DataLoader workers per process (--data voc)"})
-    pin_memory: bool = field(default=True, metadata={"help": "pin host memory in the DataLoader (CUDA only)"})
-    persistent_workers: bool = field(default=True, metadata={"help": "keep DataLoader workers across epochs"})
-    sync_bn: bool = field(default=False, metadata={"help": "convert BatchNorm to SyncBatchNorm under DDP"})
-    check_equivalence: bool = field(default=False, metadata={"help": "check that dp/ddp end k steps with the same parameters as single"})
-    comm_bench: bool = field(default=True, metadata={"help": "run the all-reduce bandwidth microbenchmark at every count > 1"})
-    resume: str = field(default="", metadata={"help": "resume a sweep: 'last' or a sweep id; runs only configurations without an ok result"})
-    plots_dir: str = field(default="plots", metadata={"help": "where plots are written"})
-    report_dir: str = field(default="results", metadata={"help": "where report.md and report.html are written"})
-    report: bool = field(default=True, metadata={"help": "render plots and the report after the sweep (--no-report: skip)"})
+    gpus: Optional[tuple] = _f(None, "device counts, e.g. 1,4,8 (on CPU: gloo processes); default: 1 and 4/8 where the machine has them (CPU: 1,2)", "ints", 1)
+    nodes: Optional[tuple] = _f(None, "node counts inside a SLURM allocation, e.g. 1,2,4: adds N x --gpus-per-node devices per count (multi-node: ddp and fsdp)", "ints", 1)
+    gpus_per_node: Optional[int] = _f(None, "devices per node for multi-node configurations (default: this node's GPUs; CPU: 1)", "int", 1)
+    strategies: tuple = _f(DEFAULT_STRATEGIES, "strategies: single,dp,ddp,fsdp (single runs at 1 device, the baseline)", "names")
+    workloads: tuple = _f(DEFAULT_WORKLOADS, "workloads: synthetic, deeplabv3, any torchvision classification/segmentation model name, or MODULE:FUNCTION / FILE.py:FUNCTION", "names")
+    device: str = _f("auto", "auto|cuda|cpu (auto: CUDA if present, else CPU)", "str")
+    precision: tuple = _f(("fp32",), "precisions to sweep: fp32 (TF32 off), tf32, bf16 (autocast), fp16 (autocast + gradient scaler)", "names")
+    channels_last: tuple = _f((False,), "memory format axis for image models: false,true (bare flag: true)", "bools")
+    compile: tuple = _f((False,), "torch.compile axis: false,true (bare flag: true); DDP is wrapped first, then compiled", "bools")
+    steps: Optional[int] = _f(None, "measured steps per configuration (default: 30 on CUDA, 8 on CPU)", "int", 2)
+    warmup: Optional[int] = _f(None, "warm-up steps, run and discarded (default: 10 on CUDA, 2 on CPU; with --compile at least 1)", "int", 0)
+    per_device_batch: Optional[int] = _f(None, "samples per device (default: synthetic 512 on CUDA / 64 on CPU; deeplabv3 8 on CUDA as the reference experiment, 2 on CPU; torchvision models 32 / 2)", "int", 1)
+    scaling: str = _f("weak", "weak: batch per device fixed; strong: global batch fixed", "str")
+    global_batch: Optional[int] = _f(None, "global batch for --scaling strong (default: per-device batch x largest count, split into per-device micro-batches where a replica holds more)", "int", 1)
+    image_size: Optional[int] = _f(None, "image side in pixels for image models (default: deeplabv3 256 on CUDA as the reference, 64 on CPU; torchvision models their natural size on CUDA, 64 on CPU)", "int", 1)
+    store: str = _f("results/bench.sqlite", "SQLite results store (created if missing)", "str")
+    timeout: Optional[float] = _f(None, "wall-clock limit per configuration, s (default: follows the work: start-up allowance plus 3x the time the measured steps project)", "float", 1.0)
+    pg_timeout: Optional[float] = _f(None, "collective timeout, s; a rank making no progress for this long is named (default: 300 on CUDA, 120 on CPU)", "float", 1.0)
+    threads_per_process: Optional[int] = _f(None, "torch threads per process on CPU (default: cores // largest count)", "int", 1)
+    repeats: int = _f(1, "run each configuration this many times, each in fresh processes (the independent samples of compare)", "int", 1)
+    seed: int = _f(0, "seed for weights and synthetic data", "int", 0)
+    synthetic_width: Optional[int] = _f(None, "synthetic MLP hidden width (default: 4096 on CUDA, 1024 on CPU; parameters ~ depth x width^2)", "int", 1)
+    synthetic_depth: Optional[int] = _f(None, "synthetic MLP hidden layers (default: 8 on CUDA, 4 on CPU)", "int", 1)
+    synthetic_repeats: int = _f(1, "apply each synthetic layer this many times: more compute, same parameters", "int", 1)
+    weights: Optional[str] = _f(None, "local state_dict file for deeplabv3 (default: random init; nothing is downloaded)", "str")
+    data: str = _f("synthetic", "deeplabv3 data: synthetic|voc", "str")
+    voc_root: Optional[str] = _f(None, "folder holding VOCdevkit/VOC2012 (or VOC2012 itself) for --data voc", "str")
+    download: bool = _f(False, "download VOC 2012 into --voc-root first (rank 0 only)", "bool")
+    epochs: Optional[int] = _f(None, "with --data voc: train this many whole epochs and time each (default: fixed --steps)", "int", 1)
+    checkpoint: bool = _f(False, "with --epochs: rank 0 saves a checkpoint every epoch, inside the timed region (as the reference experiment did)", "bool")
+    num_workers: Optional[int] = _f(None, "DataLoader workers per device (--data voc; default 2 on CUDA, 1 on CPU); single/dp get count x this in their one loader", "int", 0)
+    pin_memory: bool = _f(True, "pin host memory in the DataLoader (CUDA only)", "bool")
+    persistent_workers: bool = _f(True, "keep DataLoader workers across epochs", "bool")
+    sync_bn: bool = _f(False, "convert BatchNorm to SyncBatchNorm under DDP (CUDA)", "bool")
+    bucket_cap_mb: Optional[tuple] = _f(None, "DDP bucket sizes to sweep, MiB (default: DDP's own, 25)", "floats", 0.0)
+    gradient_as_bucket_view: tuple = _f((False,), "DDP gradient_as_bucket_view axis: false,true", "bools")
+    static_graph: tuple = _f((False,), "DDP static_graph axis: false,true", "bools")
+    sync_buffers: tuple = _f((True,), "DDP buffer synchronisation every forward (forward_sync_buffers, formerly broadcast_buffers) axis: true,false", "bools")
+    comm_hook: tuple = _f(("none",), "DDP communication hooks to sweep: none,fp16,bf16,powersgd:RANK (e.g. powersgd:4)", "names")
+    fsdp_reshard: tuple = _f((True,), "FSDP reshard_after_forward axis: true,false", "bools")
+    fsdp_mixed_precision: tuple = _f(("none",), "FSDP mixed-precision policy axis: none (fp32) or bf16 (bf16 parameters, fp32 gradient reduction)", "names")
+    check_equivalence: bool = _f(False, "check that dp/ddp/fsdp end k steps with the same parameters as one process", "bool")
+    comm_bench: bool = _f(True, "run the all-reduce bandwidth microbenchmark at every count > 1", "bool")
+    loader_bench: bool = _f(True, "with --data voc: time the data loader alone at each count's worker budget", "bool")
+    launcher: str = _f("auto", "auto|local|slurm (auto: slurm for configurations spanning several nodes of a SLURM allocation)", "str")
+    resume: Optional[str] = _f(None, "resume a sweep: 'last' or a sweep id; runs only configurations without an ok result", "str")
+    plots_dir: str = _f("plots", "where plots are written", "str")
+    report_dir: str = _f("results", "where report.md and report.html are written", "str")
+    report: bool = _f(True, "render plots and the report after the sweep (--no-report: skip)", "bool")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -87,274 +97,150 @@ class SweepConfig:
         raw = json.loads(text)
         known = {f.name for f in fields(cls)}
         raw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items() if k in known}
+        for k, v in list(raw.items()):  # stores of schema 1 wrote 0 / -1 / "" for "not given"
+            if k in ("steps", "per_device_batch", "global_batch", "image_size", "timeout", "pg_timeout",
+                     "threads_per_process", "epochs") and v in (0, 0.0):
+                raw[k] = None
+            elif k == "warmup" and v == -1 or k in ("weights", "voc_root", "resume") and v == "":
+                raw[k] = None
+            elif k == "gpus" and v == ():
+                raw[k] = None
         return cls(**raw)
 
 
-# ---------------------------------------------------------------- command line
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
-def _int_list(text: str, flag: str) -> tuple:
+
+# ---------------------------------------------------------------- parsing
+
+_TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
+
+
+def _parse_bool(t: str, name: str, text: str) -> bool:
+    if t.lower() in _TRUE:
+        return True
+    if t.lower() in _FALSE:
+        return False
+    raise ConfigError(f"{flag(name)}: {t!r} in {text!r} is not true or false; expected e.g. {flag(name)} false,true")
+
+
+def _items(text: str, name: str) -> list:
     items = [t.strip() for t in str(text).split(",")]
-    out = []
-    for t in items:
-        try:
-            v = int(t)
-        except ValueError:
-            raise ConfigError(f"--{flag}: {t!r} in {text!r} is not a whole number; expected a comma-separated list like 1,4,8") from None
-        out.append(v)
-    return tuple(out)
+    if any(not t for t in items):
+        raise ConfigError(f"{flag(name)}: {text!r} has an empty item; expected a comma-separated list")
+    return items
 
 
-def _name_list(text: str) -> tuple:
-    return tuple(t.strip() for t in str(text).split(","))
+def parse_value(name: str, kind: str, text) -> object:
+    """One flag's raw string as its field's type; ConfigError naming the flag and the value."""
+    if kind == "bool":
+        return bool(text)
+    if kind == "str":
+        return str(text)
+    if kind == "names":
+        return tuple(_items(text, name))
+    if kind == "bools":
+        return tuple(_parse_bool(t, name, text) for t in _items(text, name))
+    if kind in ("int", "ints"):
+        out = []
+        for t in (_items(text, name) if kind == "ints" else [str(text).strip()]):
+            try:
+                out.append(int(t))
+            except ValueError:
+                raise ConfigError(f"{flag(name)}: {t!r} is not a whole number"
+                                  + (f" (in {text!r}); expected a comma-separated list like 1,4,8" if kind == "ints" else "")) from None
+        return tuple(out) if kind == "ints" else out[0]
+    if kind in ("float", "floats"):
+        out = []
+        for t in (_items(text, name) if kind == "floats" else [str(text).strip()]):
+            try:
+                out.append(float(t))
+            except ValueError:
+                raise ConfigError(f"{flag(name)}: {t!r} is not a number") from None
+        return tuple(out) if kind == "floats" else out[0]
+    raise AssertionError(kind)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per SweepConfig field, same name with dashes."""
+    """One flag per SweepConfig field, same name with dashes; every value arrives as a string."""
     for f in fields(SweepConfig):
-        flag = "--" + f.name.replace("_", "-")
-        help_ = f.metadata.get("help", "")
-        if f.type in ("bool",) or isinstance(f.default, bool):
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default, help=help_)
+        kind, help_ = f.metadata["parse"], f.metadata["help"]
+        if kind == "bool":
+            parser.add_argument(flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_)
+        elif kind == "bools":  # `--compile` alone means true
+            parser.add_argument(flag(f.name), dest=f.name, nargs="?", const="true", default=None, metavar="BOOLS", help=help_)
         else:
-            parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=help_)
+            parser.add_argument(flag(f.name), dest=f.name, default=None, metavar=f.name.upper(), help=help_)
 
 
 def from_args(ns: argparse.Namespace) -> SweepConfig:
-    """Parse raw flag strings into a SweepConfig; malformed values raise ConfigError."""
+    """Raw flag strings -> SweepConfig; a malformed value raises ConfigError. Flags not given stay default."""
     kw = {}
     for f in fields(SweepConfig):
         raw = getattr(ns, f.name, None)
-        if raw is None:
+        if raw is not None:
+            kw[f.name] = parse_value(f.name, f.metadata["parse"], raw)
+    cfg = SweepConfig(**kw)
+    check_values(cfg)
+    return cfg
+
+
+def given(ns: argparse.Namespace) -> set:
+    """Names of the fields the user gave on the command line."""
+    return {f.name for f in fields(SweepConfig) if getattr(ns, f.name, None) is not None}
+
+
+# ---------------------------------------------------------------- checks of single values
+
+def _expected(f) -> str:
+    kind, minimum = f.metadata["parse"], f.metadata["min"]
+    what = "whole number" if kind in ("int", "ints") else "number"
+    bound = f">= {minimum:g}" if kind in ("int", "ints") or minimum != 0.0 else "> 0"
+    default = " (leave the flag out for the default)" if f.default is None else ""
+    return f"a {what} {bound}{default}"
+
+
+def check_values(cfg: SweepConfig) -> None:
+    """Every number within its range, every name known, lists without repeats. Raises ConfigError."""
+    for f in fields(SweepConfig):
+        v, minimum, kind = getattr(cfg, f.name), f.metadata["min"], f.metadata["parse"]
+        if v is None or minimum is None:
             continue
-        flag = f.name.replace("_", "-")
-        if isinstance(f.default, bool):
-            kw[f.name] = bool(raw)
-        elif f.name == "gpus":
-            kw[f.name] = _int_list(raw, flag)
-        elif f.name in ("strategies", "workloads"):
-            kw[f.name] = _name_list(raw)
-        elif isinstance(f.default, int):
-            try:
-                kw[f.name] = int(raw)
-            except ValueError:
-                raise ConfigError(f"--{flag}: {raw!r} is not a whole number") from None
-        elif isinstance(f.default, float):
-            try:
-                kw[f.name] = float(raw)
-            except ValueError:
-                raise ConfigError(f"--{flag}: {raw!r} is not a number of seconds") from None
-        else:
-            kw[f.name] = str(raw)
-    return SweepConfig(**kw)
-
-
-# ---------------------------------------------------------------- validation and defaults
-
-def device_type(cfg: SweepConfig, machine: Machine) -> str:
-    if cfg.device == "auto":
-        return "cuda" if machine.cuda_devices > 0 else "cpu"
-    return cfg.device
-
-
-def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
-    """Validate and fill every device-dependent default. Raises ConfigError on bad input."""
-    if cfg.device not in ("auto", "cuda", "cpu"):
-        raise ConfigError(f"--device: {cfg.device!r} is not one of auto, cuda, cpu")
-    if cfg.device == "cuda" and machine.cuda_devices == 0:
-        raise ConfigError("--device cuda: this machine has 0 CUDA GPUs visible (torch.cuda.device_count() == 0); use --device cpu or auto")
-    dev = device_type(cfg, machine)
-    cuda = dev == "cuda"
-
-    for name, allowed, flag in ((cfg.strategies, STRATEGIES, "strategies"), (cfg.workloads, WORKLOADS, "workloads")):
-        if not name:
-            raise ConfigError(f"--{flag}: empty; expected a comma-separated subset of {','.join(allowed)}")
-        for n in name:
+        for x in (v if isinstance(v, tuple) else (v,)):
+            too_small = x <= minimum if kind in ("float", "floats") and minimum == 0.0 else x < minimum
+            if too_small:
+                raise ConfigError(f"{flag(f.name)}: {x:g} is not allowed; expected {_expected(f)}")
+        if isinstance(v, tuple) and len(set(v)) != len(v):
+            raise ConfigError(f"{flag(f.name)}: {','.join(map(str, v))} lists a value twice; expected distinct values")
+    for name, allowed in (("device", DEVICES), ("scaling", SCALINGS), ("data", DATA_SOURCES), ("launcher", LAUNCHERS)):
+        if getattr(cfg, name) not in allowed:
+            raise ConfigError(f"{flag(name)}: {getattr(cfg, name)!r} is not one of {', '.join(allowed)}")
+    for name, allowed in (("strategies", STRATEGIES), ("precision", PRECISIONS), ("fsdp_mixed_precision", FSDP_MIXED)):
+        values = getattr(cfg, name)
+        for n in values:
             if n not in allowed:
-                raise ConfigError(f"--{flag}: unknown name {n!r}; expected a comma-separated subset of {','.join(allowed)}")
-        if len(set(name)) != len(name):
-            raise ConfigError(f"--{flag}: {','.join(name)} names an entry twice")
-
-    gpus = cfg.gpus
-    if not gpus:
-        if cuda:
-            gpus = (1,) + tuple(n for n in (4, 8) if n <= machine.cuda_devices)
-            if machine.cuda_devices in (2, 3, 5, 6, 7):
-                gpus = tuple(sorted(set(gpus) | {machine.cuda_devices}))
-        else:
-            gpus = (1, 2) if machine.cpu_cores >= 2 else (1,)
-    for n in gpus:
-        if n < 1:
-            raise ConfigError(f"--gpus: {n} is not a device count; expected whole numbers >= 1, e.g. 1,4,8")
-    if len(set(gpus)) != len(gpus):
-        raise ConfigError(f"--gpus: {','.join(map(str, gpus))} lists a count twice; expected distinct counts")
-    gpus = tuple(sorted(gpus))
-    if cuda and gpus[-1] > machine.cuda_devices:
-        raise ConfigError(f"--gpus: {gpus[-1]} GPUs asked for, but this machine has {machine.cuda_devices} CUDA GPU(s) visible")
-    if not cuda and gpus[-1] > machine.cpu_cores:
-        raise ConfigError(f"--gpus: {gpus[-1]} CPU processes asked for, but this machine has {machine.cpu_cores} CPU core(s); "
-                          f"on CPU each count is a gloo process with at least one core, so at most {machine.cpu_cores}")
-
-    steps = cfg.steps or (30 if cuda else 8)
-    warmup = cfg.warmup if cfg.warmup >= 0 else (10 if cuda else 2)
-    if steps < 2:
-        raise ConfigError(f"--steps: {steps}; expected at least 2 measured steps")
-    if cfg.scaling not in ("weak", "strong"):
-        raise ConfigError(f"--scaling: {cfg.scaling!r} is not one of weak, strong")
-    if cfg.repeats < 1:
-        raise ConfigError(f"--repeats: {cfg.repeats}; expected >= 1")
-    for name in ("per_device_batch", "global_batch", "image_size", "threads_per_process", "epochs", "num_workers"):
-        if getattr(cfg, name) < 0:
-            raise ConfigError(f"--{name.replace('_', '-')}: {getattr(cfg, name)} is negative; expected >= 0 (0 = default)")
-    for name in ("timeout", "pg_timeout"):
-        if getattr(cfg, name) < 0:
-            raise ConfigError(f"--{name.replace('_', '-')}: {getattr(cfg, name)} is negative; expected seconds > 0")
-    if cfg.synthetic_width < 1 or cfg.synthetic_depth < 1 or cfg.synthetic_repeats < 1:
-        raise ConfigError("--synthetic-width/--synthetic-depth/--synthetic-repeats: expected whole numbers >= 1, got "
-                          f"{cfg.synthetic_width}/{cfg.synthetic_depth}/{cfg.synthetic_repeats}")
-    image = cfg.image_size or (256 if cuda else 64)
-    if "deeplabv3" in cfg.workloads and image < 32:
-        raise ConfigError(f"--image-size: {image}; DeepLabV3 needs at least 32 pixels (output stride 8 and ASPP)")
-    if cfg.data not in DATA_SOURCES:
-        raise ConfigError(f"--data: {cfg.data!r} is not one of {', '.join(DATA_SOURCES)}")
-    if cfg.data == "voc":
-        if cfg.workloads != ("deeplabv3",):
-            raise ConfigError(f"--data voc: trains DeepLabV3 only; got --workloads {','.join(cfg.workloads)} (use --workloads deeplabv3)")
-        if not cfg.voc_root:
-            raise ConfigError("--data voc: needs --voc-root PATH (the folder holding VOCdevkit/VOC2012)")
-        if not cfg.download:
-            from bench import voc
-            voc.check_tree(cfg.voc_root)  # raises ConfigError-compatible DataError naming the path
-    if cfg.checkpoint and not cfg.epochs:
-        raise ConfigError("--checkpoint: saves once per epoch; it needs --epochs N")
-    if cfg.epochs and cfg.data != "voc":
-        raise ConfigError(f"--epochs {cfg.epochs}: whole epochs need a real data set; use --data voc or --steps")
-    if cfg.weights and not os.path.isfile(cfg.weights):
-        raise ConfigError(f"--weights: {cfg.weights!r} is not a file")
-    if cfg.sync_bn and not cuda:
-        raise ConfigError("--sync-bn: SyncBatchNorm runs on CUDA only; on CPU DDP keeps per-process BatchNorm "
-                          "(the equivalence check then freezes BatchNorm statistics on both sides)")
-    threads = cfg.threads_per_process
-    if not cuda:
-        threads = threads or max(1, machine.cpu_cores // gpus[-1])
-    store_dir = os.path.dirname(os.path.abspath(cfg.store))
-    if os.path.exists(cfg.store) and not os.path.isfile(cfg.store):
-        raise ConfigError(f"--store: {cfg.store!r} exists and is not a file")
-    if not os.path.isdir(store_dir) and os.path.exists(store_dir):
-        raise ConfigError(f"--store: parent {store_dir!r} is not a folder")
-
-    timeout = cfg.timeout or (1800.0 if cuda else 600.0)
-    # The collective timeout fires well before the wall-clock limit by default, so a rank that hangs
-    # is named by its peers' timeouts instead of the whole configuration just being killed.
-    pg_timeout = cfg.pg_timeout or min(300.0 if cuda else 120.0, timeout / 2)
-    resolved = dataclasses.replace(cfg, device=dev, gpus=gpus, steps=steps, warmup=warmup, image_size=image,
-                                   timeout=timeout, pg_timeout=pg_timeout, threads_per_process=threads)
-    plan(resolved)  # raises on impossible batch splits, before anything runs
-    return resolved
+                raise ConfigError(f"{flag(name)}: unknown name {n!r}; expected a comma-separated subset of {','.join(allowed)}")
+    for name in ("strategies", "workloads", "precision", "comm_hook", "fsdp_mixed_precision", "channels_last", "compile",
+                 "gradient_as_bucket_view", "static_graph", "sync_buffers", "fsdp_reshard"):
+        values = getattr(cfg, name)
+        if len(set(values)) != len(values):
+            raise ConfigError(f"{flag(name)}: {','.join(map(str, values))} names an entry twice")
+    for hook in cfg.comm_hook:
+        comm_hook_parts(hook)
 
 
-def per_device_batch(cfg: SweepConfig, workload: str) -> int:
-    if cfg.per_device_batch:
-        return cfg.per_device_batch
-    if workload == "deeplabv3":
-        return 8 if cfg.device == "cuda" else 2
-    return 64
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One configuration, run once in its own process(es). Serialised to JSON for the worker."""
-    workload: str
-    strategy: str
-    device_type: str
-    device_count: int
-    per_device_batch: int      # samples per replica (DDP rank or DataParallel chunk)
-    global_batch: int          # samples per optimizer step, all devices together
-    image_size: int
-    steps: int
-    warmup: int
-    threads: int               # torch threads per process (CPU); 0 = torch default
-    seed: int
-    scaling: str
-    repeat: int = 0
-    data: str = "synthetic"
-    voc_root: str = ""
-    download: bool = False
-    epochs: int = 0
-    checkpoint: bool = False
-    num_workers: int = 0
-    pin_memory: bool = False
-    persistent_workers: bool = False
-    synthetic_width: int = 1024
-    synthetic_depth: int = 4
-    synthetic_repeats: int = 1
-    weights: str = ""
-    sync_bn: bool = False
-    pg_timeout_s: float = 120.0
-    mode: str = "bench"        # bench | equivalence | comm
-    emulate_ranks: int = 1     # equivalence reference: one process feeding N ranks' batches at once
-    comm_max_bytes: int = 0    # comm mode: largest all-reduce message (the largest model's gradients)
-    out_dir: str = ""
-
-    @property
-    def key(self) -> str:
-        """Identity of the configuration (without repeat/out_dir), used for resume and reports."""
-        return f"{self.mode}/{self.workload}/{self.strategy}/{self.device_type}x{self.device_count}/b{self.per_device_batch}/g{self.global_batch}/i{self.image_size}/{self.data}"
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> "RunSpec":
-        return cls(**json.loads(text))
-
-
-@dataclass(frozen=True)
-class Skip:
-    """A configuration that will not run, recorded in the store with its reason."""
-    spec: RunSpec
-    reason: str
-
-
-def plan(cfg: SweepConfig) -> list:
-    """Every configuration of a resolved config, in run order: RunSpec or Skip. Raises ConfigError on impossible batches."""
-    out = []
-    max_count = cfg.gpus[-1]
-    for workload in cfg.workloads:
-        pdb = per_device_batch(cfg, workload)
-        gb_strong = cfg.global_batch or pdb * max_count
-        minimum = MIN_REPLICA_BATCH[workload]
-        for strategy in cfg.strategies:
-            counts = (1,) if strategy == "single" else cfg.gpus
-            for n in counts:
-                if cfg.scaling == "weak":
-                    global_b = pdb * n
-                else:
-                    global_b = gb_strong
-                    if global_b % n:
-                        raise ConfigError(f"--global-batch {global_b} cannot be split evenly over {n} devices "
-                                          f"(--scaling strong); choose a multiple of {n}")
-                replica = global_b // n
-                if replica < minimum:
-                    raise ConfigError(f"{workload} with {strategy} on {n} device(s): {replica} sample(s) per replica "
-                                      f"(global batch {global_b}); {workload} needs at least {minimum} per replica")
-                for r in range(cfg.repeats):
-                    spec = RunSpec(
-                        workload=workload, strategy=strategy, device_type=cfg.device, device_count=n,
-                        per_device_batch=replica, global_batch=global_b,
-                        image_size=cfg.image_size if workload == "deeplabv3" else 0,
-                        steps=cfg.steps, warmup=cfg.warmup,
-                        threads=cfg.threads_per_process if cfg.device == "cpu" else 0,
-                        seed=cfg.seed, scaling=cfg.scaling, repeat=r,
-                        data=cfg.data if workload == "deeplabv3" else "synthetic",
-                        voc_root=cfg.voc_root, download=cfg.download, epochs=cfg.epochs, checkpoint=cfg.checkpoint,
-                        num_workers=cfg.num_workers, pin_memory=cfg.pin_memory and cfg.device == "cuda",
-                        persistent_workers=cfg.persistent_workers,
-                        synthetic_width=cfg.synthetic_width, synthetic_depth=cfg.synthetic_depth,
-                        synthetic_repeats=cfg.synthetic_repeats, weights=cfg.weights,
-                        sync_bn=cfg.sync_bn, pg_timeout_s=cfg.pg_timeout)
-                    if strategy == "dp" and cfg.device == "cpu" and n > 1:
-                        out.append(Skip(spec, "DataParallel parallelises over GPUs only; on CPU it has one device, "
-                                              "so only count 1 runs (as the wrapper's overhead baseline)"))
-                    else:
-                        out.append(spec)
-    return out
+def comm_hook_parts(text: str) -> tuple:
+    """'none' | 'fp16' | 'bf16' | 'powersgd:R' -> (name, rank or None); ConfigError otherwise."""
+    name, _, rank = text.partition(":")
+    if name not in COMM_HOOKS or (name == "powersgd") != bool(rank):
+        raise ConfigError(f"--comm-hook: {text!r} is not one of none, fp16, bf16, powersgd:RANK (e.g. powersgd:4)")
+    if rank:
+        try:
+            r = int(rank)
+        except ValueError:
+            r = 0
+        if r < 1:
+            raise ConfigError(f"--comm-hook: PowerSGD rank {rank!r} in {text!r}; expected a whole number >= 1")
+        return name, r
+    return name, None

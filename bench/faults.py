@@ -1,11 +1,14 @@
-"""Fault injection, for tests only: make a chosen rank, or the sweep itself, raise, exit, hang or die.
+"""Fault injection, for tests only: make a chosen rank, or the sweep itself, raise, exit, hang, stop, die or slow down.
 
 Set BENCH_FAULT to KIND@WHERE:STEP (several separated by commas) in the environment of a sweep; it
 reaches every worker process (the sweep and torchrun pass the environment on). KIND is one of:
     raise    raise RuntimeError("injected fault ...")
     exit     os._exit(3) without cleanup
-    hang     sleep forever (the process-group or per-configuration timeout must end it)
+    hang     sleep forever while its other threads run (a deadlock; the heartbeat must name it)
+    stop     SIGSTOP itself: the whole process freezes, heartbeat thread included
     sigkill  SIGKILL itself, as the out-of-memory killer would
+    slow     `slow@R:P`: every step of rank R takes P% longer (it busy-waits P% of its previous step's
+             time): a real slowdown for compare's A/B tests (here the number is a percentage, not a step)
 WHERE is a rank: STEP counts every training step of that rank's run from 0, warm-up included
 (`sigkill@1:3`: rank 1 dies at its fourth step, typically inside backward's all-reduce). It fires in
 every configuration that has that rank and reaches that step.
@@ -16,6 +19,8 @@ Examples:
     BENCH_FAULT=sigkill@1:3 ./run_bench.sh --strategies ddp --workloads synthetic
     BENCH_FAULT=hang@1:2 ./run_bench.sh --strategies ddp --pg-timeout 10 --timeout 30
     BENCH_FAULT=sigkill@sweep:0 ./run_bench.sh --strategies single --workloads synthetic
+    BENCH_FAULT=raise@sweep:0 ./run_bench.sh ...        # an internal error of the sweep: exit 3, no traceback
+    BENCH_FAULT=slow@0:10 ./run_bench.sh --repeats 5     # every step of rank 0 10% slower
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ import signal
 import time
 from typing import Callable, Optional, Union
 
-KINDS = ("raise", "exit", "hang", "sigkill")
+KINDS = ("raise", "exit", "hang", "stop", "sigkill", "slow")
 SWEEP = "sweep"
 
 
@@ -53,6 +58,8 @@ def _fire(kind: str, where: str) -> None:
         os._exit(3)
     if kind == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
     if kind == "hang":
         while True:
             time.sleep(3600)
@@ -62,10 +69,19 @@ def _hook(who: Union[int, str], what: str) -> Optional[Callable[[int], None]]:
     mine = [(k, s) for k, r, s in parse(os.environ.get("BENCH_FAULT", "")) if r == who]
     if not mine:
         return None
+    slow = sum(s for k, s in mine if k == "slow") / 100.0
+    last = [None]
 
     def fire(step: int) -> None:
+        if slow:  # called at the start of each step: the time since the last call is the last step's
+            now = time.perf_counter()
+            if last[0] is not None:
+                until = now + slow * (now - last[0])
+                while time.perf_counter() < until:
+                    pass
+            last[0] = time.perf_counter()
         for kind, at in mine:
-            if step == at:
+            if step == at and kind != "slow":
                 _fire(kind, f"{what} {step}")
     return fire
 

@@ -80,13 +80,100 @@ def efficiency(throughput: float, baseline_throughput: float, device_count: int,
 
 
 def significance(a_ms: Sequence[float], b_ms: Sequence[float]) -> float:
-    """Two-sided p-value that the two sets of raw step times come from the same distribution
-    (Mann-Whitney U: no normality assumed, robust to stragglers)."""
+    """Two-sided Mann-Whitney p-value of two sets of raw step times of ONE process each. The steps of
+    one process share its luck (placement, frequency, neighbours): this separates nothing across
+    processes; bench.compare uses `compare_processes` instead."""
     from scipy import stats as st
     a, b = list(a_ms), list(b_ms)
     if len(a) < 2 or len(b) < 2:
         return float("nan")
     return float(st.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+# ---------------------------------------------------------------- processes as the independent samples
+
+UNSTABLE_REPEAT_SPREAD = 0.10   # repeats' throughputs spread more than 10% of their median: "may be unstable"
+
+
+def repeat_spread(values: Sequence[float]) -> float:
+    """(max - min) / median of per-process throughputs; nan with fewer than two."""
+    x = [float(v) for v in values if v is not None and not math.isnan(v)]
+    if len(x) < 2:
+        return float("nan")
+    return (max(x) - min(x)) / float(np.median(x))
+
+
+@dataclass(frozen=True)
+class ProcessComparison:
+    ratio: float              # candidate / baseline throughput (geometric means over processes)
+    ci95: tuple               # 95% confidence interval of the ratio (nan without repeats on both sides)
+    p_slower: float           # one-sided p-value that the candidate is slower (Welch t on log throughput)
+    p_two_sided: float
+    n_a: int
+    n_b: int
+    spread: float             # largest between-process spread seen on either side (fraction)
+
+    @property
+    def decidable(self) -> bool:
+        return self.n_a >= 2 and self.n_b >= 2
+
+
+def compare_processes(a_sps: Sequence[float], b_sps: Sequence[float]) -> ProcessComparison:
+    """Compare per-process throughputs (samples/s, one value per fresh process) of two sweeps.
+
+    Log throughput makes the ratio symmetric; Welch's t-test does not assume equal spread. With one
+    process on a side nothing about process-to-process noise is known and the p-values are nan.
+    """
+    from scipy import stats as st
+    la = np.log([float(v) for v in a_sps])
+    lb = np.log([float(v) for v in b_sps])
+    ratio = float(np.exp(lb.mean() - la.mean()))
+    spread = max([v for v in (repeat_spread(a_sps), repeat_spread(b_sps)) if not math.isnan(v)], default=float("nan"))
+    if len(la) < 2 or len(lb) < 2:
+        return ProcessComparison(ratio, (float("nan"), float("nan")), float("nan"), float("nan"), len(la), len(lb), spread)
+    va, vb = la.var(ddof=1) / len(la), lb.var(ddof=1) / len(lb)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        p1 = 0.0 if ratio < 1 else 1.0
+        p2 = 0.0 if ratio != 1 else 1.0
+        ci = (ratio, ratio)
+    else:
+        df = (va + vb) ** 2 / (va ** 2 / (len(la) - 1) + vb ** 2 / (len(lb) - 1))
+        t = (lb.mean() - la.mean()) / se
+        p1, p2 = float(st.t.cdf(t, df)), float(2 * st.t.sf(abs(t), df))
+        half = float(st.t.ppf(0.975, df) * se)
+        ci = (float(np.exp(lb.mean() - la.mean() - half)), float(np.exp(lb.mean() - la.mean() + half)))
+    return ProcessComparison(ratio, ci, p1, p2, len(la), len(lb), spread)
+
+
+def compare_pairs(a_sps: Sequence[float], b_sps: Sequence[float]) -> ProcessComparison:
+    """Compare interleaved A/B processes pair by pair (A and B run back to back, alternately first):
+    a paired t-test on log(b/a), so the machine's drift between pairs cancels. n_a = n_b = pairs."""
+    from scipy import stats as st
+    d = np.log(np.asarray(b_sps, dtype=float) / np.asarray(a_sps, dtype=float))
+    ratio = float(np.exp(d.mean()))
+    spread = max([v for v in (repeat_spread(a_sps), repeat_spread(b_sps)) if not math.isnan(v)], default=float("nan"))
+    n = len(d)
+    if n < 2:
+        return ProcessComparison(ratio, (float("nan"), float("nan")), float("nan"), float("nan"), n, n, spread)
+    se = float(d.std(ddof=1) / math.sqrt(n))
+    if se == 0:
+        return ProcessComparison(ratio, (ratio, ratio), 0.0 if ratio < 1 else 1.0, 0.0 if ratio != 1 else 1.0, n, n, spread)
+    t = float(d.mean() / se)
+    half = float(st.t.ppf(0.975, n - 1) * se)
+    return ProcessComparison(ratio, (float(np.exp(d.mean() - half)), float(np.exp(d.mean() + half))),
+                             float(st.t.cdf(t, n - 1)), float(2 * st.t.sf(abs(t), n - 1)), n, n, spread)
+
+
+def holm(p_values: dict, alpha: float) -> set:
+    """Keys whose p-value stays significant at family-wise level alpha (Holm-Bonferroni)."""
+    ordered = sorted((p, k) for k, p in p_values.items() if not math.isnan(p))
+    out, m = set(), len(ordered)
+    for i, (p, k) in enumerate(ordered):
+        if p > alpha / (m - i):
+            break
+        out.add(k)
+    return out
 
 
 # ---------------------------------------------------------------- helpers for reports and comparisons
@@ -139,8 +226,48 @@ def allreduce_ms_at(size_bytes: float, sizes_bytes: Sequence[float], times_ms: S
 
 
 def exposed_comm_ms(step_ms: Sequence[float], no_sync_step_ms: Sequence[float]) -> float:
-    """DDP communication the step waits for: median step time minus the median time of the same
-    steps run under no_sync() (no gradient all-reduce). nan without both sets."""
+    """DDP communication the step waits for: median step time of the probe's synchronised blocks minus
+    the median of its no_sync() blocks (no gradient all-reduce; buffers broadcast in both). nan without both."""
     if not len(step_ms) or not len(no_sync_step_ms):
         return float("nan")
     return summarize(step_ms).median_ms - summarize(no_sync_step_ms).median_ms
+
+
+# ---------------------------------------------------------------- throughput from timed windows
+
+def window_throughput(windows: Iterable[dict]) -> tuple:
+    """(samples/s, wall s) of a run from its raw windows (one per rank and kind, bench.loop).
+
+    The measured window ('measure') when there is one: all ranks' samples over the slowest rank's wall
+    time. Epoch runs: every epoch's samples over the sum of the epochs' slowest-rank wall times (the
+    time to train, warm-up included, as the reference experiment measured it). (nan, nan) if neither.
+    """
+    by_kind: dict = {}
+    for w in windows:
+        by_kind.setdefault(w["kind"], []).append(w)
+    kinds = ["measure"] if "measure" in by_kind else sorted(k for k in by_kind if k.startswith("epoch")) or \
+        (["loader"] if "loader" in by_kind else [])
+    samples = sum(int(w["samples"]) for k in kinds for w in by_kind[k])
+    wall = sum(max(float(w["wall_s"]) for w in by_kind[k]) for k in kinds)
+    if not kinds or wall <= 0:
+        return float("nan"), float("nan")
+    return samples / wall, wall
+
+
+def result_summary(steps: list, windows: list, global_batch: int) -> dict:
+    """Everything the results table summarises of one run, from its raw rows."""
+    out: dict = {}
+    measured = [s for s in steps if s.get("kind", "measure") == "measure"]
+    if measured:
+        out["summary"] = summarize(step_times_ms(measured))
+    sps, wall = window_throughput(windows)
+    if not math.isnan(sps):
+        out["samples_per_s"], out["window_s"] = sps, wall
+    elif measured:  # stores of schema 1 had no windows: throughput from the median step
+        out["samples_per_s"] = samples_per_s(global_batch, out["summary"].median_ms)
+    sync = [s for s in steps if s.get("kind") == "probe_sync"]
+    nosync = [s for s in steps if s.get("kind") in ("probe_no_sync", "no_sync")]
+    if nosync:
+        reference = sync or measured  # schema 1 compared the measured steps with a no_sync block
+        out["exposed_comm_ms"] = exposed_comm_ms(step_times_ms(reference), step_times_ms(nosync))
+    return out

@@ -1,18 +1,10 @@
 """The results store: one SQLite file (default results/bench.sqlite) a user can query with SQL or pandas.
 
-Tables (schema version in `PRAGMA user_version`, see SCHEMA_HISTORY):
-  environments  what produced a measurement: torch/CUDA/cuDNN/NCCL versions, GPUs, CPU, host, git commit
-  sweeps        one row per sweep: command line, config, start/end, status (running/completed/interrupted/died)
-  results       one row per configuration run: identity, status ok/failed/skipped/interrupted + reason,
-                and a summary (samples/s, step-time statistics) derived from the raw rows below by bench.stats
-  steps         raw per-step, per-rank times (ms) of every phase; kind 'measure' or 'no_sync' (DDP probe)
-  memory        peak memory of every device (and process RSS) of a run, MiB
-  epochs        per-epoch wall time, mean loss, data wait and split coverage (real-data runs with --epochs)
-  comm          all-reduce microbenchmark rows: size, time, algbw/busbw (nccl-tests' definitions), GB/s
-
-Durability: WAL journal, a busy timeout, and every result with its raw values written in one
-`BEGIN IMMEDIATE` transaction, so a killed sweep never leaves half a result and two sweeps can share a
-store. A sweep left 'running' by a process that no longer exists is marked 'died' when the store is opened.
+The tables and their history live in bench.schema. Durability: WAL journal, a busy timeout, and every
+result with its raw values written in one `BEGIN IMMEDIATE` transaction, so a killed sweep never leaves
+half a result and two sweeps can share a store. A sweep left 'running' by a process that no longer
+exists is marked 'died' when the store is opened. `check_path` validates a store path without
+writing anything, so a refused sweep leaves an existing store byte-identical.
 """
 from __future__ import annotations
 
@@ -20,92 +12,16 @@ import json
 import os
 import socket
 import sqlite3
+import tempfile
 import time
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
-from bench import faults, stats
+from bench import faults, schema, stats
+from bench.schema import (COMM_COLUMNS, EPOCH_COLUMNS, MEMORY_COLUMNS, SCHEMA_HISTORY, SCHEMA_VERSION, STEP_COLUMNS,
+                          WINDOW_COLUMNS)
 
-SCHEMA_VERSION = 1
-SCHEMA_HISTORY = {
-    1: "first version: environments, sweeps, results, steps, memory, epochs, comm",
-}
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS environments (
-    env_id INTEGER PRIMARY KEY,
-    captured_at TEXT NOT NULL,
-    hostname TEXT, python TEXT, torch TEXT, torchvision TEXT, cuda TEXT, cudnn TEXT, nccl TEXT,
-    gpu_names TEXT, gpu_driver TEXT, cpu_model TEXT, cpu_cores INTEGER, git_commit TEXT,
-    json TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS sweeps (
-    sweep_id INTEGER PRIMARY KEY,
-    started_at TEXT NOT NULL,
-    ended_at TEXT,
-    status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'interrupted', 'died')),
-    command_line TEXT NOT NULL,
-    config_json TEXT NOT NULL,
-    hostname TEXT, pid INTEGER,
-    env_id INTEGER REFERENCES environments(env_id),
-    resumed INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS results (
-    result_id INTEGER PRIMARY KEY,
-    sweep_id INTEGER NOT NULL REFERENCES sweeps(sweep_id),
-    env_id INTEGER REFERENCES environments(env_id),
-    config_key TEXT NOT NULL,
-    mode TEXT NOT NULL,
-    workload TEXT NOT NULL, strategy TEXT NOT NULL, device_type TEXT NOT NULL,
-    device_count INTEGER NOT NULL, per_device_batch INTEGER NOT NULL, global_batch INTEGER NOT NULL,
-    image_size INTEGER, scaling TEXT, data TEXT, repeat INTEGER NOT NULL DEFAULT 0,
-    threads_per_process INTEGER,
-    status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'skipped', 'interrupted')),
-    reason TEXT,
-    failed_rank INTEGER,
-    started_at TEXT, ended_at TEXT, wall_s REAL,
-    n_steps INTEGER, samples_per_s REAL,
-    step_ms_median REAL, step_ms_p10 REAL, step_ms_p90 REAL, step_ms_iqr REAL,
-    step_ms_mean REAL, step_ms_ci95_low REAL, step_ms_ci95_high REAL, unstable INTEGER,
-    params INTEGER, grad_mib REAL,
-    exposed_comm_ms REAL, comm_method TEXT,
-    spec_json TEXT NOT NULL,
-    details_json TEXT
-);
-CREATE INDEX IF NOT EXISTS results_by_sweep ON results(sweep_id, config_key);
-CREATE TABLE IF NOT EXISTS steps (
-    result_id INTEGER NOT NULL REFERENCES results(result_id),
-    kind TEXT NOT NULL DEFAULT 'measure',
-    rank INTEGER NOT NULL, step INTEGER NOT NULL,
-    step_ms REAL NOT NULL, data_ms REAL, h2d_ms REAL, forward_ms REAL, backward_ms REAL, optimizer_ms REAL,
-    loss REAL,
-    PRIMARY KEY (result_id, kind, rank, step)
-);
-CREATE TABLE IF NOT EXISTS memory (
-    result_id INTEGER NOT NULL REFERENCES results(result_id),
-    rank INTEGER NOT NULL, device TEXT NOT NULL, device_name TEXT,
-    peak_allocated_mib REAL, peak_reserved_mib REAL, peak_rss_mib REAL,
-    PRIMARY KEY (result_id, rank, device)
-);
-CREATE TABLE IF NOT EXISTS epochs (
-    result_id INTEGER NOT NULL REFERENCES results(result_id),
-    epoch INTEGER NOT NULL, wall_s REAL NOT NULL, mean_loss REAL, data_wait_s REAL,
-    samples INTEGER, steps INTEGER,
-    images INTEGER, images_seen INTEGER, images_repeated INTEGER, images_dropped INTEGER,
-    PRIMARY KEY (result_id, epoch)
-);
-CREATE TABLE IF NOT EXISTS comm (
-    result_id INTEGER NOT NULL REFERENCES results(result_id),
-    size_bytes INTEGER NOT NULL, time_ms REAL NOT NULL, algbw_gbps REAL, busbw_gbps REAL, iters INTEGER,
-    PRIMARY KEY (result_id, size_bytes)
-);
-"""
-
-STEP_COLUMNS = ("kind", "rank", "step", "step_ms", "data_ms", "h2d_ms", "forward_ms", "backward_ms", "optimizer_ms", "loss")
-MEMORY_COLUMNS = ("rank", "device", "device_name", "peak_allocated_mib", "peak_reserved_mib", "peak_rss_mib")
-EPOCH_COLUMNS = ("epoch", "wall_s", "mean_loss", "data_wait_s", "samples", "steps",
-                 "images", "images_seen", "images_repeated", "images_dropped")
-COMM_COLUMNS = ("size_bytes", "time_ms", "algbw_gbps", "busbw_gbps", "iters")
+SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 class StoreError(RuntimeError):
@@ -140,7 +56,7 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
     except sqlite3.DatabaseError as e:
         conn.close()
         raise StoreError(f"store {path!r} is not a SQLite results store: {e}") from None
-    _check_version(conn, path, version, tables)
+    _check_version(conn, path, version, tables, readonly)
     if readonly:
         if version == 0:
             conn.close()
@@ -148,17 +64,67 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
         return conn
     _retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
     conn.execute("PRAGMA synchronous = NORMAL")
-    if version == 0:
-        with transaction(conn):  # another process may have created it since: look again under the write lock
+    if version != SCHEMA_VERSION:
+        with transaction(conn):  # another process may have created or migrated it since: look again under the lock
             version, tables = _version(conn)
             _check_version(conn, path, version, tables)
             if version == 0:
-                for stmt in SCHEMA.split(";"):
-                    if stmt.strip():
-                        conn.execute(stmt)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                schema.create(conn)
+            elif version < SCHEMA_VERSION:
+                schema.migrate(conn, version)
     mark_dead_sweeps(conn)
     return conn
+
+
+def check_path(path: str) -> None:
+    """Refuse, before anything runs, a store path that cannot be created, opened or written: a folder, a
+    file that is not a SQLite database, a read-only or virtual filesystem, a store of a newer schema.
+    Writes nothing into an existing store (a probe file next to it is created and removed)."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        raise StoreError(f"--store {path!r} is a folder; expected the path of a SQLite file (e.g. {os.path.join(path, 'bench.sqlite')})")
+    if os.path.exists(path):
+        if not os.path.isfile(path):
+            raise StoreError(f"--store {path!r} exists and is not a regular file")
+        try:
+            with open(path, "rb") as f:
+                head = f.read(len(SQLITE_MAGIC))
+        except OSError as e:
+            raise StoreError(f"--store {path!r} cannot be read: {e.strerror}") from None
+        if head and head != SQLITE_MAGIC:
+            raise StoreError(f"--store {path!r} is not a SQLite database (its first bytes are {head[:16]!r}); "
+                             "choose a new path or an existing results store")
+        if head:
+            _check_existing(path)
+        if not os.access(path, os.W_OK):
+            raise StoreError(f"--store {path!r} is not writable")
+    folder = os.path.dirname(path)
+    while not os.path.exists(folder):  # the nearest existing ancestor: the store's folders will be made in it
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise StoreError(f"--store {path!r}: {folder!r} is not a folder")
+    try:  # a real write: read-only mounts and virtual filesystems (/proc, /sys) refuse it
+        fd, probe = tempfile.mkstemp(prefix=".bench-store-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise StoreError(f"--store {path!r}: cannot create files in {folder!r} ({e.strerror}); "
+                         "SQLite needs to write the store and its journal there") from None
+
+
+def _check_existing(path: str) -> None:
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"--store {path!r} cannot be opened as a SQLite database: {e}") from None
+    if version > SCHEMA_VERSION or (version == 0 and tables):
+        raise StoreError(f"--store {path!r} has schema version {version}; this suite reads and writes version "
+                         f"{SCHEMA_VERSION}. Use another --store; the file was not modified.")
 
 
 def _version(conn: sqlite3.Connection) -> tuple:
@@ -175,14 +141,21 @@ def _version(conn: sqlite3.Connection) -> tuple:
     return version, tables
 
 
-def _check_version(conn: sqlite3.Connection, path: str, version: int, tables: set) -> None:
-    if version != SCHEMA_VERSION and (version != 0 or tables):
+def _check_version(conn: sqlite3.Connection, path: str, version: int, tables: set, readonly: bool = False) -> None:
+    problem = None
+    if version > SCHEMA_VERSION or (version == 0 and tables):
+        problem = (f"store {path!r} has schema version {version}; this suite reads and writes version "
+                   f"{SCHEMA_VERSION} ({SCHEMA_HISTORY[SCHEMA_VERSION]}). Use another --store, or a suite "
+                   f"version that matches; the file was not modified.")
+    elif readonly and 0 < version < SCHEMA_VERSION:
+        problem = (f"store {path!r} was written with schema version {version}; this suite reads version {SCHEMA_VERSION}. "
+                   f"`./run_bench.sh migrate --store {path}` upgrades it in place, keeping every row "
+                   f"(a sweep into it does the same); the file was not modified.")
+    if problem:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         conn.close()
-        raise StoreError(f"store {path!r} has schema version {version}; this suite reads and writes version "
-                         f"{SCHEMA_VERSION} ({SCHEMA_HISTORY[SCHEMA_VERSION]}). Use another --store, or a suite "
-                         f"version that matches; the file was not modified.")
+        raise StoreError(problem)
 
 
 def _retry_busy(fn):
@@ -242,12 +215,20 @@ def insert_environment(conn: sqlite3.Connection, env: dict) -> int:
     return int(cur.lastrowid)
 
 
-def begin_sweep(conn: sqlite3.Connection, command_line: str, config_json: str, env_id: Optional[int]) -> int:
+def begin_sweep(conn: sqlite3.Connection, command_line: str, config_json: str, env_id: Optional[int],
+                label: Optional[str] = None, paired_with: Optional[int] = None) -> int:
     with transaction(conn):
-        cur = conn.execute("INSERT INTO sweeps (started_at, status, command_line, config_json, hostname, pid, env_id) "
-                           "VALUES (?, 'running', ?, ?, ?, ?, ?)",
-                           (now(), command_line, config_json, socket.gethostname(), os.getpid(), env_id))
+        cur = conn.execute("INSERT INTO sweeps (started_at, status, command_line, config_json, hostname, pid, env_id, "
+                           "label, paired_with) VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?)",
+                           (now(), command_line, config_json, socket.gethostname(), os.getpid(), env_id, label, paired_with))
     return int(cur.lastrowid)
+
+
+def pair_sweeps(conn: sqlite3.Connection, a: int, b: int) -> None:
+    """Mark two sweeps as interleaved A/B runs of each other (compare then pairs their processes)."""
+    with transaction(conn):
+        conn.execute("UPDATE sweeps SET paired_with = ? WHERE sweep_id = ?", (b, a))
+        conn.execute("UPDATE sweeps SET paired_with = ? WHERE sweep_id = ?", (a, b))
 
 
 def reopen_sweep(conn: sqlite3.Connection, sweep_id: int) -> None:
@@ -257,9 +238,10 @@ def reopen_sweep(conn: sqlite3.Connection, sweep_id: int) -> None:
                      "WHERE sweep_id = ?", (socket.gethostname(), os.getpid(), sweep_id))
 
 
-def end_sweep(conn: sqlite3.Connection, sweep_id: int, status: str) -> None:
+def end_sweep(conn: sqlite3.Connection, sweep_id: int, status: str, traceback_path: Optional[str] = None) -> None:
     with transaction(conn):
-        conn.execute("UPDATE sweeps SET status = ?, ended_at = ? WHERE sweep_id = ?", (status, now(), sweep_id))
+        conn.execute("UPDATE sweeps SET status = ?, ended_at = ?, traceback_path = COALESCE(?, traceback_path) "
+                     "WHERE sweep_id = ?", (status, now(), traceback_path, sweep_id))
 
 
 def find_sweep(conn: sqlite3.Connection, which: str) -> sqlite3.Row:
@@ -290,22 +272,15 @@ def record_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int]
                   wall_s: Optional[float] = None, failed_rank: Optional[int] = None) -> int:
     """Write one configuration's result with all its raw rows in a single transaction. Returns result_id.
 
-    payload (from the worker's result file): steps, memory, epochs, comm lists of dicts; params,
-    grad_bytes, exposed_comm_ms, comm_method and any other keys go to details_json.
+    payload (from the worker's result file): steps, windows, memory, epochs, comm, nodes lists of dicts;
+    params, grad_bytes, comm_method, timing_method, numerics, compile_s; any other keys go to details_json.
+    The summary columns are derived here from the raw rows by bench.stats.
     """
     payload = dict(payload or {})
-    steps = payload.pop("steps", [])
-    memory = payload.pop("memory", [])
-    epochs = payload.pop("epochs", [])
-    comm = payload.pop("comm", [])
+    rows = {name: payload.pop(name, []) for name in ("steps", "windows", "memory", "epochs", "comm", "nodes")}
     grad_bytes = payload.pop("grad_bytes", None)
-    measured = [s for s in steps if s.get("kind", "measure") == "measure"]
-    summary = exposed_ms = None
-    if status == "ok" and measured:
-        summary = stats.summarize(stats.step_times_ms(measured))
-        nosync = [s for s in steps if s.get("kind") == "no_sync"]
-        if nosync:  # DDP: what backward's communication added over the same steps without it
-            exposed_ms = stats.exposed_comm_ms(stats.step_times_ms(measured), stats.step_times_ms(nosync))
+    s = stats.result_summary(rows["steps"], rows["windows"], spec.global_batch) if status == "ok" else {}
+    summary = s.get("summary")
     row = {
         "sweep_id": sweep_id, "env_id": env_id, "config_key": spec.key, "mode": spec.mode,
         "workload": spec.workload, "strategy": spec.strategy, "device_type": spec.device_type,
@@ -313,8 +288,7 @@ def record_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int]
         "image_size": spec.image_size, "scaling": spec.scaling, "data": spec.data, "repeat": spec.repeat,
         "threads_per_process": spec.threads, "status": status, "reason": reason or None, "failed_rank": failed_rank,
         "started_at": started_at or None, "ended_at": ended_at or None, "wall_s": wall_s,
-        "n_steps": summary.n if summary else None,
-        "samples_per_s": stats.samples_per_s(spec.global_batch, summary.median_ms) if summary else None,
+        "n_steps": summary.n if summary else None, "samples_per_s": s.get("samples_per_s"),
         "step_ms_median": summary.median_ms if summary else None, "step_ms_p10": summary.p10_ms if summary else None,
         "step_ms_p90": summary.p90_ms if summary else None, "step_ms_iqr": summary.iqr_ms if summary else None,
         "step_ms_mean": summary.mean_ms if summary else None,
@@ -323,19 +297,33 @@ def record_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int]
         "unstable": int(summary.unstable) if summary else None,
         "params": payload.pop("params", None),
         "grad_mib": grad_bytes / 2**20 if grad_bytes is not None else None,
-        "exposed_comm_ms": exposed_ms, "comm_method": payload.pop("comm_method", None),
-        "spec_json": spec.to_json(), "details_json": json.dumps(payload, sort_keys=True, default=str) if payload else None,
+        "exposed_comm_ms": s.get("exposed_comm_ms"), "comm_method": payload.pop("comm_method", None),
+        "spec_json": spec.to_json(),
+        "precision": spec.precision, "channels_last": int(spec.channels_last), "compiled": int(spec.compile),
+        "options_json": json.dumps(dict(spec.options), sort_keys=True) if spec.options else None,
+        "nodes": spec.nodes, "launcher": spec.launcher, "timing_method": payload.pop("timing_method", None),
+        "window_s": s.get("window_s"), "micro_batch": spec.micro_batch or spec.per_device_batch,
+        "loader_workers": spec.num_workers * spec.processes if spec.data == "voc" else None,
+        "compile_s": payload.pop("compile_s", None),
+        "numerics_json": json.dumps(payload.pop("numerics"), sort_keys=True) if payload.get("numerics") else None,
+        "details_json": json.dumps(payload, sort_keys=True, default=str) if payload else None,
     }
+    rows["nodes"] = [{"node_rank": n.get("node_rank", i), "hostname": n.get("hostname"),
+                      "env_json": json.dumps(n, sort_keys=True, default=str)} for i, n in enumerate(rows["nodes"])]
     with transaction(conn):
         cur = conn.execute(f"INSERT INTO results ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
         rid = int(cur.lastrowid)
         faults.sweep_writing_result()  # tests only: BENCH_FAULT=sigkill@sweep:N kills the sweep right here
-        for table, cols, items in (("steps", STEP_COLUMNS, steps), ("memory", MEMORY_COLUMNS, memory),
-                                   ("epochs", EPOCH_COLUMNS, epochs), ("comm", COMM_COLUMNS, comm)):
-            if items:
+        for table, cols in (("steps", STEP_COLUMNS), ("windows", WINDOW_COLUMNS), ("memory", MEMORY_COLUMNS),
+                            ("epochs", EPOCH_COLUMNS), ("comm", COMM_COLUMNS), ("nodes", NODE_COLUMNS)):
+            if rows[table]:
                 conn.executemany(f"INSERT INTO {table} (result_id, {', '.join(cols)}) VALUES (?, {', '.join('?' * len(cols))})",
-                                 [[rid] + [it.get(c, "measure" if c == "kind" else None) for c in cols] for it in items])
+                                 [[rid] + [it.get(c, DEFAULTS.get(c)) for c in cols] for it in rows[table]])
     return rid
+
+
+NODE_COLUMNS = ("node_rank", "hostname", "env_json")
+DEFAULTS = {"kind": "measure", "scope": "world", "first_step": 0}
 
 
 def latest_results(conn: sqlite3.Connection, sweep_id: int) -> list:

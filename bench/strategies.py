@@ -3,13 +3,17 @@
     apply_single(model, ctx)  one device
     apply_dp(model, ctx)      nn.DataParallel over the first ctx.count visible GPUs (on CPU the
                               wrapper has no devices and calls the module directly: its overhead)
-    apply_ddp(model, ctx)     DistributedDataParallel, NCCL on GPUs and gloo on CPU, one process per device
+    apply_ddp(model, ctx)     DistributedDataParallel, NCCL on GPUs and gloo on CPU, one process per
+                              device, with the settings in ctx.options (bucket_cap_mb,
+                              gradient_as_bucket_view, static_graph, sync_buffers, comm_hook)
+    apply_fsdp(model, ctx)    FSDP2 `fully_shard` per block, then the root (bench.fsdp)
 
 Adding a strategy means adding one function here and one entry in STRATEGIES.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import inspect
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -18,12 +22,14 @@ from torch import nn
 
 @dataclass(frozen=True)
 class Ctx:
-    """Where this process runs: its device and its place among the processes of the configuration."""
+    """Where this process runs: its device, its place among the processes, and the strategy's settings."""
     device: torch.device
     count: int            # devices used by the configuration
     rank: int = 0
     world_size: int = 1
     sync_bn: bool = False
+    options: dict = field(default_factory=dict)
+    warmup: int = 0       # warm-up steps of the run (PowerSGD starts compressing after them)
 
     @property
     def cuda(self) -> bool:
@@ -43,21 +49,80 @@ def apply_dp(model: nn.Module, ctx: Ctx) -> nn.Module:
     return nn.DataParallel(model)  # no GPU: device_ids == [], forward is a pass-through
 
 
+def _buffer_sync_kwarg() -> str:
+    """torch >= 2.13 names per-forward buffer synchronisation forward_sync_buffers (broadcast_buffers before)."""
+    params = inspect.signature(nn.parallel.DistributedDataParallel.__init__).parameters
+    return "forward_sync_buffers" if "forward_sync_buffers" in params else "broadcast_buffers"
+
+
+def ddp_kwargs(options: dict) -> dict:
+    """DistributedDataParallel keyword arguments for the settings asked for (DDP's defaults otherwise)."""
+    kw = {"gradient_as_bucket_view": bool(options.get("gradient_as_bucket_view", False)),
+          "static_graph": bool(options.get("static_graph", False)),
+          _buffer_sync_kwarg(): bool(options.get("sync_buffers", True))}
+    if options.get("bucket_cap_mb") is not None:
+        kw["bucket_cap_mb"] = float(options["bucket_cap_mb"])
+    return kw
+
+
+def register_comm_hook(model: nn.parallel.DistributedDataParallel, hook: str, warmup: int) -> dict:
+    """fp16 / bf16 compression or PowerSGD (rank R, compressing from the first measured step). Returns its settings."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+    from bench.config import comm_hook_parts
+    name, rank = comm_hook_parts(hook)
+    if name == "fp16":
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif name == "bf16":
+        model.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    elif name == "powersgd":
+        start = max(2, warmup)  # PowerSGD runs plain all-reduce before this step; the minimum DDP allows is 2
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=start)
+        model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        return {"comm_hook": hook, "matrix_approximation_rank": rank, "start_powerSGD_iter": start}
+    return {"comm_hook": hook}
+
+
 def apply_ddp(model: nn.Module, ctx: Ctx) -> nn.Module:
     if ctx.sync_bn and ctx.cuda:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model = model.to(ctx.device)
     # DDP broadcasts rank 0's parameters and buffers at construction: identical initial weights.
-    return nn.parallel.DistributedDataParallel(model, device_ids=[ctx.device.index] if ctx.cuda else None)
+    ddp = nn.parallel.DistributedDataParallel(model, device_ids=[ctx.device.index] if ctx.cuda else None,
+                                              **ddp_kwargs(ctx.options))
+    register_comm_hook(ddp, ctx.options.get("comm_hook", "none"), ctx.warmup)
+    return ddp
+
+
+def apply_fsdp(model: nn.Module, ctx: Ctx) -> nn.Module:
+    from bench import fsdp
+    bf16 = ctx.options.get("mixed_precision", "none") == "bf16"  # bf16 parameters, fp32 gradient reduction
+    return fsdp.apply_fsdp(model, ctx, reshard_after_forward=bool(ctx.options.get("reshard", True)),
+                           param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32 if bf16 else None)
 
 
 STRATEGIES: dict[str, Callable[[nn.Module, Ctx], nn.Module]] = {
     "single": apply_single,
     "dp": apply_dp,
     "ddp": apply_ddp,
+    "fsdp": apply_fsdp,
 }
 
 
 def unwrap(model: nn.Module) -> nn.Module:
-    """The user's module inside a DataParallel/DDP wrapper."""
+    """The user's module inside torch.compile, DataParallel and DDP wrappers."""
+    model = getattr(model, "_orig_mod", model)
     return model.module if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else model
+
+
+def is_ddp(model: nn.Module) -> bool:
+    return isinstance(getattr(model, "_orig_mod", model), nn.parallel.DistributedDataParallel)
+
+
+def ddp_settings(model: nn.Module) -> dict:
+    """DDP's own view of its settings, read back from the wrapped model (what the knobs really did)."""
+    ddp = getattr(model, "_orig_mod", model)
+    if not isinstance(ddp, nn.parallel.DistributedDataParallel):
+        return {}
+    return {"bucket_cap_mb": ddp.bucket_bytes_cap / 2**20, "gradient_as_bucket_view": ddp.gradient_as_bucket_view,
+            "static_graph": bool(ddp.static_graph), "sync_buffers": bool(ddp.broadcast_buffers),
+            "buffers": len(ddp.modules_buffers)}

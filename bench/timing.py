@@ -1,76 +1,122 @@
-"""Timing of training steps and their phases, and peak memory: correct on CUDA and on CPU.
+"""Clocks for a measured window of training steps: its wall time, and every step's and phase's time.
 
-CUDA: one `torch.cuda.synchronize()` at the step boundary, CUDA events for the phases (events do
-not stall the GPU, synchronising inside each phase would distort the step). CPU: the monotonic
-wall clock (`time.perf_counter_ns`), since CPU work is synchronous. The same `PhaseTimer` serves
-both: `start()`, `mark(phase)` at the end of each phase, `stop()` returns milliseconds.
+A window is `open()`, then steps (`mark(phase)` at the end of each phase, `step_end()` at the end of
+the step), then `close()`, which returns the window's wall time in seconds; `rows()` afterwards gives
+one dict per step: `step_ms` and `<phase>_ms`. Consecutive steps share their boundary, so the steps
+of a window add up to it (nothing between two steps goes unmeasured).
+
+    CUDA (EventClock): the window holds no host synchronisation. open() synchronises every device
+        the step uses and reads the host clock; each mark records a CUDA event on the current stream
+        (the host does not wait); close() records the last boundary, synchronises and reads the host
+        clock. Events are read in rows(), after the window. The host can run ahead of the GPU inside
+        the window, as in real training: DataParallel's scatter and replicate of step k+1 overlap the
+        GPU's tail of step k. Throughput is samples over the window's wall time.
+    CPU (HostClock): CPU work is synchronous, marks read the monotonic clock (time.perf_counter_ns).
+
+The device API (event factory and synchronise) is a parameter: tests drive the CUDA path on a CPU
+with a stand-in that records every call and fails a synchronisation inside the window.
 """
 from __future__ import annotations
 
-import resource
-import sys
 import time
+from typing import Optional
 
 import torch
 
 PHASES = ("data", "h2d", "forward", "backward", "optimizer")
+_STEP = "<step>"
 
 
-class PhaseTimer:
-    """Phases are timed on `device` (where the step's inputs and outputs live); the step boundary
-    synchronises every device in `sync_devices` (all GPUs of a DataParallel process)."""
+class CudaAPI:
+    """The real device API: CUDA events and synchronisation."""
 
-    def __init__(self, device: torch.device, sync_devices: list | None = None):
-        self.cuda = device.type == "cuda"
-        self.device = device
-        self.sync_devices = sync_devices or [device]
+    def event(self):
+        return torch.cuda.Event(enable_timing=True)
 
-    def start(self) -> None:
-        self._marks = []
-        self._t0 = time.perf_counter_ns()
-        if self.cuda:
-            self._e0 = torch.cuda.Event(enable_timing=True)
-            self._e0.record()
+    def synchronize(self, device: torch.device) -> None:
+        torch.cuda.synchronize(device)
+
+
+class HostClock:
+    """Monotonic host clock; the CPU path."""
+    method = "cpu_clock"
+
+    def __init__(self):
+        self._marks: list = []
+        self.is_open = False
+
+    def _now(self):
+        return time.perf_counter_ns()
+
+    def _ms(self, a, b) -> float:
+        return (b - a) / 1e6
+
+    def open(self) -> None:
+        self._t0 = time.perf_counter()
+        self._marks = [(_STEP, self._now())]
+        self.is_open = True
 
     def mark(self, phase: str) -> None:
-        if self.cuda:
-            e = torch.cuda.Event(enable_timing=True)
-            e.record()
-            self._marks.append((phase, e))
-        else:
-            self._marks.append((phase, time.perf_counter_ns()))
+        self._marks.append((phase, self._now()))
 
-    def stop(self) -> dict:
-        """End the step (the one synchronisation on CUDA). Returns {'step_ms', '<phase>_ms'...}."""
-        if self.cuda:
-            for d in self.sync_devices:
-                torch.cuda.synchronize(d)
-        t1 = time.perf_counter_ns()
-        out = {"step_ms": (t1 - self._t0) / 1e6}
-        prev = self._e0 if self.cuda else self._t0
-        for phase, m in self._marks:
-            out[f"{phase}_ms"] = prev.elapsed_time(m) if self.cuda else (m - prev) / 1e6
-            prev = m
+    def step_end(self) -> None:
+        self._marks.append((_STEP, self._now()))
+
+    def close(self) -> float:
+        self.is_open = False
+        return time.perf_counter() - self._t0
+
+    def rows(self) -> list:
+        """Per step: step_ms from boundary to boundary, each phase's ms (summed when a step has several
+        micro-batches), and other_ms for what falls between the last phase and the boundary."""
+        out, cur, prev = [], None, None
+        for name, t in self._marks:
+            if prev is not None:
+                dt = self._ms(prev, t)
+                if cur is None:
+                    cur = {"step_ms": 0.0, **{f"{p}_ms": 0.0 for p in PHASES}, "other_ms": 0.0}
+                cur["step_ms"] += dt
+                key = "other_ms" if name == _STEP else f"{name}_ms"
+                cur[key] = cur.get(key, 0.0) + dt
+                if name == _STEP:
+                    out.append(cur)
+                    cur = None
+            prev = t
         return out
 
 
-def reset_peaks(devices: list) -> None:
-    for d in devices:
-        if d.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(d)
+class EventClock(HostClock):
+    """CUDA events on the current stream of `device`; synchronises `sync_devices` at open and close only."""
+    method = "cuda_window_events"
+
+    def __init__(self, device: torch.device, sync_devices: Optional[list] = None, api=None):
+        super().__init__()
+        self.device = device
+        self.sync_devices = sync_devices or [device]
+        self.api = api or CudaAPI()
+
+    def _now(self):
+        e = self.api.event()
+        e.record()
+        return e
+
+    def _ms(self, a, b) -> float:
+        return float(a.elapsed_time(b))
+
+    def open(self) -> None:
+        for d in self.sync_devices:
+            self.api.synchronize(d)
+        super().open()
+
+    def close(self) -> float:
+        self.is_open = False  # the last step_end() event was the window's last boundary; this is its end
+        for d in self.sync_devices:
+            self.api.synchronize(d)
+        return super().close()
 
 
-def peak_memory(devices: list, rank: int) -> list:
-    """Peak memory of every device this process used (all GPUs of a DataParallel process), plus its RSS."""
-    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 if sys.platform != "darwin" else 2**20)
-    rows = []
-    for d in devices:
-        if d.type == "cuda":
-            rows.append({"rank": rank, "device": str(d), "device_name": torch.cuda.get_device_name(d),
-                         "peak_allocated_mib": torch.cuda.max_memory_allocated(d) / 2**20,
-                         "peak_reserved_mib": torch.cuda.max_memory_reserved(d) / 2**20,
-                         "peak_rss_mib": rss_mib})
-    if not rows:
-        rows.append({"rank": rank, "device": "cpu", "device_name": "cpu", "peak_allocated_mib": None,
-                     "peak_reserved_mib": None, "peak_rss_mib": rss_mib})
-    return rows
+def make_clock(device: torch.device, sync_devices: Optional[list] = None, api=None) -> HostClock:
+    """EventClock on CUDA, HostClock on CPU."""
+    if device.type == "cuda":
+        return EventClock(device, sync_devices, api)
+    return HostClock()

@@ -1,33 +1,27 @@
 """Pascal VOC 2012 segmentation data: find and check the tree, load (image, mask) pairs, shard epochs.
 
-Used by the worker for `--data voc`; `bench.config` calls `check_tree` once, up front, before any
+Used by the worker for `--data voc`; `bench.plan` calls `check_tree` once, up front, before any
 process starts. The pieces, in the order a run uses them:
 
     check_tree(root)                        # cheap: folders, split file, every .jpg/.png exists
-    ds = VOCTrain(root, "train", image_size=256)
-    loader, sampler = make_loader(ds, per_rank_batch, rank=r, world_size=n, distributed=True, ...)
+    ds = VOCTrain(root, "train", image_size=256, seed=0)
+    sampler = StepSampler(len(ds), replicas=n, fed=[rank], batch=per_replica_batch, seed=0)
+    loader = make_loader(ds, sampler, num_workers=2, pin_memory=True, persistent_workers=True)
     for epoch in range(epochs):
-        set_epoch(loader, epoch)            # a new permutation each epoch, the same on every rank
+        sampler.set_epoch(epoch)            # a new permutation each epoch, the same for every process
         for image, mask in loader: ...      # float32 [B,3,S,S] normalised, int64 [B,S,S] with 255 = ignore
 
-Epochs and the last uneven batch (the design, see `make_loader`): every strategy walks the same
-seeded permutation of the split in blocks of the global batch G; DDP rank r takes every n-th sample
-of each block, single/DataParallel takes the whole block. Only whole blocks are used, so within an
-epoch each image is consumed at most once, by one rank, every rank takes the same number of steps
-(no collective waits on a rank that has run out) and every batch is full (DeepLabV3's BatchNorm
-fails on a replica batch of 1). The N mod G images left over are dropped; they are a fresh random
-choice each epoch. `epoch_indices` and `coverage` let the worker record and check exactly which
-images each rank consumed.
+Epochs and the last uneven batch: see `StepSampler`. `epoch_indices` and `coverage` let the worker
+record and check exactly which images each rank consumed.
 """
 from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Union
 
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from bench.config import ConfigError
 
@@ -138,22 +132,23 @@ class VOCTrain(Dataset):
     """VOC 2012 segmentation pairs, augmented: (image float32 [3,S,S] normalised, mask int64 [S,S]).
 
     Reads the layout of torchvision's VOCSegmentation (which `download` uses) from `split_files`, so
-    the VOC2012 folder itself is accepted too. Augmentation draws from torch's global RNG: in a
-    DataLoader worker that is seeded from the loader's generator (see `make_loader`), so a run is
-    repeatable for a given seed, rank and num_workers, but the crop of one image is not tied to
-    (seed, epoch, index).
+    the VOC2012 folder itself is accepted too. Given (index, epoch), as StepSampler yields them, the
+    random crop and flip of a sample are seeded by (seed, epoch, index): every strategy, rank and
+    DataLoader worker produces the same augmented sample, which the equivalence gate relies on.
     """
 
-    def __init__(self, root: str, image_set: str = "train", image_size: int = 256):
+    def __init__(self, root: str, image_set: str = "train", image_size: int = 256, seed: int = 0):
         self.images, self.masks = split_files(root, image_set)
-        self.image_size = image_size
+        self.image_size, self.seed = image_size, seed
         self.transforms = train_transforms(image_size)
 
     def __len__(self) -> int:
         return len(self.images)
 
-    def __getitem__(self, index: int) -> tuple:
+    def __getitem__(self, item) -> tuple:
+        """item: an index, or (index, epoch) from StepSampler: then the augmentation is seeded by (seed, epoch, index)."""
         from torchvision import tv_tensors
+        index, epoch = item if isinstance(item, tuple) else (item, None)
         image_path, mask_path = self.images[index], self.masks[index]
         image = _open(image_path, index, "image").convert("RGB")
         mask = _open(mask_path, index, "mask")
@@ -163,65 +158,65 @@ class VOCTrain(Dataset):
         if image.size != mask.size:
             raise DataError(f"VOC image {image_path!r} is {image.size[0]}x{image.size[1]} but its mask {mask_path!r} "
                             f"is {mask.size[0]}x{mask.size[1]} (width x height, sample {index}); expected the same size")
-        image, mask = self.transforms(image, tv_tensors.Mask(mask))
+        with torch.random.fork_rng(devices=[]):
+            if epoch is not None:
+                torch.manual_seed((self.seed * 1_000_003 + epoch) * 1_000_003 + index)
+            image, mask = self.transforms(image, tv_tensors.Mask(mask))
         return image.as_subclass(torch.Tensor), mask.as_subclass(torch.Tensor).squeeze(0)
 
 
-# ---------------------------------------------------------------- loaders and epochs
+# ---------------------------------------------------------------- samplers, loaders and epochs
 
-def make_loader(dataset: Dataset, batch_size: int, *, rank: int, world_size: int, distributed: bool,
-                num_workers: int, pin_memory: bool, persistent_workers: bool, seed: int,
-                drop_last: bool = True) -> tuple:
-    """(loader, sampler). DDP: batch_size is the per-rank batch; single/DataParallel: the global batch.
+class StepSampler(Sampler):
+    """The samples one process consumes in an epoch, in step order, as (index, epoch) pairs.
 
-    Both use a DistributedSampler seeded with `seed` (single/DataParallel as its only replica, no
-    process group needed), so every strategy walks the same permutation, reshuffled by `set_epoch`:
-    DDP step k's ranks together consume exactly the samples of single's step k at the same global batch.
-
-    drop_last=True (the default, the design): the sampler drops the N mod world_size tail so no rank
-    gets padded repeats, and the DataLoader drops each rank's partial last batch. Each image is used at
-    most once per epoch, every rank takes floor(N / G) full steps (G = the global batch), the
-    N mod G dropped images change every epoch. drop_last=False keeps every image instead, at the price
-    of up to world_size - 1 repeated images (the sampler pads with them so ranks take the same number of
-    steps) and a partial last batch, which can be 1 sample and break BatchNorm.
+    Every strategy walks the same seeded permutation of the split (torch.randperm seeded with
+    seed + epoch, as DistributedSampler does) in blocks of the global batch G = R x B (R replicas,
+    B samples each). Replica r's share of block k is DistributedSampler's strided split,
+    p[kG + j*R + r] for j < B. A process feeds the replicas in `fed`: a DDP rank its own, single and
+    DataParallel all of them, concatenated in replica order, so DataParallel's scatter hands replica
+    r exactly what DDP rank r takes. Only whole blocks are used: within an epoch each image is used
+    at most once, every replica takes floor(N / G) full steps (no rank waits in a collective for a
+    batch that never comes), no replica gets a batch of 1 (BatchNorm), and the N mod G images left
+    over are a fresh random choice each epoch. The epoch travels with each index so that the
+    dataset seeds each sample's augmentation with (seed, epoch, index): the same crop and flip
+    whichever process, worker or strategy loads it.
     """
-    replicas, r = (world_size, rank) if distributed else (1, 0)
-    sampler = DistributedSampler(dataset, num_replicas=replicas, rank=r, shuffle=True, seed=seed, drop_last=drop_last)
-    generator = torch.Generator()
-    generator.manual_seed(seed * 1000 + rank)  # seeds each worker's RNG, hence the augmentation
-    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
-                        pin_memory=pin_memory, drop_last=drop_last, generator=generator,
-                        persistent_workers=persistent_workers and num_workers > 0)
-    return loader, sampler
+
+    def __init__(self, n: int, replicas: int, fed: list, batch: int, seed: int):
+        self.n, self.replicas, self.fed, self.batch, self.seed = n, replicas, list(fed), batch, seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def steps(self) -> int:
+        return self.n // (self.replicas * self.batch)
+
+    def order(self, epoch: int) -> list:
+        g = torch.Generator()
+        g.manual_seed(self.seed + epoch)
+        p = torch.randperm(self.n, generator=g).tolist()
+        G, R = self.replicas * self.batch, self.replicas
+        return [p[k * G + j * R + r] for k in range(self.steps()) for r in self.fed for j in range(self.batch)]
+
+    def __iter__(self):
+        return iter([(i, self.epoch) for i in self.order(self.epoch)])
+
+    def __len__(self) -> int:
+        return self.steps() * len(self.fed) * self.batch
 
 
-def _sampler(loader_or_sampler: Union[DataLoader, DistributedSampler]):
-    return loader_or_sampler.sampler if isinstance(loader_or_sampler, DataLoader) else loader_or_sampler
-
-
-def set_epoch(loader_or_sampler: Union[DataLoader, DistributedSampler], epoch: int) -> None:
-    """Call before each epoch: a new permutation, the same on every rank (DistributedSampler seeds it with seed + epoch)."""
-    sampler = _sampler(loader_or_sampler)
-    if not hasattr(sampler, "set_epoch"):
-        raise TypeError(f"set_epoch: {type(sampler).__name__} has no set_epoch; use a loader from make_loader")
-    sampler.set_epoch(epoch)
+def make_loader(dataset: Dataset, sampler: StepSampler, *, num_workers: int, pin_memory: bool,
+                persistent_workers: bool) -> DataLoader:
+    """A DataLoader over `sampler`'s order in batches of the replicas it feeds (every batch is full)."""
+    return DataLoader(dataset, batch_size=len(sampler.fed) * sampler.batch, sampler=sampler, num_workers=num_workers,
+                      pin_memory=pin_memory, drop_last=True, persistent_workers=persistent_workers and num_workers > 0)
 
 
 def epoch_indices(loader: DataLoader, epoch: int) -> list:
-    """The dataset indices this rank's loader consumes in `epoch`, in order (whole batches only when it drops the last).
-
-    Computed from the sampler without loading anything; the sampler's own epoch is left as it was.
-    """
-    sampler = loader.sampler
-    before = getattr(sampler, "epoch", 0)
-    sampler.set_epoch(epoch)
-    try:
-        indices = list(iter(sampler))
-    finally:
-        sampler.set_epoch(before)
-    if loader.drop_last and loader.batch_size:
-        indices = indices[:len(indices) // loader.batch_size * loader.batch_size]
-    return indices
+    """The dataset indices this process's loader consumes in `epoch`, in order, without loading anything."""
+    return loader.sampler.order(epoch)
 
 
 def coverage(per_rank: list, n_images: int) -> dict:
@@ -231,3 +226,19 @@ def coverage(per_rank: list, n_images: int) -> dict:
             "images_seen": len(counts),
             "images_repeated": sum(1 for c in counts.values() if c > 1),
             "images_dropped": n_images - len(counts)}
+
+
+def workload(spec, rank: int, model, loss_fn, details: dict):
+    """The deeplabv3 workload on VOC 2012 train for this process (bench.workloads calls it)."""
+    from bench.workloads import Workload, chunks_fed
+    dataset = VOCTrain(spec.voc_root, image_set="train", image_size=spec.image_size, seed=spec.seed)
+    replicas = spec.device_count if spec.strategy != "single" else spec.emulate_ranks
+    sampler = StepSampler(len(dataset), replicas, chunks_fed(spec, rank), spec.per_device_batch, spec.seed)
+    loader = make_loader(dataset, sampler, num_workers=spec.num_workers, pin_memory=spec.pin_memory,
+                         persistent_workers=spec.persistent_workers)
+
+    def batches(epoch: int):
+        sampler.set_epoch(epoch)
+        return iter(loader)
+    return Workload(model=model, loss_fn=loss_fn, batches=batches, details={**details, "loader_workers": spec.num_workers},
+                    n_images=len(dataset), steps_per_epoch=sampler.steps(), epoch_indices=sampler.order)

@@ -1,19 +1,22 @@
 """The per-process worker: runs one configuration (a RunSpec) and leaves its raw measurements behind.
 
-Launched by the sweep, never by hand:
-    python -m bench.worker OUT_DIR/spec.json                       # single, dp
-    torchrun --nproc-per-node N ... -m bench.worker OUT_DIR/spec.json  # ddp, comm
-Modes: 'bench' times warm-up + measured steps (and, under DDP, the same steps under no_sync() to
-expose the communication backward did not hide); 'equivalence' trains k steps and saves the final
-parameters; 'comm' runs the all-reduce microbenchmark. Every rank's raw rows are gathered to rank 0,
-which alone writes OUT_DIR/result.json (atomically). A rank that fails writes OUT_DIR/error-rank<R>.json
-first, so the sweep can say which rank failed and why.
+Launched by bench.launch, never by hand:
+    python -m bench.worker OUT_DIR/spec.json                             # single, dp, loader
+    torchrun --nproc-per-node N ... -m bench.worker OUT_DIR/spec.json    # ddp, fsdp, comm (one node)
+    srun -N K torchrun --nnodes K --rdzv-backend c10d ... -m bench.worker OUT_DIR/spec.json   # several nodes
+Modes: 'bench' runs warm-up steps, the measured window and, under DDP, the communication probe
+(bench.loop); 'equivalence' trains k steps and saves the final parameters; 'comm' runs the all-reduce
+microbenchmark; 'loader' times the data loader alone. Every rank publishes its progress
+(bench.heartbeat), its raw rows are gathered to rank 0, which alone writes OUT_DIR/result.json
+(atomically). A rank that fails writes OUT_DIR/error-rank<R>.json first, so the sweep can say which
+rank failed and why. OUT_DIR is on a filesystem every node reaches.
 """
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -23,218 +26,211 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bench import faults
-from bench.config import RunSpec
-from bench.strategies import STRATEGIES, Ctx, unwrap
-from bench.sweep import die_with_parent
-from bench.timing import PhaseTimer, peak_memory, reset_peaks
-from bench.workloads import WORKLOADS, Workload
+from bench import faults, heartbeat, memory, precision, timing
+from bench.loop import NoMeasuredStep, Trainer
+from bench.plan import RunSpec
+from bench.procs import die_with_parent
+from bench.strategies import STRATEGIES, Ctx, ddp_settings, is_ddp, unwrap
+from bench.workloads import builder
 
 LR = 0.01
 MOMENTUM = 0.9
+PROBE_BLOCKS = 2
 
 
-def make_optimizer(model: nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+def make_optimizer(model: nn.Module, cuda: bool = False) -> torch.optim.Optimizer:
+    # Fused SGD on CUDA: the gradient scaler's found-inf check stays on the device (no per-step host read).
+    fused = cuda and all(type(p) is nn.Parameter and p.is_cuda for p in model.parameters())
+    return torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, **({"fused": True} if fused else {}))
 
 
-def batch_stream(wl: Workload):
-    """Endless (epoch, batch) stream: real data runs through epochs, synthetic data cycles."""
+def batch_stream(wl):
+    """Endless stream of batches: real data runs through epochs, synthetic data cycles."""
     epoch = 0
     while True:
         n = 0
         for batch in wl.batches(epoch):
             n += 1
-            yield epoch, batch
+            yield batch
         if n == 0:
-            raise RuntimeError("the data source produced no batch (split smaller than one batch?)")
+            raise NoMeasuredStep("no full step: the data source produced no batch (split smaller than one global batch?)")
         epoch += 1
 
 
-def train_step(model: nn.Module, opt: torch.optim.Optimizer, wl: Workload, it, timer: PhaseTimer,
-               device: torch.device) -> dict | None:
-    """One timed training step; None when the iterator is exhausted (end of an epoch)."""
-    timer.start()
-    try:
-        batch = next(it)
-    except StopIteration:
-        return None
-    x, y = batch
-    timer.mark("data")
-    if not wl.on_device:
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-    timer.mark("h2d")
-    loss = wl.loss_fn(model(x), y)
-    timer.mark("forward")
-    loss.backward()
-    timer.mark("backward")
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    timer.mark("optimizer")
-    row = timer.stop()
-    row["loss"] = loss.item()  # after the step's synchronisation: costs nothing more
-    row["samples"] = int(x.shape[0])
-    return row
+def probe_block(spec: RunSpec) -> int:
+    return max(1, spec.steps // (2 * PROBE_BLOCKS))
 
 
-def measure(spec: RunSpec, ctx: Ctx, model: nn.Module, wl: Workload, devices: list, fault) -> dict:
-    opt = make_optimizer(model)
-    timer = PhaseTimer(ctx.device, devices)
-    steps, epochs = [], []
-    reset_peaks(devices)
-    n = 0
+def planned_steps(spec: RunSpec, steps_per_epoch: int = 0) -> int:
+    """Steps the run will take (the heartbeat's total, from which the sweep projects the limit)."""
+    if spec.mode == "equivalence":
+        return spec.steps
+    if spec.epochs:
+        return spec.epochs * steps_per_epoch
+    probe = 2 * PROBE_BLOCKS * probe_block(spec) if spec.strategy == "ddp" and spec.mode == "bench" else 0
+    return spec.warmup + spec.steps + probe
+
+
+def prepare(model: nn.Module, spec: RunSpec, ctx: Ctx) -> nn.Module:
+    """Memory format, the strategy's wrapper, then torch.compile (wrapping DDP, as PyTorch recommends)."""
+    if spec.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    model = STRATEGIES[spec.strategy](model, ctx)
+    if spec.compile:
+        model = torch.compile(model)
+    return model
+
+
+def measure(spec: RunSpec, t: Trainer, devices: list, wl) -> dict:
+    rows, epochs = [], []
+    memory.reset_peaks(devices)
+    out = {}
     if spec.epochs:
         for epoch in range(spec.epochs):
-            t0 = time.perf_counter()  # the epoch's wall time includes starting its loader workers
-            it = wl.batches(epoch)
-            losses, wait_ms, samples = [], 0.0, 0
-            while True:
-                if fault:
-                    fault(n)
-                row = train_step(model, opt, wl, it, timer, ctx.device)
-                if row is None:
-                    break
-                row.update(kind="warmup" if n < spec.warmup else "measure", rank=ctx.rank, step=n)
-                steps.append(row)
-                losses.append(row["loss"])
-                wait_ms += row["data_ms"]
-                samples += row["samples"]
-                n += 1
-            if spec.checkpoint and ctx.rank == 0:  # inside the epoch's time, like the reference experiment
-                torch.save(unwrap(model).state_dict(), os.path.join(spec.out_dir, "checkpoint.pt"))
-            if ctx.cuda:
-                for d in devices:
-                    torch.cuda.synchronize(d)
-            wall_s = time.perf_counter() - t0
-            row = _epoch_row(epoch, wall_s, losses, wait_ms, samples)
-            row.update(indices=wl.epoch_indices(epoch), n_images=wl.n_images)  # for the coverage check, outside the timing
-            epochs.append(row)
+            save = None
+            if spec.checkpoint and t.rank == 0:  # inside the epoch's time, like the reference experiment
+                save = lambda: torch.save(unwrap(t.model).state_dict(), os.path.join(spec.out_dir, "checkpoint.pt"))
+            got = t.window(wl.batches(epoch), None, f"epoch{epoch}", before_close=save)
+            for r in got["rows"]:
+                r["kind"] = "warmup" if r["step"] < spec.warmup else "measure"
+            rows += got["rows"]
+            w = got["window"]
+            epochs.append({"epoch": epoch, "wall_s": w["wall_s"], "loss_sum": sum(got["losses"]), "loss_n": len(got["losses"]),
+                           "data_wait_s": sum(r["host_data_ms"] for r in got["rows"]) / 1e3, "samples": w["samples"],
+                           "steps": w["steps"], "indices": wl.epoch_indices(epoch), "n_images": wl.n_images})
+        if not any(r["kind"] == "measure" for r in rows):
+            raise NoMeasuredStep(f"no measured step: {spec.epochs} epoch(s) of {wl.steps_per_epoch} step(s) each fall "
+                                 f"inside the {spec.warmup} warm-up step(s)")
     else:
-        it = (b for _, b in batch_stream(wl))
-        for i in range(spec.warmup + spec.steps):
-            if fault:
-                fault(i)
-            row = train_step(model, opt, wl, it, timer, ctx.device)
-            row.update(kind="warmup" if i < spec.warmup else "measure", rank=ctx.rank, step=i)
-            steps.append(row)
-        n = spec.warmup + spec.steps
-        if isinstance(model, nn.parallel.DistributedDataParallel):
-            # The same steps without gradient synchronisation: the difference is the communication
-            # that backward did not hide (exposed), measured the only way both NCCL and gloo allow.
-            with model.no_sync():
-                for i in range(spec.steps):
-                    if fault:
-                        fault(n + i)
-                    row = train_step(model, opt, wl, it, timer, ctx.device)
-                    row.update(kind="no_sync", rank=ctx.rank, step=i)
-                    steps.append(row)
-    out = {"steps": steps, "memory": peak_memory(devices, ctx.rank), "epochs": epochs}
-    if isinstance(model, nn.parallel.DistributedDataParallel):
-        out["comm_method"] = "no_sync_delta: median step - median step under no_sync(), slowest rank per step"
-        try:
-            out["ddp_logging"] = {k: v for k, v in model._get_ddp_logging_data().items() if isinstance(v, (int, float, str))}
-        except Exception as e:  # private API: record its absence, never fail the run for it
-            out["ddp_logging"] = {"unavailable": repr(e)}
+        it = batch_stream(wl)
+        rows += t.warmup(it, spec.warmup)
+        rows += t.window(it, spec.steps, "measure")["rows"]
+    out["memory"] = memory.peak_memory(devices, t.rank, wl.artefact_bytes)
+    if is_ddp(t.model):
+        out["ddp_logging"] = ddp_logging(t.model, t.n)
+        if spec.mode == "bench" and not spec.epochs:
+            rows += t.probe(it, probe_block(spec), PROBE_BLOCKS)
+            out["comm_method"] = ("probe: median step of synchronised blocks - median step of no_sync() blocks, alternated, "
+                                  "slowest rank per step; buffers broadcast on their own in no_sync() blocks"
+                                  + ("; SyncBatchNorm's collectives run in both, so they are not counted" if spec.sync_bn else ""))
+    out.update(steps=rows, epochs=epochs, windows=t.windows, compile_s=t.compile_s)
     return out
 
 
-def _epoch_row(epoch: int, wall_s: float, losses: list, wait_ms: float, samples: int) -> dict:
-    return {"epoch": epoch, "wall_s": wall_s, "loss_sum": sum(losses), "loss_n": len(losses),
-            "data_wait_s": wait_ms / 1000.0, "samples": samples, "steps": len(losses)}
+def ddp_logging(model: nn.Module, iterations: int) -> dict:
+    """DDP's own timings, labelled with the iterations they average (DDP samples its first 10, then every 100th)."""
+    try:
+        data = getattr(model, "_orig_mod", model)._get_ddp_logging_data()
+    except Exception as e:  # private API: record its absence, never fail the run for it
+        return {"unavailable": repr(e)}
+    sampled = [i for i in range(1, iterations + 1) if i <= 10 or i % 100 == 0]
+    out = {k: v for k, v in data.items() if isinstance(v, (int, float, str))}
+    out["sampled_iterations"] = f"{sampled[0]}-{min(10, iterations)}" + ("".join(f",{i}" for i in sampled if i > 10)) if sampled else ""
+    return out
 
 
-def equivalence(spec: RunSpec, ctx: Ctx, model: nn.Module, wl: Workload, fault) -> dict:
+def equivalence(spec: RunSpec, t: Trainer) -> dict:
     """k plain optimizer steps; rank 0 saves the final parameters for the sweep to compare.
 
-    The reference is one process that takes the global batch every step. BatchNorm rule: DDP without
-    SyncBatchNorm, and DataParallel, normalise each replica's batch with that batch's statistics, so
-    the reference feeds its global batch as N replica-sized micro-batches and averages their
-    gradients: the same arithmetic, one process. With --sync-bn (DDP on CUDA) statistics span the
-    global batch, and the reference takes it in one piece. Dropout (DeepLabV3's ASPP) draws different
-    masks for different batch splits, so it is off on both sides. Parameters are compared, not
-    buffers (running statistics are updated per replica by design).
-    """
-    if ctx.cuda:
-        # TF32 convolutions (cuDNN's default on Ampere and later) round differently for different batch
-        # splits; the check compares float32 arithmetic, deterministic kernels.
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
-    opt = make_optimizer(model)
-    model.train()
-    for m in model.modules():
+    The reference is one process taking the global batch. BatchNorm: DDP without SyncBatchNorm,
+    DataParallel and FSDP normalise each replica's batch on its own, so the reference feeds its
+    replicas' pieces one at a time and averages their gradients (t.split_replicas): the same
+    arithmetic in one process. With --sync-bn (DDP on CUDA) the reference takes the batch whole.
+    Dropout draws different masks for different splits, so it is off on both sides. Parameters are
+    compared, not buffers (running statistics are updated per replica by design)."""
+    for m in t.model.modules():
         if isinstance(m, nn.modules.dropout._DropoutNd):
             m.eval()
-    whole_batch = spec.sync_bn and ctx.cuda
-    micro = spec.emulate_ranks if spec.strategy == "single" and not whole_batch else 1
-    it = (b for _, b in batch_stream(wl))
-    losses = []
-    for i in range(spec.steps):
-        if fault:
-            fault(i)
-        x, y = next(it)
-        if not wl.on_device:
-            x, y = x.to(ctx.device), y.to(ctx.device)
-        total = 0.0
-        for xc, yc in zip(x.chunk(micro), y.chunk(micro)):
-            loss = wl.loss_fn(model(xc), yc) / micro
-            loss.backward()
-            total += loss.detach()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if dist.is_initialized():  # the loss over the global batch, as the reference reports it
-            dist.all_reduce(total)
-            total /= dist.get_world_size()
-        losses.append(total.item())
-    if ctx.rank == 0:
-        params = {k: v.detach().cpu() for k, v in unwrap(model).named_parameters()}
+    got = t.window(batch_stream(t.wl), spec.steps, "equivalence")
+    losses = torch.tensor(got["losses"], dtype=torch.float64)
+    if t.distributed:  # the loss over the global batch, as the reference reports it
+        dist.all_reduce(losses)
+        losses /= dist.get_world_size()
+    params = full_parameters(t.model)
+    if t.rank == 0:
         torch.save(params, os.path.join(spec.out_dir, "params.pt"))
-    return {"losses": losses, "dropout": "off",
-            "batchnorm": "statistics over the global batch (SyncBatchNorm)" if whole_batch else
-                         "statistics per replica batch" + (f" (reference: {micro} micro-batches)" if micro > 1 else "")}
+    return {"losses": losses.tolist(), "dropout": "off",
+            "batchnorm": "statistics over the global batch (SyncBatchNorm)" if spec.sync_bn and t.device.type == "cuda" else
+                         "statistics per replica batch" + (f" (reference: {t.replicas} micro-batches)" if t.split_replicas else "")}
+
+
+def full_parameters(model: nn.Module) -> dict:
+    """Every parameter in full on the CPU, named as in the user's module (FSDP's shards gathered)."""
+    out = {}
+    for name, p in unwrap(model).named_parameters():
+        p = p.detach()
+        if hasattr(p, "full_tensor"):  # a DTensor shard of FSDP2: a collective, every rank takes part
+            p = p.full_tensor()
+        out[name] = p.cpu()
+    return out
 
 
 def run(spec: RunSpec) -> None:
     rank = int(os.environ.get("RANK", 0))
     world = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    distributed = "RANK" in os.environ and spec.strategy in ("ddp", "comm")
+    distributed = spec.processes > 1 or spec.strategy in ("ddp", "fsdp", "comm")
+    beat = heartbeat.Heartbeat(heartbeat.path_for(spec.out_dir, rank), rank)
+    try:
+        _run(spec, rank, world, local_rank, distributed, beat)
+    finally:
+        beat.close()
+
+
+def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: bool, beat) -> None:
     if spec.threads:
         torch.set_num_threads(spec.threads)
     cuda = spec.device_type == "cuda"
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    if distributed:
+    if distributed:  # through the run folder's file (bench.launch), else torchrun's MASTER_ADDR/PORT
+        init = os.environ.get("BENCH_PG_INIT")
         dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=spec.pg_timeout_s),
+                                **({"init_method": init, "rank": rank, "world_size": world} if init else {}),
                                 **({"device_id": device} if cuda else {}))
-    ctx = Ctx(device=device, count=spec.device_count, rank=rank, world_size=world, sync_bn=spec.sync_bn)
-    fault = faults.hook(rank)
+    numerics = precision.settings(spec.precision, spec.device_type, spec.mode)
+    ctx = Ctx(device=device, count=spec.device_count, rank=rank, world_size=world, sync_bn=spec.sync_bn,
+              options=dict(spec.options), warmup=spec.warmup)
     devices = [torch.device("cuda", i) for i in range(spec.device_count)] if cuda and spec.strategy == "dp" else [device]
-
+    payload: dict = {"pid": os.getpid(), "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname()}
+    if spec.nodes > 1 and local_rank == 0:
+        from bench import env
+        payload["node"] = {**env.capture(), "node_rank": int(os.environ.get("GROUP_RANK", 0)), "hostname": payload["host"],
+                           "machine_hostname": socket.gethostname()}
     if spec.mode == "comm":
         from bench.commbench import allreduce_sweep
-        payload = {"comm": allreduce_sweep(device, spec.comm_max_bytes)}
+        payload["comm"] = allreduce_sweep(device, spec.comm_max_bytes, extra_sizes=spec.comm_extra_bytes,
+                                          local_world=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     else:
         if spec.data == "voc" and spec.download:
             from bench import voc
+            beat.beat(-1, "download")
             if rank == 0:
                 voc.download(spec.voc_root)
             if distributed:
                 dist.barrier()  # the other ranks wait until rank 0's download is complete
         torch.manual_seed(spec.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
-        wl = WORKLOADS[spec.workload](spec, ctx)
+        wl = builder(spec.workload)(spec, rank, device)
+        beat.total = planned_steps(spec, wl.steps_per_epoch)
         params = sum(p.numel() for p in wl.model.parameters())
-        model = STRATEGIES[spec.strategy](wl.model, ctx)
-        if spec.mode == "equivalence":
-            payload = equivalence(spec, ctx, model, wl, fault)
+        if spec.mode == "loader":
+            payload.update(loader_only(spec, wl, rank))
         else:
-            payload = measure(spec, ctx, model, wl, devices, fault)
-        payload.update(params=params, grad_bytes=params * 4, threads=torch.get_num_threads(), pid=os.getpid(),
-                       workload_details=wl.details or {},
-                       tf32={"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32})
-
+            model = prepare(wl.model, spec, ctx)
+            t = Trainer(spec=spec, model=model, opt=make_optimizer(model, cuda), wl=wl, device=device,
+                        clock=lambda: timing.make_clock(device, devices), rank=rank,
+                        replicas=spec.device_count if spec.strategy == "dp" else (spec.emulate_ranks if spec.strategy == "single" else 1),
+                        split_replicas=spec.mode == "equivalence" and spec.strategy == "single" and spec.emulate_ranks > 1
+                                       and not (spec.sync_bn and cuda),
+                        scaler=precision.grad_scaler(spec.precision, spec.device_type), beat=beat.beat,
+                        fault=faults.hook(rank), distributed=distributed)
+            payload.update(equivalence(spec, t) if spec.mode == "equivalence" else measure(spec, t, devices, wl))
+            payload["timing_method"] = timing.make_clock(device, devices).method
+            payload["strategy_settings"] = ddp_settings(model)
+        payload.update(params=params, grad_bytes=params * 4, threads=torch.get_num_threads(), numerics=numerics,
+                       workload_details=wl.details)
+    beat.beat(beat.step, "gather")
     payloads = [payload]
     if distributed:
         payloads = [None] * world
@@ -246,17 +242,33 @@ def run(spec: RunSpec) -> None:
         dist.destroy_process_group()
 
 
+def loader_only(spec: RunSpec, wl, rank: int) -> dict:
+    """The data loader alone, with the worker budget of a configuration of this count: can it keep up?"""
+    it = batch_stream(wl)
+    for _ in range(spec.warmup):
+        next(it)
+    t0, samples = time.perf_counter(), 0
+    for _ in range(spec.steps):
+        samples += int(next(it)[0].shape[0])
+    wall = time.perf_counter() - t0
+    return {"windows": [{"kind": "loader", "rank": rank, "wall_s": wall, "samples": samples, "steps": spec.steps,
+                         "first_step": spec.warmup}], "loader_workers": spec.num_workers}
+
+
 def merge(payloads: list) -> dict:
-    """Rank 0's payload with every rank's raw rows; per-epoch losses averaged over ranks."""
+    """Rank 0's payload with every rank's raw rows; per-epoch rows merged over ranks."""
     out = dict(payloads[0])
-    for key in ("steps", "memory"):
+    for key in ("steps", "memory", "windows"):
         if key in out:
             out[key] = [row for p in payloads for row in p.get(key, [])]
+    out["nodes"] = [p["node"] for p in payloads if p.get("node")]
+    out.pop("node", None)
+    out["hosts"] = sorted({p.get("host") for p in payloads if p.get("host")})
     if out.get("epochs"):
+        from bench.voc import coverage
         merged = []
         for e, row in enumerate(out["epochs"]):
             rows = [p["epochs"][e] for p in payloads]
-            from bench.voc import coverage
             merged.append({"epoch": row["epoch"], "wall_s": max(r["wall_s"] for r in rows),
                            "mean_loss": sum(r["loss_sum"] for r in rows) / max(1, sum(r["loss_n"] for r in rows)),
                            "data_wait_s": max(r["data_wait_s"] for r in rows),
@@ -286,7 +298,8 @@ def main(argv: list) -> int:
         rank = int(os.environ.get("RANK", 0))
         write_json(os.path.join(spec.out_dir, f"error-rank{rank}.json"),
                    {"rank": rank, "type": type(e).__name__, "message": str(e), "time": time.time(),
-                    "traceback": traceback.format_exc()})
+                    "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
+                    "no_measured_step": isinstance(e, NoMeasuredStep), "traceback": traceback.format_exc()})
         raise
     return 0
 

@@ -1,4 +1,10 @@
-"""Shared test helpers: run the suite's CLI as a user would, with small, fast settings."""
+"""Shared test helpers: run the suite's CLI as a user would, with small, fast settings, on the CPU.
+
+The suite is a CPU/gloo suite everywhere: on a machine with GPUs the GPUs are hidden from pytest and
+from every process it starts (CUDA_VISIBLE_DEVICES=""), so `--device auto` picks the CPU and counts
+are CPU counts. Tests marked `gpu` need CUDA: they are skipped, with the reason, unless pytest runs
+with --run-gpu on a machine that has a GPU (then the GPUs stay visible).
+"""
 from __future__ import annotations
 
 import os
@@ -16,8 +22,34 @@ FAST = ["--workloads", "synthetic", "--synthetic-width", "128", "--synthetic-dep
         "--per-device-batch", "8", "--steps", "3", "--warmup", "1", "--no-report"]
 
 
+def pytest_addoption(parser):
+    parser.addoption("--run-gpu", action="store_true", default=False,
+                     help="run the tests marked gpu on this machine's CUDA GPUs (the CPU suite keeps --device cpu)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped unless pytest runs with --run-gpu on a GPU machine")
+    if not config.getoption("--run-gpu"):
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before anything initialises CUDA; inherited by every child
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--run-gpu"):
+        import torch
+        if torch.cuda.is_available():
+            return
+        reason = "needs a CUDA GPU: --run-gpu was given but torch sees none"
+    else:
+        reason = "needs a CUDA GPU; run ./run_tests.sh --run-gpu -m gpu on a GPU machine"
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
 def run_bench(args: list, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`python -m bench ARGS` in the repo root, as ./run_bench.sh runs it after its set-up."""
+    """`python -m bench ARGS` in the repo root, as ./run_bench.sh runs it after its set-up, on the CPU."""
+    if args and args[0] not in ("report", "compare", "tune", "selfcheck", "migrate") and "--device" not in args:
+        args = [*args, "--device", "cpu"]
     return subprocess.run([sys.executable, "-m", "bench", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
 

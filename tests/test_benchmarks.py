@@ -1,13 +1,13 @@
 """pytest-benchmark benchmarks of one training step of the synthetic MLP, and the harness's own overhead.
 
-    single, dp, ddp     one call of the suite's `train_step` (4.2 M-parameter MLP, batch 64 per process,
+    single, dp, ddp     one call of the suite's `Trainer.step` (4.2 M-parameter MLP, batch 64 per process,
                         one thread per process), grouped 'train-step-synthetic' so one table compares
                         them. ddp is a real 2-process gloo step: this pytest process is rank 0, a spawned
                         peer is rank 1 and runs exactly as many steps, in lockstep (each step's gradient
                         all-reduce pairs the two); process start-up is outside the timing. ddp-no_sync is
                         the same step without gradient synchronisation: the gap to ddp is the exposed
                         communication.
-    harness overhead    the step_ms the suite reports (`train_step` timed by `PhaseTimer`, as in `measure`)
+    harness overhead    the step_ms the suite reports (`Trainer.step` in a window of bench.timing's clock)
                         against a bare, hand-written step on the same model and batches, interleaved step
                         by step in one run (group 'harness-overhead'; a round is one step of each).
 
@@ -32,10 +32,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from bench.config import RunSpec
+from bench.loop import Trainer
+from bench.plan import RunSpec
 from bench.strategies import Ctx, apply_ddp, apply_dp, apply_single, unwrap
-from bench.timing import PhaseTimer
-from bench.worker import batch_stream, make_optimizer, train_step
+from bench.timing import HostClock
+from bench.worker import batch_stream, make_optimizer
 from bench.workloads import WORKLOADS
 
 WIDTH, DEPTH, BATCH = 1024, 4, 64     # 4.2 M parameters, about 30 ms a step on one thread here
@@ -67,12 +68,27 @@ def one_thread():
 
 
 def build(strategy: str, rank: int = 0, world: int = 1) -> tuple:
-    """The suite's own pieces for one process: wrapped model, optimizer, workload, batch iterator, timer."""
+    """The suite's own pieces for one process: wrapped model, optimizer, workload, batch iterator, trainer."""
     ctx = Ctx(device=CPU, count=world, rank=rank, world_size=world)
     torch.manual_seed(SEED)  # identical initial weights on every rank, as the worker does
-    wl = WORKLOADS["synthetic"](spec_for(strategy, world), ctx)  # data seeded per rank
+    wl = WORKLOADS["synthetic"](spec_for(strategy, world), rank, CPU)  # data seeded per rank
     model = STRATEGIES[strategy](wl.model, ctx)
-    return model, make_optimizer(model), wl, (b for _, b in batch_stream(wl)), PhaseTimer(CPU)
+    opt = make_optimizer(model)
+    t = Trainer(spec=spec_for(strategy, world), model=model, opt=opt, wl=wl, device=CPU, clock=HostClock, rank=rank)
+    return model, opt, wl, batch_stream(wl), t
+
+
+def stepper(t: Trainer, it) -> callable:
+    """One suite step per call, inside one open window (as `Trainer.window` runs them); returns its row."""
+    clock = HostClock()
+    clock.open()
+
+    def step() -> dict:
+        loss, samples, _ = t.step(it, clock)
+        row = clock.rows()[-1]
+        row.update(loss=loss, samples=samples)
+        return row
+    return step
 
 
 def digest(model: nn.Module) -> str:
@@ -106,12 +122,12 @@ def record(benchmark, model: nn.Module, rows: list, samples_per_step: int, **inf
 @pytest.mark.benchmark(group=GROUP)
 @pytest.mark.parametrize("strategy", ["single", "dp"])
 def test_train_step_single_process(benchmark, strategy):
-    model, opt, wl, it, timer = build(strategy)
+    model, opt, wl, it, t = build(strategy)
     assert isinstance(model, nn.DataParallel) == (strategy == "dp")
     before = digest(model)
     rows = []
-    benchmark.pedantic(lambda: rows.append(train_step(model, opt, wl, it, timer, CPU)),
-                       rounds=ROUNDS, warmup_rounds=WARMUP, iterations=1)
+    step = stepper(t, it)
+    benchmark.pedantic(lambda: rows.append(step()), rounds=ROUNDS, warmup_rounds=WARMUP, iterations=1)
     record(benchmark, model, rows, BATCH, strategy=strategy, processes=1)
     assert len(rows) == planned_calls(benchmark, ROUNDS, WARMUP)
     assert all(r["samples"] == BATCH and r["step_ms"] > 0 for r in rows)
@@ -123,22 +139,27 @@ def test_train_step_single_process(benchmark, strategy):
 @pytest.mark.timeout(120)
 @pytest.mark.benchmark(group="harness-overhead")
 def test_suite_step_time_within_2_percent_of_bare_loop(benchmark):
-    """The step_ms the suite reports (`train_step` + `PhaseTimer`, as `measure` runs them) vs a bare,
+    """The step_ms the suite reports (`Trainer.step` in a window of the clock, as `measure` runs them) vs a bare,
     hand-written step timed with perf_counter, on the same model, batches and thread count.
 
     The two alternate step by step, AB BA AB BA..., and the statistic is the median of the per-pair
     ratios: a neighbour process that slows the machine slows both steps of a pair, so it cancels in
     their ratio. Blocks of several steps did not cancel it here (medians of 4-step blocks swung +-5%
     under load); step pairs kept the median ratio within half a percent of 1, and a 5% slowdown
-    injected into `train_step` read as 1.05.
+    injected into the suite's step read as 1.05. Each suite step is a window of one step (clock opened
+    and closed around it), so the bare step that follows is not counted in it.
     """
-    model, opt, wl, it, timer = build("single")
+    model, opt, wl, it, t = build("single")
     pool = list(itertools.islice(wl.batches(0), 4))  # the same tensors the suite feeds
     bare_opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)  # the suite's hyper-parameters
     suite_ms, bare_ms = [], []
 
     def suite_step() -> None:
-        suite_ms.append(train_step(model, opt, wl, it, timer, CPU)["step_ms"])
+        clock = HostClock()
+        clock.open()
+        t.step(it, clock)
+        clock.close()
+        suite_ms.append(clock.rows()[0]["step_ms"])
 
     def bare_step() -> None:
         x, y = pool[len(bare_ms) % len(pool)]
@@ -187,10 +208,11 @@ def _peer_main(port: int) -> None:
             job = json.loads(store.get(f"job/{k}"))
             if job["mode"] == "stop":
                 return
-            model, opt, wl, it, timer = build("ddp", rank=1, world=2)
+            model, opt, wl, it, t = build("ddp", rank=1, world=2)
+            step = stepper(t, it)
             with model.no_sync() if job["mode"] == "no_sync" else contextlib.nullcontext():
                 for _ in range(job["steps"]):
-                    train_step(model, opt, wl, it, timer, CPU)
+                    step()
             store.set(f"result/{k}", json.dumps({"steps": job["steps"], "digest": digest(model)}))
     finally:
         dist.destroy_process_group()
@@ -244,14 +266,15 @@ def peer():
 def test_train_step_ddp_two_gloo_ranks(benchmark, peer, mode):
     calls = planned_calls(benchmark, ROUNDS, WARMUP)
     job = peer.post(mode, calls)  # rank 1 learns the count before the first call
-    model, opt, wl, it, timer = build("ddp", rank=0, world=2)  # DDP's construction broadcast meets rank 1's
+    model, opt, wl, it, t = build("ddp", rank=0, world=2)  # DDP's construction broadcast meets rank 1's
     before = digest(model)
     rows = []
+    one = stepper(t, it)
 
     def step():
         if len(rows) == calls:
             raise RuntimeError(f"pytest-benchmark called the step more than the {calls} times announced to rank 1")
-        rows.append(train_step(model, opt, wl, it, timer, CPU))
+        rows.append(one())
 
     with model.no_sync() if mode == "no_sync" else contextlib.nullcontext():
         benchmark.pedantic(step, rounds=ROUNDS, warmup_rounds=WARMUP, iterations=1)

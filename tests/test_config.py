@@ -1,49 +1,154 @@
-"""Bad input is refused with exit status 2 and a message naming the value, before any process starts
-or the store is touched; defaults follow the machine."""
+"""Bad input is refused with exit status 2 and a message naming the value, before any process starts or the
+store is touched; defaults are an absence, filled per device, printed and stored."""
 from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
 
 import pytest
 
-from bench import cli, config
-from bench.config import ConfigError, Machine, SweepConfig, resolve
+from bench import cli, plan
+from bench.config import ConfigError, SweepConfig, check_values
+from bench.plan import Machine, resolve
 
 CPU2 = Machine(cuda_devices=0, cpu_cores=2)
-GPU8 = Machine(cuda_devices=8, cpu_cores=64, gpu_names=("H100",) * 8)
-GPU4 = Machine(cuda_devices=4, cpu_cores=32, gpu_names=("A100",) * 4)
+GPU8 = Machine(cuda_devices=8, cpu_cores=64, gpu_names=("H100",) * 8, gpu_capabilities=((9, 0),) * 8)
+GPU4 = Machine(cuda_devices=4, cpu_cores=32, gpu_names=("A100",) * 4, gpu_capabilities=((8, 0),) * 4)
+V100x8 = Machine(cuda_devices=8, cpu_cores=64, gpu_names=("V100",) * 8, gpu_capabilities=((7, 0),) * 8)
+
+
+@pytest.fixture
+def no_run(monkeypatch):
+    """Fail the test if anything would be launched; pretend the machine is CPU2."""
+    def refuse(*a, **k):
+        raise AssertionError("the sweep started despite bad input")
+    from bench import launch, sweep
+    monkeypatch.setattr(sweep, "run_sweep", refuse)
+    monkeypatch.setattr(launch, "run_config", refuse)
+    monkeypatch.setattr(plan, "detect_machine", lambda: CPU2)
 
 
 @pytest.mark.parametrize("args, expected", [
     (["--gpus", "a"], "'a'"),
-    (["--gpus", "0"], "0 is not a device count"),
-    (["--gpus", "2,2"], "lists a count twice"),
+    (["--gpus", "0"], "--gpus: 0 is not allowed"),
+    (["--gpus", "2,2"], "lists a value twice"),
     (["--gpus", "1,4,8", "--device", "cuda"], "0 CUDA GPUs"),
     (["--gpus", "1,4"], "2 CPU core(s)"),
-    (["--strategies", "single,fsdp"], "unknown name 'fsdp'"),
-    (["--workloads", "resnet"], "unknown name 'resnet'"),
+    (["--strategies", "single,zero3"], "unknown name 'zero3'"),
     (["--device", "tpu"], "'tpu'"),
     (["--workloads", "deeplabv3", "--per-device-batch", "1"], "at least 2 per replica"),
     (["--scaling", "strong", "--global-batch", "3"], "cannot be split evenly over 2 devices"),
-    (["--steps", "1"], "at least 2 measured steps"),
+    (["--steps", "1"], "--steps: 1 is not allowed; expected a whole number >= 2"),
+    (["--steps", "0"], "--steps: 0 is not allowed"),
+    (["--warmup", "-1"], "--warmup: -1 is not allowed; expected a whole number >= 0"),
+    (["--warmup", "-2"], "--warmup: -2 is not allowed"),
+    (["--timeout", "0"], "--timeout: 0 is not allowed"),
+    (["--timeout", "-5"], "--timeout: -5 is not allowed"),
+    (["--pg-timeout", "0"], "--pg-timeout: 0 is not allowed"),
+    (["--image-size", "0"], "--image-size: 0 is not allowed"),
+    (["--per-device-batch", "0"], "--per-device-batch: 0 is not allowed"),
+    (["--global-batch", "0"], "--global-batch: 0 is not allowed"),
+    (["--epochs", "0"], "--epochs: 0 is not allowed"),
+    (["--repeats", "0"], "--repeats: 0 is not allowed"),
+    (["--threads-per-process", "0"], "--threads-per-process: 0 is not allowed"),
+    (["--num-workers", "-1"], "--num-workers: -1 is not allowed"),
+    (["--synthetic-width", "0"], "--synthetic-width: 0 is not allowed"),
+    (["--bucket-cap-mb", "0"], "--bucket-cap-mb: 0 is not allowed"),
+    (["--seed", "-1"], "--seed: -1 is not allowed"),
     (["--scaling", "diagonal"], "'diagonal'"),
+    (["--precision", "fp8"], "unknown name 'fp8'"),
+    (["--comm-hook", "powersgd"], "powersgd:RANK"),
+    (["--comm-hook", "powersgd:0"], "PowerSGD rank '0'"),
+    (["--compile", "maybe"], "'maybe' in 'maybe' is not true or false"),
     (["--data", "voc", "--workloads", "deeplabv3"], "needs --voc-root"),
     (["--data", "voc", "--workloads", "deeplabv3", "--voc-root", "/nonexistent/voc"], "/nonexistent/voc"),
     (["--weights", "/nonexistent/w.pt"], "/nonexistent/w.pt"),
     (["--epochs", "2"], "--data voc"),
     (["--timeout", "soon"], "'soon'"),
     (["--sync-bn"], "CUDA only"),
+    (["--compile", "--warmup", "0"], "--warmup 0 with --compile"),
+    (["--nodes", "2", "--gpus-per-node", "1"], "not run inside a SLURM allocation"),
 ])
-def test_bad_input_exits_2_naming_the_value_before_anything_runs(args, expected, tmp_path, capsys, monkeypatch):
-    def no_sweep(*a, **k):
-        raise AssertionError("the sweep started despite bad input")
-    from bench import sweep
-    monkeypatch.setattr(sweep, "run_sweep", no_sweep)
-    monkeypatch.setattr(sweep, "run_config", no_sweep)
-    monkeypatch.setattr(config, "detect_machine", lambda: CPU2)
+def test_bad_input_exits_2_naming_the_value_before_anything_runs(args, expected, tmp_path, capsys, no_run):
     store = tmp_path / "bench.sqlite"
     assert cli.main(args + ["--store", str(store)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and expected in err, err
     assert not store.exists(), "the store was touched"
+
+
+@pytest.fixture
+def readonly_dir(tmp_path):
+    """A folder nothing can be written into: a read-only bind mount (root), else a mode 555 folder."""
+    import os
+    import subprocess
+    src, mnt = tmp_path / "ro-src", tmp_path / "ro"
+    src.mkdir()
+    mnt.mkdir()
+    (src / "bench.sqlite").write_bytes(b"")
+    if os.geteuid() == 0:
+        ok = subprocess.run(["mount", "--bind", str(src), str(mnt)], capture_output=True).returncode == 0 and \
+            subprocess.run(["mount", "-o", "remount,bind,ro", str(mnt)], capture_output=True).returncode == 0
+        if not ok:
+            subprocess.run(["umount", str(mnt)], capture_output=True)
+            pytest.skip("cannot make a read-only mount here (root, but mount is not permitted)")
+        yield mnt
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+    else:
+        (mnt / "bench.sqlite").write_bytes(b"")
+        mnt.chmod(0o555)
+        yield mnt
+        mnt.chmod(0o755)
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda tmp, ro: tmp, "is a folder"),
+    (lambda tmp, ro: tmp / "notes.txt", "is not a SQLite database"),
+    (lambda tmp, ro: "/proc/bench.sqlite", "cannot create files in '/proc'"),
+    (lambda tmp, ro: "/sys/kernel/bench.sqlite", "cannot create files in '/sys/kernel'"),
+    (lambda tmp, ro: "/proc/version", "is not a SQLite database"),
+    (lambda tmp, ro: ro / "new" / "bench.sqlite", "cannot create files"),
+    (lambda tmp, ro: ro / "bench.sqlite", "not writable"),
+])
+def test_a_store_path_that_cannot_be_created_opened_or_written_is_refused(make, expected, tmp_path, readonly_dir, capsys, no_run):
+    import os
+    (tmp_path / "notes.txt").write_text("my notes, not a database\n")
+    path = str(make(tmp_path, readonly_dir))
+    before = hashlib.sha256(open(path, "rb").read()).hexdigest() if os.path.isfile(path) else None
+    assert cli.main(FAST_ARGS + ["--store", path]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --store") and expected in err, err
+    if before:
+        assert hashlib.sha256(open(path, "rb").read()).hexdigest() == before
+
+
+FAST_ARGS = ["--workloads", "synthetic", "--steps", "2"]
+
+
+def test_an_existing_store_is_left_byte_identical_when_input_is_refused(tmp_path, capsys, no_run):
+    from bench import store
+    path = str(tmp_path / "bench.sqlite")
+    store.connect(path).close()
+    before = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    assert cli.main(["--steps", "0", "--store", path]) == 2
+    assert cli.main(["--gpus", "9", "--store", path]) == 2
+    assert hashlib.sha256(open(path, "rb").read()).hexdigest() == before
+
+
+def test_weights_that_are_not_a_state_dict_of_the_model_are_refused_up_front(tmp_path, capsys, no_run):
+    import torch
+    not_torch = tmp_path / "w.txt"
+    not_torch.write_text("hello")
+    other = tmp_path / "other.pt"
+    torch.save({"fc.weight": torch.zeros(3, 3)}, other)
+    wrong_shape = tmp_path / "shape.pt"
+    torch.save({"classifier.4.weight": torch.zeros(5, 256, 1, 1)}, wrong_shape)
+    for path, expected in ((not_torch, "does not load as a PyTorch state dict"), (other, "matches none of deeplabv3's"),
+                           (wrong_shape, "wrong shape for deeplabv3")):
+        assert cli.main(["--workloads", "deeplabv3", "--weights", str(path), "--store", str(tmp_path / "s.sqlite")]) == 2
+        err = capsys.readouterr().err
+        assert expected in err and str(path) in err, err
 
 
 def test_cli_refuses_cuda_without_gpu_in_a_real_process(tmp_path):
@@ -59,33 +164,93 @@ def test_more_gpus_than_the_machine_has_names_how_many_it_has():
         resolve(SweepConfig(gpus=(1, 8)), GPU4)
 
 
+def test_values_given_are_checked_before_the_machine_is_asked():
+    with pytest.raises(ConfigError, match="--steps: 0 is not allowed"):
+        check_values(SweepConfig(steps=0))
+    check_values(SweepConfig())  # every default (None: not given) passes
+
+
 def test_default_counts_follow_the_machine():
     assert resolve(SweepConfig(), GPU8).gpus == (1, 4, 8)
     assert resolve(SweepConfig(), GPU4).gpus == (1, 4)
     assert resolve(SweepConfig(), Machine(cuda_devices=2, cpu_cores=8)).gpus == (1, 2)
     cpu = resolve(SweepConfig(), CPU2)
     assert (cpu.device, cpu.gpus, cpu.threads_per_process) == ("cpu", (1, 2), 1)
-    assert cpu.image_size == 64 and resolve(SweepConfig(), GPU8).image_size == 256
+    assert cpu.image_size is None  # per workload: deeplabv3 64 on CPU
+    specs = [s for s in plan.plan(cpu, CPU2) if isinstance(s, plan.RunSpec) and s.workload == "deeplabv3"]
+    assert {s.image_size for s in specs} == {64}
 
 
-def test_weak_scaling_grows_the_global_batch_strong_keeps_it():
-    weak = [s for s in config.plan(resolve(SweepConfig(workloads=("synthetic",), per_device_batch=8), GPU8))
-            if isinstance(s, config.RunSpec)]
+def test_the_synthetic_model_on_cuda_is_sized_to_be_compute_bound_and_says_its_flops():
+    gpu = resolve(SweepConfig(workloads=("synthetic",)), GPU8)
+    assert (gpu.synthetic_width, gpu.synthetic_depth) == (4096, 8)
+    (single,) = [s for s in plan.plan(gpu, GPU8) if isinstance(s, plan.RunSpec) and s.strategy == "single"]
+    assert single.per_device_batch == 512
+    from bench.workloads import synthetic_flops_per_sample
+    flops = synthetic_flops_per_sample(4096, 8) * 512
+    assert flops > 3e11  # > 0.3 TFLOP a step: milliseconds of tensor-core work, far above launch latency
+    cpu = resolve(SweepConfig(workloads=("synthetic",)), CPU2)
+    assert (cpu.synthetic_width, cpu.synthetic_depth) == (1024, 4)
+
+
+def test_weak_scaling_grows_the_global_batch_strong_keeps_it_and_accumulates_where_a_replica_holds_more():
+    weak = [s for s in plan.plan(resolve(SweepConfig(workloads=("synthetic",), per_device_batch=8), GPU8), GPU8)
+            if isinstance(s, plan.RunSpec) and s.mode == "bench"]
     assert {(s.strategy, s.device_count, s.per_device_batch, s.global_batch) for s in weak} >= {
         ("single", 1, 8, 8), ("ddp", 4, 8, 32), ("dp", 8, 8, 64)}
-    strong = [s for s in config.plan(resolve(SweepConfig(workloads=("synthetic",), per_device_batch=8, scaling="strong"), GPU8))
-              if isinstance(s, config.RunSpec)]
+    strong = [s for s in plan.plan(resolve(SweepConfig(workloads=("synthetic",), per_device_batch=8, scaling="strong"), GPU8), GPU8)
+              if isinstance(s, plan.RunSpec) and s.mode == "bench"]
     assert {s.global_batch for s in strong} == {64}
-    assert {(s.device_count, s.per_device_batch) for s in strong if s.strategy == "ddp"} == {(1, 64), (4, 16), (8, 8)}
+    assert {(s.device_count, s.per_device_batch, s.accum_steps) for s in strong if s.strategy == "ddp"} == {
+        (1, 64, 8), (4, 16, 2), (8, 8, 1)}
+
+
+def test_strong_scaling_default_fits_deeplabv3_on_one_gpu_by_accumulating():
+    cfg = resolve(SweepConfig(workloads=("deeplabv3",), scaling="strong"), GPU8)
+    specs = [s for s in plan.plan(cfg, GPU8) if isinstance(s, plan.RunSpec)]
+    single = next(s for s in specs if s.strategy == "single")
+    assert single.global_batch == 64 and single.micro_batch == 8 and single.accum_steps == 8
+    assert any("accumulates gradients" in line for line in plan.describe_resolved(cfg, frozenset()))
 
 
 def test_dp_above_one_device_on_cpu_is_planned_as_skipped_with_reason():
-    items = config.plan(resolve(SweepConfig(workloads=("synthetic",)), CPU2))
-    skips = [i for i in items if isinstance(i, config.Skip)]
+    items = plan.plan(resolve(SweepConfig(workloads=("synthetic",)), CPU2), CPU2)
+    skips = [i for i in items if isinstance(i, plan.Skip)]
     assert [(s.spec.strategy, s.spec.device_count) for s in skips] == [("dp", 2)]
     assert "GPUs only" in skips[0].reason
-    runs = [(i.strategy, i.device_count) for i in items if isinstance(i, config.RunSpec)]
+    runs = [(i.strategy, i.device_count) for i in items if isinstance(i, plan.RunSpec) and i.mode == "bench"]
     assert runs == [("single", 1), ("dp", 1), ("ddp", 1), ("ddp", 2)]
+
+
+def test_precisions_a_device_cannot_do_are_skipped_with_the_reason():
+    cpu = plan.plan(resolve(SweepConfig(workloads=("synthetic",), strategies=("single",), precision=("fp32", "bf16", "fp16", "tf32")), CPU2), CPU2)
+    got = {i.spec.precision if isinstance(i, plan.Skip) else i.precision: i.reason if isinstance(i, plan.Skip) else "runs" for i in cpu}
+    assert got["fp32"] == got["bf16"] == "runs"
+    assert "GPU precision" in got["fp16"] and "TF32" in got["tf32"]
+    v100 = plan.plan(resolve(SweepConfig(workloads=("synthetic",), strategies=("single",), precision=("bf16", "fp16")), V100x8), V100x8)
+    assert [i.reason for i in v100 if isinstance(i, plan.Skip)] == ["bf16 needs compute capability 8.0 (Ampere) or later; this GPU has 7.0"]
+
+
+def test_ddp_settings_multiply_only_ddp_configurations_and_reach_the_key():
+    cfg = resolve(SweepConfig(workloads=("synthetic",), strategies=("single", "ddp"), gpus=(2,), bucket_cap_mb=(25.0, 100.0),
+                              comm_hook=("none", "bf16")), CPU2)
+    runs = [i for i in plan.plan(cfg, CPU2) if isinstance(i, plan.RunSpec) and i.mode == "bench"]
+    assert sum(r.strategy == "single" for r in runs) == 1
+    ddp = [r for r in runs if r.strategy == "ddp"]
+    assert len(ddp) == 4 and len({r.key for r in ddp}) == 4
+    assert {r.option("bucket_cap_mb") for r in ddp} == {25.0, 100.0}
+    assert any("comm_hook=bf16" in r.key for r in ddp)
+
+
+def test_resolved_defaults_are_printed_and_stored_with_the_sweep(tmp_path):
+    from conftest import FAST, run_bench
+    path = str(tmp_path / "s.sqlite")
+    p = run_bench(FAST[:-1] + ["--strategies", "single", "--no-report", "--store", path])  # --steps/--warmup given
+    assert p.returncode == 0, p.stdout + p.stderr
+    line = next(l for l in p.stdout.splitlines() if l.startswith("defaults for this device"))
+    assert "--pg-timeout 120" in line and "--steps" not in line and "--threads-per-process 1" in line
+    stored = json.loads(sqlite3.connect(path).execute("SELECT config_json FROM sweeps").fetchone()[0])
+    assert stored["pg_timeout"] == 120 and stored["steps"] == 3 and stored["threads_per_process"] == 1
 
 
 def test_config_round_trips_through_json_for_resume():

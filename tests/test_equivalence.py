@@ -9,9 +9,12 @@ import sqlite3
 import pytest
 import torch
 
-from bench import sweep
-from bench.config import RunSpec
+from bench import equivalence
+from bench.launch import Limits, run_config
+from bench.plan import RunSpec
 from conftest import FAST, run_bench
+
+LIMITS = Limits(fixed_s=240.0, stall_s=60.0)
 
 
 def spec(strategy, n, **kw) -> RunSpec:
@@ -22,12 +25,12 @@ def spec(strategy, n, **kw) -> RunSpec:
 
 @pytest.mark.timeout(300)
 def test_ddp_two_ranks_and_dp_match_single_process_with_the_global_batch(store_path):
-    p = run_bench(FAST + ["--strategies", "dp,ddp", "--check-equivalence", "--no-comm-bench", "--store", store_path])
+    p = run_bench(FAST + ["--strategies", "dp,ddp,fsdp", "--check-equivalence", "--no-comm-bench", "--store", store_path])
     assert p.returncode == 0, p.stdout + p.stderr
     conn = sqlite3.connect(store_path)
     conn.row_factory = sqlite3.Row
     rows = conn.execute("SELECT * FROM results WHERE mode = 'equivalence'").fetchall()
-    assert {(r["strategy"], r["device_count"]) for r in rows} == {("dp", 1), ("ddp", 1), ("ddp", 2)}
+    assert {(r["strategy"], r["device_count"]) for r in rows} == {("dp", 1), ("ddp", 1), ("ddp", 2), ("fsdp", 1), ("fsdp", 2)}
     for r in rows:
         d = json.loads(r["details_json"])
         assert r["status"] == "ok" and d["passed"] and d["max_abs_diff"] <= 1e-5, d
@@ -40,9 +43,9 @@ def test_gate_fails_when_replicas_do_not_see_the_global_batch(tmp_path):
     # A reference that sees only rank 0's samples is a different step: the gate must say so.
     ref = dataclasses.replace(spec("single", 1), mode="equivalence", emulate_ranks=1)
     cand = dataclasses.replace(spec("ddp", 2), mode="equivalence")
-    a, b = sweep.run_config(ref, 120), sweep.run_config(cand, 120)
+    a, b = run_config(ref, LIMITS), run_config(cand, LIMITS)
     assert a.status == b.status == "ok", (a.reason, b.reason)
-    verdict = sweep.compare_params(os.path.join(a.out_dir, "params.pt"), os.path.join(b.out_dir, "params.pt"))
+    verdict = equivalence.compare_params(os.path.join(a.out_dir, "params.pt"), os.path.join(b.out_dir, "params.pt"))
     assert not verdict["passed"] and verdict["max_abs_diff"] > 1e-4
 
 
@@ -51,10 +54,10 @@ def test_compare_params_reports_the_worst_tensor(tmp_path):
     b = {"w": torch.tensor([0.0, 0.5, 0.0]), "b": torch.ones(2), "n": torch.tensor(3)}
     torch.save(a, tmp_path / "a.pt")
     torch.save(b, tmp_path / "b.pt")
-    v = sweep.compare_params(str(tmp_path / "a.pt"), str(tmp_path / "b.pt"))
+    v = equivalence.compare_params(str(tmp_path / "a.pt"), str(tmp_path / "b.pt"))
     assert v["worst_tensor"] == "w" and v["max_abs_diff"] == 0.5 and not v["passed"]
     torch.save(a, tmp_path / "c.pt")
-    assert sweep.compare_params(str(tmp_path / "a.pt"), str(tmp_path / "c.pt"))["passed"]
+    assert equivalence.compare_params(str(tmp_path / "a.pt"), str(tmp_path / "c.pt"))["passed"]
 
 
 @pytest.mark.timeout(300)
@@ -62,7 +65,26 @@ def test_deeplabv3_with_batchnorm_and_dropout_passes_the_gate_under_ddp():
     # BatchNorm normalises each replica's batch: the reference takes its global batch as 2 micro-batches.
     s = RunSpec(workload="deeplabv3", strategy="ddp", device_type="cpu", device_count=2, per_device_batch=2,
                 global_batch=4, image_size=32, steps=3, warmup=0, threads=1, seed=0, scaling="weak")
-    out = sweep.run_equivalence(s, 240)
+    out = equivalence.run(s, LIMITS)
     assert out.status == "ok", out.reason
     assert out.payload["passed"] and "2 micro-batches" in out.payload["batchnorm"]
     assert out.payload["reference_losses"] == pytest.approx(out.payload["candidate_losses"], rel=1e-4)
+
+
+def test_tolerance_follows_the_precision_and_is_stated(tmp_path):
+    a = {"w": torch.zeros(4)}
+    b = {"w": torch.full((4,), 1e-3)}
+    torch.save(a, tmp_path / "a.pt")
+    torch.save(b, tmp_path / "b.pt")
+    fp32 = equivalence.compare_params(str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), "fp32")
+    bf16 = equivalence.compare_params(str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), "bf16")
+    assert not fp32["passed"] and bf16["passed"]
+    assert "for bf16" in bf16["tolerance"] and bf16["atol"] > fp32["atol"]
+
+
+@pytest.mark.timeout(300)
+def test_accumulated_micro_batches_and_bf16_autocast_pass_the_gate_under_ddp():
+    s = dataclasses.replace(spec("ddp", 2), per_device_batch=8, global_batch=16, micro_batch=4, precision="bf16")
+    out = equivalence.run(s, LIMITS)
+    assert out.status == "ok", out.reason
+    assert out.payload["passed"] and out.payload["precision"] == "bf16"

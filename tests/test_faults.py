@@ -18,7 +18,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -26,13 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from bench import config, faults, store, sweep
+from bench import faults, plan, procs, store
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--workloads", "synthetic", "--synthetic-width", "128", "--synthetic-depth", "2", "--steps", "3",
         "--warmup", "1", "--no-comm-bench", "--no-report"]
 SINGLE_THEN_DDP = ["--strategies", "single,ddp", "--gpus", "2"]  # [single x1, ddp x2]
-STEP_ROWS = {1: 1 + 3, 2: 2 * (1 + 3 + 3)}  # per configuration: warm-up + measured (+ no_sync under DDP), every rank
+STEP_ROWS = {1: 1 + 3, 2: 2 * (1 + 3 + 4)}  # per configuration: warm-up + measured (+ the probe: 2 x 2 blocks of 1 under DDP), every rank
 
 
 # ---------------------------------------------------------------- helpers
@@ -56,7 +55,7 @@ class Sweep:
 
     def leftovers(self) -> list:
         """Live processes of this sweep's configurations (torchrun, workers)."""
-        return sweep.worker_pids(f"{self.runs}{os.sep}bench-run-")
+        return procs.worker_pids(f"{self.runs}{os.sep}bench-run-")
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -219,12 +218,13 @@ TOGETHER = {  # name: (flags, BENCH_FAULT); every sweep writes to the same store
     "raise": (["--strategies", "ddp,single", "--gpus", "2"], "raise@1:2"),
     "sigkill": (["--strategies", "ddp", "--gpus", "2"], "sigkill@1:2"),
     "hang_pg": (["--strategies", "ddp", "--gpus", "2", "--pg-timeout", "10", "--timeout", "120"], "hang@1:2"),
-    "hang_timeout": (["--strategies", "ddp", "--gpus", "2", "--pg-timeout", "300", "--timeout", "25"], "hang@1:2"),
+    "stop": (["--strategies", "ddp", "--gpus", "2", "--pg-timeout", "20", "--timeout", "150"], "stop@1:3"),
+    "hang_timeout": (["--strategies", "ddp", "--gpus", "2", "--pg-timeout", "300", "--timeout", "90"], "hang@1:2"),
     "launcher": (["--strategies", "ddp", "--gpus", "2", *HELD], "hang@1:2"),
     "ctrl_c": ([*SINGLE_THEN_DDP, *HELD], "hang@1:2"),
     "sigterm": ([*SINGLE_THEN_DDP, *HELD], "hang@1:2"),
 }
-UNATTENDED = ("raise", "sigkill", "hang_pg", "hang_timeout")  # they end by themselves
+UNATTENDED = ("raise", "sigkill", "hang_pg", "stop", "hang_timeout")  # they end by themselves
 
 
 @pytest.fixture(scope="module")
@@ -272,15 +272,30 @@ def test_rank_sigkilled_mid_allreduce_is_named_with_its_signal(together):
 
 
 @pytest.mark.timeout(240)
-def test_hanging_rank_is_ended_by_the_process_group_timeout(together):
+def test_a_deadlocked_rank_is_named_from_its_heartbeat_within_the_collective_timeout(together):
     s = together[0]["hang_pg"]
     rc, took = s.wait(200)
     assert rc == 1, s.output()
     (bad,) = results(s.store, sweep_row(s)["sweep_id"])
     assert bad["status"] == "failed" and bad["failed_rank"] == 1, bad["reason"]
-    assert "rank 1: stopped making progress" in bad["reason"] and "Timed out" in bad["reason"]
-    assert "--timeout" not in bad["reason"]  # the 10 s process-group timeout fired, not the 120 s limit
+    assert bad["reason"].startswith("stalled: rank 1 made no progress after step 2"), bad["reason"]
+    assert "while the others went further" in bad["reason"]
+    assert "--timeout" not in bad["reason"] and "timed out after" not in bad["reason"]  # not the 120 s limit
     assert bad["wall_s"] < 100 and took < 180, (bad["wall_s"], took)
+    assert no_leftovers(s, within=0)
+
+
+@pytest.mark.timeout(240)
+def test_a_stopped_rank_that_never_raises_is_named_within_the_collective_timeout(together):
+    # SIGSTOP: no exception, no exit, its heartbeat thread frozen too; gloo's own timeout never fires here.
+    s = together[0]["stop"]
+    rc, took = s.wait(200)
+    assert rc == 1, s.output()
+    (bad,) = results(s.store, sweep_row(s)["sweep_id"])
+    assert bad["status"] == "failed" and bad["failed_rank"] == 1, bad["reason"]
+    assert bad["reason"].startswith("stalled: rank 1 "), bad["reason"]
+    assert "no heartbeat" in bad["reason"] or "made no progress" in bad["reason"]
+    assert bad["wall_s"] < 20 + 60, bad["wall_s"]  # named within the 20 s collective timeout (+ start-up, shared cores)
     assert no_leftovers(s, within=0)
 
 
@@ -291,8 +306,9 @@ def test_configuration_that_stops_making_progress_is_killed_at_its_wall_clock_li
     assert rc == 1, s.output()
     (bad,) = results(s.store, sweep_row(s)["sweep_id"])
     assert bad["status"] == "failed"
-    assert bad["reason"].startswith("timed out after 25 s (--timeout); all processes of the configuration were killed")
-    assert 25 <= bad["wall_s"] < 25 + 2 * sweep.KILL_GRACE_S + 10, bad["wall_s"]
+    assert bad["reason"].startswith("timed out after 90 s (--timeout); all processes of the configuration were killed")
+    assert "rank 1 made no progress after step 2" in bad["reason"]  # the heartbeat still names the culprit
+    assert 90 <= bad["wall_s"] < 90 + 2 * procs.KILL_GRACE_S + 10, bad["wall_s"]
     assert took < 180, took
     assert no_leftovers(s, within=0)  # torchrun and both workers (in sessions of their own) are gone
 
@@ -382,7 +398,7 @@ def test_sweeps_sharing_one_store_all_complete_while_a_report_reads_it(together)
     reader.join(10)
     path = started["raise"].store
     for s in finished:
-        assert "locked" not in s.output() and "Traceback" not in s.output(), s.output()
+        assert "database is locked" not in s.output() and "Traceback" not in s.output(), s.output()
         assert sweep_row(s)["status"] in ("completed", "interrupted")
     assert len(read(path, "SELECT * FROM sweeps")) == len(TOGETHER)  # every sweep has its own row
     assert reader.reads > 0 and reader.errors == []
@@ -394,13 +410,13 @@ def test_workers_asking_to_die_with_torchrun_go_when_torchrun_is_sigkilled(tmp_p
     # What bench.worker should call first: torchrun starts its workers in sessions of their own, so
     # without it they outlive a SIGKILLed torchrun when nobody (no sweep) is left to clean up.
     script = tmp_path / "rank.py"
-    script.write_text("import os, signal, time\nfrom bench import sweep\nsweep.die_with_parent(signal.SIGKILL)\n"
+    script.write_text("import os, signal, time\nfrom bench import procs\nprocs.die_with_parent(signal.SIGKILL)\n"
                       "print('armed', os.getpid(), flush=True)\ntime.sleep(60)\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     log = tmp_path / "torchrun.log"
     with open(log, "w") as out:
         launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--max-restarts=0",
-                                     "--master-addr=127.0.0.1", f"--master-port={sweep.free_port()}", str(script)],
+                                     "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(script)],
                                     cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         ranks = wait_until(lambda: [int(p) for p in re.findall(r"armed (\d+)\n", log.read_text())][:2]
@@ -413,6 +429,12 @@ def test_workers_asking_to_die_with_torchrun_go_when_torchrun_is_sigkilled(tmp_p
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _gone(pid: int) -> bool:
@@ -466,40 +488,49 @@ def test_sigkilled_sweep_leaves_a_whole_store_no_processes_and_is_resumable(tmp_
     assert no_leftovers(r, within=0)
 
 
-# ---------------------------------------------------------------- ports
-
-@pytest.mark.timeout(150)
-def test_busy_rendezvous_port_is_retried_on_another(tmp_path, monkeypatch):
-    busy = socket.socket()
-    busy.bind(("127.0.0.1", 0))
-    busy.listen()
-    port, real, calls = busy.getsockname()[1], sweep.free_port, []
-
-    def first_busy() -> int:
-        calls.append(1)
-        return port if len(calls) == 1 else real()
-
-    monkeypatch.setattr(sweep, "free_port", first_busy)
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    cfg = config.resolve(config.SweepConfig(workloads=("synthetic",), strategies=("ddp",), gpus=(2,), steps=3, warmup=1,
-                                            synthetic_width=128, synthetic_depth=2, comm_bench=False, report=False,
-                                            store=str(tmp_path / "unused.sqlite")), config.Machine(0, 2))
-    (spec,) = config.plan(cfg)
-    t0 = time.monotonic()
-    try:
-        out = sweep.run_config(spec, 90)
-    finally:
-        busy.close()
-    first_try = (Path(out.out_dir) / "log0.txt").read_text()
-    assert out.status == "ok", (out.reason, out.payload.get("log_tail"))
-    assert len(calls) == 2, sorted(os.listdir(out.out_dir))
-    assert "EADDRINUSE" in first_try or "Address already in use" in first_try, first_try[-2000:]
-    assert time.monotonic() - t0 < 90  # ~12 s on an idle machine: a refused port costs one launcher start
-    assert sweep.worker_pids(out.out_dir) == [], [_cmdline(p) for p in sweep.worker_pids(out.out_dir)]
-
-
 def test_fault_specs_name_a_rank_or_the_sweep():
-    assert faults.parse("sigkill@1:3, hang@sweep:0") == [("sigkill", 1, 3), ("hang", "sweep", 0)]
+    assert faults.parse("sigkill@1:3, hang@sweep:0, stop@0:2, slow@0:10") == [
+        ("sigkill", 1, 3), ("hang", "sweep", 0), ("stop", 0, 2), ("slow", 0, 10)]
     for bad in ("boom@1:3", "raise@x:1", "raise@1"):
         with pytest.raises(ValueError, match="BENCH_FAULT item"):
             faults.parse(bad)
+
+
+# ---------------------------------------------------------------- the sweep's own errors
+
+@pytest.mark.timeout(200)
+def test_an_internal_error_of_the_sweep_is_recorded_with_one_line_and_exit_3(tmp_path, sweeps):
+    path = str(tmp_path / "bench.sqlite")
+    s = sweeps.start(tmp_path, *SINGLE_THEN_DDP, fault="raise@sweep:0", store_path=path, name="internal")
+    rc, _ = s.wait(150)
+    out = s.output()
+    assert rc == 3, out
+    assert "Traceback" not in out
+    (line,) = [l for l in out.splitlines() if l.startswith("internal error:")]
+    assert "RuntimeError: injected fault" in line and "marked failed" in line
+    tb_path = re.search(r"full traceback in (\S+);", line).group(1)
+    assert "Traceback" in Path(tb_path).read_text() and "injected fault" in Path(tb_path).read_text()
+    (row,) = read(path, "SELECT * FROM sweeps")
+    assert row["status"] == "failed" and row["traceback_path"] == tb_path
+    (r,) = results(path)  # the result being written when it broke is recorded as failed, with the reason
+    assert r["status"] == "failed" and r["reason"].startswith("internal error of the sweep: RuntimeError")
+    assert no_leftovers(s, within=0)
+
+
+def test_nccl_watchdog_aborts_of_waiting_ranks_are_not_their_fault(tmp_path):
+    # NCCL aborts the healthy ranks (SIGABRT) when one stops: the heartbeat names the one that stopped.
+    from bench import diagnose, heartbeat
+    out = tmp_path / "run"
+    out.mkdir()
+    log = out / "log0.txt"
+    log.write_text("[ERROR] failures:\n  rank      : 0 (local_rank: 0)\n  exitcode  : -6 (pid: 11)\n"
+                   "Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n"
+                   "  exitcode  : -6 (pid: 11)\n  traceback : Signal 6 (SIGABRT) received by PID 11\n")
+    w = heartbeat.Watch(str(out), 2)
+    w.states = {0: heartbeat.RankState({"step": 38, "phase": "backward", "host": "n1", "seq": 9}, 100.0, 50.0),
+                1: heartbeat.RankState({"step": 37, "phase": "forward", "host": "n2", "seq": 3}, 40.0, 40.0)}
+    spec = plan.RunSpec(workload="synthetic", strategy="ddp", device_type="cuda", device_count=2, per_device_batch=1,
+                        global_batch=2, image_size=0, steps=3, warmup=0, threads=0, seed=0, scaling="weak")
+    got = diagnose.diagnose(str(out), str(log), -6, spec, w)
+    assert got.failed_rank == 1 and "rank 1" in got.reason and "aborted by NCCL's watchdog" in got.reason, got.reason
+    assert "on n2" in got.reason

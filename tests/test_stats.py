@@ -38,3 +38,31 @@ def test_significance_separates_shifted_distributions_only():
     a = rng.normal(100, 2, 40)
     assert stats.significance(a, rng.normal(100, 2, 40)) > 0.01
     assert stats.significance(a, rng.normal(110, 2, 40)) < 1e-6
+
+
+def test_window_throughput_is_all_samples_over_the_slowest_ranks_window():
+    windows = [{"kind": "measure", "rank": 0, "wall_s": 2.0, "samples": 100}, {"kind": "measure", "rank": 1, "wall_s": 2.5, "samples": 100},
+               {"kind": "warmup", "rank": 0, "wall_s": 9.0, "samples": 50}]
+    assert stats.window_throughput(windows) == (pytest.approx(80.0), 2.5)
+    epochs = [{"kind": f"epoch{e}", "rank": r, "wall_s": 10.0 + r, "samples": 40} for e in range(2) for r in range(2)]
+    assert stats.window_throughput(epochs)[0] == pytest.approx(160 / 22.0)
+
+
+def test_process_comparison_uses_processes_and_says_nothing_with_one_per_side():
+    one = stats.compare_processes([100.0], [80.0])
+    assert not one.decidable and one.ratio == pytest.approx(0.8) and np.isnan(one.p_slower)
+    same = stats.compare_processes([100, 104, 98, 101, 99], [102, 97, 100, 103, 99])
+    assert same.decidable and same.p_slower > 0.1 and same.ci95[0] < 1 < same.ci95[1]
+    slower = stats.compare_processes([100, 104, 98, 101, 99], [90, 93, 88, 91, 89])
+    assert slower.p_slower < 0.001 and slower.ratio == pytest.approx(0.9, abs=0.01) and slower.ci95[1] < 1
+
+
+def test_holm_keeps_only_what_survives_the_family_correction():
+    assert stats.holm({"a": 0.001, "b": 0.03, "c": 0.04}, 0.05) == {"a"}  # 0.03 > 0.05 / 2 stops it
+    assert stats.holm({"a": 0.001, "b": 0.02}, 0.05) == {"a", "b"}
+    assert stats.holm({"a": float("nan")}, 0.05) == set()
+
+
+def test_repeat_spread_flags_processes_that_disagree():
+    assert stats.repeat_spread([100.0, 120.0, 110.0]) == pytest.approx(20 / 110)
+    assert np.isnan(stats.repeat_spread([100.0]))

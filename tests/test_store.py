@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from bench import store
-from bench.config import RunSpec
+from bench.plan import RunSpec
 
 
 def spec(strategy="ddp", n=2, **kw) -> RunSpec:
@@ -26,7 +26,7 @@ def test_store_of_another_schema_version_is_refused_and_left_untouched(store_pat
     conn.commit()
     conn.close()
     before = hashlib.sha256(open(store_path, "rb").read()).hexdigest()
-    with pytest.raises(store.StoreError, match="schema version 99.*version 1"):
+    with pytest.raises(store.StoreError, match="schema version 99.*version 2"):
         store.connect(store_path)
     assert hashlib.sha256(open(store_path, "rb").read()).hexdigest() == before
 
@@ -51,20 +51,24 @@ def test_result_and_raw_rows_are_written_together_or_not_at_all(store_path):
 def test_ddp_step_time_is_the_slowest_rank_and_summary_derives_from_raw_rows(store_path):
     conn = store.connect(store_path)
     sid = store.begin_sweep(conn, "cmd", "{}", None)
-    rid = store.record_result(conn, sid, None, spec(), "ok", payload={"steps": steps(), "params": 10, "grad_bytes": 40})
+    windows = [{"kind": "measure", "rank": r, "wall_s": 0.030 + 0.002 * r, "samples": 12, "steps": 3} for r in range(2)]
+    rid = store.record_result(conn, sid, None, spec(), "ok",
+                              payload={"steps": steps(), "windows": windows, "params": 10, "grad_bytes": 40})
     r = conn.execute("SELECT * FROM results WHERE result_id = ?", (rid,)).fetchone()
     assert r["step_ms_median"] == 12.0          # per step max over ranks: 11, 13, 12 -> median 12
-    assert r["samples_per_s"] == pytest.approx(8 / 0.012)
+    assert r["samples_per_s"] == pytest.approx(24 / 0.032)  # both ranks' samples over the slower rank's window
+    assert r["window_s"] == pytest.approx(0.032)
     assert conn.execute("SELECT COUNT(*) FROM steps WHERE result_id = ?", (rid,)).fetchone()[0] == 6
     assert r["env_id"] is None and r["params"] == 10
 
 
-def test_exposed_communication_is_synced_minus_no_sync_median(store_path):
+def test_exposed_communication_is_the_probes_synced_minus_no_sync_median(store_path):
     conn = store.connect(store_path)
     sid = store.begin_sweep(conn, "cmd", "{}", None)
-    nosync = [{"kind": "no_sync", "rank": r, "step": i, "step_ms": 7.0} for r in range(2) for i in range(3)]
-    rid = store.record_result(conn, sid, None, spec(), "ok", payload={"steps": steps() + nosync, "comm_method": "x"})
-    assert conn.execute("SELECT exposed_comm_ms FROM results WHERE result_id = ?", (rid,)).fetchone()[0] == pytest.approx(5.0)
+    probe = [{"kind": k, "rank": r, "step": 10 + i, "step_ms": ms} for k, ms in (("probe_sync", 15.0), ("probe_no_sync", 7.0))
+             for r in range(2) for i in range(3)]
+    rid = store.record_result(conn, sid, None, spec(), "ok", payload={"steps": steps() + probe, "comm_method": "x"})
+    assert conn.execute("SELECT exposed_comm_ms FROM results WHERE result_id = ?", (rid,)).fetchone()[0] == pytest.approx(8.0)
 
 
 def test_latest_results_prefers_the_ok_rerun_of_a_failed_configuration(store_path):
@@ -88,3 +92,58 @@ def test_environment_is_stored_with_versions(store_path):
     import torch
     assert row["torch"] == torch.__version__ and row["cpu_cores"] >= 1 and row["hostname"]
     assert row["git_commit"] and row["cpu_model"]
+
+
+def test_a_version_1_store_is_migrated_in_place_keeping_every_row(tmp_path):
+    from bench import schema
+    path = str(tmp_path / "v1.sqlite")
+    conn = sqlite3.connect(path)
+    v1 = """
+    CREATE TABLE environments (env_id INTEGER PRIMARY KEY, captured_at TEXT NOT NULL, hostname TEXT, python TEXT, torch TEXT,
+        torchvision TEXT, cuda TEXT, cudnn TEXT, nccl TEXT, gpu_names TEXT, gpu_driver TEXT, cpu_model TEXT, cpu_cores INTEGER,
+        git_commit TEXT, json TEXT NOT NULL);
+    CREATE TABLE sweeps (sweep_id INTEGER PRIMARY KEY, started_at TEXT NOT NULL, ended_at TEXT,
+        status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'interrupted', 'died')), command_line TEXT NOT NULL,
+        config_json TEXT NOT NULL, hostname TEXT, pid INTEGER, env_id INTEGER REFERENCES environments(env_id),
+        resumed INTEGER NOT NULL DEFAULT 0);
+    CREATE TABLE results (result_id INTEGER PRIMARY KEY, sweep_id INTEGER NOT NULL REFERENCES sweeps(sweep_id),
+        env_id INTEGER, config_key TEXT NOT NULL, mode TEXT NOT NULL, workload TEXT NOT NULL, strategy TEXT NOT NULL,
+        device_type TEXT NOT NULL, device_count INTEGER NOT NULL, per_device_batch INTEGER NOT NULL,
+        global_batch INTEGER NOT NULL, image_size INTEGER, scaling TEXT, data TEXT, repeat INTEGER NOT NULL DEFAULT 0,
+        threads_per_process INTEGER, status TEXT NOT NULL, reason TEXT, failed_rank INTEGER, started_at TEXT,
+        ended_at TEXT, wall_s REAL, n_steps INTEGER, samples_per_s REAL, step_ms_median REAL, step_ms_p10 REAL,
+        step_ms_p90 REAL, step_ms_iqr REAL, step_ms_mean REAL, step_ms_ci95_low REAL, step_ms_ci95_high REAL,
+        unstable INTEGER, params INTEGER, grad_mib REAL, exposed_comm_ms REAL, comm_method TEXT, spec_json TEXT NOT NULL,
+        details_json TEXT);
+    CREATE TABLE steps (result_id INTEGER NOT NULL REFERENCES results(result_id), kind TEXT NOT NULL DEFAULT 'measure',
+        rank INTEGER NOT NULL, step INTEGER NOT NULL, step_ms REAL NOT NULL, data_ms REAL, h2d_ms REAL, forward_ms REAL,
+        backward_ms REAL, optimizer_ms REAL, loss REAL, PRIMARY KEY (result_id, kind, rank, step));
+    CREATE TABLE memory (result_id INTEGER NOT NULL, rank INTEGER NOT NULL, device TEXT NOT NULL, device_name TEXT,
+        peak_allocated_mib REAL, peak_reserved_mib REAL, peak_rss_mib REAL, PRIMARY KEY (result_id, rank, device));
+    CREATE TABLE epochs (result_id INTEGER NOT NULL REFERENCES results(result_id), epoch INTEGER NOT NULL, wall_s REAL NOT NULL,
+        mean_loss REAL, data_wait_s REAL, samples INTEGER, steps INTEGER, images INTEGER, images_seen INTEGER,
+        images_repeated INTEGER, images_dropped INTEGER, PRIMARY KEY (result_id, epoch));
+    CREATE TABLE comm (result_id INTEGER NOT NULL, size_bytes INTEGER NOT NULL, time_ms REAL NOT NULL, algbw_gbps REAL,
+        busbw_gbps REAL, iters INTEGER, PRIMARY KEY (result_id, size_bytes));
+    INSERT INTO sweeps VALUES (1, 't', 't', 'completed', 'cmd', '{"steps": 0, "warmup": -1, "gpus": []}', 'h', 1, NULL, 0);
+    INSERT INTO results (result_id, sweep_id, config_key, mode, workload, strategy, device_type, device_count,
+        per_device_batch, global_batch, status, spec_json) VALUES (1, 1, 'k', 'comm', 'allreduce', 'ddp', 'cpu', 2, 0, 0, 'ok', '{}');
+    INSERT INTO steps (result_id, rank, step, step_ms) VALUES (1, 0, 0, 5.0);
+    INSERT INTO epochs (result_id, epoch, wall_s) VALUES (1, 0, 9.0);
+    INSERT INTO comm VALUES (1, 4096, 0.5, 1.0, 1.0, 5);
+    PRAGMA user_version = 1;
+    """
+    conn.executescript(v1)
+    conn.close()
+    with pytest.raises(store.StoreError, match="migrate --store"):
+        store.connect(path, readonly=True)  # a report does not modify it; it says how to upgrade
+    conn = store.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+    assert conn.execute("SELECT COUNT(*) FROM steps").fetchone()[0] == 1
+    assert tuple(conn.execute("SELECT scope, ranks FROM comm").fetchone()) == ("world", 2)
+    assert conn.execute("SELECT wall_s FROM epochs").fetchone()[0] == 9.0
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert "results_v1" not in str(conn.execute("SELECT group_concat(sql) FROM sqlite_master").fetchone()[0])
+    store.end_sweep(conn, 1, "failed", "/tmp/tb.txt")  # the status version 1 could not hold
+    from bench.config import SweepConfig
+    assert SweepConfig.from_json(conn.execute("SELECT config_json FROM sweeps").fetchone()[0]).steps is None

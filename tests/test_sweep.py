@@ -37,6 +37,7 @@ def test_default_style_sweep_stores_ok_rows_for_everything_the_cpu_can_run(sweep
         assert got[(w, "dp", 2)] == "skipped"
     skipped = results(conn, status="skipped")
     assert all("GPUs only" in r["reason"] for r in skipped) and len(skipped) == 2
+    assert "plan: 8 benchmark configuration(s), 1 comm, 2 skipped" in proc.stdout
     assert [r["status"] for r in results(conn, mode="comm")] == ["ok"]
     s = conn.execute("SELECT * FROM sweeps").fetchone()
     assert s["status"] == "completed" and "--workloads synthetic,deeplabv3" in s["command_line"]
@@ -51,14 +52,18 @@ def test_ddp_rows_keep_every_rank_and_the_result_uses_the_slowest(sweep):
     for r in results(conn, strategy="ddp", device_count=2, mode="bench"):
         rows = [dict(x) for x in conn.execute("SELECT * FROM steps WHERE result_id = ?", (r["result_id"],))]
         kinds = {(x["kind"], x["rank"]) for x in rows}
-        assert kinds == {(k, rank) for k in ("warmup", "measure", "no_sync") for rank in (0, 1)}
+        assert kinds == {(k, rank) for k in ("warmup", "measure", "probe_sync", "probe_no_sync") for rank in (0, 1)}
         measured = [x for x in rows if x["kind"] == "measure"]
         assert len(measured) == 2 * 3
         assert r["step_ms_median"] == pytest.approx(stats.summarize(stats.step_times_ms(measured)).median_ms)
-        assert r["samples_per_s"] == pytest.approx(r["global_batch"] / r["step_ms_median"] * 1000)
+        windows = [dict(w) for w in conn.execute("SELECT * FROM windows WHERE result_id = ? AND kind = 'measure'", (r["result_id"],))]
+        assert sorted(w["rank"] for w in windows) == [0, 1] and all(w["samples"] == 2 * 3 for w in windows)
+        # throughput: both ranks' samples over the slower rank's window
+        assert r["samples_per_s"] == pytest.approx(12 / max(w["wall_s"] for w in windows))
         assert r["global_batch"] == 4 and r["per_device_batch"] == 2
-        assert r["exposed_comm_ms"] is not None and r["comm_method"].startswith("no_sync_delta")
-        assert "ddp_logging" in json.loads(r["details_json"])
+        assert r["exposed_comm_ms"] is not None and r["comm_method"].startswith("probe")
+        logging = json.loads(r["details_json"])["ddp_logging"]
+        assert logging["sampled_iterations"].startswith("1-")  # DDP's own timings, labelled with their iterations
         mem = conn.execute("SELECT rank, peak_rss_mib FROM memory WHERE result_id = ?", (r["result_id"],)).fetchall()
         assert sorted(m["rank"] for m in mem) == [0, 1] and all(m["peak_rss_mib"] > 0 for m in mem)
 
@@ -71,7 +76,8 @@ def test_phases_account_for_the_whole_step(sweep):
     for x in rows:
         phases = x["data_ms"] + x["h2d_ms"] + x["forward_ms"] + x["backward_ms"] + x["optimizer_ms"]
         assert 0 < phases <= x["step_ms"] + 1e-6
-        assert x["step_ms"] - phases < 0.5 + 0.02 * x["step_ms"], dict(x)
+        assert phases + x["other_ms"] == pytest.approx(x["step_ms"])  # a step is its phases and the gap to the next
+        assert x["other_ms"] < 1.0 + 0.05 * x["step_ms"], dict(x)
 
 
 @pytest.mark.timeout(600)
@@ -81,6 +87,7 @@ def test_allreduce_baseline_reaches_the_largest_gradient_size(sweep):
     rows = conn.execute("SELECT * FROM comm WHERE result_id = ? ORDER BY size_bytes", (r["result_id"],)).fetchall()
     deeplab_grad_bytes = max(x["grad_mib"] for x in results(conn, workload="deeplabv3", status="ok")) * 2**20
     assert rows[-1]["size_bytes"] == pytest.approx(deeplab_grad_bytes)
+    assert {25 * 2**20, 2**20} <= {x["size_bytes"] for x in rows}  # DDP's own bucket sizes are measured too
     for x in rows:  # nccl-tests' definitions, n = 2
         assert x["algbw_gbps"] == pytest.approx(x["size_bytes"] / (x["time_ms"] / 1e3) / 1e9)
         assert x["busbw_gbps"] == pytest.approx(x["algbw_gbps"] * 2 * (2 - 1) / 2)
@@ -96,9 +103,21 @@ def test_deeplabv3_is_the_torchvision_model_at_the_asked_size(sweep):
 @pytest.mark.timeout(300)
 def test_repeats_run_each_configuration_again_in_fresh_processes(store_path):
     from conftest import FAST
-    p = run_bench(FAST + ["--strategies", "single", "--repeats", "2", "--store", store_path])
+    p = run_bench(FAST + ["--strategies", "single", "--repeats", "2", "--store", store_path],
+                  env={"RANK": "3", "WORLD_SIZE": "8", "MASTER_ADDR": "10.9.9.9", "LOCAL_RANK": "5"})
     assert p.returncode == 0, p.stdout + p.stderr
     conn = sqlite3.connect(store_path)
     rows = conn.execute("SELECT repeat, status, json_extract(details_json, '$.pid') FROM results ORDER BY repeat").fetchall()
     assert [(r[0], r[1]) for r in rows] == [(0, "ok"), (1, "ok")]
     assert rows[0][2] != rows[1][2], "both repeats ran in the same process"
+
+
+@pytest.mark.timeout(300)
+def test_stray_launcher_variables_never_reach_a_single_process_worker(store_path):
+    # RANK=3 in the user's shell once made a single-process worker believe it was rank 3 of 8 (covered above
+    # by the repeats run); here the stored rank proves where the values came from.
+    conn = sqlite3.connect(store_path)
+    from conftest import FAST
+    p = run_bench(FAST + ["--strategies", "single", "--store", store_path], env={"RANK": "3", "WORLD_SIZE": "8"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert {r[0] for r in conn.execute("SELECT DISTINCT rank FROM steps")} == {0}

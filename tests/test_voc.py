@@ -12,8 +12,8 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from bench.config import ConfigError
-from bench.voc import (IGNORE_INDEX, IMAGENET_MEAN, IMAGENET_STD, DataError, VOCTrain, check_tree, coverage,
-                       epoch_indices, make_loader, set_epoch, voc_dir)
+from bench.voc import (IGNORE_INDEX, IMAGENET_MEAN, IMAGENET_STD, DataError, StepSampler, VOCTrain, check_tree, coverage,
+                       epoch_indices, make_loader, voc_dir)
 from voc_tree import make_voc_tree
 
 S = 32  # image side after the transform
@@ -156,15 +156,15 @@ class Indices(Dataset):
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, i: int) -> int:
-        return i
+    def __getitem__(self, item) -> int:
+        return item[0]
 
 
-def loaders(n_images: int, world_size: int, batch: int, seed: int = 3, drop_last: bool = True) -> list:
-    """One loader per rank, as each DDP process (or the single/DataParallel process) builds it."""
-    return [make_loader(Indices(n_images), batch, rank=r, world_size=world_size, distributed=world_size > 1,
-                        num_workers=0, pin_memory=False, persistent_workers=True, seed=seed, drop_last=drop_last)[0]
-            for r in range(world_size)]
+def loaders(n_images: int, replicas: int, batch: int, seed: int = 3, fed=None) -> list:
+    """One loader per DDP rank (fed=None), or one loader feeding `fed` replicas (single/DataParallel)."""
+    feeds = [[r] for r in range(replicas)] if fed is None else [fed]
+    return [make_loader(Indices(n_images), StepSampler(n_images, replicas, f, batch, seed), num_workers=0,
+                        pin_memory=False, persistent_workers=True) for f in feeds]
 
 
 @pytest.mark.parametrize("world_size,batch", [(1, 2), (1, 4), (2, 1), (2, 2), (3, 2)])
@@ -174,7 +174,7 @@ def test_each_image_at_most_once_per_epoch_full_equal_steps_and_only_the_remaind
     for epoch in range(3):
         per_rank = []
         for loader in loaders(n, world_size, batch):
-            set_epoch(loader, epoch)
+            loader.sampler.set_epoch(epoch)
             batches = [b.tolist() for b in loader]
             assert len(batches) == n // global_batch  # the same step count on every rank: no hang
             assert all(len(b) == batch for b in batches)  # no partial batch
@@ -185,18 +185,30 @@ def test_each_image_at_most_once_per_epoch_full_equal_steps_and_only_the_remaind
                                          "images_repeated": 0, "images_dropped": n % global_batch}
 
 
-@pytest.mark.parametrize("world_size,batch", [(2, 1), (2, 2)])
-def test_ddp_ranks_together_consume_the_single_process_batch_at_each_step(world_size, batch):
-    n = 11
-    (single,) = loaders(n, 1, world_size * batch)
+@pytest.mark.parametrize("world_size,batch", [(2, 1), (2, 2), (3, 2)])
+def test_dataparallel_replica_r_gets_exactly_what_ddp_rank_r_takes(world_size, batch):
+    n = 13
+    (one,) = loaders(n, world_size, batch, fed=list(range(world_size)))  # single / DataParallel: replica order
     ranks = loaders(n, world_size, batch)
     for epoch in range(2):
-        for loader in [single, *ranks]:
-            set_epoch(loader, epoch)
+        for loader in [one, *ranks]:
+            loader.sampler.set_epoch(epoch)
         steps = list(zip(*ranks))
-        assert len(steps) == len(single)
-        for step, whole in zip(steps, single):
-            assert sorted(i for b in step for i in b.tolist()) == sorted(whole.tolist())
+        assert len(steps) == len(one)
+        for step, whole in zip(steps, one):
+            # DataParallel scatters the global batch in contiguous chunks: chunk r must be rank r's batch.
+            assert list(whole.chunk(world_size)) and all(torch.equal(c, b) for c, b in zip(whole.chunk(world_size), step))
+
+
+def test_ddp_ranks_take_distributed_samplers_strided_split_of_the_shared_permutation():
+    from torch.utils.data import DistributedSampler
+    n, world, batch = 11, 2, 2
+    ranks = loaders(n, world, batch, seed=5)
+    for r, loader in enumerate(ranks):
+        ds = DistributedSampler(Indices(n), num_replicas=world, rank=r, shuffle=True, seed=5, drop_last=True)
+        ds.set_epoch(1)
+        expected = list(ds)[: n // (world * batch) * batch]
+        assert epoch_indices(loader, 1) == expected
 
 
 def test_set_epoch_reshuffles_and_a_seed_repeats_the_order():
@@ -207,26 +219,30 @@ def test_set_epoch_reshuffles_and_a_seed_repeats_the_order():
     assert len({tuple(o) for o in orders}) == 4
     assert [epoch_indices(again, e) for e in range(4)] == orders
     assert epoch_indices(other_seed, 0) != orders[0]
-    set_epoch(loader, 2)
+    loader.sampler.set_epoch(2)
     assert [i for b in loader for i in b.tolist()] == orders[2]
 
 
-def test_without_drop_last_every_image_is_seen_and_fewer_than_world_size_repeat():
-    n, world_size, batch = 7, 2, 2
-    per_rank = [epoch_indices(loader, 0) for loader in loaders(n, world_size, batch, drop_last=False)]
-    assert len(per_rank[0]) == len(per_rank[1]) == 4  # padded to equal length: same steps on both ranks
-    cov = coverage(per_rank, n)
-    assert cov["images_dropped"] == 0 and 0 < cov["images_repeated"] < world_size
+def test_augmentation_is_seeded_by_sample_and_epoch_whoever_loads_it(root):
+    a = VOCTrain(str(root), image_size=S, seed=7)
+    b = VOCTrain(str(root), image_size=S, seed=7)
+    torch.manual_seed(123)  # the global RNG state must not matter
+    x1, m1 = a[(3, 1)]
+    torch.manual_seed(999)
+    _ = b[(0, 1)]  # another sample loaded first, as another worker or rank would
+    x2, m2 = b[(3, 1)]
+    assert torch.equal(x1, x2) and torch.equal(m1, m2)
+    x3, _ = a[(3, 2)]
+    assert not torch.equal(x1, x3)  # another epoch, another crop
 
 
 def test_persistent_workers_serve_voc_batches_across_epochs(root):
     ds = VOCTrain(str(root), image_size=S)
-    loader, sampler = make_loader(ds, 2, rank=0, world_size=1, distributed=False, num_workers=2,
-                                  pin_memory=False, persistent_workers=True, seed=0)
+    loader = make_loader(ds, StepSampler(len(ds), 1, [0], 2, 0), num_workers=2, pin_memory=False, persistent_workers=True)
     assert loader.persistent_workers
     workers = None
     for epoch in range(2):
-        set_epoch(sampler, epoch)
+        loader.sampler.set_epoch(epoch)
         labels = []
         for image, mask in loader:
             assert image.shape == (2, 3, S, S) and mask.shape == (2, S, S)

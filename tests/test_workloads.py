@@ -6,8 +6,7 @@ import dataclasses
 import pytest
 import torch
 
-from bench import timing
-from bench.config import RunSpec
+from bench.plan import RunSpec
 from bench.strategies import STRATEGIES, Ctx, unwrap
 from bench.workloads import WORKLOADS, build_deeplabv3, gradient_bytes
 
@@ -23,7 +22,7 @@ def spec(strategy, n, **kw) -> RunSpec:
 
 
 def first_batch(s: RunSpec, rank: int = 0):
-    wl = WORKLOADS[s.workload](s, Ctx(CPU, s.device_count, rank=rank, world_size=s.device_count))
+    wl = WORKLOADS[s.workload](s, rank, CPU)
     return next(iter(wl.batches(0)))
 
 
@@ -40,7 +39,7 @@ def test_ddp_ranks_get_different_data_that_together_is_dataparallels_global_batc
 def test_synthetic_parameters_follow_width_and_depth_and_repeats_add_compute_only():
     s = spec("single", 1, synthetic_width=64, synthetic_depth=3)
     assert gradient_bytes(s) == 4 * (3 * (64 * 64 + 64) + 64 * 10 + 10)
-    model = WORKLOADS["synthetic"](dataclasses.replace(s, synthetic_repeats=3), Ctx(CPU, 1)).model
+    model = WORKLOADS["synthetic"](dataclasses.replace(s, synthetic_repeats=3), 0, CPU).model
     assert sum(p.numel() for p in model.parameters()) * 4 == gradient_bytes(s)
 
 
@@ -70,32 +69,47 @@ def test_deeplabv3_synthetic_masks_have_voc_classes_and_batch_shape():
     assert 0 <= int(y.min()) and int(y.max()) < 21
 
 
-class FakeEvent:
-    """Stands in for torch.cuda.Event: each record() takes the next tick of a fake GPU clock (ms)."""
-    clock = 0.0
-
-    def __init__(self, enable_timing=False):
-        assert enable_timing
-        self.t = None
-
-    def record(self):
-        FakeEvent.clock += 10.0
-        self.t = FakeEvent.clock
-
-    def elapsed_time(self, other):
-        return other.t - self.t
+def test_pregenerated_batches_on_a_gpu_are_reported_as_an_artefact_and_on_cpu_they_are_not():
+    from bench.workloads import SYNTHETIC_POOL, synthetic_pool
+    make = lambda g, b: (torch.randn(b, 4, generator=g), torch.zeros(b, dtype=torch.int64))
+    s = spec("dp", 2)
+    _, cpu_artefact = synthetic_pool(s, 0, CPU, make)
+    assert cpu_artefact == 0
+    pool, _ = synthetic_pool(s, 0, CPU, make)
+    one = sum(t.numel() * t.element_size() for t in pool[0])
+    assert one == 8 * (4 * 4 + 8) and len(pool) == SYNTHETIC_POOL
 
 
-def test_cuda_timing_uses_events_for_phases_and_synchronises_every_device_once_per_step(monkeypatch):
-    synced = []
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: synced.append(d))
-    devs = [torch.device("cuda", 0), torch.device("cuda", 1)]
-    t = timing.PhaseTimer(devs[0], devs)
-    t.start()
-    for phase in timing.PHASES:
-        t.mark(phase)
-    assert synced == [], "a phase synchronised the device"
-    row = t.stop()
-    assert synced == devs
-    assert all(row[f"{p}_ms"] == 10.0 for p in timing.PHASES)
+def test_micro_batches_keep_each_replicas_samples_together():
+    from bench.loop import micro_batches
+    # 2 replicas x 4 samples, accumulated in 2 micro-batches of 2: micro k = sample 2k..2k+1 of every replica
+    x = torch.arange(8).reshape(8, 1)
+    y = torch.arange(8)
+    pieces = micro_batches(x, y, replicas=2, accum=2, split_replicas=False)
+    assert [p[1].tolist() for p in pieces] == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    pieces = micro_batches(x, y, replicas=2, accum=2, split_replicas=True)
+    assert [p[1].tolist() for p in pieces] == [[0, 1], [4, 5], [2, 3], [6, 7]]
+    assert [p[1].tolist() for p in micro_batches(x, y, 2, 1, False)] == [list(range(8))]
+
+
+@pytest.mark.parametrize("knobs", [
+    {"bucket_cap_mb": 100.0, "gradient_as_bucket_view": True, "static_graph": True, "sync_buffers": False},
+    {"comm_hook": "bf16"}, {"comm_hook": "fp16"}, {"comm_hook": "powersgd:2"},
+])
+def test_each_ddp_setting_reaches_the_wrapped_model(knobs, tmp_path):
+    import torch.distributed as dist
+    from bench.strategies import ddp_settings
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        model = STRATEGIES["ddp"](torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)),
+                                  Ctx(CPU, 1, options=knobs, warmup=3))
+        got = ddp_settings(model)
+        for k in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "sync_buffers"):
+            if k in knobs:
+                assert got[k] == knobs[k], (k, got)
+        if "comm_hook" in knobs:
+            data = model._get_ddp_logging_data()
+            assert knobs["comm_hook"].split(":")[0].replace("powersgd", "powerSGD") in str(data.get("comm_hook")), data
+            model(torch.randn(2, 4)).sum().backward()  # the hook runs on gloo
+    finally:
+        dist.destroy_process_group()

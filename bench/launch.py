@@ -1,0 +1,213 @@
+"""Launching one configuration in fresh processes and supervising it until it ends.
+
+Launchers (one function each, one registry entry):
+    local   single, dp, loader: `python -m bench.worker SPEC`; ddp, fsdp, comm: torchrun on this node
+    slurm   several nodes of the SLURM allocation: `srun -N K` starting one torchrun per node (bench.slurm)
+Every torchrun rendezvouses with c10d through a FileStore in the run folder, and the workers join their
+process group through a file as well: nothing of torch's listens on a network interface, and there is
+no port to collide (a TCPStore listens on all interfaces whatever address it is given). On one node,
+gloo and NCCL bind loopback unless GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME say otherwise.
+
+`run_config(spec, limits)` starts the launcher in a session of its own and polls it: the worker's
+heartbeats (bench.heartbeat) name a rank that stops making progress within the collective timeout;
+the wall-clock limit follows the work (start-up allowance, then 3x the run's projected length) unless
+--timeout fixes it. Whatever happens (success, failure, stall, limit, a killed launcher, Ctrl-C),
+no process of the configuration is left running when it returns (or re-raises).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from bench import heartbeat, procs
+from bench.diagnose import Outcome, diagnose
+from bench.plan import RunSpec
+
+POLL_S = 0.25
+STALL_FRACTION = 0.8          # name a stalled rank before the collective timeout fires (NCCL then aborts the rest)
+STARTUP_S = {"cuda": 900.0, "cpu": 300.0}
+WORK_FACTOR, WORK_MARGIN_S = 3.0, 60.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When a configuration is ended. fixed_s: --timeout (wins); else start-up allowance, then the work."""
+    fixed_s: Optional[float] = None
+    startup_s: float = 300.0
+    stall_s: float = 96.0
+
+    @classmethod
+    def for_spec(cls, spec: RunSpec, timeout_s: Optional[float]) -> "Limits":
+        return cls(fixed_s=timeout_s, startup_s=STARTUP_S.get(spec.device_type, 300.0),
+                   stall_s=STALL_FRACTION * spec.pg_timeout_s)
+
+    def deadline(self, started: float, watch: heartbeat.Watch, first_step_at: Optional[float], now: float) -> float:
+        """The monotonic time past which the configuration is ended for taking too long."""
+        if self.fixed_s is not None:
+            return started + self.fixed_s
+        done, total = watch.steps_done(), watch.total()
+        if total <= 0 and watch.states:  # nothing to project from (the all-reduce microbenchmark)
+            return started + 2 * self.startup_s
+        if first_step_at is None or done < 2:
+            extra = 3 * self.startup_s if watch.in_phase(now, heartbeat.EXTENDED_PHASES) else 0.0
+            return started + self.startup_s + extra
+        per_step = (now - first_step_at) / (done - 1)  # steps after the first (which holds compilation, autotuning)
+        projected = (first_step_at - started) + total * per_step
+        return started + WORK_FACTOR * projected + WORK_MARGIN_S
+
+    def describe(self, elapsed_s: float) -> str:
+        if self.fixed_s is not None:
+            return f"timed out after {self.fixed_s:g} s (--timeout)"
+        return (f"timed out after {elapsed_s:.0f} s (the limit follows the work: {self.startup_s:g} s to start, then "
+                f"{WORK_FACTOR:g}x the run's projected length + {WORK_MARGIN_S:g} s; --timeout S fixes it)")
+
+
+# ---------------------------------------------------------------- launchers
+
+def rendezvous_args(spec: RunSpec, name: str) -> list:
+    """torchrun's c10d rendezvous through a FileStore in the run folder: a TCPStore listens on every
+    interface whatever address it is given, a file listens on none (and no port can collide)."""
+    return ["--rdzv-backend=c10d", f"--rdzv-endpoint={os.path.join(spec.out_dir, 'rendezvous')}",
+            "--rdzv-conf=store_type=file", f"--rdzv-id={name}", "--max-restarts=0"]
+
+
+def launch_env(spec: RunSpec, env: dict) -> dict:
+    """Variables every launch gets: workers join their process group through a file too, and on one
+    node the communication backends bind loopback (unless the user chose an interface)."""
+    env = dict(env, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", BENCH_PG_INIT=f"file://{os.path.join(spec.out_dir, 'pg-store')}")
+    if spec.launcher == "local":
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        env.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    return env
+
+
+def local_command(spec: RunSpec, spec_path: str) -> list:
+    if spec.processes > 1 or spec.strategy in ("ddp", "fsdp", "comm"):
+        return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={spec.device_count}",
+                *rendezvous_args(spec, "bench-" + os.path.basename(spec.out_dir)), "--local-addr=127.0.0.1",
+                "-m", "bench.worker", spec_path]
+    return [sys.executable, "-m", "bench.worker", spec_path]
+
+
+def slurm_command(spec: RunSpec, spec_path: str) -> list:
+    from bench import slurm
+    return slurm.command(spec, spec_path, rendezvous_args(spec, slurm.step_name(spec)))
+
+
+LAUNCHERS: dict = {
+    "local": local_command,
+    "slurm": slurm_command,
+}
+
+
+def run_dir(spec: RunSpec, shared_dir: Optional[str]) -> str:
+    """A fresh folder for the configuration's spec, logs, heartbeats and result: on the shared
+    filesystem next to the store when ranks run on other nodes, else in the temporary folder."""
+    if spec.launcher == "slurm" and shared_dir:
+        os.makedirs(shared_dir, exist_ok=True)
+        return tempfile.mkdtemp(prefix="bench-run-", dir=shared_dir)
+    return tempfile.mkdtemp(prefix="bench-run-")
+
+
+# ---------------------------------------------------------------- one configuration
+
+def run_config(spec: RunSpec, limits: Limits, shared_dir: Optional[str] = None,
+               on_progress: Optional[Callable[[heartbeat.Watch], None]] = None, extra_env: Optional[dict] = None,
+               cwd: Optional[str] = None) -> Outcome:
+    """Run one configuration in fresh processes and collect its result file or its failure.
+    extra_env / cwd: an A/B variant's environment and working folder (another checkout: bench.abtest)."""
+    out_dir = run_dir(spec, shared_dir)
+    spec = dataclasses.replace(spec, out_dir=out_dir)
+    spec_path = os.path.join(out_dir, "spec.json")
+    with open(spec_path, "w") as f:
+        f.write(spec.to_json())
+    env = procs.clean_env(os.environ) if spec.processes == 1 and spec.launcher == "local" else dict(os.environ)
+    env = launch_env(spec, dict(env, PYTHONUNBUFFERED="1", **(extra_env or {})))
+    if spec.threads:
+        env["OMP_NUM_THREADS"] = str(spec.threads)
+    started_at, t0 = _now(), time.monotonic()
+    outcome = Outcome("failed", out_dir=out_dir)
+    proc: Optional[subprocess.Popen] = None
+    log_path = os.path.join(out_dir, "log.txt")
+    try:
+        with open(log_path, "w") as log:
+            with procs.signals_deferred():  # an interrupt lands after Popen returns, with proc known
+                proc = subprocess.Popen(LAUNCHERS[spec.launcher](spec, spec_path), stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env=env, start_new_session=True, cwd=cwd,
+                                        preexec_fn=procs.child_setup)
+            outcome = supervise(proc, spec, spec_path, log_path, limits, t0, on_progress)
+    except BaseException:
+        if proc is not None:
+            _end(proc, spec, spec_path)
+        raise
+    finally:
+        outcome.out_dir = out_dir
+        outcome.started_at, outcome.ended_at, outcome.wall_s = started_at, _now(), time.monotonic() - t0
+    return outcome
+
+
+def supervise(proc: subprocess.Popen, spec: RunSpec, spec_path: str, log_path: str, limits: Limits, t0: float,
+              on_progress: Optional[Callable] = None) -> Outcome:
+    """Poll until the launcher exits, a rank stalls or the limit passes; then diagnose."""
+    watch = heartbeat.Watch(spec.out_dir, spec.processes)
+    first_step_at: Optional[float] = None
+    while True:
+        try:
+            rc = proc.wait(timeout=POLL_S)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        watch.poll(now)
+        if first_step_at is None and watch.steps_done() >= 1:
+            first_step_at = now
+        if on_progress:
+            on_progress(watch)
+        stalled = watch.stall(limits.stall_s, now)
+        if stalled:
+            ranks, why = stalled
+            _end(proc, spec, spec_path)
+            out = diagnose(spec.out_dir, log_path, None, spec)
+            return Outcome("failed", f"stalled: {why}; no progress for {limits.stall_s:.0f} s "
+                                     f"({STALL_FRACTION:.0%} of --pg-timeout); all processes of the configuration were killed",
+                           out.payload, failed_rank=ranks[0])
+        if now > limits.deadline(t0, watch, first_step_at, now):
+            watch.poll(now)
+            _end(proc, spec, spec_path)
+            out = diagnose(spec.out_dir, log_path, None, spec)
+            ranks, why = watch.culprits(now)
+            return Outcome("failed", f"{limits.describe(now - t0)}; all processes of the "
+                                     f"configuration were killed; at the limit {why}"
+                           + (f". {out.reason}" if out.reason and "no rank reported" not in out.reason else ""),
+                           out.payload, failed_rank=out.failed_rank)
+    watch.poll()
+    orphans = procs.kill_leftovers(spec_path)  # a launcher that died leaves its workers in their own sessions
+    if spec.launcher == "slurm":
+        from bench import slurm
+        slurm.cancel(spec)
+    result = os.path.join(spec.out_dir, "result.json")
+    if rc == 0 and os.path.exists(result):
+        with open(result) as f:
+            return Outcome("ok", payload=json.load(f))
+    out = diagnose(spec.out_dir, log_path, rc, spec, watch)
+    if orphans:
+        out.reason += f" ({len(orphans)} orphaned worker process(es) killed)"
+    return out
+
+
+def _end(proc: subprocess.Popen, spec: RunSpec, spec_path: str) -> None:
+    if spec.launcher == "slurm":  # first the step on every node (killing srun's process group would orphan it)
+        from bench import slurm
+        slurm.cancel(spec)
+    procs.kill_group(proc, spec_path)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")

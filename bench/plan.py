@@ -1,0 +1,387 @@
+"""From a checked SweepConfig to the list of configurations to run, each a RunSpec (or a Skip with its reason).
+
+    machine = detect_machine()
+    cfg = resolve(cfg, machine)      # every default filled for this device, printed by the sweep, stored
+    items = plan(cfg, machine)       # RunSpecs and Skips in run order: benchmarks, equivalence, loader, all-reduce
+
+Everything that can be known before a process starts is checked here and raises ConfigError (exit 2):
+counts against the machine, batch splits, data sets, weights files, user models. What the device
+cannot do (fp16 on CPU, DataParallel over several nodes, channels_last for a 2-D model) is a Skip,
+recorded in the store with its reason, never silently dropped.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+from bench import workloads
+from bench.config import ConfigError, SweepConfig, comm_hook_parts
+
+DEFAULT_STEPS = {"cuda": 30, "cpu": 8}
+DEFAULT_WARMUP = {"cuda": 10, "cpu": 2}
+DEFAULT_PG_TIMEOUT_S = {"cuda": 300.0, "cpu": 120.0}
+DEFAULT_NUM_WORKERS = {"cuda": 2, "cpu": 1}
+EQUIVALENCE_STEPS = 3
+PRECISION_NEEDS_AMPERE = ("tf32", "bf16")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the sweep can run on; detected once by `detect_machine()`, faked in tests."""
+    cuda_devices: int
+    cpu_cores: int
+    gpu_names: tuple = ()
+    gpu_capabilities: tuple = ()        # (major, minor) per GPU
+    slurm_nodes: int = 0                # nodes of the SLURM allocation this sweep runs in (0: none)
+
+
+def detect_machine() -> Machine:
+    import torch
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    names = tuple(torch.cuda.get_device_name(i) for i in range(n))
+    caps = tuple(tuple(torch.cuda.get_device_capability(i)) for i in range(n))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    from bench import slurm
+    return Machine(cuda_devices=n, cpu_cores=cores, gpu_names=names, gpu_capabilities=caps,
+                   slurm_nodes=slurm.allocation_nodes())
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One configuration, run once in fresh process(es). Serialised to JSON for the worker."""
+    workload: str
+    strategy: str
+    device_type: str
+    device_count: int
+    per_device_batch: int      # samples per replica per optimizer step
+    global_batch: int          # samples per optimizer step, all replicas together
+    image_size: int            # 0: not an image model
+    steps: int
+    warmup: int
+    threads: int               # torch threads per process (CPU); 0 = torch default
+    seed: int
+    scaling: str
+    repeat: int = 0
+    micro_batch: int = 0       # samples per replica per forward; < per_device_batch: gradient accumulation
+    precision: str = "fp32"
+    channels_last: bool = False
+    compile: bool = False
+    options: tuple = ()        # strategy settings, sorted (name, value) pairs: DDP knobs, FSDP policy
+    nodes: int = 1
+    launcher: str = "local"
+    data: str = "synthetic"
+    voc_root: str = ""
+    download: bool = False
+    epochs: int = 0            # 0: fixed steps
+    checkpoint: bool = False
+    num_workers: int = 0       # DataLoader workers of each process
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    synthetic_width: int = 1024
+    synthetic_depth: int = 4
+    synthetic_repeats: int = 1
+    weights: str = ""
+    sync_bn: bool = False
+    pg_timeout_s: float = 120.0
+    mode: str = "bench"        # bench | equivalence | comm | loader
+    emulate_ranks: int = 1     # equivalence reference: one process feeding N replicas' batches
+    comm_max_bytes: int = 0    # comm mode: largest all-reduce message (the largest model's gradients)
+    comm_extra_bytes: tuple = ()  # comm mode: DDP's bucket sizes, measured as well
+    out_dir: str = ""
+
+    @property
+    def accum_steps(self) -> int:
+        return self.per_device_batch // (self.micro_batch or self.per_device_batch)
+
+    @property
+    def processes(self) -> int:
+        return self.device_count if self.strategy in ("ddp", "fsdp", "comm") else 1
+
+    def option(self, name: str, default=None):
+        return dict(self.options).get(name, default)
+
+    @property
+    def key(self) -> str:
+        """Identity of the configuration (without repeat/out_dir), used for resume, reports and compare."""
+        nodes = f"n{self.nodes}" if self.nodes > 1 else ""
+        extra = "".join(("/channels_last" if self.channels_last else "", "/compiled" if self.compile else "",
+                         "/" + ",".join(f"{k}={v}" for k, v in self.options) if self.options else ""))
+        return (f"{self.mode}/{self.workload}/{self.strategy}/{self.device_type}x{self.device_count}{nodes}"
+                f"/b{self.per_device_batch}/g{self.global_batch}/i{self.image_size}/{self.data}/{self.precision}{extra}")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunSpec":
+        raw = json.loads(text)
+        raw["options"] = tuple(tuple(p) for p in raw.get("options", ()))
+        raw["comm_extra_bytes"] = tuple(raw.get("comm_extra_bytes", ()))
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A configuration that will not run, recorded in the store with its reason."""
+    spec: RunSpec
+    reason: str
+
+
+# ---------------------------------------------------------------- defaults and machine checks
+
+def device_type(cfg: SweepConfig, machine: Machine) -> str:
+    if cfg.device == "auto":
+        return "cuda" if machine.cuda_devices > 0 else "cpu"
+    return cfg.device
+
+
+def _default_counts(cuda: bool, machine: Machine) -> tuple:
+    if cuda:
+        counts = {1} | {n for n in (4, 8) if n <= machine.cuda_devices}
+        if machine.cuda_devices in (2, 3, 5, 6, 7):
+            counts.add(machine.cuda_devices)
+        return tuple(sorted(counts))
+    return (1, 2) if machine.cpu_cores >= 2 else (1,)
+
+
+def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
+    """Every device-dependent default filled in and checked against the machine. Raises ConfigError."""
+    if cfg.device == "cuda" and machine.cuda_devices == 0:
+        raise ConfigError("--device cuda: this machine has 0 CUDA GPUs visible (torch.cuda.device_count() == 0); "
+                          "use --device cpu or auto")
+    dev = device_type(cfg, machine)
+    cuda = dev == "cuda"
+    names = tuple(workloads.canonical(w) for w in cfg.workloads)
+    per_node = cfg.gpus_per_node or (machine.cuda_devices if cuda else machine.cpu_cores)
+    if cuda and per_node > machine.cuda_devices:
+        raise ConfigError(f"--gpus-per-node: {per_node} asked for, but this node has {machine.cuda_devices} CUDA GPU(s)")
+    counts = set(cfg.gpus or (() if cfg.nodes else _default_counts(cuda, machine)))
+    counts |= {k * per_node for k in (cfg.nodes or ())}
+    counts = tuple(sorted(counts))
+    # Outside SLURM, with no node flags, every count runs on this machine (and must fit it).
+    single_node = not machine.slurm_nodes and cfg.nodes is None and cfg.gpus_per_node is None
+    local = list(counts) if single_node else [n for n in counts if n <= per_node]
+    multi = [n for n in counts if n not in local]
+    for n in multi:
+        if n % per_node:
+            raise ConfigError(f"--gpus: {n} devices do not fill whole nodes of {per_node} (--gpus-per-node); "
+                              f"expected a multiple of {per_node} above one node")
+    most_nodes = max([n // per_node for n in multi], default=1)
+    if most_nodes > 1 and machine.slurm_nodes < most_nodes:
+        where = (f"this SLURM allocation has {machine.slurm_nodes} node(s)" if machine.slurm_nodes
+                 else "this sweep does not run inside a SLURM allocation (salloc/sbatch)")
+        raise ConfigError(f"{most_nodes} nodes needed for {max(multi)} devices at {per_node} per node, but {where}")
+    if local and cuda and max(local) > machine.cuda_devices:
+        raise ConfigError(f"--gpus: {max(local)} GPUs asked for, but this machine has {machine.cuda_devices} CUDA GPU(s) visible")
+    if local and not cuda and max(local) > machine.cpu_cores:
+        raise ConfigError(f"--gpus: {max(local)} CPU processes asked for, but this machine has {machine.cpu_cores} CPU core(s); "
+                          f"on CPU each count is a gloo process with at least one core, so at most {machine.cpu_cores}")
+    if single_node:
+        per_node = max(counts)
+    if cfg.epochs and cfg.data != "voc":
+        raise ConfigError(f"--epochs {cfg.epochs}: whole epochs need a real data set; use --data voc or --steps")
+    if cfg.checkpoint and not cfg.epochs:
+        raise ConfigError("--checkpoint: saves once per epoch; it needs --epochs N")
+    if cfg.data == "voc":
+        if cfg.workloads != ("deeplabv3",):
+            raise ConfigError(f"--data voc: trains deeplabv3 only; got --workloads {','.join(cfg.workloads)} (use --workloads deeplabv3)")
+        if not cfg.voc_root:
+            raise ConfigError("--data voc: needs --voc-root PATH (the folder holding VOCdevkit/VOC2012)")
+        if not cfg.download:
+            from bench import voc
+            voc.check_tree(cfg.voc_root)
+    if cfg.sync_bn and not cuda:
+        raise ConfigError("--sync-bn: SyncBatchNorm runs on CUDA only; on CPU DDP keeps per-process BatchNorm "
+                          "(the equivalence check then normalises per replica on both sides)")
+    if cfg.weights:
+        workloads.check_weights(cfg.weights, [w for w in cfg.workloads if w != "synthetic"])
+    if any(cfg.compile) and cfg.warmup == 0:
+        raise ConfigError("--warmup 0 with --compile: compilation happens in the first step; expected --warmup >= 1 "
+                          "so that it stays out of the measured steps")
+    timeout = cfg.timeout
+    pg = cfg.pg_timeout or (min(DEFAULT_PG_TIMEOUT_S[dev], timeout / 2) if timeout else DEFAULT_PG_TIMEOUT_S[dev])
+    resolved = dataclasses.replace(
+        cfg, workloads=names, device=dev, gpus=counts, gpus_per_node=per_node,
+        steps=cfg.steps or DEFAULT_STEPS[dev], warmup=DEFAULT_WARMUP[dev] if cfg.warmup is None else cfg.warmup,
+        pg_timeout=pg, num_workers=DEFAULT_NUM_WORKERS[dev] if cfg.num_workers is None else cfg.num_workers,
+        threads_per_process=None if cuda else (cfg.threads_per_process or max(1, machine.cpu_cores // min(per_node, max(counts)))),
+        synthetic_width=cfg.synthetic_width or workloads.SYNTHETIC_DEFAULTS[dev]["width"],
+        synthetic_depth=cfg.synthetic_depth or workloads.SYNTHETIC_DEFAULTS[dev]["depth"])
+    plan(resolved, machine)  # impossible batch splits and user models fail here, before anything runs
+    return resolved
+
+
+# ---------------------------------------------------------------- the plan
+
+def strategy_options(cfg: SweepConfig, strategy: str) -> list:
+    """Every combination of the strategy's settings asked for, as sorted (name, value) tuples; defaults left out."""
+    if strategy == "ddp":
+        axes = {"bucket_cap_mb": cfg.bucket_cap_mb or (None,), "gradient_as_bucket_view": cfg.gradient_as_bucket_view,
+                "static_graph": cfg.static_graph, "sync_buffers": cfg.sync_buffers, "comm_hook": cfg.comm_hook}
+        defaults = {"bucket_cap_mb": None, "gradient_as_bucket_view": False, "static_graph": False,
+                    "sync_buffers": True, "comm_hook": "none"}
+    elif strategy == "fsdp":
+        axes = {"reshard": cfg.fsdp_reshard, "mixed_precision": cfg.fsdp_mixed_precision}
+        defaults = {"reshard": True, "mixed_precision": "none"}
+    else:
+        return [()]
+    out = []
+    for combo in itertools.product(*axes.values()):
+        out.append(tuple(sorted((k, v) for k, v in zip(axes, combo) if v != defaults[k])))
+    return out
+
+
+def _precision_skip(precision: str, cuda: bool, machine: Machine) -> Optional[str]:
+    if not cuda and precision in ("tf32", "fp16"):
+        return (f"{precision} needs a GPU: TF32 is a tensor-core format of NVIDIA Ampere and later" if precision == "tf32"
+                else "fp16 autocast with a gradient scaler is a GPU precision; on CPU use bf16")
+    if cuda and precision in PRECISION_NEEDS_AMPERE and machine.gpu_capabilities and min(machine.gpu_capabilities) < (8, 0):
+        cap = ".".join(map(str, min(machine.gpu_capabilities)))
+        return f"{precision} needs compute capability 8.0 (Ampere) or later; this GPU has {cap}"
+    return None
+
+
+def _skip_reason(cfg: SweepConfig, machine: Machine, wl: str, strategy: str, n: int, nodes: int,
+                 precision: str, channels_last: bool, compiled: bool, info: "workloads.WorkloadInfo") -> Optional[str]:
+    cuda = cfg.device == "cuda"
+    if strategy == "dp" and nodes > 1:
+        return f"DataParallel is one process on one node; {n} devices span {nodes} nodes (use ddp or fsdp)"
+    if strategy == "dp" and not cuda and n > 1:
+        return "DataParallel parallelises over GPUs only; on CPU it has one device, so only count 1 runs (the wrapper's overhead)"
+    reason = _precision_skip(precision, cuda, machine)
+    if reason:
+        return reason
+    if channels_last and not info.image:
+        return f"channels_last applies to 4-D image inputs; {wl} takes {info.input_rank}-D inputs"
+    if compiled and strategy == "dp":
+        return "torch.compile does not trace nn.DataParallel's per-step replicate/scatter; compile under ddp instead"
+    if cfg.epochs and info.images:
+        per_step = _global_batch(cfg, info, n)
+        steps = info.images // per_step
+        if steps == 0:
+            return f"no full step: the split has {info.images} images, one global batch is {per_step}"
+        if steps * cfg.epochs <= cfg.warmup:
+            return (f"no measured step: {cfg.epochs} epoch(s) of {steps} step(s) each all fall inside the "
+                    f"{cfg.warmup} warm-up step(s); lower --warmup or train more epochs")
+    return None
+
+
+def _global_batch(cfg: SweepConfig, info: "workloads.WorkloadInfo", n: int) -> int:
+    pdb = cfg.per_device_batch or info.default_batch
+    return pdb * n if cfg.scaling == "weak" else (cfg.global_batch or pdb * max(cfg.gpus))
+
+
+def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
+    """Benchmark configurations (RunSpec or Skip) of a resolved config, in run order."""
+    out = []
+    cuda = cfg.device == "cuda"
+    for wl in cfg.workloads:
+        info = workloads.info(wl, cfg)
+        pdb = cfg.per_device_batch or info.default_batch
+        for strategy, precision, cl, comp in itertools.product(cfg.strategies, cfg.precision, cfg.channels_last, cfg.compile):
+            for n in ((1,) if strategy == "single" else cfg.gpus):
+                nodes = max(1, n // cfg.gpus_per_node) if n > cfg.gpus_per_node else 1
+                global_b = _global_batch(cfg, info, n)
+                if global_b % n:
+                    raise ConfigError(f"--global-batch {global_b} cannot be split evenly over {n} devices "
+                                      f"(--scaling strong); choose a multiple of {n}")
+                replica = global_b // n
+                micro = min(pdb, replica)
+                if replica % micro:
+                    raise ConfigError(f"{wl} on {n} device(s): {replica} samples per replica do not split into "
+                                      f"micro-batches of {micro} (--per-device-batch); choose a global batch that does")
+                if micro < info.min_replica_batch:
+                    raise ConfigError(f"{wl} with {strategy} on {n} device(s): {micro} sample(s) per replica "
+                                      f"(global batch {global_b}); {wl} needs at least {info.min_replica_batch} per replica "
+                                      f"(BatchNorm in training mode)")
+                for options in strategy_options(cfg, strategy):
+                    for r in range(cfg.repeats):
+                        spec = RunSpec(
+                            workload=wl, strategy=strategy, device_type=cfg.device, device_count=n,
+                            per_device_batch=replica, global_batch=global_b, micro_batch=micro if micro < replica else 0,
+                            image_size=(cfg.image_size or info.default_image_size) if info.image or info.default_image_size else 0,
+                            steps=cfg.steps, warmup=cfg.warmup, threads=0 if cuda else cfg.threads_per_process,
+                            seed=cfg.seed, scaling=cfg.scaling, repeat=r, precision=precision, channels_last=cl,
+                            compile=comp, options=options, nodes=nodes, launcher=_launcher(cfg, nodes),
+                            data=cfg.data if wl == "deeplabv3" else "synthetic", voc_root=cfg.voc_root or "",
+                            download=cfg.download, epochs=cfg.epochs or 0, checkpoint=cfg.checkpoint,
+                            num_workers=cfg.num_workers * (n if strategy in ("single", "dp") else 1),
+                            pin_memory=cfg.pin_memory and cuda, persistent_workers=cfg.persistent_workers,
+                            synthetic_width=cfg.synthetic_width, synthetic_depth=cfg.synthetic_depth,
+                            synthetic_repeats=cfg.synthetic_repeats, weights=cfg.weights or "",
+                            sync_bn=cfg.sync_bn, pg_timeout_s=cfg.pg_timeout)
+                        reason = _skip_reason(cfg, machine, wl, strategy, n, nodes, precision, cl, comp, info)
+                        out.append(Skip(spec, reason) if reason else spec)
+    return out
+
+
+def _launcher(cfg: SweepConfig, nodes: int) -> str:
+    if cfg.launcher != "auto":
+        return cfg.launcher
+    return "slurm" if nodes > 1 else "local"
+
+
+def plan(cfg: SweepConfig, machine: Machine) -> list:
+    """Benchmarks and skips, then equivalence checks, loader-only runs and all-reduce baselines."""
+    items = bench_specs(cfg, machine)
+    runnable = [s for s in items if isinstance(s, RunSpec)]
+    if cfg.check_equivalence:
+        items += [dataclasses.replace(s, mode="equivalence", steps=EQUIVALENCE_STEPS, warmup=0, epochs=0)
+                  for s in runnable if s.strategy in ("dp", "ddp", "fsdp") and s.repeat == 0 and not s.compile]
+    if cfg.data == "voc" and cfg.loader_bench:
+        seen = set()
+        for s in runnable:  # the loader alone, with the workers a configuration of this count has in all
+            if s.repeat == 0 and s.device_count not in seen:
+                seen.add(s.device_count)
+                items.append(dataclasses.replace(s, mode="loader", strategy="loader", num_workers=cfg.num_workers * s.device_count,
+                                                 precision="fp32", channels_last=False, compile=False, options=(),
+                                                 nodes=1, launcher="local"))
+    if cfg.comm_bench and {"ddp", "fsdp"} & set(cfg.strategies) and runnable:
+        one_per_workload = {s.workload: s for s in runnable}.values()  # building a model even on meta takes seconds
+        max_bytes = max(workloads.gradient_bytes(s) for s in one_per_workload)
+        buckets = sorted({int(mb * 2**20) for mb in (cfg.bucket_cap_mb or (25.0,))} | {2**20})  # DDP's first bucket: 1 MiB
+        for n in cfg.gpus:
+            if n > 1:
+                nodes = max(1, n // cfg.gpus_per_node) if n > cfg.gpus_per_node else 1
+                items.append(RunSpec(workload="allreduce", strategy="comm", device_type=cfg.device, device_count=n,
+                                     per_device_batch=0, global_batch=0, image_size=0, steps=0, warmup=0,
+                                     threads=0 if cfg.device == "cuda" else cfg.threads_per_process, seed=cfg.seed,
+                                     scaling=cfg.scaling, pg_timeout_s=cfg.pg_timeout, mode="comm", nodes=nodes,
+                                     launcher=_launcher(cfg, nodes), comm_max_bytes=max_bytes,
+                                     comm_extra_bytes=tuple(buckets)))
+    return items
+
+
+def describe_resolved(cfg: SweepConfig, given: set) -> list:
+    """Lines for the start of a sweep: every value that was filled in for the user, and the choices made for them."""
+    from dataclasses import fields
+    lines = []
+    shown = ("gpus", "steps", "warmup", "per_device_batch", "image_size", "pg_timeout", "threads_per_process",
+             "synthetic_width", "synthetic_depth", "num_workers", "gpus_per_node")
+    filled = [f"--{f.name.replace('_', '-')} {_text(getattr(cfg, f.name))}" for f in fields(cfg)
+              if f.name in shown and f.name not in given and getattr(cfg, f.name) is not None]
+    if filled:
+        lines.append("defaults for this device: " + ", ".join(filled))
+    if cfg.timeout is None:
+        lines.append("per-configuration limit: follows the work (start-up allowance, then 3x the time the first "
+                     "measured steps project); --timeout S sets a fixed one")
+    if cfg.weights:
+        lines += workloads.check_weights(cfg.weights, [w for w in cfg.workloads if w != "synthetic"])
+    if cfg.scaling == "strong":
+        lines.append(f"strong scaling: global batch {cfg.global_batch or 'per-device batch x ' + str(max(cfg.gpus))}; "
+                     "a replica holding more than --per-device-batch samples accumulates gradients over micro-batches")
+    return lines
+
+
+def _text(v) -> str:
+    return ",".join(map(str, v)) if isinstance(v, tuple) else f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def check_hooks(cfg: SweepConfig) -> None:
+    for h in cfg.comm_hook:
+        comm_hook_parts(h)

@@ -1,0 +1,172 @@
+"""The results store's tables, their version (`PRAGMA user_version`) and the migrations between versions.
+
+    environments  what produced a measurement: torch/CUDA/cuDNN/NCCL versions, GPUs (UUID, PCI bus id,
+                  clocks, power limit, topology in torch numbering), NCCL settings, CPU, host, git commit
+    sweeps        one row per sweep: command line, resolved config, start/end, status
+                  (running/completed/failed/interrupted/died), where an internal error's traceback went
+    results       one row per configuration run: identity (workload, strategy, count, nodes, precision,
+                  memory format, compilation, strategy options), status ok/failed/skipped/interrupted with
+                  the reason, how it was timed, and a summary derived from the raw rows by bench.stats
+    windows       raw timed windows per rank: wall time (s), samples and steps (throughput is derived from them)
+    steps         raw per-step, per-rank times (ms) of every phase; kind warmup, measure, probe_sync,
+                  probe_no_sync (DDP's communication probe) or equivalence
+    memory        per device and rank: allocator peaks, device level as nvidia-smi shows it, the
+                  benchmark's own artefacts, process RSS (MiB)
+    epochs        per-epoch wall time, mean loss, data wait and split coverage (real-data runs with --epochs)
+    comm          all-reduce microbenchmark rows per scope (world / node): size, time, algbw/busbw GB/s
+    nodes         multi-node runs: each node's host and environment
+"""
+from __future__ import annotations
+
+import sqlite3
+
+SCHEMA_VERSION = 2
+SCHEMA_HISTORY = {
+    1: "first version: environments, sweeps, results, steps, memory, epochs, comm",
+    2: "GPU-true timing and new axes: results gain precision, channels_last, compiled, options_json, nodes, launcher, "
+       "timing_method, window_s, micro_batch, loader_workers, compile_s, numerics_json; windows and nodes tables; "
+       "steps gain host_data_ms, buffers_ms, other_ms; memory gains device-level and artefact columns; comm gains "
+       "scope and ranks; sweeps may be 'failed' and record traceback_path, a label and the sweep they were "
+       "interleaved with (paired_with, A/B runs)",
+}
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS environments (
+    env_id INTEGER PRIMARY KEY,
+    captured_at TEXT NOT NULL,
+    hostname TEXT, python TEXT, torch TEXT, torchvision TEXT, cuda TEXT, cudnn TEXT, nccl TEXT,
+    gpu_names TEXT, gpu_driver TEXT, cpu_model TEXT, cpu_cores INTEGER, git_commit TEXT,
+    json TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sweeps (
+    sweep_id INTEGER PRIMARY KEY,
+    started_at TEXT NOT NULL,
+    ended_at TEXT,
+    status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'failed', 'interrupted', 'died')),
+    command_line TEXT NOT NULL,
+    config_json TEXT NOT NULL,
+    hostname TEXT, pid INTEGER,
+    env_id INTEGER REFERENCES environments(env_id),
+    resumed INTEGER NOT NULL DEFAULT 0,
+    traceback_path TEXT,
+    label TEXT,
+    paired_with INTEGER REFERENCES sweeps(sweep_id)
+);
+CREATE TABLE IF NOT EXISTS results (
+    result_id INTEGER PRIMARY KEY,
+    sweep_id INTEGER NOT NULL REFERENCES sweeps(sweep_id),
+    env_id INTEGER REFERENCES environments(env_id),
+    config_key TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    workload TEXT NOT NULL, strategy TEXT NOT NULL, device_type TEXT NOT NULL,
+    device_count INTEGER NOT NULL, per_device_batch INTEGER NOT NULL, global_batch INTEGER NOT NULL,
+    image_size INTEGER, scaling TEXT, data TEXT, repeat INTEGER NOT NULL DEFAULT 0,
+    threads_per_process INTEGER,
+    status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'skipped', 'interrupted')),
+    reason TEXT,
+    failed_rank INTEGER,
+    started_at TEXT, ended_at TEXT, wall_s REAL,
+    n_steps INTEGER, samples_per_s REAL,
+    step_ms_median REAL, step_ms_p10 REAL, step_ms_p90 REAL, step_ms_iqr REAL,
+    step_ms_mean REAL, step_ms_ci95_low REAL, step_ms_ci95_high REAL, unstable INTEGER,
+    params INTEGER, grad_mib REAL,
+    exposed_comm_ms REAL, comm_method TEXT,
+    spec_json TEXT NOT NULL,
+    details_json TEXT,
+    precision TEXT NOT NULL DEFAULT 'fp32', channels_last INTEGER NOT NULL DEFAULT 0, compiled INTEGER NOT NULL DEFAULT 0,
+    options_json TEXT, nodes INTEGER NOT NULL DEFAULT 1, launcher TEXT,
+    timing_method TEXT, window_s REAL, micro_batch INTEGER, loader_workers INTEGER, compile_s REAL, numerics_json TEXT
+);
+CREATE INDEX IF NOT EXISTS results_by_sweep ON results(sweep_id, config_key);
+CREATE TABLE IF NOT EXISTS windows (
+    result_id INTEGER NOT NULL REFERENCES results(result_id),
+    rank INTEGER NOT NULL, kind TEXT NOT NULL, first_step INTEGER NOT NULL,
+    wall_s REAL NOT NULL, samples INTEGER NOT NULL, steps INTEGER NOT NULL,
+    PRIMARY KEY (result_id, rank, kind, first_step)
+);
+CREATE TABLE IF NOT EXISTS steps (
+    result_id INTEGER NOT NULL REFERENCES results(result_id),
+    kind TEXT NOT NULL DEFAULT 'measure',
+    rank INTEGER NOT NULL, step INTEGER NOT NULL,
+    step_ms REAL NOT NULL, data_ms REAL, h2d_ms REAL, forward_ms REAL, backward_ms REAL, optimizer_ms REAL,
+    loss REAL, host_data_ms REAL, buffers_ms REAL, other_ms REAL,
+    PRIMARY KEY (result_id, kind, rank, step)
+);
+CREATE TABLE IF NOT EXISTS memory (
+    result_id INTEGER NOT NULL REFERENCES results(result_id),
+    rank INTEGER NOT NULL, device TEXT NOT NULL, device_name TEXT,
+    peak_allocated_mib REAL, peak_reserved_mib REAL, peak_rss_mib REAL,
+    device_used_mib REAL, process_used_mib REAL, artefact_mib REAL, method TEXT,
+    PRIMARY KEY (result_id, rank, device)
+);
+CREATE TABLE IF NOT EXISTS epochs (
+    result_id INTEGER NOT NULL REFERENCES results(result_id),
+    epoch INTEGER NOT NULL, wall_s REAL NOT NULL, mean_loss REAL, data_wait_s REAL,
+    samples INTEGER, steps INTEGER,
+    images INTEGER, images_seen INTEGER, images_repeated INTEGER, images_dropped INTEGER,
+    PRIMARY KEY (result_id, epoch)
+);
+CREATE TABLE IF NOT EXISTS comm (
+    result_id INTEGER NOT NULL REFERENCES results(result_id),
+    scope TEXT NOT NULL DEFAULT 'world', ranks INTEGER,
+    size_bytes INTEGER NOT NULL, time_ms REAL NOT NULL, algbw_gbps REAL, busbw_gbps REAL, iters INTEGER,
+    PRIMARY KEY (result_id, scope, size_bytes)
+);
+CREATE TABLE IF NOT EXISTS nodes (
+    result_id INTEGER NOT NULL REFERENCES results(result_id),
+    node_rank INTEGER NOT NULL, hostname TEXT, env_json TEXT,
+    PRIMARY KEY (result_id, node_rank)
+);
+"""
+
+STEP_COLUMNS = ("kind", "rank", "step", "step_ms", "data_ms", "h2d_ms", "forward_ms", "backward_ms", "optimizer_ms",
+                "loss", "host_data_ms", "buffers_ms", "other_ms")
+MEMORY_COLUMNS = ("rank", "device", "device_name", "peak_allocated_mib", "peak_reserved_mib", "peak_rss_mib",
+                  "device_used_mib", "process_used_mib", "artefact_mib", "method")
+EPOCH_COLUMNS = ("epoch", "wall_s", "mean_loss", "data_wait_s", "samples", "steps",
+                 "images", "images_seen", "images_repeated", "images_dropped")
+COMM_COLUMNS = ("scope", "ranks", "size_bytes", "time_ms", "algbw_gbps", "busbw_gbps", "iters")
+WINDOW_COLUMNS = ("rank", "kind", "first_step", "wall_s", "samples", "steps")
+
+
+def create(conn: sqlite3.Connection) -> None:
+    for stmt in SCHEMA.split(";"):
+        if stmt.strip():
+            conn.execute(stmt)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list:
+    return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+
+
+def _rebuild(conn: sqlite3.Connection, table: str, fill: dict) -> None:
+    """Recreate `table` with today's definition (new CHECKs, keys), copying rows; fill: new column -> SQL value."""
+    old = _columns(conn, table)
+    conn.execute(f"ALTER TABLE {table} RENAME TO {table}_v1")
+    stmt = next(s for s in SCHEMA.split(";") if f"CREATE TABLE IF NOT EXISTS {table} (" in s)
+    conn.execute(stmt)
+    new = _columns(conn, table)
+    cols = [c for c in new if c in old or c in fill]
+    values = [c if c in old else fill[c] for c in cols]
+    conn.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(values)} FROM {table}_v1")
+    conn.execute(f"DROP TABLE {table}_v1")
+
+
+def migrate(conn: sqlite3.Connection, version: int) -> None:
+    """Bring a store of an older version to SCHEMA_VERSION, inside the caller's write transaction.
+    Every row is kept; new columns of old rows are empty (or their version-1 meaning)."""
+    # Renaming a table must not rewrite the other tables' references to it (they point at the new one).
+    conn.execute("PRAGMA legacy_alter_table = ON")
+    if version == 1:
+        _rebuild(conn, "sweeps", {})
+        _rebuild(conn, "results", {})
+        conn.execute("CREATE INDEX IF NOT EXISTS results_by_sweep ON results(sweep_id, config_key)")
+        _rebuild(conn, "comm", {"scope": "'world'",
+                                "ranks": "(SELECT device_count FROM results r WHERE r.result_id = comm_v1.result_id)"})
+        for table in ("steps", "memory"):
+            _rebuild(conn, table, {})
+        create(conn)  # the tables version 1 did not have
+        version = 2
+    conn.execute("PRAGMA legacy_alter_table = OFF")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
