@@ -17,8 +17,9 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-COLORS = {"single": "#555555", "dp": "#d62728", "ddp": "#1f77b4"}
-NAMES = {"single": "single device", "dp": "DataParallel", "ddp": "DDP"}
+COLORS = {"single": "#555555", "dp": "#d62728", "ddp": "#1f77b4", "fsdp": "#2ca02c"}
+NAMES = {"single": "single device", "dp": "DataParallel", "ddp": "DDP", "fsdp": "FSDP"}
+STYLES = ("-", "--", ":", "-.")
 SEGMENTS = ("data", "host to device", "forward", "backward (compute)", "exposed communication", "optimizer", "other")
 SEGMENT_COLORS = ("#8c564b", "#e377c2", "#2ca02c", "#17becf", "#d62728", "#bcbd22", "#c7c7c7")
 
@@ -34,24 +35,37 @@ def _devices_label(configs: list) -> str:
     return "device count (GPUs)" if configs[0].device_type == "cuda" else "device count (gloo processes)"
 
 
-def _by_strategy(configs: list) -> dict:
+def _by_series(configs: list) -> dict:
+    """(strategy, variant) -> its configurations: one line per strategy, precision and settings."""
     out: dict = {}
     for c in configs:
-        out.setdefault(c.strategy, []).append(c)
+        out.setdefault(c.series, []).append(c)
     return out
+
+
+def _series_style(configs: list) -> dict:
+    """Colour by strategy, line style by variant (precision, settings)."""
+    variants = list(dict.fromkeys(c.variant for c in configs))
+    return {c.series: {"color": COLORS.get(c.strategy), "linestyle": STYLES[variants.index(c.variant) % len(STYLES)],
+                       "label": NAMES.get(c.strategy, c.strategy) + (f" [{c.variant}]" if len(variants) > 1 or c.variant != "fp32" else "")}
+            for c in configs}
+
+
+def _label(c) -> str:
+    return c.label + (f" [{c.variant}]" if c.variant != "fp32" else "")
 
 
 def throughput_figure(configs: list, workload: str, where: str) -> Figure:
     """samples/s against device count per strategy, and the ideal line from the 1-device baseline."""
     fig, ax = _figure("Throughput against device count", where, workload)
     counts = sorted({c.device_count for c in configs})
-    for s, cs in _by_strategy(configs).items():
-        ax.plot([c.device_count for c in cs], [c.samples_per_s for c in cs], "o-", color=COLORS.get(s), label=NAMES.get(s, s))
-    base = next((c for c in configs if c.device_count == 1 and c.strategy == "single"), None)
-    bases = [base] if base else [c for c in configs if c.device_count == 1]
+    style = _series_style(configs)
+    for key, cs in _by_series(configs).items():
+        ax.plot([c.device_count for c in cs], [c.samples_per_s for c in cs], marker="o", **style[key])
+    bases = [c for c in configs if c.device_count == 1 and c.strategy == "single"] or [c for c in configs if c.device_count == 1]
     for b in bases:
-        ax.plot(counts, [b.samples_per_s * n for n in counts], "--", color=COLORS.get(b.strategy, "#999999"),
-                alpha=0.6, label=f"ideal linear (from {b.label})")
+        ax.plot(counts, [b.samples_per_s * n for n in counts], ":", color="#999999", alpha=0.7,
+                label=f"ideal linear (from {_label(b)})")
     ax.set(xlabel=_devices_label(configs), ylabel="throughput (samples/s)", xticks=counts)
     ax.set_ylim(bottom=0)
     ax.legend()
@@ -64,10 +78,11 @@ def efficiency_figure(configs: list, workload: str, where: str) -> Figure:
     kind = "weak scaling, batch per device fixed" if scaling == "weak" else "strong scaling, global batch fixed"
     fig, ax = _figure(f"Scaling efficiency ({kind})", where, workload)
     counts = sorted({c.device_count for c in configs})
-    for s, cs in _by_strategy(configs).items():
+    style = _series_style(configs)
+    for key, cs in _by_series(configs).items():
         cs = [c for c in cs if not math.isnan(c.efficiency)]
         if cs:
-            ax.plot([c.device_count for c in cs], [c.efficiency * 100 for c in cs], "o-", color=COLORS.get(s), label=NAMES.get(s, s))
+            ax.plot([c.device_count for c in cs], [c.efficiency * 100 for c in cs], marker="o", **style[key])
     ax.axhline(100, linestyle="--", color="#999999", label="ideal (100%)")
     ax.set(xlabel=_devices_label(configs), ylabel=f"{scaling} scaling efficiency (%)", xticks=counts)
     ax.set_ylim(0, max([110.0] + [c.efficiency * 110 for c in configs if not math.isnan(c.efficiency)]))
@@ -117,7 +132,7 @@ def phase_segments_ms(c) -> dict:
 def phases_figure(configs: list, workload: str, where: str) -> Figure:
     """Stacked bars: where the median step's time goes, per strategy and count (slowest rank)."""
     fig, ax = _figure("Step broken into phases (medians, slowest rank per step)", where, workload, width=10.0)
-    labels = [c.label for c in configs]
+    labels = [_label(c) for c in configs]
     segs = [phase_segments_ms(c) for c in configs]
     bottom = [0.0] * len(configs)
     for name, color in zip(SEGMENTS, SEGMENT_COLORS):
@@ -134,14 +149,14 @@ def phases_figure(configs: list, workload: str, where: str) -> Figure:
 def memory_figure(configs: list, workload: str, where: str) -> Figure:
     """One bar per device per configuration: DataParallel's skew onto its first GPU shows here."""
     cuda = configs[0].device_type == "cuda"
-    fig, ax = _figure("Peak memory per device" + (" (allocated by torch)" if cuda else " (process RSS per rank)"),
+    fig, ax = _figure("Peak memory per device" + (" (allocated by torch, net of pre-generated batches)" if cuda else " (process RSS per rank)"),
                       where, workload, width=10.0)
     devices = sorted({d for c in configs for d in c.memory_mib}, key=lambda d: (len(d), d))
     width = 0.8 / max(1, len(devices))
     for j, d in enumerate(devices):
         xs = [i + (j - (len(devices) - 1) / 2) * width for i, c in enumerate(configs) if d in c.memory_mib]
         ax.bar(xs, [c.memory_mib[d] for c in configs if d in c.memory_mib], width=width, label=d)
-    ax.set_xticks(range(len(configs)), [c.label for c in configs], rotation=20)
+    ax.set_xticks(range(len(configs)), [_label(c) for c in configs], rotation=20)
     ax.set(ylabel="peak memory (MiB)")
     if devices:
         ax.legend(title="GPU" if cuda else "process", loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -152,7 +167,7 @@ def step_times_figure(configs: list, workload: str, where: str) -> Figure:
     """Distribution of step times per configuration: jitter and stragglers."""
     fig, ax = _figure("Distribution of step times (slowest rank per step)", where, workload, width=10.0)
     ax.boxplot([c.step_ms for c in configs], showmeans=True)
-    ax.set_xticks(range(1, len(configs) + 1), [c.label for c in configs], rotation=20)
+    ax.set_xticks(range(1, len(configs) + 1), [_label(c) for c in configs], rotation=20)
     ax.set(ylabel="step time (ms)")
     return fig
 

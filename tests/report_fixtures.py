@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 from bench import store
-from bench.config import RunSpec
+from bench.plan import RunSpec
 
 EVIL_REASON = "<script>alert('x')</script> rank 0 died & took <b>the rest</b> with it"
 PHASE_FRACTIONS = {"data_ms": 0.10, "h2d_ms": 0.05, "forward_ms": 0.30, "backward_ms": 0.40, "optimizer_ms": 0.10}
@@ -36,6 +36,16 @@ def steps(ranks: int, step_ms: list, kind: str = "measure") -> list:
             out.append({"kind": kind, "rank": r, "step": i, "step_ms": t, "loss": 1.0,
                         **{k: f * t for k, f in PHASE_FRACTIONS.items()}})
     return out
+
+
+def windows(ranks: int, step_ms: list, per_rank: int) -> list:
+    """The measured window of each rank, as the worker records it: its steps' time and samples."""
+    return [{"kind": "measure", "rank": r, "wall_s": sum(t + r for t in step_ms) / 1e3, "samples": per_rank * len(step_ms),
+             "steps": len(step_ms)} for r in range(ranks)]
+
+
+def measured(count: int, step_ms: list, per_rank: int) -> dict:
+    return {"steps": steps(count, step_ms), "windows": windows(count, step_ms, per_rank)}
 
 
 def memory(device: str, strategy: str, count: int, base_mib: float) -> list:
@@ -65,20 +75,20 @@ def build_sweep_store(path: str, device: str = "cpu", data: str = "synthetic", e
     jitter = [1.00, 1.02, 0.98, 1.04, 0.96, 1.01, 0.99, 1.03, 0.97, 1.00]
     for strategy, count, ms in (("single", 1, 100.0), ("dp", 1, 105.0), ("ddp", 1, 102.0)):
         rec(spec("synthetic", strategy, count, device),
-            payload={"steps": steps(count, [ms * j for j in jitter]), "memory": memory(device, strategy, count, 500.0)})
+            payload={**measured(count, [ms * j for j in jitter], 64), "memory": memory(device, strategy, count, 500.0)})
     rec(spec("synthetic", "ddp", 2, device), "failed", "rendezvous timed out", failed_rank=1)  # resumed below
     ddp_ms = [120.0 if i % 2 else 170.0 for i in range(10)]  # alternating: an unstable result
     rec(spec("synthetic", "ddp", 2, device),
-        payload={"steps": steps(2, ddp_ms) + steps(2, [100.0] * 10, kind="no_sync"),
+        payload={"steps": steps(2, ddp_ms) + steps(2, [100.0] * 10, kind="probe_no_sync"), "windows": windows(2, ddp_ms, 64),
                  "memory": memory(device, "ddp", 2, 500.0), "grad_bytes": 16 * 2**20,
                  "comm_method": "ddp minus no_sync"})
     if device == "cpu":
         rec(spec("synthetic", "dp", 2, device), "skipped", "DataParallel parallelises over GPUs only")
     else:
         rec(spec("synthetic", "dp", 2, device),
-            payload={"steps": steps(1, [80.0 * j for j in jitter]), "memory": memory(device, "dp", 2, 500.0)})
+            payload={**measured(1, [80.0 * j for j in jitter], 128), "memory": memory(device, "dp", 2, 500.0)})
     for strategy, count, ms in (("single", 1, 3500.0), ("ddp", 2, 4000.0)):
-        payload = {"steps": steps(count, [ms * j for j in jitter]), "memory": memory(device, strategy, count, 2000.0)}
+        payload = {**measured(count, [ms * j for j in jitter], 2), "memory": memory(device, strategy, count, 2000.0)}
         if epochs:
             payload["epochs"] = [{"epoch": e, "wall_s": 600.0 / count + 10 * e, "samples": 1464, "steps": 732}
                                  for e in range(3)]
@@ -86,7 +96,7 @@ def build_sweep_store(path: str, device: str = "cpu", data: str = "synthetic", e
     rec(spec("deeplabv3", "dp", 1, device, data=data), "failed", EVIL_REASON, failed_rank=0)
     rec(spec("deeplabv3", "ddp", 1, device, data=data), "interrupted", "interrupted by SIGINT")
     rec(spec("comm", "ddp", 2, device, mode="comm"),
-        payload={"comm": [{"size_bytes": s, "time_ms": t, "iters": 5} for s, t in COMM_POINTS]})
+        payload={"comm": [{"size_bytes": s, "time_ms": t, "iters": 5, "ranks": 2} for s, t in COMM_POINTS]})
     rec(spec("synthetic", "ddp", 2, device, mode="equivalence"),
         payload={"max_abs_diff": 2.5e-7, "tolerance": 1e-5, "passed": True})
     rec(spec("synthetic", "dp", 1, device, mode="equivalence"), "failed", "parameters differ after 3 steps",
@@ -101,15 +111,21 @@ def noisy_ms(n: int, seed: int = 0, base_ms: float = 50.0) -> list:
     return [base_ms * (1 + rng.uniform(0, 0.05)) for _ in range(n)]
 
 
-def build_compare_store(path: str, factors: tuple, steps_n: int = 30) -> list:
-    """One sweep per factor: single x1 and ddp x2 with the same noisy times x factor. Returns sweep ids."""
+def build_compare_store(path: str, factors: tuple, steps_n: int = 30, repeats: int = 1, process_cv: float = 0.0,
+                        seed: int = 0) -> list:
+    """One sweep per factor: single x1 and ddp x2, `repeats` processes each; each process's step times are
+    the same noisy times x factor x its own luck (normal, sd process_cv). Returns sweep ids."""
     conn = store.connect(path)
+    rng = random.Random(seed)
     ids = []
     for f in factors:
         sid = store.begin_sweep(conn, "bench sweep", "{}", None)
         for strategy, count in (("single", 1), ("ddp", 2)):
-            store.record_result(conn, sid, None, spec("synthetic", strategy, count), "ok",
-                                payload={"steps": steps(count, [t * f for t in noisy_ms(steps_n, seed=count)])})
+            for r in range(repeats):
+                luck = 1 + rng.gauss(0, process_cv) if process_cv else 1.0
+                ms = [t * f * luck for t in noisy_ms(steps_n, seed=count)]
+                store.record_result(conn, sid, None, spec("synthetic", strategy, count, repeat=r), "ok",
+                                    payload={"steps": steps(count, ms), "windows": windows(count, ms, 64)})
         store.end_sweep(conn, sid, "completed")
         ids.append(sid)
     conn.close()

@@ -1,0 +1,127 @@
+"""The report's first screen: per workload and precision, what to run and why, each claim pointing to
+the table or plot behind it.
+
+    blocks(sweep) -> report blocks: a heading and one short paragraph per workload and precision
+
+For each: the fastest configuration (strategy, settings, device count) and its efficiency; what
+DataParallel would cost at that count; where scaling stops paying (the first count whose efficiency
+falls below EFFICIENCY_FLOOR); whether the run was data-bound (the loader alone barely keeps up, or
+steps wait for data) or communication-bound (exposed communication is a large share of the step);
+FSDP's memory and speed beside DDP's; and a warning when the winner is within the noise of the runner-up.
+"""
+from __future__ import annotations
+
+import math
+
+from bench.results import STRATEGY_NAMES, Sweep
+
+EFFICIENCY_FLOOR = 0.75      # scaling "stops paying" below 75% efficiency
+DATA_BOUND_LOADER = 1.1      # the loader alone delivers less than 1.1x the training throughput
+DATA_BOUND_WAIT = 0.10       # or steps wait for data more than 10% of the time
+COMM_BOUND = 0.20            # exposed communication above 20% of the step
+
+
+def _name(s: str) -> str:
+    return STRATEGY_NAMES.get(s, s)
+
+
+def _settings(c) -> str:
+    extra = [f"{k}={v}" for k, v in sorted(c.options.items())]
+    extra += (["channels_last"] if c.channels_last else []) + (["torch.compile"] if c.compiled else [])
+    return f" with {', '.join(extra)}" if extra else ""
+
+
+def _where(workload: str, what: str) -> str:
+    return f"(table: {workload}: all configurations; plot: {workload}_{what}.png)"
+
+
+def sentences(sweep: Sweep, workload: str, configs: list, precision: str) -> list:
+    """The answer for one workload at one precision, as sentences."""
+    cs = [c for c in configs if c.precision == precision and not math.isnan(c.samples_per_s)]
+    if not cs:
+        return []
+    u = "GPUs" if cs[0].device_type == "cuda" else "processes"
+    best = max(cs, key=lambda c: c.samples_per_s)
+    many = best.device_count > 1
+    out = [f"Fastest: {_name(best.strategy)}{_settings(best)} on {best.device_count} {u if many else u[:-1]}, "
+           f"{best.samples_per_s:.1f} samples/s"
+           + (f", {best.efficiency:.0%} scaling efficiency against {best.baseline}" if many and not math.isnan(best.efficiency) else "")
+           + f" {_where(workload, 'throughput')}."]
+    multi = [c for c in cs if c.device_count > 1]
+    if not many and multi:
+        m = max(multi, key=lambda c: c.samples_per_s)
+        out.append(f"Using more devices does not pay here: the best on several, {m.label}, reaches {m.samples_per_s:.1f} "
+                   f"samples/s ({m.efficiency:.0%} efficiency).")
+    rivals = sorted((c for c in cs if c is not best), key=lambda c: -c.samples_per_s)
+    if rivals:
+        second = rivals[0]
+        gap = best.samples_per_s / second.samples_per_s - 1
+        noise = max([v for v in (best.repeat_spread, second.repeat_spread) if not math.isnan(v)], default=math.nan)
+        if gap < 0.05 or (not math.isnan(noise) and gap < noise) or best.unstable:
+            out.append(f"The runner-up, {second.label} [{second.variant}], is only {gap:.0%} slower: within the noise between "
+                       f"processes ({len(best.process_sps)} process(es) each); rerun with --repeats 5 to separate them.")
+    dp = [c for c in cs if c.strategy == "dp" and c.device_count == best.device_count]
+    if best.strategy != "dp" and best.device_count > 1:
+        if dp:
+            d = max(dp, key=lambda c: c.samples_per_s)
+            out.append(f"DataParallel on {best.device_count} {u} would give {d.samples_per_s:.1f} samples/s: "
+                       f"{best.samples_per_s / d.samples_per_s:.2f}x slower {_where(workload, 'efficiency')}.")
+        else:
+            out.append(f"DataParallel did not run on {best.device_count} {u} (see the skipped configurations).")
+    series = sorted((c for c in cs if c.series == best.series and not math.isnan(c.efficiency)), key=lambda c: c.device_count)
+    below = [c for c in series if c.device_count > 1 and c.efficiency < EFFICIENCY_FLOOR]
+    if below:
+        last_good = [c.device_count for c in series if c.device_count < below[0].device_count]
+        out.append(f"Scaling stops paying past {last_good[-1] if last_good else 1} {u}: at {below[0].device_count} "
+                   f"efficiency is {below[0].efficiency:.0%}, below {EFFICIENCY_FLOOR:.0%} {_where(workload, 'efficiency')}.")
+    elif len(series) > 1:
+        out.append(f"Efficiency stays at or above {EFFICIENCY_FLOOR:.0%} up to {series[-1].device_count} {u} "
+                   f"{_where(workload, 'efficiency')}.")
+    out.append(_bound(sweep, workload, best, u))
+    fsdp = [c for c in cs if c.strategy == "fsdp"]
+    ddp = [c for c in cs if c.strategy == "ddp"]
+    if fsdp and ddp:
+        n = max({c.device_count for c in fsdp} & {c.device_count for c in ddp}, default=None)
+        if n:
+            f = max((c for c in fsdp if c.device_count == n), key=lambda c: c.samples_per_s)
+            d = max((c for c in ddp if c.device_count == n), key=lambda c: c.samples_per_s)
+            fm, dm = _peak(f), _peak(d)
+            mem = (f"holds {1 - fm / dm:.0%} less memory per {'GPU' if u == 'GPUs' else 'process'}" if fm < dm
+                   else f"holds {fm / dm - 1:.0%} more memory per {'GPU' if u == 'GPUs' else 'process'}") if fm and dm else "memory not recorded"
+            speed = f.samples_per_s / d.samples_per_s
+            out.append(f"FSDP {mem} and is {abs(1 - speed):.0%} {'slower' if speed < 1 else 'faster'} than DDP at {n} {u} "
+                       f"{_where(workload, 'memory')}.")
+    return out
+
+
+def _peak(c):
+    mem = c.reserved_mib or c.memory_mib
+    return max(mem.values()) if mem else None
+
+
+def _bound(sweep: Sweep, workload: str, c, u: str) -> str:
+    step = c.summary.median_ms
+    wait = c.data_wait_ms if not math.isnan(c.data_wait_ms) else c.phases_ms.get("data_ms", math.nan)
+    alone = sweep.loader.get(c.device_count)
+    if alone and alone < DATA_BOUND_LOADER * c.samples_per_s:
+        return (f"Data-bound: the loader alone delivers {alone:.1f} samples/s with {c.loader_workers or '?'} workers, barely "
+                f"more than training's {c.samples_per_s:.1f}; add --num-workers (table: {workload}: the data loader alone).")
+    if not math.isnan(wait) and step > 0 and wait / step > DATA_BOUND_WAIT:
+        return f"Data-bound: steps wait for data {wait / step:.0%} of the time {_where(workload, 'phases')}."
+    if not math.isnan(c.exposed_comm_ms) and step > 0 and c.exposed_comm_ms / step > COMM_BOUND:
+        return (f"Communication-bound: {c.exposed_comm_ms / step:.0%} of a step is exposed communication "
+                f"(table: {workload}: DDP against the bounds of its step; `./run_bench.sh tune` searches DDP's settings).")
+    share = "" if math.isnan(c.exposed_comm_ms) or step <= 0 else f"; exposed communication {max(0.0, c.exposed_comm_ms) / step:.0%}"
+    return f"Compute-bound: neither data nor communication holds the step back{share} {_where(workload, 'phases')}."
+
+
+def blocks(sweep: Sweep) -> list:
+    out: list = [("h", 2, "Recommendation")]
+    if not sweep.bench:
+        return out + [("p", "No configuration produced a measurement; see the failed configurations below.")]
+    for workload, configs in sweep.bench.items():
+        for precision in dict.fromkeys(c.precision for c in configs):
+            text = sentences(sweep, workload, configs, precision)
+            if text:
+                out.append(("p", f"{workload}, {precision}: " + " ".join(text)))
+    return out

@@ -1,0 +1,218 @@
+"""A sweep read back from the store: one `Config` per configuration (repeats pooled), every number
+derived from the raw rows with bench.stats (never from the summary columns of `results`).
+
+    sweep = load(conn, pick_sweep(conn, None))
+    sweep.bench["synthetic"]   -> [Config], sorted by series then device count, with speed-up and efficiency
+
+Conventions: a multi-rank step counts with its slowest rank (a step ends when every rank is done) and
+its phase breakdown is that rank's; throughput is samples over the timed window's wall time, one
+value per process (repeat), the configuration's figure their median; DDP's backward phase contains
+the gradient all-reduce, so the exposed communication is split out of it rather than added to it.
+Speed-up and efficiency are against single at 1 device with the same precision, memory format and
+compilation, else the series' own 1-device result. Used by report, plots, compare, recommend, tune.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Optional
+
+from bench import stats, store
+
+STRATEGY_NAMES = {"single": "single device", "dp": "DataParallel", "ddp": "DDP", "fsdp": "FSDP"}
+STRATEGY_ORDER = ("single", "dp", "ddp", "fsdp")
+
+
+@dataclass
+class Config:
+    """One configuration of a sweep (repeats pooled), with everything derived from its raw rows."""
+    key: str
+    workload: str
+    strategy: str
+    device_type: str
+    device_count: int
+    global_batch: int
+    scaling: str
+    data: str
+    step_ms: list                       # per step, slowest rank, all repeats
+    summary: stats.Summary
+    samples_per_s: float                # median over processes of window throughput
+    process_sps: list                   # one window throughput per process (repeat)
+    phases_ms: dict                     # median per phase of the slowest rank's rows
+    exposed_comm_ms: float              # from the probe's blocks (nan if none)
+    grad_mib: Optional[float]
+    comm_method: Optional[str]
+    memory_mib: dict                    # device label -> peak allocated MiB, net of benchmark artefacts (CPU: RSS)
+    epoch_wall_s: list
+    precision: str = "fp32"
+    channels_last: bool = False
+    compiled: bool = False
+    options: dict = field(default_factory=dict)
+    nodes: int = 1
+    reserved_mib: dict = field(default_factory=dict)   # device -> peak reserved, net of artefacts
+    device_mib: dict = field(default_factory=dict)     # device -> device level (nvidia-smi)
+    timing_method: Optional[str] = None
+    numerics: dict = field(default_factory=dict)
+    compile_s: Optional[float] = None
+    loader_workers: Optional[int] = None
+    params: Optional[int] = None
+    data_wait_ms: float = math.nan      # median host wait for the next batch (slowest rank)
+    speedup: float = math.nan
+    efficiency: float = math.nan
+    baseline: str = ""
+
+    @property
+    def variant(self) -> str:
+        """Everything but strategy and count that tells this configuration apart: precision, format, settings."""
+        parts = [self.precision] + (["channels_last"] if self.channels_last else []) + (["compiled"] if self.compiled else [])
+        parts += [f"{k}={v}" for k, v in sorted(self.options.items())]
+        return ", ".join(parts)
+
+    @property
+    def series(self) -> tuple:
+        return (self.strategy, self.variant)
+
+    @property
+    def label(self) -> str:
+        opts = [f"{k}={v}" for k, v in sorted(self.options.items())]
+        return f"{STRATEGY_NAMES.get(self.strategy, self.strategy)} x{self.device_count}" + (f" ({', '.join(opts)})" if opts else "")
+
+    @property
+    def repeat_spread(self) -> float:
+        return stats.repeat_spread(self.process_sps)
+
+    @property
+    def unstable(self) -> bool:
+        spread = self.repeat_spread
+        return self.summary.unstable or (not math.isnan(spread) and spread > stats.UNSTABLE_REPEAT_SPREAD)
+
+
+@dataclass
+class Sweep:
+    """Everything the report shows about one sweep."""
+    sweep: dict
+    envs: list
+    threads: list
+    bench: dict = field(default_factory=dict)      # workload -> [Config]
+    problems: list = field(default_factory=list)   # results rows that are not ok
+    comm: list = field(default_factory=list)       # (device_count, nodes, comm rows) per comm result
+    equivalence: list = field(default_factory=list)
+    loader: dict = field(default_factory=dict)     # device count -> loader-alone samples/s
+    nodes: list = field(default_factory=list)      # per multi-node result: (result_id, node rows)
+
+
+def pick_sweep(conn: sqlite3.Connection, sweep_id: Optional[int]) -> int:
+    """The given sweep id (checked) or the latest sweep."""
+    if sweep_id is None and conn.execute("SELECT 1 FROM sweeps LIMIT 1").fetchone() is None:
+        raise store.StoreError("the store holds no sweep yet; run a sweep first")
+    return int(store.find_sweep(conn, "last" if sweep_id is None else str(sweep_id))["sweep_id"])
+
+
+def _rows(conn: sqlite3.Connection, sql: str, *args) -> list:
+    return [dict(r) for r in conn.execute(sql, args)]
+
+
+def _memory(rows: list, device_type: str) -> tuple:
+    """(allocated, reserved, device level) per device label, net of artefacts, max over repeats. CPU: RSS per rank."""
+    alloc: dict = {}
+    reserved: dict = {}
+    level: dict = {}
+    for m in rows:
+        net = float(m.get("artefact_mib") or 0.0)
+        if device_type == "cuda" and str(m["device"]).startswith("cuda") and m["peak_allocated_mib"] is not None:
+            d = str(m["device"])
+            alloc[d] = max(alloc.get(d, 0.0), float(m["peak_allocated_mib"]) - net)
+            if m.get("peak_reserved_mib") is not None:
+                reserved[d] = max(reserved.get(d, 0.0), float(m["peak_reserved_mib"]) - net)
+            if m.get("device_used_mib") is not None:
+                level[d] = max(level.get(d, 0.0), float(m["device_used_mib"]) - net)
+        elif device_type != "cuda" and m["peak_rss_mib"] is not None:
+            label = f"rank {m['rank']}"
+            alloc[label] = max(alloc.get(label, 0.0), float(m["peak_rss_mib"]))
+    return alloc, reserved, level
+
+
+def _config(conn: sqlite3.Connection, results: list) -> Config:
+    r0 = results[0]
+    step_ms, sync_ms, nosync_ms, slowest, memory, epochs, sps = [], [], [], [], [], [], []
+    for r in results:
+        rid = r["result_id"]
+        steps = _rows(conn, "SELECT * FROM steps WHERE result_id = ?", rid)
+        measured = [s for s in steps if s["kind"] == "measure"]
+        step_ms += stats.step_times_ms(measured)
+        sync_ms += stats.step_times_ms([s for s in steps if s["kind"] == "probe_sync"])
+        nosync_ms += stats.step_times_ms([s for s in steps if s["kind"] in ("probe_no_sync", "no_sync")])
+        slowest += stats.slowest_rank_rows(measured)  # keeps each result's steps apart
+        memory += _rows(conn, "SELECT * FROM memory WHERE result_id = ?", rid)
+        epochs += [e["wall_s"] for e in _rows(conn, "SELECT wall_s FROM epochs WHERE result_id = ? ORDER BY epoch", rid)]
+        summary = stats.result_summary(steps, _rows(conn, "SELECT * FROM windows WHERE result_id = ?", rid), int(r["global_batch"]))
+        if summary.get("samples_per_s") is not None:
+            sps.append(summary["samples_per_s"])
+    alloc, reserved, level = _memory(memory, r0["device_type"])
+    return Config(
+        key=r0["config_key"], workload=r0["workload"], strategy=r0["strategy"], device_type=r0["device_type"],
+        device_count=int(r0["device_count"]), global_batch=int(r0["global_batch"]), scaling=r0["scaling"] or "weak",
+        data=r0["data"] or "synthetic", step_ms=step_ms, summary=stats.summarize(step_ms),
+        samples_per_s=stats.median(sps), process_sps=sps,
+        phases_ms={p: stats.median(s.get(p) for s in slowest) for p in stats.PHASES_MS},
+        exposed_comm_ms=stats.exposed_comm_ms(sync_ms or step_ms, nosync_ms) if nosync_ms else math.nan,
+        grad_mib=r0["grad_mib"], comm_method=r0["comm_method"], memory_mib=alloc, reserved_mib=reserved, device_mib=level,
+        epoch_wall_s=epochs, precision=r0["precision"] or "fp32", channels_last=bool(r0["channels_last"]),
+        compiled=bool(r0["compiled"]), options=json.loads(r0["options_json"] or "{}"), nodes=int(r0["nodes"] or 1),
+        timing_method=r0["timing_method"], numerics=json.loads(r0["numerics_json"] or "{}"),
+        compile_s=stats.median(r["compile_s"] for r in results), loader_workers=r0["loader_workers"],
+        params=r0["params"], data_wait_ms=stats.median(s.get("host_data_ms") for s in slowest),
+    )
+
+
+def _with_scaling(configs: list) -> list:
+    """Speed-up and efficiency against single at 1 device of the same numerics, else the series' own 1-device result."""
+    numerics = lambda c: (c.precision, c.channels_last, c.compiled)  # noqa: E731
+    singles = {numerics(c): c for c in configs if c.strategy == "single" and c.device_count == 1}
+    ones = {c.series: c for c in configs if c.device_count == 1}
+    for c in configs:
+        base = singles.get(numerics(c)) or ones.get(c.series)
+        if base is not None:
+            c.baseline = base.label + (f" [{base.variant}]" if base.variant != "fp32" else "")
+            c.speedup = stats.speedup(c.samples_per_s, base.samples_per_s)
+            c.efficiency = stats.efficiency(c.samples_per_s, base.samples_per_s, c.device_count, c.scaling)
+    order = {s: i for i, s in enumerate(STRATEGY_ORDER)}
+    return sorted(configs, key=lambda c: (c.variant != "fp32", c.precision, order.get(c.strategy, len(order)),
+                                          c.variant, c.device_count))
+
+
+def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
+    """Read one sweep from the store and derive every number the report shows."""
+    sweep = dict(store.find_sweep(conn, str(sweep_id)))
+    results = sorted((dict(r) for r in store.latest_results(conn, sweep_id)), key=lambda r: r["result_id"])
+    env_ids = sorted({r["env_id"] for r in results if r["env_id"] is not None} | ({sweep["env_id"]} - {None}))
+    envs = [dict(e) for i in env_ids for e in conn.execute("SELECT * FROM environments WHERE env_id = ?", (i,))]
+    threads = sorted({r["threads_per_process"] for r in results if r["threads_per_process"] is not None})
+    out = Sweep(sweep=sweep, envs=envs, threads=threads)
+    groups: dict = {}
+    for r in results:
+        if r["mode"] == "equivalence":
+            out.equivalence.append(r)
+        if r["status"] != "ok":
+            out.problems.append(r)
+        elif r["mode"] == "bench":
+            groups.setdefault(r["config_key"], []).append(r)
+        elif r["mode"] == "comm":
+            out.comm.append((int(r["device_count"]), int(r["nodes"] or 1),
+                             _rows(conn, "SELECT * FROM comm WHERE result_id = ? ORDER BY scope, size_bytes", r["result_id"])))
+        elif r["mode"] == "loader":
+            windows = _rows(conn, "SELECT * FROM windows WHERE result_id = ?", r["result_id"])
+            out.loader.setdefault(int(r["device_count"]), []).append(stats.window_throughput(windows)[0])
+        nodes = _rows(conn, "SELECT node_rank, hostname FROM nodes WHERE result_id = ? ORDER BY node_rank", r["result_id"])
+        if nodes:
+            out.nodes.append((r, nodes))
+    out.loader = {n: stats.median(v) for n, v in out.loader.items()}
+    by_workload: dict = {}
+    for rs in groups.values():
+        if _rows(conn, "SELECT 1 FROM steps WHERE result_id = ? AND kind = 'measure' LIMIT 1", rs[0]["result_id"]):
+            c = _config(conn, rs)
+            by_workload.setdefault(c.workload, []).append(c)
+    out.bench = {w: _with_scaling(cs) for w, cs in sorted(by_workload.items())}
+    return out

@@ -1,0 +1,110 @@
+"""The report opens with its answer: per workload and precision, what to run, what DataParallel would cost,
+where scaling stops paying, what bounds the run, FSDP beside DDP; built from stores with known numbers."""
+from __future__ import annotations
+
+from bench import recommend, report, results, store
+from bench.plan import RunSpec
+
+
+def spec(strategy: str, n: int, precision: str = "fp32", workload: str = "synthetic", mode: str = "bench",
+         options: tuple = ()) -> RunSpec:
+    return RunSpec(workload=workload, strategy=strategy, device_type="cuda", device_count=n, per_device_batch=32,
+                   global_batch=32 * n, image_size=0, steps=10, warmup=2, threads=0, seed=0, scaling="weak",
+                   precision=precision, options=options, mode=mode)
+
+
+def payload(n: int, step_ms: float, data_ms: float = 0.0, nosync_ms: float = None, mem_mib: float = 1000.0, ranks=None) -> dict:
+    ranks = ranks or (n if n > 1 else 1)
+    rows = [{"kind": "measure", "rank": r, "step": i, "step_ms": step_ms, "data_ms": 0.0, "host_data_ms": data_ms,
+             "forward_ms": step_ms * 0.3, "backward_ms": step_ms * 0.6, "optimizer_ms": step_ms * 0.1}
+            for r in range(ranks) for i in range(10)]
+    if nosync_ms is not None:
+        rows += [{"kind": k, "rank": r, "step": 100 + i, "step_ms": ms} for k, ms in (("probe_sync", step_ms), ("probe_no_sync", nosync_ms))
+                 for r in range(ranks) for i in range(4)]
+    windows = [{"kind": "measure", "rank": r, "wall_s": 10 * step_ms / 1e3, "samples": 320 * n // ranks, "steps": 10} for r in range(ranks)]
+    memory = [{"rank": r, "device": f"cuda:{r}", "peak_allocated_mib": mem_mib, "peak_reserved_mib": mem_mib * 1.2,
+               "device_used_mib": mem_mib * 1.5} for r in range(ranks)]
+    return {"steps": rows, "windows": windows, "memory": memory, "grad_bytes": 64 * 2**20}
+
+
+def build(path: str, configs: list, loader: dict = None) -> results.Sweep:
+    conn = store.connect(path)
+    env = store.insert_environment(conn, {"hostname": "h", "gpu_names": ["H100"] * 4, "cpu_cores": 8})
+    sid = store.begin_sweep(conn, "cmd", "{}", env)
+    for sp, pl in configs:
+        store.record_result(conn, sid, env, sp, "ok", payload=pl)
+    for n, sps in (loader or {}).items():
+        ls = spec("loader", n, mode="loader")
+        store.record_result(conn, sid, env, ls, "ok", payload={"windows": [{"kind": "loader", "rank": 0, "wall_s": 1.0,
+                                                                           "samples": int(sps), "steps": 10}]})
+    store.end_sweep(conn, sid, "completed")
+    conn.close()
+    conn = store.connect(path, readonly=True)
+    try:
+        return results.load(conn, sid)
+    finally:
+        conn.close()
+
+
+def text(sweep: results.Sweep) -> str:
+    return " ".join(b[1] for b in recommend.blocks(sweep) if b[0] == "p")
+
+
+def test_ddp_wins_and_the_answer_says_what_dataparallel_would_cost(tmp_path):
+    sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("dp", 2), payload(2, 160.0, ranks=1)),
+                                            (spec("ddp", 2), payload(2, 105.0, nosync_ms=100.0))])
+    t = text(sw)
+    assert "synthetic, fp32: Fastest: DDP on 2 GPUs, 609.5 samples/s, 95% scaling efficiency against single device x1" in t
+    assert "DataParallel on 2 GPUs would give 400.0 samples/s: 1.52x slower" in t
+    assert "Compute-bound" in t and "table: synthetic: all configurations" in t
+
+
+def test_when_dataparallel_beats_ddp_the_answer_says_so(tmp_path):
+    # DDP should lose here: its step is slower than DataParallel's at the same count.
+    sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("dp", 2), payload(2, 110.0, ranks=1)),
+                                            (spec("ddp", 2), payload(2, 180.0, nosync_ms=100.0))])
+    t = text(sw)
+    assert "Fastest: DataParallel on 2 GPUs" in t and "would give" not in t
+    assert "Communication-bound: 44% of a step is exposed communication" not in t  # the winner (DP) has no probe
+
+
+def test_where_scaling_stops_paying_and_a_communication_bound_run(tmp_path):
+    sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)),
+                                            (spec("ddp", 2), payload(2, 110.0, nosync_ms=100.0)),
+                                            (spec("ddp", 4), payload(4, 180.0, nosync_ms=100.0))])
+    t = text(sw)
+    assert "Fastest: DDP on 4 GPUs" in t
+    assert "Scaling stops paying past 2 GPUs: at 4 efficiency is 56%, below 75%" in t
+    assert "Communication-bound: 44% of a step is exposed communication" in t and "tune" in t
+
+
+def test_a_data_bound_run_names_the_loader(tmp_path):
+    sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 105.0))],
+               loader={2: 620.0})
+    assert "Data-bound: the loader alone delivers 620.0 samples/s" in text(sw)
+
+
+def test_fsdp_memory_and_speed_are_set_beside_ddp(tmp_path):
+    sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)),
+                                            (spec("ddp", 2), payload(2, 100.0, mem_mib=1000.0)),
+                                            (spec("fsdp", 2), payload(2, 107.0, mem_mib=590.0))])
+    assert "FSDP holds 41% less memory per GPU and is 7% slower than DDP at 2 GPUs" in text(sw)
+
+
+def test_each_precision_gets_its_own_answer_and_the_environment_comes_last(tmp_path):
+    sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 105.0)),
+                                            (spec("single", 1, "bf16"), payload(1, 50.0)), (spec("ddp", 2, "bf16"), payload(2, 60.0))])
+    t = text(sw)
+    assert "synthetic, fp32: Fastest: DDP on 2 GPUs" in t and "synthetic, bf16: Fastest: DDP on 2 GPUs, 1066.7 samples/s" in t
+    bl = report.blocks(sw, {})
+    headings = [b[2] for b in bl if b[0] == "h"]
+    assert headings[1] == "Recommendation" and headings[-1] == "Environment"
+    table = next(b for b in bl if b[0] == "table" and "precision / settings" in b[1])
+    assert {row[1] for row in table[2]} == {"fp32", "bf16"}
+
+
+def test_a_winner_within_noise_of_the_runner_up_is_flagged(tmp_path):
+    sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 100.0)),
+                                            (spec("ddp", 2, options=(("bucket_cap_mb", 100.0),)), payload(2, 99.0))])
+    t = text(sw)
+    assert "Fastest: DDP with bucket_cap_mb=100.0 on 2 GPUs" in t and "only 1% slower: within the noise" in t
