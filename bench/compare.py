@@ -1,14 +1,21 @@
-"""Compare a candidate sweep against a baseline, configuration by configuration, like pyperf.
+"""Compare a candidate sweep against a baseline, configuration by configuration, with processes as the
+independent samples (pyperf's rule: steps of one process share its luck).
 
-    python -m bench.compare --store base.sqlite --against new.sqlite [--threshold 0.05]
-    python -m bench.compare --store results/bench.sqlite            # the two latest sweeps of one store
+    ./run_bench.sh compare --store base.sqlite --against new.sqlite [--threshold 0.05] [--noise 0.25]
+    ./run_bench.sh compare --store results/bench.sqlite          # the two latest sweeps of one store
 
-For every configuration key with an ok 'bench' result on both sides: throughput ratio
-(candidate / baseline, from the median of the raw step times), Mann-Whitney p-value on the raw step
-times (slowest rank per step, repeats pooled), and "1.84x faster" / "1.10x slower" / "no significant
-difference". Exit status 1 when a configuration is slower by more than the threshold (0.05: the
-candidate's step takes 5% longer) and the difference is significant (p < 0.05), or when a
-configuration that was ok in the baseline failed in the candidate; else 0.
+Per configuration key with an ok benchmark on both sides, each process (repeat) contributes one
+throughput (samples over its timed window). With two or more processes per side: the ratio of
+geometric means, its 95% confidence interval, and a one-sided Welch t-test on log throughput that the
+candidate is slower; the p-values of all configurations are Holm-corrected (family-wise alpha 0.05).
+Sweeps run one after another also drift apart as the shared machine's speed changes, which their
+processes cannot show: a regression needs significance and a slowdown beyond --drift (15%). Sweeps
+written by `./run_bench.sh ab` interleave A and B process by process: compare pairs them (paired
+t-test on log ratios, the drift cancels) and a slowdown beyond --threshold (5%) is enough. With one
+process on a side nothing separates a change from process-to-process noise: compare says so, and calls
+a regression only beyond --noise (25%). A configuration ok in the baseline and failed in the candidate
+is a regression.
+Exit status 1 on a regression, 0 otherwise, 2 on bad input.
 """
 from __future__ import annotations
 
@@ -16,14 +23,17 @@ import argparse
 import math
 from typing import Optional
 
-from bench import report, stats, store
+from bench import results, stats, store
 
-ALPHA = 0.05  # significance level of the Mann-Whitney test
+ALPHA = 0.05               # family-wise significance level over the configurations compared
+PROCESS_CV = 0.07          # typical between-process spread (sd / mean) on shared machines, for the advice
+DEFAULT_NOISE = 0.25       # without repeats: identical code differed by up to 1.22x between processes here
+DEFAULT_DRIFT = 0.15       # sweeps run one after another: their means differed by 6% sd here (9% for a pair)
 
 
 def _sweeps(conn_a, conn_b, sweep_a: Optional[int], sweep_b: Optional[int]) -> tuple:
     if conn_b is not None:
-        return report.pick_sweep(conn_a, sweep_a), report.pick_sweep(conn_b, sweep_b)
+        return results.pick_sweep(conn_a, sweep_a), results.pick_sweep(conn_b, sweep_b)
     ids = [r[0] for r in conn_a.execute("SELECT sweep_id FROM sweeps ORDER BY sweep_id")]
     if sweep_b is None:
         sweep_b = ids[-1] if ids else None
@@ -33,50 +43,85 @@ def _sweeps(conn_a, conn_b, sweep_a: Optional[int], sweep_b: Optional[int]) -> t
             raise store.StoreError(f"comparing within one store needs two sweeps; it holds {len(ids)} "
                                    f"(name them with --sweep-a/--sweep-b, or give a candidate store with --against)")
         sweep_a = older[-1]
-    return report.pick_sweep(conn_a, sweep_a), report.pick_sweep(conn_a, sweep_b)
+    return results.pick_sweep(conn_a, sweep_a), results.pick_sweep(conn_a, sweep_b)
 
 
 def _configs(conn, sweep_id: int) -> tuple:
-    """(ok configurations by key, {key: reason} of bench configurations that failed or were interrupted)."""
-    sweep = report.load(conn, sweep_id)
+    """(ok configurations by key, {key: reason} of benchmark configurations that failed or were interrupted,
+    {key: {repeat: throughput}} for pairing, the sweep row)."""
+    sweep = results.load(conn, sweep_id)
     broken = {r["config_key"]: f"{r['status']}: {r['reason']}" for r in sweep.problems
               if r["mode"] == "bench" and r["status"] in ("failed", "interrupted")}
-    return {c.key: c for cs in sweep.bench.values() for c in cs}, broken
+    by_repeat: dict = {}
+    for r in store.latest_results(conn, sweep_id):
+        if r["mode"] == "bench" and r["status"] == "ok" and r["samples_per_s"] is not None:
+            by_repeat.setdefault(r["config_key"], {})[r["repeat"]] = float(r["samples_per_s"])
+    return {c.key: c for cs in sweep.bench.values() for c in cs}, broken, by_repeat, sweep.sweep
 
 
-def verdict(ratio: float, p: float) -> str:
-    """pyperf-style wording for a throughput ratio candidate/baseline and its p-value."""
-    if math.isnan(p) or p >= ALPHA or ratio == 1.0:
-        return "no significant difference"
-    return f"{ratio:.2f}x faster" if ratio > 1 else f"{1 / ratio:.2f}x slower"
+def resolvable(n: int, cv: float = PROCESS_CV) -> float:
+    """The slowdown n processes per side resolve at 80% power (one-sided 5%), for a process spread cv."""
+    return (1.645 + 0.842) * cv * math.sqrt(2.0 / n)
+
+
+def verdict(pc: stats.ProcessComparison, noise: float, slower: bool = False, different: bool = False) -> str:
+    """pyperf-style wording for a comparison of per-process throughputs. slower / different: the one-sided
+    (candidate slower) / two-sided test survived the correction over configurations."""
+    change = f"{pc.ratio:.2f}x faster" if pc.ratio > 1 else f"{1 / pc.ratio:.2f}x slower"
+    if not pc.decidable:
+        side = "one process per side" if pc.n_a == pc.n_b == 1 else f"{pc.n_a} vs {pc.n_b} process(es)"
+        within = abs(math.log(pc.ratio)) <= math.log1p(noise)
+        return (f"{change if pc.ratio != 1 else 'no change'}, {'within' if within else 'beyond'} the noise bound of "
+                f"{noise:.0%} between fresh processes ({side}: cannot separate a change from process noise; "
+                f"--repeats 5 on both sides resolves about {resolvable(5):.0%})")
+    ci = f"95% CI of the ratio {pc.ci95[0]:.2f}-{pc.ci95[1]:.2f}, {pc.n_a} vs {pc.n_b} processes"
+    if slower and pc.ratio < 1:
+        return f"{change} (p={pc.p_slower:.2g} one-sided, {ci})"
+    if different and pc.ratio != 1:
+        return f"{change} (p={pc.p_two_sided:.2g}, {ci})"
+    return f"no significant difference (p={pc.p_two_sided:.2g} before correction over configurations, {ci})"
 
 
 def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_b: Optional[int],
-            threshold: float) -> tuple:
-    """Text of the comparison and the exit status (1: a significant regression beyond threshold).
-    store_b None: two sweeps of store_a (default: the two latest). Raises store.StoreError."""
+            threshold: float, noise: float = DEFAULT_NOISE, drift: float = DEFAULT_DRIFT) -> tuple:
+    """Text of the comparison and the exit status (1: a regression). store_b None: two sweeps of store_a."""
     conn_a = store.connect(store_a, readonly=True)
     conn_b = store.connect(store_b, readonly=True) if store_b else None
     try:
         sid_a, sid_b = _sweeps(conn_a, conn_b, sweep_a, sweep_b)
-        (base, _), (cand, cand_broken) = _configs(conn_a, sid_a), _configs(conn_b or conn_a, sid_b)
+        base, _, reps_a, row_a = _configs(conn_a, sid_a)
+        cand, cand_broken, reps_b, row_b = _configs(conn_b or conn_a, sid_b)
     finally:
         conn_a.close()
         if conn_b is not None:
             conn_b.close()
-    lines = [f"baseline: {store_a} sweep {sid_a}; candidate: {store_b or store_a} sweep {sid_b}; "
-             f"regression threshold {threshold:.0%} slower at p < {ALPHA}", ""]
+    interleaved = store_b is None and row_a.get("paired_with") == sid_b
+    if interleaved:
+        rule = (f"interleaved A/B pairs (./run_bench.sh ab): a regression is slower by more than {threshold:.0%}, "
+                f"significant at family-wise p < {ALPHA} over pairs")
+    else:
+        rule = (f"a regression is slower by more than {max(threshold, drift):.0%} (sweeps run one after another drift "
+                f"apart by that much here; ./run_bench.sh ab resolves less), significant at family-wise p < {ALPHA} over "
+                f"processes; with one process per side, slower by more than the noise bound {noise:.0%}")
+    lines = [f"baseline: {store_a} sweep {sid_a}; candidate: {store_b or store_a} sweep {sid_b}; {rule}", ""]
+    common = sorted(set(base) & set(cand))
+    if interleaved:
+        pairs = {k: sorted(set(reps_a.get(k, {})) & set(reps_b.get(k, {}))) for k in common}
+        pcs = {k: stats.compare_pairs([reps_a[k][r] for r in pairs[k]], [reps_b[k][r] for r in pairs[k]]) for k in common}
+    else:
+        pcs = {k: stats.compare_processes(base[k].process_sps, cand[k].process_sps) for k in common}
+    significant = stats.holm({k: pc.p_slower for k, pc in pcs.items() if pc.decidable}, ALPHA)
+    different = stats.holm({k: pc.p_two_sided for k, pc in pcs.items() if pc.decidable}, ALPHA)
+    floor = threshold if interleaved else max(threshold, drift)
     regressed = []
-    for key in sorted(set(base) & set(cand)):
-        a, b = base[key], cand[key]
-        ratio = b.samples_per_s / a.samples_per_s
-        p = stats.significance(a.step_ms, b.step_ms)
-        words = verdict(ratio, p)
-        if p < ALPHA and 1 / ratio - 1 > threshold:
+    for key in common:
+        a, b, pc = base[key], cand[key], pcs[key]
+        words = verdict(pc, noise, key in significant, key in different).replace("processes)", "pairs)" if interleaved else "processes)")
+        slowdown = 1 / pc.ratio - 1
+        if (key in significant and slowdown > floor) or (not pc.decidable and slowdown > max(floor, noise)):
             regressed.append(key)
             words += " (REGRESSION)"
-        lines.append(f"{key}: {a.samples_per_s:.1f} -> {b.samples_per_s:.1f} samples/s, median step "
-                     f"{a.summary.median_ms:.2f} -> {b.summary.median_ms:.2f} ms, p={p:.3g}: {words}")
+        lines.append(f"{key}: {a.samples_per_s:.1f} -> {b.samples_per_s:.1f} samples/s: {words}")
     for key in sorted(set(base) - set(cand)):
         if key in cand_broken:  # ran fine before, fails now: the worst regression there is
             regressed.append(key)
@@ -85,10 +130,9 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
             lines.append(f"{key}: only in the baseline (no ok result in the candidate)")
     for key in sorted(set(cand) - set(base)):
         lines.append(f"{key}: only in the candidate")
-    if not set(base) & set(cand):
+    if not common:
         lines.append("no configuration has an ok result on both sides")
-    lines += ["", f"{len(regressed)} configuration(s) regressed by more than {threshold:.0%}" if regressed
-              else "no significant regression beyond the threshold"]
+    lines += ["", f"{len(regressed)} configuration(s) regressed" if regressed else "no regression"]
     return "\n".join(lines) + "\n", 1 if regressed else 0
 
 
@@ -97,15 +141,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--against", default=None, help="candidate store (default: compare two sweeps of --store)")
     parser.add_argument("--sweep-a", type=int, default=None, help="baseline sweep id (default: latest, or the one before --sweep-b)")
     parser.add_argument("--sweep-b", type=int, default=None, help="candidate sweep id (default: latest)")
-    parser.add_argument("--threshold", type=float, default=0.05, help="fail when slower by more than this fraction (0.05 = 5%%)")
+    parser.add_argument("--threshold", type=float, default=0.05, help="smallest slowdown that counts, with repeats (0.05 = 5%%)")
+    parser.add_argument("--noise", type=float, default=DEFAULT_NOISE,
+                        help="without repeats, the process-to-process noise bound a slowdown must exceed (0.25 = 25%%)")
+    parser.add_argument("--drift", type=float, default=DEFAULT_DRIFT,
+                        help="sweeps run one after another: the drift between them a slowdown must exceed (0.15 = 15%%); "
+                             "interleaved A/B sweeps (./run_bench.sh ab) need none")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.print_usage()
+        self.exit(2, f"error: {message}\n")
 
 
 def main(argv: Optional[list] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="./run_bench.sh compare", description=__doc__.splitlines()[0])
     add_arguments(parser)
     ns = parser.parse_args(argv)
+    for flag, v in (("--threshold", ns.threshold), ("--noise", ns.noise), ("--drift", ns.drift)):
+        if not (0 <= v < 10):
+            print(f"error: {flag} {v}: expected a fraction such as 0.05")
+            return 2
     try:
-        text, code = compare(ns.store, ns.against, ns.sweep_a, ns.sweep_b, ns.threshold)
+        text, code = compare(ns.store, ns.against, ns.sweep_a, ns.sweep_b, ns.threshold, ns.noise, ns.drift)
     except store.StoreError as e:
         print(f"error: {e}")
         return 2

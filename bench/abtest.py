@@ -1,0 +1,151 @@
+"""Interleaved A/B runs: two variants of each configuration run alternately, each in fresh processes,
+and compared pair by pair.
+
+Sweeps run one after another on a shared machine see it at different speeds: sweeps of identical code
+here differed by 6% (sd of their means), twice what their processes' spread within a sweep predicts, so
+two stored sweeps cannot resolve a 10% change. Run the variants back to back instead, alternately first
+(AB BA AB ...): each pair sees the same machine and the paired ratio cancels the drift
+(bench.stats.compare_pairs). A variant is a RunSpec with an environment and a working folder: other
+settings (bench.tune), another checkout (`--b-repo`), or an injected fault (`--b-env BENCH_FAULT=slow@0:10`).
+
+    ./run_bench.sh ab --b-repo ../main-checkout --workloads synthetic --strategies ddp --pairs 8
+    ./run_bench.sh compare --store results/bench.sqlite      # the two sweeps it wrote, paired
+
+`ab` writes the two variants as two sweeps of one store (labels a and b, paired with each other, repeat
+= pair index) and ends with compare's verdict and exit status.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from bench import plan, stats, store
+from bench.config import ConfigError
+from bench.diagnose import Outcome
+from bench.launch import Limits, run_config
+from bench.plan import RunSpec
+from bench.procs import signals_deferred
+
+DEFAULT_PAIRS = 8
+
+
+@dataclass(frozen=True)
+class Variant:
+    label: str
+    spec: RunSpec
+    env: dict = field(default_factory=dict)
+    cwd: Optional[str] = None
+
+
+def throughput(outcome: Outcome, spec: RunSpec) -> float:
+    """The process's window throughput (samples/s), nan when it failed."""
+    if outcome.status != "ok":
+        return float("nan")
+    got = stats.result_summary(outcome.payload.get("steps", []), outcome.payload.get("windows", []), spec.global_batch)
+    return got.get("samples_per_s", float("nan"))
+
+
+def run_pairs(a: Variant, b: Variant, pairs: int, limits: Limits,
+              on_run: Optional[Callable[[Variant, RunSpec, Outcome], None]] = None) -> list:
+    """[(outcome a, outcome b)] for `pairs` pairs, alternately A first and B first; repeat = pair index."""
+    out = []
+    for r in range(pairs):
+        got = {}
+        for v in ((a, b) if r % 2 == 0 else (b, a)):
+            spec = dataclasses.replace(v.spec, repeat=r)
+            got[v.label] = run_config(spec, limits, extra_env=v.env, cwd=v.cwd)
+            if on_run:
+                on_run(v, spec, got[v.label])
+        out.append((got[a.label], got[b.label]))
+    return out
+
+
+def paired(outcomes: list, a: RunSpec, b: RunSpec) -> stats.ProcessComparison:
+    """The paired comparison of the pairs where both runs succeeded."""
+    ok = [(throughput(x, a), throughput(y, b)) for x, y in outcomes if x.status == y.status == "ok"]
+    return stats.compare_pairs([p[0] for p in ok], [p[1] for p in ok])
+
+
+# ---------------------------------------------------------------- the `ab` command
+
+def _env_items(items: list) -> dict:
+    env = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--b-env {item!r}: expected NAME=VALUE")
+        env[key] = value
+    return env
+
+
+def main(argv: list) -> int:
+    from bench import cli, compare
+    parser = cli.run_parser()
+    parser.prog = "./run_bench.sh ab"
+    parser.add_argument("--b-repo", default=None, help="variant B runs this other checkout of the suite (its bench/ package)")
+    parser.add_argument("--b-env", action="append", default=None, metavar="NAME=VALUE",
+                        help="variant B runs with this environment variable set (repeatable)")
+    parser.add_argument("--pairs", type=int, default=DEFAULT_PAIRS, help="A/B pairs per configuration (default 8)")
+    ns, rest = parser.parse_known_args(argv)
+    if rest:
+        raise ConfigError(f"unrecognised arguments: {' '.join(rest)}")
+    if ns.pairs < 2:
+        raise ConfigError(f"--pairs: {ns.pairs} is not allowed; expected a whole number >= 2 (pairs are the samples)")
+    b_env = _env_items(ns.b_env)
+    b_repo = os.path.abspath(ns.b_repo) if ns.b_repo else None
+    if b_repo and not os.path.isfile(os.path.join(b_repo, "bench", "worker.py")):
+        raise ConfigError(f"--b-repo {ns.b_repo!r} holds no bench/worker.py; expected another checkout of this suite")
+    if not b_env and not b_repo:
+        raise ConfigError("ab needs a variant B: --b-repo PATH (another checkout) and/or --b-env NAME=VALUE")
+    cfg, given, machine = cli.prepare(_without(argv, ("--b-repo", "--b-env", "--pairs")), parser=cli.run_parser())
+    if b_repo:
+        b_env = {**b_env, "PYTHONPATH": b_repo + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    specs = [s for s in plan.bench_specs(cfg, machine) if isinstance(s, RunSpec) and s.repeat == 0]
+    conn = store.connect(cfg.store)
+    from bench import env as env_mod
+    env_id = store.insert_environment(conn, env_mod.capture())
+    line = " ".join(["./run_bench.sh", "ab", *argv])
+    sid_a = store.begin_sweep(conn, line, cfg.to_json(), env_id, label="a")
+    sid_b = store.begin_sweep(conn, line, cfg.to_json(), env_id, label="b: " + (f"repo {b_repo}" if b_repo else "")
+                              + " ".join(f"{k}={v}" for k, v in b_env.items() if k != "PYTHONPATH"))
+    store.pair_sweeps(conn, sid_a, sid_b)
+    print(f"A/B: sweep {sid_a} (this checkout) and sweep {sid_b} (variant B), {ns.pairs} interleaved pairs per configuration "
+          f"-> {cfg.store}")
+    status = "completed"
+    try:
+        for spec in specs:
+            def record(v: Variant, s: RunSpec, o: Outcome, spec=spec) -> None:
+                with signals_deferred():
+                    store.record_result(conn, sid_a if v.label == "a" else sid_b, env_id, s, o.status, o.reason, o.payload,
+                                        o.started_at, o.ended_at, o.wall_s, o.failed_rank)
+                print(f"  {v.label} {spec.key} pair {s.repeat + 1}: " + (f"{throughput(o, s):.1f} samples/s" if o.status == "ok"
+                                                                          else f"{o.status.upper()}: {o.reason}"), flush=True)
+            run_pairs(Variant("a", spec), Variant("b", spec, b_env, b_repo), ns.pairs, Limits.for_spec(spec, cfg.timeout), record)
+    except KeyboardInterrupt:
+        status = "interrupted"
+        return 130
+    finally:
+        with signals_deferred():
+            for sid in (sid_a, sid_b):
+                store.end_sweep(conn, sid, status)
+            conn.close()
+    text, code = compare.compare(cfg.store, None, sid_a, sid_b, 0.05)
+    print(text, end="")
+    return code
+
+
+def _without(argv: list, flags: tuple) -> list:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in flags:
+            skip = True
+            continue
+        if any(a.startswith(f + "=") for f in flags):
+            continue
+        out.append(a)
+    return out
