@@ -1,0 +1,109 @@
+"""SLURM: reading the allocation the sweep runs in, and launching a configuration over several of its nodes.
+
+The sweep runs once, as a plain process on the allocation's first node (the batch script, or the
+salloc shell). A configuration spanning K nodes becomes one `srun` step over K nodes, one task per
+node, each task a torchrun that rendezvouses with the others through c10d (bench.launch):
+    srun --nodes K --ntasks-per-node 1 --kill-on-bad-exit=1 --job-name bench-run-XXXX \\
+        python -m torch.distributed.run --nnodes K --nproc-per-node G --rdzv-backend c10d \\
+        --rdzv-endpoint RUN_DIR/rendezvous --rdzv-conf store_type=file --rdzv-id bench-run-XXXX ...
+Results, errors, heartbeats and the rendezvous travel through the run folder next to the store, on a
+filesystem every node must reach: `check_shared_folder` verifies that up front. c10d picks node
+ranks itself, so global rank 0 may run on any node; it writes the result file there for the sweep.
+Ending a configuration cancels its step by id (`scancel JOB.STEP`), so nothing is left on any node.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.config import ConfigError
+
+SRUN_CHECK_S = 120.0
+CANCEL_GRACE_S = 3.0
+STEP_WAIT_S = 60          # srun --wait: once one node's task has ended, the others get this long
+
+
+def in_allocation() -> bool:
+    return "SLURM_JOB_ID" in os.environ
+
+
+def allocation_nodes() -> int:
+    """Nodes of the SLURM allocation this process runs in (0 outside one)."""
+    if not in_allocation():
+        return 0
+    for var in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 1
+
+
+def refuse_task_copies() -> None:
+    """ConfigError when this sweep is one of several tasks of an srun step (it would run that many times)."""
+    ntasks = os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or ""
+    if ("SLURM_STEP_ID" in os.environ or "SLURM_STEPID" in os.environ) and ntasks.isdigit() and int(ntasks) > 1:
+        raise ConfigError(f"this sweep was started as task {os.environ.get('SLURM_PROCID', '?')} of {ntasks} SLURM tasks "
+                          f"(srun -n {ntasks} ...): it would run {ntasks} times and each would write the store. Start it "
+                          "once, from the batch script or the salloc shell, without srun (see slurm/bench.sbatch): it "
+                          "launches srun over the nodes each configuration needs")
+
+
+def step_name(spec) -> str:
+    return "bench-" + os.path.basename(spec.out_dir.rstrip("/"))
+
+
+def command(spec, spec_path: str, rendezvous: list) -> list:
+    per_node = spec.device_count // spec.nodes
+    return ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+            f"--wait={STEP_WAIT_S}", "--immediate=60", f"--job-name={step_name(spec)}", "--export=ALL",
+            f"--chdir={os.getcwd()}",
+            sys.executable, "-m", "torch.distributed.run", f"--nnodes={spec.nodes}", f"--nproc-per-node={per_node}",
+            *rendezvous, "-m", "bench.worker", spec_path]
+
+
+def step_ids(name: str) -> list:
+    """JOB.STEP ids of this allocation's steps called `name` (scancel --name matches jobs, not steps)."""
+    if not in_allocation() or not shutil.which("squeue"):
+        return []
+    out = subprocess.run(["squeue", "--steps", "--noheader", "--format=%i %j", "--jobs", os.environ["SLURM_JOB_ID"]],
+                         capture_output=True, text=True, timeout=30).stdout
+    return [line.split()[0] for line in out.splitlines() if len(line.split()) == 2 and line.split()[1] == name]
+
+
+def cancel(spec) -> None:
+    """End the configuration's step on every node: SIGTERM (torchrun passes it on), then SIGKILL."""
+    ids = step_ids(step_name(spec))
+    for sig, grace in (("TERM", CANCEL_GRACE_S), ("KILL", 0.0)):
+        if not ids:
+            return
+        for step in ids:
+            subprocess.run(["scancel", f"--signal={sig}", step], capture_output=True, timeout=30)
+        deadline = time.monotonic() + grace
+        while ids and time.monotonic() < deadline:
+            time.sleep(0.2)
+            ids = step_ids(step_name(spec))
+
+
+def check_shared_folder(folder: str, nodes: int) -> None:
+    """Every node must see the store's folder: results and heartbeats travel through it. ConfigError if not."""
+    if nodes < 2:
+        return
+    os.makedirs(folder, exist_ok=True)
+    fd, token = tempfile.mkstemp(prefix=".bench-shared-", dir=folder)
+    os.close(fd)
+    try:
+        proc = subprocess.run(["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--immediate=60",
+                               "--job-name=bench-fscheck", "test", "-f", token], capture_output=True, text=True,
+                              timeout=SRUN_CHECK_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ConfigError(f"could not check that {nodes} nodes share {folder!r} (srun: {e})") from None
+    finally:
+        os.unlink(token)
+    if proc.returncode != 0:
+        raise ConfigError(f"the store's folder {folder!r} is not visible from all {nodes} nodes of the allocation "
+                          f"(srun test -f failed: {proc.stderr.strip()[-300:] or 'exit ' + str(proc.returncode)}); "
+                          "multi-node results travel through the filesystem the store lives on: put --store on a "
+                          "shared filesystem (e.g. your home or project folder)")

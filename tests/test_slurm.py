@@ -1,0 +1,182 @@
+"""Multi-node sweeps on a real two-node SLURM cluster (scripts/slurm_cluster.sh, on this machine): srun over
+the nodes a configuration needs, torchrun's c10d rendezvous through the shared folder, results in the one
+store whatever node rank 0 lands on, faults named with their node, nothing left on any node, the batch
+script end to end, and the refusals. Skipped, with the reason, where no cluster can be brought up."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import procs
+from slurm_cluster import slurm_cluster  # noqa: F401  (the session fixture)
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--device", "cpu", "--workloads", "synthetic", "--synthetic-width", "64", "--synthetic-depth", "2",
+        "--per-device-batch", "4", "--steps", "3", "--warmup", "1", "--gpus-per-node", "1", "--no-report"]
+
+
+def bench(cluster, alloc: list, args: list, tmp: Path, env: dict | None = None, timeout: float = 400):
+    """`salloc ALLOC python -m bench ARGS` from the repository, as a user in an allocation would run it."""
+    return cluster.run(["salloc", *alloc, sys.executable, "-m", "bench", *args], cwd=REPO, timeout=timeout,
+                       env={"TMPDIR": str(tmp), "PYTHONUNBUFFERED": "1", **(env or {})})
+
+
+def rows(path: str, sql: str) -> list:
+    conn = sqlite3.connect(path)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute(sql)]
+    finally:
+        conn.close()
+
+
+def leftovers(store_dir: Path) -> list:
+    """Processes of this store's runs, on any node (the nodes are this machine), and SLURM steps still there."""
+    return procs.worker_pids(str(store_dir / ".bench-runs"))
+
+
+def no_steps(cluster) -> bool:
+    return cluster.run(["squeue", "--steps", "--noheader"], timeout=30).stdout.strip() == ""
+
+
+@pytest.mark.timeout(600)
+def test_a_two_node_ddp_configuration_runs_through_srun_and_torchrun_into_the_store(slurm_cluster, tmp_path):  # noqa: F811
+    store = tmp_path / "results" / "bench.sqlite"
+    p = bench(slurm_cluster, ["-N2", "--cpus-per-task=1"], TINY + ["--nodes", "1,2", "--strategies", "single,dp,ddp",
+                                                                    "--store", str(store)], tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = {(r["mode"], r["strategy"], r["device_count"]): r for r in rows(str(store), "SELECT * FROM results")}
+    ddp2 = got[("bench", "ddp", 2)]
+    assert ddp2["status"] == "ok" and ddp2["nodes"] == 2 and ddp2["launcher"] == "slurm", ddp2
+    assert got[("bench", "ddp", 1)]["launcher"] == "local" and got[("bench", "single", 1)]["status"] == "ok"
+    dp2 = got[("bench", "dp", 2)]
+    assert dp2["status"] == "skipped" and "one process on one node" in dp2["reason"]
+    nodes = rows(str(store), f"SELECT * FROM nodes WHERE result_id = {ddp2['result_id']} ORDER BY node_rank")
+    assert [n["node_rank"] for n in nodes] == [0, 1] and {n["hostname"] for n in nodes} == set(slurm_cluster.nodes)
+    assert all(json.loads(n["env_json"])["torch"] for n in nodes)  # each node's environment
+    windows = rows(str(store), f"SELECT * FROM windows WHERE result_id = {ddp2['result_id']} AND kind = 'measure'")
+    assert sorted(w["rank"] for w in windows) == [0, 1]  # both ranks' rows reached the store
+    comm = got[("comm", "comm", 2)]
+    assert comm["status"] == "ok" and comm["nodes"] == 2
+    assert rows(str(store), "SELECT status FROM sweeps")[0]["status"] == "completed"
+    assert leftovers(tmp_path / "results") == [] and no_steps(slurm_cluster)
+
+
+@pytest.mark.timeout(600)
+def test_the_batch_script_runs_a_whole_sweep_and_leaves_results_in_the_submit_folder(slurm_cluster, tmp_path):  # noqa: F811
+    submit = tmp_path / "submit"
+    submit.mkdir()
+    p = slurm_cluster.run(["sbatch", "--wait", "--parsable", "--gpus-per-node=0", "--cpus-per-task=1",
+                           REPO / "slurm" / "bench.sbatch", *TINY[:-1], "--strategies", "ddp", "--no-comm-bench"],
+                          cwd=submit, timeout=500, env={"BENCH_REPO": str(REPO), "TMPDIR": str(tmp_path)})
+    job = p.stdout.strip().split(";")[0]
+    out = (submit / f"ddp-bench-{job}.out").read_text() if job else ""
+    assert p.returncode == 0, p.stderr + out
+    store = submit / "results" / "bench.sqlite"
+    got = {(r["strategy"], r["device_count"]): r for r in rows(str(store), "SELECT * FROM results WHERE mode = 'bench'")}
+    assert got[("ddp", 2)]["status"] == "ok" and got[("ddp", 2)]["nodes"] == 2 and got[("ddp", 1)]["status"] == "ok", out
+    assert (submit / "results" / "report.html").is_file() and (submit / "results" / "report.md").is_file()
+    assert glob.glob(str(submit / "plots" / "synthetic_*.png"))
+    assert "--nodes 1,2" in rows(str(store), "SELECT command_line FROM sweeps")[0]["command_line"]
+
+
+@pytest.mark.timeout(600)
+def test_a_rank_killed_on_one_node_is_named_with_its_node_and_nothing_is_left_anywhere(slurm_cluster, tmp_path):  # noqa: F811
+    store = tmp_path / "results" / "bench.sqlite"
+    t0 = time.monotonic()
+    p = bench(slurm_cluster, ["-N2", "--cpus-per-task=1"], TINY + ["--nodes", "2", "--strategies", "ddp", "--no-comm-bench",
+                                                                    "--pg-timeout", "30", "--store", str(store)],
+              tmp_path, env={"BENCH_FAULT": "sigkill@1:2"})
+    assert p.returncode == 1, p.stdout + p.stderr
+    (r,) = rows(str(store), "SELECT * FROM results")
+    assert r["status"] == "failed" and r["failed_rank"] == 1, r["reason"]
+    assert re.search(r"rank 1 .*(killed by signal 9|SIGKILL)|rank 1: killed by signal 9", r["reason"]) or \
+        "rank 1" in r["reason"], r["reason"]
+    assert time.monotonic() - t0 < 200
+    assert leftovers(tmp_path / "results") == [] and no_steps(slurm_cluster)
+
+
+@pytest.mark.timeout(600)
+def test_a_stalled_rank_on_one_node_is_named_with_the_node_and_nothing_listens_beyond_loopback(slurm_cluster, tmp_path):  # noqa: F811
+    store = tmp_path / "results" / "bench.sqlite"
+    proc = subprocess.Popen(["salloc", "-N2", "--cpus-per-task=1", sys.executable, "-m", "bench", *TINY, "--nodes", "2",
+                             "--strategies", "ddp", "--no-comm-bench", "--pg-timeout", "20", "--store", str(store)],
+                            cwd=REPO, env={**slurm_cluster.env, "TMPDIR": str(tmp_path), "BENCH_FAULT": "hang@1:2"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        runs = tmp_path / "results" / ".bench-runs"
+        deadline = time.monotonic() + 120
+        pids = []
+        while time.monotonic() < deadline and len(pids) < 4:  # two torchrun agents and two workers
+            time.sleep(0.5)
+            pids = [p for p in procs.worker_pids(str(runs)) if b"srun" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+        time.sleep(3)
+        listening = listeners(procs.worker_pids(str(runs)))
+        assert listening, "no listening socket found: the check would prove nothing"
+        assert all(a.startswith("127.") or a == "::1" for a in listening), listening
+        out, _ = proc.communicate(timeout=200)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out
+    (r,) = rows(str(store), "SELECT * FROM results")
+    assert r["status"] == "failed" and r["failed_rank"] == 1 and r["reason"].startswith("stalled: rank 1"), r["reason"]
+    assert re.search(r" on n[12]", r["reason"]), r["reason"]  # the node, from its heartbeat
+    assert leftovers(tmp_path / "results") == [] and no_steps(slurm_cluster)
+
+
+def listeners(pids: list) -> list:
+    """Local addresses the processes listen on (TCP, IPv4 and IPv6), from /proc."""
+    inodes = set()
+    for pid in pids:
+        for fd in glob.glob(f"/proc/{pid}/fd/*"):
+            try:
+                link = os.readlink(fd)
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    out = []
+    for table, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                parts = line.split()
+                if parts[3] == "0A" and parts[9] in inodes:  # LISTEN
+                    out.append(_address(parts[1].split(":")[0], v6))
+    return out
+
+
+def _address(hexaddr: str, v6: bool) -> str:
+    import ipaddress
+    raw = bytes.fromhex(hexaddr)
+    if not v6:
+        return str(ipaddress.IPv4Address(raw[::-1]))
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+    a = ipaddress.IPv6Address(words)
+    return str(a.ipv4_mapped) if a.ipv4_mapped else str(a)
+
+
+@pytest.mark.timeout(300)
+def test_a_sweep_started_as_several_slurm_tasks_refuses(slurm_cluster, tmp_path):  # noqa: F811
+    p = slurm_cluster.run(["srun", "-N2", "-n2", sys.executable, "-m", "bench", *TINY, "--store", str(tmp_path / "s.sqlite")],
+                          cwd=REPO, timeout=200, env={"TMPDIR": str(tmp_path)})
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert p.stderr.count("started as task") == 2 and "without srun" in p.stderr
+    assert not (tmp_path / "s.sqlite").exists()
+
+
+@pytest.mark.timeout(300)
+def test_an_allocation_too_small_for_the_node_count_is_exit_2_before_anything_runs(slurm_cluster, tmp_path):  # noqa: F811
+    p = bench(slurm_cluster, ["-N1"], TINY + ["--nodes", "1,2", "--store", str(tmp_path / "s.sqlite")], tmp_path, timeout=200)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "2 nodes needed" in p.stderr and "this SLURM allocation has 1 node(s)" in p.stderr
+    assert not (tmp_path / "s.sqlite").exists()
