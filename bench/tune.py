@@ -1,0 +1,187 @@
+"""DDP tuning: which of DDP's settings make one workload fastest at one device count, within a time budget.
+
+    ./run_bench.sh tune --workloads synthetic --gpus 8 --budget 900
+
+The search screens one setting at a time, each trial in fresh processes, keeping the best so far:
+bucket size first (it decides how gradients meet the all-reduce), then gradient_as_bucket_view,
+static_graph, the communication hooks (fp16, bf16 compression, PowerSGD rank 4) and, for models with
+buffers, per-forward buffer synchronisation. It is a greedy path, not the full product. Then it
+re-measures the winner against DDP's defaults in interleaved pairs (bench.abtest: A/B alternately,
+so the machine's drift cancels) and states the result with its significance, or that the defaults
+are best. Each is set against the bounds of its step: no overlap (compute under no_sync() plus an
+all-reduce of the gradients, from the microbenchmark) and full overlap (the larger of the two).
+Every trial is stored: the screening as one sweep, the confirmation as two paired sweeps.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+from bench import abtest, stats, store
+from bench.config import ConfigError
+from bench.diagnose import Outcome
+from bench.launch import Limits, run_config
+from bench.plan import RunSpec
+
+BUCKETS_MB = (1.0, 5.0, 25.0, 50.0, 100.0, 200.0)
+HOOKS = ("bf16", "fp16", "powersgd:4")
+SCREEN_SHARE = 0.6          # of the budget for screening; the rest confirms
+MIN_PAIRS, MAX_PAIRS = 3, 10
+KEEP_GAIN = 0.03            # a screened setting replaces the best only when 3% faster (one process each: noisy)
+
+
+def stages(grad_mib: float, has_buffers: bool) -> list:
+    """The settings to screen, in order: [(name, [values])]; bucket sizes past twice the gradients are one bucket."""
+    buckets = [b for b in BUCKETS_MB if b <= max(2 * grad_mib, 1.0)]
+    out = [("bucket_cap_mb", [b for b in buckets if b != 25.0]), ("gradient_as_bucket_view", [True]),
+           ("static_graph", [True]), ("comm_hook", list(HOOKS))]
+    if has_buffers:
+        out.append(("sync_buffers", [False]))
+    return out
+
+
+def with_options(spec: RunSpec, options: dict) -> RunSpec:
+    defaults = {"bucket_cap_mb": None, "gradient_as_bucket_view": False, "static_graph": False, "sync_buffers": True,
+                "comm_hook": "none"}
+    return dataclasses.replace(spec, options=tuple(sorted((k, v) for k, v in options.items() if v != defaults.get(k))))
+
+
+def describe(options: dict) -> str:
+    return " + ".join(f"{k}={v}" for k, v in sorted(options.items())) or "DDP's defaults"
+
+
+def bounds(outcome: Outcome, spec: RunSpec, allreduce_ms: float) -> dict:
+    """Measured median step against the no-overlap and full-overlap bounds (ms)."""
+    steps = outcome.payload.get("steps", [])
+    got = stats.result_summary(steps, outcome.payload.get("windows", []), spec.global_batch)
+    nosync = stats.step_times_ms([s for s in steps if s.get("kind") == "probe_no_sync"])
+    compute = stats.summarize(nosync).median_ms if nosync else math.nan
+    step = got["summary"].median_ms if got.get("summary") else math.nan
+    return {"step_ms": step, "compute_ms": compute, "allreduce_ms": allreduce_ms,
+            "no_overlap_ms": compute + allreduce_ms, "full_overlap_ms": max(compute, allreduce_ms)}
+
+
+def tune(cfg, machine, budget_s: float, log=print) -> dict:
+    from bench import plan, workloads
+    counts = [n for n in cfg.gpus if n > 1]
+    if not counts:
+        raise ConfigError(f"tune: --gpus {','.join(map(str, cfg.gpus))} has no count above 1; DDP's settings matter across devices")
+    ddp = [s for s in plan.bench_specs(dataclasses.replace(cfg, strategies=("ddp",), repeats=1), machine)
+           if isinstance(s, RunSpec) and s.device_count == max(counts) and s.precision == cfg.precision[0]
+           and s.workload == cfg.workloads[0] and not s.channels_last and not s.compile]
+    if not ddp:
+        raise ConfigError(f"tune: DDP cannot run {cfg.workloads[0]} on {max(counts)} devices here (see ./run_bench.sh --help)")
+    base = with_options(ddp[0], {})
+    grad_mib = workloads.gradient_bytes(base) / 2**20
+    limits = Limits.for_spec(base, cfg.timeout)
+    conn = store.connect(cfg.store)
+    from bench import env as env_mod
+    env_id = store.insert_environment(conn, env_mod.capture())
+    line = f"./run_bench.sh tune --workloads {base.workload} --gpus {base.device_count} --budget {budget_s:g}"
+    screen_id = store.begin_sweep(conn, line, cfg.to_json(), env_id, label="tune: screening")
+    t0 = time.monotonic()
+    log(f"tune: {base.workload} DDP on {base.device_count} {'GPUs' if base.device_type == 'cuda' else 'processes'}, "
+        f"{grad_mib:.1f} MiB of gradients, budget {budget_s:g} s -> {cfg.store}")
+
+    def trial(options: dict) -> tuple:
+        spec = with_options(base, options)
+        out = run_config(spec, limits)
+        store.record_result(conn, screen_id, env_id, spec, out.status, out.reason, out.payload, out.started_at,
+                            out.ended_at, out.wall_s, out.failed_rank)
+        sps = abtest.throughput(out, spec)
+        log(f"  {describe(options)}: " + (f"{sps:.1f} samples/s" if out.status == "ok" else f"{out.status.upper()}: {out.reason}"))
+        return sps, out
+
+    best_opts, (best_sps, default_out) = {}, trial({})
+    if math.isnan(best_sps):
+        raise ConfigError(f"tune: DDP with its defaults failed: {default_out.reason}")
+    per_trial = time.monotonic() - t0
+    has_buffers = bool(default_out.payload.get("strategy_settings", {}).get("buffers"))
+    tried = {(): best_sps}
+    for name, values in stages(grad_mib, has_buffers):
+        for v in values:
+            if time.monotonic() - t0 + per_trial > SCREEN_SHARE * budget_s:
+                break
+            opts = {**best_opts, name: v}
+            sps, _ = trial(opts)
+            tried[tuple(sorted(opts.items()))] = sps
+            if not math.isnan(sps) and sps > best_sps * (1 + KEEP_GAIN):
+                best_opts, best_sps = opts, sps
+    store.end_sweep(conn, screen_id, "completed")
+    others = [(k, v) for k, v in tried.items() if k and not math.isnan(v)]
+    challenger = best_opts or (dict(max(others, key=lambda kv: kv[1])[0]) if others else {})  # defaults best: the runner-up
+    left = budget_s - (time.monotonic() - t0)
+    pairs = max(MIN_PAIRS, min(MAX_PAIRS, int(left / max(1.0, 2 * per_trial))))
+    out = {"defaults": {}, "best": best_opts, "challenger": challenger, "screened": len(tried), "pairs": pairs}
+    if not challenger:
+        out["sentence"] = "Only DDP's defaults could be measured within the budget; raise --budget."
+        log(out["sentence"])
+        conn.close()
+        return out
+    log(f"  confirming {describe(challenger)} against DDP's defaults: {pairs} interleaved pairs")
+    sid_a = store.begin_sweep(conn, line, cfg.to_json(), env_id, label="tune: defaults")
+    sid_b = store.begin_sweep(conn, line, cfg.to_json(), env_id, label=f"tune: {describe(challenger)}")
+    store.pair_sweeps(conn, sid_a, sid_b)
+    a, b = abtest.Variant("a", base), abtest.Variant("b", with_options(base, challenger))
+
+    def record(v, spec, o):
+        store.record_result(conn, sid_a if v.label == "a" else sid_b, env_id, spec, o.status, o.reason, o.payload,
+                            o.started_at, o.ended_at, o.wall_s, o.failed_rank)
+    results = abtest.run_pairs(a, b, pairs, limits, record)
+    for sid in (sid_a, sid_b):
+        store.end_sweep(conn, sid, "completed")
+    pc = abtest.paired(results, a.spec, b.spec)
+    out["comparison"] = pc
+    allreduce = _allreduce_ms(base, grad_mib, limits)
+    last_ok = lambda i: next((r[i] for r in reversed(results) if r[i].status == "ok"), None)  # noqa: E731
+    for label, idx, spec in (("defaults", 0, a.spec), ("best", 1, b.spec)):
+        o = last_ok(idx)
+        if o is not None:
+            out[f"bounds_{label}"] = bounds(o, spec, allreduce)
+    out["sentence"] = sentence(challenger, pc, base)
+    log(out["sentence"])
+    for label in ("defaults", "best"):
+        bd = out.get(f"bounds_{label}")
+        if bd:
+            log(f"  {label}: median step {bd['step_ms']:.2f} ms; no-overlap bound {bd['no_overlap_ms']:.2f} ms "
+                f"(compute {bd['compute_ms']:.2f} + all-reduce {bd['allreduce_ms']:.2f}); full-overlap bound "
+                f"{bd['full_overlap_ms']:.2f} ms: {max(0.0, bd['step_ms'] - bd['full_overlap_ms']):.2f} ms left to gain")
+    conn.close()
+    return out
+
+
+def sentence(options: dict, pc: stats.ProcessComparison, base: RunSpec) -> str:
+    where = f"{base.device_count} {'GPUs' if base.device_type == 'cuda' else 'processes'}"
+    if not pc.decidable:
+        return f"Too few pairs succeeded to decide between {describe(options)} and DDP's defaults on {where}."
+    stat = f"p={pc.p_two_sided:.2g}, 95% CI of the ratio {pc.ci95[0]:.2f}-{pc.ci95[1]:.2f}, {pc.n_a} interleaved pairs"
+    if pc.ratio > 1 and pc.p_two_sided < 0.05:
+        return f"{describe(options)}: {pc.ratio:.2f}x faster than default DDP on {where} ({stat})."
+    return (f"DDP's defaults are already best on {where}: the best other settings found, {describe(options)}, "
+            f"reach {pc.ratio:.2f}x ({stat}).")
+
+
+def _allreduce_ms(base: RunSpec, grad_mib: float, limits: Limits) -> float:
+    """All-reduce time of the gradients at this count, from one microbenchmark run."""
+    spec = dataclasses.replace(base, workload="allreduce", strategy="comm", mode="comm", per_device_batch=0,
+                               global_batch=0, image_size=0, steps=0, warmup=0, options=(),
+                               comm_max_bytes=int(grad_mib * 2**20))
+    out = run_config(spec, limits)
+    rows = [r for r in out.payload.get("comm", []) if r.get("scope", "world") == "world"]
+    return stats.allreduce_ms_at(grad_mib * 2**20, [r["size_bytes"] for r in rows], [r["time_ms"] for r in rows])
+
+
+def main(argv: list) -> int:
+    from bench import cli
+    parser = cli.run_parser()
+    parser.prog = "./run_bench.sh tune"
+    parser.add_argument("--budget", type=float, default=900.0, help="seconds for the whole search and its confirmation (default 900)")
+    ns, rest = parser.parse_known_args(argv)
+    if rest:
+        raise ConfigError(f"unrecognised arguments: {' '.join(rest)}")
+    if not ns.budget > 0:
+        raise ConfigError(f"--budget: {ns.budget:g} is not allowed; expected seconds > 0")
+    cfg, given, machine = cli.prepare(abtest._without(argv, ("--budget",)))
+    tune(cfg, machine, ns.budget)
+    return 0

@@ -1,0 +1,38 @@
+"""DDP tuning on CPU/gloo: a short budget still screens settings, confirms the winner against the defaults in
+interleaved pairs and states the result with a p-value (or that the defaults are best)."""
+from __future__ import annotations
+
+import re
+import sqlite3
+
+import pytest
+
+from bench import tune
+from conftest import run_bench
+
+
+def test_screening_order_is_bucket_size_first_and_skips_buckets_beyond_the_gradients():
+    names = [n for n, _ in tune.stages(grad_mib=8.0, has_buffers=False)]
+    assert names == ["bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "comm_hook"]
+    assert tune.stages(8.0, False)[0][1] == [1.0, 5.0]  # 25 is the default; past 2 x 8 MiB it is one bucket
+    assert tune.stages(8.0, True)[-1] == ("sync_buffers", [False])
+
+
+@pytest.mark.timeout(600)
+def test_tune_reports_a_winner_or_defaults_best_with_a_p_value_within_its_budget(tmp_path):
+    path = str(tmp_path / "t.sqlite")
+    p = run_bench(["tune", "--device", "cpu", "--workloads", "synthetic", "--synthetic-width", "512", "--synthetic-depth", "3",
+                   "--per-device-batch", "16", "--steps", "4", "--warmup", "1", "--gpus", "2", "--budget", "50",
+                   "--store", path], timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout
+    verdict = [l for l in out.splitlines() if "than default DDP" in l or "defaults are already best" in l]
+    assert len(verdict) == 1, out
+    assert re.search(r"p=[0-9.e-]+, 95% CI of the ratio [0-9.]+-[0-9.]+, \d+ interleaved pairs", verdict[0]), verdict
+    assert "no-overlap bound" in out and "full-overlap bound" in out
+    conn = sqlite3.connect(path)
+    labels = [r[0] for r in conn.execute("SELECT label FROM sweeps ORDER BY sweep_id")]
+    assert labels[0] == "tune: screening" and labels[1] == "tune: defaults" and labels[2].startswith("tune: ")
+    screened = conn.execute("SELECT COUNT(*) FROM results WHERE sweep_id = 1").fetchone()[0]
+    assert screened >= 2  # the defaults and at least one setting within 60% of the budget
+    assert "bucket_cap_mb=1.0" in out  # the search starts with the bucket size
