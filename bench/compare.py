@@ -48,15 +48,11 @@ def _sweeps(conn_a, conn_b, sweep_a: Optional[int], sweep_b: Optional[int]) -> t
 
 def _configs(conn, sweep_id: int) -> tuple:
     """(ok configurations by key, {key: reason} of benchmark configurations that failed or were interrupted,
-    {key: {repeat: throughput}} for pairing, the sweep row)."""
+    the sweep row)."""
     sweep = results.load(conn, sweep_id)
     broken = {r["config_key"]: f"{r['status']}: {r['reason']}" for r in sweep.problems
               if r["mode"] == "bench" and r["status"] in ("failed", "interrupted")}
-    by_repeat: dict = {}
-    for r in store.latest_results(conn, sweep_id):
-        if r["mode"] == "bench" and r["status"] == "ok" and r["samples_per_s"] is not None:
-            by_repeat.setdefault(r["config_key"], {})[r["repeat"]] = float(r["samples_per_s"])
-    return {c.key: c for cs in sweep.bench.values() for c in cs}, broken, by_repeat, sweep.sweep
+    return {c.key: c for cs in sweep.bench.values() for c in cs}, broken, sweep.sweep
 
 
 def resolvable(n: int, cv: float = PROCESS_CV) -> float:
@@ -89,8 +85,8 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
     conn_b = store.connect(store_b, readonly=True) if store_b else None
     try:
         sid_a, sid_b = _sweeps(conn_a, conn_b, sweep_a, sweep_b)
-        base, _, reps_a, row_a = _configs(conn_a, sid_a)
-        cand, cand_broken, reps_b, row_b = _configs(conn_b or conn_a, sid_b)
+        base, _, row_a = _configs(conn_a, sid_a)
+        cand, cand_broken, row_b = _configs(conn_b or conn_a, sid_b)
     finally:
         conn_a.close()
         if conn_b is not None:
@@ -106,8 +102,9 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
     lines = [f"baseline: {store_a} sweep {sid_a}; candidate: {store_b or store_a} sweep {sid_b}; {rule}", ""]
     common = sorted(set(base) & set(cand))
     if interleaved:
-        pairs = {k: sorted(set(reps_a.get(k, {})) & set(reps_b.get(k, {}))) for k in common}
-        pcs = {k: stats.compare_pairs([reps_a[k][r] for r in pairs[k]], [reps_b[k][r] for r in pairs[k]]) for k in common}
+        pairs = {k: sorted(set(base[k].by_repeat) & set(cand[k].by_repeat)) for k in common}
+        pcs = {k: stats.compare_pairs([base[k].by_repeat[r] for r in pairs[k]], [cand[k].by_repeat[r] for r in pairs[k]])
+               for k in common}
     else:
         pcs = {k: stats.compare_processes(base[k].process_sps, cand[k].process_sps) for k in common}
     significant = stats.holm({k: pc.p_slower for k, pc in pcs.items() if pc.decidable}, ALPHA)

@@ -51,6 +51,7 @@ class Config:
     compiled: bool = False
     options: dict = field(default_factory=dict)
     nodes: int = 1
+    by_repeat: dict = field(default_factory=dict)      # repeat -> that process's throughput (interleaved A/B pairs)
     reserved_mib: dict = field(default_factory=dict)   # device -> peak reserved, net of artefacts
     device_mib: dict = field(default_factory=dict)     # device -> device level (nvidia-smi)
     timing_method: Optional[str] = None
@@ -136,7 +137,7 @@ def _memory(rows: list, device_type: str) -> tuple:
 
 def _config(conn: sqlite3.Connection, results: list) -> Config:
     r0 = results[0]
-    step_ms, sync_ms, nosync_ms, slowest, memory, epochs, sps = [], [], [], [], [], [], []
+    step_ms, sync_ms, nosync_ms, slowest, memory, epochs, sps, by_repeat = [], [], [], [], [], [], [], {}
     for r in results:
         rid = r["result_id"]
         steps = _rows(conn, "SELECT * FROM steps WHERE result_id = ?", rid)
@@ -150,12 +151,13 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         summary = stats.result_summary(steps, _rows(conn, "SELECT * FROM windows WHERE result_id = ?", rid), int(r["global_batch"]))
         if summary.get("samples_per_s") is not None:
             sps.append(summary["samples_per_s"])
+            by_repeat[int(r["repeat"])] = summary["samples_per_s"]
     alloc, reserved, level = _memory(memory, r0["device_type"])
     return Config(
         key=r0["config_key"], workload=r0["workload"], strategy=r0["strategy"], device_type=r0["device_type"],
         device_count=int(r0["device_count"]), global_batch=int(r0["global_batch"]), scaling=r0["scaling"] or "weak",
         data=r0["data"] or "synthetic", step_ms=step_ms, summary=stats.summarize(step_ms),
-        samples_per_s=stats.median(sps), process_sps=sps,
+        samples_per_s=stats.median(sps), process_sps=sps, by_repeat=by_repeat,
         phases_ms={p: stats.median(s.get(p) for s in slowest) for p in stats.PHASES_MS},
         exposed_comm_ms=stats.exposed_comm_ms(sync_ms or step_ms, nosync_ms) if nosync_ms else math.nan,
         grad_mib=r0["grad_mib"], comm_method=r0["comm_method"], memory_mib=alloc, reserved_mib=reserved, device_mib=level,

@@ -23,7 +23,7 @@ TIMING_AGREEMENT = 0.10
 
 def sweep_args(device: str, count: int, out: str, bf16: bool) -> list:
     """The self-check's sweep: bf16 only on a GPU that has it (on the CPU path fp32 is enough)."""
-    counts = "1" if count == 1 else f"1,{count}"
+    counts = ("1" if count == 1 else f"1,{count}") if device == "cuda" else str(count)  # CPU: the suite's own check
     size = ["--synthetic-width", "2048", "--synthetic-depth", "4", "--per-device-batch", "256"] if device == "cuda" else \
            ["--synthetic-width", "256", "--synthetic-depth", "2", "--per-device-batch", "16"]
     return ["--device", device, "--gpus", counts, "--workloads", "synthetic", "--strategies", "single,dp,ddp",

@@ -35,13 +35,32 @@ def test_one_process_per_side_still_calls_a_change_beyond_the_noise_bound(tmp_pa
     assert compare.compare(path, None, None, None, 0.05, noise=1.5)[1] == 0  # a bound the user states
 
 
-def test_with_repeats_a_10_percent_slowdown_is_significant_and_fails(tmp_path):
+def test_sweeps_run_one_after_another_call_only_slowdowns_beyond_their_drift(tmp_path):
     path = str(tmp_path / "s.sqlite")
-    build_compare_store(path, (1.0, 1.10), repeats=5, process_cv=0.03)
-    text, code = compare.compare(path, None, None, None, 0.05)
-    assert code == 1, text
+    build_compare_store(path, (1.0, 1.10, 1.25), repeats=5, process_cv=0.03)
+    text, code = compare.compare(path, None, 1, 2, 0.05)  # 10% slower, significant over processes, within the drift
+    assert code == 0, text
+    assert "1.1" in line_of(text, SINGLE) and "slower by more than 15% (sweeps run one after another drift" in text
+    text, code = compare.compare(path, None, 1, 3, 0.05)  # 25% slower: beyond it
     line = line_of(text, SINGLE)
-    assert re.search(r"1\.1\dx slower \(p=[0-9.e-]+ one-sided, 95% CI of the ratio 0\.\d+-0\.\d+, 5 vs 5 processes\) \(REGRESSION\)", line), line
+    assert code == 1 and re.search(r"1\.2\dx slower \(p=[0-9.e-]+ one-sided, 95% CI of the ratio 0\.\d+-0\.\d+, "
+                                   r"5 vs 5 processes\) \(REGRESSION\)", line), line
+
+
+def test_interleaved_ab_sweeps_are_compared_pair_by_pair_and_a_10_percent_slowdown_fails(tmp_path):
+    path = str(tmp_path / "s.sqlite")
+    a, b = build_compare_store(path, (1.0, 1.10), repeats=6, process_cv=0.05, seed=4)
+    conn = store.connect(path)
+    store.pair_sweeps(conn, a, b)
+    # Pair r of B saw the same machine as pair r of A: give both the same luck, as interleaving does.
+    for r in range(6):
+        luck = 1 + 0.08 * ((r % 3) - 1)
+        conn.execute("UPDATE windows SET wall_s = wall_s / ? WHERE result_id IN "
+                     "(SELECT result_id FROM results WHERE repeat = ?)", (luck, r))
+    conn.close()
+    text, code = compare.compare(path, None, a, b, 0.05)
+    assert "interleaved A/B pairs" in text and "6 vs 6 pairs" in line_of(text, SINGLE), text
+    assert code == 1 and line_of(text, SINGLE).endswith("(REGRESSION)"), text
 
 
 def test_with_repeats_identical_code_almost_never_fails(tmp_path):
@@ -64,9 +83,9 @@ def test_with_repeats_the_same_numbers_are_no_significant_difference(tmp_path):
 def test_a_significant_slowdown_below_the_threshold_passes(tmp_path):
     path = str(tmp_path / "s.sqlite")
     build_compare_store(path, (1.0, 1.03), repeats=5, process_cv=0.002)
-    text, code = compare.compare(path, None, None, None, 0.05)
+    text, code = compare.compare(path, None, None, None, 0.05, drift=0.0)
     assert code == 0 and "1.03x slower (p=" in line_of(text, SINGLE), text
-    assert compare.compare(path, None, None, None, 0.01)[1] == 1
+    assert compare.compare(path, None, None, None, 0.01, drift=0.0)[1] == 1
 
 
 def test_a_speedup_is_reported_as_faster_and_passes(tmp_path):

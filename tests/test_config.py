@@ -262,3 +262,44 @@ def test_collective_timeout_defaults_below_the_wall_clock_limit():
     assert resolve(SweepConfig(), CPU2).pg_timeout == 120 and resolve(SweepConfig(), GPU8).pg_timeout == 300
     assert resolve(SweepConfig(timeout=60), CPU2).pg_timeout == 30
     assert resolve(SweepConfig(timeout=60, pg_timeout=90), CPU2).pg_timeout == 90  # what the user asked for
+
+
+def test_the_cpu_suite_hides_gpus_from_every_process_it_starts(request):
+    # On a machine with GPUs, --device auto would pick CUDA and CPU-count tests would fail (or start a real
+    # 1,4,8 GPU sweep): conftest hides the GPUs unless --run-gpu, and run_bench() passes --device cpu.
+    import os
+    import subprocess
+    import sys
+    if request.config.getoption("--run-gpu"):
+        pytest.skip("--run-gpu keeps the GPUs visible")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    seen = subprocess.run([sys.executable, "-c", "import os, torch; print(repr(os.environ.get('CUDA_VISIBLE_DEVICES')), "
+                           "torch.cuda.device_count())"], capture_output=True, text=True, timeout=120).stdout.split()
+    assert seen == ["''", "0"]
+    from conftest import run_bench
+    import conftest
+    calls = []
+    real = conftest.subprocess.run
+    conftest.subprocess.run = lambda cmd, **kw: calls.append(cmd)
+    try:
+        run_bench(["--steps", "3"])
+        run_bench(["--device", "cuda"])
+    finally:
+        conftest.subprocess.run = real
+    assert calls[0][-2:] == ["--device", "cpu"] and calls[1].count("--device") == 1
+
+
+def test_progress_of_a_long_configuration_is_shown_at_a_sensible_rate(monkeypatch):
+    from bench import heartbeat, sweep
+    lines = []
+    now = [1000.0]
+    monkeypatch.setattr(sweep.time, "monotonic", lambda: now[0])
+    show = sweep._progress(lines.append, "[3/9] deeplabv3 ddp cuda x8")
+    watch = heartbeat.Watch("/nonexistent", 1, started=990.0)
+    watch.states = {0: heartbeat.RankState({"step": 119, "phase": "backward", "total": 400, "seq": 1}, 0, 0)}
+    show(watch)
+    assert lines == []  # not before PROGRESS_EVERY_S
+    now[0] += sweep.PROGRESS_EVERY_S
+    show(watch)
+    show(watch)
+    assert lines == ["[3/9] deeplabv3 ddp cuda x8: ... step 120/400 (40 s)"]

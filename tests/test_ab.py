@@ -1,0 +1,43 @@
+"""compare on real sweeps, as a benchmark: an A/A pair of interleaved sweeps of identical code is no regression,
+and a slowdown injected into every step of variant B is caught (`./run_bench.sh ab`, default settings).
+
+Interleaving is what makes this work on a shared machine: sweeps run one after another drifted apart by 6%
+(sd) here, so stored sweeps are only compared beyond that drift (tests/test_compare.py); A and B run
+back to back, alternately first, cancel it. Measured here with 8 pairs: an injected 10% slowdown read as
+1.08x slower, p = 0.01 and 0.002 (caught twice out of two); two A/A runs gave p = 0.46 and 1.07x faster.
+The CI test injects 25% with 6 pairs so that catching it does not depend on luck.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import run_bench
+
+AB = ["ab", "--device", "cpu", "--workloads", "synthetic", "--synthetic-width", "1024", "--synthetic-depth", "4",
+      "--per-device-batch", "64", "--steps", "12", "--warmup", "2", "--strategies", "single", "--no-report", "--pairs", "6"]
+
+
+def verdict(stdout: str) -> str:
+    return next(line for line in stdout.splitlines() if line.startswith("bench/synthetic/single"))
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.benchmark(group="compare-ab")
+@pytest.mark.parametrize("variant, env", [("A/A", "BENCH_AA=1"), ("A/B 25% slower", "BENCH_FAULT=slow@0:25")])
+def test_interleaved_compare_passes_identical_code_and_catches_an_injected_slowdown(benchmark, variant, env, tmp_path):
+    got = {}
+
+    def run():
+        got["p"] = run_bench(AB + ["--b-env", env, "--store", str(tmp_path / "ab.sqlite")], timeout=550)
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    p = got["p"]
+    line = verdict(p.stdout)
+    ratio = re.search(r"([0-9.]+)x (faster|slower)", line)
+    benchmark.extra_info.update(variant=variant, verdict=line.split(": ", 1)[1], exit_status=p.returncode, pairs=6)
+    if variant == "A/A":
+        assert p.returncode == 0 and "REGRESSION" not in line, p.stdout + p.stderr
+    else:
+        assert p.returncode == 1 and line.endswith("(REGRESSION)"), p.stdout + p.stderr
+        assert ratio and ratio.group(2) == "slower" and float(ratio.group(1)) >= 1.1, line
