@@ -25,7 +25,7 @@ from bench import plan, stats, store
 from bench.config import ConfigError
 from bench.diagnose import Outcome
 from bench.launch import Limits, run_config
-from bench.plan import RunSpec
+from bench.spec import RunSpec
 from bench.procs import signals_deferred
 
 DEFAULT_PAIRS = 8

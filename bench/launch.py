@@ -28,7 +28,7 @@ from typing import Callable, Optional
 
 from bench import heartbeat, procs
 from bench.diagnose import Outcome, diagnose
-from bench.plan import RunSpec
+from bench.spec import RunSpec
 
 POLL_S = 0.25
 STALL_FRACTION = 0.8          # name a stalled rank before the collective timeout fires (NCCL then aborts the rest)

@@ -32,8 +32,8 @@ def to_markdown(bl: list, report_dir: str) -> str:
     return "\n\n".join(out) + "\n"
 
 
-_CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
-        "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+_CSS = ("body{font-family:system-ui,sans-serif;max-width:1400px;margin:2em auto;padding:0 1em;color:#222}"
+        "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
         "th{background:#f3f3f3}img{max-width:100%;display:block;margin:1em 0}#img-warning{color:#b00}")
 # Says so on the page if an embedded plot cannot be decoded (and lets a headless test check it).
 _SCRIPT = ("window.addEventListener('load',function(){var bad=[].filter.call(document.images,"

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import os
 from dataclasses import dataclass
 from typing import Optional
 
 from bench import workloads
 from bench.config import ConfigError, SweepConfig, comm_hook_parts
+from bench.spec import RunSpec, Skip
 
 DEFAULT_STEPS = {"cuda": 30, "cpu": 8}
 DEFAULT_WARMUP = {"cuda": 10, "cpu": 2}
@@ -48,88 +48,6 @@ def detect_machine() -> Machine:
     from bench import slurm
     return Machine(cuda_devices=n, cpu_cores=cores, gpu_names=names, gpu_capabilities=caps,
                    slurm_nodes=slurm.allocation_nodes())
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One configuration, run once in fresh process(es). Serialised to JSON for the worker."""
-    workload: str
-    strategy: str
-    device_type: str
-    device_count: int
-    per_device_batch: int      # samples per replica per optimizer step
-    global_batch: int          # samples per optimizer step, all replicas together
-    image_size: int            # 0: not an image model
-    steps: int
-    warmup: int
-    threads: int               # torch threads per process (CPU); 0 = torch default
-    seed: int
-    scaling: str
-    repeat: int = 0
-    micro_batch: int = 0       # samples per replica per forward; < per_device_batch: gradient accumulation
-    precision: str = "fp32"
-    channels_last: bool = False
-    compile: bool = False
-    options: tuple = ()        # strategy settings, sorted (name, value) pairs: DDP knobs, FSDP policy
-    nodes: int = 1
-    launcher: str = "local"
-    data: str = "synthetic"
-    voc_root: str = ""
-    download: bool = False
-    epochs: int = 0            # 0: fixed steps
-    checkpoint: bool = False
-    num_workers: int = 0       # DataLoader workers of each process
-    pin_memory: bool = False
-    persistent_workers: bool = False
-    synthetic_width: int = 1024
-    synthetic_depth: int = 4
-    synthetic_repeats: int = 1
-    weights: str = ""
-    sync_bn: bool = False
-    pg_timeout_s: float = 120.0
-    mode: str = "bench"        # bench | equivalence | comm | loader
-    emulate_ranks: int = 1     # equivalence reference: one process feeding N replicas' batches
-    comm_max_bytes: int = 0    # comm mode: largest all-reduce message (the largest model's gradients)
-    comm_extra_bytes: tuple = ()  # comm mode: DDP's bucket sizes, measured as well
-    out_dir: str = ""
-
-    @property
-    def accum_steps(self) -> int:
-        return self.per_device_batch // (self.micro_batch or self.per_device_batch)
-
-    @property
-    def processes(self) -> int:
-        return self.device_count if self.strategy in ("ddp", "fsdp", "comm") else 1
-
-    def option(self, name: str, default=None):
-        return dict(self.options).get(name, default)
-
-    @property
-    def key(self) -> str:
-        """Identity of the configuration (without repeat/out_dir), used for resume, reports and compare."""
-        nodes = f"n{self.nodes}" if self.nodes > 1 else ""
-        extra = "".join(("/channels_last" if self.channels_last else "", "/compiled" if self.compile else "",
-                         "/" + ",".join(f"{k}={v}" for k, v in self.options) if self.options else ""))
-        return (f"{self.mode}/{self.workload}/{self.strategy}/{self.device_type}x{self.device_count}{nodes}"
-                f"/b{self.per_device_batch}/g{self.global_batch}/i{self.image_size}/{self.data}/{self.precision}{extra}")
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> "RunSpec":
-        raw = json.loads(text)
-        raw["options"] = tuple(tuple(p) for p in raw.get("options", ()))
-        raw["comm_extra_bytes"] = tuple(raw.get("comm_extra_bytes", ()))
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in known})
-
-
-@dataclass(frozen=True)
-class Skip:
-    """A configuration that will not run, recorded in the store with its reason."""
-    spec: RunSpec
-    reason: str
 
 
 # ---------------------------------------------------------------- defaults and machine checks

@@ -19,6 +19,7 @@ EFFICIENCY_FLOOR = 0.75      # scaling "stops paying" below 75% efficiency
 DATA_BOUND_LOADER = 1.1      # the loader alone delivers less than 1.1x the training throughput
 DATA_BOUND_WAIT = 0.10       # or steps wait for data more than 10% of the time
 COMM_BOUND = 0.20            # exposed communication above 20% of the step
+SINGULAR = {"GPUs": "GPU", "processes": "process"}
 
 
 def _name(s: str) -> str:
@@ -43,7 +44,7 @@ def sentences(sweep: Sweep, workload: str, configs: list, precision: str) -> lis
     u = "GPUs" if cs[0].device_type == "cuda" else "processes"
     best = max(cs, key=lambda c: c.samples_per_s)
     many = best.device_count > 1
-    out = [f"Fastest: {_name(best.strategy)}{_settings(best)} on {best.device_count} {u if many else u[:-1]}, "
+    out = [f"Fastest: {_name(best.strategy)}{_settings(best)} on {best.device_count} {u if many else SINGULAR[u]}, "
            f"{best.samples_per_s:.1f} samples/s"
            + (f", {best.efficiency:.0%} scaling efficiency against {best.baseline}" if many and not math.isnan(best.efficiency) else "")
            + f" {_where(workload, 'throughput')}."]

@@ -189,7 +189,8 @@ def _comm_blocks(sweep: Sweep, workload: str, configs: list, u: str) -> list:
         ar = stats.allreduce_ms_at(c.grad_mib * 2**20, [r["size_bytes"] for r in cr], [r["time_ms"] for r in cr])
         compute = c.summary.median_ms - c.exposed_comm_ms if not math.isnan(c.exposed_comm_ms) else math.nan
         rows.append([str(c.device_count), c.variant, fmt(c.grad_mib, ".1f"), fmt(c.summary.median_ms, ".2f"),
-                     fmt(compute, ".2f"), fmt(ar, ".2f"), fmt(compute + ar, ".2f"), fmt(max(compute, ar), ".2f"),
+                     fmt(compute, ".2f"), fmt(ar, ".2f"), fmt(compute + ar, ".2f"),
+                     fmt(max(compute, ar) if not math.isnan(ar) else math.nan, ".2f"),
                      fmt(c.exposed_comm_ms, ".2f")])
     return [("h", 3, f"{workload}: DDP against the bounds of its step"),
             ("table", [u, "precision / settings", "grad MiB", "median step ms", "compute ms (under no_sync)",

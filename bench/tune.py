@@ -22,7 +22,7 @@ from bench import abtest, stats, store
 from bench.config import ConfigError
 from bench.diagnose import Outcome
 from bench.launch import Limits, run_config
-from bench.plan import RunSpec
+from bench.spec import RunSpec
 
 BUCKETS_MB = (1.0, 5.0, 25.0, 50.0, 100.0, 200.0)
 HOOKS = ("bf16", "fp16", "powersgd:4")

@@ -26,9 +26,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bench import faults, heartbeat, memory, precision, timing
+from bench import equivalence, faults, heartbeat, memory, precision, timing
 from bench.loop import NoMeasuredStep, Trainer
-from bench.plan import RunSpec
+from bench.spec import RunSpec
 from bench.procs import die_with_parent
 from bench.strategies import STRATEGIES, Ctx, ddp_settings, is_ddp, unwrap
 from bench.workloads import builder
@@ -129,42 +129,6 @@ def ddp_logging(model: nn.Module, iterations: int) -> dict:
     return out
 
 
-def equivalence(spec: RunSpec, t: Trainer) -> dict:
-    """k plain optimizer steps; rank 0 saves the final parameters for the sweep to compare.
-
-    The reference is one process taking the global batch. BatchNorm: DDP without SyncBatchNorm,
-    DataParallel and FSDP normalise each replica's batch on its own, so the reference feeds its
-    replicas' pieces one at a time and averages their gradients (t.split_replicas): the same
-    arithmetic in one process. With --sync-bn (DDP on CUDA) the reference takes the batch whole.
-    Dropout draws different masks for different splits, so it is off on both sides. Parameters are
-    compared, not buffers (running statistics are updated per replica by design)."""
-    for m in t.model.modules():
-        if isinstance(m, nn.modules.dropout._DropoutNd):
-            m.eval()
-    got = t.window(batch_stream(t.wl), spec.steps, "equivalence")
-    losses = torch.tensor(got["losses"], dtype=torch.float64)
-    if t.distributed:  # the loss over the global batch, as the reference reports it
-        dist.all_reduce(losses)
-        losses /= dist.get_world_size()
-    params = full_parameters(t.model)
-    if t.rank == 0:
-        torch.save(params, os.path.join(spec.out_dir, "params.pt"))
-    return {"losses": losses.tolist(), "dropout": "off",
-            "batchnorm": "statistics over the global batch (SyncBatchNorm)" if spec.sync_bn and t.device.type == "cuda" else
-                         "statistics per replica batch" + (f" (reference: {t.replicas} micro-batches)" if t.split_replicas else "")}
-
-
-def full_parameters(model: nn.Module) -> dict:
-    """Every parameter in full on the CPU, named as in the user's module (FSDP's shards gathered)."""
-    out = {}
-    for name, p in unwrap(model).named_parameters():
-        p = p.detach()
-        if hasattr(p, "full_tensor"):  # a DTensor shard of FSDP2: a collective, every rank takes part
-            p = p.full_tensor()
-        out[name] = p.cpu()
-    return out
-
-
 def run(spec: RunSpec) -> None:
     rank = int(os.environ.get("RANK", 0))
     world = int(os.environ.get("WORLD_SIZE", 1))
@@ -225,7 +189,8 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
                                        and not (spec.sync_bn and cuda),
                         scaler=precision.grad_scaler(spec.precision, spec.device_type), beat=beat.beat,
                         fault=faults.hook(rank), distributed=distributed)
-            payload.update(equivalence(spec, t) if spec.mode == "equivalence" else measure(spec, t, devices, wl))
+            payload.update(equivalence.train(spec, t, batch_stream(wl)) if spec.mode == "equivalence"
+                           else measure(spec, t, devices, wl))
             payload["timing_method"] = timing.make_clock(device, devices).method
             payload["strategy_settings"] = ddp_settings(model)
         payload.update(params=params, grad_bytes=params * 4, threads=torch.get_num_threads(), numerics=numerics,
