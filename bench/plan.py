@@ -94,6 +94,8 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         where = (f"this SLURM allocation has {machine.slurm_nodes} node(s)" if machine.slurm_nodes
                  else "this sweep does not run inside a SLURM allocation (salloc/sbatch)")
         raise ConfigError(f"{most_nodes} nodes needed for {max(multi)} devices at {per_node} per node, but {where}")
+    if cfg.launcher == "slurm" and not machine.slurm_nodes:
+        raise ConfigError("--launcher slurm: this sweep does not run inside a SLURM allocation (salloc/sbatch)")
     if local and cuda and max(local) > machine.cuda_devices:
         raise ConfigError(f"--gpus: {max(local)} GPUs asked for, but this machine has {machine.cuda_devices} CUDA GPU(s) visible")
     if local and not cuda and max(local) > machine.cpu_cores:

@@ -40,8 +40,10 @@ PROBE_BLOCKS = 2
 
 def make_optimizer(model: nn.Module, cuda: bool = False) -> torch.optim.Optimizer:
     # Fused SGD on CUDA: the gradient scaler's found-inf check stays on the device (no per-step host read).
-    fused = cuda and all(type(p) is nn.Parameter and p.is_cuda for p in model.parameters())
-    return torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, **({"fused": True} if fused else {}))
+    # FSDP2's sharded parameters (DTensors, with placements) keep the default implementation.
+    params = list(model.parameters())
+    fused = cuda and all(p.is_cuda and not hasattr(p, "placements") for p in params)
+    return torch.optim.SGD(params, lr=LR, momentum=MOMENTUM, **({"fused": True} if fused else {}))
 
 
 def batch_stream(wl):
@@ -90,7 +92,7 @@ def measure(spec: RunSpec, t: Trainer, devices: list, wl) -> dict:
             save = None
             if spec.checkpoint and t.rank == 0:  # inside the epoch's time, like the reference experiment
                 save = lambda: torch.save(unwrap(t.model).state_dict(), os.path.join(spec.out_dir, "checkpoint.pt"))
-            got = t.window(wl.batches(epoch), None, f"epoch{epoch}", before_close=save)
+            got = t.window(_started_inside(wl, epoch), None, f"epoch{epoch}", before_close=save)
             for r in got["rows"]:
                 r["kind"] = "warmup" if r["step"] < spec.warmup else "measure"
             rows += got["rows"]
@@ -115,6 +117,11 @@ def measure(spec: RunSpec, t: Trainer, devices: list, wl) -> dict:
                                   + ("; SyncBatchNorm's collectives run in both, so they are not counted" if spec.sync_bn else ""))
     out.update(steps=rows, epochs=epochs, windows=t.windows, compile_s=t.compile_s)
     return out
+
+
+def _started_inside(wl, epoch: int):
+    """The epoch's batches, its loader started at the first next(): inside the window that times the epoch."""
+    yield from wl.batches(epoch)
 
 
 def ddp_logging(model: nn.Module, iterations: int) -> dict:

@@ -162,7 +162,7 @@ def chunks_fed(spec, rank: int) -> list:
     """Which replica chunks this process feeds each step."""
     if spec.strategy in ("ddp", "fsdp"):
         return [rank]
-    if spec.strategy == "dp":
+    if spec.strategy in ("dp", "loader"):  # the loader-alone run loads the whole global batch
         return list(range(spec.device_count))
     return list(range(spec.emulate_ranks))
 

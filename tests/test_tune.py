@@ -22,7 +22,7 @@ def test_screening_order_is_bucket_size_first_and_skips_buckets_beyond_the_gradi
 def test_tune_reports_a_winner_or_defaults_best_with_a_p_value_within_its_budget(tmp_path):
     path = str(tmp_path / "t.sqlite")
     p = run_bench(["tune", "--device", "cpu", "--workloads", "synthetic", "--synthetic-width", "512", "--synthetic-depth", "3",
-                   "--per-device-batch", "16", "--steps", "4", "--warmup", "1", "--gpus", "2", "--budget", "35",
+                   "--per-device-batch", "16", "--steps", "4", "--warmup", "1", "--gpus", "2", "--budget", "40",
                    "--store", path], timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     out = p.stdout
