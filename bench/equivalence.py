@@ -86,10 +86,11 @@ def train(spec: RunSpec, t, batches) -> dict:
         if isinstance(m, nn.modules.dropout._DropoutNd):
             m.eval()
     got = t.window(batches, spec.steps, "equivalence")
-    losses = torch.tensor(got["losses"], dtype=torch.float64)
+    losses = torch.tensor(got["losses"], dtype=torch.float64, device=t.device)  # NCCL reduces device tensors only
     if t.distributed:  # the loss over the global batch, as the reference reports it
         dist.all_reduce(losses)
         losses /= dist.get_world_size()
+    losses = losses.cpu()
     params = full_parameters(t.model)
     if t.rank == 0:
         torch.save(params, os.path.join(spec.out_dir, "params.pt"))

@@ -178,6 +178,8 @@ def _skip_reason(cfg: SweepConfig, machine: Machine, wl: str, strategy: str, n: 
         return reason
     if channels_last and not info.image:
         return f"channels_last applies to 4-D image inputs; {wl} takes {info.input_rank}-D inputs"
+    if channels_last and strategy == "fsdp":
+        return "FSDP2 shards contiguous parameters only; channels_last convolution weights are not (PyTorch refuses them)"
     if compiled and strategy == "dp":
         return "torch.compile does not trace nn.DataParallel's per-step replicate/scatter; compile under ddp instead"
     if cfg.epochs and info.images:
@@ -251,8 +253,10 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
     items = bench_specs(cfg, machine)
     runnable = [s for s in items if isinstance(s, RunSpec)]
     if cfg.check_equivalence:
+        # Compressed gradients (fp16/bf16 hooks, PowerSGD) change the step on purpose: they are left out of the gate.
         items += [dataclasses.replace(s, mode="equivalence", steps=EQUIVALENCE_STEPS, warmup=0, epochs=0)
-                  for s in runnable if s.strategy in ("dp", "ddp", "fsdp") and s.repeat == 0 and not s.compile]
+                  for s in runnable if s.strategy in ("dp", "ddp", "fsdp") and s.repeat == 0 and not s.compile
+                  and s.option("comm_hook", "none") == "none"]
     if cfg.data == "voc" and cfg.loader_bench:
         seen = set()
         for s in runnable:  # the loader alone, with the workers a configuration of this count has in all

@@ -40,12 +40,32 @@ def apply_single(model: nn.Module, ctx: Ctx) -> nn.Module:
     return model.to(ctx.device)
 
 
+class _InAutocast:
+    """A replica called inside the caller's autocast: torch's parallel_apply passes its replica threads
+    only whether autocast is on, not its dtype, so bf16 would silently run as fp16 on GPUs 1..N-1."""
+
+    def __init__(self, module: nn.Module, dtype: torch.dtype, enabled: bool):
+        self.module, self.dtype, self.enabled = module, dtype, enabled
+
+    def __call__(self, *args, **kwargs):
+        with torch.autocast("cuda", dtype=self.dtype, enabled=self.enabled):
+            return self.module(*args, **kwargs)
+
+
+class AutocastDataParallel(nn.DataParallel):
+    def parallel_apply(self, replicas, inputs, kwargs):
+        if not torch.is_autocast_enabled("cuda"):
+            return super().parallel_apply(replicas, inputs, kwargs)
+        dtype = torch.get_autocast_dtype("cuda")
+        return super().parallel_apply([_InAutocast(r, dtype, True) for r in replicas], inputs, kwargs)
+
+
 def apply_dp(model: nn.Module, ctx: Ctx) -> nn.Module:
     model = model.to(ctx.device)
     if ctx.cuda:
         # Inputs go to GPU 0, DataParallel scatters them, replicates the module every step and
         # gathers outputs back on GPU 0: the source of its memory skew.
-        return nn.DataParallel(model, device_ids=list(range(ctx.count)), output_device=0)
+        return AutocastDataParallel(model, device_ids=list(range(ctx.count)), output_device=0)
     return nn.DataParallel(model)  # no GPU: device_ids == [], forward is a pass-through
 
 
@@ -75,7 +95,9 @@ def register_comm_hook(model: nn.parallel.DistributedDataParallel, hook: str, wa
     elif name == "bf16":
         model.register_comm_hook(None, default_hooks.bf16_compress_hook)
     elif name == "powersgd":
-        start = max(2, warmup)  # PowerSGD runs plain all-reduce before this step; the minimum DDP allows is 2
+        # PowerSGD runs plain all-reduce before this step and allocates its low-rank factors (with a host copy)
+        # on it: let that happen in the warm-up. DDP allows 2 at the least (so with --warmup < 3 it is measured).
+        start = max(2, warmup - 1)
         state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=start)
         model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
         return {"comm_hook": hook, "matrix_approximation_rank": rank, "start_powerSGD_iter": start}

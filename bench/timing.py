@@ -33,6 +33,9 @@ class CudaAPI:
     def event(self):
         return torch.cuda.Event(enable_timing=True)
 
+    def stream(self, device: torch.device):
+        return torch.cuda.current_stream(device)
+
     def synchronize(self, device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
@@ -97,7 +100,7 @@ class EventClock(HostClock):
 
     def _now(self):
         e = self.api.event()
-        e.record()
+        e.record(self.api.stream(self.device))
         return e
 
     def _ms(self, a, b) -> float:

@@ -43,7 +43,11 @@ def make_optimizer(model: nn.Module, cuda: bool = False) -> torch.optim.Optimize
     # FSDP2's sharded parameters (DTensors, with placements) keep the default implementation.
     params = list(model.parameters())
     fused = cuda and all(p.is_cuda and not hasattr(p, "placements") for p in params)
-    return torch.optim.SGD(params, lr=LR, momentum=MOMENTUM, **({"fused": True} if fused else {}))
+    opt = torch.optim.SGD(params, lr=LR, momentum=MOMENTUM, **({"fused": True} if fused else {}))
+    if fused:  # fused SGD keeps an uninitialised first-step buffer when fp16's scaler skips that step
+        for p in params:
+            opt.state[p]["momentum_buffer"] = torch.zeros_like(p)  # zero then + grad: the first step's maths
+    return opt
 
 
 def batch_stream(wl):
@@ -85,9 +89,9 @@ def prepare(model: nn.Module, spec: RunSpec, ctx: Ctx) -> nn.Module:
 
 def measure(spec: RunSpec, t: Trainer, devices: list, wl) -> dict:
     rows, epochs = [], []
-    memory.reset_peaks(devices)
     out = {}
     if spec.epochs:
+        memory.reset_peaks(devices)
         for epoch in range(spec.epochs):
             save = None
             if spec.checkpoint and t.rank == 0:  # inside the epoch's time, like the reference experiment
@@ -106,6 +110,7 @@ def measure(spec: RunSpec, t: Trainer, devices: list, wl) -> dict:
     else:
         it = batch_stream(wl)
         rows += t.warmup(it, spec.warmup)
+        memory.reset_peaks(devices)  # steady state: cuDNN's autotuning workspaces of the warm-up left out
         rows += t.window(it, spec.steps, "measure")["rows"]
     out["memory"] = memory.peak_memory(devices, t.rank, wl.artefact_bytes)
     if is_ddp(t.model):
@@ -114,7 +119,8 @@ def measure(spec: RunSpec, t: Trainer, devices: list, wl) -> dict:
             rows += t.probe(it, probe_block(spec), PROBE_BLOCKS)
             out["comm_method"] = ("probe: median step of synchronised blocks - median step of no_sync() blocks, alternated, "
                                   "slowest rank per step; buffers broadcast on their own in no_sync() blocks"
-                                  + ("; SyncBatchNorm's collectives run in both, so they are not counted" if spec.sync_bn else ""))
+                                  + ("; SyncBatchNorm's collectives run in both, so they are not counted (and SyncBatchNorm "
+                                     "itself synchronises the host once per layer per forward, in PyTorch)" if spec.sync_bn else ""))
     out.update(steps=rows, epochs=epochs, windows=t.windows, compile_s=t.compile_s)
     return out
 

@@ -24,7 +24,7 @@ class FakeEvent:
     def __init__(self, api):
         self.api, self.t = api, None
 
-    def record(self):
+    def record(self, stream=None):
         self.api.records += 1
         self.t = time.perf_counter()
 
@@ -46,6 +46,9 @@ class FakeAPI:
 
     def event(self):
         return FakeEvent(self)
+
+    def stream(self, device):
+        return None
 
     def synchronize(self, device):
         self.syncs.append(device)

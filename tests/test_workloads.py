@@ -113,3 +113,35 @@ def test_each_ddp_setting_reaches_the_wrapped_model(knobs, tmp_path):
             model(torch.randn(2, 4)).sum().backward()  # the hook runs on gloo
     finally:
         dist.destroy_process_group()
+
+
+def test_dataparallel_replica_threads_keep_the_callers_autocast_dtype():
+    # torch's parallel_apply re-enters autocast in each replica thread with only the enabled flag, so the
+    # dtype falls back to fp16 there: bf16 DataParallel on 2+ GPUs would run fp16. The wrapper restores it.
+    import threading
+    import warnings
+    from bench.strategies import _InAutocast
+    seen = {}
+
+    def replica():
+        seen["wrapped"] = torch.get_autocast_dtype("cuda")
+
+    def thread():  # what parallel_apply does in each replica's thread
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # no CUDA here: autocast warns, the dtype bookkeeping is the same
+            with torch.amp.autocast("cuda", enabled=True):
+                seen["torch"] = torch.get_autocast_dtype("cuda")
+                _InAutocast(replica, torch.bfloat16, True)()
+    t = threading.Thread(target=thread)
+    t.start()
+    t.join()
+    assert seen == {"torch": torch.float16, "wrapped": torch.bfloat16}
+
+
+def test_fused_sgd_starts_with_zero_momentum_so_a_skipped_first_step_cannot_leave_garbage(monkeypatch):
+    from bench import worker
+    model = torch.nn.Linear(3, 2)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))  # the CUDA branch, on CPU tensors
+    opt = worker.make_optimizer(model, cuda=True)
+    assert opt.defaults["fused"] is True
+    assert all(torch.equal(opt.state[p]["momentum_buffer"], torch.zeros_like(p)) for p in model.parameters())
