@@ -6,9 +6,12 @@ here differed by 6% (sd of their means), twice what their processes' spread with
 two stored sweeps cannot resolve a 10% change. Run the variants back to back instead, alternately first
 (AB BA AB ...): each pair sees the same machine and the paired ratio cancels the drift
 (bench.stats.compare_pairs). A variant is a RunSpec with an environment and a working folder: other
-settings (bench.tune), another checkout (`--b-repo`), or an injected fault (`--b-env BENCH_FAULT=slow@0:10`).
+settings (`--b-args`, bench.tune), another checkout (`--b-repo`), or an injected fault (`--b-env
+BENCH_FAULT=slow@0:10`). Both start with environments of one size (padded), so stack alignment is not
+the difference measured.
 
-    ./run_bench.sh ab --b-repo ../main-checkout --workloads synthetic --strategies ddp --pairs 8
+    ./run_bench.sh ab --b-repo ../main-checkout --workloads synthetic --strategies ddp
+    ./run_bench.sh ab --strategies ddp --gpus 8 --b-args "--bucket-cap-mb 100 --comm-hook bf16"   # check tune's winner
     ./run_bench.sh compare --store results/bench.sqlite      # the two sweeps it wrote, paired
 
 `ab` writes the two variants as two sweeps of one store (labels a and b, paired with each other, repeat
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -28,7 +32,8 @@ from bench.launch import Limits, run_config
 from bench.spec import RunSpec
 from bench.procs import signals_deferred
 
-DEFAULT_PAIRS = 8
+DEFAULT_PAIRS = 16   # pairs of this shared 2-core machine differ by 12% (sd of the log ratio): 8 pairs caught an
+                     # injected 10% slowdown in 5 of 8 runs, 16 pairs (runs two by two) in 3 of 3; no A/A regression
 
 
 @dataclass(frozen=True)
@@ -47,9 +52,35 @@ def throughput(outcome: Outcome, spec: RunSpec) -> float:
     return got.get("samples_per_s", float("nan"))
 
 
+PAD = "BENCH_AB_PAD"
+
+
+def env_bytes(env: dict) -> int:
+    return sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 for k, v in env.items())  # each "k=v\0" as execve copies it
+
+
+def padded(a: dict, b: dict, base: Optional[dict] = None) -> tuple:
+    """The variants' extra environments, padded so that both processes start with as many variables of as many
+    bytes: the environment sits at the top of the stack, and its size alone shifts the alignment of everything
+    below it, which can move a process's speed by several percent (Mytkowicz et al., "Producing wrong data
+    without doing anything obviously wrong", ASPLOS 2009); A/A runs here, B with one extra variable, read B
+    faster in 7 of 8."""
+    base = dict(os.environ if base is None else base)
+    a, b = dict(a), dict(b)
+    for mine, theirs in ((a, b), (b, a)):
+        while len(dict(base, **mine)) < len(dict(base, **theirs)):
+            mine[f"{PAD}{len(mine)}"] = ""
+    gap = env_bytes(dict(base, **b)) - env_bytes(dict(base, **a))
+    a[PAD], b[PAD] = "x" * max(gap, 0), "x" * max(-gap, 0)
+    return a, b
+
+
 def run_pairs(a: Variant, b: Variant, pairs: int, limits: Limits,
               on_run: Optional[Callable[[Variant, RunSpec, Outcome], None]] = None) -> list:
-    """[(outcome a, outcome b)] for `pairs` pairs, alternately A first and B first; repeat = pair index."""
+    """[(outcome a, outcome b)] for `pairs` pairs, alternately A first and B first; repeat = pair index;
+    both variants' environments of one size (padded)."""
+    env_a, env_b = padded(a.env, b.env)
+    a, b = dataclasses.replace(a, env=env_a), dataclasses.replace(b, env=env_b)
     out = []
     for r in range(pairs):
         got = {}
@@ -87,7 +118,10 @@ def main(argv: list) -> int:
     parser.add_argument("--b-repo", default=None, help="variant B runs this other checkout of the suite (its bench/ package)")
     parser.add_argument("--b-env", action="append", default=None, metavar="NAME=VALUE",
                         help="variant B runs with this environment variable set (repeatable)")
-    parser.add_argument("--pairs", type=int, default=DEFAULT_PAIRS, help="A/B pairs per configuration (default 8)")
+    parser.add_argument("--b-args", default=None, metavar="'FLAGS'",
+                        help="variant B runs with these sweep flags added, e.g. '--bucket-cap-mb 100 --comm-hook bf16' "
+                             "(settings of the same configurations: same workloads, strategies and counts)")
+    parser.add_argument("--pairs", type=int, default=DEFAULT_PAIRS, help=f"A/B pairs per configuration (default {DEFAULT_PAIRS})")
     ns, rest = parser.parse_known_args(argv)
     if rest:
         raise ConfigError(f"unrecognised arguments: {' '.join(rest)}")
@@ -97,32 +131,43 @@ def main(argv: list) -> int:
     b_repo = os.path.abspath(ns.b_repo) if ns.b_repo else None
     if b_repo and not os.path.isfile(os.path.join(b_repo, "bench", "worker.py")):
         raise ConfigError(f"--b-repo {ns.b_repo!r} holds no bench/worker.py; expected another checkout of this suite")
-    if not b_env and not b_repo:
-        raise ConfigError("ab needs a variant B: --b-repo PATH (another checkout) and/or --b-env NAME=VALUE")
-    cfg, given, machine = cli.prepare(_without(argv, ("--b-repo", "--b-env", "--pairs")), parser=cli.run_parser())
+    if not b_env and not b_repo and not ns.b_args:
+        raise ConfigError("ab needs a variant B: --b-repo PATH (another checkout), --b-env NAME=VALUE and/or --b-args 'FLAGS'")
+    a_argv = _without(argv, ("--b-repo", "--b-env", "--pairs", "--b-args"))
+    cfg, given, machine = cli.prepare(a_argv, parser=cli.run_parser())
+    specs = [s for s in plan.bench_specs(cfg, machine) if isinstance(s, RunSpec) and s.repeat == 0]
+    b_flags = shlex.split(ns.b_args or "")
+    specs_b = specs
+    if b_flags:
+        cfg_b = cli.prepare(a_argv + b_flags, parser=cli.run_parser())[0]
+        specs_b = [s for s in plan.bench_specs(cfg_b, machine) if isinstance(s, RunSpec) and s.repeat == 0]
+        shape = lambda s: (s.workload, s.strategy, s.device_count)  # noqa: E731
+        if [shape(s) for s in specs] != [shape(s) for s in specs_b]:
+            raise ConfigError(f"--b-args {ns.b_args!r} changes which configurations run ({len(specs)} -> {len(specs_b)}, or "
+                              "other workloads, strategies or counts); expected other settings of the same configurations "
+                              "(one value per axis on each side)")
     if b_repo:
         b_env = {**b_env, "PYTHONPATH": b_repo + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    specs = [s for s in plan.bench_specs(cfg, machine) if isinstance(s, RunSpec) and s.repeat == 0]
     conn = store.connect(cfg.store)
     from bench import env as env_mod
     env_id = store.insert_environment(conn, env_mod.capture())
     line = " ".join(["./run_bench.sh", "ab", *argv])
     sid_a = store.begin_sweep(conn, line, cfg.to_json(), env_id, label="a")
-    sid_b = store.begin_sweep(conn, line, cfg.to_json(), env_id, label="b: " + (f"repo {b_repo}" if b_repo else "")
-                              + " ".join(f"{k}={v}" for k, v in b_env.items() if k != "PYTHONPATH"))
+    sid_b = store.begin_sweep(conn, line, (cfg_b if b_flags else cfg).to_json(), env_id, label="b: " + " ".join(
+        [f"repo {b_repo}"] * bool(b_repo) + [f"{k}={v}" for k, v in b_env.items() if k != "PYTHONPATH"] + b_flags))
     store.pair_sweeps(conn, sid_a, sid_b)
     print(f"A/B: sweep {sid_a} (this checkout) and sweep {sid_b} (variant B), {ns.pairs} interleaved pairs per configuration "
           f"-> {cfg.store}")
     status = "completed"
     try:
-        for spec in specs:
-            def record(v: Variant, s: RunSpec, o: Outcome, spec=spec) -> None:
+        for spec, spec_b in zip(specs, specs_b):
+            def record(v: Variant, s: RunSpec, o: Outcome) -> None:
                 with signals_deferred():
                     store.record_result(conn, sid_a if v.label == "a" else sid_b, env_id, s, o.status, o.reason, o.payload,
                                         o.started_at, o.ended_at, o.wall_s, o.failed_rank)
-                print(f"  {v.label} {spec.key} pair {s.repeat + 1}: " + (f"{throughput(o, s):.1f} samples/s" if o.status == "ok"
+                print(f"  {v.label} {s.key} pair {s.repeat + 1}: " + (f"{throughput(o, s):.1f} samples/s" if o.status == "ok"
                                                                           else f"{o.status.upper()}: {o.reason}"), flush=True)
-            run_pairs(Variant("a", spec), Variant("b", spec, b_env, b_repo), ns.pairs, Limits.for_spec(spec, cfg.timeout), record)
+            run_pairs(Variant("a", spec), Variant("b", spec_b, b_env, b_repo), ns.pairs, Limits.for_spec(spec, cfg.timeout), record)
     except KeyboardInterrupt:
         status = "interrupted"
         return 130

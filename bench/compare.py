@@ -55,6 +55,19 @@ def _configs(conn, sweep_id: int) -> tuple:
     return {c.key: c for cs in sweep.bench.values() for c in cs}, broken, sweep.sweep
 
 
+def _matched(base: dict, cand: dict, interleaved: bool) -> list:
+    """[(baseline key, candidate key)]: the same key on both sides; and for interleaved sweeps whose variant B
+    ran other settings (`ab --b-args`, tune's confirmation), the rest matched in order, one to one, where
+    workload, strategy and count agree."""
+    pairs = [(k, k) for k in sorted(set(base) & set(cand))]
+    left_a, left_b = sorted(set(base) - set(cand)), sorted(set(cand) - set(base))
+    shape = lambda c: (c.workload, c.strategy, c.device_type, c.device_count)  # noqa: E731
+    if interleaved and left_a and len(left_a) == len(left_b) and all(
+            shape(base[x]) == shape(cand[y]) for x, y in zip(left_a, left_b)):
+        pairs += list(zip(left_a, left_b))
+    return pairs
+
+
 def resolvable(n: int, cv: float = PROCESS_CV) -> float:
     """The slowdown n processes per side resolve at 80% power (one-sided 5%), for a process spread cv."""
     return (1.645 + 0.842) * cv * math.sqrt(2.0 / n)
@@ -100,32 +113,38 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
                 f"apart by that much here; ./run_bench.sh ab resolves less), significant at family-wise p < {ALPHA} over "
                 f"processes; with one process per side, slower by more than the noise bound {noise:.0%}")
     lines = [f"baseline: {store_a} sweep {sid_a}; candidate: {store_b or store_a} sweep {sid_b}; {rule}", ""]
-    common = sorted(set(base) & set(cand))
+    common = _matched(base, cand, interleaved)
     if interleaved:
-        pairs = {k: sorted(set(base[k].by_repeat) & set(cand[k].by_repeat)) for k in common}
-        pcs = {k: stats.compare_pairs([base[k].by_repeat[r] for r in pairs[k]], [cand[k].by_repeat[r] for r in pairs[k]])
-               for k in common}
+        reps = {p: sorted(set(base[p[0]].by_repeat) & set(cand[p[1]].by_repeat)) for p in common}
+        pcs = {p: stats.compare_pairs([base[p[0]].by_repeat[r] for r in reps[p]], [cand[p[1]].by_repeat[r] for r in reps[p]])
+               for p in common}
     else:
-        pcs = {k: stats.compare_processes(base[k].process_sps, cand[k].process_sps) for k in common}
-    significant = stats.holm({k: pc.p_slower for k, pc in pcs.items() if pc.decidable}, ALPHA)
-    different = stats.holm({k: pc.p_two_sided for k, pc in pcs.items() if pc.decidable}, ALPHA)
+        pcs = {p: stats.compare_processes(base[p[0]].process_sps, cand[p[1]].process_sps) for p in common}
+    significant = stats.holm({p: pc.p_slower for p, pc in pcs.items() if pc.decidable}, ALPHA)
+    different = stats.holm({p: pc.p_two_sided for p, pc in pcs.items() if pc.decidable}, ALPHA)
     floor = threshold if interleaved else max(threshold, drift)
     regressed = []
-    for key in common:
-        a, b, pc = base[key], cand[key], pcs[key]
-        words = verdict(pc, noise, key in significant, key in different).replace("processes)", "pairs)" if interleaved else "processes)")
+    for p in common:
+        a, b, pc = base[p[0]], cand[p[1]], pcs[p]
+        words = verdict(pc, noise, p in significant, p in different).replace("processes)", "pairs)" if interleaved else "processes)")
         slowdown = 1 / pc.ratio - 1
-        if (key in significant and slowdown > floor) or (not pc.decidable and slowdown > max(floor, noise)):
-            regressed.append(key)
+        if (p in significant and slowdown > floor) or (not pc.decidable and slowdown > max(floor, noise)):
+            regressed.append(p[1])
             words += " (REGRESSION)"
-        lines.append(f"{key}: {a.samples_per_s:.1f} -> {b.samples_per_s:.1f} samples/s: {words}")
-    for key in sorted(set(base) - set(cand)):
-        if key in cand_broken:  # ran fine before, fails now: the worst regression there is
+        name = p[0] if p[0] == p[1] else f"{p[0]} vs {p[1]}"
+        lines.append(f"{name}: {a.samples_per_s:.1f} -> {b.samples_per_s:.1f} samples/s: {words}")
+    matched_a, matched_b = {p[0] for p in common}, {p[1] for p in common}
+    head = lambda key: key.split("/")[:4]  # noqa: E731  mode/workload/strategy/devicexN
+    for key in sorted(set(base) - matched_a):
+        broken = key if key in cand_broken else next(
+            (k for k in sorted(cand_broken) if interleaved and k not in base and head(k) == head(key)), None)
+        if broken:  # ran fine before, fails now: the worst regression there is
             regressed.append(key)
-            lines.append(f"{key}: ok in the baseline, {cand_broken[key]} in the candidate (REGRESSION)")
+            lines.append(f"{key}{'' if broken == key else ' vs ' + broken}: ok in the baseline, {cand_broken[broken]} "
+                         f"in the candidate (REGRESSION)")
         else:
             lines.append(f"{key}: only in the baseline (no ok result in the candidate)")
-    for key in sorted(set(cand) - set(base)):
+    for key in sorted(set(cand) - matched_b):
         lines.append(f"{key}: only in the candidate")
     if not common:
         lines.append("no configuration has an ok result on both sides")

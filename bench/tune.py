@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shlex
 import time
+from typing import Optional
 
 from bench import abtest, stats, store
 from bench.config import ConfigError
@@ -62,7 +64,20 @@ def bounds(outcome: Outcome, spec: RunSpec, allreduce_ms: float) -> dict:
             "no_overlap_ms": compute + allreduce_ms, "full_overlap_ms": max(compute, allreduce_ms)}
 
 
-def tune(cfg, machine, budget_s: float, log=print) -> dict:
+def as_flags(options: dict) -> str:
+    """The sweep flags that set these DDP settings (for `ab --b-args`)."""
+    text = lambda v: str(v).lower() if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
+    return " ".join(f"--{k.replace('_', '-')} {text(v)}" for k, v in sorted(options.items()))
+
+
+def check_command(argv: list, base: RunSpec, options: dict) -> str:
+    """`./run_bench.sh ab` that re-measures these settings against DDP's defaults in the user's own A/B run."""
+    pinned = ["--workloads", base.workload, "--strategies", "ddp", "--gpus", str(base.device_count), "--precision", base.precision]
+    return " ".join(["./run_bench.sh", "ab", shlex.join(abtest._without(argv, ("--budget", "--store")) + pinned),
+                     "--b-args", shlex.quote(as_flags(options))])
+
+
+def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) -> dict:
     from bench import plan, workloads
     counts = [n for n in cfg.gpus if n > 1]
     if not counts:
@@ -141,6 +156,8 @@ def tune(cfg, machine, budget_s: float, log=print) -> dict:
             out[f"bounds_{label}"] = bounds(o, spec, allreduce)
     out["sentence"] = sentence(challenger, pc, base)
     log(out["sentence"])
+    out["check"] = check_command(argv or [], base, challenger)
+    log(f"  to check it in your own interleaved A/B run: {out['check']}")
     for label in ("defaults", "best"):
         bd = out.get(f"bounds_{label}")
         if bd:
@@ -183,5 +200,5 @@ def main(argv: list) -> int:
     if not ns.budget > 0:
         raise ConfigError(f"--budget: {ns.budget:g} is not allowed; expected seconds > 0")
     cfg, given, machine = cli.prepare(abtest._without(argv, ("--budget",)))
-    tune(cfg, machine, ns.budget)
+    tune(cfg, machine, ns.budget, argv=argv)
     return 0

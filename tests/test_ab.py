@@ -41,3 +41,36 @@ def test_interleaved_compare_passes_identical_code_and_catches_an_injected_slowd
     else:
         assert p.returncode == 1 and line.endswith("(REGRESSION)"), p.stdout + p.stderr
         assert ratio and ratio.group(2) == "slower" and float(ratio.group(1)) >= 1.1, line
+
+
+@pytest.mark.parametrize("a, b, base", [({}, {"BENCH_AA": "1"}, {"HOME": "/root"}),
+                                        ({}, {"HOME": "/"}, {"HOME": "/root"}),
+                                        ({"Q": "1"}, {"BENCH_FAULT": "slow@0:10", "PYTHONPATH": "/other/checkout"}, {})])
+def test_both_variants_start_with_environments_of_one_size_so_stack_alignment_is_not_the_difference(a, b, base):
+    from bench.abtest import env_bytes, padded
+    pa, pb = padded(a, b, base)
+    full_a, full_b = dict(base, **pa), dict(base, **pb)
+    assert len(full_a) == len(full_b) and env_bytes(full_a) == env_bytes(full_b)
+    assert all(full_a[k] == v for k, v in a.items()) and all(full_b[k] == v for k, v in b.items())
+
+
+def test_b_args_runs_other_settings_of_the_same_configurations_and_compare_pairs_them(tmp_path):
+    path = str(tmp_path / "ab.sqlite")
+    p = run_bench(["ab", "--device", "cpu", "--workloads", "synthetic", "--synthetic-width", "256", "--synthetic-depth", "2",
+                   "--per-device-batch", "16", "--steps", "3", "--warmup", "1", "--strategies", "single", "--no-report",
+                   "--pairs", "2", "--b-args", "--per-device-batch 32", "--store", path], timeout=300)
+    assert p.returncode in (0, 1), p.stdout + p.stderr
+    pairs = re.findall(r"^  ([ab]) (\S+) pair \d: [0-9.]+ samples/s$", p.stdout, re.M)
+    assert sorted(pairs) == [("a", "bench/synthetic/single/cpux1/b16/g16/i0/synthetic/fp32")] * 2 + [
+        ("b", "bench/synthetic/single/cpux1/b32/g32/i0/synthetic/fp32")] * 2, p.stdout
+    assert ("bench/synthetic/single/cpux1/b16/g16/i0/synthetic/fp32 vs bench/synthetic/single/cpux1/b32/g32/i0/synthetic/fp32: "
+            in p.stdout and "2 vs 2 pairs" in p.stdout), p.stdout
+    assert "only in the" not in p.stdout, p.stdout
+
+
+def test_b_args_that_change_which_configurations_run_are_refused_before_anything_runs(tmp_path):
+    path = tmp_path / "ab.sqlite"
+    p = run_bench(["ab", "--device", "cpu", "--workloads", "synthetic", "--strategies", "single", "--no-report",
+                   "--b-args", "--strategies ddp", "--store", str(path)], timeout=120)
+    assert p.returncode == 2 and "--b-args '--strategies ddp' changes which configurations run" in p.stderr, p.stdout + p.stderr
+    assert not path.exists() and "pair 1" not in p.stdout

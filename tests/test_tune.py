@@ -30,9 +30,20 @@ def test_tune_reports_a_winner_or_defaults_best_with_a_p_value_within_its_budget
     assert len(verdict) == 1, out
     assert re.search(r"p=[0-9.e-]+, 95% CI of the ratio [0-9.]+-[0-9.]+, \d+ interleaved pairs", verdict[0]), verdict
     assert "no-overlap bound" in out and "full-overlap bound" in out
+    check = [l for l in out.splitlines() if "to check it in your own interleaved A/B run: ./run_bench.sh ab" in l]
+    assert len(check) == 1 and "--strategies ddp --gpus 2" in check[0] and "--b-args '--" in check[0], out
     conn = sqlite3.connect(path)
     labels = [r[0] for r in conn.execute("SELECT label FROM sweeps ORDER BY sweep_id")]
     assert labels[0] == "tune: screening" and labels[1] == "tune: defaults" and labels[2].startswith("tune: ")
     screened = conn.execute("SELECT COUNT(*) FROM results WHERE sweep_id = 1").fetchone()[0]
     assert screened >= 2  # the defaults and at least one setting within 60% of the budget
     assert "bucket_cap_mb=1.0" in out  # the search starts with the bucket size
+
+
+def test_the_winner_is_given_back_as_sweep_flags_that_set_exactly_those_settings():
+    from bench import cli, config
+    options = {"bucket_cap_mb": 100.0, "comm_hook": "powersgd:4", "static_graph": True, "sync_buffers": False,
+               "gradient_as_bucket_view": True}
+    cfg = config.from_args(cli.run_parser().parse_args(tune.as_flags(options).split()))
+    assert (cfg.bucket_cap_mb, cfg.comm_hook, cfg.static_graph, cfg.sync_buffers, cfg.gradient_as_bucket_view) == (
+        (100.0,), ("powersgd:4",), (True,), (False,), (True,))
