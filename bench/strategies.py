@@ -85,6 +85,18 @@ def ddp_kwargs(options: dict) -> dict:
     return kw
 
 
+def powerSGD_hook_in_bucket_order(state, bucket):  # no annotations: DDP checks them against its own types
+    """PowerSGD, each bucket finished before the next starts. The hook issues a bucket's later all-reduces from
+    callbacks of its first; gloo runs those on its own threads, so with several buckets the ranks can issue
+    them in different orders and deadlock (every run of a 16 MiB MLP in 5 MiB buckets hung here on the first
+    compressed step). Waiting keeps DDP's bucket order on every rank, at the cost of overlap: on CPU/gloo,
+    PowerSGD's figures are without it (stored with the settings)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+    fut = powerSGD_hook.powerSGD_hook(state, bucket)
+    fut.wait()
+    return fut
+
+
 def register_comm_hook(model: nn.parallel.DistributedDataParallel, hook: str, warmup: int) -> dict:
     """fp16 / bf16 compression or PowerSGD (rank R, compressing from the first measured step). Returns its settings."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
@@ -99,8 +111,10 @@ def register_comm_hook(model: nn.parallel.DistributedDataParallel, hook: str, wa
         # on it: let that happen in the warm-up. DDP allows 2 at the least (so with --warmup < 3 it is measured).
         start = max(2, warmup - 1)
         state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=start)
-        model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-        return {"comm_hook": hook, "matrix_approximation_rank": rank, "start_powerSGD_iter": start}
+        gloo = torch.distributed.get_backend() == "gloo"
+        model.register_comm_hook(state, powerSGD_hook_in_bucket_order if gloo else powerSGD_hook.powerSGD_hook)
+        return {"comm_hook": hook, "matrix_approximation_rank": rank, "start_powerSGD_iter": start,
+                **({"gloo": "each bucket's PowerSGD waited for inside its hook: no overlap"} if gloo else {})}
     return {"comm_hook": hook}
 
 
@@ -111,7 +125,7 @@ def apply_ddp(model: nn.Module, ctx: Ctx) -> nn.Module:
     # DDP broadcasts rank 0's parameters and buffers at construction: identical initial weights.
     ddp = nn.parallel.DistributedDataParallel(model, device_ids=[ctx.device.index] if ctx.cuda else None,
                                               **ddp_kwargs(ctx.options))
-    register_comm_hook(ddp, ctx.options.get("comm_hook", "none"), ctx.warmup)
+    ddp.bench_comm_hook = register_comm_hook(ddp, ctx.options.get("comm_hook", "none"), ctx.warmup)
     return ddp
 
 
@@ -147,4 +161,4 @@ def ddp_settings(model: nn.Module) -> dict:
         return {}
     return {"bucket_cap_mb": ddp.bucket_bytes_cap / 2**20, "gradient_as_bucket_view": ddp.gradient_as_bucket_view,
             "static_graph": bool(ddp.static_graph), "sync_buffers": bool(ddp.broadcast_buffers),
-            "buffers": len(ddp.modules_buffers)}
+            "buffers": len(ddp.modules_buffers), **getattr(ddp, "bench_comm_hook", {})}

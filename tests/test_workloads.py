@@ -145,3 +145,19 @@ def test_fused_sgd_starts_with_zero_momentum_so_a_skipped_first_step_cannot_leav
     opt = worker.make_optimizer(model, cuda=True)
     assert opt.defaults["fused"] is True
     assert all(torch.equal(opt.state[p]["momentum_buffer"], torch.zeros_like(p)) for p in model.parameters())
+
+
+@pytest.mark.timeout(300)
+def test_powersgd_over_several_buckets_on_gloo_trains_through_its_compressed_steps(tmp_path):
+    # Unwrapped, PowerSGD's callback-issued all-reduces of several buckets interleave differently per rank on gloo:
+    # this very configuration hung on its first compressed step every time.
+    import sqlite3
+    from conftest import run_bench
+    path = str(tmp_path / "p.sqlite")
+    p = run_bench(["--device", "cpu", "--workloads", "synthetic", "--synthetic-width", "512", "--synthetic-depth", "3",
+                   "--per-device-batch", "16", "--strategies", "ddp", "--gpus", "2", "--comm-hook", "powersgd:2",
+                   "--bucket-cap-mb", "1", "--steps", "4", "--warmup", "2", "--no-report",
+                   "--pg-timeout", "60", "--no-comm-bench", "--store", path], timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    (status, settings), = sqlite3.connect(path).execute("SELECT status, details_json FROM results").fetchall()
+    assert status == "ok" and '"start_powerSGD_iter": 2' in settings and "waited for inside its hook" in settings, settings
