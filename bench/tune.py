@@ -73,7 +73,7 @@ def as_flags(options: dict) -> str:
 def check_command(argv: list, base: RunSpec, options: dict) -> str:
     """`./run_bench.sh ab` that re-measures these settings against DDP's defaults in the user's own A/B run."""
     pinned = ["--workloads", base.workload, "--strategies", "ddp", "--gpus", str(base.device_count), "--precision", base.precision]
-    return " ".join(["./run_bench.sh", "ab", shlex.join(abtest._without(argv, ("--budget", "--store")) + pinned),
+    return " ".join(["./run_bench.sh", "ab", shlex.join(abtest._without(argv, ("--budget", "--store", "--workloads", "--strategies", "--gpus", "--precision")) + pinned),
                      "--b-args", shlex.quote(as_flags(options))])
 
 
