@@ -139,7 +139,14 @@ def main(argv: list) -> int:
     b_flags = shlex.split(ns.b_args or "")
     specs_b = specs
     if b_flags:
-        cfg_b = cli.prepare(a_argv + b_flags, parser=cli.run_parser())[0]
+        unknown = cli.run_parser().parse_known_args(b_flags)[1]
+        if unknown:
+            raise ConfigError(f"--b-args {ns.b_args!r}: unrecognised {' '.join(unknown)}; expected sweep flags "
+                              "(./run_bench.sh --help)")
+        try:
+            cfg_b = cli.prepare(a_argv + b_flags, parser=cli.run_parser())[0]
+        except ConfigError as e:
+            raise ConfigError(f"--b-args {ns.b_args!r}: {e}") from None
         specs_b = [s for s in plan.bench_specs(cfg_b, machine) if isinstance(s, RunSpec) and s.repeat == 0]
         shape = lambda s: (s.workload, s.strategy, s.device_count)  # noqa: E731
         if [shape(s) for s in specs] != [shape(s) for s in specs_b]:

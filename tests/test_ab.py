@@ -75,3 +75,6 @@ def test_b_args_that_change_which_configurations_run_are_refused_before_anything
                    "--b-args", "--strategies ddp", "--store", str(path)], timeout=120)
     assert p.returncode == 2 and "--b-args '--strategies ddp' changes which configurations run" in p.stderr, p.stdout + p.stderr
     assert not path.exists() and "pair 1" not in p.stdout
+    p = run_bench(["ab", "--device", "cpu", "--strategies", "ddp", "--b-args", "--bogus 1", "--store", str(path)], timeout=120)
+    assert p.returncode == 2 and "--b-args '--bogus 1': unrecognised --bogus 1" in p.stderr and "Traceback" not in p.stderr
+    assert not path.exists()

@@ -161,6 +161,15 @@ class Reader(threading.Thread):
             self.done.wait(0.3)
 
 
+def only_failure(s: Sweep, wait_s: float = 200) -> tuple:
+    """The sweep ended with exit 1 and its single result: (that result, seconds the sweep took)."""
+    rc, took = s.wait(wait_s)
+    assert rc == 1, s.output()
+    (bad,) = results(s.store, sweep_row(s)["sweep_id"])
+    assert bad["status"] == "failed", bad["reason"]
+    return bad, took
+
+
 def by_config(rows: list) -> dict:
     return {(r["strategy"], r["device_count"]): r for r in rows}
 
@@ -262,10 +271,8 @@ def test_rank_that_raises_fails_its_configuration_and_the_sweep_moves_on(togethe
 @pytest.mark.timeout(240)
 def test_rank_sigkilled_mid_allreduce_is_named_with_its_signal(together):
     s = together[0]["sigkill"]
-    rc, took = s.wait(200)
-    assert rc == 1, s.output()
-    (bad,) = results(s.store, sweep_row(s)["sweep_id"])
-    assert bad["status"] == "failed" and bad["failed_rank"] == 1, bad["reason"]
+    bad, took = only_failure(s)
+    assert bad["failed_rank"] == 1, bad["reason"]
     assert "rank 1: killed by signal 9 (SIGKILL)" in bad["reason"]
     assert bad["wall_s"] < 120 and took < 180, (bad["wall_s"], took)
     assert no_leftovers(s, within=0)
@@ -274,10 +281,8 @@ def test_rank_sigkilled_mid_allreduce_is_named_with_its_signal(together):
 @pytest.mark.timeout(240)
 def test_a_deadlocked_rank_is_named_from_its_heartbeat_within_the_collective_timeout(together):
     s = together[0]["hang_pg"]
-    rc, took = s.wait(200)
-    assert rc == 1, s.output()
-    (bad,) = results(s.store, sweep_row(s)["sweep_id"])
-    assert bad["status"] == "failed" and bad["failed_rank"] == 1, bad["reason"]
+    bad, took = only_failure(s)
+    assert bad["failed_rank"] == 1, bad["reason"]
     assert bad["reason"].startswith("stalled: rank 1 made no progress after step 2"), bad["reason"]
     assert "while the others went further" in bad["reason"]
     assert "--timeout" not in bad["reason"] and "timed out after" not in bad["reason"]  # not the 120 s limit
@@ -289,10 +294,8 @@ def test_a_deadlocked_rank_is_named_from_its_heartbeat_within_the_collective_tim
 def test_a_stopped_rank_that_never_raises_is_named_within_the_collective_timeout(together):
     # SIGSTOP: no exception, no exit, its heartbeat thread frozen too; gloo's own timeout never fires here.
     s = together[0]["stop"]
-    rc, took = s.wait(200)
-    assert rc == 1, s.output()
-    (bad,) = results(s.store, sweep_row(s)["sweep_id"])
-    assert bad["status"] == "failed" and bad["failed_rank"] == 1, bad["reason"]
+    bad, took = only_failure(s)
+    assert bad["failed_rank"] == 1, bad["reason"]
     assert bad["reason"].startswith("stalled: rank 1 "), bad["reason"]
     assert "no heartbeat" in bad["reason"] or "made no progress" in bad["reason"]
     assert bad["wall_s"] < 20 + 60, bad["wall_s"]  # named within the 20 s collective timeout (+ start-up, shared cores)
@@ -302,10 +305,7 @@ def test_a_stopped_rank_that_never_raises_is_named_within_the_collective_timeout
 @pytest.mark.timeout(240)
 def test_configuration_that_stops_making_progress_is_killed_at_its_wall_clock_limit(together):
     s = together[0]["hang_timeout"]
-    rc, took = s.wait(200)
-    assert rc == 1, s.output()
-    (bad,) = results(s.store, sweep_row(s)["sweep_id"])
-    assert bad["status"] == "failed"
+    bad, took = only_failure(s)
     assert bad["reason"].startswith("timed out after 90 s (--timeout); all processes of the configuration were killed")
     assert "rank 1 made no progress after step 2" in bad["reason"]  # the heartbeat still names the culprit
     assert 90 <= bad["wall_s"] < 90 + 2 * procs.KILL_GRACE_S + 10, bad["wall_s"]
