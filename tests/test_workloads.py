@@ -131,7 +131,7 @@ def test_dataparallel_replica_threads_keep_the_callers_autocast_dtype():
             warnings.simplefilter("ignore")  # no CUDA here: autocast warns, the dtype bookkeeping is the same
             with torch.amp.autocast("cuda", enabled=True):
                 seen["torch"] = torch.get_autocast_dtype("cuda")
-                _InAutocast(replica, torch.bfloat16, True)()
+                _InAutocast(replica, torch.bfloat16)()
     t = threading.Thread(target=thread)
     t.start()
     t.join()
