@@ -18,6 +18,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from dataclasses import dataclass
@@ -410,8 +411,18 @@ def test_workers_asking_to_die_with_torchrun_go_when_torchrun_is_sigkilled(tmp_p
     # What bench.worker should call first: torchrun starts its workers in sessions of their own, so
     # without it they outlive a SIGKILLed torchrun when nobody (no sweep) is left to clean up.
     script = tmp_path / "rank.py"
-    script.write_text("import os, signal, time\nfrom bench import procs\nprocs.die_with_parent(signal.SIGKILL)\n"
-                      "print('armed', os.getpid(), flush=True)\ntime.sleep(60)\n")
+    # Each rank names itself in a file of its own (written whole, then renamed): two ranks printing to one
+    # log interleave their lines, which once read "armedarmed  2707027069".
+    script.write_text(textwrap.dedent("""\
+        import os, signal, time
+        from bench import procs
+        procs.die_with_parent(signal.SIGKILL)
+        mine = f"armed.{os.environ['LOCAL_RANK']}"
+        with open(mine + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(mine + ".tmp", mine)
+        time.sleep(60)
+        """))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     log = tmp_path / "torchrun.log"
     with open(log, "w") as out:
@@ -419,9 +430,9 @@ def test_workers_asking_to_die_with_torchrun_go_when_torchrun_is_sigkilled(tmp_p
                                      "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(script)],
                                     cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        ranks = wait_until(lambda: [int(p) for p in re.findall(r"armed (\d+)\n", log.read_text())][:2]
-                           if log.read_text().count("armed") == 2 else [], 45)
-        assert len(ranks) == 2, log.read_text()
+        armed = [tmp_path / f"armed.{rank}" for rank in (0, 1)]
+        assert wait_until(lambda: all(f.exists() for f in armed), 45), log.read_text()
+        ranks = [int(f.read_text()) for f in armed]
         assert all(os.getsid(p) not in (os.getsid(0), launcher.pid) for p in ranks)  # sessions of their own
         os.kill(launcher.pid, signal.SIGKILL)
         launcher.wait()
