@@ -114,9 +114,10 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
     per_trial = time.monotonic() - t0
     has_buffers = bool(default_out.payload.get("strategy_settings", {}).get("buffers"))
     tried = {(): best_sps}
+    reserve = (2 * MIN_PAIRS + 1) * per_trial  # the least confirmation and the all-reduce run fit in the budget too
     for name, values in stages(grad_mib, has_buffers):
         for v in values:
-            if time.monotonic() - t0 + per_trial > SCREEN_SHARE * budget_s:
+            if time.monotonic() - t0 + per_trial > min(SCREEN_SHARE * budget_s, budget_s - reserve):
                 break
             opts = {**best_opts, name: v}
             sps, _ = trial(opts)
@@ -126,11 +127,13 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
     store.end_sweep(conn, screen_id, "completed")
     others = [(k, v) for k, v in tried.items() if k and not math.isnan(v)]
     challenger = best_opts or (dict(max(others, key=lambda kv: kv[1])[0]) if others else {})  # defaults best: the runner-up
-    left = budget_s - (time.monotonic() - t0)
+    left = budget_s - (time.monotonic() - t0) - per_trial  # one trial's time for the all-reduce run
     pairs = max(MIN_PAIRS, min(MAX_PAIRS, int(left / max(1.0, 2 * per_trial))))
     out = {"defaults": {}, "best": best_opts, "challenger": challenger, "screened": len(tried), "pairs": pairs}
     if not challenger:
-        out["sentence"] = "Only DDP's defaults could be measured within the budget; raise --budget."
+        out["sentence"] = (f"Only DDP's defaults could be measured within the budget: one trial took {per_trial:.0f} s and "
+                           f"the least search (one setting, {MIN_PAIRS} confirming pairs) needs about "
+                           f"{(2 * MIN_PAIRS + 3) * per_trial:.0f} s; raise --budget.")
         log(out["sentence"])
         conn.close()
         return out
@@ -164,6 +167,8 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
             log(f"  {label}: median step {bd['step_ms']:.2f} ms; no-overlap bound {bd['no_overlap_ms']:.2f} ms "
                 f"(compute {bd['compute_ms']:.2f} + all-reduce {bd['allreduce_ms']:.2f}); full-overlap bound "
                 f"{bd['full_overlap_ms']:.2f} ms: {max(0.0, bd['step_ms'] - bd['full_overlap_ms']):.2f} ms left to gain")
+    out["took_s"] = time.monotonic() - t0
+    log(f"  tune took {out['took_s']:.0f} s of its {budget_s:g} s budget ({len(tried)} screened, {pairs} pairs)")
     conn.close()
     return out
 

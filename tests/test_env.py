@@ -284,3 +284,14 @@ def test_every_nvml_function_the_code_calls_exists_in_pynvml():
     for f in ("gpuinfo.py", "topology.py", "env.py"):
         names |= set(re.findall(r'"(nvml[A-Z]\w+)"', (bench / f).read_text()))
     assert len(names) > 10 and [n for n in sorted(names) if not hasattr(pynvml, n)] == []
+
+
+def test_torchvision_version_is_torchvisions_own_build_string_read_without_importing_it():
+    # Each sweep captures the environment: importing torchvision for its version cost ~3 s of every sweep.
+    import subprocess
+    probe = ("import sys; from bench import env; v = env.torchvision_version(); "
+             "print(v, 'torchvision' in sys.modules)")
+    got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout.split()
+    import torchvision
+    assert got == [torchvision.__version__, "False"]
