@@ -77,6 +77,19 @@ def check_command(argv: list, base: RunSpec, options: dict) -> str:
                      "--b-args", shlex.quote(as_flags(options))])
 
 
+def may_screen(elapsed_s: float, per_trial_s: float, budget_s: float) -> bool:
+    """Another screening trial fits: within SCREEN_SHARE of the budget, and leaving room in it for the least
+    confirmation (MIN_PAIRS pairs) and the all-reduce run, each about one trial long."""
+    reserve_s = (2 * MIN_PAIRS + 1) * per_trial_s
+    return elapsed_s + per_trial_s <= min(SCREEN_SHARE * budget_s, budget_s - reserve_s)
+
+
+def confirm_pairs(elapsed_s: float, per_trial_s: float, budget_s: float) -> int:
+    """Confirming pairs that fit in what is left of the budget after the all-reduce run, MIN_PAIRS to MAX_PAIRS."""
+    left_s = budget_s - elapsed_s - per_trial_s
+    return max(MIN_PAIRS, min(MAX_PAIRS, int(left_s / max(1.0, 2 * per_trial_s))))
+
+
 def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) -> dict:
     from bench import plan, workloads
     counts = [n for n in cfg.gpus if n > 1]
@@ -114,10 +127,9 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
     per_trial = time.monotonic() - t0
     has_buffers = bool(default_out.payload.get("strategy_settings", {}).get("buffers"))
     tried = {(): best_sps}
-    reserve = (2 * MIN_PAIRS + 1) * per_trial  # the least confirmation and the all-reduce run fit in the budget too
     for name, values in stages(grad_mib, has_buffers):
         for v in values:
-            if time.monotonic() - t0 + per_trial > min(SCREEN_SHARE * budget_s, budget_s - reserve):
+            if not may_screen(time.monotonic() - t0, per_trial, budget_s):
                 break
             opts = {**best_opts, name: v}
             sps, _ = trial(opts)
@@ -127,8 +139,7 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
     store.end_sweep(conn, screen_id, "completed")
     others = [(k, v) for k, v in tried.items() if k and not math.isnan(v)]
     challenger = best_opts or (dict(max(others, key=lambda kv: kv[1])[0]) if others else {})  # defaults best: the runner-up
-    left = budget_s - (time.monotonic() - t0) - per_trial  # one trial's time for the all-reduce run
-    pairs = max(MIN_PAIRS, min(MAX_PAIRS, int(left / max(1.0, 2 * per_trial))))
+    pairs = confirm_pairs(time.monotonic() - t0, per_trial, budget_s)
     out = {"defaults": {}, "best": best_opts, "challenger": challenger, "screened": len(tried), "pairs": pairs}
     if not challenger:
         out["sentence"] = (f"Only DDP's defaults could be measured within the budget: one trial took {per_trial:.0f} s and "

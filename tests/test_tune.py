@@ -22,7 +22,7 @@ def test_screening_order_is_bucket_size_first_and_skips_buckets_beyond_the_gradi
 def test_tune_reports_a_winner_or_defaults_best_with_a_p_value_within_its_budget(tmp_path):
     path = str(tmp_path / "t.sqlite")
     p = run_bench(["tune", "--device", "cpu", "--workloads", "synthetic", "--synthetic-width", "512", "--synthetic-depth", "3",
-                   "--per-device-batch", "16", "--steps", "4", "--warmup", "1", "--gpus", "2", "--budget", "40",
+                   "--per-device-batch", "16", "--steps", "4", "--warmup", "1", "--gpus", "2", "--budget", "110",
                    "--store", path], timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     out = p.stdout
@@ -38,6 +38,25 @@ def test_tune_reports_a_winner_or_defaults_best_with_a_p_value_within_its_budget
     screened = conn.execute("SELECT COUNT(*) FROM results WHERE sweep_id = 1").fetchone()[0]
     assert screened >= 2  # the defaults and at least one setting within 60% of the budget
     assert "bucket_cap_mb=1.0" in out  # the search starts with the bucket size
+    assert re.search(r"tune took \d+ s of its 110 s budget \(\d+ screened, \d+ pairs\)", out), out
+
+
+@pytest.mark.parametrize("per_trial_s", [1.0, 4.0, 7.5, 12.2, 13.0, 30.0])
+def test_the_search_and_its_least_confirmation_fit_the_budget_or_only_the_defaults_run(per_trial_s):
+    # The trials as tune runs them: the defaults, screening while another trial fits, the pairs, the all-reduce run.
+    budget_s = 110.0
+    elapsed_s = per_trial_s
+    screened = 0
+    while screened < 20 and tune.may_screen(elapsed_s, per_trial_s, budget_s):
+        elapsed_s += per_trial_s
+        screened += 1
+    if screened == 0:  # the least search (a setting, MIN_PAIRS pairs, the all-reduce run) does not fit
+        assert (2 * tune.MIN_PAIRS + 3) * per_trial_s > budget_s
+        return
+    pairs = tune.confirm_pairs(elapsed_s, per_trial_s, budget_s)
+    assert tune.MIN_PAIRS <= pairs <= tune.MAX_PAIRS
+    assert elapsed_s + (2 * pairs + 1) * per_trial_s <= budget_s
+    assert elapsed_s <= tune.SCREEN_SHARE * budget_s
 
 
 def test_the_winner_is_given_back_as_sweep_flags_that_set_exactly_those_settings():
