@@ -49,44 +49,36 @@ def no_steps(cluster) -> bool:
 
 
 @pytest.mark.timeout(600)
-def test_a_two_node_ddp_configuration_runs_through_srun_and_torchrun_into_the_store(slurm_cluster, tmp_path):  # noqa: F811
-    store = tmp_path / "results" / "bench.sqlite"
-    p = bench(slurm_cluster, ["-N2", "--cpus-per-task=1"], TINY + ["--nodes", "1,2", "--strategies", "single,dp,ddp",
-                                                                    "--store", str(store)], tmp_path)
-    assert p.returncode == 0, p.stdout + p.stderr
-    got = {(r["mode"], r["strategy"], r["device_count"]): r for r in rows(str(store), "SELECT * FROM results")}
-    ddp2 = got[("bench", "ddp", 2)]
-    assert ddp2["status"] == "ok" and ddp2["nodes"] == 2 and ddp2["launcher"] == "slurm", ddp2
-    assert got[("bench", "ddp", 1)]["launcher"] == "local" and got[("bench", "single", 1)]["status"] == "ok"
-    dp2 = got[("bench", "dp", 2)]
-    assert dp2["status"] == "skipped" and "one process on one node" in dp2["reason"]
-    nodes = rows(str(store), f"SELECT * FROM nodes WHERE result_id = {ddp2['result_id']} ORDER BY node_rank")
-    assert [n["node_rank"] for n in nodes] == [0, 1] and {n["hostname"] for n in nodes} == set(slurm_cluster.nodes)
-    assert all(json.loads(n["env_json"])["torch"] for n in nodes)  # each node's environment
-    windows = rows(str(store), f"SELECT * FROM windows WHERE result_id = {ddp2['result_id']} AND kind = 'measure'")
-    assert sorted(w["rank"] for w in windows) == [0, 1]  # both ranks' rows reached the store
-    comm = got[("comm", "comm", 2)]
-    assert comm["status"] == "ok" and comm["nodes"] == 2
-    assert rows(str(store), "SELECT status FROM sweeps")[0]["status"] == "completed"
-    assert leftovers(tmp_path / "results") == [] and no_steps(slurm_cluster)
-
-
-@pytest.mark.timeout(600)
-def test_the_batch_script_runs_a_whole_sweep_and_leaves_results_in_the_submit_folder(slurm_cluster, tmp_path):  # noqa: F811
+def test_the_batch_script_runs_a_whole_sweep_through_srun_and_torchrun_into_the_submit_folder(slurm_cluster, tmp_path):  # noqa: F811
+    # One job does what a user's would: every strategy on one and two nodes, the all-reduce on two, the report.
     submit = tmp_path / "submit"
     submit.mkdir()
     p = slurm_cluster.run(["sbatch", "--wait", "--parsable", "--gpus-per-node=0", "--cpus-per-task=1",
-                           REPO / "slurm" / "bench.sbatch", *TINY[:-1], "--strategies", "ddp", "--no-comm-bench"],
+                           REPO / "slurm" / "bench.sbatch", *TINY[:-1], "--strategies", "single,dp,ddp"],
                           cwd=submit, timeout=500, env={"BENCH_REPO": str(REPO), "TMPDIR": str(tmp_path)})
     job = p.stdout.strip().split(";")[0]
     out = (submit / f"ddp-bench-{job}.out").read_text() if job else ""
     assert p.returncode == 0, p.stderr + out
-    store = submit / "results" / "bench.sqlite"
-    got = {(r["strategy"], r["device_count"]): r for r in rows(str(store), "SELECT * FROM results WHERE mode = 'bench'")}
-    assert got[("ddp", 2)]["status"] == "ok" and got[("ddp", 2)]["nodes"] == 2 and got[("ddp", 1)]["status"] == "ok", out
+    store = str(submit / "results" / "bench.sqlite")
+    got = {(r["mode"], r["strategy"], r["device_count"]): r for r in rows(store, "SELECT * FROM results")}
+    ddp2 = got[("bench", "ddp", 2)]
+    assert ddp2["status"] == "ok" and ddp2["nodes"] == 2 and ddp2["launcher"] == "slurm", out
+    assert got[("bench", "ddp", 1)]["launcher"] == "local" and got[("bench", "ddp", 1)]["status"] == "ok"
+    assert got[("bench", "single", 1)]["status"] == "ok"
+    dp2 = got[("bench", "dp", 2)]
+    assert dp2["status"] == "skipped" and "one process on one node" in dp2["reason"]
+    nodes = rows(store, f"SELECT * FROM nodes WHERE result_id = {ddp2['result_id']} ORDER BY node_rank")
+    assert [n["node_rank"] for n in nodes] == [0, 1] and {n["hostname"] for n in nodes} == set(slurm_cluster.nodes)
+    assert all(json.loads(n["env_json"])["torch"] for n in nodes)  # each node's environment
+    windows = rows(store, f"SELECT * FROM windows WHERE result_id = {ddp2['result_id']} AND kind = 'measure'")
+    assert sorted(w["rank"] for w in windows) == [0, 1]  # both ranks' rows reached the store
+    comm = got[("comm", "comm", 2)]
+    assert comm["status"] == "ok" and comm["nodes"] == 2
+    sweep = rows(store, "SELECT * FROM sweeps")[0]
+    assert sweep["status"] == "completed" and "--nodes 1,2" in sweep["command_line"]
     assert (submit / "results" / "report.html").is_file() and (submit / "results" / "report.md").is_file()
     assert glob.glob(str(submit / "plots" / "synthetic_*.png"))
-    assert "--nodes 1,2" in rows(str(store), "SELECT command_line FROM sweeps")[0]["command_line"]
+    assert leftovers(submit / "results") == [] and no_steps(slurm_cluster)
 
 
 @pytest.mark.timeout(600)
