@@ -29,7 +29,7 @@ from torch import nn
 from bench import equivalence, faults, heartbeat, memory, precision, timing
 from bench.loop import NoMeasuredStep, Trainer
 from bench.spec import RunSpec
-from bench.procs import die_with_parent
+from bench.procs import die_with_parent, exit_without_teardown
 from bench.strategies import STRATEGIES, Ctx, ddp_settings, is_ddp, unwrap
 from bench.workloads import builder
 
@@ -283,4 +283,4 @@ def main(argv: list) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_without_teardown(main(sys.argv[1:]))  # a failure raises out of main: the traceback and exit 1 as usual
