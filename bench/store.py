@@ -8,6 +8,7 @@ writing anything, so a refused sweep leaves an existing store byte-identical.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -74,6 +75,19 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
                 schema.migrate(conn, version)
     mark_dead_sweeps(conn)
     return conn
+
+
+def close_all() -> int:
+    """Close every SQLite connection this process still holds, before it exits without the interpreter's
+    teardown (bench.procs.exit_without_teardown): a closed connection folds the WAL back into the file,
+    so the store is whole in its one file. Returns how many were open."""
+    conns = [o for o in gc.get_objects() if issubclass(type(o), sqlite3.Connection)]  # type(): no lazy module hooks
+    for conn in conns:
+        try:
+            conn.close()
+        except sqlite3.Error:
+            pass
+    return len(conns)
 
 
 def check_path(path: str) -> None:

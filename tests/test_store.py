@@ -147,3 +147,26 @@ def test_a_version_1_store_is_migrated_in_place_keeping_every_row(tmp_path):
     store.end_sweep(conn, 1, "failed", "/tmp/tb.txt")  # the status version 1 could not hold
     from bench.config import SweepConfig
     assert SweepConfig.from_json(conn.execute("SELECT config_json FROM sweeps").fetchone()[0]).steps is None
+
+
+def test_a_process_that_exits_without_teardown_leaves_its_store_whole_in_the_one_file(tmp_path):
+    # `python -m bench` ends with store.close_all() then os._exit (no module teardown): a connection left
+    # open would leave the last results in the WAL file, lost to whoever copies bench.sqlite alone.
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+    path = tmp_path / "s.sqlite"
+    code = ("import sys; from bench import store, procs\n"
+            f"conn = store.connect({str(path)!r})\n"
+            "store.begin_sweep(conn, 'cmd', '{}', None)\n"
+            "closed = store.close_all()\n"
+            "print(closed)\n"
+            "procs.exit_without_teardown(0)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert p.returncode == 0 and p.stdout.split() == ["1"], p.stdout + p.stderr
+    alone = tmp_path / "copy" / "s.sqlite"
+    alone.parent.mkdir()
+    shutil.copy(path, alone)  # the file alone, without any -wal or -shm beside it
+    conn = sqlite3.connect(alone)
+    assert conn.execute("SELECT command_line FROM sweeps").fetchall() == [("cmd",)]
