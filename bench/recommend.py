@@ -73,7 +73,8 @@ def sentences(sweep: Sweep, workload: str, configs: list, precision: str) -> lis
     below = [c for c in series if c.device_count > 1 and c.efficiency < EFFICIENCY_FLOOR]
     if below:
         last_good = [c.device_count for c in series if c.device_count < below[0].device_count]
-        out.append(f"Scaling stops paying past {last_good[-1] if last_good else 1} {u}: at {below[0].device_count} "
+        past = last_good[-1] if last_good else 1
+        out.append(f"Scaling stops paying past {past} {u if past > 1 else SINGULAR[u]}: at {below[0].device_count} "
                    f"efficiency is {below[0].efficiency:.0%}, below {EFFICIENCY_FLOOR:.0%} {_where(workload, 'efficiency')}.")
     elif len(series) > 1:
         out.append(f"Efficiency stays at or above {EFFICIENCY_FLOOR:.0%} up to {series[-1].device_count} {u} "

@@ -76,6 +76,8 @@ def test_where_scaling_stops_paying_and_a_communication_bound_run(tmp_path):
     assert "Fastest: DDP on 4 GPUs" in t
     assert "Scaling stops paying past 2 GPUs: at 4 efficiency is 56%, below 75%" in t
     assert "Communication-bound: 44% of a step is exposed communication" in t and "tune" in t
+    at_two = build(str(tmp_path / "two.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 180.0))])
+    assert "Scaling stops paying past 1 GPU: at 2 efficiency" in text(at_two)  # one GPU, not "1 GPUs"
 
 
 def test_a_data_bound_run_names_the_loader(tmp_path):
