@@ -298,8 +298,13 @@ def test_a_stopped_rank_that_never_raises_is_named_within_the_collective_timeout
     bad, took = only_failure(s)
     assert bad["failed_rank"] == 1, bad["reason"]
     assert bad["reason"].startswith("stalled: rank 1 "), bad["reason"]
-    assert "no heartbeat" in bad["reason"] or "made no progress" in bad["reason"]
-    assert bad["wall_s"] < 20 + 60, bad["wall_s"]  # named within the 20 s collective timeout (+ start-up, shared cores)
+    # Named within the 20 s collective timeout of the stop, on the sweep's own clock (the reason says how
+    # long the rank had been silent); the configuration's wall time also holds start-up, which seven
+    # sweeps on 2 shared cores stretch (81 s seen in CI against ~25 s alone).
+    silent = re.search(r"stopped running \(no heartbeat for (\d+) s", bad["reason"])
+    assert silent, bad["reason"]
+    assert int(silent.group(1)) <= 20 + 15, bad["reason"]
+    assert bad["wall_s"] < 120 and took < 180, (bad["wall_s"], took)
     assert no_leftovers(s, within=0)
 
 
