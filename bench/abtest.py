@@ -134,17 +134,18 @@ def main(argv: list) -> int:
     if not b_env and not b_repo and not ns.b_args:
         raise ConfigError("ab needs a variant B: --b-repo PATH (another checkout), --b-env NAME=VALUE and/or --b-args 'FLAGS'")
     a_argv = _without(argv, ("--b-repo", "--b-env", "--pairs", "--b-args"))
-    cfg, given, machine = cli.prepare(a_argv, parser=cli.run_parser())
+    sweep_parser = cli.run_parser()  # the sweep's flags alone: B's are checked against these
+    cfg, given, machine = cli.prepare(a_argv, parser=sweep_parser)
     specs = [s for s in plan.bench_specs(cfg, machine) if isinstance(s, RunSpec) and s.repeat == 0]
     b_flags = shlex.split(ns.b_args or "")
     specs_b = specs
     if b_flags:
-        unknown = cli.run_parser().parse_known_args(b_flags)[1]
+        unknown = sweep_parser.parse_known_args(b_flags)[1]
         if unknown:
             raise ConfigError(f"--b-args {ns.b_args!r}: unrecognised {' '.join(unknown)}; expected sweep flags "
                               "(./run_bench.sh --help)")
         try:
-            cfg_b = cli.prepare(a_argv + b_flags, parser=cli.run_parser())[0]
+            cfg_b = cli.prepare(a_argv + b_flags, parser=sweep_parser, machine=machine)[0]
         except ConfigError as e:
             raise ConfigError(f"--b-args {ns.b_args!r}: {e}") from None
         specs_b = [s for s in plan.bench_specs(cfg_b, machine) if isinstance(s, RunSpec) and s.repeat == 0]

@@ -47,15 +47,16 @@ def run_parser() -> argparse.ArgumentParser:
     return p
 
 
-def prepare(argv: list, parser: argparse.ArgumentParser | None = None) -> tuple:
-    """Parse, check and resolve a sweep's flags: (config, names given, machine). Raises ConfigError/StoreError."""
+def prepare(argv: list, parser: argparse.ArgumentParser | None = None, machine=None) -> tuple:
+    """Parse, check and resolve a sweep's flags: (config, names given, machine). Raises ConfigError/StoreError.
+    `machine`: one detected already in this process (ab's variant B), not detected again."""
     ns = (parser or run_parser()).parse_args(argv)
     cfg = config.from_args(ns)
     given = frozenset(config.given(ns))
     store.check_path(cfg.store)
     from bench import slurm
     slurm.refuse_task_copies()
-    machine = plan.detect_machine()
+    machine = plan.detect_machine() if machine is None else machine
     if not cfg.resume:
         cfg = plan.resolve(cfg, machine)
         if any(s.launcher == "slurm" for s in plan.plan(cfg, machine) if isinstance(s, plan.RunSpec)):

@@ -8,13 +8,13 @@ writing anything, so a refused sweep leaves an existing store byte-identical.
 """
 from __future__ import annotations
 
-import gc
 import json
 import os
 import socket
 import sqlite3
 import tempfile
 import time
+import weakref
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
@@ -36,6 +36,17 @@ def now() -> str:
 BUSY_TIMEOUT_S = 60.0
 
 
+class _Connection(sqlite3.Connection):
+    """sqlite3's connection, one the store module can find again: `close_all` closes those still open."""
+
+    def close(self) -> None:
+        _OPEN.discard(self)
+        super().close()
+
+
+_OPEN: "weakref.WeakSet[_Connection]" = weakref.WeakSet()  # the store's connections not closed yet
+
+
 def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
     """Open (creating if needed) a store; check its version; mark sweeps whose process died.
 
@@ -45,11 +56,13 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
     if readonly:
         if not os.path.isfile(path):
             raise StoreError(f"store {path!r} does not exist")
-        conn = sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        conn = sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S,
+                               isolation_level=None, factory=_Connection)
     else:
         d = os.path.dirname(os.path.abspath(path))
         os.makedirs(d, exist_ok=True)
-        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, factory=_Connection)
+    _OPEN.add(conn)
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
     try:
@@ -78,10 +91,10 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
 
 
 def close_all() -> int:
-    """Close every SQLite connection this process still holds, before it exits without the interpreter's
+    """Close every store connection this process still holds, before it exits without the interpreter's
     teardown (bench.procs.exit_without_teardown): a closed connection folds the WAL back into the file,
     so the store is whole in its one file. Returns how many were open."""
-    conns = [o for o in gc.get_objects() if issubclass(type(o), sqlite3.Connection)]  # type(): no lazy module hooks
+    conns = list(_OPEN)
     for conn in conns:
         try:
             conn.close()

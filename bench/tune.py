@@ -77,6 +77,12 @@ def check_command(argv: list, base: RunSpec, options: dict) -> str:
                      "--b-args", shlex.quote(as_flags(options))])
 
 
+def least_search_s(per_trial_s: float) -> float:
+    """The shortest budget that screens one setting: the defaults, that setting, MIN_PAIRS confirming pairs
+    and the all-reduce run, each about one trial long."""
+    return (2 * MIN_PAIRS + 3) * per_trial_s
+
+
 def may_screen(elapsed_s: float, per_trial_s: float, budget_s: float) -> bool:
     """Another screening trial fits: within SCREEN_SHARE of the budget, and leaving room in it for the least
     confirmation (MIN_PAIRS pairs) and the all-reduce run, each about one trial long."""
@@ -144,7 +150,7 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
     if not challenger:
         out["sentence"] = (f"Only DDP's defaults could be measured within the budget: one trial took {per_trial:.0f} s and "
                            f"the least search (one setting, {MIN_PAIRS} confirming pairs) needs about "
-                           f"{(2 * MIN_PAIRS + 3) * per_trial:.0f} s; raise --budget.")
+                           f"{least_search_s(per_trial):.0f} s; raise --budget.")
         log(out["sentence"])
         conn.close()
         return out
