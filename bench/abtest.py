@@ -122,6 +122,7 @@ def main(argv: list) -> int:
                         help="variant B runs with these sweep flags added, e.g. '--bucket-cap-mb 100 --comm-hook bf16' "
                              "(settings of the same configurations: same workloads, strategies and counts)")
     parser.add_argument("--pairs", type=int, default=DEFAULT_PAIRS, help=f"A/B pairs per configuration (default {DEFAULT_PAIRS})")
+    argv = _glued(argv, "--b-args")
     ns, rest = parser.parse_known_args(argv)
     if rest:
         raise ConfigError(f"unrecognised arguments: {' '.join(rest)}")
@@ -187,6 +188,14 @@ def main(argv: list) -> int:
     text, code = compare.compare(cfg.store, None, sid_a, sid_b, 0.05)
     print(text, end="")
     return code
+
+
+def _glued(argv: list, flag: str) -> list:
+    """`FLAG VALUE` as `FLAG=VALUE`: argparse takes a lone value that starts with '-' (`--b-args --compile`) for a flag."""
+    out, it = [], iter(argv)
+    for a in it:
+        out.append(f"{flag}={next(it, '')}" if a == flag else a)
+    return out
 
 
 def _without(argv: list, flags: tuple) -> list:

@@ -78,3 +78,7 @@ def test_b_args_that_change_which_configurations_run_are_refused_before_anything
     p = run_bench(["ab", "--device", "cpu", "--strategies", "ddp", "--b-args", "--bogus 1", "--store", str(path)], timeout=120)
     assert p.returncode == 2 and "--b-args '--bogus 1': unrecognised --bogus 1" in p.stderr and "Traceback" not in p.stderr
     assert not path.exists()
+    # a lone flag as the value (no space, no '='): taken as B's flags, not as a missing value
+    p = run_bench(["ab", "--device", "cpu", "--strategies", "ddp", "--b-args", "--bogus", "--store", str(path)], timeout=120)
+    assert p.returncode == 2 and "--b-args '--bogus': unrecognised --bogus" in p.stderr, p.stdout + p.stderr
+    assert not path.exists()
