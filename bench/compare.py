@@ -27,7 +27,7 @@ from bench import results, stats, store
 
 ALPHA = 0.05               # family-wise significance level over the configurations compared
 PROCESS_CV = 0.07          # typical between-process spread (sd / mean) on shared machines, for the advice
-DEFAULT_NOISE = 0.25       # without repeats: identical code differed by up to 1.22x between processes here
+DEFAULT_NOISE = stats.PROCESS_NOISE  # without repeats: the bound a slowdown must exceed
 DEFAULT_DRIFT = 0.15       # sweeps run one after another: their means differed by 6% sd here (9% for a pair)
 
 

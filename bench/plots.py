@@ -24,6 +24,12 @@ SEGMENTS = ("data", "host to device", "forward", "backward (compute)", "exposed 
 SEGMENT_COLORS = ("#8c564b", "#e377c2", "#2ca02c", "#17becf", "#d62728", "#bcbd22", "#c7c7c7")
 
 
+def file_name(workload: str, question: str) -> str:
+    """The plot's file name: <workload>_<question>.png, the workload's name made safe for a path
+    (`examples/my_model.py:build` -> `examples_my_model.py_build`)."""
+    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', workload)}_{question}.png"
+
+
 def _figure(title: str, where: str, workload: str, width: float = 8.0, ncols: int = 1) -> tuple:
     fig = Figure(figsize=(width, 5.0), layout="constrained")
     axes = fig.subplots(1, ncols)
@@ -183,9 +189,8 @@ def render_workload(workload: str, configs: list, where: str, plots_dir: str,
     figs["phases"] = phases_figure(configs, workload, where)
     figs["memory"] = memory_figure(configs, workload, where)
     figs["step_times"] = step_times_figure(configs, workload, where)
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", workload)
     out = {}
     for name, fig in figs.items():
-        out[name] = os.path.join(plots_dir, f"{safe}_{name}.png")
+        out[name] = os.path.join(plots_dir, file_name(workload, name))
         fig.savefig(out[name], dpi=100)
     return out

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 
+from bench import stats
+from bench.plots import file_name
 from bench.results import STRATEGY_NAMES, Sweep
 
 EFFICIENCY_FLOOR = 0.75      # scaling "stops paying" below 75% efficiency
@@ -33,7 +35,7 @@ def _settings(c) -> str:
 
 
 def _where(workload: str, what: str) -> str:
-    return f"(table: {workload}: all configurations; plot: {workload}_{what}.png)"
+    return f"(table: {workload}: all configurations; plot: {file_name(workload, what)})"
 
 
 def sentences(sweep: Sweep, workload: str, configs: list, precision: str) -> list:
@@ -56,11 +58,7 @@ def sentences(sweep: Sweep, workload: str, configs: list, precision: str) -> lis
     rivals = sorted((c for c in cs if c is not best), key=lambda c: -c.samples_per_s)
     if rivals:
         second = rivals[0]
-        gap = best.samples_per_s / second.samples_per_s - 1
-        noise = max([v for v in (best.repeat_spread, second.repeat_spread) if not math.isnan(v)], default=math.nan)
-        if gap < 0.05 or (not math.isnan(noise) and gap < noise) or best.unstable:
-            out.append(f"The runner-up, {second.label} [{second.variant}], is only {gap:.0%} slower: within the noise between "
-                       f"processes ({len(best.process_sps)} process(es) each); rerun with --repeats 5 to separate them.")
+        out += _runner_up(best, rivals[0])
     dp = [c for c in cs if c.strategy == "dp" and c.device_count == best.device_count]
     if best.strategy != "dp" and best.device_count > 1:
         if dp:
@@ -94,6 +92,27 @@ def sentences(sweep: Sweep, workload: str, configs: list, precision: str) -> lis
             out.append(f"FSDP {mem} and is {abs(1 - speed):.0%} {'slower' if speed < 1 else 'faster'} than DDP at {n} {u} "
                        f"{_where(workload, 'memory')}.")
     return out
+
+
+def _runner_up(best, second) -> list:
+    """Whether the winner is told apart from the runner-up: measured spread between repeats where both ran
+    in several processes, else the process-to-process bound that `compare` states (stats.PROCESS_NOISE)."""
+    gap = best.samples_per_s / second.samples_per_s - 1
+    spreads = [c.repeat_spread for c in (best, second)]
+    repeated = not any(math.isnan(v) for v in spreads)
+    bound = max(spreads) if repeated else stats.PROCESS_NOISE
+    if gap >= max(0.05, bound):
+        return []
+    n = min(len(best.process_sps), len(second.process_sps))  # several on both sides where repeated
+    apart = "as fast (less than 1% apart)" if gap < 0.005 else f"only {gap:.0%} slower"
+    if gap >= bound:
+        why = "under 5%, so let other grounds (memory, simplicity) decide between them"
+    elif repeated:
+        why = f"within the {bound:.0%} spread between their {n} processes each"
+    else:
+        why = (f"within the {bound:.0%} that fresh processes of the same code can differ "
+               "(a single process on at least one side); rerun with --repeats 5 to separate them")
+    return [f"The runner-up, {second.label} [{second.variant}], is {apart}: {why}."]
 
 
 def _peak(c):

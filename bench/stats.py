@@ -93,6 +93,7 @@ def significance(a_ms: Sequence[float], b_ms: Sequence[float]) -> float:
 # ---------------------------------------------------------------- processes as the independent samples
 
 UNSTABLE_REPEAT_SPREAD = 0.10   # repeats' throughputs spread more than 10% of their median: "may be unstable"
+PROCESS_NOISE = 0.25            # without repeats: identical code differed by up to 1.22x between fresh processes here
 
 
 def repeat_spread(values: Sequence[float]) -> float:

@@ -2,15 +2,18 @@
 where scaling stops paying, what bounds the run, FSDP beside DDP; built from stores with known numbers."""
 from __future__ import annotations
 
+import os
+import re
+
 from bench import recommend, report, results, store
 from bench.plan import RunSpec
 
 
 def spec(strategy: str, n: int, precision: str = "fp32", workload: str = "synthetic", mode: str = "bench",
-         options: tuple = ()) -> RunSpec:
+         options: tuple = (), repeat: int = 0) -> RunSpec:
     return RunSpec(workload=workload, strategy=strategy, device_type="cuda", device_count=n, per_device_batch=32,
                    global_batch=32 * n, image_size=0, steps=10, warmup=2, threads=0, seed=0, scaling="weak",
-                   precision=precision, options=options, mode=mode)
+                   precision=precision, options=options, mode=mode, repeat=repeat)
 
 
 def payload(n: int, step_ms: float, data_ms: float = 0.0, nosync_ms: float = None, mem_mib: float = 1000.0, ranks=None) -> dict:
@@ -109,4 +112,37 @@ def test_a_winner_within_noise_of_the_runner_up_is_flagged(tmp_path):
     sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 100.0)),
                                             (spec("ddp", 2, options=(("bucket_cap_mb", 100.0),)), payload(2, 99.0))])
     t = text(sw)
-    assert "Fastest: DDP with bucket_cap_mb=100.0 on 2 GPUs" in t and "only 1% slower: within the noise" in t
+    assert "Fastest: DDP with bucket_cap_mb=100.0 on 2 GPUs" in t
+    assert ("The runner-up, DDP x2 [fp32], is only 1% slower: within the 25% that fresh processes of the same code can "
+            "differ (a single process on at least one side); rerun with --repeats 5") in t
+
+
+def test_a_clear_lead_is_not_called_noise_even_when_the_winner_is_unstable(tmp_path):
+    jitter = payload(1, 100.0)
+    for i, row in enumerate(jitter["steps"]):
+        row["step_ms"] = 100.0 * (0.7 if i % 2 else 1.3)   # IQR far above 10% of the median: "unstable"
+    sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), jitter), (spec("ddp", 2), payload(2, 274.0))])
+    assert next(c for c in sw.bench["synthetic"] if c.strategy == "single").unstable
+    t = text(sw)
+    assert "Fastest: single device on 1 GPU" in t and "runner-up" not in t, t
+
+
+def test_with_repeats_the_measured_spread_between_processes_decides(tmp_path):
+    rows = [(spec("single", 1, repeat=r), payload(1, ms)) for r, ms in enumerate((100.0, 108.0, 112.0))]
+    near = rows + [(spec("ddp", 2, repeat=r), payload(2, ms)) for r, ms in enumerate((190.0, 200.0, 210.0))]
+    t = text(build(str(tmp_path / "near.sqlite"), near))   # 320 vs 296 samples/s, processes spread 12%: not separated
+    assert "The runner-up, single device x1 [fp32], is only 8% slower: within the 12% spread between their 3 processes each." in t, t
+    tight = [(spec(s, n, repeat=r), payload(n, ms * (1 + r / 100))) for s, n, ms in (("single", 1, 100.0), ("ddp", 2, 185.0))
+             for r in range(3)]
+    t = text(build(str(tmp_path / "tight.sqlite"), tight))   # 9% apart, processes spread 2%: a real lead
+    assert "runner-up" not in t, t
+
+
+def test_the_plot_a_claim_points_to_is_the_file_the_report_writes(tmp_path):
+    w = "examples/my_model.py:build"
+    path = str(tmp_path / "s.sqlite")
+    build(path, [(spec("single", 1, workload=w), payload(1, 100.0)), (spec("ddp", 2, workload=w), payload(2, 105.0))])
+    out = report.render(path, plots_dir=str(tmp_path / "plots"), report_dir=str(tmp_path / "rep"))
+    with open(out["markdown"], encoding="utf-8") as f:
+        named = set(re.findall(r"plot: ([^ )]+\.png)", f.read()))
+    assert named and named <= {os.path.basename(p) for p in out["plots"]}, (named, out["plots"])
