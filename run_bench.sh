@@ -5,7 +5,14 @@
 #   ./run_bench.sh report                 # re-render plots/ and results/report.{md,html} from the store
 #   ./run_bench.sh compare --store A.sqlite --against B.sqlite
 # All flags: ./run_bench.sh --help
+# Paths (--store, --workloads FILE:FN, --voc-root, ...) and the default results/ and plots/ are relative
+# to the folder you run it from, and a module named in --workloads is imported from there.
 set -euo pipefail
-cd "$(dirname "$0")"
-source scripts/ensure_venv.sh
+here="$(cd "$(dirname "$0")" && pwd)"
+if [ "$PWD" != "$here" ] && { [ -e "$PWD/bench/__init__.py" ] || [ -e "$PWD/bench.py" ]; }; then
+    echo "error: $PWD/bench would be imported instead of this suite's bench package ($here/bench);" \
+         "run from another folder" >&2
+    exit 2
+fi
+source "$here/scripts/ensure_venv.sh"
 exec "$BENCH_PY" -m bench "$@"

@@ -121,3 +121,33 @@ def test_stray_launcher_variables_never_reach_a_single_process_worker(store_path
     p = run_bench(FAST + ["--strategies", "single", "--store", store_path], env={"RANK": "3", "WORLD_SIZE": "8"})
     assert p.returncode == 0, p.stdout + p.stderr
     assert {r[0] for r in conn.execute("SELECT DISTINCT rank FROM steps")} == {0}
+
+
+def test_run_bench_sh_takes_paths_and_modules_from_the_folder_it_is_run_from(tmp_path):
+    # `~/suite/run_bench.sh --store mine.sqlite --workloads my_model:build` from the user's project folder:
+    # the store, plots and report land there, and the module is imported from there (sweep and workers).
+    import os
+    import subprocess
+    import sys
+    from conftest import REPO
+    if not os.path.isfile(os.path.join(sys.prefix, ".bench-installed")):
+        pytest.skip("needs the project's venv as ./run_tests.sh makes it (run_bench.sh would install one)")
+    (tmp_path / "my_tiny_model.py").write_text(
+        "import torch\nfrom torch import nn\n\n\ndef build():\n"
+        "    return {'model': nn.Linear(8, 2), 'loss_fn': nn.functional.cross_entropy,\n"
+        "            'make_batch': lambda g, b: (torch.randn(b, 8, generator=g), torch.randint(0, 2, (b,), generator=g))}\n")
+    env = {**os.environ, "BENCH_VENV": sys.prefix}
+    cmd = [os.path.join(REPO, "run_bench.sh"), "--device", "cpu", "--workloads", "my_tiny_model:build", "--strategies",
+           "single,ddp", "--gpus", "1", "--steps", "2", "--warmup", "1", "--no-comm-bench", "--store", "mine.sqlite",
+           "--plots-dir", "figs", "--report-dir", "out"]
+    p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    conn = sqlite3.connect(tmp_path / "mine.sqlite")
+    assert [tuple(r) for r in conn.execute("SELECT strategy, status FROM results WHERE mode = 'bench' ORDER BY strategy")] == \
+        [("ddp", "ok"), ("single", "ok")]
+    conn.close()
+    assert (tmp_path / "out" / "report.md").is_file() and any((tmp_path / "figs").glob("my_tiny_model_build_*.png"))
+    (tmp_path / "bench").mkdir()   # a folder whose own `bench` package would be imported in the suite's place
+    (tmp_path / "bench" / "__init__.py").write_text("")
+    p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 2 and "would be imported instead of this suite's bench package" in p.stderr, p.stdout + p.stderr
