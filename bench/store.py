@@ -56,8 +56,14 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
     if readonly:
         if not os.path.isfile(path):
             raise StoreError(f"store {path!r} does not exist")
-        conn = sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S,
-                               isolation_level=None, factory=_Connection)
+        if os.access(path, os.W_OK) and os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
+            # writes refused by query_only; unlike mode=ro, closing it as the last connection folds in and
+            # removes the -wal and -shm files a reader of a WAL store creates, so none are left beside it
+            conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, factory=_Connection)
+            conn.execute("PRAGMA query_only = ON")
+        else:
+            conn = sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S,
+                                   isolation_level=None, factory=_Connection)
     else:
         d = os.path.dirname(os.path.abspath(path))
         os.makedirs(d, exist_ok=True)

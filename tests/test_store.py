@@ -170,3 +170,25 @@ def test_a_process_that_exits_without_teardown_leaves_its_store_whole_in_the_one
     shutil.copy(path, alone)  # the file alone, without any -wal or -shm beside it
     conn = sqlite3.connect(alone)
     assert conn.execute("SELECT command_line FROM sweeps").fetchall() == [("cmd",)]
+
+
+def test_reading_a_store_writes_nothing_and_leaves_no_wal_or_shm_beside_it(tmp_path):
+    path = tmp_path / "s.sqlite"
+    conn = store.connect(str(path))
+    store.begin_sweep(conn, "cmd", "{}", None)
+    conn.close()
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    writer = store.connect(str(path))   # a sweep still writing while a report reads
+    store.begin_sweep(writer, "cmd2", "{}", None)
+    reader = store.connect(str(path), readonly=True)
+    assert [r[0] for r in reader.execute("SELECT command_line FROM sweeps ORDER BY sweep_id")] == ["cmd", "cmd2"]
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        reader.execute("DELETE FROM sweeps")
+    reader.close()
+    writer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.sqlite"]
+    reader = store.connect(str(path), readonly=True)   # alone: the report's usual case
+    assert reader.execute("SELECT COUNT(*) FROM sweeps").fetchone()[0] == 2
+    reader.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.sqlite"]
+    assert hashlib.sha256(path.read_bytes()).hexdigest() != before  # (the writer's sweep is in the file)
