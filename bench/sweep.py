@@ -87,7 +87,8 @@ def plan_summary(items: list, cfg: SweepConfig) -> str:
     if skips:
         parts.append(f"{skips} skipped (reasons recorded)")
     est = estimate_s(runs, cfg)
-    return "plan: " + ", ".join(parts) + (f"; roughly {est / 60:.0f} min (process start-up and steps; a first guess)" if est else "")
+    rough = f"{est:.0f} s" if est < 90 else f"{est / 60:.0f} min"
+    return "plan: " + ", ".join(parts) + (f"; roughly {rough} (process start-up and steps; a first guess)" if est else "")
 
 
 def estimate_s(runs: list, cfg: SweepConfig) -> float:
