@@ -1,7 +1,8 @@
 """The report's first screen: per workload and precision, what to run and why, each claim pointing to
 the table or plot behind it.
 
-    blocks(sweep) -> report blocks: a heading and one short paragraph per workload and precision
+    blocks(sweep) -> report blocks: a heading, a summary table (one row per workload and precision), then
+                     one short paragraph per workload and precision with the claims behind each row
 
 For each: the fastest configuration (strategy, settings, device count) and its efficiency; what
 DataParallel would cost at that count; where scaling stops paying (the first count whose efficiency
@@ -40,9 +41,14 @@ def _where(workload: str, what: str) -> str:
 
 def sentences(sweep: Sweep, workload: str, configs: list, precision: str) -> list:
     """The answer for one workload at one precision, as sentences."""
+    return answer(sweep, workload, configs, precision)[1]
+
+
+def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
+    """(summary row, sentences) for one workload at one precision; (None, []) when nothing was measured."""
     cs = [c for c in configs if c.precision == precision and not math.isnan(c.samples_per_s)]
     if not cs:
-        return []
+        return None, []
     u = "GPUs" if cs[0].device_type == "cuda" else "processes"
     best = max(cs, key=lambda c: c.samples_per_s)
     many = best.device_count > 1
@@ -56,19 +62,24 @@ def sentences(sweep: Sweep, workload: str, configs: list, precision: str) -> lis
         out.append(f"Using more devices does not pay here: the best on several, {m.label}, reaches {m.samples_per_s:.1f} "
                    f"samples/s ({m.efficiency:.0%} efficiency).")
     rivals = sorted((c for c in cs if c is not best), key=lambda c: -c.samples_per_s)
-    if rivals:
-        second = rivals[0]
-        out += _runner_up(best, rivals[0])
+    lead = _runner_up(best, rivals[0]) if rivals else None
+    if lead and lead[2]:
+        out.append(lead[2])
+    dp_cost = "–"
     dp = [c for c in cs if c.strategy == "dp" and c.device_count == best.device_count]
     if best.strategy != "dp" and best.device_count > 1:
         if dp:
             d = max(dp, key=lambda c: c.samples_per_s)
+            dp_cost = f"{best.samples_per_s / d.samples_per_s:.2f}x slower"
             out.append(f"DataParallel on {best.device_count} {u} would give {d.samples_per_s:.1f} samples/s: "
-                       f"{best.samples_per_s / d.samples_per_s:.2f}x slower {_where(workload, 'efficiency')}.")
+                       f"{dp_cost} {_where(workload, 'efficiency')}.")
         else:
+            dp_cost = "did not run"
             out.append(f"DataParallel did not run on {best.device_count} {u} (see the skipped configurations).")
     series = sorted((c for c in cs if c.series == best.series and not math.isnan(c.efficiency)), key=lambda c: c.device_count)
     below = [c for c in series if c.device_count > 1 and c.efficiency < EFFICIENCY_FLOOR]
+    paying = [c.device_count for c in series if 1 < c.device_count < (below[0].device_count if below else math.inf)]
+    scaling = str(paying[-1] if paying else 1) if any(c.device_count > 1 for c in series) or (not many and multi) else "–"
     if below:
         last_good = [c.device_count for c in series if c.device_count < below[0].device_count]
         past = last_good[-1] if last_good else 1
@@ -77,7 +88,8 @@ def sentences(sweep: Sweep, workload: str, configs: list, precision: str) -> lis
     elif len(series) > 1:
         out.append(f"Efficiency stays at or above {EFFICIENCY_FLOOR:.0%} up to {series[-1].device_count} {u} "
                    f"{_where(workload, 'efficiency')}.")
-    out.append(_bound(sweep, workload, best, u))
+    kind, why = _bound(sweep, workload, best, u)
+    out.append(why)
     fsdp = [c for c in cs if c.strategy == "fsdp"]
     ddp = [c for c in cs if c.strategy == "ddp"]
     if fsdp and ddp:
@@ -91,18 +103,27 @@ def sentences(sweep: Sweep, workload: str, configs: list, precision: str) -> lis
             speed = f.samples_per_s / d.samples_per_s
             out.append(f"FSDP {mem} and is {abs(1 - speed):.0%} {'slower' if speed < 1 else 'faster'} than DDP at {n} {u} "
                        f"{_where(workload, 'memory')}.")
-    return out
+    eff = f"{best.efficiency:.0%}" if many and not math.isnan(best.efficiency) else "–"
+    margin = "–" if lead is None else f"{lead[0]:.0%}" + (" (within noise)" if lead[1] else "")
+    row = [workload, precision, f"{_name(best.strategy)}{_settings(best)} x{best.device_count}", f"{best.samples_per_s:.1f}",
+           eff, dp_cost, scaling, kind, margin]
+    return row, out
 
 
-def _runner_up(best, second) -> list:
-    """Whether the winner is told apart from the runner-up: measured spread between repeats where both ran
-    in several processes, else the process-to-process bound that `compare` states (stats.PROCESS_NOISE)."""
+SUMMARY_HEADERS = ["workload", "precision", "fastest", "samples/s", "efficiency", "DataParallel there",
+                   f"efficiency ≥ {EFFICIENCY_FLOOR:.0%} up to", "bound", "lead over runner-up"]
+
+
+def _runner_up(best, second) -> tuple:
+    """(lead, within the noise?, sentence or ""): whether the winner is told apart from the runner-up, by the
+    measured spread between repeats where both ran in several processes, else the process-to-process bound
+    that `compare` states (stats.PROCESS_NOISE)."""
     gap = best.samples_per_s / second.samples_per_s - 1
     spreads = [c.repeat_spread for c in (best, second)]
     repeated = not any(math.isnan(v) for v in spreads)
     bound = max(spreads) if repeated else stats.PROCESS_NOISE
     if gap >= max(0.05, bound):
-        return []
+        return gap, False, ""
     n = min(len(best.process_sps), len(second.process_sps))  # several on both sides where repeated
     apart = "as fast (less than 1% apart)" if gap < 0.005 else f"only {gap:.0%} slower"
     if gap >= bound:
@@ -112,7 +133,7 @@ def _runner_up(best, second) -> list:
     else:
         why = (f"within the {bound:.0%} that fresh processes of the same code can differ "
                "(a single process on at least one side); rerun with --repeats 5 to separate them")
-    return [f"The runner-up, {second.label} [{second.variant}], is {apart}: {why}."]
+    return gap, gap < bound, f"The runner-up, {second.label} [{second.variant}], is {apart}: {why}."
 
 
 def _peak(c):
@@ -120,29 +141,36 @@ def _peak(c):
     return max(mem.values()) if mem else None
 
 
-def _bound(sweep: Sweep, workload: str, c, u: str) -> str:
+def _bound(sweep: Sweep, workload: str, c, u: str) -> tuple:
     step = c.summary.median_ms
     wait = c.data_wait_ms if not math.isnan(c.data_wait_ms) else c.phases_ms.get("data_ms", math.nan)
     alone = sweep.loader.get(c.device_count)
     if alone and alone < DATA_BOUND_LOADER * c.samples_per_s:
-        return (f"Data-bound: the loader alone delivers {alone:.1f} samples/s with {c.loader_workers or '?'} workers, barely "
+        return "data", (f"Data-bound: the loader alone delivers {alone:.1f} samples/s with {c.loader_workers or '?'} workers, barely "
                 f"more than training's {c.samples_per_s:.1f}; add --num-workers (table: {workload}: the data loader alone).")
     if not math.isnan(wait) and step > 0 and wait / step > DATA_BOUND_WAIT:
-        return f"Data-bound: steps wait for data {wait / step:.0%} of the time {_where(workload, 'phases')}."
+        return "data", f"Data-bound: steps wait for data {wait / step:.0%} of the time {_where(workload, 'phases')}."
     if not math.isnan(c.exposed_comm_ms) and step > 0 and c.exposed_comm_ms / step > COMM_BOUND:
-        return (f"Communication-bound: {c.exposed_comm_ms / step:.0%} of a step is exposed communication "
+        return f"communication ({c.exposed_comm_ms / step:.0%})", (f"Communication-bound: {c.exposed_comm_ms / step:.0%} of a step is exposed communication "
                 f"(table: {workload}: DDP against the bounds of its step; `./run_bench.sh tune` searches DDP's settings).")
     share = "" if math.isnan(c.exposed_comm_ms) or step <= 0 else f"; exposed communication {max(0.0, c.exposed_comm_ms) / step:.0%}"
-    return f"Compute-bound: neither data nor communication holds the step back{share} {_where(workload, 'phases')}."
+    return "compute", f"Compute-bound: neither data nor communication holds the step back{share} {_where(workload, 'phases')}."
 
 
 def blocks(sweep: Sweep) -> list:
     out: list = [("h", 2, "Recommendation")]
     if not sweep.bench:
         return out + [("p", "No configuration produced a measurement; see the failed configurations below.")]
+    rows, paragraphs = [], []
     for workload, configs in sweep.bench.items():
         for precision in dict.fromkeys(c.precision for c in configs):
-            text = sentences(sweep, workload, configs, precision)
+            row, text = answer(sweep, workload, configs, precision)
             if text:
-                out.append(("p", f"{workload}, {precision}: " + " ".join(text)))
-    return out
+                rows.append(row)
+                paragraphs.append(("p", f"{workload}, {precision}: " + " ".join(text)))
+    key = ("p", "One row per workload and precision: the configuration with the most samples per second; its scaling "
+                "efficiency; how much slower DataParallel ran at that count; the largest count whose efficiency stays "
+                f"at or above {EFFICIENCY_FLOOR:.0%}; what bounds its step; and its lead over the next fastest, 'within "
+                "noise' where that cannot be told from process-to-process variation. Each claim, with the table or plot "
+                "behind it, follows.")
+    return out + [("table", SUMMARY_HEADERS, rows), key] * bool(rows) + paragraphs

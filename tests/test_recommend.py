@@ -60,6 +60,9 @@ def test_ddp_wins_and_the_answer_says_what_dataparallel_would_cost(tmp_path):
     assert "synthetic, fp32: Fastest: DDP on 2 GPUs, 609.5 samples/s, 95% scaling efficiency against single device x1" in t
     assert "DataParallel on 2 GPUs would give 400.0 samples/s: 1.52x slower" in t
     assert "Compute-bound" in t and "table: synthetic: all configurations" in t
+    summary = recommend.blocks(sw)[1]   # the first thing under the heading: one row per workload and precision
+    assert summary[0] == "table" and summary[1] == recommend.SUMMARY_HEADERS
+    assert summary[2] == [["synthetic", "fp32", "DDP x2", "609.5", "95%", "1.52x slower", "2", "compute", "52%"]]
 
 
 def test_when_dataparallel_beats_ddp_the_answer_says_so(tmp_path):
