@@ -211,6 +211,32 @@ def _allreduce_ms(base: RunSpec, grad_mib: float, limits: Limits) -> float:
     return stats.allreduce_ms_at(grad_mib * 2**20, [r["size_bytes"] for r in rows], [r["time_ms"] for r in rows])
 
 
+SEARCHED = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "sync_buffers", "comm_hook")
+NOT_TUNED = {"repeats": "tune runs its own interleaved pairs", "fsdp_reshard": "tune measures DDP only",
+             "fsdp_mixed_precision": "tune measures DDP only", "check_equivalence": "tune measures speed only",
+             "resume": "a tune is not resumed; start it again"}
+
+
+def refuse_what_tune_decides(cfg, given: frozenset) -> None:
+    """A flag that tune would not honour is an error, not a value silently dropped."""
+    flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
+    if "strategies" in given and tuple(cfg.strategies) != ("ddp",):
+        raise ConfigError(f"tune: --strategies {','.join(cfg.strategies)}: tune measures DDP only; drop the flag")
+    for name in ("workloads", "precision"):
+        if name in given and len(getattr(cfg, name)) > 1:
+            raise ConfigError(f"tune: {flag(name)} {','.join(getattr(cfg, name))}: tune takes one at a time; run it once for each")
+    for name in SEARCHED:
+        if name in given:
+            raise ConfigError(f"tune: {flag(name)}: tune searches DDP's settings itself; drop the flag (to measure given "
+                              "settings: a sweep with them, or ./run_bench.sh ab --b-args)")
+    for name in ("channels_last", "compile"):
+        if name in given and any(getattr(cfg, name)):
+            raise ConfigError(f"tune: {flag(name)}: tune runs without it; drop the flag")
+    for name, why in NOT_TUNED.items():
+        if name in given:
+            raise ConfigError(f"tune: {flag(name)}: {why}; drop the flag")
+
+
 def main(argv: list) -> int:
     from bench import cli
     parser = cli.run_parser()
@@ -222,5 +248,6 @@ def main(argv: list) -> int:
     if not ns.budget > 0:
         raise ConfigError(f"--budget: {ns.budget:g} is not allowed; expected seconds > 0")
     cfg, given, machine = cli.prepare(abtest._without(argv, ("--budget",)))
+    refuse_what_tune_decides(cfg, given)
     tune(cfg, machine, ns.budget, argv=argv)
     return 0

@@ -68,3 +68,19 @@ def test_the_winner_is_given_back_as_sweep_flags_that_set_exactly_those_settings
     cfg = config.from_args(cli.run_parser().parse_args(tune.as_flags(options).split()))
     assert (cfg.bucket_cap_mb, cfg.comm_hook, cfg.static_graph, cfg.sync_buffers, cfg.gradient_as_bucket_view) == (
         (100.0,), ("powersgd:4",), (True,), (False,), (True,))
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--strategies", "single"], "--strategies single: tune measures DDP only"),
+    (["--workloads", "synthetic,deeplabv3"], "--workloads synthetic,deeplabv3: tune takes one at a time"),
+    (["--precision", "fp32,bf16"], "--precision fp32,bf16: tune takes one at a time"),
+    (["--bucket-cap-mb", "100"], "--bucket-cap-mb: tune searches DDP's settings itself"),
+    (["--comm-hook", "bf16"], "--comm-hook: tune searches DDP's settings itself"),
+    (["--compile", "true"], "--compile: tune runs without it"),
+    (["--repeats", "3"], "--repeats: tune runs its own interleaved pairs"),
+])
+def test_a_flag_tune_would_not_honour_is_refused_before_anything_runs(flags, says, tmp_path):
+    path = tmp_path / "t.sqlite"
+    p = run_bench(["tune", "--device", "cpu", "--gpus", "2", *flags, "--store", str(path)], timeout=120)
+    assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, p.stdout + p.stderr
+    assert not path.exists()
