@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 
 import torch
 import torch.distributed as dist
@@ -53,14 +54,19 @@ def specs(spec: RunSpec) -> tuple:
 def run(spec: RunSpec, limits, shared_dir=None) -> Outcome:
     from bench.launch import run_config
     ref_spec, cand_spec = specs(spec)
-    ref = run_config(ref_spec, limits)
-    if ref.status != "ok":
-        ref.reason = f"reference (single process, global batch) failed: {ref.reason}"
-        return ref
-    cand = run_config(cand_spec, limits, shared_dir)
-    if cand.status != "ok":
-        return cand
-    verdict = compare_params(os.path.join(ref.out_dir, "params.pt"), os.path.join(cand.out_dir, "params.pt"), spec.precision)
+    ref, cand = run_config(ref_spec, limits, keep=True), None  # their params.pt are compared, then both removed
+    try:
+        if ref.status != "ok":
+            ref.reason = f"reference (single process, global batch) failed: {ref.reason}"
+            return ref
+        cand = run_config(cand_spec, limits, shared_dir, keep=True)
+        if cand.status != "ok":
+            return cand
+        verdict = compare_params(os.path.join(ref.out_dir, "params.pt"), os.path.join(cand.out_dir, "params.pt"), spec.precision)
+    finally:
+        for done in (ref, cand):
+            if done is not None:
+                shutil.rmtree(done.out_dir, ignore_errors=True)
     verdict.update(optimizer_steps=EQUIVALENCE_STEPS, reference_losses=ref.payload.get("losses"),
                    candidate_losses=cand.payload.get("losses"), batchnorm=ref.payload.get("batchnorm"))
     cand.payload = verdict

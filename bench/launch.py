@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -88,11 +89,17 @@ def launch_env(spec: RunSpec, env: dict) -> dict:
     return env
 
 
+def torchrun_log_args(spec: RunSpec) -> list:
+    """torchrun's own log folder inside the run folder (by default it makes a torchelastic_* folder in the
+    temporary folder for every launch and never removes it)."""
+    return [f"--log-dir={os.path.join(spec.out_dir, 'torchrun')}"]
+
+
 def local_command(spec: RunSpec, spec_path: str) -> list:
     if spec.processes > 1 or spec.strategy in ("ddp", "fsdp", "comm"):
         return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={spec.device_count}",
                 *rendezvous_args(spec, "bench-" + os.path.basename(spec.out_dir)), "--local-addr=127.0.0.1",
-                "-m", "bench.worker", spec_path]
+                *torchrun_log_args(spec), "-m", "bench.worker", spec_path]
     return [sys.executable, "-m", "bench.worker", spec_path]
 
 
@@ -120,9 +127,11 @@ def run_dir(spec: RunSpec, shared_dir: Optional[str]) -> str:
 
 def run_config(spec: RunSpec, limits: Limits, shared_dir: Optional[str] = None,
                on_progress: Optional[Callable[[heartbeat.Watch], None]] = None, extra_env: Optional[dict] = None,
-               cwd: Optional[str] = None) -> Outcome:
+               cwd: Optional[str] = None, keep: bool = False) -> Outcome:
     """Run one configuration in fresh processes and collect its result file or its failure.
-    extra_env / cwd: an A/B variant's environment and working folder (another checkout: bench.abtest)."""
+    extra_env / cwd: an A/B variant's environment and working folder (another checkout: bench.abtest).
+    The run folder is removed when it returns (what matters is in the outcome: the result, or the log tail and
+    tracebacks of a failure); keep=True leaves it, at outcome.out_dir, for a caller that reads files from it."""
     out_dir = run_dir(spec, shared_dir)
     spec = dataclasses.replace(spec, out_dir=out_dir)
     spec_path = os.path.join(out_dir, "spec.json")
@@ -150,6 +159,8 @@ def run_config(spec: RunSpec, limits: Limits, shared_dir: Optional[str] = None,
     finally:
         outcome.out_dir = out_dir
         outcome.started_at, outcome.ended_at, outcome.wall_s = started_at, _now(), time.monotonic() - t0
+        if not keep:
+            shutil.rmtree(out_dir, ignore_errors=True)
     return outcome
 
 

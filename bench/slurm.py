@@ -61,7 +61,7 @@ def command(spec, spec_path: str, rendezvous: list) -> list:
             f"--wait={STEP_WAIT_S}", "--immediate=60", f"--job-name={step_name(spec)}", "--export=ALL",
             f"--chdir={os.getcwd()}",
             sys.executable, "-m", "torch.distributed.run", f"--nnodes={spec.nodes}", f"--nproc-per-node={per_node}",
-            *rendezvous, "-m", "bench.worker", spec_path]
+            *rendezvous, f"--log-dir={os.path.join(spec.out_dir, 'torchrun')}", "-m", "bench.worker", spec_path]
 
 
 def step_ids(name: str) -> list:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
-import shutil
 import signal
 import time
 import traceback
@@ -167,8 +166,6 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
                 current = None
             failures += outcome.status != "ok"
             log(f"{head}: {_summary_line(conn, rid, outcome)}")
-            if outcome.status == "ok":
-                shutil.rmtree(outcome.out_dir, ignore_errors=True)
         with signals_deferred():
             store.end_sweep(conn, sweep_id, "completed")
     except (KeyboardInterrupt, Interrupted) as e:

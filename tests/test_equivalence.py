@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import sqlite3
 
 import pytest
@@ -43,9 +44,13 @@ def test_gate_fails_when_replicas_do_not_see_the_global_batch(tmp_path):
     # A reference that sees only rank 0's samples is a different step: the gate must say so.
     ref = dataclasses.replace(spec("single", 1), mode="equivalence", emulate_ranks=1)
     cand = dataclasses.replace(spec("ddp", 2), mode="equivalence")
-    a, b = run_config(ref, LIMITS), run_config(cand, LIMITS)
-    assert a.status == b.status == "ok", (a.reason, b.reason)
-    verdict = equivalence.compare_params(os.path.join(a.out_dir, "params.pt"), os.path.join(b.out_dir, "params.pt"))
+    a, b = run_config(ref, LIMITS, keep=True), run_config(cand, LIMITS, keep=True)
+    try:
+        assert a.status == b.status == "ok", (a.reason, b.reason)
+        verdict = equivalence.compare_params(os.path.join(a.out_dir, "params.pt"), os.path.join(b.out_dir, "params.pt"))
+    finally:
+        for done in (a, b):
+            shutil.rmtree(done.out_dir, ignore_errors=True)
     assert not verdict["passed"] and verdict["max_abs_diff"] > 1e-4
 
 

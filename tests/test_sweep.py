@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 
 import pytest
@@ -151,3 +152,21 @@ def test_run_bench_sh_takes_paths_and_modules_from_the_folder_it_is_run_from(tmp
     (tmp_path / "bench" / "__init__.py").write_text("")
     p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
     assert p.returncode == 2 and "would be imported instead of this suite's bench package" in p.stderr, p.stdout + p.stderr
+
+
+def test_a_sweep_leaves_no_run_folders_or_torchrun_logs_in_the_temporary_folder(tmp_path):
+    # Each configuration runs in a folder of its own (spec, heartbeats, result; the equivalence gate's
+    # parameters: 224 MiB for DeepLabV3) and torchrun makes a log folder per launch: none may outlive the sweep,
+    # whether the configuration passed, failed or was the equivalence gate's.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    p = run_bench(["--workloads", "synthetic", "--synthetic-width", "64", "--synthetic-depth", "2", "--strategies",
+                   "single,ddp", "--gpus", "1,2", "--steps", "2", "--warmup", "1", "--check-equivalence", "--no-report",
+                   "--store", str(tmp_path / "s.sqlite")], timeout=600, env={"TMPDIR": str(tmp), "BENCH_FAULT": "raise@1:1"})
+    conn = sqlite3.connect(tmp_path / "s.sqlite")
+    got = {(r[0], r[1], r[2]): r[3] for r in conn.execute("SELECT mode, strategy, device_count, status FROM results")}
+    conn.close()
+    assert got[("bench", "ddp", 2)] == "failed" and got[("bench", "single", 1)] == "ok", (got, p.stdout + p.stderr)
+    assert got[("equivalence", "ddp", 2)] == "failed" and got[("equivalence", "ddp", 1)] == "ok", got
+    left = sorted(n for n in os.listdir(tmp) if n.startswith(("bench-run-", "torchelastic_")))
+    assert left == [], left
