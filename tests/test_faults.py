@@ -432,7 +432,8 @@ def test_workers_asking_to_die_with_torchrun_go_when_torchrun_is_sigkilled(tmp_p
     log = tmp_path / "torchrun.log"
     with open(log, "w") as out:
         launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--max-restarts=0",
-                                     "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(script)],
+                                     "--master-addr=127.0.0.1", f"--master-port={free_port()}",
+                                     f"--log-dir={tmp_path / 'torchrun-logs'}", str(script)],
                                     cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         armed = [tmp_path / f"armed.{rank}" for rank in (0, 1)]
