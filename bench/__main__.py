@@ -1,6 +1,6 @@
 from bench.cli import main
-from bench.procs import exit_without_teardown
-from bench.store import close_all
+from bench.shared.procs import exit_without_teardown
+from bench.store.store import close_all
 
 code = main()
 close_all()  # stores whole in their one file, then no module teardown (~1.5 s with torch and scipy loaded)

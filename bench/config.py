@@ -1,7 +1,7 @@
 """What the user asked for: one frozen dataclass, its command-line flags, and the checks of each value.
 
 `SweepConfig` has one field per flag (`--per-device-batch` is `per_device_batch`). A field that is
-None was not given: `bench.plan.resolve` fills it with the device's default, prints it and stores it.
+None was not given: `bench.sweep.plan.resolve` fills it with the device's default, prints it and stores it.
 A number the user types is never a sentinel: `--steps 0`, `--warmup -1` or `--timeout 0` are errors.
 Flags that are sweep axes take comma-separated lists (`--precision fp32,bf16`, `--bucket-cap-mb 25,100`).
 

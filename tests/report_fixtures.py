@@ -1,4 +1,4 @@
-"""Stores with known raw values for the report and compare tests, written through bench.store.record_result.
+"""Stores with known raw values for the report and compare tests, written through bench.store.store.record_result.
 
 `build_sweep_store` writes one sweep with bench results of two workloads (steps, memory, epochs
 rows), a skipped, a failed (reason with HTML in it), an interrupted, a failed-then-resumed
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import random
 
-from bench import store
-from bench.plan import RunSpec
+from bench.store import store
+from bench.sweep.plan import RunSpec
 
 EVIL_REASON = "<script>alert('x')</script> rank 0 died & took <b>the rest</b> with it"
 PHASE_FRACTIONS = {"data_ms": 0.10, "h2d_ms": 0.05, "forward_ms": 0.30, "backward_ms": 0.40, "optimizer_ms": 0.10}

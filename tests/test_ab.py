@@ -48,7 +48,7 @@ def test_interleaved_compare_passes_identical_code_and_catches_an_injected_slowd
                                         ({}, {"HOME": "/"}, {"HOME": "/root"}),
                                         ({"Q": "1"}, {"BENCH_FAULT": "slow@0:10", "PYTHONPATH": "/other/checkout"}, {})])
 def test_both_variants_start_with_environments_of_one_size_so_stack_alignment_is_not_the_difference(a, b, base):
-    from bench.abtest import env_bytes, padded
+    from bench.commands.abtest import env_bytes, padded
     pa, pb = padded(a, b, base)
     full_a, full_b = dict(base, **pa), dict(base, **pb)
     assert len(full_a) == len(full_b) and env_bytes(full_a) == env_bytes(full_b)

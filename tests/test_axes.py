@@ -70,9 +70,9 @@ def test_compile_is_timed_outside_the_measured_steps_and_a_failure_stays_with_it
 
 def test_compile_wraps_ddp_first_as_pytorch_recommends(monkeypatch):
     import torch
-    from bench import worker
-    from bench.plan import RunSpec
-    from bench.strategies import Ctx
+    from bench.rank import worker
+    from bench.rank.context import Ctx
+    from bench.sweep.plan import RunSpec
     seen = []
     monkeypatch.setattr(torch, "compile", lambda m: seen.append(type(m).__name__) or m)
     monkeypatch.setitem(worker.STRATEGIES, "ddp", lambda m, ctx: torch.nn.parallel.DistributedDataParallel.__new__(
@@ -91,10 +91,11 @@ def test_compile_wraps_ddp_first_as_pytorch_recommends(monkeypatch):
     (["--workloads", "synthetic", "--channels-last", "true", "--strategies", "single"], None),  # a skip, not an error
 ])
 def test_unknown_names_and_impossible_sizes_exit_2_naming_them(args, expected, tmp_path, capsys, monkeypatch):
-    from bench import cli, plan
+    from bench import cli
+    from bench.sweep import plan
     monkeypatch.setattr(plan, "detect_machine", lambda: plan.Machine(0, 2))
-    from bench import sweep
-    monkeypatch.setattr(sweep, "run_sweep", lambda *a, **k: 0)
+    from bench.sweep import run as sweep_run
+    monkeypatch.setattr(sweep_run, "run_sweep", lambda *a, **k: 0)
     code = cli.main(args + ["--store", str(tmp_path / "s.sqlite"), "--device", "cpu"])
     err = capsys.readouterr().err
     if expected is None:
@@ -112,9 +113,10 @@ def test_unknown_names_and_impossible_sizes_exit_2_naming_them(args, expected, t
     ("def other():\n    pass\n", "build"),
 ])
 def test_a_broken_user_contract_is_refused_before_the_sweep(body, expected, tmp_path, capsys, monkeypatch):
-    from bench import cli, plan, sweep
+    from bench import cli
+    from bench.sweep import plan, run as sweep_run
     monkeypatch.setattr(plan, "detect_machine", lambda: plan.Machine(0, 2))
-    monkeypatch.setattr(sweep, "run_sweep", lambda *a, **k: (_ for _ in ()).throw(AssertionError("sweep started")))
+    monkeypatch.setattr(sweep_run, "run_sweep", lambda *a, **k: (_ for _ in ()).throw(AssertionError("sweep started")))
     f = tmp_path / "mine.py"
     f.write_text(body)
     code = cli.main(["--workloads", f"{f}:build", "--device", "cpu", "--store", str(tmp_path / "s.sqlite")])

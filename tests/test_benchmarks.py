@@ -7,7 +7,7 @@
                         all-reduce pairs the two); process start-up is outside the timing. ddp-no_sync is
                         the same step without gradient synchronisation: the gap to ddp is the exposed
                         communication.
-    harness overhead    the step_ms the suite reports (`Trainer.step` in a window of bench.timing's clock)
+    harness overhead    the step_ms the suite reports (`Trainer.step` in a window of bench.rank.timing's clock)
                         against a bare, hand-written step on the same model and batches, interleaved step
                         by step in one run (group 'harness-overhead'; a round is one step of each).
 
@@ -32,12 +32,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from bench.loop import Trainer
-from bench.plan import RunSpec
-from bench.strategies import Ctx, apply_ddp, apply_dp, apply_single, unwrap
-from bench.timing import HostClock
-from bench.worker import batch_stream, make_optimizer
-from bench.workloads import WORKLOADS
+from bench.rank.context import Ctx
+from bench.rank.loop import Trainer
+from bench.rank.strategies import apply_ddp, apply_dp, apply_single, unwrap
+from bench.rank.timing import HostClock
+from bench.rank.worker import batch_stream, make_optimizer
+from bench.sweep.plan import RunSpec
+from bench.workloads.registry import WORKLOADS
 
 WIDTH, DEPTH, BATCH = 1024, 4, 64     # 4.2 M parameters, about 30 ms a step on one thread here
 THREADS = 1                           # torch threads per process: 2 processes on 2 cores

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from bench import compare, store
+from bench.analysis import compare
+from bench.store import store
 from report_fixtures import build_compare_store
 
 DDP2 = "bench/synthetic/ddp/cpux2/b64/g128/i0/synthetic/fp32"

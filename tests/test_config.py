@@ -8,9 +8,10 @@ import sqlite3
 
 import pytest
 
-from bench import cli, plan
+from bench import cli
 from bench.config import ConfigError, SweepConfig, check_values
-from bench.plan import Machine, resolve
+from bench.sweep import plan
+from bench.sweep.plan import Machine, resolve
 
 CPU2 = Machine(cuda_devices=0, cpu_cores=2)
 GPU8 = Machine(cuda_devices=8, cpu_cores=64, gpu_names=("H100",) * 8, gpu_capabilities=((9, 0),) * 8)
@@ -23,8 +24,8 @@ def no_run(monkeypatch):
     """Fail the test if anything would be launched; pretend the machine is CPU2."""
     def refuse(*a, **k):
         raise AssertionError("the sweep started despite bad input")
-    from bench import launch, sweep
-    monkeypatch.setattr(sweep, "run_sweep", refuse)
+    from bench.sweep import launch, run as sweep_run
+    monkeypatch.setattr(sweep_run, "run_sweep", refuse)
     monkeypatch.setattr(launch, "run_config", refuse)
     monkeypatch.setattr(plan, "detect_machine", lambda: CPU2)
 
@@ -127,7 +128,7 @@ FAST_ARGS = ["--workloads", "synthetic", "--steps", "2"]
 
 
 def test_an_existing_store_is_left_byte_identical_when_input_is_refused(tmp_path, capsys, no_run):
-    from bench import store
+    from bench.store import store
     path = str(tmp_path / "bench.sqlite")
     store.connect(path).close()
     before = hashlib.sha256(open(path, "rb").read()).hexdigest()
@@ -186,7 +187,7 @@ def test_the_synthetic_model_on_cuda_is_sized_to_be_compute_bound_and_says_its_f
     assert (gpu.synthetic_width, gpu.synthetic_depth) == (4096, 8)
     (single,) = [s for s in plan.plan(gpu, GPU8) if isinstance(s, plan.RunSpec) and s.strategy == "single"]
     assert single.per_device_batch == 512
-    from bench.workloads import synthetic_flops_per_sample
+    from bench.workloads.synthetic import flops_per_sample as synthetic_flops_per_sample
     flops = synthetic_flops_per_sample(4096, 8) * 512
     assert flops > 3e11  # > 0.3 TFLOP a step: milliseconds of tensor-core work, far above launch latency
     cpu = resolve(SweepConfig(workloads=("synthetic",)), CPU2)
@@ -290,16 +291,17 @@ def test_the_cpu_suite_hides_gpus_from_every_process_it_starts(request):
 
 
 def test_progress_of_a_long_configuration_is_shown_at_a_sensible_rate(monkeypatch):
-    from bench import heartbeat, sweep
+    from bench.shared import heartbeat
+    from bench.sweep import run as sweep_run
     lines = []
     now = [1000.0]
-    monkeypatch.setattr(sweep.time, "monotonic", lambda: now[0])
-    show = sweep._progress(lines.append, "[3/9] deeplabv3 ddp cuda x8")
+    monkeypatch.setattr(sweep_run.time, "monotonic", lambda: now[0])
+    show = sweep_run._progress(lines.append, "[3/9] deeplabv3 ddp cuda x8")
     watch = heartbeat.Watch("/nonexistent", 1, started=990.0)
     watch.states = {0: heartbeat.RankState({"step": 119, "phase": "backward", "total": 400, "seq": 1}, 0, 0)}
     show(watch)
     assert lines == []  # not before PROGRESS_EVERY_S
-    now[0] += sweep.PROGRESS_EVERY_S
+    now[0] += sweep_run.PROGRESS_EVERY_S
     show(watch)
     show(watch)
     assert lines == ["[3/9] deeplabv3 ddp cuda x8: ... step 120/400 (40 s)"]

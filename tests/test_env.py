@@ -18,8 +18,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bench import env, gpuinfo
-from bench.topology import nvml_topology
+from bench.machine import env, gpuinfo
+from bench.machine.topology import nvml_topology
 
 MIB = 2**20
 BUSES = [0x1B, 0x3B, 0x86, 0xAF]  # NVML index i sits on PCI bus BUSES[i]
@@ -289,7 +289,7 @@ def test_every_nvml_function_the_code_calls_exists_in_pynvml():
 def test_torchvision_version_is_torchvisions_own_build_string_read_without_importing_it():
     # Each sweep captures the environment: importing torchvision for its version cost ~3 s of every sweep.
     import subprocess
-    probe = ("import sys; from bench import env; v = env.torchvision_version(); "
+    probe = ("import sys; from bench.machine import env; v = env.torchvision_version(); "
              "print(v, 'torchvision' in sys.modules)")
     got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1]).stdout.split()

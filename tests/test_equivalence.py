@@ -10,9 +10,9 @@ import sqlite3
 import pytest
 import torch
 
-from bench import equivalence
-from bench.launch import Limits, run_config
-from bench.plan import RunSpec
+from bench.sweep import equivalence
+from bench.sweep.launch import Limits, run_config
+from bench.sweep.plan import RunSpec
 from conftest import FAST, run_bench
 
 LIMITS = Limits(fixed_s=240.0, stall_s=60.0)

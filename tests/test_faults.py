@@ -1,7 +1,7 @@
 """Faults and interruptions: no hang, nothing lost, every sweep resumable (CPU, gloo, bounded in time).
 
 Every sweep runs as a user runs it, `python -m bench ...` in a process group of its own, with
-BENCH_FAULT (bench/faults.py) to make a rank raise, die or hang. Each sweep gets its own TMPDIR, so
+BENCH_FAULT (bench/shared/faults.py) to make a rank raise, die or hang. Each sweep gets its own TMPDIR, so
 every process of its configurations names that folder on its command line: "nothing left behind"
 is checked by looking for such processes in /proc. Each test asserts its time bound as well as its
 outcome; the bounds are generous (2 shared CPU cores) but far below the defaults (30 min) they guard.
@@ -26,7 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import faults, plan, procs, store
+from bench.shared import faults, procs
+from bench.store import store
+from bench.sweep import plan
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--workloads", "synthetic", "--synthetic-width", "128", "--synthetic-depth", "2", "--steps", "3",
@@ -202,8 +204,8 @@ def launcher_pids(s: Sweep) -> list:
 
 
 def rank_pids(s: Sweep) -> list:
-    """The worker processes themselves (torchrun's command line names bench.worker too)."""
-    return [p for p in s.leftovers() if b"bench.worker" in _cmdline(p) and b"torch.distributed.run" not in _cmdline(p)]
+    """The worker processes themselves (torchrun's command line names bench.rank.worker too)."""
+    return [p for p in s.leftovers() if b"bench.rank.worker" in _cmdline(p) and b"torch.distributed.run" not in _cmdline(p)]
 
 
 def assert_store_whole(path: str) -> None:
@@ -413,14 +415,14 @@ def test_sweeps_sharing_one_store_all_complete_while_a_report_reads_it(together)
 
 @pytest.mark.timeout(60)
 def test_workers_asking_to_die_with_torchrun_go_when_torchrun_is_sigkilled(tmp_path):
-    # What bench.worker should call first: torchrun starts its workers in sessions of their own, so
+    # What bench.rank.worker should call first: torchrun starts its workers in sessions of their own, so
     # without it they outlive a SIGKILLed torchrun when nobody (no sweep) is left to clean up.
     script = tmp_path / "rank.py"
     # Each rank names itself in a file of its own (written whole, then renamed): two ranks printing to one
     # log interleave their lines, which once read "armedarmed  2707027069".
     script.write_text(textwrap.dedent("""\
         import os, signal, time
-        from bench import procs
+        from bench.shared import procs
         procs.die_with_parent(signal.SIGKILL)
         mine = f"armed.{os.environ['LOCAL_RANK']}"
         with open(mine + ".tmp", "w") as f:
@@ -536,7 +538,8 @@ def test_an_internal_error_of_the_sweep_is_recorded_with_one_line_and_exit_3(tmp
 
 def test_nccl_watchdog_aborts_of_waiting_ranks_are_not_their_fault(tmp_path):
     # NCCL aborts the healthy ranks (SIGABRT) when one stops: the heartbeat names the one that stopped.
-    from bench import diagnose, heartbeat
+    from bench.shared import heartbeat
+    from bench.sweep import diagnose
     out = tmp_path / "run"
     out.mkdir()
     log = out / "log0.txt"

@@ -1,4 +1,4 @@
-"""FSDP2 (bench.fsdp) on CPU/gloo with 2 processes: the equivalence gate, sharding, mixed precision.
+"""FSDP2 (bench.rank.fsdp) on CPU/gloo with 2 processes: the equivalence gate, sharding, mixed precision.
 
 Two ranks are started once for the whole file (imports dominate a start); each scenario runs in them
 and leaves its result behind, and each test asserts on one scenario. The single-process references
@@ -19,14 +19,14 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
-from bench import fsdp
-from bench.strategies import Ctx
-from bench.workloads import MLP
+from bench.rank import fsdp
+from bench.rank.context import Ctx
+from bench.workloads.synthetic import MLP
 
 WORLD = 2
 STEPS = 3
 LR, MOMENTUM = 0.01, 0.9
-RTOL, ATOL = 1e-4, 1e-5     # the gate's tolerances (bench.sweep.compare_params)
+RTOL, ATOL = 1e-4, 1e-5     # the gate's tolerances (bench.sweep.run.compare_params)
 COLLECTIVE_TIMEOUT_S = 60   # a broken scenario fails in a minute instead of hanging
 
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 import torchvision
 
-from bench import models, usermodel
 from bench.config import ConfigError
-from bench.modelspec import check_spec
+from bench.workloads import models, usermodel
+from bench.workloads.modelspec import check_spec
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "my_model.py"
@@ -101,7 +101,7 @@ def test_awkward_models_pass_the_meta_device_dry_run_at_their_smallest_size(name
 
 
 def test_registry_deeplabv3_resnet101_is_the_same_network_as_the_reference_workload():
-    from bench.workloads import build_deeplabv3
+    from bench.workloads.deeplabv3 import build_model as build_deeplabv3
     with torch.device("meta"):
         reference = build_deeplabv3()[0]
     details = models.validate_workload("deeplabv3_resnet101", 64)
@@ -149,7 +149,7 @@ class RecordingDetector(torch.nn.Module):
 
 
 def test_packed_detection_rows_carry_each_images_own_boxes_through_a_dim0_split():
-    from bench import detection
+    from bench.workloads import detection
     x, boxes = detection.make_batch(16, 5, torch.Generator().manual_seed(0), 4)
     inner = RecordingDetector()
     wrapped = detection.PackedDetection(inner, 16)
@@ -203,7 +203,7 @@ def test_user_model_in_a_package_is_found_by_dotted_name(monkeypatch, tmp_path):
 
 def test_a_file_path_workload_is_importable_by_the_same_text_in_another_process(tmp_path):
     text = usermodel.normalize(os.path.relpath(EXAMPLE, os.getcwd()) + ":build")
-    code = ("import sys; from bench.usermodel import build_user; "
+    code = ("import sys; from bench.workloads.usermodel import build_user; "
             "print(type(build_user(sys.argv[1], 8).model).__name__)")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-c", code, text], cwd=tmp_path, capture_output=True, text=True, env=env,

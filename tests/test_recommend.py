@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import re
 
-from bench import recommend, report, results, store
-from bench.plan import RunSpec
+from bench.report import recommend, report
+from bench.store import results, store
+from bench.sweep.plan import RunSpec
 
 
 def spec(strategy: str, n: int, precision: str = "fp32", workload: str = "synthetic", mode: str = "bench",

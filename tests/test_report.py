@@ -12,7 +12,9 @@ import sys
 import pytest
 from PIL import Image
 
-from bench import plots, report, stats, store
+from bench.analysis import stats
+from bench.report import plots, report
+from bench.store import store
 from report_fixtures import COMM_POINTS, EVIL_REASON, GPU, build_compare_store, build_sweep_store, spec
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -39,7 +41,7 @@ def cuda_voc(tmp_path_factory):
 # ---------------------------------------------------------------- independent reading of the raw rows
 
 def raw(path: str, key: str) -> dict:
-    """Numbers of one ok configuration straight from its raw rows (not through bench.report)."""
+    """Numbers of one ok configuration straight from its raw rows (not through bench.report.report)."""
     conn = sqlite3.connect(path)
     conn.row_factory = sqlite3.Row
     r = conn.execute("SELECT * FROM results WHERE config_key = ? AND status = 'ok' ORDER BY result_id DESC", (key,)).fetchone()
@@ -294,7 +296,7 @@ def test_render_defaults_to_the_latest_sweep_and_rejects_an_unknown_one(tmp_path
 
 
 def test_reporting_modules_do_not_import_torch():
-    code = "import sys, bench.report, bench.plots, bench.compare; sys.exit('torch' in sys.modules)"
+    code = "import sys, bench.report.report, bench.report.plots, bench.analysis.compare; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(__file__))).returncode == 0
 
 

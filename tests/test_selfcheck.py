@@ -27,8 +27,9 @@ def test_selfcheck_on_the_cpu_path_runs_every_check_and_they_pass(tmp_path):
 
 def test_the_timing_check_fails_when_window_and_steps_disagree(tmp_path):
     # The check is not a formality: a store whose window is twice its steps fails it.
-    from bench import selfcheck, store
-    from bench.plan import RunSpec
+    from bench.commands import selfcheck
+    from bench.store import store
+    from bench.sweep.plan import RunSpec
     s = RunSpec(workload="synthetic", strategy="single", device_type="cpu", device_count=1, per_device_batch=10,
                 global_batch=10, image_size=0, steps=4, warmup=0, threads=1, seed=0, scaling="weak")
     path = str(tmp_path / "s.sqlite")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import procs
+from bench.shared import procs
 from slurm_cluster import slurm_cluster  # noqa: F401  (the session fixture)
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench import stats
+from bench.analysis import stats
 
 
 def test_summary_of_known_values():

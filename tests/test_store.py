@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
-from bench import store
-from bench.plan import RunSpec
+from bench.store import store
+from bench.sweep.plan import RunSpec
 
 
 def spec(strategy="ddp", n=2, **kw) -> RunSpec:
@@ -84,7 +84,7 @@ def test_latest_results_prefers_the_ok_rerun_of_a_failed_configuration(store_pat
 
 
 def test_environment_is_stored_with_versions(store_path):
-    from bench import env
+    from bench.machine import env
     conn = store.connect(store_path)
     e = env.capture()
     eid = store.insert_environment(conn, e)
@@ -95,7 +95,7 @@ def test_environment_is_stored_with_versions(store_path):
 
 
 def test_a_version_1_store_is_migrated_in_place_keeping_every_row(tmp_path):
-    from bench import schema
+    from bench.store import schema
     path = str(tmp_path / "v1.sqlite")
     conn = sqlite3.connect(path)
     v1 = """
@@ -157,7 +157,7 @@ def test_a_process_that_exits_without_teardown_leaves_its_store_whole_in_the_one
     import sys
     from pathlib import Path
     path = tmp_path / "s.sqlite"
-    code = ("import sys; from bench import store, procs\n"
+    code = ("import sys; from bench.shared import procs; from bench.store import store\n"
             f"conn = store.connect({str(path)!r})\n"
             "store.begin_sweep(conn, 'cmd', '{}', None)\n"
             "closed = store.close_all()\n"

@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from bench import stats
+from bench.analysis import stats
 from conftest import run_bench
 
 ARGS = ["--workloads", "synthetic,deeplabv3", "--image-size", "32", "--per-device-batch", "2", "--steps", "3",

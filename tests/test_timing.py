@@ -9,11 +9,12 @@ import time
 import pytest
 import torch
 
-from bench import timing, worker
-from bench.loop import Trainer
-from bench.plan import RunSpec
-from bench.strategies import STRATEGIES, Ctx
-from bench.workloads import builder
+from bench.rank import timing, worker
+from bench.rank.context import Ctx
+from bench.rank.loop import Trainer
+from bench.rank.strategies import STRATEGIES
+from bench.sweep.plan import RunSpec
+from bench.workloads.registry import builder
 
 CPU = torch.device("cpu")
 
@@ -34,7 +35,7 @@ class FakeEvent:
 
 
 class FakeAPI:
-    """The device API of bench.timing.EventClock, counting what happens while a window is open."""
+    """The device API of bench.rank.timing.EventClock, counting what happens while a window is open."""
 
     def __init__(self):
         self.clock = None
@@ -170,6 +171,6 @@ def test_the_store_says_which_method_timed_each_result(tmp_path):
 
 
 def test_cpu_memory_is_the_process_peak_rss():
-    from bench.memory import peak_memory
+    from bench.rank.memory import peak_memory
     rows = peak_memory([CPU], rank=3)
     assert rows[0]["rank"] == 3 and rows[0]["device"] == "cpu" and rows[0]["peak_rss_mib"] > 50

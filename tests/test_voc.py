@@ -12,7 +12,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from bench.config import ConfigError
-from bench.voc import (IGNORE_INDEX, IMAGENET_MEAN, IMAGENET_STD, DataError, StepSampler, VOCTrain, check_tree, coverage,
+from bench.workloads.voc import (IGNORE_INDEX, IMAGENET_MEAN, IMAGENET_STD, DataError, StepSampler, VOCTrain, check_tree, coverage,
                        epoch_indices, make_loader, voc_dir)
 from voc_tree import make_voc_tree
 
@@ -268,5 +268,5 @@ def test_download_leaves_a_complete_tree_alone_without_network(tmp_path, monkeyp
     def no_network(*a, **k):
         raise AssertionError("download attempted although the tree is complete")
     monkeypatch.setattr(torchvision.datasets, "VOCSegmentation", no_network)
-    from bench.voc import download
+    from bench.workloads.voc import download
     download(str(root))

@@ -6,9 +6,11 @@ import dataclasses
 import pytest
 import torch
 
-from bench.plan import RunSpec
-from bench.strategies import STRATEGIES, Ctx, unwrap
-from bench.workloads import WORKLOADS, build_deeplabv3, gradient_bytes
+from bench.rank.context import Ctx
+from bench.rank.strategies import STRATEGIES, unwrap
+from bench.sweep.plan import RunSpec
+from bench.workloads.deeplabv3 import build_model as build_deeplabv3
+from bench.workloads.registry import WORKLOADS, gradient_bytes
 
 CPU = torch.device("cpu")
 
@@ -70,7 +72,7 @@ def test_deeplabv3_synthetic_masks_have_voc_classes_and_batch_shape():
 
 
 def test_pregenerated_batches_on_a_gpu_are_reported_as_an_artefact_and_on_cpu_they_are_not():
-    from bench.workloads import SYNTHETIC_POOL, synthetic_pool
+    from bench.workloads.workload import SYNTHETIC_POOL, synthetic_pool
     make = lambda g, b: (torch.randn(b, 4, generator=g), torch.zeros(b, dtype=torch.int64))
     s = spec("dp", 2)
     _, cpu_artefact = synthetic_pool(s, 0, CPU, make)
@@ -81,7 +83,7 @@ def test_pregenerated_batches_on_a_gpu_are_reported_as_an_artefact_and_on_cpu_th
 
 
 def test_micro_batches_keep_each_replicas_samples_together():
-    from bench.loop import micro_batches
+    from bench.rank.loop import micro_batches
     # 2 replicas x 4 samples, accumulated in 2 micro-batches of 2: micro k = sample 2k..2k+1 of every replica
     x = torch.arange(8).reshape(8, 1)
     y = torch.arange(8)
@@ -98,7 +100,7 @@ def test_micro_batches_keep_each_replicas_samples_together():
 ])
 def test_each_ddp_setting_reaches_the_wrapped_model(knobs, tmp_path):
     import torch.distributed as dist
-    from bench.strategies import ddp_settings
+    from bench.rank.strategies import ddp_settings
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
     try:
         model = STRATEGIES["ddp"](torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)),
@@ -120,7 +122,7 @@ def test_dataparallel_replica_threads_keep_the_callers_autocast_dtype():
     # dtype falls back to fp16 there: bf16 DataParallel on 2+ GPUs would run fp16. The wrapper restores it.
     import threading
     import warnings
-    from bench.strategies import _InAutocast
+    from bench.rank.strategies import _InAutocast
     seen = {}
 
     def replica():
@@ -139,7 +141,7 @@ def test_dataparallel_replica_threads_keep_the_callers_autocast_dtype():
 
 
 def test_fused_sgd_starts_with_zero_momentum_so_a_skipped_first_step_cannot_leave_garbage(monkeypatch):
-    from bench import worker
+    from bench.rank import worker
     model = torch.nn.Linear(3, 2)
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))  # the CUDA branch, on CPU tensors
     opt = worker.make_optimizer(model, cuda=True)

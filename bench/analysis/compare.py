@@ -23,7 +23,8 @@ import argparse
 import math
 from typing import Optional
 
-from bench import results, stats, store
+from bench.analysis import stats
+from bench.store import results, store
 
 ALPHA = 0.05               # family-wise significance level over the configurations compared
 PROCESS_CV = 0.07          # typical between-process spread (sd / mean) on shared machines, for the advice

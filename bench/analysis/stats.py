@@ -82,7 +82,7 @@ def efficiency(throughput: float, baseline_throughput: float, device_count: int,
 def significance(a_ms: Sequence[float], b_ms: Sequence[float]) -> float:
     """Two-sided Mann-Whitney p-value of two sets of raw step times of ONE process each. The steps of
     one process share its luck (placement, frequency, neighbours): this separates nothing across
-    processes; bench.compare uses `compare_processes` instead."""
+    processes; bench.analysis.compare uses `compare_processes` instead."""
     from scipy import stats as st
     a, b = list(a_ms), list(b_ms)
     if len(a) < 2 or len(b) < 2:
@@ -237,7 +237,7 @@ def exposed_comm_ms(step_ms: Sequence[float], no_sync_step_ms: Sequence[float]) 
 # ---------------------------------------------------------------- throughput from timed windows
 
 def window_throughput(windows: Iterable[dict]) -> tuple:
-    """(samples/s, wall s) of a run from its raw windows (one per rank and kind, bench.loop).
+    """(samples/s, wall s) of a run from its raw windows (one per rank and kind, bench.rank.loop).
 
     The measured window ('measure') when there is one: all ranks' samples over the slowest rank's wall
     time. Epoch runs: every epoch's samples over the sum of the epochs' slowest-rank wall times (the

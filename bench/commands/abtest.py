@@ -5,8 +5,8 @@ Sweeps run one after another on a shared machine see it at different speeds: swe
 here differed by 6% (sd of their means), twice what their processes' spread within a sweep predicts, so
 two stored sweeps cannot resolve a 10% change. Run the variants back to back instead, alternately first
 (AB BA AB ...): each pair sees the same machine and the paired ratio cancels the drift
-(bench.stats.compare_pairs). A variant is a RunSpec with an environment and a working folder: other
-settings (`--b-args`, bench.tune), another checkout (`--b-repo`), or an injected fault (`--b-env
+(bench.analysis.stats.compare_pairs). A variant is a RunSpec with an environment and a working folder: other
+settings (`--b-args`, bench.commands.tune), another checkout (`--b-repo`), or an injected fault (`--b-env
 BENCH_FAULT=slow@0:10`). Both start with environments of one size (padded), so stack alignment is not
 the difference measured.
 
@@ -25,12 +25,14 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from bench import plan, stats, store
+from bench.analysis import stats
 from bench.config import ConfigError
-from bench.diagnose import Outcome
-from bench.launch import Limits, run_config
-from bench.spec import RunSpec
-from bench.procs import signals_deferred
+from bench.shared.procs import signals_deferred
+from bench.shared.spec import RunSpec
+from bench.store import store
+from bench.sweep import plan
+from bench.sweep.diagnose import Outcome
+from bench.sweep.launch import WORKER, Limits, run_config
 
 DEFAULT_PAIRS = 16   # pairs of this shared 2-core machine differ by 12% (sd of the log ratio): 8 pairs caught an
                      # injected 10% slowdown in 5 of 8 runs, 16 pairs (runs two by two) in 3 of 3; no A/A regression
@@ -42,6 +44,7 @@ class Variant:
     spec: RunSpec
     env: dict = field(default_factory=dict)
     cwd: Optional[str] = None
+    worker: str = WORKER
 
 
 def throughput(outcome: Outcome, spec: RunSpec) -> float:
@@ -86,7 +89,7 @@ def run_pairs(a: Variant, b: Variant, pairs: int, limits: Limits,
         got = {}
         for v in ((a, b) if r % 2 == 0 else (b, a)):
             spec = dataclasses.replace(v.spec, repeat=r)
-            got[v.label] = run_config(spec, limits, extra_env=v.env, cwd=v.cwd)
+            got[v.label] = run_config(spec, limits, extra_env=v.env, cwd=v.cwd, worker=v.worker)
             if on_run:
                 on_run(v, spec, got[v.label])
         out.append((got[a.label], got[b.label]))
@@ -101,6 +104,15 @@ def paired(outcomes: list, a: RunSpec, b: RunSpec) -> stats.ProcessComparison:
 
 # ---------------------------------------------------------------- the `ab` command
 
+def worker_module(root: str) -> Optional[str]:
+    """The worker module of the checkout at root: bench.rank.worker, or bench.worker in the flat layout of
+    checkouts before bench/ had folders (so `ab --b-repo` can measure a change across the move); None if neither."""
+    for module in (WORKER, "bench.worker"):
+        if os.path.isfile(os.path.join(root, *module.split(".")) + ".py"):
+            return module
+    return None
+
+
 def _env_items(items: list) -> dict:
     env = {}
     for item in items or []:
@@ -112,8 +124,9 @@ def _env_items(items: list) -> dict:
 
 
 def main(argv: list) -> int:
-    from bench import cli, compare
-    parser = cli.run_parser()
+    from bench import options
+    from bench.analysis import compare
+    parser = options.run_parser()
     parser.prog = "./run_bench.sh ab"
     parser.add_argument("--b-repo", default=None, help="variant B runs this other checkout of the suite (its bench/ package)")
     parser.add_argument("--b-env", action="append", default=None, metavar="NAME=VALUE",
@@ -130,13 +143,15 @@ def main(argv: list) -> int:
         raise ConfigError(f"--pairs: {ns.pairs} is not allowed; expected a whole number >= 2 (pairs are the samples)")
     b_env = _env_items(ns.b_env)
     b_repo = os.path.abspath(ns.b_repo) if ns.b_repo else None
-    if b_repo and not os.path.isfile(os.path.join(b_repo, "bench", "worker.py")):
-        raise ConfigError(f"--b-repo {ns.b_repo!r} holds no bench/worker.py; expected another checkout of this suite")
+    b_worker = worker_module(b_repo) if b_repo else WORKER
+    if b_worker is None:
+        raise ConfigError(f"--b-repo {ns.b_repo!r} holds no bench/rank/worker.py (nor bench/worker.py, the layout before "
+                          "folders); expected another checkout of this suite")
     if not b_env and not b_repo and not ns.b_args:
         raise ConfigError("ab needs a variant B: --b-repo PATH (another checkout), --b-env NAME=VALUE and/or --b-args 'FLAGS'")
     a_argv = _without(argv, ("--b-repo", "--b-env", "--pairs", "--b-args"))
-    sweep_parser = cli.run_parser()  # the sweep's flags alone: B's are checked against these
-    cfg, given, machine = cli.prepare(a_argv, parser=sweep_parser)
+    sweep_parser = options.run_parser()  # the sweep's flags alone: B's are checked against these
+    cfg, given, machine = options.prepare(a_argv, parser=sweep_parser)
     specs = [s for s in plan.bench_specs(cfg, machine) if isinstance(s, RunSpec) and s.repeat == 0]
     b_flags = shlex.split(ns.b_args or "")
     specs_b = specs
@@ -146,7 +161,7 @@ def main(argv: list) -> int:
             raise ConfigError(f"--b-args {ns.b_args!r}: unrecognised {' '.join(unknown)}; expected sweep flags "
                               "(./run_bench.sh --help)")
         try:
-            cfg_b = cli.prepare(a_argv + b_flags, parser=sweep_parser, machine=machine)[0]
+            cfg_b = options.prepare(a_argv + b_flags, parser=sweep_parser, machine=machine)[0]
         except ConfigError as e:
             raise ConfigError(f"--b-args {ns.b_args!r}: {e}") from None
         specs_b = [s for s in plan.bench_specs(cfg_b, machine) if isinstance(s, RunSpec) and s.repeat == 0]
@@ -158,7 +173,7 @@ def main(argv: list) -> int:
     if b_repo:
         b_env = {**b_env, "PYTHONPATH": b_repo + os.pathsep + os.environ.get("PYTHONPATH", "")}
     conn = store.connect(cfg.store)
-    from bench import env as env_mod
+    from bench.machine import env as env_mod
     env_id = store.insert_environment(conn, env_mod.capture())
     line = " ".join(["./run_bench.sh", "ab", *argv])
     sid_a = store.begin_sweep(conn, line, cfg.to_json(), env_id, label="a")
@@ -176,7 +191,7 @@ def main(argv: list) -> int:
                                         o.started_at, o.ended_at, o.wall_s, o.failed_rank)
                 print(f"  {v.label} {s.key} pair {s.repeat + 1}: " + (f"{throughput(o, s):.1f} samples/s" if o.status == "ok"
                                                                           else f"{o.status.upper()}: {o.reason}"), flush=True)
-            run_pairs(Variant("a", spec), Variant("b", spec_b, b_env, b_repo), ns.pairs, Limits.for_spec(spec, cfg.timeout), record)
+            run_pairs(Variant("a", spec), Variant("b", spec_b, b_env, b_repo, b_worker), ns.pairs, Limits.for_spec(spec, cfg.timeout), record)
     except KeyboardInterrupt:
         status = "interrupted"
         return 130

@@ -16,7 +16,8 @@ import argparse
 import math
 import os
 
-from bench import results, stats, store
+from bench.analysis import stats
+from bench.store import results, store
 
 TIMING_AGREEMENT = 0.10
 
@@ -94,11 +95,12 @@ def main(argv: list) -> int:
         bf16 = torch.cuda.is_bf16_supported()
     else:
         n, bf16 = min(2, len(os.sched_getaffinity(0))), False
-    from bench import cli, sweep
+    from bench import options
+    from bench.sweep import run as sweep_run
     args = sweep_args(ns.device, n, os.path.abspath(ns.store), bf16)
     print(f"selfcheck: {n} {'GPU(s)' if ns.device == 'cuda' else 'CPU process(es)'}: ./run_bench.sh " + " ".join(args))
-    cfg, given, machine = cli.prepare(args)
-    sweep.run_sweep(cfg, sweep.command_line(args), given=given, machine=machine)
+    cfg, given, machine = options.prepare(args)
+    sweep_run.run_sweep(cfg, sweep_run.command_line(args), given=given, machine=machine)
     rows = checks(ns.store)
     width = max(len(c) for c, _, _ in rows)
     print("\nselfcheck results:")

@@ -6,7 +6,7 @@ The search screens one setting at a time, each trial in fresh processes, keeping
 bucket size first (it decides how gradients meet the all-reduce), then gradient_as_bucket_view,
 static_graph, the communication hooks (fp16, bf16 compression, PowerSGD rank 4) and, for models with
 buffers, per-forward buffer synchronisation. It is a greedy path, not the full product. Then it
-re-measures the winner against DDP's defaults in interleaved pairs (bench.abtest: A/B alternately,
+re-measures the winner against DDP's defaults in interleaved pairs (bench.commands.abtest: A/B alternately,
 so the machine's drift cancels) and states the result with its significance, or that the defaults
 are best. Each is set against the bounds of its step: no overlap (compute under no_sync() plus an
 all-reduce of the gradients, from the microbenchmark) and full overlap (the larger of the two).
@@ -20,11 +20,13 @@ import shlex
 import time
 from typing import Optional
 
-from bench import abtest, stats, store
+from bench.analysis import stats
+from bench.commands import abtest
 from bench.config import ConfigError
-from bench.diagnose import Outcome
-from bench.launch import Limits, run_config
-from bench.spec import RunSpec
+from bench.shared.spec import RunSpec
+from bench.store import store
+from bench.sweep.diagnose import Outcome
+from bench.sweep.launch import Limits, run_config
 
 BUCKETS_MB = (1.0, 5.0, 25.0, 50.0, 100.0, 200.0)
 HOOKS = ("bf16", "fp16", "powersgd:4")
@@ -97,7 +99,8 @@ def confirm_pairs(elapsed_s: float, per_trial_s: float, budget_s: float) -> int:
 
 
 def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) -> dict:
-    from bench import plan, workloads
+    from bench.sweep import plan
+    from bench.workloads import registry
     counts = [n for n in cfg.gpus if n > 1]
     if not counts:
         raise ConfigError(f"tune: --gpus {','.join(map(str, cfg.gpus))} has no count above 1; DDP's settings matter across devices")
@@ -107,10 +110,10 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
     if not ddp:
         raise ConfigError(f"tune: DDP cannot run {cfg.workloads[0]} on {max(counts)} devices here (see ./run_bench.sh --help)")
     base = with_options(ddp[0], {})
-    grad_mib = workloads.gradient_bytes(base) / 2**20
+    grad_mib = registry.gradient_bytes(base) / 2**20
     limits = Limits.for_spec(base, cfg.timeout)
     conn = store.connect(cfg.store)
-    from bench import env as env_mod
+    from bench.machine import env as env_mod
     env_id = store.insert_environment(conn, env_mod.capture())
     line = f"./run_bench.sh tune --workloads {base.workload} --gpus {base.device_count} --budget {budget_s:g}"
     screen_id = store.begin_sweep(conn, line, cfg.to_json(), env_id, label="tune: screening")
@@ -238,8 +241,8 @@ def refuse_what_tune_decides(cfg, given: frozenset) -> None:
 
 
 def main(argv: list) -> int:
-    from bench import cli
-    parser = cli.run_parser()
+    from bench import options
+    parser = options.run_parser()
     parser.prog = "./run_bench.sh tune"
     parser.add_argument("--budget", type=float, default=900.0, help="seconds for the whole search and its confirmation (default 900)")
     ns, rest = parser.parse_known_args(argv)
@@ -247,7 +250,7 @@ def main(argv: list) -> int:
         raise ConfigError(f"unrecognised arguments: {' '.join(rest)}")
     if not ns.budget > 0:
         raise ConfigError(f"--budget: {ns.budget:g} is not allowed; expected seconds > 0")
-    cfg, given, machine = cli.prepare(abtest._without(argv, ("--budget",)))
+    cfg, given, machine = options.prepare(abtest._without(argv, ("--budget",)))
     refuse_what_tune_decides(cfg, given)
     tune(cfg, machine, ns.budget, argv=argv)
     return 0

@@ -2,8 +2,8 @@
 their links, the NCCL settings, CPU, host, commit.
 
 `capture()` is called once per sweep and stored as JSON with every result. GPU identity (UUID, PCI
-bus id, clocks, power limit) and topology come from NVML through `bench.gpuinfo` and
-`bench.topology`, in torch's device numbering; without a CUDA device neither NVML nor nvidia-smi
+bus id, clocks, power limit) and topology come from NVML through `bench.machine.gpuinfo` and
+`bench.machine.topology`, in torch's device numbering; without a CUDA device neither NVML nor nvidia-smi
 is touched, so capture stays fast on CPU machines, and it never raises for want of a GPU tool.
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ import shutil
 import socket
 import subprocess
 
-from bench import gpuinfo
-from bench.topology import nvml_topology
+from bench.machine import gpuinfo
+from bench.machine.topology import nvml_topology
 
 NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
 
@@ -59,7 +59,7 @@ def hardware(props: list, nvml) -> dict:
     `nvml` (the pynvml module, or None), with nvidia-smi as the fallback for driver and topology.
 
     Returns gpus (one `gpuinfo.describe_gpu` dict per device, in torch's numbering), topology (see
-    bench.topology; without NVML the text of `nvidia-smi topo -m`, labelled as NVML's numbering;
+    bench.machine.topology; without NVML the text of `nvidia-smi topo -m`, labelled as NVML's numbering;
     None without GPUs), gpu_driver ('' when unknown) and, where nvidia-smi runs, gpu_topology (its
     raw `topo -m` text, as before).
     """

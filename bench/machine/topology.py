@@ -12,7 +12,7 @@ Without NVLink, the PCIe level comes from nvmlDeviceGetTopologyCommonAncestor.
 """
 from __future__ import annotations
 
-from bench.gpuinfo import call, normalise_pci_bus_id
+from bench.machine.gpuinfo import call, normalise_pci_bus_id
 
 LEGEND = {
     "X": "self",

@@ -26,7 +26,7 @@ try:
 except ImportError as e:  # FSDP2 became public in torch 2.6; the rest of the suite runs on older versions
     raise ImportError(f"the fsdp strategy needs torch>=2.6 (FSDP2's fully_shard), this is torch {torch.__version__}") from e
 
-from bench.strategies import Ctx
+from bench.rank.context import Ctx
 
 
 def _known_block_types() -> tuple:
@@ -69,7 +69,7 @@ def shard_blocks(model: nn.Module) -> list[nn.Module]:
     EncoderBlock, nn.TransformerEncoderLayer/DecoderLayer, and the suite's MLP.layers. Any other model:
     the repeated same-class children of its largest nn.ModuleList/nn.Sequential.
     """
-    from bench.workloads import MLP
+    from bench.workloads.synthetic import MLP
     known = _known_block_types()
     mlp_layers = {id(layer) for m in model.modules() if isinstance(m, MLP) for layer in m.layers}
     candidates = [m for m in model.modules()

@@ -3,8 +3,8 @@
 A step takes the next batch, splits it into micro-batches when a replica holds more samples than fit
 at once (gradient accumulation, no gradient synchronisation until the last), runs forward under the
 precision's autocast, backward (through the gradient scaler for fp16) and the optimizer. It marks
-its phases on the window's clock (bench.timing) and returns the loss as a device tensor: nothing in a
-step waits for the GPU. The heartbeat (bench.heartbeat) learns each phase by a plain assignment.
+its phases on the window's clock (bench.rank.timing) and returns the loss as a device tensor: nothing in a
+step waits for the GPU. The heartbeat (bench.shared.heartbeat) learns each phase by a plain assignment.
 
     t = Trainer(spec, model, opt, wl, clock_factory, ...)
     t.window(it, steps, "measure")   -> {"rows": per-step rows, "window": {"wall_s", "samples", "steps"}}
@@ -22,8 +22,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bench import precision as prec
-from bench.strategies import is_ddp, unwrap
+from bench.rank import precision as prec
+from bench.rank.strategies import is_ddp, unwrap
 
 
 class NoMeasuredStep(RuntimeError):
@@ -89,7 +89,7 @@ class Trainer:
     opt: torch.optim.Optimizer
     wl: object                         # Workload
     device: torch.device
-    clock: Callable                    # () -> a fresh clock (bench.timing)
+    clock: Callable                    # () -> a fresh clock (bench.rank.timing)
     rank: int = 0
     replicas: int = 1                  # replica chunks in this process's batch
     split_replicas: bool = False

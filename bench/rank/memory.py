@@ -32,7 +32,7 @@ def rss_mib() -> float:
 def device_level(index: int) -> dict:
     """{'device_used_mib', 'process_used_mib', 'method'} of one GPU (torch numbering)."""
     try:
-        from bench import gpuinfo
+        from bench.machine import gpuinfo
         return gpuinfo.device_memory_mib(index)
     except Exception:  # no NVML here: torch's view of the driver's free memory
         free, total = torch.cuda.mem_get_info(index)

@@ -6,34 +6,19 @@
     apply_ddp(model, ctx)     DistributedDataParallel, NCCL on GPUs and gloo on CPU, one process per
                               device, with the settings in ctx.options (bucket_cap_mb,
                               gradient_as_bucket_view, static_graph, sync_buffers, comm_hook)
-    apply_fsdp(model, ctx)    FSDP2 `fully_shard` per block, then the root (bench.fsdp)
+    apply_fsdp(model, ctx)    FSDP2 `fully_shard` per block, then the root (bench.rank.fsdp)
 
 Adding a strategy means adding one function here and one entry in STRATEGIES.
 """
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 from torch import nn
 
-
-@dataclass(frozen=True)
-class Ctx:
-    """Where this process runs: its device, its place among the processes, and the strategy's settings."""
-    device: torch.device
-    count: int            # devices used by the configuration
-    rank: int = 0
-    world_size: int = 1
-    sync_bn: bool = False
-    options: dict = field(default_factory=dict)
-    warmup: int = 0       # warm-up steps of the run (PowerSGD starts compressing after them)
-
-    @property
-    def cuda(self) -> bool:
-        return self.device.type == "cuda"
+from bench.rank.context import Ctx
 
 
 def apply_single(model: nn.Module, ctx: Ctx) -> nn.Module:
@@ -130,7 +115,7 @@ def apply_ddp(model: nn.Module, ctx: Ctx) -> nn.Module:
 
 
 def apply_fsdp(model: nn.Module, ctx: Ctx) -> nn.Module:
-    from bench import fsdp
+    from bench.rank import fsdp
     bf16 = ctx.options.get("mixed_precision", "none") == "bf16"  # bf16 parameters, fp32 gradient reduction
     return fsdp.apply_fsdp(model, ctx, reshard_after_forward=bool(ctx.options.get("reshard", True)),
                            param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32 if bf16 else None)

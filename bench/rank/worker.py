@@ -1,13 +1,13 @@
 """The per-process worker: runs one configuration (a RunSpec) and leaves its raw measurements behind.
 
-Launched by bench.launch, never by hand:
-    python -m bench.worker OUT_DIR/spec.json                             # single, dp, loader
-    torchrun --nproc-per-node N ... -m bench.worker OUT_DIR/spec.json    # ddp, fsdp, comm (one node)
-    srun -N K torchrun --nnodes K --rdzv-backend c10d ... -m bench.worker OUT_DIR/spec.json   # several nodes
+Launched by bench.sweep.launch, never by hand:
+    python -m bench.rank.worker OUT_DIR/spec.json                             # single, dp, loader
+    torchrun --nproc-per-node N ... -m bench.rank.worker OUT_DIR/spec.json    # ddp, fsdp, comm (one node)
+    srun -N K torchrun --nnodes K --rdzv-backend c10d ... -m bench.rank.worker OUT_DIR/spec.json   # several nodes
 Modes: 'bench' runs warm-up steps, the measured window and, under DDP, the communication probe
-(bench.loop); 'equivalence' trains k steps and saves the final parameters; 'comm' runs the all-reduce
+(bench.rank.loop); 'equivalence' trains k steps and saves the final parameters; 'comm' runs the all-reduce
 microbenchmark; 'loader' times the data loader alone. Every rank publishes its progress
-(bench.heartbeat), its raw rows are gathered to rank 0, which alone writes OUT_DIR/result.json
+(bench.shared.heartbeat), its raw rows are gathered to rank 0, which alone writes OUT_DIR/result.json
 (atomically). A rank that fails writes OUT_DIR/error-rank<R>.json first, so the sweep can say which
 rank failed and why. OUT_DIR is on a filesystem every node reaches.
 """
@@ -26,12 +26,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bench import equivalence, faults, heartbeat, memory, precision, timing
-from bench.loop import NoMeasuredStep, Trainer
-from bench.spec import RunSpec
-from bench.procs import die_with_parent, exit_without_teardown
-from bench.strategies import STRATEGIES, Ctx, ddp_settings, is_ddp, unwrap
-from bench.workloads import builder
+from bench.rank import equivalence, memory, precision, timing
+from bench.rank.context import Ctx
+from bench.rank.loop import NoMeasuredStep, Trainer
+from bench.rank.strategies import STRATEGIES, ddp_settings, is_ddp, unwrap
+from bench.shared import faults, heartbeat
+from bench.shared.procs import die_with_parent, exit_without_teardown
+from bench.shared.spec import RunSpec
+from bench.workloads.registry import builder
 
 LR = 0.01
 MOMENTUM = 0.9
@@ -161,7 +163,7 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    if distributed:  # through the run folder's file (bench.launch), else torchrun's MASTER_ADDR/PORT
+    if distributed:  # through the run folder's file (bench.sweep.launch), else torchrun's MASTER_ADDR/PORT
         init = os.environ.get("BENCH_PG_INIT")
         dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=spec.pg_timeout_s),
                                 **({"init_method": init, "rank": rank, "world_size": world} if init else {}),
@@ -172,16 +174,16 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
     devices = [torch.device("cuda", i) for i in range(spec.device_count)] if cuda and spec.strategy == "dp" else [device]
     payload: dict = {"pid": os.getpid(), "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname()}
     if spec.nodes > 1 and local_rank == 0:
-        from bench import env
+        from bench.machine import env
         payload["node"] = {**env.capture(), "node_rank": int(os.environ.get("GROUP_RANK", 0)), "hostname": payload["host"],
                            "machine_hostname": socket.gethostname()}
     if spec.mode == "comm":
-        from bench.commbench import allreduce_sweep
+        from bench.rank.commbench import allreduce_sweep
         payload["comm"] = allreduce_sweep(device, spec.comm_max_bytes, extra_sizes=spec.comm_extra_bytes,
                                           local_world=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     else:
         if spec.data == "voc" and spec.download:
-            from bench import voc
+            from bench.workloads import voc
             beat.beat(-1, "download")
             if rank == 0:
                 voc.download(spec.voc_root)
@@ -243,7 +245,7 @@ def merge(payloads: list) -> dict:
     out.pop("node", None)
     out["hosts"] = sorted({p.get("host") for p in payloads if p.get("host")})
     if out.get("epochs"):
-        from bench.voc import coverage
+        from bench.workloads.voc import coverage
         merged = []
         for e, row in enumerate(out["epochs"]):
             rows = [p["epochs"][e] for p in payloads]
@@ -266,7 +268,7 @@ def write_json(path: str, obj: dict) -> None:
 def main(argv: list) -> int:
     die_with_parent(signal.SIGKILL)  # torchrun starts workers in sessions of their own: go when it goes
     if len(argv) != 1:
-        print("usage: python -m bench.worker SPEC.json (launched by the sweep)", file=sys.stderr)
+        print("usage: python -m bench.rank.worker SPEC.json (launched by the sweep)", file=sys.stderr)
         return 2
     with open(argv[0]) as f:
         spec = RunSpec.from_json(f.read())

@@ -1,4 +1,4 @@
-"""Plots of a sweep, one PNG per question, drawn from the report's `Config`s (bench.report).
+"""Plots of a sweep, one PNG per question, drawn from the report's `Config`s (bench.report.report).
 
 Each `*_figure` function returns a matplotlib Figure (no pyplot, no global state, Agg canvas) so a
 test can read its lines, bars and legend; `render_workload` saves them as

@@ -1,11 +1,11 @@
 """The report of a sweep, rendered from the results store alone: plots, report.md and report.html.
 
-    python -m bench.report --store results/bench.sqlite [--sweep ID] [--plots-dir plots] [--report-dir results]
+    python -m bench.report.report --store results/bench.sqlite [--sweep ID] [--plots-dir plots] [--report-dir results]
 
-`render()` loads the sweep (bench.results: the result that counts per configuration, every number
-recomputed from the raw rows), draws the plots (bench.plots) and writes one list of blocks twice
-(bench.pages): report.md and a self-contained report.html. The report opens with its answer
-(bench.recommend: what to run, what DataParallel would cost, where scaling stops paying, what bounds
+`render()` loads the sweep (bench.store.results: the result that counts per configuration, every number
+recomputed from the raw rows), draws the plots (bench.report.plots) and writes one list of blocks twice
+(bench.report.pages): report.md and a self-contained report.html. The report opens with its answer
+(bench.report.recommend: what to run, what DataParallel would cost, where scaling stops paying, what bounds
 the run), then the evidence per workload, communication, correctness, problems, and the environment last.
 """
 from __future__ import annotations
@@ -17,10 +17,11 @@ import os
 from collections import Counter
 from typing import Optional
 
-from bench import stats, store
-from bench.pages import to_html, to_markdown
+from bench.analysis import stats
+from bench.report.pages import to_html, to_markdown
+from bench.store import store
 
-from bench.results import STRATEGY_NAMES, Sweep, load, pick_sweep
+from bench.store.results import STRATEGY_NAMES, Sweep, load, pick_sweep
 
 # The reference experiment (ANCHORS.md): DeepLabV3-ResNet101, VOC 2012 train split, 20 epochs, on V100s.
 REFERENCE_IMAGES = 1464
@@ -229,7 +230,7 @@ def _environment_blocks(sweep: Sweep) -> list:
 def blocks(sweep: Sweep, plot_paths: dict) -> list:
     """The whole report as ('h', level, text) / ('p', text) / ('table', headers, rows) / ('img', path, alt):
     the recommendation first, then the evidence per workload, then communication, correctness, problems, environment."""
-    from bench import recommend
+    from bench.report import recommend
     s = sweep.sweep
     b: list = [("h", 1, f"DataParallel vs DistributedDataParallel: sweep {s['sweep_id']}")]
     b += recommend.blocks(sweep)
@@ -272,7 +273,7 @@ def blocks(sweep: Sweep, plot_paths: dict) -> list:
 def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "plots", report_dir: str = "results") -> dict:
     """Render plots into plots_dir and report.md + report.html into report_dir, from the store alone.
     sweep_id None: the latest sweep. Returns {'markdown': path, 'html': path, 'plots': [paths]}."""
-    from bench import plots
+    from bench.report import plots
     conn = store.connect(store_path, readonly=True)
     try:
         sweep = load(conn, pick_sweep(conn, sweep_id))
@@ -300,7 +301,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Optional[list] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.report.report", description=__doc__.splitlines()[0])
     add_arguments(parser)
     ns = parser.parse_args(argv)
     try:

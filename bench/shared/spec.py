@@ -1,5 +1,5 @@
 """One configuration as the worker runs it: `RunSpec`, serialised to OUT_DIR/spec.json for every process of
-the run; and `Skip`, a configuration that will not run, with its reason. bench.plan makes both."""
+the run; and `Skip`, a configuration that will not run, with its reason. bench.sweep.plan makes both."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,5 +1,5 @@
 """A sweep read back from the store: one `Config` per configuration (repeats pooled), every number
-derived from the raw rows with bench.stats (never from the summary columns of `results`).
+derived from the raw rows with bench.analysis.stats (never from the summary columns of `results`).
 
     sweep = load(conn, pick_sweep(conn, None))
     sweep.bench["synthetic"]   -> [Config], sorted by series then device count, with speed-up and efficiency
@@ -19,7 +19,8 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Optional
 
-from bench import stats, store
+from bench.analysis import stats
+from bench.store import store
 
 STRATEGY_NAMES = {"single": "single device", "dp": "DataParallel", "ddp": "DDP", "fsdp": "FSDP"}
 STRATEGY_ORDER = ("single", "dp", "ddp", "fsdp")

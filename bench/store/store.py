@@ -1,6 +1,6 @@
 """The results store: one SQLite file (default results/bench.sqlite) a user can query with SQL or pandas.
 
-The tables and their history live in bench.schema. Durability: WAL journal, a busy timeout, and every
+The tables and their history live in bench.store.schema. Durability: WAL journal, a busy timeout, and every
 result with its raw values written in one `BEGIN IMMEDIATE` transaction, so a killed sweep never leaves
 half a result and two sweeps can share a store. A sweep left 'running' by a process that no longer
 exists is marked 'died' when the store is opened. `check_path` validates a store path without
@@ -18,8 +18,10 @@ import weakref
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
-from bench import faults, schema, stats
-from bench.schema import (COMM_COLUMNS, EPOCH_COLUMNS, MEMORY_COLUMNS, SCHEMA_HISTORY, SCHEMA_VERSION, STEP_COLUMNS,
+from bench.analysis import stats
+from bench.shared import faults
+from bench.store import schema
+from bench.store.schema import (COMM_COLUMNS, EPOCH_COLUMNS, MEMORY_COLUMNS, SCHEMA_HISTORY, SCHEMA_VERSION, STEP_COLUMNS,
                           WINDOW_COLUMNS)
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -98,7 +100,7 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
 
 def close_all() -> int:
     """Close every store connection this process still holds, before it exits without the interpreter's
-    teardown (bench.procs.exit_without_teardown): a closed connection folds the WAL back into the file,
+    teardown (bench.shared.procs.exit_without_teardown): a closed connection folds the WAL back into the file,
     so the store is whole in its one file. Returns how many were open."""
     conns = list(_OPEN)
     for conn in conns:
@@ -307,7 +309,7 @@ def record_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int]
 
     payload (from the worker's result file): steps, windows, memory, epochs, comm, nodes lists of dicts;
     params, grad_bytes, comm_method, timing_method, numerics, compile_s; any other keys go to details_json.
-    The summary columns are derived here from the raw rows by bench.stats.
+    The summary columns are derived here from the raw rows by bench.analysis.stats.
     """
     payload = dict(payload or {})
     rows = {name: payload.pop(name, []) for name in ("steps", "windows", "memory", "epochs", "comm", "nodes")}

@@ -55,7 +55,7 @@ def error_text(err: dict) -> str:
 
 
 def diagnose(out_dir: str, log_path: str, rc: Optional[int], spec=None, watch=None) -> Outcome:
-    """rc None: the supervisor ended it (stall or limit). watch: the heartbeats (bench.heartbeat.Watch)."""
+    """rc None: the supervisor ended it (stall or limit). watch: the heartbeats (bench.shared.heartbeat.Watch)."""
     with open(log_path, errors="replace") as f:
         log = f.read()
     tail = "\n".join(log.strip().splitlines()[-30:])

@@ -3,9 +3,9 @@ process reaches taking the global batch (the same samples, in the same replica s
 
     ref, cand = specs(spec)                 # one process emulating N replicas; the strategy itself
     outcome = run(spec, limits)            # both in fresh processes, parameters compared
-    train(spec, trainer, batches)          # inside each worker: k steps, then rank 0 saves the parameters
+Inside each worker, bench.rank.equivalence trains the k steps and rank 0 saves the parameters.
 
-Tolerance follows the precision (bench.precision.TOLERANCE): float32 compares to rounding, autocast
+Tolerance follows the precision (bench.rank.precision.TOLERANCE): float32 compares to rounding, autocast
 rounds every matmul input and a different batch split rounds differently.
 """
 from __future__ import annotations
@@ -15,14 +15,11 @@ import os
 import shutil
 
 import torch
-import torch.distributed as dist
-from torch import nn
 
-from bench import precision
-from bench.diagnose import Outcome
-from bench.plan import EQUIVALENCE_STEPS
-from bench.spec import RunSpec
-from bench.strategies import unwrap
+from bench.rank import precision
+from bench.shared.spec import RunSpec
+from bench.sweep.diagnose import Outcome
+from bench.sweep.plan import EQUIVALENCE_STEPS
 
 
 def compare_params(ref_path: str, cand_path: str, precision_name: str = "fp32") -> dict:
@@ -52,7 +49,7 @@ def specs(spec: RunSpec) -> tuple:
 
 
 def run(spec: RunSpec, limits, shared_dir=None) -> Outcome:
-    from bench.launch import run_config
+    from bench.sweep.launch import run_config
     ref_spec, cand_spec = specs(spec)
     ref, cand = run_config(ref_spec, limits, keep=True), None  # their params.pt are compared, then both removed
     try:
@@ -75,42 +72,3 @@ def run(spec: RunSpec, limits, shared_dir=None) -> Outcome:
         cand.reason = (f"parameters differ after {EQUIVALENCE_STEPS} steps: max |diff| {verdict['max_abs_diff']:.3g} "
                        f"in {verdict['worst_tensor']} exceeds {verdict['tolerance']}")
     return cand
-
-
-# ---------------------------------------------------------------- inside the worker
-
-def train(spec: RunSpec, t, batches) -> dict:
-    """In the worker: k plain optimizer steps (t: a bench.loop.Trainer); rank 0 saves the final parameters.
-
-    The reference is one process taking the global batch. BatchNorm: DDP without SyncBatchNorm,
-    DataParallel and FSDP normalise each replica's batch on its own, so the reference feeds its
-    replicas' pieces one at a time and averages their gradients (t.split_replicas): the same
-    arithmetic in one process. With --sync-bn (DDP on CUDA) the reference takes the batch whole.
-    Dropout draws different masks for different splits, so it is off on both sides. Parameters are
-    compared, not buffers (running statistics are updated per replica by design)."""
-    for m in t.model.modules():
-        if isinstance(m, nn.modules.dropout._DropoutNd):
-            m.eval()
-    got = t.window(batches, spec.steps, "equivalence")
-    losses = torch.tensor(got["losses"], dtype=torch.float64, device=t.device)  # NCCL reduces device tensors only
-    if t.distributed:  # the loss over the global batch, as the reference reports it
-        dist.all_reduce(losses)
-        losses /= dist.get_world_size()
-    losses = losses.cpu()
-    params = full_parameters(t.model)
-    if t.rank == 0:
-        torch.save(params, os.path.join(spec.out_dir, "params.pt"))
-    return {"losses": losses.tolist(), "dropout": "off",
-            "batchnorm": "statistics over the global batch (SyncBatchNorm)" if spec.sync_bn and t.device.type == "cuda" else
-                         "statistics per replica batch" + (f" (reference: {t.replicas} micro-batches)" if t.split_replicas else "")}
-
-
-def full_parameters(model: nn.Module) -> dict:
-    """Every parameter in full on the CPU, named as in the user's module (FSDP's shards gathered)."""
-    out = {}
-    for name, p in unwrap(model).named_parameters():
-        p = p.detach()
-        if hasattr(p, "full_tensor"):  # a DTensor shard of FSDP2: a collective, every rank takes part
-            p = p.full_tensor()
-        out[name] = p.cpu()
-    return out

@@ -1,15 +1,15 @@
 """Launching one configuration in fresh processes and supervising it until it ends.
 
 Launchers (one function each, one registry entry):
-    local   single, dp, loader: `python -m bench.worker SPEC`; ddp, fsdp, comm: torchrun on this node
-    slurm   several nodes of the SLURM allocation: `srun -N K` starting one torchrun per node (bench.slurm)
+    local   single, dp, loader: `python -m bench.rank.worker SPEC`; ddp, fsdp, comm: torchrun on this node
+    slurm   several nodes of the SLURM allocation: `srun -N K` starting one torchrun per node (bench.sweep.slurm)
 Every torchrun rendezvouses with c10d through a FileStore in the run folder, and the workers join their
 process group through a file as well: nothing of torch's listens on a network interface, and there is
 no port to collide (a TCPStore listens on all interfaces whatever address it is given). On one node,
 gloo and NCCL bind loopback unless GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME say otherwise.
 
 `run_config(spec, limits)` starts the launcher in a session of its own and polls it: the worker's
-heartbeats (bench.heartbeat) name a rank that stops making progress within the collective timeout;
+heartbeats (bench.shared.heartbeat) name a rank that stops making progress within the collective timeout;
 the wall-clock limit follows the work (start-up allowance, then 3x the run's projected length) unless
 --timeout fixes it. Whatever happens (success, failure, stall, limit, a killed launcher, Ctrl-C),
 no process of the configuration is left running when it returns (or re-raises).
@@ -27,10 +27,11 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from bench import heartbeat, procs
-from bench.diagnose import Outcome, diagnose
-from bench.spec import RunSpec
+from bench.shared import heartbeat, procs
+from bench.shared.spec import RunSpec
+from bench.sweep.diagnose import Outcome, diagnose
 
+WORKER = "bench.rank.worker"  # the module every launcher runs (`ab --b-repo` may name another checkout's)
 POLL_S = 0.25
 STALL_FRACTION = 0.8          # name a stalled rank before the collective timeout fires (NCCL then aborts the rest)
 STARTUP_S = {"cuda": 900.0, "cpu": 300.0}
@@ -95,17 +96,17 @@ def torchrun_log_args(spec: RunSpec) -> list:
     return [f"--log-dir={os.path.join(spec.out_dir, 'torchrun')}"]
 
 
-def local_command(spec: RunSpec, spec_path: str) -> list:
+def local_command(spec: RunSpec, spec_path: str, worker: str = WORKER) -> list:
     if spec.processes > 1 or spec.strategy in ("ddp", "fsdp", "comm"):
         return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={spec.device_count}",
                 *rendezvous_args(spec, "bench-" + os.path.basename(spec.out_dir)), "--local-addr=127.0.0.1",
-                *torchrun_log_args(spec), "-m", "bench.worker", spec_path]
-    return [sys.executable, "-m", "bench.worker", spec_path]
+                *torchrun_log_args(spec), "-m", worker, spec_path]
+    return [sys.executable, "-m", worker, spec_path]
 
 
-def slurm_command(spec: RunSpec, spec_path: str) -> list:
-    from bench import slurm
-    return slurm.command(spec, spec_path, rendezvous_args(spec, slurm.step_name(spec)))
+def slurm_command(spec: RunSpec, spec_path: str, worker: str = WORKER) -> list:
+    from bench.sweep import slurm
+    return slurm.command(spec, spec_path, rendezvous_args(spec, slurm.step_name(spec)), worker)
 
 
 LAUNCHERS: dict = {
@@ -127,9 +128,10 @@ def run_dir(spec: RunSpec, shared_dir: Optional[str]) -> str:
 
 def run_config(spec: RunSpec, limits: Limits, shared_dir: Optional[str] = None,
                on_progress: Optional[Callable[[heartbeat.Watch], None]] = None, extra_env: Optional[dict] = None,
-               cwd: Optional[str] = None, keep: bool = False) -> Outcome:
+               cwd: Optional[str] = None, keep: bool = False, worker: str = WORKER) -> Outcome:
     """Run one configuration in fresh processes and collect its result file or its failure.
-    extra_env / cwd: an A/B variant's environment and working folder (another checkout: bench.abtest).
+    extra_env / cwd / worker: an A/B variant's environment, working folder and worker module (another
+    checkout: bench.commands.abtest).
     The run folder is removed when it returns (what matters is in the outcome: the result, or the log tail and
     tracebacks of a failure); keep=True leaves it, at outcome.out_dir, for a caller that reads files from it."""
     out_dir = run_dir(spec, shared_dir)
@@ -148,7 +150,7 @@ def run_config(spec: RunSpec, limits: Limits, shared_dir: Optional[str] = None,
     try:
         with open(log_path, "w") as log:
             with procs.signals_deferred():  # an interrupt lands after Popen returns, with proc known
-                proc = subprocess.Popen(LAUNCHERS[spec.launcher](spec, spec_path), stdout=log, stderr=subprocess.STDOUT,
+                proc = subprocess.Popen(LAUNCHERS[spec.launcher](spec, spec_path, worker), stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True, cwd=cwd,
                                         preexec_fn=procs.child_setup)
             outcome = supervise(proc, spec, spec_path, log_path, limits, t0, on_progress)
@@ -201,7 +203,7 @@ def supervise(proc: subprocess.Popen, spec: RunSpec, spec_path: str, log_path: s
     watch.poll()
     orphans = procs.kill_leftovers(spec_path)  # a launcher that died leaves its workers in their own sessions
     if spec.launcher == "slurm":
-        from bench import slurm
+        from bench.sweep import slurm
         slurm.cancel(spec)
     result = os.path.join(spec.out_dir, "result.json")
     if rc == 0 and os.path.exists(result):
@@ -215,7 +217,7 @@ def supervise(proc: subprocess.Popen, spec: RunSpec, spec_path: str, log_path: s
 
 def _end(proc: subprocess.Popen, spec: RunSpec, spec_path: str) -> None:
     if spec.launcher == "slurm":  # first the step on every node (killing srun's process group would orphan it)
-        from bench import slurm
+        from bench.sweep import slurm
         slurm.cancel(spec)
     procs.kill_group(proc, spec_path)
 

@@ -17,9 +17,10 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from bench import workloads
 from bench.config import ConfigError, SweepConfig, comm_hook_parts
-from bench.spec import RunSpec, Skip
+from bench.shared.spec import RunSpec, Skip
+from bench.workloads import registry, synthetic
+from bench.workloads.workload import WorkloadInfo
 
 DEFAULT_STEPS = {"cuda": 30, "cpu": 8}
 DEFAULT_WARMUP = {"cuda": 10, "cpu": 2}
@@ -45,7 +46,7 @@ def detect_machine() -> Machine:
     names = tuple(torch.cuda.get_device_name(i) for i in range(n))
     caps = tuple(tuple(torch.cuda.get_device_capability(i)) for i in range(n))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    from bench import slurm
+    from bench.sweep import slurm
     return Machine(cuda_devices=n, cpu_cores=cores, gpu_names=names, gpu_capabilities=caps,
                    slurm_nodes=slurm.allocation_nodes())
 
@@ -74,7 +75,7 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
                           "use --device cpu or auto")
     dev = device_type(cfg, machine)
     cuda = dev == "cuda"
-    names = tuple(workloads.canonical(w) for w in cfg.workloads)
+    names = tuple(registry.canonical(w) for w in cfg.workloads)
     per_node = cfg.gpus_per_node or (machine.cuda_devices if cuda else machine.cpu_cores)
     if cuda and per_node > machine.cuda_devices:
         raise ConfigError(f"--gpus-per-node: {per_node} asked for, but this node has {machine.cuda_devices} CUDA GPU(s)")
@@ -113,13 +114,13 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         if not cfg.voc_root:
             raise ConfigError("--data voc: needs --voc-root PATH (the folder holding VOCdevkit/VOC2012)")
         if not cfg.download:
-            from bench import voc
+            from bench.workloads import voc
             voc.check_tree(cfg.voc_root)
     if cfg.sync_bn and not cuda:
         raise ConfigError("--sync-bn: SyncBatchNorm runs on CUDA only; on CPU DDP keeps per-process BatchNorm "
                           "(the equivalence check then normalises per replica on both sides)")
     if cfg.weights:
-        workloads.check_weights(cfg.weights, [w for w in cfg.workloads if w != "synthetic"])
+        registry.check_weights(cfg.weights, [w for w in cfg.workloads if w != "synthetic"])
     if any(cfg.compile) and cfg.warmup == 0:
         raise ConfigError("--warmup 0 with --compile: compilation happens in the first step; expected --warmup >= 1 "
                           "so that it stays out of the measured steps")
@@ -130,8 +131,8 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         steps=cfg.steps or DEFAULT_STEPS[dev], warmup=DEFAULT_WARMUP[dev] if cfg.warmup is None else cfg.warmup,
         pg_timeout=pg, num_workers=DEFAULT_NUM_WORKERS[dev] if cfg.num_workers is None else cfg.num_workers,
         threads_per_process=None if cuda else (cfg.threads_per_process or max(1, machine.cpu_cores // min(per_node, max(counts)))),
-        synthetic_width=cfg.synthetic_width or workloads.SYNTHETIC_DEFAULTS[dev]["width"],
-        synthetic_depth=cfg.synthetic_depth or workloads.SYNTHETIC_DEFAULTS[dev]["depth"])
+        synthetic_width=cfg.synthetic_width or synthetic.DEFAULTS[dev]["width"],
+        synthetic_depth=cfg.synthetic_depth or synthetic.DEFAULTS[dev]["depth"])
     plan(resolved, machine)  # impossible batch splits and user models fail here, before anything runs
     return resolved
 
@@ -167,7 +168,7 @@ def _precision_skip(precision: str, cuda: bool, machine: Machine) -> Optional[st
 
 
 def _skip_reason(cfg: SweepConfig, machine: Machine, wl: str, strategy: str, n: int, nodes: int,
-                 precision: str, channels_last: bool, compiled: bool, info: "workloads.WorkloadInfo") -> Optional[str]:
+                 precision: str, channels_last: bool, compiled: bool, info: WorkloadInfo) -> Optional[str]:
     cuda = cfg.device == "cuda"
     if strategy == "dp" and nodes > 1:
         return f"DataParallel is one process on one node; {n} devices span {nodes} nodes (use ddp or fsdp)"
@@ -193,7 +194,7 @@ def _skip_reason(cfg: SweepConfig, machine: Machine, wl: str, strategy: str, n: 
     return None
 
 
-def _global_batch(cfg: SweepConfig, info: "workloads.WorkloadInfo", n: int) -> int:
+def _global_batch(cfg: SweepConfig, info: WorkloadInfo, n: int) -> int:
     pdb = cfg.per_device_batch or info.default_batch
     return pdb * n if cfg.scaling == "weak" else (cfg.global_batch or pdb * max(cfg.gpus))
 
@@ -203,7 +204,7 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
     out = []
     cuda = cfg.device == "cuda"
     for wl in cfg.workloads:
-        info = workloads.info(wl, cfg)
+        info = registry.info(wl, cfg)
         pdb = cfg.per_device_batch or info.default_batch
         for strategy, precision, cl, comp in itertools.product(cfg.strategies, cfg.precision, cfg.channels_last, cfg.compile):
             for n in ((1,) if strategy == "single" else cfg.gpus):
@@ -267,7 +268,7 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
                                                  nodes=1, launcher="local"))
     if cfg.comm_bench and {"ddp", "fsdp"} & set(cfg.strategies) and runnable:
         one_per_workload = {s.workload: s for s in runnable}.values()  # building a model even on meta takes seconds
-        max_bytes = max(workloads.gradient_bytes(s) for s in one_per_workload)
+        max_bytes = max(registry.gradient_bytes(s) for s in one_per_workload)
         buckets = sorted({int(mb * 2**20) for mb in (cfg.bucket_cap_mb or (25.0,))} | {2**20})  # DDP's first bucket: 1 MiB
         for n in cfg.gpus:
             if n > 1:
@@ -295,7 +296,7 @@ def describe_resolved(cfg: SweepConfig, given: set) -> list:
         lines.append("per-configuration limit: follows the work (start-up allowance, then 3x the time the first "
                      "measured steps project); --timeout S sets a fixed one")
     if cfg.weights:
-        lines += workloads.check_weights(cfg.weights, [w for w in cfg.workloads if w != "synthetic"])
+        lines += registry.check_weights(cfg.weights, [w for w in cfg.workloads if w != "synthetic"])
     if cfg.scaling == "strong":
         lines.append(f"strong scaling: global batch {cfg.global_batch or 'per-device batch x ' + str(max(cfg.gpus))}; "
                      "a replica holding more than --per-device-batch samples accumulates gradients over micro-batches")

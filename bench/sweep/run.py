@@ -1,4 +1,4 @@
-"""A sweep: every configuration of the plan in turn, each launched in fresh processes (bench.launch),
+"""A sweep: every configuration of the plan in turn, each launched in fresh processes (bench.sweep.launch),
 each result written to the store by this process alone; then the report.
 
 Ctrl-C, SIGTERM and SIGHUP stop the running configuration (all its processes), record it
@@ -17,12 +17,14 @@ import time
 import traceback
 from typing import Callable, Optional
 
-from bench import equivalence, faults, plan, store
 from bench.config import ConfigError, SweepConfig
-from bench.diagnose import Outcome
-from bench.launch import Limits, run_config
-from bench.plan import RunSpec, Skip
-from bench.procs import signals_deferred
+from bench.shared import faults
+from bench.shared.procs import signals_deferred
+from bench.store import store
+from bench.sweep import equivalence, plan
+from bench.sweep.diagnose import Outcome
+from bench.sweep.launch import Limits, run_config
+from bench.sweep.plan import RunSpec, Skip
 
 EXIT_STATUS = {0: "every configuration ok or skipped", 1: "a configuration failed (recorded with its reason; the sweep went on)",
                2: "bad input, refused before anything ran", 3: "internal error of the suite (traceback file named on stderr)",
@@ -127,7 +129,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
             if ignored:
                 log("note: a resumed sweep keeps its original settings; ignoring --" + ", --".join(n.replace("_", "-") for n in ignored))
             cfg = dataclasses.replace(original, **kept)
-        from bench import env as env_mod
+        from bench.machine import env as env_mod
         env_id = store.insert_environment(conn, env_mod.capture())
         with signals_deferred():  # the sweep row exists exactly when sweep_id is known here
             if resumed:
@@ -231,7 +233,7 @@ def internal_error(e: Exception, cfg: SweepConfig, conn, sweep_id, env_id, curre
 
 def render_report(cfg: SweepConfig, sweep_id: int, log: Callable[[str], None]) -> int:
     try:
-        from bench import report
+        from bench.report import report
         out = report.render(cfg.store, sweep_id, cfg.plots_dir, cfg.report_dir)
     except Exception as e:  # a rendering problem must not hide that the measurements are stored
         path = traceback_path(cfg.store, sweep_id).replace("traceback", "report-traceback")

@@ -2,7 +2,7 @@
 
 The sweep runs once, as a plain process on the allocation's first node (the batch script, or the
 salloc shell). A configuration spanning K nodes becomes one `srun` step over K nodes, one task per
-node, each task a torchrun that rendezvouses with the others through c10d (bench.launch):
+node, each task a torchrun that rendezvouses with the others through c10d (bench.sweep.launch):
     srun --nodes K --ntasks-per-node 1 --kill-on-bad-exit=1 --job-name bench-run-XXXX \\
         python -m torch.distributed.run --nnodes K --nproc-per-node G --rdzv-backend c10d \\
         --rdzv-endpoint RUN_DIR/rendezvous --rdzv-conf store_type=file --rdzv-id bench-run-XXXX ...
@@ -55,13 +55,13 @@ def step_name(spec) -> str:
     return "bench-" + os.path.basename(spec.out_dir.rstrip("/"))
 
 
-def command(spec, spec_path: str, rendezvous: list) -> list:
+def command(spec, spec_path: str, rendezvous: list, worker: str) -> list:
     per_node = spec.device_count // spec.nodes
     return ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
             f"--wait={STEP_WAIT_S}", "--immediate=60", f"--job-name={step_name(spec)}", "--export=ALL",
             f"--chdir={os.getcwd()}",
             sys.executable, "-m", "torch.distributed.run", f"--nnodes={spec.nodes}", f"--nproc-per-node={per_node}",
-            *rendezvous, f"--log-dir={os.path.join(spec.out_dir, 'torchrun')}", "-m", "bench.worker", spec_path]
+            *rendezvous, f"--log-dir={os.path.join(spec.out_dir, 'torchrun')}", "-m", worker, spec_path]
 
 
 def step_ids(name: str) -> list:

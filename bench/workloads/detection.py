@@ -23,7 +23,7 @@ import torchvision
 from torch import nn
 
 from bench.config import ConfigError
-from bench.modelspec import ModelSpec, check_spec, has_batchnorm
+from bench.workloads.modelspec import ModelSpec, check_spec, has_batchnorm
 
 BOXES_PER_IMAGE = 2
 KEYPOINTS = 17                     # Keypoint R-CNN's COCO person keypoints

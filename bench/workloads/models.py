@@ -12,7 +12,7 @@ MaxViT fix their size at construction, so the size is passed to the builder. Seg
 use torchvision's defaults: 21 classes (Pascal VOC), no auxiliary head. `deeplabv3_resnet101` is the
 same network as the suite's `deeplabv3` workload, which stays the reference experiment's model
 (its 256 px, VOC data, --weights); the registry name runs it on synthetic data like any other.
-Detection models are wrapped to take one tensor (bench/detection.py). Video, optical-flow and
+Detection models are wrapped to take one tensor (bench/workloads/detection.py). Video, optical-flow and
 quantized models are refused, each with its reason.
 """
 from __future__ import annotations
@@ -29,10 +29,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from bench.config import ConfigError
-from bench.modelspec import ModelSpec, check_spec, has_batchnorm
-from bench import detection, usermodel
+from bench.workloads import detection, usermodel
+from bench.workloads.modelspec import ModelSpec, check_spec, has_batchnorm
 
-SUITE_WORKLOADS = ("synthetic", "deeplabv3")        # built by bench/workloads.py, not here
+SUITE_WORKLOADS = ("synthetic", "deeplabv3")        # built by bench/workloads/registry.py, not here
 IGNORE_INDEX = 255                                  # segmentation border label, as in VOC
 AUX_WEIGHT = 0.4                                    # GoogLeNet/Inception auxiliary classifiers in train mode
 SEG_AUX_WEIGHT = 0.5                                # segmentation auxiliary head, as torchvision's references

@@ -2,7 +2,7 @@
 
 A `ModelSpec` is a model (random init, on CPU, not yet wrapped by a strategy) plus what the suite
 needs to train it: `make_batch(generator, batch) -> (inputs, targets)` and `loss_fn(output, targets)`.
-Torchvision models (bench/models.py) and the user's own (bench/usermodel.py) both become one.
+Torchvision models (bench/workloads/models.py) and the user's own (bench/workloads/usermodel.py) both become one.
 `check_spec(spec, name)` runs one training step on a small batch and raises `ConfigError` naming
 the workload and what broke; it returns the parameter count and shapes for the store.
 """

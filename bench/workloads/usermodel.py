@@ -3,7 +3,7 @@
 The contract (README "Your own model"):
   * FUNCTION is called with no arguments, or with `image_size=` (the --image-size value, or None
     when not given) if it has a parameter of that name (or **kwargs).
-  * It returns a dict (or `bench.modelspec.ModelSpec`, or any object with these attributes):
+  * It returns a dict (or `bench.workloads.modelspec.ModelSpec`, or any object with these attributes):
       model        torch.nn.Module, on CPU, not wrapped; every trainable parameter gets a gradient
       make_batch   make_batch(generator, batch) -> (inputs, targets): CPU tensors with dim 0 = batch
                    (DataParallel splits along dim 0), all randomness drawn from `generator`
@@ -31,7 +31,7 @@ from typing import Callable, Optional
 from torch import nn
 
 from bench.config import ConfigError
-from bench.modelspec import ModelSpec, has_batchnorm
+from bench.workloads.modelspec import ModelSpec, has_batchnorm
 
 REQUIRED = ("model", "make_batch", "loss_fn")
 OPTIONAL = ("min_batch_per_replica", "details")

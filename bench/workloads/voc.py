@@ -1,6 +1,6 @@
 """Pascal VOC 2012 segmentation data: find and check the tree, load (image, mask) pairs, shard epochs.
 
-Used by the worker for `--data voc`; `bench.plan` calls `check_tree` once, up front, before any
+Used by the worker for `--data voc`; `bench.sweep.plan` calls `check_tree` once, up front, before any
 process starts. The pieces, in the order a run uses them:
 
     check_tree(root)                        # cheap: folders, split file, every .jpg/.png exists
@@ -229,8 +229,8 @@ def coverage(per_rank: list, n_images: int) -> dict:
 
 
 def workload(spec, rank: int, model, loss_fn, details: dict):
-    """The deeplabv3 workload on VOC 2012 train for this process (bench.workloads calls it)."""
-    from bench.workloads import Workload, chunks_fed
+    """The deeplabv3 workload on VOC 2012 train for this process (bench.workloads.registry calls it)."""
+    from bench.workloads.workload import Workload, chunks_fed
     dataset = VOCTrain(spec.voc_root, image_set="train", image_size=spec.image_size, seed=spec.seed)
     replicas = spec.device_count if spec.strategy != "single" else spec.emulate_ranks
     sampler = StepSampler(len(dataset), replicas, chunks_fed(spec, rank), spec.per_device_batch, spec.seed)

@@ -1,0 +1,2 @@
+"""What both sides of the process boundary use: the RunSpec handed from sweep to rank (spec), process control
+(procs), progress heartbeats (heartbeat) and test-only fault injection (faults)."""

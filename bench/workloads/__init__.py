@@ -1,0 +1,2 @@
+"""Workloads by name (registry): the synthetic MLP, DeepLabV3, any torchvision model (models, detection), the
+user's own (usermodel) through the model contract (modelspec), and Pascal VOC data (voc)."""

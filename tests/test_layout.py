@@ -1,0 +1,117 @@
+"""The package's shape, read from its source with ast (nothing is imported or run): no import circle
+anywhere in bench/, and imports that follow the layers (what runs inside a rank never reaches back into
+the sweep, the commands or the report; the store, the analysis and the machine capture never into the
+sweep or a rank)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "bench"
+
+# folder -> folders it must never import (every import counts, at the top or inside a function)
+FORBIDDEN = {
+    "rank": ("sweep", "commands", "report", "analysis", "store"),
+    "shared": ("sweep", "rank", "commands", "report", "analysis", "store", "workloads", "machine"),
+    "workloads": ("sweep", "rank", "commands", "report", "analysis", "store"),
+    "machine": ("sweep", "rank", "commands", "report", "analysis", "store", "workloads"),
+    "store": ("sweep", "rank", "commands", "report", "workloads"),
+    "analysis": ("sweep", "rank", "commands", "report", "workloads"),
+    "report": ("sweep", "rank", "commands"),
+    "sweep": ("commands",),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imports_of(path: Path, known: set) -> set:
+    """The bench modules a file imports: `from bench.x import y` counts bench.x, and bench.x.y when that is a module."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] == "bench":
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in known}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "bench"}
+    return {m for m in out if m in known}
+
+
+def graph() -> dict:
+    mods = modules()
+    known = set(mods)
+    return {m: imports_of(p, known) - {m} for m, p in mods.items()}
+
+
+def cycles(edges: dict) -> list:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, on_stack, stack, out, counter = {}, {}, set(), [], [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and (PACKAGE / parts[1]).is_dir()) else ""
+
+
+def test_no_import_circle_anywhere_in_bench():
+    found = cycles(graph())
+    assert not found, "import circles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_imports_follow_the_layers():
+    bad = [f"{m} imports {t}" for m, targets in graph().items() for t in sorted(targets)
+           if folder(t) in FORBIDDEN.get(folder(m), ())]
+    assert not bad, "imports against the layers:\n" + "\n".join(bad)
+
+
+def test_the_walk_finds_a_circle_and_a_wrong_direction(tmp_path):
+    """The checks themselves: a made-up circle and a rank module importing the sweep are caught."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    f = tmp_path / "m.py"
+    f.write_text("def f():\n    from bench.sweep import plan\nimport bench.store.store\n")
+    assert imports_of(f, {"bench.sweep", "bench.sweep.plan", "bench.store.store"}) == \
+        {"bench.sweep", "bench.sweep.plan", "bench.store.store"}
+    assert folder("bench.rank.worker") == "rank" and folder("bench.cli") == "" and folder("bench.sweep") == "sweep"
+    assert "sweep" in FORBIDDEN[folder("bench.rank.worker")]
+
+
+@pytest.mark.parametrize("name", ["commands", "sweep", "rank", "shared", "workloads", "machine", "store", "analysis", "report"])
+def test_every_folder_says_what_lives_there(name):
+    init = PACKAGE / name / "__init__.py"
+    assert init.is_file() and len(ast.get_docstring(ast.parse(init.read_text())) or "") > 40
