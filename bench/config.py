@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
@@ -108,6 +109,22 @@ class SweepConfig:
         return cls(**raw)
 
 
+# --help shows the flags in these groups, in this order; every SweepConfig field is in exactly one.
+GROUPS = {
+    "what to run": ("strategies", "workloads", "repeats", "check_equivalence", "comm_bench", "loader_bench", "resume"),
+    "devices and counts": ("gpus", "nodes", "gpus_per_node", "device", "launcher", "threads_per_process"),
+    "workloads and data": ("per_device_batch", "scaling", "global_batch", "image_size", "synthetic_width",
+                           "synthetic_depth", "synthetic_repeats", "weights", "data", "voc_root", "download", "epochs",
+                           "checkpoint", "num_workers", "pin_memory", "persistent_workers", "seed"),
+    "precision and compilation": ("precision", "channels_last", "compile"),
+    "DDP settings": ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "sync_buffers", "comm_hook", "sync_bn"),
+    "FSDP settings": ("fsdp_reshard", "fsdp_mixed_precision"),
+    "measurement": ("steps", "warmup"),
+    "faults and limits": ("timeout", "pg_timeout"),
+    "output": ("store", "plots_dir", "report_dir", "report"),
+}
+
+
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -154,24 +171,40 @@ def parse_value(name: str, kind: str, text) -> object:
     if kind in ("float", "floats"):
         out = []
         for t in (_items(text, name) if kind == "floats" else [str(text).strip()]):
-            try:
-                out.append(float(t))
-            except ValueError:
-                raise ConfigError(f"{flag(name)}: {t!r} is not a number") from None
+            out.append(finite(t, flag(name)))
         return tuple(out) if kind == "floats" else out[0]
     raise AssertionError(kind)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per SweepConfig field, same name with dashes; every value arrives as a string."""
-    for f in fields(SweepConfig):
-        kind, help_ = f.metadata["parse"], f.metadata["help"]
-        if kind == "bool":
-            parser.add_argument(flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_)
-        elif kind == "bools":  # `--compile` alone means true
-            parser.add_argument(flag(f.name), dest=f.name, nargs="?", const="true", default=None, metavar="BOOLS", help=help_)
-        else:
-            parser.add_argument(flag(f.name), dest=f.name, default=None, metavar=f.name.upper(), help=help_)
+def finite(text, what: str) -> float:
+    """A number that is finite: float() also takes 'nan', 'inf', '-inf' and '1e999' (inf), none of which is a
+    meaningful count, size or time. ConfigError naming `what` (a flag, a file's key) and the value."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what}: {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ConfigError(f"{what}: {text!r} is not a finite number ({value}); expected a number such as 25 or 0.5")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> dict:
+    """One flag per SweepConfig field, same name with dashes, in the --help groups of GROUPS; every value arrives
+    as a string. Returns the argument groups by title (a command adds its own flags to one)."""
+    by_name = {f.name: f for f in fields(SweepConfig)}
+    groups = {}
+    for title, names in GROUPS.items():
+        group = groups[title] = parser.add_argument_group(title)
+        for name in names:
+            f = by_name[name]
+            kind, help_ = f.metadata["parse"], f.metadata["help"]
+            if kind == "bool":
+                group.add_argument(flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_)
+            elif kind == "bools":  # `--compile` alone means true
+                group.add_argument(flag(f.name), dest=f.name, nargs="?", const="true", default=None, metavar="BOOLS", help=help_)
+            else:
+                group.add_argument(flag(f.name), dest=f.name, default=None, metavar=f.name.upper(), help=help_)
+    return groups
 
 
 def from_args(ns: argparse.Namespace) -> SweepConfig:

@@ -38,7 +38,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def run_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="./run_bench.sh", description="Benchmark single-device, DataParallel, DistributedDataParallel "
+    p = Parser(prog="./run_bench.sh", usage="%(prog)s [COMMAND] [FLAGS]  (commands and examples at the end)", description="Benchmark single-device, DataParallel, DistributedDataParallel "
                 "and FSDP training and store every measurement.", epilog=EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     config.add_arguments(p)
