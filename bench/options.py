@@ -55,7 +55,9 @@ def prepare(argv: list, parser: argparse.ArgumentParser | None = None, machine=N
     from bench.sweep import slurm
     slurm.refuse_task_copies()
     machine = plan.detect_machine() if machine is None else machine
-    if not cfg.resume:
+    if cfg.resume:
+        store.check_resumable(cfg.store, cfg.resume)
+    else:
         cfg = plan.resolve(cfg, machine)
         if any(s.launcher == "slurm" for s in plan.plan(cfg, machine) if isinstance(s, plan.RunSpec)):
             slurm.check_shared_folder(os.path.dirname(os.path.abspath(cfg.store)), max(cfg.gpus) // cfg.gpus_per_node)

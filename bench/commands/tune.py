@@ -22,7 +22,7 @@ from typing import Optional
 
 from bench.analysis import stats
 from bench.commands import abtest
-from bench.config import ConfigError
+from bench.config import ConfigError, finite
 from bench.shared.spec import RunSpec
 from bench.store import store
 from bench.sweep.diagnose import Outcome
@@ -244,10 +244,11 @@ def main(argv: list) -> int:
     from bench import options
     parser = options.run_parser()
     parser.prog = "./run_bench.sh tune"
-    parser.add_argument("--budget", type=float, default=900.0, help="seconds for the whole search and its confirmation (default 900)")
+    parser.add_argument("--budget", default="900", help="seconds for the whole search and its confirmation (default 900)")
     ns, rest = parser.parse_known_args(argv)
     if rest:
         raise ConfigError(f"unrecognised arguments: {' '.join(rest)}")
+    ns.budget = finite(ns.budget, "--budget")
     if not ns.budget > 0:
         raise ConfigError(f"--budget: {ns.budget:g} is not allowed; expected seconds > 0")
     cfg, given, machine = options.prepare(abtest._without(argv, ("--budget",)))

@@ -10,7 +10,10 @@ clock comparison across hosts), when each rank's `seq` and progress last changed
     - seq stopped: the process itself is frozen (SIGSTOP, a deadlock holding the GIL) or gone.
 `Watch.stall(stall_s)` says whether the configuration stalled (no rank progressed for stall_s, none
 in a phase allowed to be long) and names the culprit: a frozen rank, one that never started, the
-rank furthest behind, or the one not waiting in a collective.
+rank furthest behind, or the one not waiting in a collective. `Watch.at_limit(now, still_s)` says
+who, if anyone, held a configuration back when its wall-clock limit came: only a rank that was silent,
+or made no progress for still_s while another rank went on; ranks a phase apart at that instant are
+not a culprit (ranks are always a little apart), and when every rank was progressing it says so.
 """
 from __future__ import annotations
 
@@ -28,6 +31,9 @@ LONG_PHASES = ("setup", "download", "compile")   # may take minutes without a st
 EXTENDED_PHASES = ("download", "compile")          # ... and they extend the start-up allowance
 COLLECTIVE_PHASES = ("forward", "backward", "barrier", "gather")  # where a rank waits for its peers
 STEP_PHASES = ("start", "data", "h2d", "forward", "backward", "optimizer", "end")
+WAITING_PHASES = ("barrier", "gather")  # a rank here waits for the others by design
+STILL_MIN_S = 10.0                      # at the limit, a rank is "stuck" only after this long without progress
+STILL_STEPS = 3.0                       # ... and after this many steps' worth of time
 
 
 def path_for(out_dir: str, rank: int) -> str:
@@ -134,6 +140,28 @@ class Watch:
             return None
         return self.culprits(now)
 
+    def at_limit(self, now: float, still_s: float) -> Optional[tuple]:
+        """(culprit ranks, sentence) when the heartbeats show one at the wall-clock limit, else None (every rank
+        was progressing, or waiting for one that was). A culprit never reported, stopped running, or made no
+        progress for still_s (measured on the sweep's clock) outside a waiting phase while another rank went on;
+        when no rank progressed for still_s, the stall's own rule names it (bench.shared.heartbeat.culprits)."""
+        missing = [r for r in range(self.ranks) if r not in self.states]
+        frozen = [r for r, s in self.states.items() if now - s.seq_changed >= FROZEN_S]
+        if missing or (frozen and len(frozen) < len(self.states)):
+            return self.culprits(now)
+        still = sorted(r for r, s in self.states.items() if now - s.progress_changed >= still_s)
+        if not still:
+            return None
+        if len(still) == len(self.states):
+            if all(s.body.get("phase") in LONG_PHASES for s in self.states.values()):
+                return None  # every rank still setting up or compiling: the start-up allowance's business
+            return self.culprits(now)
+        stuck = [r for r in still if self.states[r].body.get("phase") not in WAITING_PHASES]
+        if not stuck:
+            return None  # done and waiting for slower ranks that still progress
+        quiet = now - self.states[stuck[0]].progress_changed
+        return stuck, f"{_ranks(stuck)} made no progress for {quiet:.0f} s {_where(self.states, stuck)} while the others went on"
+
     def culprits(self, now: Optional[float] = None) -> tuple:
         """Who stopped the configuration, from the last state of every rank."""
         now = time.monotonic() if now is None else now
@@ -157,6 +185,12 @@ class Watch:
             return frozen, f"{_ranks(frozen)} stopped running {_where(self.states, frozen)}"
         everyone = sorted(keys)
         return everyone, f"no rank made progress {_where(self.states, everyone)}: every rank waits"
+
+
+def still_interval_s(step_s: Optional[float]) -> float:
+    """How long a rank must make no progress before it is called stuck at the limit: STILL_MIN_S, or STILL_STEPS
+    steps where steps are long (a DeepLabV3 backward on a CPU holds one phase for seconds)."""
+    return max(STILL_MIN_S, STILL_STEPS * step_s) if step_s else STILL_MIN_S
 
 
 def _ranks(ranks: list) -> str:

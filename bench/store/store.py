@@ -58,14 +58,7 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
     if readonly:
         if not os.path.isfile(path):
             raise StoreError(f"store {path!r} does not exist")
-        if os.access(path, os.W_OK) and os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
-            # writes refused by query_only; unlike mode=ro, closing it as the last connection folds in and
-            # removes the -wal and -shm files a reader of a WAL store creates, so none are left beside it
-            conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, factory=_Connection)
-            conn.execute("PRAGMA query_only = ON")
-        else:
-            conn = sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S,
-                                   isolation_level=None, factory=_Connection)
+        conn = _reader(path)
     else:
         d = os.path.dirname(os.path.abspath(path))
         os.makedirs(d, exist_ok=True)
@@ -96,6 +89,18 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
                 schema.migrate(conn, version)
     mark_dead_sweeps(conn)
     return conn
+
+
+def _reader(path: str) -> sqlite3.Connection:
+    """A connection that cannot write. Where the store's folder is writable, query_only: unlike mode=ro, closing it
+    as the last connection folds in and removes the -wal and -shm files a reader of a WAL store creates, so none
+    are left beside it."""
+    if os.access(path, os.W_OK) and os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, factory=_Connection)
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+    return sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S,
+                           isolation_level=None, factory=_Connection)
 
 
 def close_all() -> int:
@@ -149,7 +154,7 @@ def check_path(path: str) -> None:
 
 def _check_existing(path: str) -> None:
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        conn = _reader(path)
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -160,6 +165,31 @@ def _check_existing(path: str) -> None:
     if version > SCHEMA_VERSION or (version == 0 and tables):
         raise StoreError(f"--store {path!r} has schema version {version}; this suite reads and writes version "
                          f"{SCHEMA_VERSION}. Use another --store; the file was not modified.")
+
+
+def check_resumable(path: str, which: str) -> dict:
+    """The sweep `--resume WHICH` names, read without writing anything (a refused resume leaves no store behind
+    and the store byte-identical): StoreError when the store or the sweep does not exist, or the sweep's process
+    still runs. Returns the sweep's row."""
+    if which != "last" and not which.isdigit():
+        raise StoreError(f"--resume {which!r}: expected 'last' or a sweep id (a whole number)")
+    if not os.path.isfile(path):
+        raise StoreError(f"--resume {which}: there is no store at {path!r} (nothing to resume); --store names the "
+                         "store the interrupted sweep wrote to")
+    try:
+        conn = _reader(path)
+        conn.row_factory = sqlite3.Row
+        try:
+            row = dict(find_sweep(conn, which))
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"--resume {which}: {path!r} cannot be read as a results store: {e}") from None
+    except StoreError as e:
+        raise StoreError(f"--resume {which}: {e} ({path})") from None
+    if row["status"] == "running" and row["hostname"] == socket.gethostname() and row["pid"] and _pid_alive(int(row["pid"])):
+        raise StoreError(f"sweep {row['sweep_id']} is still running (pid {row['pid']} on {row['hostname']})")
+    return row
 
 
 def _version(conn: sqlite3.Connection) -> tuple:

@@ -60,9 +60,31 @@ class Limits:
         if first_step_at is None or done < 2:
             extra = 3 * self.startup_s if watch.in_phase(now, heartbeat.EXTENDED_PHASES) else 0.0
             return started + self.startup_s + extra
-        per_step = (now - first_step_at) / (done - 1)  # steps after the first (which holds compilation, autotuning)
-        projected = (first_step_at - started) + total * per_step
-        return started + WORK_FACTOR * projected + WORK_MARGIN_S
+        return started + WORK_FACTOR * self.projected_s(started, watch, first_step_at, now) + WORK_MARGIN_S
+
+    @staticmethod
+    def step_s(watch: heartbeat.Watch, first_step_at: Optional[float], now: float) -> Optional[float]:
+        """Seconds per step so far, from the steps after the first (which holds compilation, autotuning)."""
+        done = watch.steps_done()
+        return (now - first_step_at) / (done - 1) if first_step_at is not None and done >= 2 else None
+
+    def projected_s(self, started: float, watch: heartbeat.Watch, first_step_at: Optional[float], now: float) -> Optional[float]:
+        """The run's whole length at the pace of its steps so far (start-up included); None before two steps."""
+        per_step = self.step_s(watch, first_step_at, now)
+        return None if per_step is None else (first_step_at - started) + watch.total() * per_step
+
+    def still_progressing(self, started: float, watch: heartbeat.Watch, first_step_at: Optional[float], now: float) -> str:
+        """What the limit cut short when every rank was progressing: where it was, the projection, the flag."""
+        done, total = watch.steps_done(), watch.total()
+        at = f"at step {done + 1} of {total}" if total > 0 and done >= 0 else "before the first step"
+        projected = self.projected_s(started, watch, first_step_at, now)
+        pace = f"; at this pace the run needs about {projected:.0f} s in all" if projected else ""
+        if self.fixed_s is not None:
+            more = f" (more than {projected:.0f})" if projected else ""
+            flag = f"raise --timeout{more}, or leave it out so that the limit follows the work"
+        else:
+            flag = "--timeout S sets a longer, fixed limit"
+        return f"the limit was reached {at} with every rank progressing{pace}; {flag}"
 
     def describe(self, elapsed_s: float) -> str:
         if self.fixed_s is not None:
@@ -195,11 +217,11 @@ def supervise(proc: subprocess.Popen, spec: RunSpec, spec_path: str, log_path: s
             watch.poll(now)
             _end(proc, spec, spec_path)
             out = diagnose(spec.out_dir, log_path, None, spec)
-            ranks, why = watch.culprits(now)
-            return Outcome("failed", f"{limits.describe(now - t0)}; all processes of the "
-                                     f"configuration were killed; at the limit {why}"
+            found = watch.at_limit(now, heartbeat.still_interval_s(limits.step_s(watch, first_step_at, now)))
+            why = f"at the limit {found[1]}" if found else limits.still_progressing(t0, watch, first_step_at, now)
+            return Outcome("failed", f"{limits.describe(now - t0)}; all processes of the configuration were killed; {why}"
                            + (f". {out.reason}" if out.reason and "no rank reported" not in out.reason else ""),
-                           out.payload, failed_rank=out.failed_rank)
+                           out.payload, failed_rank=found[0][0] if found else out.failed_rank)
     watch.poll()
     orphans = procs.kill_leftovers(spec_path)  # a launcher that died leaves its workers in their own sessions
     if spec.launcher == "slurm":

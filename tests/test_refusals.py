@@ -1,0 +1,103 @@
+"""Every refusal is exit 2 with the value named, before anything is spawned or written: no store, no -wal/-shm,
+no run folder, no plot; an existing store byte-identical. Numbers must be finite: `float()` takes nan, inf,
+-inf and 1e999, none of which is a count, a size or a time."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import subprocess
+import tempfile
+
+import pytest
+
+from bench import cli, config
+from bench.store import store
+
+NON_FINITE = ("nan", "inf", "-inf", "1e999")
+
+
+def _numeric_flags(kinds: tuple) -> list:
+    return [f.name for f in dataclasses.fields(config.SweepConfig) if f.metadata["parse"] in kinds]
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    """The user's folder and the temporary folder, watched: a refusal must leave both as they were, and spawn nothing."""
+    home, tmp = tmp_path / "cwd", tmp_path / "tmp"
+    home.mkdir()
+    tmp.mkdir()
+    monkeypatch.chdir(home)
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+
+    def no_spawn(*a, **k):
+        raise AssertionError(f"a refused command spawned {a[0] if a else k}")
+    monkeypatch.setattr(subprocess, "Popen", no_spawn)
+    existing = home / "old.sqlite"
+    conn = store.connect(str(existing))
+    sid = store.begin_sweep(conn, "./run_bench.sh", "{}", None)
+    store.end_sweep(conn, sid, "completed")
+    conn.close()
+
+    def snapshot() -> dict:
+        # torch itself makes its compile cache folder, $TMPDIR/torchinductor_<user>, when torchvision is first
+        # imported (planning reads model sizes): torch's folder, shared by every torch program, not the suite's
+        return {str(p.relative_to(tmp_path)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+                for p in sorted(tmp_path.rglob("*")) if not str(p.relative_to(tmp_path)).startswith("tmp/torchinductor_")}
+    before = snapshot()
+    yield home
+    assert snapshot() == before, "a refused command created, changed or left a file"
+
+
+def _refused(argv: list, capsys) -> str:
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:  # argparse's own errors (a choice, a type): exit status 2 as well
+        code = e.code
+    assert code == 2, argv
+    out = capsys.readouterr()
+    return out.err + out.out
+
+
+@pytest.mark.parametrize("name", _numeric_flags(("float", "floats")))
+@pytest.mark.parametrize("text", NON_FINITE)
+def test_a_non_finite_number_for_a_float_flag_is_refused_naming_it(name, text, sandbox, capsys):
+    said = _refused([f"{config.flag(name)}={text}", "--device", "cpu"], capsys)
+    assert f"{config.flag(name)}: {text!r} is not a finite number" in said, said
+
+
+@pytest.mark.parametrize("name", _numeric_flags(("int", "ints")))
+@pytest.mark.parametrize("text", ("nan", "inf", "1e999", "2.5"))
+def test_a_whole_number_flag_refuses_nan_inf_and_fractions(name, text, sandbox, capsys):
+    said = _refused([f"{config.flag(name)}={text}", "--device", "cpu"], capsys)
+    assert f"{config.flag(name)}: {text!r} is not a whole number" in said, said
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--resume", "last"], "--resume last: there is no store at"),
+    (["--resume", "last", "--store", "new/dir/s.sqlite"], "there is no store at"),
+    (["--resume", "7", "--store", "old.sqlite"], "sweep 7 is not in the store"),
+    (["--resume", "abc", "--store", "old.sqlite"], "--resume 'abc': expected 'last' or a sweep id"),
+    (["tune", "--budget", "inf", "--device", "cpu"], "--budget: 'inf' is not a finite number"),
+    (["tune", "--budget", "nan", "--device", "cpu"], "--budget: 'nan' is not a finite number"),
+    (["tune", "--budget", "0", "--device", "cpu"], "--budget: 0 is not allowed"),
+    (["tune", "--gpus", "1", "--device", "cpu"], "no count above 1"),
+    (["tune", "--bucket-cap-mb", "nan", "--device", "cpu"], "--bucket-cap-mb: 'nan' is not a finite number"),
+    (["compare", "--threshold", "nan"], "--threshold"),
+    (["compare", "--threshold", "inf"], "--threshold"),
+    (["compare", "--store", "missing.sqlite"], "does not exist"),
+    (["ab", "--pairs", "1", "--b-env", "X=1", "--device", "cpu"], "--pairs: 1 is not allowed"),
+    (["ab", "--pairs", "nan", "--b-env", "X=1", "--device", "cpu"], "'nan'"),
+    (["ab", "--b-args", "--timeout nan", "--device", "cpu"], "--timeout: 'nan' is not a finite number"),
+    (["ab", "--b-env", "NOEQUALS", "--device", "cpu"], "--b-env 'NOEQUALS'"),
+    (["ab", "--device", "cpu"], "needs a variant B"),
+    (["report", "--store", "missing.sqlite"], "does not exist"),
+    (["report", "--store", "old.sqlite", "--sweep", "9"], "sweep 9 is not in the store"),
+    (["migrate", "--store", "missing.sqlite"], "does not exist"),
+    (["selfcheck", "--device", "tpu"], "'tpu'"),
+    (["frobnicate"], "unknown command 'frobnicate'"),
+])
+def test_every_command_refuses_without_writing_or_spawning(argv, expected, sandbox, capsys):
+    said = _refused(argv, capsys)
+    assert expected in said, said
