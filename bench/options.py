@@ -2,6 +2,7 @@
 (run, ab, tune, selfcheck), so that none of them imports the command line's dispatcher (bench.cli).
 
     cfg, given, machine = prepare(argv)   # ConfigError / StoreError (exit 2) before anything is spawned
+A sweep file (--config FILE.toml, bench.sweepfile) fills the flags the command line leaves out.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import argparse
 import os
 import sys
 
-from bench import config
+from bench import config, sweepfile
 from bench.store import store
 from bench.sweep import plan
 
@@ -41,7 +42,10 @@ def run_parser() -> argparse.ArgumentParser:
     p = Parser(prog="./run_bench.sh", usage="%(prog)s [COMMAND] [FLAGS]  (commands and examples at the end)", description="Benchmark single-device, DataParallel, DistributedDataParallel "
                 "and FSDP training and store every measurement.", epilog=EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    config.add_arguments(p)
+    groups = config.add_arguments(p)
+    groups["what to run"].add_argument("--config", default=None, metavar="FILE.toml",
+                                       help="a sweep file: TOML whose keys are these flags' names (sweeps/ has examples); "
+                                            "flags on the command line override it")
     return p
 
 
@@ -49,6 +53,10 @@ def prepare(argv: list, parser: argparse.ArgumentParser | None = None, machine=N
     """Parse, check and resolve a sweep's flags: (config, names given, machine). Raises ConfigError/StoreError.
     `machine`: one detected already in this process (ab's variant B), not detected again."""
     ns = (parser or run_parser()).parse_args(argv)
+    if getattr(ns, "config", None):
+        for name, text in sweepfile.load(ns.config).items():
+            if getattr(ns, name) is None:  # the command line overrides the file
+                setattr(ns, name, text)
     cfg = config.from_args(ns)
     given = frozenset(config.given(ns))
     store.check_path(cfg.store)

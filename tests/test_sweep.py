@@ -10,8 +10,8 @@ import pytest
 from bench.analysis import stats
 from conftest import run_bench
 
-ARGS = ["--workloads", "synthetic,deeplabv3", "--image-size", "32", "--per-device-batch", "2", "--steps", "3",
-        "--warmup", "1", "--synthetic-width", "128", "--synthetic-depth", "2", "--no-report"]
+# The shipped quick CPU sweep (sweeps/quick-cpu.toml): synthetic and deeplabv3 at 32 px, batch 2, 3 steps after 1.
+ARGS = ["--config", "sweeps/quick-cpu.toml", "--no-report"]
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,8 @@ def test_default_style_sweep_stores_ok_rows_for_everything_the_cpu_can_run(sweep
     assert "plan: 8 benchmark configuration(s), 1 comm, 2 skipped" in proc.stdout
     assert [r["status"] for r in results(conn, mode="comm")] == ["ok"]
     s = conn.execute("SELECT * FROM sweeps").fetchone()
-    assert s["status"] == "completed" and "--workloads synthetic,deeplabv3" in s["command_line"]
+    assert s["status"] == "completed" and "--config sweeps/quick-cpu.toml" in s["command_line"]
+    assert json.loads(s["config_json"])["workloads"] == ["synthetic", "deeplabv3"]  # the resolved sweep, stored
     env = conn.execute("SELECT * FROM environments WHERE env_id = ?", (s["env_id"],)).fetchone()
     assert env["torch"] and env["cpu_cores"] >= 2 and json.loads(env["json"])["git_commit"]
     assert {r["threads_per_process"] for r in results(conn, mode="bench", status="ok")} == {1}

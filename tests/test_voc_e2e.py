@@ -17,8 +17,9 @@ VOC_ARGS = ["--workloads", "deeplabv3", "--data", "voc", "--image-size", "32", "
 @pytest.mark.timeout(600)
 def test_voc_epochs_under_single_and_ddp_record_time_loss_data_wait_and_coverage(tmp_path, store_path):
     root = make_voc_tree(tmp_path / "voc", n_images=N_IMAGES)
-    p = run_bench(VOC_ARGS + ["--voc-root", str(root), "--epochs", "2", "--strategies", "single,ddp",
-                              "--gpus", "1,2", "--store", store_path], timeout=600)
+    # The shipped reference experiment (sweeps/reference.toml) in its CPU form: 2 epochs of a 9-image tree at 32 px.
+    p = run_bench(["--config", "sweeps/reference.toml", *VOC_ARGS, "--voc-root", str(root), "--epochs", "2",
+                   "--strategies", "single,ddp", "--gpus", "1,2", "--store", store_path], timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     conn = sqlite3.connect(store_path)
     conn.row_factory = sqlite3.Row

@@ -156,8 +156,9 @@ def test_powersgd_over_several_buckets_on_gloo_trains_through_its_compressed_ste
     import sqlite3
     from conftest import run_bench
     path = str(tmp_path / "p.sqlite")
-    p = run_bench(["--device", "cpu", "--workloads", "synthetic", "--synthetic-width", "512", "--synthetic-depth", "3",
-                   "--per-device-batch", "16", "--strategies", "ddp", "--gpus", "2", "--comm-hook", "powersgd:2",
+    # The shipped DDP-settings study (sweeps/ddp-settings.toml) in its CPU form: PowerSGD in 1 MiB buckets, once.
+    p = run_bench(["--config", "sweeps/ddp-settings.toml", "--device", "cpu", "--synthetic-width", "512", "--synthetic-depth", "3",
+                   "--per-device-batch", "16", "--gpus", "2", "--comm-hook", "powersgd:2", "--repeats", "1",
                    "--bucket-cap-mb", "1", "--steps", "4", "--warmup", "2", "--no-report",
                    "--pg-timeout", "60", "--no-comm-bench", "--store", path], timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr

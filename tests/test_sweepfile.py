@@ -1,0 +1,105 @@
+"""Sweep files: `--config FILE.toml` takes the flags' names, the command line overrides it, and an unknown key,
+a wrong type or a bad value is exit 2 naming the file, the key and what was expected. The shipped sweeps/
+resolve on a CPU and on an 8-GPU machine (each also runs, in its CPU form, inside another test: quick-cpu in
+test_sweep's sweep, reference in test_voc_e2e, ddp-settings in test_workloads' PowerSGD run)."""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from bench import cli, options
+from bench.sweep import plan
+from bench.sweep.plan import Machine
+
+REPO = Path(__file__).resolve().parents[1]
+CPU2 = Machine(cuda_devices=0, cpu_cores=2)
+GPU8 = Machine(cuda_devices=8, cpu_cores=64, gpu_names=("NVIDIA H100",) * 8, gpu_capabilities=((9, 0),) * 8)
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    chosen = {"m": CPU2}
+    monkeypatch.setattr(plan, "detect_machine", lambda: chosen["m"])
+    return chosen
+
+
+def _toml(tmp_path, text: str) -> str:
+    path = tmp_path / "sweep.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_file_sets_what_its_keys_name_and_the_command_line_overrides_it(tmp_path, machine):
+    f = _toml(tmp_path, 'strategies = ["single", "ddp"]\nworkloads = "synthetic"\nbucket-cap-mb = [25, 100.5]\n'
+                        'static_graph = [false, true]\nsteps = 4\ntimeout = 30\ncheck-equivalence = true\n')
+    cfg, given, _ = options.prepare(["--config", f, "--steps", "6", "--store", str(tmp_path / "s.sqlite")])
+    assert cfg.strategies == ("single", "ddp") and cfg.workloads == ("synthetic",)
+    assert cfg.bucket_cap_mb == (25.0, 100.5) and cfg.static_graph == (False, True) and cfg.timeout == 30.0
+    assert cfg.steps == 6, "the command line overrides the file"
+    assert cfg.check_equivalence is True
+    assert {"strategies", "bucket_cap_mb", "steps", "static_graph"} <= given
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("bucket-cap-mbb = [25]\n", "unknown key 'bucket-cap-mbb'; did you mean bucket-cap-mb?"),
+    ("gpus = \"1,4\"\n", "key 'gpus': '1,4' is a string; expected a whole number or a list of whole numbers"),
+    ("steps = 2.5\n", "key 'steps': 2.5 is a number; expected a whole number"),
+    ("compile = \"yes\"\n", "key 'compile': 'yes' is a string; expected true or false, or a list of them"),
+    ("download = 1\n", "key 'download': 1 is a whole number; expected true or false"),
+    ("gpus = [0, 2]\n", "key 'gpus': 0 is not allowed; expected a whole number >= 1"),
+    ("bucket-cap-mb = nan\n", "key 'bucket-cap-mb': 'nan' is not a finite number"),
+    ("timeout = inf\n", "key 'timeout': 'inf' is not a finite number"),
+    ("precision = [\"fp8\"]\n", "key 'precision': unknown name 'fp8'"),
+    ("gpus = []\n", "key 'gpus': [] is a list; expected a whole number or a list of whole numbers"),
+    ("[ddp]\nbucket-cap-mb = 25\n", "unknown key 'ddp'"),
+    ("[gpus]\ncount = 8\n", "key 'gpus': {'count': 8} is a table; expected a whole number or a list of whole numbers"),
+    ("steps = 3\nsteps = 4\n", "not valid TOML"),
+    ("bucket_cap_mb = [25]\nbucket-cap-mb = [100]\n", "keys 'bucket_cap_mb' and 'bucket-cap-mb' name the same flag"),
+    ("config = \"other.toml\"\n", "key 'config': a sweep file cannot name another"),
+])
+def test_a_bad_key_type_or_value_is_exit_2_naming_the_file_and_the_key(text, expected, tmp_path, capsys, machine):
+    f = _toml(tmp_path, text)
+    store = tmp_path / "s.sqlite"
+    assert cli.main(["--config", f, "--store", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {f}: ") and expected in err, err
+    assert not store.exists()
+
+
+def test_a_missing_file_is_named(tmp_path, capsys, machine):
+    assert cli.main(["--config", str(tmp_path / "nope.toml"), "--store", str(tmp_path / "s.sqlite")]) == 2
+    assert "--config" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["reference.toml", "quick-cpu.toml", "ddp-settings.toml"])
+def test_the_shipped_sweeps_resolve_on_a_cpu_and_on_eight_gpus(name, tmp_path, machine):
+    extra = ["--voc-root", str(tmp_path)] if name == "reference.toml" else []
+    if name == "reference.toml":
+        from voc_tree import make_voc_tree
+        extra = ["--voc-root", str(make_voc_tree(tmp_path / "voc", n_images=9))]
+    args = ["--config", str(REPO / "sweeps" / name), "--store", str(tmp_path / "s.sqlite"), *extra]
+    if name != "quick-cpu.toml":  # quick-cpu is the CPU's own sweep (device = "cpu")
+        machine["m"] = GPU8
+        cfg, _, m = options.prepare(args)
+        assert cfg.device == "cuda" and plan.plan(cfg, m)
+    machine["m"] = CPU2
+    cpu_args = args + (["--gpus", "1,2", "--epochs", "1", "--per-device-batch", "2", "--image-size", "32"]
+                       if name == "reference.toml" else ["--gpus", "2"] if name == "ddp-settings.toml" else [])
+    cfg, _, m = options.prepare(cpu_args + ["--device", "cpu"])
+    assert cfg.device == "cpu" and plan.plan(cfg, m)
+
+
+def test_the_stored_sweep_is_the_resolved_one_and_its_command_line_names_the_file(tmp_path):
+    from conftest import run_bench
+    store = tmp_path / "s.sqlite"
+    f = _toml(tmp_path, 'strategies = ["single"]\nworkloads = ["synthetic"]\nsynthetic-width = 32\nsynthetic-depth = 1\n'
+                        'per-device-batch = 4\nsteps = 2\nwarmup = 0\nreport = false\n')
+    p = run_bench(["--config", f, "--store", str(store)], timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    row = sqlite3.connect(store).execute("SELECT command_line, config_json FROM sweeps").fetchone()
+    assert f"--config {f}" in row[0]
+    stored = json.loads(row[1])
+    assert stored["strategies"] == ["single"] and stored["synthetic_width"] == 32 and stored["steps"] == 2
