@@ -111,19 +111,22 @@ def noisy_ms(n: int, seed: int = 0, base_ms: float = 50.0) -> list:
     return [base_ms * (1 + rng.uniform(0, 0.05)) for _ in range(n)]
 
 
-def build_compare_store(path: str, factors: tuple, steps_n: int = 30, repeats: int = 1, process_cv: float = 0.0,
-                        seed: int = 0) -> list:
+def build_compare_store(path: str, factors: tuple, steps_n: int = 30, repeats: int = 1, process_cv=0.0,
+                        seed: int = 0, sweep_cv: float = 0.0) -> list:
     """One sweep per factor: single x1 and ddp x2, `repeats` processes each; each process's step times are
-    the same noisy times x factor x its own luck (normal, sd process_cv). Returns sweep ids."""
+    the same noisy times x factor x its sweep's luck (normal, sd sweep_cv: the machine's drift) x its own luck
+    (normal, sd process_cv, or {strategy: sd}). Returns sweep ids."""
     conn = store.connect(path)
     rng = random.Random(seed)
     ids = []
     for f in factors:
         sid = store.begin_sweep(conn, "bench sweep", "{}", None)
+        drift = 1 + rng.gauss(0, sweep_cv) if sweep_cv else 1.0
         for strategy, count in (("single", 1), ("ddp", 2)):
+            cv = process_cv.get(strategy, 0.0) if isinstance(process_cv, dict) else process_cv
             for r in range(repeats):
-                luck = 1 + rng.gauss(0, process_cv) if process_cv else 1.0
-                ms = [t * f * luck for t in noisy_ms(steps_n, seed=count)]
+                luck = 1 + rng.gauss(0, cv) if cv else 1.0
+                ms = [t * f * drift * luck for t in noisy_ms(steps_n, seed=count)]
                 store.record_result(conn, sid, None, spec("synthetic", strategy, count, repeat=r), "ok",
                                     payload={"steps": steps(count, ms), "windows": windows(count, ms, 64)})
         store.end_sweep(conn, sid, "completed")

@@ -1,35 +1,40 @@
 """Compare a candidate sweep against a baseline, configuration by configuration, with processes as the
-independent samples (pyperf's rule: steps of one process share its luck).
+independent samples (pyperf's rule: steps of one process share its luck) and each configuration's own noise
+as the yardstick.
 
-    ./run_bench.sh compare --store base.sqlite --against new.sqlite [--threshold 0.05] [--noise 0.25]
+    ./run_bench.sh compare --store base.sqlite --against new.sqlite [--threshold 0.05]
     ./run_bench.sh compare --store results/bench.sqlite          # the two latest sweeps of one store
 
-Per configuration key with an ok benchmark on both sides, each process (repeat) contributes one
-throughput (samples over its timed window). With two or more processes per side: the ratio of
-geometric means, its 95% confidence interval, and a one-sided Welch t-test on log throughput that the
-candidate is slower; the p-values of all configurations are Holm-corrected (family-wise alpha 0.05).
-Sweeps run one after another also drift apart as the shared machine's speed changes, which their
-processes cannot show: a regression needs significance and a slowdown beyond --drift (15%). Sweeps
-written by `./run_bench.sh ab` interleave A and B process by process: compare pairs them (paired
-t-test on log ratios, the drift cancels) and a slowdown beyond --threshold (5%) is enough. With one
-process on a side nothing separates a change from process-to-process noise: compare says so, and calls
-a regression only beyond --noise (25%). A configuration ok in the baseline and failed in the candidate
-is a regression.
+Per configuration key with an ok benchmark on both sides, each process (repeat) contributes one throughput
+(samples over its timed window). How far two sweeps of identical code fall apart differs by configuration
+(fresh DDP x2 processes on a shared 2-core machine spread several times more than one process), so the bound
+a slowdown must pass is measured per configuration, from evidence (stats.evidence): the spread between its
+processes (repeats in either sweep) and between its sweeps (the same configuration in the --history earlier
+sweeps of the store, run on the same host: a shared machine's speed drifts between sweeps, which no repeat
+inside one sweep shows). With that evidence a one-sided t-test on mean log throughput; the p-values of all
+configurations are Holm-corrected (family-wise alpha 0.05) and a regression is significant and slower by more
+than --threshold (5%). Without earlier sweeps but with repeats on both sides: Welch's t-test, and a
+regression must also pass --drift (15%, the drift between sweeps measured here once). With neither, nothing
+measures the configuration's noise: compare says it cannot decide, and calls no regression. Sweeps written by
+`./run_bench.sh ab` interleave A and B process by process: compare pairs them (paired t-test on log ratios,
+the drift cancels) and a slowdown beyond --threshold is enough. A configuration ok in the baseline and failed
+in the candidate is a regression.
 Exit status 1 on a regression, 0 otherwise, 2 on bad input.
 """
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 from typing import Optional
 
 from bench.analysis import stats
+from bench.config import ConfigError, finite
 from bench.store import results, store
 
 ALPHA = 0.05               # family-wise significance level over the configurations compared
-PROCESS_CV = 0.07          # typical between-process spread (sd / mean) on shared machines, for the advice
-DEFAULT_NOISE = stats.PROCESS_NOISE  # without repeats: the bound a slowdown must exceed
 DEFAULT_DRIFT = 0.15       # sweeps run one after another: their means differed by 6% sd here (9% for a pair)
+DEFAULT_HISTORY = 10       # earlier sweeps of each configuration that measure its noise (the machine's recent state)
 
 
 def _sweeps(conn_a, conn_b, sweep_a: Optional[int], sweep_b: Optional[int]) -> tuple:
@@ -69,31 +74,45 @@ def _matched(base: dict, cand: dict, interleaved: bool) -> list:
     return pairs
 
 
-def resolvable(n: int, cv: float = PROCESS_CV) -> float:
-    """The slowdown n processes per side resolve at 80% power (one-sided 5%), for a process spread cv."""
-    return (1.645 + 0.842) * cv * math.sqrt(2.0 / n)
+def _history(conn_a, conn_b, sid_a: int, sid_b: int, row_a: dict, row_b: dict, limit: int) -> dict:
+    """{config_key: [[samples/s per process] per earlier sweep]}: the sweeps before the baseline in its store (and
+    before the candidate in its own store, when that is another), on the host that ran each side."""
+    out: dict = {}
+    sources = [(conn_a, min(sid_a, sid_b) if conn_b is None else sid_a, row_a.get("hostname"))]
+    if conn_b is not None:
+        sources.append((conn_b, sid_b, row_b.get("hostname")))
+    for conn, before, host in sources:
+        for sid in results.earlier_sweeps(conn, before, host, limit):
+            for key, sps in results.process_throughputs(conn, sid).items():
+                out.setdefault(key, []).append(sps)
+    return {k: v[-limit:] for k, v in out.items()}
 
 
-def verdict(pc: stats.ProcessComparison, noise: float, slower: bool = False, different: bool = False) -> str:
-    """pyperf-style wording for a comparison of per-process throughputs. slower / different: the one-sided
-    (candidate slower) / two-sided test survived the correction over configurations."""
-    change = f"{pc.ratio:.2f}x faster" if pc.ratio > 1 else f"{1 / pc.ratio:.2f}x slower"
+def verdict(pc: stats.ProcessComparison, ev: Optional[stats.Evidence], floor: float, slower: bool, different: bool) -> str:
+    """pyperf-style words for one configuration. slower / different: the one-sided (candidate slower) /
+    two-sided test survived the correction over configurations; floor: the smallest slowdown that counts."""
+    change = "no change" if pc.ratio == 1 else f"{pc.ratio:.2f}x faster" if pc.ratio > 1 else f"{1 / pc.ratio:.2f}x slower"
     if not pc.decidable:
         side = "one process per side" if pc.n_a == pc.n_b == 1 else f"{pc.n_a} vs {pc.n_b} process(es)"
-        within = abs(math.log(pc.ratio)) <= math.log1p(noise)
-        return (f"{change if pc.ratio != 1 else 'no change'}, {'within' if within else 'beyond'} the noise bound of "
-                f"{noise:.0%} between fresh processes ({side}: cannot separate a change from process noise; "
-                f"--repeats 5 on both sides resolves about {resolvable(5):.0%})")
-    ci = f"95% CI of the ratio {pc.ci95[0]:.2f}-{pc.ci95[1]:.2f}, {pc.n_a} vs {pc.n_b} processes"
+        return (f"{change}: cannot decide ({side}, and fewer than {stats.MIN_EVIDENCE_SWEEPS - 1} earlier sweeps of this "
+                f"configuration in the store: nothing measures its noise; keep earlier sweeps in the store, or run both "
+                f"sides with --repeats 3)")
+    n = f"{pc.n_a} vs {pc.n_b} process(es)"
+    if ev is not None:
+        noise = (f"noise of this configuration from {ev.sweeps} sweeps: sd {math.expm1(ev.sd_diff):.0%} for this "
+                 f"comparison, it calls slowdowns beyond {max(floor, ev.bound(ALPHA)):.0%}")
+    else:
+        noise = f"{n}, no earlier sweep: a slowdown must also pass the drift between sweeps, {floor:.0%}"
+    ci = f"95% CI of the ratio {pc.ci95[0]:.2f}-{pc.ci95[1]:.2f}"
     if slower and pc.ratio < 1:
-        return f"{change} (p={pc.p_slower:.2g} one-sided, {ci})"
+        return f"{change} (p={pc.p_slower:.2g} one-sided, {ci}; {noise})"
     if different and pc.ratio != 1:
-        return f"{change} (p={pc.p_two_sided:.2g}, {ci})"
-    return f"no significant difference (p={pc.p_two_sided:.2g} before correction over configurations, {ci})"
+        return f"{change} (p={pc.p_two_sided:.2g}, {ci}; {noise})"
+    return f"{change}, within the noise (p={pc.p_two_sided:.2g} before correction over configurations, {ci}; {noise})"
 
 
 def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_b: Optional[int],
-            threshold: float, noise: float = DEFAULT_NOISE, drift: float = DEFAULT_DRIFT) -> tuple:
+            threshold: float = 0.05, drift: float = DEFAULT_DRIFT, history: int = DEFAULT_HISTORY) -> tuple:
     """Text of the comparison and the exit status (1: a regression). store_b None: two sweeps of store_a."""
     conn_a = store.connect(store_a, readonly=True)
     conn_b = store.connect(store_b, readonly=True) if store_b else None
@@ -101,35 +120,41 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
         sid_a, sid_b = _sweeps(conn_a, conn_b, sweep_a, sweep_b)
         base, _, row_a = _configs(conn_a, sid_a)
         cand, cand_broken, row_b = _configs(conn_b or conn_a, sid_b)
+        interleaved = store_b is None and row_a.get("paired_with") == sid_b
+        earlier = {} if interleaved or history == 0 else _history(conn_a, conn_b, sid_a, sid_b, row_a, row_b, history)
     finally:
         conn_a.close()
         if conn_b is not None:
             conn_b.close()
-    interleaved = store_b is None and row_a.get("paired_with") == sid_b
     if interleaved:
         rule = (f"interleaved A/B pairs (./run_bench.sh ab): a regression is slower by more than {threshold:.0%}, "
                 f"significant at family-wise p < {ALPHA} over pairs")
     else:
-        rule = (f"a regression is slower by more than {max(threshold, drift):.0%} (sweeps run one after another drift "
-                f"apart by that much here; ./run_bench.sh ab resolves less), significant at family-wise p < {ALPHA} over "
-                f"processes; with one process per side, slower by more than the noise bound {noise:.0%}")
+        rule = (f"each configuration against its own noise, measured from up to {history} earlier sweeps of it on this "
+                f"host and its repeats: a regression is significant at family-wise p < {ALPHA} and slower by more than "
+                f"{threshold:.0%} ({max(threshold, drift):.0%} with repeats but no earlier sweep); without either, no call")
     lines = [f"baseline: {store_a} sweep {sid_a}; candidate: {store_b or store_a} sweep {sid_b}; {rule}", ""]
     common = _matched(base, cand, interleaved)
-    if interleaved:
-        reps = {p: sorted(set(base[p[0]].by_repeat) & set(cand[p[1]].by_repeat)) for p in common}
-        pcs = {p: stats.compare_pairs([base[p[0]].by_repeat[r] for r in reps[p]], [cand[p[1]].by_repeat[r] for r in reps[p]])
-               for p in common}
-    else:
-        pcs = {p: stats.compare_processes(base[p[0]].process_sps, cand[p[1]].process_sps) for p in common}
+    evidence, pcs = {}, {}
+    for p in common:
+        a, b = base[p[0]], cand[p[1]]
+        if interleaved:
+            reps = sorted(set(a.by_repeat) & set(b.by_repeat))
+            pcs[p] = stats.compare_pairs([a.by_repeat[r] for r in reps], [b.by_repeat[r] for r in reps])
+            continue
+        evidence[p] = stats.evidence(earlier.get(p[0], []), a.process_sps, b.process_sps)
+        pcs[p] = (stats.compare_with_evidence(a.process_sps, b.process_sps, evidence[p]) if evidence[p]
+                  else stats.compare_processes(a.process_sps, b.process_sps))
     significant = stats.holm({p: pc.p_slower for p, pc in pcs.items() if pc.decidable}, ALPHA)
     different = stats.holm({p: pc.p_two_sided for p, pc in pcs.items() if pc.decidable}, ALPHA)
-    floor = threshold if interleaved else max(threshold, drift)
     regressed = []
     for p in common:
         a, b, pc = base[p[0]], cand[p[1]], pcs[p]
-        words = verdict(pc, noise, p in significant, p in different).replace("processes)", "pairs)" if interleaved else "processes)")
-        slowdown = 1 / pc.ratio - 1
-        if (p in significant and slowdown > floor) or (not pc.decidable and slowdown > max(floor, noise)):
+        floor = threshold if interleaved or evidence.get(p) else max(threshold, drift)
+        words = verdict(pc, evidence.get(p), floor, p in significant, p in different)
+        if interleaved:
+            words = words.replace("process(es)", "pairs")
+        if pc.decidable and p in significant and 1 / pc.ratio - 1 > floor:
             regressed.append(p[1])
             words += " (REGRESSION)"
         name = p[0] if p[0] == p[1] else f"{p[0]} vs {p[1]}"
@@ -149,7 +174,9 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
         lines.append(f"{key}: only in the candidate")
     if not common:
         lines.append("no configuration has an ok result on both sides")
-    lines += ["", f"{len(regressed)} configuration(s) regressed" if regressed else "no regression"]
+    undecided = sum(not pcs[p].decidable for p in common)
+    lines += ["", (f"{len(regressed)} configuration(s) regressed" if regressed else "no regression")
+              + (f"; {undecided} of {len(common)} could not be decided (no evidence of their noise)" if undecided else "")]
     return "\n".join(lines) + "\n", 1 if regressed else 0
 
 
@@ -158,12 +185,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--against", default=None, help="candidate store (default: compare two sweeps of --store)")
     parser.add_argument("--sweep-a", type=int, default=None, help="baseline sweep id (default: latest, or the one before --sweep-b)")
     parser.add_argument("--sweep-b", type=int, default=None, help="candidate sweep id (default: latest)")
-    parser.add_argument("--threshold", type=float, default=0.05, help="smallest slowdown that counts, with repeats (0.05 = 5%%)")
-    parser.add_argument("--noise", type=float, default=DEFAULT_NOISE,
-                        help="without repeats, the process-to-process noise bound a slowdown must exceed (0.25 = 25%%)")
-    parser.add_argument("--drift", type=float, default=DEFAULT_DRIFT,
-                        help="sweeps run one after another: the drift between them a slowdown must exceed (0.15 = 15%%); "
-                             "interleaved A/B sweeps (./run_bench.sh ab) need none")
+    parser.add_argument("--threshold", default="0.05", help="smallest slowdown that counts (0.05 = 5%%)")
+    parser.add_argument("--drift", default=str(DEFAULT_DRIFT),
+                        help="with repeats but no earlier sweep of a configuration: the drift between sweeps a slowdown "
+                             "must also pass (0.15 = 15%%); interleaved A/B sweeps (./run_bench.sh ab) need none")
+    parser.add_argument("--history", default=str(DEFAULT_HISTORY),
+                        help=f"earlier sweeps of each configuration (same store, same host) that measure its noise "
+                             f"(default {DEFAULT_HISTORY}; 0: none)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -176,14 +204,17 @@ def main(argv: Optional[list] = None) -> int:
     parser = _Parser(prog="./run_bench.sh compare", description=__doc__.splitlines()[0])
     add_arguments(parser)
     ns = parser.parse_args(argv)
-    for flag, v in (("--threshold", ns.threshold), ("--noise", ns.noise), ("--drift", ns.drift)):
-        if not (0 <= v < 10):
-            print(f"error: {flag} {v}: expected a fraction such as 0.05")
-            return 2
     try:
-        text, code = compare(ns.store, ns.against, ns.sweep_a, ns.sweep_b, ns.threshold, ns.noise, ns.drift)
-    except store.StoreError as e:
-        print(f"error: {e}")
+        fractions = [finite(getattr(ns, name), f"--{name}") for name in ("threshold", "drift")]
+        for name, v in zip(("threshold", "drift"), fractions):
+            if not 0 <= v < 10:
+                raise ConfigError(f"--{name}: {v:g} is not allowed; expected a fraction such as 0.05 (5%)")
+        history = finite(ns.history, "--history")
+        if history < 0 or history != int(history):
+            raise ConfigError(f"--history: {ns.history!r} is not allowed; expected a whole number of sweeps >= 0")
+        text, code = compare(ns.store, ns.against, ns.sweep_a, ns.sweep_b, *fractions, history=int(history))
+    except (ConfigError, store.StoreError) as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     print(text, end="")
     return code

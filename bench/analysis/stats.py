@@ -113,10 +113,11 @@ class ProcessComparison:
     n_a: int
     n_b: int
     spread: float             # largest between-process spread seen on either side (fraction)
+    decided_by: str = "processes"  # processes (repeats on both sides) | pairs (interleaved A/B) | evidence (earlier sweeps)
 
     @property
     def decidable(self) -> bool:
-        return self.n_a >= 2 and self.n_b >= 2
+        return self.decided_by == "evidence" or (self.n_a >= 2 and self.n_b >= 2)
 
 
 def compare_processes(a_sps: Sequence[float], b_sps: Sequence[float]) -> ProcessComparison:
@@ -164,6 +165,76 @@ def compare_pairs(a_sps: Sequence[float], b_sps: Sequence[float]) -> ProcessComp
     half = float(st.t.ppf(0.975, n - 1) * se)
     return ProcessComparison(ratio, (float(np.exp(d.mean() - half)), float(np.exp(d.mean() + half))),
                              float(st.t.cdf(t, n - 1)), float(2 * st.t.sf(abs(t), n - 1)), n, n, spread)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What is known of one configuration's noise, on log throughput: the spread between its processes
+    (sd_process, from repeats inside sweeps) and between its sweeps (sd_sweep, the drift of a shared machine,
+    from earlier sweeps of it); `sd_diff` is the standard deviation of the baseline-to-candidate difference
+    they predict for the processes compared, with `df` degrees of freedom. `sweeps` counts the known-good sweeps
+    (earlier ones and the baseline) it rests on."""
+    sd_process: float
+    sd_sweep: float
+    sd_diff: float
+    df: float
+    sweeps: int
+    processes: int
+
+    def bound(self, alpha: float) -> float:
+        """The slowdown (fraction) this evidence would call at one-sided level alpha."""
+        from scipy import stats as st
+        return float(math.expm1(st.t.ppf(1 - alpha, self.df) * self.sd_diff))
+
+
+MIN_EVIDENCE_SWEEPS = 3         # earlier sweeps + the baseline before the spread between sweeps is used
+
+
+def evidence(history: Sequence[Sequence[float]], a_sps: Sequence[float], b_sps: Sequence[float]):
+    """The noise model of one configuration from its processes (samples/s): `history` holds one list per earlier
+    sweep of it, a_sps the baseline's, b_sps the candidate's. A sweep's mean is mu + drift + process noise: its
+    variance is sd_sweep^2 + sd_process^2 / n (a random-effects model), so the baseline-to-candidate difference
+    has variance 2 sd_sweep^2 + sd_process^2 (1/n_a + 1/n_b). sd_process pools the spread inside every sweep
+    with repeats (the candidate's too: a shift does not change it); sd_sweep comes from the spread of the
+    known-good sweeps' means (never the candidate's). None with fewer than MIN_EVIDENCE_SWEEPS of them: then
+    the drift between sweeps is unknown (compare falls back to repeats and a fixed drift bound, or cannot decide)."""
+    logs = lambda xs: [math.log(float(x)) for x in xs if x is not None and float(x) > 0]  # noqa: E731
+    known = [g for g in (logs(h) for h in history) if g] + [logs(a_sps)]
+    cand = logs(b_sps)
+    if len(known) < MIN_EVIDENCE_SWEEPS or not known[-1] or not cand:
+        return None
+    within = [g for g in known + [cand] if len(g) >= 2]
+    df_w = sum(len(g) - 1 for g in within)
+    var_p = sum(float(np.var(g, ddof=1)) * (len(g) - 1) for g in within) / df_w if df_w else None
+    means = [float(np.mean(g)) for g in known]
+    var_m = float(np.var(means, ddof=1))
+    n_a, n_b = len(known[-1]), len(cand)
+    if var_p is None:  # every sweep one process: the spread of the means is process noise and drift together
+        var_d, var_diff = var_m, 2 * var_m
+        var_p_shown = float("nan")
+    else:
+        var_d = max(0.0, var_m - var_p * float(np.mean([1.0 / len(g) for g in known])))
+        var_diff = 2 * var_d + var_p * (1.0 / n_a + 1.0 / n_b)
+        var_p_shown = var_p
+    return Evidence(sd_process=math.sqrt(var_p_shown) if var_p is not None else float("nan"), sd_sweep=math.sqrt(var_d),
+                    sd_diff=math.sqrt(var_diff), df=float(len(known) - 1), sweeps=len(known),
+                    processes=sum(map(len, known)) + n_b)
+
+
+def compare_with_evidence(a_sps: Sequence[float], b_sps: Sequence[float], ev: Evidence) -> ProcessComparison:
+    """Baseline against candidate through a configuration's own noise model (`evidence`): a t-test of the
+    difference of mean log throughputs with ev.sd_diff and ev.df (the sweeps' spread is the scarcer estimate)."""
+    from scipy import stats as st
+    la, lb = np.log(np.asarray(a_sps, dtype=float)), np.log(np.asarray(b_sps, dtype=float))
+    d = float(lb.mean() - la.mean())
+    spread = max([v for v in (repeat_spread(a_sps), repeat_spread(b_sps)) if not math.isnan(v)], default=float("nan"))
+    if ev.sd_diff == 0:
+        p1, p2 = (0.0 if d < 0 else 1.0), (0.0 if d != 0 else 1.0)
+        return ProcessComparison(math.exp(d), (math.exp(d), math.exp(d)), p1, p2, len(la), len(lb), spread)
+    t = d / ev.sd_diff
+    half = float(st.t.ppf(0.975, ev.df) * ev.sd_diff)
+    return ProcessComparison(math.exp(d), (math.exp(d - half), math.exp(d + half)), float(st.t.cdf(t, ev.df)),
+                             float(2 * st.t.sf(abs(t), ev.df)), len(la), len(lb), spread, decided_by="evidence")
 
 
 def holm(p_values: dict, alpha: float) -> set:

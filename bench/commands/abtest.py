@@ -200,7 +200,7 @@ def main(argv: list) -> int:
             for sid in (sid_a, sid_b):
                 store.end_sweep(conn, sid, status)
             conn.close()
-    text, code = compare.compare(cfg.store, None, sid_a, sid_b, 0.05)
+    text, code = compare.compare(cfg.store, None, sid_a, sid_b)
     print(text, end="")
     return code
 

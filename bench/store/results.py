@@ -219,3 +219,24 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
             by_workload.setdefault(c.workload, []).append(c)
     out.bench = {w: _with_scaling(cs) for w, cs in sorted(by_workload.items())}
     return out
+
+
+def process_throughputs(conn: sqlite3.Connection, sweep_id: int) -> dict:
+    """{config_key: [samples/s of each ok process]} of one sweep's benchmarks, from the raw windows alone."""
+    out: dict = {}
+    for r in store.latest_results(conn, sweep_id):
+        if r["mode"] != "bench" or r["status"] != "ok":
+            continue
+        sps = stats.window_throughput(_rows(conn, "SELECT * FROM windows WHERE result_id = ?", r["result_id"]))[0]
+        if not math.isnan(sps):
+            out.setdefault(r["config_key"], []).append(sps)
+    return out
+
+
+def earlier_sweeps(conn: sqlite3.Connection, before: int, hostname: Optional[str], limit: int) -> list:
+    """Ids of the `limit` most recent sweeps before `before` that ran this suite's own code on this host: plain
+    sweeps and the A side of A/B runs (variant B and tune's trials ran other code or settings), newest last."""
+    rows = conn.execute("SELECT sweep_id FROM sweeps WHERE sweep_id < ? AND (label IS NULL OR label = 'a') "
+                        "AND (? IS NULL OR hostname = ?) ORDER BY sweep_id DESC LIMIT ?",
+                        (before, hostname, hostname, limit)).fetchall()
+    return sorted(r[0] for r in rows)
