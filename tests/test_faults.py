@@ -232,11 +232,14 @@ TOGETHER = {  # name: (flags, BENCH_FAULT); every sweep writes to the same store
     "hang_pg": (["--strategies", "ddp", "--gpus", "2", "--pg-timeout", "10", "--timeout", "120"], "hang@1:2"),
     "stop": (["--strategies", "ddp", "--gpus", "2", "--pg-timeout", "20", "--timeout", "150"], "stop@1:3"),
     "hang_timeout": (["--strategies", "ddp", "--gpus", "2", "--pg-timeout", "300", "--timeout", "90"], "hang@1:2"),
+    # still progressing (100 ms naps: slow steps that cost no CPU) when a fixed limit comes
+    "limit": (["--strategies", "ddp", "--gpus", "2", "--steps", "100000", "--pg-timeout", "120", "--timeout", "60"],
+              "nap@0:100,nap@1:100"),
     "launcher": (["--strategies", "ddp", "--gpus", "2", *HELD], "hang@1:2"),
     "ctrl_c": ([*SINGLE_THEN_DDP, *HELD], "hang@1:2"),
     "sigterm": ([*SINGLE_THEN_DDP, *HELD], "hang@1:2"),
 }
-UNATTENDED = ("raise", "sigkill", "hang_pg", "stop", "hang_timeout")  # they end by themselves
+UNATTENDED = ("raise", "sigkill", "hang_pg", "stop", "hang_timeout", "limit")  # they end by themselves
 
 
 @pytest.fixture(scope="module")
@@ -319,6 +322,19 @@ def test_configuration_that_stops_making_progress_is_killed_at_its_wall_clock_li
     assert 90 <= bad["wall_s"] < 90 + 2 * procs.KILL_GRACE_S + 10, bad["wall_s"]
     assert took < 180, took
     assert no_leftovers(s, within=0)  # torchrun and both workers (in sessions of their own) are gone
+
+
+@pytest.mark.timeout(240)
+def test_a_limit_reached_while_every_rank_progresses_blames_no_rank(together):
+    # At an arbitrary instant ranks are a phase apart: the one behind was named as a culprit (issue 18).
+    s = together[0]["limit"]
+    bad, took = only_failure(s)
+    assert bad["failed_rank"] is None, bad["reason"]
+    assert re.match(r"timed out after 60 s \(--timeout\); all processes of the configuration were killed; the limit was "
+                    r"reached at step \d+ of \d+ with every rank progressing; at this pace the run needs about \d+ s in "
+                    r"all; raise --timeout \(more than \d+\)", bad["reason"]), bad["reason"]
+    assert "made no progress" not in bad["reason"]
+    assert no_leftovers(s, within=0)
 
 
 @pytest.mark.timeout(180)
@@ -507,9 +523,18 @@ def test_sigkilled_sweep_leaves_a_whole_store_no_processes_and_is_resumable(tmp_
     assert no_leftovers(r, within=0)
 
 
+def test_a_nap_slows_each_step_of_its_rank_without_firing_anything_else(monkeypatch):
+    monkeypatch.setenv("BENCH_FAULT", "nap@0:30")
+    fire = faults.hook(0)
+    t0 = time.perf_counter()
+    for step in range(3):
+        fire(step)
+    assert time.perf_counter() - t0 >= 0.09 and faults.hook(1) is None
+
+
 def test_fault_specs_name_a_rank_or_the_sweep():
-    assert faults.parse("sigkill@1:3, hang@sweep:0, stop@0:2, slow@0:10") == [
-        ("sigkill", 1, 3), ("hang", "sweep", 0), ("stop", 0, 2), ("slow", 0, 10)]
+    assert faults.parse("sigkill@1:3, hang@sweep:0, stop@0:2, slow@0:10, nap@1:100") == [
+        ("sigkill", 1, 3), ("hang", "sweep", 0), ("stop", 0, 2), ("slow", 0, 10), ("nap", 1, 100)]
     for bad in ("boom@1:3", "raise@x:1", "raise@1"):
         with pytest.raises(ValueError, match="BENCH_FAULT item"):
             faults.parse(bad)

@@ -8,10 +8,11 @@ from bench.shared.heartbeat import RankState, Watch
 from bench.sweep.launch import Limits
 
 
-def _watch(states: dict, ranks: int = 2) -> Watch:
+def _watch(states: dict, ranks: int = 2, advanced: float = None) -> Watch:
     w = Watch("/nonexistent", ranks, started=0.0)
     w.states = {r: RankState(dict(body, seq=1), seq_changed, progress_changed)
                 for r, (body, seq_changed, progress_changed) in states.items()}
+    w.advanced = advanced if advanced is not None else max(p for _, _, p in states.values())
     return w
 
 
@@ -74,8 +75,20 @@ def test_silent_and_missing_ranks_and_a_real_stall_keep_their_names():
 
 def test_the_work_following_limit_names_the_flag_that_fixes_a_longer_one():
     now = 50.0
-    w = _watch({0: ({"step": 9, "phase": "forward", "total": 40}, now - 0.2, now - 0.1)}, ranks=1)
+    w = _watch({0: ({"step": 9, "phase": "forward", "total": 40}, now - 0.2, now - 0.1)}, ranks=1, advanced=50.0)
     text = Limits(fixed_s=None).still_progressing(0.0, w, first_step_at=10.0, now=now)
-    # 8 steps after the first in 40 s: 5 s a step; 10 s to the first step; 40 steps
+    # steps 1 to 8 between 10 s and 50 s: 5 s a step; 10 s to the first step; 40 steps
     assert text == ("the limit was reached at step 10 of 40 with every rank progressing; at this pace the run needs "
                     "about 210 s in all; --timeout S sets a longer, fixed limit")
+
+
+def test_a_stall_after_fast_steps_is_not_taken_for_slow_steps():
+    # hang@1:2: two quick steps, then rank 1 stuck at the start of step 2 and rank 0 waiting in backward, for 60 s.
+    # The pace comes from when the steps advanced, not from the time since: the interval stays 10 s, rank 1 is named.
+    now = 100.0
+    w = _watch({0: ({"step": 2, "phase": "backward", "total": 8}, now - 0.2, now - 60.0),
+                1: ({"step": 2, "phase": "start", "total": 8}, now - 0.2, now - 60.0)}, advanced=now - 60.0)
+    step_s = Limits.step_s(w, first_step_at=now - 60.5)
+    assert step_s == 0.5 and heartbeat.still_interval_s(step_s) == heartbeat.STILL_MIN_S
+    ranks, why = w.at_limit(now, heartbeat.still_interval_s(step_s))
+    assert ranks == [1] and why.startswith("rank 1 made no progress after step 2 (start)"), why

@@ -9,6 +9,8 @@ reaches every worker process (the sweep and torchrun pass the environment on). K
     sigkill  SIGKILL itself, as the out-of-memory killer would
     slow     `slow@R:P`: every step of rank R takes P% longer (it busy-waits P% of its previous step's
              time): a real slowdown for compare's A/B tests (here the number is a percentage, not a step)
+    nap      `nap@R:MS`: every step of rank R sleeps MS milliseconds first: slow progress that costs no CPU
+             (a run still progressing when its limit comes; here the number is milliseconds, not a step)
 WHERE is a rank: STEP counts every training step of that rank's run from 0, warm-up included
 (`sigkill@1:3`: rank 1 dies at its fourth step, typically inside backward's all-reduce). It fires in
 every configuration that has that rank and reaches that step.
@@ -29,7 +31,7 @@ import signal
 import time
 from typing import Callable, Optional, Union
 
-KINDS = ("raise", "exit", "hang", "stop", "sigkill", "slow")
+KINDS = ("raise", "exit", "hang", "stop", "sigkill", "slow", "nap")
 SWEEP = "sweep"
 
 
@@ -70,9 +72,12 @@ def _hook(who: Union[int, str], what: str) -> Optional[Callable[[int], None]]:
     if not mine:
         return None
     slow = sum(s for k, s in mine if k == "slow") / 100.0
+    nap_s = sum(s for k, s in mine if k == "nap") / 1000.0
     last = [None]
 
     def fire(step: int) -> None:
+        if nap_s:
+            time.sleep(nap_s)
         if slow:  # called at the start of each step: the time since the last call is the last step's
             now = time.perf_counter()
             if last[0] is not None:
@@ -81,7 +86,7 @@ def _hook(who: Union[int, str], what: str) -> Optional[Callable[[int], None]]:
                     pass
             last[0] = time.perf_counter()
         for kind, at in mine:
-            if step == at and kind != "slow":
+            if step == at and kind not in ("slow", "nap"):
                 _fire(kind, f"{what} {step}")
     return fire
 

@@ -95,9 +95,17 @@ class Watch:
     ranks: int
     started: float = field(default_factory=time.monotonic)
     states: dict = field(default_factory=dict)
+    advanced: Optional[float] = None    # sweep clock when steps_done() last grew: a pace that excludes a stall
+    _done: int = -1
 
     def poll(self, now: Optional[float] = None) -> None:
         now = time.monotonic() if now is None else now
+        self._read(now)
+        done = self.steps_done()
+        if done != self._done:
+            self._done, self.advanced = done, now
+
+    def _read(self, now: float) -> None:
         for r in range(self.ranks):
             try:
                 with open(path_for(self.out_dir, r)) as f:

@@ -54,23 +54,26 @@ class Limits:
         """The monotonic time past which the configuration is ended for taking too long."""
         if self.fixed_s is not None:
             return started + self.fixed_s
-        done, total = watch.steps_done(), watch.total()
-        if total <= 0 and watch.states:  # nothing to project from (the all-reduce microbenchmark)
+        if watch.total() <= 0 and watch.states:  # nothing to project from (the all-reduce microbenchmark)
             return started + 2 * self.startup_s
-        if first_step_at is None or done < 2:
+        projected = self.projected_s(started, watch, first_step_at, now)
+        if projected is None:
             extra = 3 * self.startup_s if watch.in_phase(now, heartbeat.EXTENDED_PHASES) else 0.0
             return started + self.startup_s + extra
-        return started + WORK_FACTOR * self.projected_s(started, watch, first_step_at, now) + WORK_MARGIN_S
+        return started + WORK_FACTOR * projected + WORK_MARGIN_S
 
     @staticmethod
-    def step_s(watch: heartbeat.Watch, first_step_at: Optional[float], now: float) -> Optional[float]:
-        """Seconds per step so far, from the steps after the first (which holds compilation, autotuning)."""
+    def step_s(watch: heartbeat.Watch, first_step_at: Optional[float]) -> Optional[float]:
+        """Seconds per step of the steps that were made, after the first (which holds compilation, autotuning):
+        up to when the slowest rank last began a step, so a stall since then is not taken for slow steps."""
         done = watch.steps_done()
-        return (now - first_step_at) / (done - 1) if first_step_at is not None and done >= 2 else None
+        if first_step_at is None or done < 2 or watch.advanced is None:
+            return None
+        return (watch.advanced - first_step_at) / (done - 1)
 
     def projected_s(self, started: float, watch: heartbeat.Watch, first_step_at: Optional[float], now: float) -> Optional[float]:
         """The run's whole length at the pace of its steps so far (start-up included); None before two steps."""
-        per_step = self.step_s(watch, first_step_at, now)
+        per_step = self.step_s(watch, first_step_at)
         return None if per_step is None else (first_step_at - started) + watch.total() * per_step
 
     def still_progressing(self, started: float, watch: heartbeat.Watch, first_step_at: Optional[float], now: float) -> str:
@@ -217,7 +220,7 @@ def supervise(proc: subprocess.Popen, spec: RunSpec, spec_path: str, log_path: s
             watch.poll(now)
             _end(proc, spec, spec_path)
             out = diagnose(spec.out_dir, log_path, None, spec)
-            found = watch.at_limit(now, heartbeat.still_interval_s(limits.step_s(watch, first_step_at, now)))
+            found = watch.at_limit(now, heartbeat.still_interval_s(limits.step_s(watch, first_step_at)))
             why = f"at the limit {found[1]}" if found else limits.still_progressing(t0, watch, first_step_at, now)
             return Outcome("failed", f"{limits.describe(now - t0)}; all processes of the configuration were killed; {why}"
                            + (f". {out.reason}" if out.reason and "no rank reported" not in out.reason else ""),
