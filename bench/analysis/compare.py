@@ -88,9 +88,11 @@ def _history(conn_a, conn_b, sid_a: int, sid_b: int, row_a: dict, row_b: dict, l
     return {k: v[-limit:] for k, v in out.items()}
 
 
-def verdict(pc: stats.ProcessComparison, ev: Optional[stats.Evidence], floor: float, slower: bool, different: bool) -> str:
+def verdict(pc: stats.ProcessComparison, ev: Optional[stats.Evidence], floor: float, slower: bool, different: bool,
+            alpha: float = ALPHA) -> str:
     """pyperf-style words for one configuration. slower / different: the one-sided (candidate slower) /
-    two-sided test survived the correction over configurations; floor: the smallest slowdown that counts."""
+    two-sided test survived the correction over configurations; floor: the smallest slowdown that counts;
+    alpha: the level a lone slowdown must reach after the correction (ALPHA / configurations compared)."""
     change = "no change" if pc.ratio == 1 else f"{pc.ratio:.2f}x faster" if pc.ratio > 1 else f"{1 / pc.ratio:.2f}x slower"
     if not pc.decidable:
         side = "one process per side" if pc.n_a == pc.n_b == 1 else f"{pc.n_a} vs {pc.n_b} process(es)"
@@ -100,7 +102,7 @@ def verdict(pc: stats.ProcessComparison, ev: Optional[stats.Evidence], floor: fl
     n = f"{pc.n_a} vs {pc.n_b} process(es)"
     if ev is not None:
         noise = (f"noise of this configuration from {ev.sweeps} sweeps: sd {math.expm1(ev.sd_diff):.0%} for this "
-                 f"comparison, it calls slowdowns beyond {max(floor, ev.bound(ALPHA)):.0%}")
+                 f"comparison, it calls slowdowns beyond {max(floor, ev.bound(alpha)):.0%}")
     else:
         noise = f"{n}, no earlier sweep: a slowdown must also pass the drift between sweeps, {floor:.0%}"
     ci = f"95% CI of the ratio {pc.ci95[0]:.2f}-{pc.ci95[1]:.2f}"
@@ -148,10 +150,11 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
     significant = stats.holm({p: pc.p_slower for p, pc in pcs.items() if pc.decidable}, ALPHA)
     different = stats.holm({p: pc.p_two_sided for p, pc in pcs.items() if pc.decidable}, ALPHA)
     regressed = []
+    lone = ALPHA / max(1, sum(pc.decidable for pc in pcs.values()))  # Holm's first step: one slowdown among them
     for p in common:
         a, b, pc = base[p[0]], cand[p[1]], pcs[p]
         floor = threshold if interleaved or evidence.get(p) else max(threshold, drift)
-        words = verdict(pc, evidence.get(p), floor, p in significant, p in different)
+        words = verdict(pc, evidence.get(p), floor, p in significant, p in different, lone)
         if interleaved:
             words = words.replace("process(es)", "pairs")
         if pc.decidable and p in significant and 1 / pc.ratio - 1 > floor:
