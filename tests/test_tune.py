@@ -63,9 +63,9 @@ def test_the_search_and_its_least_confirmation_fit_the_budget_or_only_the_defaul
 
 def test_the_winner_is_given_back_as_sweep_flags_that_set_exactly_those_settings():
     from bench import config, options
-    options = {"bucket_cap_mb": 100.0, "comm_hook": "powersgd:4", "static_graph": True, "sync_buffers": False,
-               "gradient_as_bucket_view": True}
-    cfg = config.from_args(options.run_parser().parse_args(tune.as_flags(options).split()))
+    settings = {"bucket_cap_mb": 100.0, "comm_hook": "powersgd:4", "static_graph": True, "sync_buffers": False,
+                "gradient_as_bucket_view": True}
+    cfg = config.from_args(options.run_parser().parse_args(tune.as_flags(settings).split()))
     assert (cfg.bucket_cap_mb, cfg.comm_hook, cfg.static_graph, cfg.sync_buffers, cfg.gradient_as_bucket_view) == (
         (100.0,), ("powersgd:4",), (True,), (False,), (True,))
 
