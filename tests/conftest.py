@@ -57,3 +57,12 @@ def run_bench(args: list, timeout: float = 300, env: dict | None = None) -> subp
 @pytest.fixture
 def store_path(tmp_path) -> str:
     return str(tmp_path / "bench.sqlite")
+
+
+@pytest.fixture(scope="session")
+def quick_sweep(tmp_path_factory) -> tuple:
+    """The shipped quick CPU sweep (sweeps/quick-cpu.toml: single, DataParallel x1, DDP x1 and x2 of the synthetic
+    MLP and DeepLabV3 at 32 px, and the all-reduce at 2), run once per test session: (the completed process,
+    its store path). Tests that need a real sweep's rows read this store instead of running their own."""
+    path = str(tmp_path_factory.mktemp("quick") / "bench.sqlite")
+    return run_bench(["--config", "sweeps/quick-cpu.toml", "--no-report", "--store", path], timeout=600), path

@@ -25,9 +25,17 @@ def spec(strategy, n, **kw) -> RunSpec:
 
 
 @pytest.mark.timeout(300)
-def test_ddp_and_fsdp_two_ranks_match_single_process_with_the_global_batch(store_path):
-    p = run_bench(FAST + ["--strategies", "ddp,fsdp", "--gpus", "2", "--check-equivalence", "--no-comm-bench", "--store", store_path])
+def test_ddp_and_fsdp_two_ranks_match_single_process_with_the_global_batch(store_path, tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    p = run_bench(FAST + ["--strategies", "ddp,fsdp", "--gpus", "2", "--check-equivalence", "--no-comm-bench", "--store", store_path],
+                  env={"TMPDIR": str(tmp)})
     assert p.returncode == 0, p.stdout + p.stderr
+    # Each configuration runs in a folder of its own (spec, heartbeats, result; the gate's parameters: 224 MiB
+    # for DeepLabV3) and torchrun makes a log folder per launch: none outlives the sweep (a failed configuration's
+    # neither: tests/test_faults.py).
+    left = sorted(n for n in os.listdir(tmp) if n.startswith(("bench-run-", "torchelastic_")))
+    assert left == [], left
     conn = sqlite3.connect(store_path)
     conn.row_factory = sqlite3.Row
     rows = conn.execute("SELECT * FROM results WHERE mode = 'equivalence'").fetchall()

@@ -10,14 +10,10 @@ import pytest
 from bench.analysis import stats
 from conftest import run_bench
 
-# The shipped quick CPU sweep (sweeps/quick-cpu.toml): synthetic and deeplabv3 at 32 px, batch 2, 3 steps after 1.
-ARGS = ["--config", "sweeps/quick-cpu.toml", "--no-report"]
-
-
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("sweep") / "bench.sqlite")
-    proc = run_bench(ARGS + ["--store", path], timeout=600)
+def sweep(quick_sweep):
+    """The shipped quick CPU sweep (sweeps/quick-cpu.toml, conftest.quick_sweep): synthetic and deeplabv3 at 32 px."""
+    proc, path = quick_sweep
     conn = sqlite3.connect(path)
     conn.row_factory = sqlite3.Row
     return proc, conn
@@ -103,7 +99,9 @@ def test_deeplabv3_is_the_torchvision_model_at_the_asked_size(sweep):
 
 
 @pytest.mark.timeout(300)
-def test_repeats_run_each_configuration_again_in_fresh_processes(store_path):
+def test_repeats_run_in_fresh_processes_and_stray_launcher_variables_never_reach_a_single_process_worker(store_path):
+    # RANK=3 in the user's shell once made a single-process worker believe it was rank 3 of 8: the stored rank
+    # proves where the values came from.
     from conftest import FAST
     p = run_bench(FAST + ["--strategies", "single", "--repeats", "2", "--store", store_path],
                   env={"RANK": "3", "WORLD_SIZE": "8", "MASTER_ADDR": "10.9.9.9", "LOCAL_RANK": "5"})
@@ -112,16 +110,6 @@ def test_repeats_run_each_configuration_again_in_fresh_processes(store_path):
     rows = conn.execute("SELECT repeat, status, json_extract(details_json, '$.pid') FROM results ORDER BY repeat").fetchall()
     assert [(r[0], r[1]) for r in rows] == [(0, "ok"), (1, "ok")]
     assert rows[0][2] != rows[1][2], "both repeats ran in the same process"
-
-
-@pytest.mark.timeout(300)
-def test_stray_launcher_variables_never_reach_a_single_process_worker(store_path):
-    # RANK=3 in the user's shell once made a single-process worker believe it was rank 3 of 8 (covered above
-    # by the repeats run); here the stored rank proves where the values came from.
-    conn = sqlite3.connect(store_path)
-    from conftest import FAST
-    p = run_bench(FAST + ["--strategies", "single", "--store", store_path], env={"RANK": "3", "WORLD_SIZE": "8"})
-    assert p.returncode == 0, p.stdout + p.stderr
     assert {r[0] for r in conn.execute("SELECT DISTINCT rank FROM steps")} == {0}
 
 
@@ -153,21 +141,3 @@ def test_run_bench_sh_takes_paths_and_modules_from_the_folder_it_is_run_from(tmp
     (tmp_path / "bench" / "__init__.py").write_text("")
     p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
     assert p.returncode == 2 and "would be imported instead of this suite's bench package" in p.stderr, p.stdout + p.stderr
-
-
-def test_a_sweep_leaves_no_run_folders_or_torchrun_logs_in_the_temporary_folder(tmp_path):
-    # Each configuration runs in a folder of its own (spec, heartbeats, result; the equivalence gate's
-    # parameters: 224 MiB for DeepLabV3) and torchrun makes a log folder per launch: none may outlive the sweep,
-    # whether the configuration passed, failed or was the equivalence gate's.
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    p = run_bench(["--workloads", "synthetic", "--synthetic-width", "64", "--synthetic-depth", "2", "--strategies",
-                   "single,ddp", "--gpus", "1,2", "--steps", "2", "--warmup", "1", "--check-equivalence", "--no-report",
-                   "--store", str(tmp_path / "s.sqlite")], timeout=600, env={"TMPDIR": str(tmp), "BENCH_FAULT": "raise@1:1"})
-    conn = sqlite3.connect(tmp_path / "s.sqlite")
-    got = {(r[0], r[1], r[2]): r[3] for r in conn.execute("SELECT mode, strategy, device_count, status FROM results")}
-    conn.close()
-    assert got[("bench", "ddp", 2)] == "failed" and got[("bench", "single", 1)] == "ok", (got, p.stdout + p.stderr)
-    assert got[("equivalence", "ddp", 2)] == "failed" and got[("equivalence", "ddp", 1)] == "ok", got
-    left = sorted(n for n in os.listdir(tmp) if n.startswith(("bench-run-", "torchelastic_")))
-    assert left == [], left

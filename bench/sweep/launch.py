@@ -2,6 +2,7 @@
 
 Launchers (one function each, one registry entry):
     local   single, dp, loader: `python -m bench.rank.worker SPEC`; ddp, fsdp, comm: torchrun on this node
+            (bench.sweep.torchrun: torchrun's own main, ended without the interpreter's teardown)
     slurm   several nodes of the SLURM allocation: `srun -N K` starting one torchrun per node (bench.sweep.slurm)
 Every torchrun rendezvouses with c10d through a FileStore in the run folder, and the workers join their
 process group through a file as well: nothing of torch's listens on a network interface, and there is
@@ -32,6 +33,7 @@ from bench.shared.spec import RunSpec
 from bench.sweep.diagnose import Outcome, diagnose
 
 WORKER = "bench.rank.worker"  # the module every launcher runs (`ab --b-repo` may name another checkout's)
+TORCHRUN = "bench.sweep.torchrun"  # torchrun's own main, without the interpreter's teardown (~1.1 s a launch)
 POLL_S = 0.25
 STALL_FRACTION = 0.8          # name a stalled rank before the collective timeout fires (NCCL then aborts the rest)
 STARTUP_S = {"cuda": 900.0, "cpu": 300.0}
@@ -123,7 +125,7 @@ def torchrun_log_args(spec: RunSpec) -> list:
 
 def local_command(spec: RunSpec, spec_path: str, worker: str = WORKER) -> list:
     if spec.processes > 1 or spec.strategy in ("ddp", "fsdp", "comm"):
-        return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={spec.device_count}",
+        return [sys.executable, "-m", TORCHRUN, "--nnodes=1", f"--nproc-per-node={spec.device_count}",
                 *rendezvous_args(spec, "bench-" + os.path.basename(spec.out_dir)), "--local-addr=127.0.0.1",
                 *torchrun_log_args(spec), "-m", worker, spec_path]
     return [sys.executable, "-m", worker, spec_path]
@@ -131,7 +133,7 @@ def local_command(spec: RunSpec, spec_path: str, worker: str = WORKER) -> list:
 
 def slurm_command(spec: RunSpec, spec_path: str, worker: str = WORKER) -> list:
     from bench.sweep import slurm
-    return slurm.command(spec, spec_path, rendezvous_args(spec, slurm.step_name(spec)), worker)
+    return slurm.command(spec, spec_path, rendezvous_args(spec, slurm.step_name(spec)), worker, TORCHRUN)
 
 
 LAUNCHERS: dict = {

@@ -4,7 +4,7 @@ The sweep runs once, as a plain process on the allocation's first node (the batc
 salloc shell). A configuration spanning K nodes becomes one `srun` step over K nodes, one task per
 node, each task a torchrun that rendezvouses with the others through c10d (bench.sweep.launch):
     srun --nodes K --ntasks-per-node 1 --kill-on-bad-exit=1 --job-name bench-run-XXXX \\
-        python -m torch.distributed.run --nnodes K --nproc-per-node G --rdzv-backend c10d \\
+        python -m bench.sweep.torchrun --nnodes K --nproc-per-node G --rdzv-backend c10d \\
         --rdzv-endpoint RUN_DIR/rendezvous --rdzv-conf store_type=file --rdzv-id bench-run-XXXX ...
 Results, errors, heartbeats and the rendezvous travel through the run folder next to the store, on a
 filesystem every node must reach: `check_shared_folder` verifies that up front. c10d picks node
@@ -55,12 +55,12 @@ def step_name(spec) -> str:
     return "bench-" + os.path.basename(spec.out_dir.rstrip("/"))
 
 
-def command(spec, spec_path: str, rendezvous: list, worker: str) -> list:
+def command(spec, spec_path: str, rendezvous: list, worker: str, torchrun: str) -> list:
     per_node = spec.device_count // spec.nodes
     return ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
             f"--wait={STEP_WAIT_S}", "--immediate=60", f"--job-name={step_name(spec)}", "--export=ALL",
             f"--chdir={os.getcwd()}",
-            sys.executable, "-m", "torch.distributed.run", f"--nnodes={spec.nodes}", f"--nproc-per-node={per_node}",
+            sys.executable, "-m", torchrun, f"--nnodes={spec.nodes}", f"--nproc-per-node={per_node}",
             *rendezvous, f"--log-dir={os.path.join(spec.out_dir, 'torchrun')}", "-m", worker, spec_path]
 
 
