@@ -35,6 +35,7 @@ from bench.store import results, store
 ALPHA = 0.05               # family-wise significance level over the configurations compared
 DEFAULT_DRIFT = 0.15       # sweeps run one after another: their means differed by 6% sd here (9% for a pair)
 DEFAULT_HISTORY = 10       # earlier sweeps of each configuration that measure its noise (the machine's recent state)
+WIDE_BOUND = 0.30          # a bound past this is worth more processes: one dipped process moves a mean of 3 by a third
 
 
 def _sweeps(conn_a, conn_b, sweep_a: Optional[int], sweep_b: Optional[int]) -> tuple:
@@ -101,8 +102,11 @@ def verdict(pc: stats.ProcessComparison, ev: Optional[stats.Evidence], floor: fl
                 f"sides with --repeats 3)")
     n = f"{pc.n_a} vs {pc.n_b} process(es)"
     if ev is not None:
+        bound = max(floor, ev.bound(alpha))
         noise = (f"noise of this configuration from {ev.sweeps} sweeps: sd {math.expm1(ev.sd_diff):.0%} for this "
-                 f"comparison, it calls slowdowns beyond {max(floor, ev.bound(alpha)):.0%}")
+                 f"comparison, it calls slowdowns beyond {bound:.0%}"
+                 + (f"; {n} cannot resolve this configuration's noise: --repeats 3 on both sides narrows it"
+                    if bound > WIDE_BOUND and min(pc.n_a, pc.n_b) < 3 else ""))
     else:
         noise = f"{n}, no earlier sweep: a slowdown must also pass the drift between sweeps, {floor:.0%}"
     ci = f"95% CI of the ratio {pc.ci95[0]:.2f}-{pc.ci95[1]:.2f}"
