@@ -171,3 +171,14 @@ def test_command_line_exit_status(tmp_path, capsys):
     for bad in (["--threshold", "-1"], ["--threshold", "nan"], ["--drift", "inf"], ["--history", "-1"], ["--history", "2.5"]):
         assert compare.main(["--store", path, *bad]) == 2, bad
         assert bad[0] in capsys.readouterr().err
+
+
+def test_interleaved_sweeps_with_one_pair_cannot_decide_and_say_why(tmp_path):
+    path = str(tmp_path / "s.sqlite")
+    a, b = build_compare_store(path, (1.0, 2.0))
+    conn = store.connect(path)
+    store.pair_sweeps(conn, a, b)
+    conn.close()
+    text, code = compare.compare(path, None, a, b)
+    assert code == 0 and line_of(text, SINGLE).endswith(
+        "2.00x slower: cannot decide (fewer than 2 interleaved pairs where both sides succeeded)"), text

@@ -95,6 +95,8 @@ def verdict(pc: stats.ProcessComparison, ev: Optional[stats.Evidence], floor: fl
     two-sided test survived the correction over configurations; floor: the smallest slowdown that counts;
     alpha: the level a lone slowdown must reach after the correction (ALPHA / configurations compared)."""
     change = "no change" if pc.ratio == 1 else f"{pc.ratio:.2f}x faster" if pc.ratio > 1 else f"{1 / pc.ratio:.2f}x slower"
+    if not pc.decidable and pc.decided_by == "pairs":
+        return f"{change}: cannot decide (fewer than 2 interleaved pairs where both sides succeeded)"
     if not pc.decidable:
         side = "one process per side" if pc.n_a == pc.n_b == 1 else f"{pc.n_a} vs {pc.n_b} process(es)"
         return (f"{change}: cannot decide ({side}, and fewer than {stats.MIN_EVIDENCE_SWEEPS - 1} earlier sweeps of this "

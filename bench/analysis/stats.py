@@ -157,14 +157,15 @@ def compare_pairs(a_sps: Sequence[float], b_sps: Sequence[float]) -> ProcessComp
     spread = max([v for v in (repeat_spread(a_sps), repeat_spread(b_sps)) if not math.isnan(v)], default=float("nan"))
     n = len(d)
     if n < 2:
-        return ProcessComparison(ratio, (float("nan"), float("nan")), float("nan"), float("nan"), n, n, spread)
+        return ProcessComparison(ratio, (float("nan"), float("nan")), float("nan"), float("nan"), n, n, spread, "pairs")
     se = float(d.std(ddof=1) / math.sqrt(n))
     if se == 0:
-        return ProcessComparison(ratio, (ratio, ratio), 0.0 if ratio < 1 else 1.0, 0.0 if ratio != 1 else 1.0, n, n, spread)
+        return ProcessComparison(ratio, (ratio, ratio), 0.0 if ratio < 1 else 1.0, 0.0 if ratio != 1 else 1.0, n, n,
+                                 spread, "pairs")
     t = float(d.mean() / se)
     half = float(st.t.ppf(0.975, n - 1) * se)
     return ProcessComparison(ratio, (float(np.exp(d.mean() - half)), float(np.exp(d.mean() + half))),
-                             float(st.t.cdf(t, n - 1)), float(2 * st.t.sf(abs(t), n - 1)), n, n, spread)
+                             float(st.t.cdf(t, n - 1)), float(2 * st.t.sf(abs(t), n - 1)), n, n, spread, "pairs")
 
 
 @dataclass(frozen=True)
