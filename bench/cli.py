@@ -35,7 +35,7 @@ def migrate(argv: list) -> int:
 
 
 def main(argv: list | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = options.join_negative_words(list(sys.argv[1:] if argv is None else argv))
     cmd = argv[0] if argv and not argv[0].startswith("-") else "run"
     rest = argv[1:] if argv and argv[0] == cmd else argv
     if cmd not in COMMANDS:

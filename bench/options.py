@@ -32,6 +32,22 @@ exit status: 0 all configurations ok or skipped; 1 a configuration failed; 2 bad
   3 internal error (traceback file named); 129/130/143 interrupted (SIGHUP/Ctrl-C/SIGTERM)"""
 
 
+_NEGATIVE_WORDS = ("-inf", "-infinity", "-nan")
+
+
+def join_negative_words(argv: list) -> list:
+    """`--timeout -inf` as `--timeout=-inf`: argparse takes a value that starts with '-' for a flag unless it looks
+    like a negative number, and -inf/-nan do not, so the user would be told the flag has no value instead of
+    why the value is refused."""
+    out: list = []
+    for tok in argv:
+        if out and tok.lower() in _NEGATIVE_WORDS and out[-1].startswith("--") and "=" not in out[-1]:
+            out[-1] = f"{out[-1]}={tok}"
+        else:
+            out.append(tok)
+    return out
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's own errors: same exit status 2, one clear line
         self.print_usage(sys.stderr)

@@ -101,3 +101,15 @@ def test_a_whole_number_flag_refuses_nan_inf_and_fractions(name, text, sandbox, 
 def test_every_command_refuses_without_writing_or_spawning(argv, expected, sandbox, capsys):
     said = _refused(argv, capsys)
     assert expected in said, said
+
+
+@pytest.mark.parametrize("argv, flag", [(["--timeout", "-inf", "--device", "cpu"], "--timeout"),
+                                        (["--bucket-cap-mb", "-nan", "--device", "cpu"], "--bucket-cap-mb"),
+                                        (["tune", "--budget", "-inf", "--device", "cpu"], "--budget"),
+                                        (["compare", "--threshold", "-inf"], "--threshold")])
+def test_a_negative_non_finite_value_after_a_space_is_refused_as_a_value_not_as_a_missing_one(argv, flag, sandbox, capsys):
+    # argparse reads '-inf' as another flag unless it looks like a negative number: the user would be told the flag
+    # has no value
+    said = _refused(argv, capsys)
+    assert f"{flag}: '{argv[argv.index(flag) + 1]}' is not a finite number" in said, said
+    assert "expected one argument" not in said
