@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 
 from bench.analysis import stats
 from bench.store import results, store
@@ -85,21 +86,26 @@ def main(argv: list) -> int:
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cuda (default) or cpu (the CPU/gloo path)")
     p.add_argument("--store", default="results/selfcheck.sqlite", help="the self-check's own store")
     ns = p.parse_args(argv)
-    import torch
+    from bench.sweep import plan
     if ns.device == "cuda":
-        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        machine = plan.detect_machine()
+        n = machine.cuda_devices
+        if machine.gpus_unusable:  # GPUs present but unusable: the machine cannot give a number
+            print(f"selfcheck: FAIL: the driver shows NVIDIA GPU(s), but {machine.gpus_unusable}", file=sys.stderr)
+            return 1
         if n == 0:
             print("selfcheck: no CUDA GPU visible (torch.cuda.device_count() == 0): nothing was checked. "
                   "Run it on a GPU machine (or `selfcheck --device cpu` to check the CPU/gloo path).")
             return 0
-        bf16 = torch.cuda.is_bf16_supported()
+        # bf16 in hardware (Ampere and later), never emulation, and no tensor made on a GPU in this process
+        bf16 = min(machine.gpu_capabilities) >= (8, 0)
     else:
-        n, bf16 = min(2, len(os.sched_getaffinity(0))), False
+        machine, n, bf16 = None, min(2, len(os.sched_getaffinity(0))), False
     from bench import options
     from bench.sweep import run as sweep_run
     args = sweep_args(ns.device, n, os.path.abspath(ns.store), bf16)
     print(f"selfcheck: {n} {'GPU(s)' if ns.device == 'cuda' else 'CPU process(es)'}: ./run_bench.sh " + " ".join(args))
-    cfg, given, machine = options.prepare(args)
+    cfg, given, machine = options.prepare(args, machine=machine)
     sweep_run.run_sweep(cfg, sweep_run.command_line(args), given=given, machine=machine)
     rows = checks(ns.store)
     width = max(len(c) for c, _, _ in rows)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from bench.config import ConfigError, SweepConfig, comm_hook_parts
+from bench.machine import cudacompat
 from bench.shared.spec import RunSpec, Skip
 from bench.workloads import registry, synthetic
 from bench.workloads.workload import WorkloadInfo
@@ -38,6 +39,8 @@ class Machine:
     gpu_names: tuple = ()
     gpu_capabilities: tuple = ()        # (major, minor) per GPU
     slurm_nodes: int = 0                # nodes of the SLURM allocation this sweep runs in (0: none)
+    arch_list: tuple = ()               # the architectures the installed torch has kernels for (sm_80, ...)
+    gpus_unusable: Optional[str] = None  # why torch sees no GPU although the driver shows some (None: it can)
 
 
 def detect_machine() -> Machine:
@@ -48,7 +51,8 @@ def detect_machine() -> Machine:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     from bench.sweep import slurm
     return Machine(cuda_devices=n, cpu_cores=cores, gpu_names=names, gpu_capabilities=caps,
-                   slurm_nodes=slurm.allocation_nodes())
+                   slurm_nodes=slurm.allocation_nodes(), arch_list=tuple(torch.cuda.get_arch_list()) if n else (),
+                   gpus_unusable=None if n else cudacompat.why_torch_cannot_use_gpus(torch))
 
 
 # ---------------------------------------------------------------- defaults and machine checks
@@ -70,11 +74,18 @@ def _default_counts(cuda: bool, machine: Machine) -> tuple:
 
 def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
     """Every device-dependent default filled in and checked against the machine. Raises ConfigError."""
+    if machine.gpus_unusable and cfg.device in ("cuda", "auto"):
+        raise ConfigError(f"--device {cfg.device}: this machine's driver shows NVIDIA GPU(s), but {machine.gpus_unusable}. "
+                          f"No GPU sweep becomes a CPU sweep: fix the install, or pass --device cpu to measure the CPU on purpose")
     if cfg.device == "cuda" and machine.cuda_devices == 0:
         raise ConfigError("--device cuda: this machine has 0 CUDA GPUs visible (torch.cuda.device_count() == 0); "
                           "use --device cpu or auto")
     dev = device_type(cfg, machine)
     cuda = dev == "cuda"
+    missing = cudacompat.unsupported_gpus(machine.gpu_names, machine.gpu_capabilities, machine.arch_list) if cuda else []
+    if missing:
+        raise ConfigError("no kernel image for this machine's GPUs in the installed torch (every CUDA configuration "
+                          "would fail): " + "; ".join(missing))
     names = tuple(registry.canonical(w) for w in cfg.workloads)
     per_node = cfg.gpus_per_node or (machine.cuda_devices if cuda else machine.cpu_cores)
     if cuda and per_node > machine.cuda_devices:
