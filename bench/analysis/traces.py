@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 STRAGGLER_RATIO = 0.5          # the straggler waits less than half what the others typically wait ...
-STRAGGLER_MIN_STEP_SHARE = 0.05  # ... and at least 5% of a traced step less
+STRAGGLER_MIN_STEP_SHARE = 0.10  # ... and at least 10% of a traced step less
 COMM_CALLS = ("c10d::", "record_param_comms")
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
