@@ -205,6 +205,9 @@ def test_a_profiler_failure_is_returned_and_stored_with_its_result_not_raised(tm
         def barrier(self):
             pass
 
+        def beat(self, step, phase):
+            pass
+
         def step(self, it, clock):
             torch.ones(64, 64) @ torch.ones(64, 64)
             clock.step_end()

@@ -46,6 +46,7 @@ def run(spec, t, it) -> tuple:
         rows, prof = _steps(spec, t, it)
         record["first_step"] = rows[PROFILER_WARMUP_STEPS]["step"] if len(rows) > PROFILER_WARMUP_STEPS else None
         steps_s = time.perf_counter() - t0
+        t.beat(t.n, "trace export")  # a large trace takes a while to write: not a stall (bench.shared.heartbeat)
         record.update(write(prof, trace_path(spec.trace_prefix, t.rank), spec.profile_max_mb * 1e6))
         record["export_s"] = time.perf_counter() - t0 - steps_s
     except Exception as e:  # the profiler, the trace's folder, a full disk: stated with the result, never fatal

@@ -5,7 +5,7 @@ Launched by bench.sweep.launch, never by hand:
     torchrun --nproc-per-node N ... -m bench.rank.worker OUT_DIR/spec.json    # ddp, fsdp, comm (one node)
     srun -N K torchrun --nnodes K --rdzv-backend c10d ... -m bench.rank.worker OUT_DIR/spec.json   # several nodes
 Modes: 'bench' runs warm-up steps, the measured window and, under DDP, the communication probe
-(bench.rank.loop); 'equivalence' trains k steps and saves the final parameters; 'comm' runs the all-reduce
+(bench.rank.loop), then with --profile a few traced steps (bench.rank.profile); 'equivalence' trains k steps and saves the final parameters; 'comm' runs the all-reduce
 microbenchmark; 'loader' times the data loader alone. Every rank publishes its progress
 (bench.shared.heartbeat), its raw rows are gathered to rank 0, which alone writes OUT_DIR/result.json
 (atomically). A rank that fails writes OUT_DIR/error-rank<R>.json first, so the sweep can say which
