@@ -5,7 +5,8 @@ Breakdown" and "Computation-Communication Overlap" features, https://hta.readthe
 that reading a trace pins no torch version:
   - events are classified by name: `nccl*` or containing `gloo:` is communication, `Memcpy`/`Memset`
     (and the gpu_memcpy/gpu_memset categories) memory copies, every other kernel computation;
-  - iterations are the `ProfilerStep#N` annotations; the figures cover the union of them (the traced steps);
+  - iterations are the `ProfilerStep#N` annotations; the figures cover the union of them (the traced steps;
+    on CUDA up to the end of the last kernel, which runs behind its step's annotation);
   - idle time is the steps' span minus the union of every classified interval;
   - overlap is the time where communication and computation intervals intersect, over communication time.
 On CUDA the intervals are the device's kernels and copies, as in HTA. A CPU/gloo trace has no kernels: its
@@ -152,6 +153,10 @@ def figures(trace: dict) -> Figures:
     steps = [_interval(e) for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
     window = union(steps) if steps else union([(min(a for a, _ in map(_interval, events)),
                                                max(b for _, b in map(_interval, events)))] if events else [])
+    if device and steps:  # the device runs behind the host: the last step's kernels end after its annotation
+        last = max((b for e in events if str(e.get("cat", "")).lower() in DEVICE_CATEGORIES for _, b in [_interval(e)]),
+                   default=window[-1][1])
+        window = union([*window, (window[-1][1], max(last, window[-1][1]))])
     kinds: dict = {"comm": [], "copy": [], "compute": []}
     for e in events:
         kind = classify(e, device)

@@ -21,7 +21,7 @@ from bench.report.plots import _figure, _label
 
 SEGMENTS = (("compute_share", "computation", "#2ca02c"), ("comm_share", "exposed communication", "#d62728"),
             ("copy_share", "memory copies", "#e377c2"), ("idle_share", "idle", "#c7c7c7"))
-NOISE_FLOOR = 0.05   # below 5% of the median step, two figures of it are not told apart
+NOISE_FLOOR = 0.10   # the probe is a difference of two medians of a few steps: below 10% of a step, not told apart
 HOW_TO_OPEN = ("Open a trace at https://ui.perfetto.dev (drag the .gz file in), or the sweep's traces in TensorBoard: "
                "`pip install torch-tb-profiler`, then `tensorboard --logdir {folder}`.")
 
@@ -128,8 +128,9 @@ def blocks(configs: list, workload: str) -> list:
         if agree:
             trace_ms, probe_ms, noise, rank = agree
             verdict = ("they agree within the noise" if abs(trace_ms - probe_ms) <= noise else
-                       "they DISAGREE by more than the noise: the probe is a difference of two step medians without the "
-                       "profiler, the traces time the collectives of a few profiled steps; open the trace to see which holds")
+                       "they differ by more than the noise: the probe measures how much slower a synchronised step is "
+                       "(contention for cores or links included), the traces the collectives' own time outside computation "
+                       "in a few profiled steps; open a trace to see where the step's time goes")
             lines.append(f"{_label(c)}: the traces show {trace_ms:.2f} ms of exposed communication per step (rank {rank}, "
                          f"the one that waits least), the probe {probe_ms:.2f} ms; {verdict} ({noise:.2f} ms: the measured "
                          f"steps' IQR, at least {NOISE_FLOOR:.0%} of the median step).")

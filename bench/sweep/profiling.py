@@ -59,14 +59,30 @@ def cost_lines(conn, sweep_id: int, store_path: str) -> list:
     wall_s = sum(w for _, w in by_result.values())
     per_step = f", {total_mb / steps:.3f} MB per traced step and rank" if steps else ""
     share = f" ({added_s / wall_s * 100:.0f}% of the profiled configurations' {wall_s:.0f} s)" if wall_s else ""
+    slower = _overhead(conn, list(by_result))
     lines = [f"profiling: {len(kept)} trace(s), {total_mb:.2f} MB gzipped in all{per_step}; "
-             f"it added {added_s:.1f} s to the sweep{share}"]
+             f"it added {added_s:.1f} s to the sweep{share}"
+             + (f"; a traced step took {slower:.2f}x a measured one (median)" if slower == slower else "")]
     for r in rows:
         if r["error"] or r["note"]:
             lines.append(f"profiling: result {r['result_id']} rank {r['rank']}: {r['error'] or r['note']}")
     lines.append("profiling: traces in " + traces_dir(store_path, sweep_id) + "; "
                  + HOW_TO_OPEN.format(folder=traces_dir(store_path, sweep_id)))
     return lines
+
+
+def _overhead(conn, result_ids: list) -> float:
+    """Median over configurations of (median traced step / median measured step): the profiler's own cost per step."""
+    ratios = []
+    for rid in result_ids:
+        med = {}
+        for kind in ("measure", "profile"):
+            ms = sorted(r[0] for r in conn.execute("SELECT step_ms FROM steps WHERE result_id = ? AND kind = ?", (rid, kind)))
+            med[kind] = ms[len(ms) // 2] if ms else None
+        if med["measure"] and med["profile"]:
+            ratios.append(med["profile"] / med["measure"])
+    ratios.sort()
+    return ratios[len(ratios) // 2] if ratios else float("nan")
 
 
 def result_note(conn, result_id: int) -> str:
