@@ -94,7 +94,7 @@ def figure(configs: list, workload: str, where: str):
         bottom = [a + b for a, b in zip(bottom, h)]
     left.set(ylabel="share of the traced steps (%)", ylim=(0, 105))
     left.tick_params(axis="x", labelrotation=30)
-    left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=4, fontsize="small")
+    left.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=4, fontsize="small")
     right.bar(labels, [0.0 if math.isnan(f["overlap_share"]) else f["overlap_share"] * 100 for f in figs], color="#1f77b4")
     right.set(ylabel="communication overlapped by computation (%)", ylim=(0, 105))
     right.tick_params(axis="x", labelrotation=30)
