@@ -195,7 +195,8 @@ def test_a_trace_above_the_limit_is_cut_with_a_note_and_a_small_one_is_kept_whol
     assert sorted(os.listdir(tmp_path)) == ["a.pt.trace.json.gz", "b.pt.trace.json.gz"]  # no temporary JSON left
 
 
-def test_a_profiler_failure_is_returned_and_stored_with_its_result_not_raised(tmp_path):
+@pytest.mark.parametrize("failure", ["start", "folder"])
+def test_a_profiler_failure_is_returned_and_stored_with_its_result_not_raised(failure, tmp_path, monkeypatch):
     import torch
     from bench.rank import profile
     from bench.rank.timing import HostClock
@@ -203,7 +204,7 @@ def test_a_profiler_failure_is_returned_and_stored_with_its_result_not_raised(tm
     from bench.sweep import profiling
 
     class Trainer:  # what profile.run uses of bench.rank.loop.Trainer
-        rank, n, device, clock = 1, 7, torch.device("cpu"), HostClock
+        rank, n, device, clock, distributed = 1, 7, torch.device("cpu"), HostClock, False
 
         def barrier(self):
             pass
@@ -220,8 +221,13 @@ def test_a_profiler_failure_is_returned_and_stored_with_its_result_not_raised(tm
     spec = RunSpec(workload="synthetic", strategy="ddp", device_type="cpu", device_count=2, per_device_batch=8, global_batch=16,
                    image_size=0, steps=4, warmup=1, threads=1, seed=0, scaling="weak", profile_steps=2, profile_max_mb=1.0,
                    trace_prefix=str(tmp_path / "blocked" / "x"))
+    if failure == "start":
+        def refuse(self):
+            raise RuntimeError("kineto is not available")
+        monkeypatch.setattr(torch.profiler.profile, "start", refuse)
     rows, record = profile.run(spec, Trainer(), iter(()))
-    assert record["error"] and record["path"] is None and [r["kind"] for r in rows] == ["profile_warmup", "profile", "profile"]
+    assert record["error"] and record["path"] is None, record
+    assert [r["kind"] for r in rows] == ([] if failure == "start" else ["profile_warmup", "profile", "profile"])
     conn = store.connect(str(tmp_path / "bench.sqlite"))
     sid = store.begin_sweep(conn, "cmd", "{}", None)
     payload = {"steps": [{"kind": "measure", "rank": 0, "step": 0, "step_ms": 5.0}, *rows], "traces": [record]}

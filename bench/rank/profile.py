@@ -12,7 +12,7 @@ ui.perfetto.dev opens it as it is. The profiler's JSON is first written beside i
 fit, and says so (the `benchCut` key and an instant event at the cut). No trace is written where the
 folder has less than ROOM_FACTOR x the limit free: a trace never fills the disk.
 
-The profiled steps come back as rows of kind 'profile_warmup' and 'profile' (stored apart from the measured
+If the profiler fails to start on any rank, no rank runs the traced steps. The profiled steps come back as rows of kind 'profile_warmup' and 'profile' (stored apart from the measured
 ones: their time against the measured steps is what the profiler costs a step). A failure of the profiler
 or of writing the trace is returned in the record's `error`, never raised: the configuration's measurements
 stand, the failure is stored with them, and the sweep goes on.
@@ -26,6 +26,7 @@ import shutil
 import time
 
 import torch
+import torch.distributed as dist
 
 PROFILER_WARMUP_STEPS = 1
 ROOM_FACTOR = 10        # the profiler's JSON runs ~10x its gzipped size; it is written before it is gzipped
@@ -60,20 +61,42 @@ def _steps(spec, t, it) -> tuple:
     if t.device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     schedule = torch.profiler.schedule(wait=0, warmup=PROFILER_WARMUP_STEPS, active=spec.profile_steps, repeat=1)
+    prof = torch.profiler.profile(activities=activities, schedule=schedule)
     t.barrier()  # every rank starts its profiled steps together
+    start_everywhere(prof, t)
     clock = t.clock()
     first = t.n
     clock.open()
-    with torch.profiler.profile(activities=activities, schedule=schedule) as prof:
+    try:
         for _ in range(PROFILER_WARMUP_STEPS + spec.profile_steps):
             if t.step(it, clock) is None:
                 break
             prof.step()
+    finally:
+        prof.stop()
     clock.close()
     rows = clock.rows()
     for i, row in enumerate(rows):
         row.update(kind="profile_warmup" if i < PROFILER_WARMUP_STEPS else "profile", rank=t.rank, step=first + i)
     return rows, prof
+
+
+def start_everywhere(prof, t) -> None:
+    """Start the profiler on this rank; raise, on every rank, if it failed to start on any (the traced steps hold
+    collectives: one rank skipping them would leave the others waiting in an all-reduce)."""
+    error = None
+    try:
+        prof.start()
+    except Exception as e:
+        error = e
+    if t.distributed:
+        flag = torch.tensor([0 if error else 1], device=t.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        if not int(flag.item()) and error is None:
+            prof.stop()
+            error = RuntimeError("the profiler did not start on another rank; no rank ran traced steps")
+    if error is not None:
+        raise error
 
 
 def write(prof, path: str, max_bytes: float) -> dict:
