@@ -106,6 +106,8 @@ def test_a_rank_slowed_on_purpose_is_named_the_straggler(sweeps):
     report = (folder / "rep" / "report.md").read_text()
     assert "they wait for rank 0, the straggler" in report, report
     assert "ui.perfetto.dev" in report and "](../traces/sweep1/" in report  # a link to each trace, how to open it
+    page = (folder / "rep" / "report.html").read_text()
+    assert all(f'href="file://{r["path"]}"' in page for r in rows.values()), [r["path"] for r in rows.values()]
     assert (folder / "plots" / "synthetic_traces.png").stat().st_size > 0
     assert report.index("synthetic_phases.png") < report.index("synthetic_traces.png") < report.index("synthetic_memory.png")
 
