@@ -175,25 +175,37 @@ def test_bad_profile_input_exits_2_with_nothing_written(args, expected, tmp_path
 
 
 class _Prof:
-    """Stands in for torch.profiler.profile: exports a trace of n events."""
+    """Stands in for torch.profiler.profile: exports a trace of n events, laid out as Kineto writes them (an event
+    over several lines, the other keys after the array), out of time order."""
     def __init__(self, n: int):
         self.n = n
 
     def export_chrome_trace(self, path: str) -> None:
-        events = [_x(f"aten::op{i % 97}_{i}", i * 10, 5) for i in range(self.n)]
+        events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}]
+        events += [_x(f"aten::op{i % 97}_{i}", ((i * 7919) % self.n) * 10, 5) for i in range(self.n)]
         with open(path, "w") as f:
-            json.dump({"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1, "args": {}}, *events]}, f)
+            f.write('{\n  "schemaVersion": 1,\n  "traceEvents": [\n')
+            f.write(",\n".join(json.dumps(e, indent=4) for e in events))
+            f.write('\n  ],"traceName": "x.json" }')
 
 
-def test_a_trace_above_the_limit_is_cut_with_a_note_and_a_small_one_is_kept_whole(tmp_path):
-    from bench.rank import profile
-    small = profile.write(_Prof(50), str(tmp_path / "a.pt.trace.json.gz"), 1e6)
+def test_a_trace_above_the_limit_is_cut_to_its_earliest_events_with_a_note_and_a_small_one_is_kept_whole(
+        tmp_path, monkeypatch):
+    from bench.rank import tracefile
+    monkeypatch.setattr(tracefile, "CHUNK_CHARS", 4096)  # read the JSON through a small window, as a large one is
+    small = tracefile.write(_Prof(50), str(tmp_path / "a.pt.trace.json.gz"), 1e6)
     assert small["note"] is None and small["trace_bytes"] == os.path.getsize(small["path"])
-    big = profile.write(_Prof(60000), str(tmp_path / "b.pt.trace.json.gz"), 100e3)
+    with gzip.open(small["path"], "rt") as f:
+        assert len(json.load(f)["traceEvents"]) == 51
+    big = tracefile.write(_Prof(30000), str(tmp_path / "b.pt.trace.json.gz"), 100e3)
     assert big["note"].startswith("cut:") and big["trace_bytes"] <= 100e3, big
     with gzip.open(big["path"], "rt") as f:
         trace = json.load(f)
-    assert trace["benchCut"] == big["note"] and 0 < len(trace["traceEvents"]) < 60000
+    assert trace["benchCut"] == big["note"] and trace["traceName"] == "x.json"
+    kept = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert 0 < len(kept) < 30000 and trace["traceEvents"][0]["name"] == "process_name"  # metadata kept
+    assert sorted(e["ts"] for e in kept) == [i * 10 for i in range(len(kept))]  # the earliest ones, none missing
+    assert trace["traceEvents"][-1]["name"] == "bench: trace cut here"
     assert sorted(os.listdir(tmp_path)) == ["a.pt.trace.json.gz", "b.pt.trace.json.gz"]  # no temporary JSON left
 
 

@@ -1,0 +1,147 @@
+"""A profiler trace written to disk under a size limit: gzipped, and cut when it is too large, never loaded whole.
+
+    record = write(prof, path, max_bytes)   # {path, trace_bytes, json_bytes, note}; prof: a torch.profiler.profile
+
+The profiler's JSON is first written beside the trace (the traces folder, not /tmp) and gzipped from there;
+no trace is written where the folder has less than ROOM_FACTOR x the limit free, so traces never fill the
+disk. A gzipped trace above the limit is cut to its earliest events that fit, in time: the JSON is read
+twice as a stream of events (json's raw_decode over a window of the file: a large model's trace holds
+gigabytes, which parsed whole would take many times that in memory), once for each event's time and size,
+once to copy the events before the cut. The cut trace says so: a `benchCut` key and an instant event at
+the cut, which Perfetto and TensorBoard show.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+from array import array
+from typing import Iterator
+
+ROOM_FACTOR = 10        # the profiler's JSON runs ~10x its gzipped size; it is written before it is gzipped
+CUT_TRIES = 4
+CHUNK_CHARS = 1 << 22   # the window of the JSON held in memory while it is read as a stream
+
+
+def write(prof, path: str, max_bytes: float) -> dict:
+    """Export the profiler's trace gzipped to `path`, cut to max_bytes; {path, trace_bytes, json_bytes, note}."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    free = shutil.disk_usage(folder).free
+    if free < ROOM_FACTOR * max_bytes:
+        return {"note": f"no trace written: {folder} has {free / 1e6:.0f} MB free, under {ROOM_FACTOR} x "
+                        f"--profile-max-mb {max_bytes / 1e6:g} (the profiler's JSON is written before it is gzipped)"}
+    raw = f"{path}.tmp{os.getpid()}.json"
+    try:
+        prof.export_chrome_trace(raw)
+        json_bytes = os.path.getsize(raw)
+        with open(raw, "rb") as fin, gzip.open(path, "wb") as fout:
+            shutil.copyfileobj(fin, fout)
+        note = cut(raw, path, max_bytes) if os.path.getsize(path) > max_bytes else None
+    finally:
+        if os.path.exists(raw):
+            os.remove(raw)
+    kept = os.path.exists(path)
+    return {"path": path if kept else None, "trace_bytes": os.path.getsize(path) if kept else None,
+            "json_bytes": json_bytes, "note": note}
+
+
+def events(raw_json: str) -> Iterator[tuple]:
+    """('head', text) once: the JSON up to and with the traceEvents array's '['; then ('event', dict, text) per event;
+    then ('tail', text): the rest after the array's ']'. ValueError if the file is not a Chrome trace."""
+    decoder = json.JSONDecoder()
+    with open(raw_json, encoding="utf-8") as f:
+        buf = f.read(CHUNK_CHARS)
+        while True:  # the head: small, before the events
+            key = buf.find('"traceEvents"')
+            start = buf.find("[", key) if key >= 0 else -1
+            if start >= 0:
+                break
+            more = f.read(CHUNK_CHARS)
+            if not more:
+                raise ValueError(f"{raw_json}: no traceEvents array")
+            buf += more
+        yield ("head", buf[:start + 1])
+        i = start + 1
+        while True:
+            while True:  # to the next event, or the array's end
+                while i < len(buf) and buf[i] in " \t\r\n,":
+                    i += 1
+                if i < len(buf):
+                    break
+                buf, i = f.read(CHUNK_CHARS), 0
+                if not buf:
+                    raise ValueError(f"{raw_json}: the traceEvents array does not end")
+            if buf[i] == "]":
+                yield ("tail", buf[i + 1:] + f.read())
+                return
+            try:
+                obj, end = decoder.raw_decode(buf, i)
+            except json.JSONDecodeError:  # the event runs past the window: read on
+                more = f.read(CHUNK_CHARS)
+                if not more:
+                    raise ValueError(f"{raw_json}: the traceEvents array does not end") from None
+                buf, i = buf[i:] + more, 0
+                continue
+            yield ("event", obj, buf[i:end])
+            i = end
+            if i > CHUNK_CHARS:  # drop what has been read
+                buf, i = buf[i:], 0
+
+
+def cut(raw_json: str, path: str, max_bytes: float) -> str:
+    """Rewrite `path` with the earliest events of `raw_json` that fit in max_bytes gzipped (metadata always kept);
+    the note says what was kept. Removes the trace when not even a small part fits."""
+    size = os.path.getsize(path)
+    times, sizes = array("d"), array("q")
+    for item in events(raw_json):
+        if item[0] == "event":
+            e = item[1]
+            timed = e.get("ph") != "M" and isinstance(e.get("ts"), (int, float))
+            times.append(float(e["ts"]) if timed else float("-inf"))  # metadata first: always kept
+            sizes.append(len(item[2]))
+    order = sorted(range(len(times)), key=times.__getitem__)
+    ratio = size / max(1, sum(sizes))  # gzipped bytes per character of events
+    n_timed = sum(1 for t in times if t != float("-inf"))
+    budget = 0.9 * max_bytes / ratio
+    for _ in range(CUT_TRIES):
+        used, cutoff, kept = 0, None, 0
+        for k in order:
+            used += sizes[k]
+            if used > budget:
+                break
+            cutoff = times[k]
+            kept += times[k] != float("-inf")
+        if not kept or cutoff is None:
+            break
+        note = (f"cut: the trace was {size / 1e6:.1f} MB gzipped, above --profile-max-mb {max_bytes / 1e6:g}; "
+                f"kept its earliest {kept} of {n_timed} events")
+        _write_cut(raw_json, path, cutoff, note)
+        if os.path.getsize(path) <= max_bytes:
+            return note
+        budget /= 2
+    os.remove(path)
+    return f"no trace kept: the trace was {size / 1e6:.1f} MB gzipped and not even a small part fits --profile-max-mb {max_bytes / 1e6:g}"
+
+
+def _write_cut(raw_json: str, path: str, cutoff: float, note: str) -> None:
+    last = {}
+    with gzip.open(path, "wt", encoding="utf-8") as out:
+        first = True
+        for item in events(raw_json):
+            if item[0] == "head":
+                out.write(item[1])
+            elif item[0] == "event":
+                e = item[1]
+                if e.get("ph") == "M" or not isinstance(e.get("ts"), (int, float)) or float(e["ts"]) <= cutoff:
+                    out.write(("" if first else ",\n") + item[2])
+                    first = False
+                    if e.get("ph") != "M" and isinstance(e.get("ts"), (int, float)):
+                        last = e
+            else:
+                mark = {"name": "bench: trace cut here", "ph": "i", "s": "g", "ts": last.get("ts", cutoff),
+                        "pid": last.get("pid", 0), "tid": last.get("tid", 0), "args": {"note": note}}
+                tail = item[1].rstrip()  # the trace's other keys, after the array: ',"traceName": ...}' or '}'
+                tail = tail[:-1].rstrip() if tail.endswith("}") else tail
+                out.write(("" if first else ",\n") + json.dumps(mark) + "]" + tail + f', "benchCut": {json.dumps(note)}}}')
