@@ -192,7 +192,8 @@ class _Prof:
 def test_a_trace_above_the_limit_is_cut_to_its_earliest_events_with_a_note_and_a_small_one_is_kept_whole(
         tmp_path, monkeypatch):
     from bench.rank import tracefile
-    monkeypatch.setattr(tracefile, "CHUNK_CHARS", 4096)  # read the JSON through a small window, as a large one is
+    from bench.shared import chrometrace
+    monkeypatch.setattr(chrometrace, "CHUNK_CHARS", 4096)  # read the JSON through a small window, as a large one is
     small = tracefile.write(_Prof(50), str(tmp_path / "a.pt.trace.json.gz"), 1e6)
     assert small["note"] is None and small["trace_bytes"] == os.path.getsize(small["path"])
     with gzip.open(small["path"], "rt") as f:

@@ -27,11 +27,11 @@ the hosts' clocks need not agree). The rank that waits markedly less than the ot
 """
 from __future__ import annotations
 
-import gzip
-import json
 import math
 from dataclasses import asdict, dataclass
 from typing import Optional
+
+from bench.shared import chrometrace
 
 STRAGGLER_RATIO = 0.5          # the straggler waits less than half what the others typically wait ...
 STRAGGLER_MIN_STEP_SHARE = 0.10  # ... and at least 10% of a traced step less
@@ -110,11 +110,15 @@ def subtract(xs: list, ys: list) -> list:
 
 # ---------------------------------------------------------------- events
 
+KEPT_FIELDS = ("ph", "name", "cat", "ts", "dur", "tid", "pid")
+
+
 def load(path: str) -> dict:
-    """A Chrome trace, gzipped or not."""
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return json.load(f)
+    """A Chrome trace, gzipped or not, with only what the figures read: its complete ('X') events' names,
+    categories, times and threads. Read as a stream (bench.shared.chrometrace): a trace can be gigabytes."""
+    return {"traceEvents": [{k: e[k] for k in KEPT_FIELDS if k in e}
+                            for kind, *rest in chrometrace.events(path) if kind == "event"
+                            for e in rest[:1] if e.get("ph") == "X"]}
 
 
 def _spans(trace: dict) -> list:

@@ -5,10 +5,9 @@
 The profiler's JSON is first written beside the trace (the traces folder, not /tmp) and gzipped from there;
 no trace is written where the folder has less than ROOM_FACTOR x the limit free, so traces never fill the
 disk. A gzipped trace above the limit is cut to its earliest events that fit, in time: the JSON is read
-twice as a stream of events (json's raw_decode over a window of the file: a large model's trace holds
-gigabytes, which parsed whole would take many times that in memory), once for each event's time and size,
-once to copy the events before the cut. The cut trace says so: a `benchCut` key and an instant event at
-the cut, which Perfetto and TensorBoard show.
+as a stream of events (bench.shared.chrometrace), once for each event's time and size, then to copy the
+events before the cut. The cut trace says so: a `benchCut` key and an instant event at the cut, which
+Perfetto and TensorBoard show.
 """
 from __future__ import annotations
 
@@ -17,11 +16,11 @@ import json
 import os
 import shutil
 from array import array
-from typing import Iterator
+
+from bench.shared.chrometrace import events
 
 ROOM_FACTOR = 10        # the profiler's JSON runs ~10x its gzipped size; it is written before it is gzipped
 CUT_TRIES = 4
-CHUNK_CHARS = 1 << 22   # the window of the JSON held in memory while it is read as a stream
 
 
 def write(prof, path: str, max_bytes: float) -> dict:
@@ -45,49 +44,6 @@ def write(prof, path: str, max_bytes: float) -> dict:
     kept = os.path.exists(path)
     return {"path": path if kept else None, "trace_bytes": os.path.getsize(path) if kept else None,
             "json_bytes": json_bytes, "note": note}
-
-
-def events(raw_json: str) -> Iterator[tuple]:
-    """('head', text) once: the JSON up to and with the traceEvents array's '['; then ('event', dict, text) per event;
-    then ('tail', text): the rest after the array's ']'. ValueError if the file is not a Chrome trace."""
-    decoder = json.JSONDecoder()
-    with open(raw_json, encoding="utf-8") as f:
-        buf = f.read(CHUNK_CHARS)
-        while True:  # the head: small, before the events
-            key = buf.find('"traceEvents"')
-            start = buf.find("[", key) if key >= 0 else -1
-            if start >= 0:
-                break
-            more = f.read(CHUNK_CHARS)
-            if not more:
-                raise ValueError(f"{raw_json}: no traceEvents array")
-            buf += more
-        yield ("head", buf[:start + 1])
-        i = start + 1
-        while True:
-            while True:  # to the next event, or the array's end
-                while i < len(buf) and buf[i] in " \t\r\n,":
-                    i += 1
-                if i < len(buf):
-                    break
-                buf, i = f.read(CHUNK_CHARS), 0
-                if not buf:
-                    raise ValueError(f"{raw_json}: the traceEvents array does not end")
-            if buf[i] == "]":
-                yield ("tail", buf[i + 1:] + f.read())
-                return
-            try:
-                obj, end = decoder.raw_decode(buf, i)
-            except json.JSONDecodeError:  # the event runs past the window: read on
-                more = f.read(CHUNK_CHARS)
-                if not more:
-                    raise ValueError(f"{raw_json}: the traceEvents array does not end") from None
-                buf, i = buf[i:] + more, 0
-                continue
-            yield ("event", obj, buf[i:end])
-            i = end
-            if i > CHUNK_CHARS:  # drop what has been read
-                buf, i = buf[i:], 0
 
 
 def cut(raw_json: str, path: str, max_bytes: float) -> str:
