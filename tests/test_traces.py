@@ -258,7 +258,8 @@ def test_a_version_2_store_gains_the_traces_table_keeping_its_rows(tmp_path):
     conn = sqlite3.connect(path)
     start = schema.SCHEMA.index("CREATE TABLE IF NOT EXISTS traces")
     conn.executescript(schema.SCHEMA[:start] + schema.SCHEMA[schema.SCHEMA.index(");", start) + 2:])
-    conn.execute("INSERT INTO sweeps (sweep_id, started_at, status, command_line, config_json) VALUES (1, 't', 'completed', 'c', '{}')")
+    conn.execute("INSERT INTO sweeps (sweep_id, started_at, status, command_line, config_json) "
+                 "VALUES (1, 't', 'completed', 'c', '{}')")
     conn.execute("PRAGMA user_version = 2")
     conn.commit()
     conn.close()

@@ -28,6 +28,7 @@ the hosts' clocks need not agree). The rank that waits markedly less than the ot
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -110,21 +111,6 @@ def subtract(xs: list, ys: list) -> list:
 
 # ---------------------------------------------------------------- events
 
-KEPT_FIELDS = ("ph", "name", "cat", "ts", "dur", "tid", "pid")
-
-
-def load(path: str) -> dict:
-    """A Chrome trace, gzipped or not, with only what the figures read: its complete ('X') events' names,
-    categories, times and threads. Read as a stream (bench.shared.chrometrace): a trace can be gigabytes."""
-    return {"traceEvents": [{k: e[k] for k in KEPT_FIELDS if k in e}
-                            for kind, *rest in chrometrace.events(path) if kind == "event"
-                            for e in rest[:1] if e.get("ph") == "X"]}
-
-
-def _spans(trace: dict) -> list:
-    return [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "ts" in e and "dur" in e]
-
-
 def is_comm(name: str) -> bool:
     low = name.lower()
     return low.startswith("nccl") or "gloo:" in low
@@ -146,50 +132,85 @@ def classify(event: dict, device: bool) -> Optional[str]:
     return "compute" if cat == "cpu_op" else None
 
 
-def _interval(e: dict) -> tuple:
-    return float(e["ts"]), float(e["ts"]) + float(e["dur"])
+@dataclass
+class Scan:
+    """One pass over a trace's events, holding intervals (us) only: what figures() and collectives() need."""
+    steps: list
+    device: dict      # kind -> [(start, end)] of the device's kernels and copies
+    host: dict        # kind -> [(tid, start, end)] of host operations
+    calls: dict       # 'device' / 'host' -> [(start, name, ms)] of collectives
+
+    @property
+    def on_device(self) -> bool:
+        return any(self.device.values())
 
 
-def figures(trace: dict) -> Figures:
-    """One rank's breakdown of its traced steps (the whole trace where it has no ProfilerStep#)."""
-    events = _spans(trace)
-    device = any(str(e.get("cat", "")).lower() in DEVICE_CATEGORIES for e in events)
-    steps = [_interval(e) for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
-    window = union(steps) if steps else union([(min(a for a, _ in map(_interval, events)),
-                                               max(b for _, b in map(_interval, events)))] if events else [])
-    if device and steps:  # the device runs behind the host: the last step's kernels end after its annotation
-        last = max((b for e in events if str(e.get("cat", "")).lower() in DEVICE_CATEGORIES for _, b in [_interval(e)]),
-                   default=window[-1][1])
-        window = union([*window, (window[-1][1], max(last, window[-1][1]))])
-    kinds: dict = {"comm": [], "copy": [], "compute": []}
+def scan(events) -> Scan:
+    """Classify a trace's complete ('X') events, keeping tuples rather than the events (a trace can be gigabytes)."""
+    out = Scan([], {"comm": [], "copy": [], "compute": []}, {"comm": [], "compute": []}, {"device": [], "host": []})
     for e in events:
-        kind = classify(e, device)
+        if e.get("ph") != "X" or "ts" not in e or "dur" not in e:
+            continue
+        name, cat = str(e.get("name", "")), str(e.get("cat", "")).lower()
+        a = float(e["ts"])
+        b = a + float(e["dur"])
+        if name.startswith("ProfilerStep#"):
+            out.steps.append((a, b))
+        if cat in DEVICE_CATEGORIES:
+            kind = classify(e, True)
+            out.device[kind].append((a, b))
+            if kind == "comm" and cat == "kernel":
+                out.calls["device"].append((a, name, (b - a) / 1e3))
+            continue
+        kind = classify(e, False)
         if kind:
-            kinds[kind].append(e)
+            out.host[kind].append((e.get("tid"), a, b))
+        if is_comm(name):
+            out.calls["host"].append((a, name, (b - a) / 1e3))
+    return out
+
+
+def load(path: str) -> Scan:
+    """A Chrome trace file, gzipped or not, scanned as a stream (bench.shared.chrometrace): never held whole."""
+    return scan(item[1] for item in chrometrace.events(path) if item[0] == "event")
+
+
+def figures(trace) -> Figures:
+    """One rank's breakdown of its traced steps (the whole trace where it has no ProfilerStep#).
+    trace: a Chrome trace (a dict with traceEvents) or its Scan."""
+    s = trace if isinstance(trace, Scan) else scan(trace.get("traceEvents", []))
+    device = s.on_device
+    everything = [*s.steps, *(i for v in s.device.values() for i in v), *((a, b) for v in s.host.values() for _, a, b in v)]
+    window = union(s.steps) if s.steps else union([(min(a for a, _ in everything), max(b for _, b in everything))]
+                                                   if everything else [])
+    if device and s.steps:  # the device runs behind the host: the last step's kernels end after its annotation
+        last = max(b for v in s.device.values() for _, b in v)
+        window = union([*window, (window[-1][1], max(last, window[-1][1]))])
     if device:
-        c = intersect(union(_interval(e) for e in kinds["compute"]), window)
+        c, m, p = (intersect(union(s.device[k]), window) for k in ("compute", "comm", "copy"))
     else:  # on one thread, the time inside a communication call is communication, whichever op encloses it
-        c = []
-        for tid in {e.get("tid") for e in kinds["compute"]}:
-            mine = union(_interval(e) for e in kinds["compute"] if e.get("tid") == tid)
-            c += subtract(mine, union(_interval(e) for e in kinds["comm"] if e.get("tid") == tid))
-        c = intersect(union(c), window)
-    m, p = (intersect(union(_interval(e) for e in kinds[k]), window) for k in ("comm", "copy"))
+        comm_by_tid: dict = {}
+        for tid, a, b in s.host["comm"]:
+            comm_by_tid.setdefault(tid, []).append((a, b))
+        compute_by_tid: dict = {}
+        for tid, a, b in s.host["compute"]:
+            compute_by_tid.setdefault(tid, []).append((a, b))
+        c = union(i for tid, v in compute_by_tid.items() for i in subtract(union(v), union(comm_by_tid.get(tid, []))))
+        c = intersect(c, window)
+        m = intersect(union((a, b) for _, a, b in s.host["comm"]), window)
+        p = []
     exposed = subtract(m, c)
     busy = union([*c, *m, *p])
     span = length(window)
-    return Figures(steps=len(steps), span_ms=span / 1e3, compute_ms=length(c) / 1e3, comm_ms=length(m) / 1e3,
+    return Figures(steps=len(s.steps), span_ms=span / 1e3, compute_ms=length(c) / 1e3, comm_ms=length(m) / 1e3,
                    copy_ms=length(subtract(p, union([*c, *m]))) / 1e3, idle_ms=(span - length(busy)) / 1e3,
                    overlap_ms=length(intersect(m, c)) / 1e3, exposed_comm_ms=length(exposed) / 1e3)
 
 
-def collectives(trace: dict) -> list:
+def collectives(trace) -> list:
     """(name, duration ms) of each collective the rank took part in, in order: gloo's operations, NCCL's kernels."""
-    events = _spans(trace)
-    device = any(str(e.get("cat", "")).lower() in DEVICE_CATEGORIES for e in events)
-    out = [e for e in events if is_comm(str(e.get("name", "")))
-           and (not device or str(e.get("cat", "")).lower() == "kernel")]
-    return [(str(e["name"]), float(e["dur"]) / 1e3) for e in sorted(out, key=lambda e: float(e["ts"]))]
+    s = trace if isinstance(trace, Scan) else scan(trace.get("traceEvents", []))
+    return [(name, ms) for _, name, ms in sorted(s.calls["device" if s.on_device else "host"])]
 
 
 def waits_ms(per_rank: dict) -> dict:
@@ -227,6 +248,7 @@ def derive(records: list) -> list:
     for rec in sorted(records, key=lambda r: r.get("rank", 0)):
         row = dict(rec)
         if rec.get("path") and not rec.get("error"):
+            t0 = time.perf_counter()
             try:
                 trace = load(rec["path"])
                 f = figures(trace)
@@ -234,6 +256,7 @@ def derive(records: list) -> list:
                 colls[rec["rank"]] = collectives(trace)
             except (OSError, ValueError, KeyError, TypeError) as e:
                 row["note"] = "; ".join(filter(None, [rec.get("note"), f"trace could not be read: {type(e).__name__}: {e}"]))
+            row["read_s"] = time.perf_counter() - t0  # what reading it cost the sweep
         rows.append(row)
     waits = waits_ms(colls) if len(colls) > 1 else {}
     for row in rows:

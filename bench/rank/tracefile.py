@@ -78,7 +78,8 @@ def cut(raw_json: str, path: str, max_bytes: float) -> str:
             return note
         budget /= 2
     os.remove(path)
-    return f"no trace kept: the trace was {size / 1e6:.1f} MB gzipped and not even a small part fits --profile-max-mb {max_bytes / 1e6:g}"
+    return (f"no trace kept: the trace was {size / 1e6:.1f} MB gzipped and not even a small part fits "
+            f"--profile-max-mb {max_bytes / 1e6:g}")
 
 
 def _write_cut(raw_json: str, path: str, cutoff: float, note: str) -> None:

@@ -16,7 +16,8 @@
     comm          all-reduce microbenchmark rows per scope (world / node): size, time, algbw/busbw GB/s
     nodes         multi-node runs: each node's host and environment
     traces        --profile: per configuration and rank, the trace's path and size, the traced steps, what
-                  profiling cost, and the figures derived from the trace (bench.analysis.traces): shares of
+                  profiling cost (s: the traced steps and writing the trace in the rank, reading it in the
+                  sweep), and the figures derived from the trace (bench.analysis.traces): shares of
                   the traced steps in computation, exposed communication, copies and idle; the share of
                   communication overlapped by computation; time waiting in collectives (ms, summed over the
                   traced steps); a note when the trace was cut or could not be written
@@ -122,7 +123,7 @@ CREATE TABLE IF NOT EXISTS comm (
 CREATE TABLE IF NOT EXISTS traces (
     result_id INTEGER NOT NULL REFERENCES results(result_id),
     rank INTEGER NOT NULL, path TEXT, trace_bytes INTEGER, json_bytes INTEGER,
-    steps INTEGER, first_step INTEGER, profile_s REAL, export_s REAL, note TEXT, error TEXT,
+    steps INTEGER, first_step INTEGER, profile_s REAL, export_s REAL, read_s REAL, note TEXT, error TEXT,
     span_ms REAL, compute_ms REAL, comm_ms REAL, copy_ms REAL, idle_ms REAL, overlap_ms REAL, exposed_comm_ms REAL,
     wait_ms REAL, compute_share REAL, comm_share REAL, copy_share REAL, idle_share REAL, overlap_share REAL,
     PRIMARY KEY (result_id, rank)
@@ -142,9 +143,9 @@ EPOCH_COLUMNS = ("epoch", "wall_s", "mean_loss", "data_wait_s", "samples", "step
                  "images", "images_seen", "images_repeated", "images_dropped")
 COMM_COLUMNS = ("scope", "ranks", "size_bytes", "time_ms", "algbw_gbps", "busbw_gbps", "iters")
 WINDOW_COLUMNS = ("rank", "kind", "first_step", "wall_s", "samples", "steps")
-TRACE_COLUMNS = ("rank", "path", "trace_bytes", "json_bytes", "steps", "first_step", "profile_s", "export_s", "note", "error",
-                 "span_ms", "compute_ms", "comm_ms", "copy_ms", "idle_ms", "overlap_ms", "exposed_comm_ms", "wait_ms",
-                 "compute_share", "comm_share", "copy_share", "idle_share", "overlap_share")
+TRACE_COLUMNS = ("rank", "path", "trace_bytes", "json_bytes", "steps", "first_step", "profile_s", "export_s", "read_s",
+                 "note", "error", "span_ms", "compute_ms", "comm_ms", "copy_ms", "idle_ms", "overlap_ms", "exposed_comm_ms",
+                 "wait_ms", "compute_share", "comm_share", "copy_share", "idle_share", "overlap_share")
 
 
 def create(conn: sqlite3.Connection) -> None:

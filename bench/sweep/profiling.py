@@ -55,7 +55,7 @@ def cost_lines(conn, sweep_id: int, store_path: str) -> list:
     for r in rows:  # the ranks profile at the same time: a configuration is held up by its slowest
         by_result[r["result_id"]] = (max(by_result.get(r["result_id"], (0.0, 0.0))[0], r["profile_s"] or 0.0),
                                      r["result_wall_s"] or 0.0)
-    added_s = sum(p for p, _ in by_result.values())
+    added_s = sum(p for p, _ in by_result.values()) + sum(r["read_s"] or 0.0 for r in rows)  # the sweep reads them in turn
     wall_s = sum(w for _, w in by_result.values())
     per_step = f", {total_mb / steps:.3f} MB per traced step and rank" if steps else ""
     share = f" ({added_s / wall_s * 100:.0f}% of the profiled configurations' {wall_s:.0f} s)" if wall_s else ""
