@@ -133,6 +133,9 @@ def test_hand_made_cpu_trace_gives_the_hand_computed_overlap_and_shares():
     assert f.exposed_comm_ms * 1e3 == pytest.approx(36) and f.idle_ms * 1e3 == pytest.approx(10)
     s = f.shares
     assert (s["compute_share"], s["comm_share"], s["copy_share"], s["idle_share"]) == pytest.approx((0.54, 0.36, 0.0, 0.10))
+    trace["traceEvents"].append({"ph": "i", "name": "bench: trace cut here", "ts": 60, "pid": 1, "tid": 1})
+    f = traces.figures(trace)  # a trace cut inside its step: what lies past the cut is not idle, it is gone
+    assert (f.span_ms * 1e3, f.compute_ms * 1e3, f.idle_ms * 1e3) == pytest.approx((60, 44, 0))
 
 
 def test_hand_made_cuda_trace_classifies_kernels_as_hta_does():
@@ -174,6 +177,9 @@ def test_bad_profile_input_exits_2_with_nothing_written(args, expected, tmp_path
     assert os.listdir(tmp_path) == []
 
 
+STUB_STEP_US = 20000   # a traced step of the stand-in trace holds 2000 of its 10 us events
+
+
 class _Prof:
     """Stands in for torch.profiler.profile: exports a trace of n events, laid out as Kineto writes them (an event
     over several lines, the other keys after the array), out of time order."""
@@ -183,6 +189,8 @@ class _Prof:
     def export_chrome_trace(self, path: str) -> None:
         events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}]
         events += [_x(f"aten::op{i % 97}_{i}", ((i * 7919) % self.n) * 10, 5) for i in range(self.n)]
+        events += [_x(f"ProfilerStep#{k + 1}", k * STUB_STEP_US, STUB_STEP_US, cat="user_annotation")
+                   for k in range(self.n * 10 // STUB_STEP_US)]
         with open(path, "w") as f:
             f.write('{\n  "schemaVersion": 1,\n  "traceEvents": [\n')
             f.write(",\n".join(json.dumps(e, indent=4) for e in events))
@@ -202,11 +210,15 @@ def test_a_trace_above_the_limit_is_cut_to_its_earliest_events_with_a_note_and_a
     assert big["note"].startswith("cut:") and big["trace_bytes"] <= 100e3, big
     with gzip.open(big["path"], "rt") as f:
         trace = json.load(f)
-    assert trace["benchCut"] == big["note"] and trace["traceName"] == "x.json"
-    kept = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert trace["benchCut"] == big["note"] and trace["traceName"] == "x.json" and "traced steps" in big["note"]
+    kept = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["name"].startswith("aten::")]
+    steps = [e for e in trace["traceEvents"] if e["name"].startswith("ProfilerStep#")]
     assert 0 < len(kept) < 30000 and trace["traceEvents"][0]["name"] == "process_name"  # metadata kept
     assert sorted(e["ts"] for e in kept) == [i * 10 for i in range(len(kept))]  # the earliest ones, none missing
+    assert len(kept) == len(steps) * STUB_STEP_US // 10  # whole steps: it ends where a step ends
     assert trace["traceEvents"][-1]["name"] == "bench: trace cut here"
+    f = traces.figures(traces.load(big["path"]))
+    assert f.steps == len(steps) and f.span_ms * 1e3 == pytest.approx(len(steps) * STUB_STEP_US)
     assert sorted(os.listdir(tmp_path)) == ["a.pt.trace.json.gz", "b.pt.trace.json.gz"]  # no temporary JSON left
 
 

@@ -37,6 +37,7 @@ from bench.shared import chrometrace
 STRAGGLER_RATIO = 0.5          # the straggler waits less than half what the others typically wait ...
 STRAGGLER_MIN_STEP_SHARE = 0.10  # ... and at least 10% of a traced step less
 COMM_CALLS = ("c10d::", "record_param_comms")
+CUT_MARK = "bench: trace cut here"   # bench.rank.tracefile's instant event where it cut a trace
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
@@ -139,6 +140,7 @@ class Scan:
     device: dict      # kind -> [(start, end)] of the device's kernels and copies
     host: dict        # kind -> [(tid, start, end)] of host operations
     calls: dict       # 'device' / 'host' -> [(start, name, ms)] of collectives
+    cut_at: Optional[float] = None   # a trace cut to its size limit (bench.rank.tracefile) ends here
 
     @property
     def on_device(self) -> bool:
@@ -149,6 +151,8 @@ def scan(events) -> Scan:
     """Classify a trace's complete ('X') events, keeping tuples rather than the events (a trace can be gigabytes)."""
     out = Scan([], {"comm": [], "copy": [], "compute": []}, {"comm": [], "compute": []}, {"device": [], "host": []})
     for e in events:
+        if e.get("name") == CUT_MARK and isinstance(e.get("ts"), (int, float)):
+            out.cut_at = float(e["ts"])
         if e.get("ph") != "X" or "ts" not in e or "dur" not in e:
             continue
         name, cat = str(e.get("name", "")), str(e.get("cat", "")).lower()
@@ -186,6 +190,8 @@ def figures(trace) -> Figures:
     if device and s.steps:  # the device runs behind the host: the last step's kernels end after its annotation
         last = max(b for v in s.device.values() for _, b in v)
         window = union([*window, (window[-1][1], max(last, window[-1][1]))])
+    if s.cut_at is not None:  # nothing was kept past the cut: it is not idle time
+        window = intersect(window, [(float("-inf"), s.cut_at)])
     if device:
         c, m, p = (intersect(union(s.device[k]), window) for k in ("compute", "comm", "copy"))
     else:  # on one thread, the time inside a communication call is communication, whichever op encloses it

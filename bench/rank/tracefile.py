@@ -21,6 +21,7 @@ from bench.shared.chrometrace import events
 
 ROOM_FACTOR = 10        # the profiler's JSON runs ~10x its gzipped size; it is written before it is gzipped
 CUT_TRIES = 4
+CUT_MARK = "bench: trace cut here"   # the name of the instant event at the cut
 
 
 def write(prof, path: str, max_bytes: float) -> dict:
@@ -47,32 +48,39 @@ def write(prof, path: str, max_bytes: float) -> dict:
 
 
 def cut(raw_json: str, path: str, max_bytes: float) -> str:
-    """Rewrite `path` with the earliest events of `raw_json` that fit in max_bytes gzipped (metadata always kept);
-    the note says what was kept. Removes the trace when not even a small part fits."""
+    """Rewrite `path` with the earliest events of `raw_json` that fit in max_bytes gzipped (metadata always kept),
+    ending at the end of a whole traced step (ProfilerStep#) where at least one fits; the note says what was kept.
+    Removes the trace when not even a small part fits."""
     size = os.path.getsize(path)
-    times, sizes = array("d"), array("q")
+    times, sizes, steps = array("d"), array("q"), []
     for item in events(raw_json):
         if item[0] == "event":
             e = item[1]
             timed = e.get("ph") != "M" and isinstance(e.get("ts"), (int, float))
             times.append(float(e["ts"]) if timed else float("-inf"))  # metadata first: always kept
             sizes.append(len(item[2]))
+            if timed and e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"):
+                steps.append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))
     order = sorted(range(len(times)), key=times.__getitem__)
     ratio = size / max(1, sum(sizes))  # gzipped bytes per character of events
     n_timed = sum(1 for t in times if t != float("-inf"))
     budget = 0.9 * max_bytes / ratio
     for _ in range(CUT_TRIES):
-        used, cutoff, kept = 0, None, 0
+        used, cutoff = 0, None
         for k in order:
             used += sizes[k]
             if used > budget:
                 break
             cutoff = times[k]
-            kept += times[k] != float("-inf")
-        if not kept or cutoff is None:
+        whole = [end for _, end in steps if cutoff is not None and end <= cutoff]
+        if whole:  # end with a whole step: the figures then cover whole steps only
+            cutoff = max(whole) - 1e-3
+        kept = sum(1 for t in times if t != float("-inf") and cutoff is not None and t <= cutoff)
+        if not kept:
             break
-        note = (f"cut: the trace was {size / 1e6:.1f} MB gzipped, above --profile-max-mb {max_bytes / 1e6:g}; "
-                f"kept its earliest {kept} of {n_timed} events")
+        what = (f"its first {len(whole)} of {len(steps)} traced steps ({kept} of {n_timed} events)" if whole else
+                f"its earliest {kept} of {n_timed} events (less than one traced step)")
+        note = f"cut: the trace was {size / 1e6:.1f} MB gzipped, above --profile-max-mb {max_bytes / 1e6:g}; kept {what}"
         _write_cut(raw_json, path, cutoff, note)
         if os.path.getsize(path) <= max_bytes:
             return note
@@ -97,7 +105,7 @@ def _write_cut(raw_json: str, path: str, cutoff: float, note: str) -> None:
                     if e.get("ph") != "M" and isinstance(e.get("ts"), (int, float)):
                         last = e
             else:
-                mark = {"name": "bench: trace cut here", "ph": "i", "s": "g", "ts": last.get("ts", cutoff),
+                mark = {"name": CUT_MARK, "ph": "i", "s": "g", "ts": cutoff,  # bench.analysis.traces stops here
                         "pid": last.get("pid", 0), "tid": last.get("tid", 0), "args": {"note": note}}
                 tail = item[1].rstrip()  # the trace's other keys, after the array: ',"traceName": ...}' or '}'
                 tail = tail[:-1].rstrip() if tail.endswith("}") else tail
