@@ -11,11 +11,12 @@ that reading a trace pins no torch version:
   - overlap is the time where communication and computation intervals intersect, over communication time.
 On CUDA the intervals are the device's kernels and copies, as in HTA. A CPU/gloo trace has no kernels: its
 intervals are the profiler's host operations. Computation is the time of every `cpu_op` on its thread less
-the communication calls on that thread (DDP's all-reduce is issued from inside autograd's AccumulateGrad, and
-a call that blocks is waiting, not computing); communication is gloo's own operations (`gloo:all_reduce`, `gloo:broadcast`
-on gloo's threads, which last until every rank has joined) and the calls that issue them (`c10d::allreduce_`,
-`record_param_comms`). The breakdown sums to the span with computation first: communication counts where it is
-not hidden under computation (exposed), copies where neither runs, the rest is idle.
+the communication calls on that thread (DDP's all-reduce is issued from inside autograd's AccumulateGrad,
+and a call that blocks is waiting, not computing); communication is gloo's own operations
+(`gloo:all_reduce`, `gloo:broadcast` on gloo's threads, which last until every rank has joined) and the
+calls that issue them (`c10d::allreduce_`, `record_param_comms`). The breakdown sums to the span with
+computation first: communication counts where computation does not hide it (exposed), copies where
+neither runs, the rest is idle. A trace cut to its size limit (bench.rank.tracefile) counts up to the cut.
 
 Waiting in collectives (the straggler signal): HTA takes the collective whose duration varies most across
 ranks and names the rank that starts it last. Here every collective is matched across ranks by its name and
@@ -48,7 +49,7 @@ class Figures:
     span_ms: float
     compute_ms: float
     comm_ms: float          # union of communication intervals
-    copy_ms: float
+    copy_ms: float          # copies while neither computation nor communication runs
     idle_ms: float
     overlap_ms: float       # communication under computation
     exposed_comm_ms: float  # communication not under computation
@@ -56,9 +57,8 @@ class Figures:
     @property
     def shares(self) -> dict:
         span = self.span_ms or math.nan
-        copies = max(0.0, self.span_ms - self.compute_ms - self.exposed_comm_ms - self.idle_ms)
         return {"compute_share": self.compute_ms / span, "comm_share": self.exposed_comm_ms / span,
-                "copy_share": copies / span, "idle_share": self.idle_ms / span,
+                "copy_share": self.copy_ms / span, "idle_share": self.idle_ms / span,
                 "overlap_share": self.overlap_ms / self.comm_ms if self.comm_ms > 0 else math.nan}
 
 
