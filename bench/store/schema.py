@@ -9,7 +9,8 @@
                   the reason, how it was timed, and a summary derived from the raw rows by bench.analysis.stats
     windows       raw timed windows per rank: wall time (s), samples and steps (throughput is derived from them)
     steps         raw per-step, per-rank times (ms) of every phase; kind warmup, measure, probe_sync,
-                  probe_no_sync (DDP's communication probe) or equivalence
+                  probe_no_sync (DDP's communication probe), equivalence, or profile_warmup and profile
+                  (--profile's traced steps, after the measured window)
     memory        per device and rank: allocator peaks, device level as nvidia-smi shows it, the
                   benchmark's own artefacts, process RSS (MiB)
     epochs        per-epoch wall time, mean loss, data wait and split coverage (real-data runs with --epochs)
