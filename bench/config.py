@@ -89,6 +89,9 @@ class SweepConfig:
     plots_dir: str = _f("plots", "where plots are written", "str")
     report_dir: str = _f("results", "where report.md and report.html are written", "str")
     report: bool = _f(True, "render plots and the report after the sweep (--no-report: skip)", "bool")
+    profile: bool = _f(False, "after each configuration's measured window (and DDP's probe), run a few more steps under torch.profiler on every rank and keep one gzipped trace per rank next to the store", "bool")
+    profile_steps: int = _f(3, "steps traced per configuration with --profile, after 1 untraced profiler warm-up step", "int", 1)
+    profile_max_mb: float = _f(200.0, "largest trace kept per rank, MB (gzipped); a larger one is cut, with a note", "float", 0.0)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -122,6 +125,7 @@ GROUPS = {
     "measurement": ("steps", "warmup"),
     "faults and limits": ("timeout", "pg_timeout"),
     "output": ("store", "plots_dir", "report_dir", "report"),
+    "profiling (traces)": ("profile", "profile_steps", "profile_max_mb"),
 }
 
 

@@ -5,7 +5,7 @@ Launched by bench.sweep.launch, never by hand:
     torchrun --nproc-per-node N ... -m bench.rank.worker OUT_DIR/spec.json    # ddp, fsdp, comm (one node)
     srun -N K torchrun --nnodes K --rdzv-backend c10d ... -m bench.rank.worker OUT_DIR/spec.json   # several nodes
 Modes: 'bench' runs warm-up steps, the measured window and, under DDP, the communication probe
-(bench.rank.loop); 'equivalence' trains k steps and saves the final parameters; 'comm' runs the all-reduce
+(bench.rank.loop), then with --profile a few traced steps (bench.rank.profile); 'equivalence' trains k steps and saves the final parameters; 'comm' runs the all-reduce
 microbenchmark; 'loader' times the data loader alone. Every rank publishes its progress
 (bench.shared.heartbeat), its raw rows are gathered to rank 0, which alone writes OUT_DIR/result.json
 (atomically). A rank that fails writes OUT_DIR/error-rank<R>.json first, so the sweep can say which
@@ -74,9 +74,13 @@ def planned_steps(spec: RunSpec, steps_per_epoch: int = 0) -> int:
     if spec.mode == "equivalence":
         return spec.steps
     if spec.epochs:
-        return spec.epochs * steps_per_epoch
+        return spec.epochs * steps_per_epoch + profiled_steps(spec)
     probe = 2 * PROBE_BLOCKS * probe_block(spec) if spec.strategy == "ddp" and spec.mode == "bench" else 0
-    return spec.warmup + spec.steps + probe
+    return spec.warmup + spec.steps + probe + profiled_steps(spec)
+
+
+def profiled_steps(spec: RunSpec) -> int:
+    return spec.profile_steps + 1 if spec.profile_steps and spec.mode == "bench" else 0  # + the profiler's warm-up
 
 
 def prepare(model: nn.Module, spec: RunSpec, ctx: Ctx) -> nn.Module:
@@ -123,6 +127,10 @@ def measure(spec: RunSpec, t: Trainer, devices: list, wl) -> dict:
                                   "slowest rank per step; buffers broadcast on their own in no_sync() blocks"
                                   + ("; SyncBatchNorm's collectives run in both, so they are not counted (and SyncBatchNorm "
                                      "itself synchronises the host once per layer per forward, in PyTorch)" if spec.sync_bn else ""))
+    if spec.profile_steps:  # --profile: a few more steps under the profiler, after every measured window
+        from bench.rank import profile
+        profiled, trace = profile.run(spec, t, batch_stream(wl) if spec.epochs else it)
+        rows, out["traces"] = rows + profiled, [trace]
     out.update(steps=rows, epochs=epochs, windows=t.windows, compile_s=t.compile_s)
     return out
 
@@ -238,7 +246,7 @@ def loader_only(spec: RunSpec, wl, rank: int) -> dict:
 def merge(payloads: list) -> dict:
     """Rank 0's payload with every rank's raw rows; per-epoch rows merged over ranks."""
     out = dict(payloads[0])
-    for key in ("steps", "memory", "windows"):
+    for key in ("steps", "memory", "windows", "traces"):
         if key in out:
             out[key] = [row for p in payloads for row in p.get(key, [])]
     out["nodes"] = [p["node"] for p in payloads if p.get("node")]

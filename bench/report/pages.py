@@ -1,7 +1,8 @@
 """The report's two renderings of one list of blocks: GitHub markdown with relative image links, and
 one self-contained HTML page with the plots inlined as data: URIs and every store text escaped.
 
-Blocks: ('h', level, text), ('p', text), ('table', headers, rows), ('img', path, alt).
+Blocks: ('h', level, text), ('p', text), ('table', headers, rows), ('img', path, alt). A table cell may be a
+`Link` to a local file (a trace): a relative link in markdown, a file:// link in HTML.
 """
 from __future__ import annotations
 
@@ -9,6 +10,27 @@ import base64
 import html
 import os
 import re
+from pathlib import Path
+from typing import NamedTuple
+
+
+class Link(NamedTuple):
+    """A table cell that links to a local file."""
+    text: str
+    path: str
+
+
+def _md_cell(cell, report_dir: str) -> str:
+    if isinstance(cell, Link):
+        rel = os.path.relpath(os.path.abspath(cell.path), os.path.abspath(report_dir)).replace(os.sep, "/")
+        return f"[{_md_text(cell.text)}]({rel.replace(' ', '%20')})"
+    return _md_text(cell)
+
+
+def _html_cell(cell) -> str:
+    if isinstance(cell, Link):
+        return f'<a href="{html.escape(Path(os.path.abspath(cell.path)).as_uri())}">{html.escape(cell.text)}</a>'
+    return html.escape(str(cell))
 
 
 def _md_text(text: str) -> str:
@@ -25,7 +47,7 @@ def to_markdown(bl: list, report_dir: str) -> str:
         elif blk[0] == "table":
             out.append("| " + " | ".join(_md_text(h) for h in blk[1]) + " |")
             out[-1] += "\n|" + "---|" * len(blk[1])
-            out[-1] += "".join("\n| " + " | ".join(_md_text(c) for c in row) + " |" for row in blk[2])
+            out[-1] += "".join("\n| " + " | ".join(_md_cell(c, report_dir) for c in row) + " |" for row in blk[2])
         elif blk[0] == "img":
             rel = os.path.relpath(os.path.abspath(blk[1]), os.path.abspath(report_dir)).replace(os.sep, "/")
             out.append(f"![{_md_text(blk[2])}]({rel})")
@@ -51,7 +73,7 @@ def to_html(bl: list) -> str:
             out.append(f"<p>{e(str(blk[1]))}</p>")
         elif blk[0] == "table":
             head = "".join(f"<th>{e(str(h))}</th>" for h in blk[1])
-            body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>" for row in blk[2])
+            body = "".join("<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in blk[2])
             out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
         elif blk[0] == "img":
             with open(blk[1], "rb") as f:

@@ -18,6 +18,7 @@ from collections import Counter
 from typing import Optional
 
 from bench.analysis import stats
+from bench.report import traces as trace_report
 from bench.report.pages import to_html, to_markdown
 from bench.store import store
 
@@ -173,6 +174,7 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
         b.append(("table", ["configuration", "precision / settings", "training samples/s", "loader alone samples/s",
                             "loader workers in all", "data-bound (loader < 1.1x training)"], rows))
     b += _comm_blocks(sweep, workload, configs, u)
+    b += trace_report.blocks(configs, workload)  # --profile
     for key, path in plot_paths.items():
         b.append(("img", path, f"{workload} {key.replace('_', ' ')}"))
     return b
@@ -283,6 +285,8 @@ def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "pl
                                            train_times(cs) if w == "deeplabv3" else None,
                                            REFERENCE_V100_S if cs[0].data == "voc" else None)
                   for w, cs in sweep.bench.items()}
+    plot_paths = {w: trace_report.plot_paths(p, sweep.bench[w], w, device_title(sweep, sweep.bench[w][0].device_type), plots_dir)
+                  for w, p in plot_paths.items()}  # --profile: the traces' figure beside the phases plot
     bl = blocks(sweep, plot_paths)
     os.makedirs(report_dir, exist_ok=True)
     md, page = os.path.join(report_dir, "report.md"), os.path.join(report_dir, "report.html")

@@ -27,7 +27,7 @@ from typing import Optional
 
 INTERVAL_S = 0.5
 FROZEN_S = 10.0                       # no heartbeat write for this long: the process is not running
-LONG_PHASES = ("setup", "download", "compile")   # may take minutes without a step; bounded by the wall-clock limit
+LONG_PHASES = ("setup", "download", "compile", "trace export")   # may take minutes without a step; bounded by the wall-clock limit
 EXTENDED_PHASES = ("download", "compile")          # ... and they extend the start-up allowance
 COLLECTIVE_PHASES = ("forward", "backward", "barrier", "gather")  # where a rank waits for its peers
 STEP_PHASES = ("start", "data", "h2d", "forward", "backward", "optimizer", "end")

@@ -49,6 +49,9 @@ class RunSpec:
     comm_max_bytes: int = 0    # comm mode: largest all-reduce message (the largest model's gradients)
     comm_extra_bytes: tuple = ()  # comm mode: DDP's bucket sizes, measured as well
     out_dir: str = ""
+    profile_steps: int = 0     # --profile: steps traced after the measured window (bench.rank.profile); 0: none
+    profile_max_mb: float = 0.0  # largest gzipped trace kept per rank, MB
+    trace_prefix: str = ""     # each rank writes <trace_prefix>-rank<R>.pt.trace.json.gz (bench.sweep.profiling)
 
     @property
     def accum_steps(self) -> int:

@@ -64,6 +64,7 @@ class Config:
     speedup: float = math.nan
     efficiency: float = math.nan
     baseline: str = ""
+    traces: list = field(default_factory=list)   # --profile: traces rows, one per rank and repeat (with 'repeat')
 
     @property
     def variant(self) -> str:
@@ -138,7 +139,7 @@ def _memory(rows: list, device_type: str) -> tuple:
 
 def _config(conn: sqlite3.Connection, results: list) -> Config:
     r0 = results[0]
-    step_ms, sync_ms, nosync_ms, slowest, memory, epochs, sps, by_repeat = [], [], [], [], [], [], [], {}
+    step_ms, sync_ms, nosync_ms, slowest, memory, epochs, sps, by_repeat, traces = [], [], [], [], [], [], [], {}, []
     for r in results:
         rid = r["result_id"]
         steps = _rows(conn, "SELECT * FROM steps WHERE result_id = ?", rid)
@@ -148,6 +149,7 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         nosync_ms += stats.step_times_ms([s for s in steps if s["kind"] in ("probe_no_sync", "no_sync")])
         slowest += stats.slowest_rank_rows(measured)  # keeps each result's steps apart
         memory += _rows(conn, "SELECT * FROM memory WHERE result_id = ?", rid)
+        traces += [dict(t, repeat=int(r["repeat"])) for t in _rows(conn, "SELECT * FROM traces WHERE result_id = ? ORDER BY rank", rid)]
         epochs += [e["wall_s"] for e in _rows(conn, "SELECT wall_s FROM epochs WHERE result_id = ? ORDER BY epoch", rid)]
         summary = stats.result_summary(steps, _rows(conn, "SELECT * FROM windows WHERE result_id = ?", rid), int(r["global_batch"]))
         if summary.get("samples_per_s") is not None:
@@ -166,7 +168,7 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         compiled=bool(r0["compiled"]), options=json.loads(r0["options_json"] or "{}"), nodes=int(r0["nodes"] or 1),
         timing_method=r0["timing_method"], numerics=json.loads(r0["numerics_json"] or "{}"),
         compile_s=stats.median(r["compile_s"] for r in results), loader_workers=r0["loader_workers"],
-        params=r0["params"], data_wait_ms=stats.median(s.get("host_data_ms") for s in slowest),
+        params=r0["params"], data_wait_ms=stats.median(s.get("host_data_ms") for s in slowest), traces=traces,
     )
 
 

@@ -9,18 +9,25 @@
                   the reason, how it was timed, and a summary derived from the raw rows by bench.analysis.stats
     windows       raw timed windows per rank: wall time (s), samples and steps (throughput is derived from them)
     steps         raw per-step, per-rank times (ms) of every phase; kind warmup, measure, probe_sync,
-                  probe_no_sync (DDP's communication probe) or equivalence
+                  probe_no_sync (DDP's communication probe), equivalence, or profile_warmup and profile
+                  (--profile's traced steps, after the measured window)
     memory        per device and rank: allocator peaks, device level as nvidia-smi shows it, the
                   benchmark's own artefacts, process RSS (MiB)
     epochs        per-epoch wall time, mean loss, data wait and split coverage (real-data runs with --epochs)
     comm          all-reduce microbenchmark rows per scope (world / node): size, time, algbw/busbw GB/s
     nodes         multi-node runs: each node's host and environment
+    traces        --profile: per configuration and rank, the trace's path and size, the traced steps, what
+                  profiling cost (s: the traced steps and writing the trace in the rank, reading it in the
+                  sweep), and the figures derived from the trace (bench.analysis.traces): shares of
+                  the traced steps in computation, exposed communication, copies and idle; the share of
+                  communication overlapped by computation; time waiting in collectives (ms, summed over the
+                  traced steps); a note when the trace was cut or could not be written
 """
 from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA_HISTORY = {
     1: "first version: environments, sweeps, results, steps, memory, epochs, comm",
     2: "GPU-true timing and new axes: results gain precision, channels_last, compiled, options_json, nodes, launcher, "
@@ -28,6 +35,8 @@ SCHEMA_HISTORY = {
        "steps gain host_data_ms, buffers_ms, other_ms; memory gains device-level and artefact columns; comm gains "
        "scope and ranks; sweeps may be 'failed' and record traceback_path, a label and the sweep they were "
        "interleaved with (paired_with, A/B runs)",
+    3: "profiler traces (--profile): a traces table, one row per configuration and rank; steps may be of kind "
+       "profile_warmup and profile (the traced steps, after the measured window)",
 }
 
 SCHEMA = """
@@ -112,6 +121,14 @@ CREATE TABLE IF NOT EXISTS comm (
     size_bytes INTEGER NOT NULL, time_ms REAL NOT NULL, algbw_gbps REAL, busbw_gbps REAL, iters INTEGER,
     PRIMARY KEY (result_id, scope, size_bytes)
 );
+CREATE TABLE IF NOT EXISTS traces (
+    result_id INTEGER NOT NULL REFERENCES results(result_id),
+    rank INTEGER NOT NULL, path TEXT, trace_bytes INTEGER, json_bytes INTEGER,
+    steps INTEGER, first_step INTEGER, profile_s REAL, export_s REAL, read_s REAL, note TEXT, error TEXT,
+    span_ms REAL, compute_ms REAL, comm_ms REAL, copy_ms REAL, idle_ms REAL, overlap_ms REAL, exposed_comm_ms REAL,
+    wait_ms REAL, compute_share REAL, comm_share REAL, copy_share REAL, idle_share REAL, overlap_share REAL,
+    PRIMARY KEY (result_id, rank)
+);
 CREATE TABLE IF NOT EXISTS nodes (
     result_id INTEGER NOT NULL REFERENCES results(result_id),
     node_rank INTEGER NOT NULL, hostname TEXT, env_json TEXT,
@@ -127,6 +144,9 @@ EPOCH_COLUMNS = ("epoch", "wall_s", "mean_loss", "data_wait_s", "samples", "step
                  "images", "images_seen", "images_repeated", "images_dropped")
 COMM_COLUMNS = ("scope", "ranks", "size_bytes", "time_ms", "algbw_gbps", "busbw_gbps", "iters")
 WINDOW_COLUMNS = ("rank", "kind", "first_step", "wall_s", "samples", "steps")
+TRACE_COLUMNS = ("rank", "path", "trace_bytes", "json_bytes", "steps", "first_step", "profile_s", "export_s", "read_s",
+                 "note", "error", "span_ms", "compute_ms", "comm_ms", "copy_ms", "idle_ms", "overlap_ms", "exposed_comm_ms",
+                 "wait_ms", "compute_share", "comm_share", "copy_share", "idle_share", "overlap_share")
 
 
 def create(conn: sqlite3.Connection) -> None:
@@ -168,5 +188,8 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
             _rebuild(conn, table, {})
         create(conn)  # the tables version 1 did not have
         version = 2
+    if version == 2:
+        create(conn)  # version 3 adds the traces table; no other table changed
+        version = 3
     conn.execute("PRAGMA legacy_alter_table = OFF")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -21,7 +21,7 @@ from bench.config import ConfigError, SweepConfig
 from bench.shared import faults
 from bench.shared.procs import signals_deferred
 from bench.store import store
-from bench.sweep import equivalence, plan
+from bench.sweep import equivalence, plan, profiling
 from bench.sweep.diagnose import Outcome
 from bench.sweep.launch import Limits, run_config
 from bench.sweep.plan import RunSpec, Skip
@@ -158,6 +158,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
                 store.record_result(conn, sweep_id, env_id, spec, "skipped", item.reason)
                 log(f"{head}: skipped: {item.reason}")
                 continue
+            spec = profiling.attach(spec, cfg, sweep_id, i)  # --profile: where its traces go
             current, started = spec, store.now()
             limits = Limits.for_spec(spec, cfg.timeout)
             outcome = (equivalence.run(spec, limits, shared) if spec.mode == "equivalence"
@@ -167,7 +168,9 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
                                           outcome.started_at, outcome.ended_at, outcome.wall_s, outcome.failed_rank)
                 current = None
             failures += outcome.status != "ok"
-            log(f"{head}: {_summary_line(conn, rid, outcome)}")
+            log(f"{head}: {_summary_line(conn, rid, outcome)}{profiling.result_note(conn, rid)}")
+        for line in profiling.cost_lines(conn, sweep_id, cfg.store):
+            log(line)
         with signals_deferred():
             store.end_sweep(conn, sweep_id, "completed")
     except (KeyboardInterrupt, Interrupted) as e:

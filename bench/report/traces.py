@@ -1,0 +1,165 @@
+"""The report's part for --profile, from the traces table alone (bench.store.results: Config.traces).
+
+Per configuration and rank: what the traced steps held (computation, exposed communication, copies,
+idle: bench.analysis.traces), how much of the communication computation hid, how long each rank waited
+in collectives, and a link to its trace. The rank that waits markedly less than the others is named as
+the one they wait for; the traces' exposed communication is set beside the probe's, and where they
+disagree by more than the measured steps' noise the report says so.
+
+    figure(configs, workload, where) -> Figure or None    # drawn beside the phases plot
+    blocks(configs, workload)        -> report blocks       # after the workload's tables
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Optional
+
+from bench.analysis import traces as analysis
+from bench.report.pages import Link
+from bench.report.plots import _figure, _label
+
+SEGMENTS = (("compute_share", "computation", "#2ca02c"), ("comm_share", "exposed communication", "#d62728"),
+            ("copy_share", "memory copies", "#e377c2"), ("idle_share", "idle", "#c7c7c7"))
+NOISE_FLOOR = 0.10   # the probe is a difference of two medians of a few steps: below 10% of a step, not told apart
+HOW_TO_OPEN = ("Open a trace at https://ui.perfetto.dev (drag the .gz file in), or the sweep's traces in TensorBoard: "
+               "`pip install torch-tb-profiler`, then `tensorboard --logdir {folder}`.")
+
+
+def _mean(values) -> float:
+    vs = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return sum(vs) / len(vs) if vs else math.nan
+
+
+def per_rank(c) -> dict:
+    """rank -> its figures, averaged over repeats; *_per_step_ms divide the traced steps' sums by their count."""
+    out: dict = {}
+    for rank in sorted({t["rank"] for t in c.traces}):
+        rows = [t for t in c.traces if t["rank"] == rank]
+        ok = [t for t in rows if t.get("span_ms") is not None and t.get("steps")]
+        fig = {k: _mean(t.get(k) for t in ok) for k, _, _ in SEGMENTS}
+        fig["overlap_share"] = _mean(t.get("overlap_share") for t in ok)
+        for k in ("span_ms", "wait_ms", "exposed_comm_ms"):
+            fig[k.replace("_ms", "_per_step_ms")] = _mean(t[k] / t["steps"] if t.get(k) is not None else None for t in ok)
+        fig["trace_mb"] = _mean((t.get("trace_bytes") or 0) / 1e6 if t.get("trace_bytes") else None for t in rows)
+        fig["mb_per_step"] = _mean(t["trace_bytes"] / 1e6 / t["steps"] for t in rows if t.get("trace_bytes") and t.get("steps"))
+        fig["profile_s"] = _mean(t.get("profile_s") for t in rows)
+        fig["paths"] = [t["path"] for t in rows if t.get("path")]
+        fig["notes"] = [t.get("error") or t.get("note") for t in rows if t.get("error") or t.get("note")]
+        out[rank] = fig
+    return out
+
+
+def straggler(c) -> Optional[tuple]:
+    """(rank, its wait ms per step, the others' median) when one rank waits markedly less, else None."""
+    ranks = per_rank(c)
+    waits = {r: f["wait_per_step_ms"] for r, f in ranks.items()}
+    step_ms = _mean(f["span_per_step_ms"] for f in ranks.values())
+    rank = analysis.straggler(waits, step_ms)
+    if rank is None:
+        return None
+    others = sorted(w for r, w in waits.items() if r != rank)
+    return rank, waits[rank], others[len(others) // 2]
+
+
+def probe_agreement(c) -> Optional[tuple]:
+    """(traces' exposed comm ms per step, probe's, noise ms, rank used) for a DDP configuration with both, else None.
+    The rank that waits least is used: its exposed communication is the transfer, not waiting for a slower rank."""
+    if math.isnan(c.exposed_comm_ms) or not c.traces:
+        return None
+    ranks = {r: f for r, f in per_rank(c).items() if not math.isnan(f["exposed_comm_per_step_ms"])}
+    if not ranks:
+        return None
+    rank = min(ranks, key=lambda r: (ranks[r]["wait_per_step_ms"] if not math.isnan(ranks[r]["wait_per_step_ms"]) else 0.0))
+    noise = max(c.summary.iqr_ms if not math.isnan(c.summary.iqr_ms) else 0.0, NOISE_FLOOR * c.summary.median_ms)
+    return ranks[rank]["exposed_comm_per_step_ms"], c.exposed_comm_ms, noise, rank
+
+
+def figure(configs: list, workload: str, where: str):
+    """Left: each rank's traced steps as shares (stacked); right: the share of communication computation hid."""
+    with_traces = [c for c in configs if any(t.get("span_ms") is not None for t in c.traces)]
+    if not with_traces:
+        return None
+    fig, (left, right) = _figure("Traced steps (--profile): where each rank's time went, and overlap", where, workload,
+                                 width=12.0, ncols=2)
+    labels, figs = [], []
+    for c in with_traces:
+        for rank, f in per_rank(c).items():
+            labels.append(f"{_label(c)} r{rank}")
+            figs.append(f)
+    bottom = [0.0] * len(figs)
+    for key, name, color in SEGMENTS:
+        h = [0.0 if math.isnan(f[key]) else f[key] * 100 for f in figs]
+        left.bar(labels, h, bottom=bottom, color=color, label=name)
+        bottom = [a + b for a, b in zip(bottom, h)]
+    left.set(ylabel="share of the traced steps (%)", ylim=(0, 105))
+    left.tick_params(axis="x", labelrotation=30)
+    left.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=4, fontsize="small")
+    right.bar(labels, [0.0 if math.isnan(f["overlap_share"]) else f["overlap_share"] * 100 for f in figs], color="#1f77b4")
+    right.set(ylabel="communication overlapped by computation (%)", ylim=(0, 105))
+    right.tick_params(axis="x", labelrotation=30)
+    return fig
+
+
+def _fmt(v, spec: str = ".1f", suffix: str = "") -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:{spec}}{suffix}"
+
+
+def blocks(configs: list, workload: str) -> list:
+    """The traces' table, the straggler, the probe comparison, notes and how to open a trace; [] without traces."""
+    traced = [c for c in configs if c.traces]
+    if not traced:
+        return []
+    rows, lines = [], []
+    for c in traced:
+        for rank, f in per_rank(c).items():
+            link = Link(os.path.basename(f["paths"][-1]), f["paths"][-1]) if f["paths"] else "; ".join(f["notes"]) or "–"
+            rows.append([_label(c), str(rank)] + [_fmt(f[k] * 100, ".0f", "%") for k, _, _ in SEGMENTS]
+                        + [_fmt(f["overlap_share"] * 100, ".0f", "%"), _fmt(f["wait_per_step_ms"], ".2f"),
+                           _fmt(f["trace_mb"], ".2f"), _fmt(f["mb_per_step"], ".3f"), _fmt(f["profile_s"], ".1f"), link])
+            lines += [f"{_label(c)}, rank {rank}: {n}" for n in f["notes"]]
+        s = straggler(c)
+        if s:
+            lines.append(f"{_label(c)}: rank {s[0]} waits {s[1]:.2f} ms per traced step in collectives, the others "
+                         f"{s[2]:.2f} ms (median): they wait for rank {s[0]}, the straggler.")
+        elif len({t['rank'] for t in c.traces}) > 1:
+            lines.append(f"{_label(c)}: no rank waits markedly less than the others in collectives (no straggler).")
+        agree = probe_agreement(c)
+        if agree:
+            trace_ms, probe_ms, noise, rank = agree
+            verdict = ("they agree within the noise" if abs(trace_ms - probe_ms) <= noise else
+                       "they differ by more than the noise: the probe measures how much slower a synchronised step is "
+                       "(contention for cores or links included), the traces the collectives' own time outside computation "
+                       "in a few profiled steps; open a trace to see where the step's time goes")
+            lines.append(f"{_label(c)}: the traces show {trace_ms:.2f} ms of exposed communication per step (rank {rank}, "
+                         f"the one that waits least), the probe {probe_ms:.2f} ms; {verdict} ({noise:.2f} ms: the measured "
+                         f"steps' IQR, at least {NOISE_FLOOR:.0%} of the median step).")
+    paths = [t["path"] for c in traced for t in c.traces if t.get("path")]
+    folder = os.path.dirname(paths[-1]) if paths else "the traces folder beside the store"
+    return [("h", 3, f"{workload}: profiler traces (--profile)"),
+            ("p", "A few steps after each configuration's measured window ran under torch.profiler on every rank (never the "
+                  "measured window itself). Shares of the traced steps by Holistic Trace Analysis's method (computation "
+                  "first; communication where computation does not hide it; then copies; the rest idle); overlapped: the "
+                  "share of communication under computation; waiting: time in collectives beyond the rank that spent least "
+                  "in each."),
+            ("table", ["configuration", "rank", "computation", "exposed communication", "copies", "idle", "comm overlapped",
+                       "waiting in collectives ms/step", "trace MB", "MB/step", "profiling s", "trace"], rows),
+            *[("p", line) for line in lines],
+            ("p", HOW_TO_OPEN.format(folder=folder))]
+
+
+def plot_paths(paths: dict, configs: list, workload: str, where: str, plots_dir: str) -> dict:
+    """The workload's plot paths with the traces' figure saved and placed right after the phases plot."""
+    fig = figure(configs, workload, where)
+    if fig is None:
+        return paths
+    from bench.report.plots import file_name
+    path = os.path.join(plots_dir, file_name(workload, "traces"))
+    fig.savefig(path, dpi=100)
+    out = {}
+    for k, v in paths.items():
+        out[k] = v
+        if k == "phases":
+            out["traces"] = path
+    out.setdefault("traces", path)
+    return out
