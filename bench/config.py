@@ -220,6 +220,9 @@ def from_args(ns: argparse.Namespace) -> SweepConfig:
             kw[f.name] = parse_value(f.name, f.metadata["parse"], raw)
     cfg = SweepConfig(**kw)
     check_values(cfg)
+    for name in ("profile_steps", "profile_max_mb"):
+        if name in kw and not cfg.profile:  # would silently do nothing
+            raise ConfigError(f"{flag(name)}: takes effect with --profile only; add --profile, or leave {flag(name)} out")
     return cfg
 
 

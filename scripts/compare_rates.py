@@ -3,7 +3,7 @@
     .venv/bin/python scripts/compare_rates.py --store /tmp/rates.sqlite --aa 10 --slow 4 -- --workloads synthetic
 
 Runs --aa sweeps of identical code (the default CPU sweep unless flags after `--` narrow it), then --slow sweeps
-with every step of rank 0 made --percent slower (BENCH_FAULT=slow@0:P, the suite's fault injection), all into one
+with every step of rank 0 (--ranks) made --percent slower (BENCH_FAULT=slow@0:P, the suite's fault injection), all into one
 store, one after another as a user's CI would. Then, at compare's default settings:
 - A/A: each sweep k against sweep k-1, with the sweeps before k-1 as the evidence of each configuration's noise;
   a compare that calls any regression is a false alarm (and each configuration called is counted too);
@@ -45,6 +45,7 @@ def main() -> int:
     ap.add_argument("--aa", type=int, default=10, help="sweeps of identical code")
     ap.add_argument("--slow", type=int, default=4, help="sweeps with rank 0 slowed by --percent")
     ap.add_argument("--percent", type=int, default=30)
+    ap.add_argument("--ranks", default="0", help="ranks slowed, e.g. 0,1 (every rank of DDP x2: the whole step slower)")
     ap.add_argument("--analyse-only", action="store_true", help="the sweeps are in --store already")
     ap.add_argument("flags", nargs="*", help="sweep flags after --")
     ns = ap.parse_args()
@@ -53,7 +54,8 @@ def main() -> int:
             sweep(ns.store, ns.flags, {})
             print(f"A sweep {i + 1}/{ns.aa} done", flush=True)
         for i in range(ns.slow):
-            sweep(ns.store, ns.flags, {"BENCH_FAULT": f"slow@0:{ns.percent}"})
+            fault = ",".join(f"slow@{r}:{ns.percent}" for r in ns.ranks.split(","))
+            sweep(ns.store, ns.flags, {"BENCH_FAULT": fault})
             print(f"slowed sweep {i + 1}/{ns.slow} done", flush=True)
     aa_compares = aa_alarms = aa_configs = aa_called = aa_undecided = 0
     for k in range(4, ns.aa + 1):  # sweep k vs k-1 with at least 2 earlier sweeps as evidence

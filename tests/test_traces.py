@@ -281,3 +281,12 @@ def test_a_version_2_store_gains_the_traces_table_keeping_its_rows(tmp_path):
     assert [r[1] for r in conn.execute("PRAGMA table_info(traces)")][:3] == ["result_id", "rank", "path"]
     assert 3 in schema.SCHEMA_HISTORY
     conn.close()
+
+
+@pytest.mark.parametrize("argv", [["--profile-steps", "5"], ["--profile-max-mb", "50"]])
+def test_a_profiling_setting_without_profile_is_refused_rather_than_ignored(argv, tmp_path, monkeypatch, capsys):
+    from bench import cli
+    monkeypatch.chdir(tmp_path)
+    assert cli.main([*argv, "--device", "cpu"]) == 2
+    assert f"{argv[0]}: takes effect with --profile only" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
