@@ -29,7 +29,7 @@ from torch import nn
 from bench.rank import equivalence, memory, precision, timing
 from bench.rank.context import Ctx
 from bench.rank.loop import NoMeasuredStep, Trainer
-from bench.rank.strategies import STRATEGIES, ddp_settings, is_ddp, unwrap
+from bench.rank.strategies import STRATEGIES, ddp_settings, is_ddp
 from bench.shared import faults, heartbeat
 from bench.shared.procs import die_with_parent, exit_without_teardown
 from bench.shared.spec import RunSpec
@@ -100,8 +100,9 @@ def measure(spec: RunSpec, t: Trainer, devices: list, wl) -> dict:
         memory.reset_peaks(devices)
         for epoch in range(spec.epochs):
             save = None
-            if spec.checkpoint and t.rank == 0:  # inside the epoch's time, like the reference experiment
-                save = lambda: torch.save(unwrap(t.model).state_dict(), os.path.join(spec.out_dir, "checkpoint.pt"))
+            if spec.checkpoint:  # inside the epoch's time, like the reference experiment; every rank (FSDP gathers)
+                from bench.rank.checkpoint import save_full
+                save = lambda: save_full(t.model, os.path.join(spec.out_dir, "checkpoint.pt"), t.rank)
             got = t.window(_started_inside(wl, epoch), None, f"epoch{epoch}", before_close=save)
             for r in got["rows"]:
                 r["kind"] = "warmup" if r["step"] < spec.warmup else "measure"
