@@ -141,7 +141,9 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         cfg, workloads=names, device=dev, gpus=counts, gpus_per_node=per_node,
         steps=cfg.steps or DEFAULT_STEPS[dev], warmup=DEFAULT_WARMUP[dev] if cfg.warmup is None else cfg.warmup,
         pg_timeout=pg, num_workers=DEFAULT_NUM_WORKERS[dev] if cfg.num_workers is None else cfg.num_workers,
-        threads_per_process=None if cuda else (cfg.threads_per_process or max(1, machine.cpu_cores // min(per_node, max(counts)))),
+        # One rule for every strategy, CPU and CUDA alike: the node's cores shared by the most processes a node
+        # runs (torchrun would give its ranks 1 and single/DataParallel every core). Stored as threads_per_process.
+        threads_per_process=cfg.threads_per_process or max(1, machine.cpu_cores // min(per_node, max(counts))),
         synthetic_width=cfg.synthetic_width or synthetic.DEFAULTS[dev]["width"],
         synthetic_depth=cfg.synthetic_depth or synthetic.DEFAULTS[dev]["depth"])
     plan(resolved, machine)  # impossible batch splits and user models fail here, before anything runs
@@ -239,7 +241,7 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
                             workload=wl, strategy=strategy, device_type=cfg.device, device_count=n,
                             per_device_batch=replica, global_batch=global_b, micro_batch=micro if micro < replica else 0,
                             image_size=(cfg.image_size or info.default_image_size) if info.image or info.default_image_size else 0,
-                            steps=cfg.steps, warmup=cfg.warmup, threads=0 if cuda else cfg.threads_per_process,
+                            steps=cfg.steps, warmup=cfg.warmup, threads=cfg.threads_per_process,
                             seed=cfg.seed, scaling=cfg.scaling, repeat=r, precision=precision, channels_last=cl,
                             compile=comp, options=options, nodes=nodes, launcher=_launcher(cfg, nodes),
                             data=cfg.data if wl == "deeplabv3" else "synthetic", voc_root=cfg.voc_root or "",
@@ -286,7 +288,7 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
                 nodes = max(1, n // cfg.gpus_per_node) if n > cfg.gpus_per_node else 1
                 items.append(RunSpec(workload="allreduce", strategy="comm", device_type=cfg.device, device_count=n,
                                      per_device_batch=0, global_batch=0, image_size=0, steps=0, warmup=0,
-                                     threads=0 if cfg.device == "cuda" else cfg.threads_per_process, seed=cfg.seed,
+                                     threads=cfg.threads_per_process, seed=cfg.seed,
                                      scaling=cfg.scaling, pg_timeout_s=cfg.pg_timeout, mode="comm", nodes=nodes,
                                      launcher=_launcher(cfg, nodes), comm_max_bytes=max_bytes,
                                      comm_extra_bytes=tuple(buckets)))
