@@ -9,7 +9,7 @@ process starts. The pieces, in the order a run uses them:
     loader = make_loader(ds, sampler, num_workers=2, pin_memory=True, persistent_workers=True)
     for epoch in range(epochs):
         sampler.set_epoch(epoch)            # a new permutation each epoch, the same for every process
-        for image, mask in loader: ...      # float32 [B,3,S,S] normalised, int64 [B,S,S] with 255 = ignore
+        for image, mask in loader: ...      # float32 [B,3,S,S] normalised, uint8 [B,S,S] with 255 = ignore
 
 Epochs and the last uneven batch: see `StepSampler`. `epoch_indices` and `coverage` let the worker
 record and check exactly which images each rank consumed.
@@ -105,14 +105,16 @@ def download(root: str) -> None:
 
 def train_transforms(image_size: int):
     """The same geometric transforms for image and mask (the mask, a tv_tensors.Mask, is resized with
-    nearest neighbour, so it only ever holds its original labels); dtype and normalisation on the image only."""
+    nearest neighbour, so it only ever holds its original labels); dtype and normalisation on the image only.
+    The mask stays uint8 (labels 0-20 and 255) through workers, shared memory and the host-to-device copy:
+    int64 would move 8x the bytes it holds; the loss widens it on the device."""
     from torchvision import tv_tensors
     from torchvision.transforms import v2
     return v2.Compose([
         v2.ToImage(),
         v2.RandomResizedCrop((image_size, image_size), scale=(0.5, 1.0), antialias=True),
         v2.RandomHorizontalFlip(),
-        v2.ToDtype({tv_tensors.Image: torch.float32, tv_tensors.Mask: torch.int64}, scale=True),
+        v2.ToDtype({tv_tensors.Image: torch.float32, tv_tensors.Mask: torch.uint8}, scale=True),
         v2.Normalize(IMAGENET_MEAN, IMAGENET_STD),
     ])
 
@@ -129,7 +131,7 @@ def _open(path: str, index: int, kind: str) -> Image.Image:
 
 
 class VOCTrain(Dataset):
-    """VOC 2012 segmentation pairs, augmented: (image float32 [3,S,S] normalised, mask int64 [S,S]).
+    """VOC 2012 segmentation pairs, augmented: (image float32 [3,S,S] normalised, mask uint8 [S,S]).
 
     Reads the layout of torchvision's VOCSegmentation (which `download` uses) from `split_files`, so
     the VOC2012 folder itself is accepted too. Given (index, epoch), as StepSampler yields them, the
