@@ -256,6 +256,18 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
     return out
 
 
+def loader_spec(s: RunSpec, cfg: SweepConfig, runnable: list) -> RunSpec:
+    """The loader-alone run beside count n: n loader processes of --num-workers each where DDP or FSDP runs
+    n ranks on one node (n loaders compete for cores and /dev/shm at once), else one loader with the
+    count's whole budget (DataParallel's and a single device's one process)."""
+    n = s.device_count
+    ranks = any(r.device_count == n and r.strategy in ("ddp", "fsdp") and r.nodes == 1 for r in runnable)
+    loaders = n if ranks and n > 1 else 1
+    return dataclasses.replace(s, mode="loader", strategy="loader", num_workers=cfg.num_workers * n // loaders,
+                               loaders=loaders, precision="fp32", channels_last=False, compile=False, options=(),
+                               nodes=1, launcher="local")
+
+
 def _launcher(cfg: SweepConfig, nodes: int) -> str:
     if cfg.launcher != "auto":
         return cfg.launcher
@@ -273,12 +285,10 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
                   and s.option("comm_hook", "none") == "none"]
     if cfg.data == "voc" and cfg.loader_bench:
         seen = set()
-        for s in runnable:  # the loader alone, with the workers a configuration of this count has in all
+        for s in runnable:  # the loader alone, as many loaders at once as the configurations of this count run
             if s.repeat == 0 and s.device_count not in seen:
                 seen.add(s.device_count)
-                items.append(dataclasses.replace(s, mode="loader", strategy="loader", num_workers=cfg.num_workers * s.device_count,
-                                                 precision="fp32", channels_last=False, compile=False, options=(),
-                                                 nodes=1, launcher="local"))
+                items.append(loader_spec(s, cfg, runnable))
     if cfg.comm_bench and {"ddp", "fsdp"} & set(cfg.strategies) and runnable:
         one_per_workload = {s.workload: s for s in runnable}.values()  # building a model even on meta takes seconds
         max_bytes = max(registry.gradient_bytes(s) for s in one_per_workload)

@@ -1,0 +1,37 @@
+"""Loading that fits a real node (issue 22, item 4): the loader-alone run beside DDP runs as many loaders at
+once as DDP does, each with its own workers; the shared-memory budget is checked before anything runs."""
+from __future__ import annotations
+
+import pytest
+
+from bench.config import SweepConfig
+from bench.shared.spec import RunSpec
+from bench.sweep import launch
+from bench.sweep.plan import Machine, plan, resolve
+from voc_tree import make_voc_tree
+
+CPU2 = Machine(cuda_devices=0, cpu_cores=2)
+
+
+def voc_cfg(root, **kw) -> SweepConfig:
+    base = dict(workloads=("deeplabv3",), data="voc", voc_root=str(root), image_size=32, per_device_batch=2,
+                num_workers=1, gpus=(1, 2), strategies=("single", "ddp"), comm_bench=False, report=False, warmup=1, steps=2)
+    base.update(kw)
+    return SweepConfig(**base)
+
+
+def loader_runs(cfg: SweepConfig, machine: Machine) -> dict:
+    return {s.device_count: s for s in plan(resolve(cfg, machine), machine) if isinstance(s, RunSpec) and s.mode == "loader"}
+
+
+def test_the_loader_alone_beside_ddp_runs_one_loader_per_rank_at_once(tmp_path):
+    root = make_voc_tree(tmp_path / "voc", n_images=8)
+    runs = loader_runs(voc_cfg(root), CPU2)
+    assert (runs[2].processes, runs[2].num_workers) == (2, 1)  # 2 loaders of 1 worker, as DDP's 2 ranks
+    assert (runs[1].processes, runs[1].num_workers) == (1, 1)
+    dp_only = loader_runs(voc_cfg(root, strategies=("dp",), gpus=(1,)), CPU2)
+    assert dp_only[1].processes == 1
+    out = launch.run_config(runs[2], launch.Limits(fixed_s=120))
+    assert out.status == "ok", out.reason
+    windows = out.payload["windows"]
+    assert sorted(w["rank"] for w in windows) == [0, 1] and all(w["samples"] == 2 * 2 for w in windows)
