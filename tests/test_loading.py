@@ -35,3 +35,21 @@ def test_the_loader_alone_beside_ddp_runs_one_loader_per_rank_at_once(tmp_path):
     assert out.status == "ok", out.reason
     windows = out.payload["windows"]
     assert sorted(w["rank"] for w in windows) == [0, 1] and all(w["samples"] == 2 * 2 for w in windows)
+
+
+def test_prefetched_batches_that_do_not_fit_dev_shm_are_refused_with_the_numbers(tmp_path):
+    from bench.config import ConfigError
+    from bench.sweep import shm
+    root = make_voc_tree(tmp_path / "voc", n_images=8)
+    cfg = voc_cfg(root, num_workers=4, strategies=("dp", "ddp"), image_size=256)
+    batch = 2 * 256 * 256 * 13  # float32 image + uint8 mask, 2 samples: 1.6 MiB
+    # ddp x2: 2 processes x 4 workers x 2 prefetched batches = 16 batches in /dev/shm
+    fits = dict(CPU2.__dict__, shm_free_bytes=16 * batch)
+    resolve(cfg, Machine(**fits))
+    small = Machine(**dict(fits, shm_free_bytes=8 * batch))
+    with pytest.raises(ConfigError) as e:
+        resolve(cfg, small)
+    msg = str(e.value)
+    assert "--num-workers 4: /dev/shm has 13 MiB free" in msg and "26 MiB" in msg and "2 process(es) x 4 worker(s)" in msg
+    assert "use --num-workers 2" in msg  # 2 x 2 x 2 batches = 8 batches: fits
+    assert shm.need_bytes(plan(resolve(cfg, Machine(**fits)), CPU2)[0]) == 4 * 2 * batch  # dp x1: 1 process of 4

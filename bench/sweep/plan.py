@@ -19,6 +19,7 @@ from typing import Optional
 
 from bench.config import ConfigError, SweepConfig, comm_hook_parts
 from bench.machine import cudacompat
+from bench.sweep import shm
 from bench.shared.spec import RunSpec, Skip
 from bench.workloads import registry, synthetic
 from bench.workloads.workload import WorkloadInfo
@@ -41,6 +42,7 @@ class Machine:
     slurm_nodes: int = 0                # nodes of the SLURM allocation this sweep runs in (0: none)
     arch_list: tuple = ()               # the architectures the installed torch has kernels for (sm_80, ...)
     gpus_unusable: Optional[str] = None  # why torch sees no GPU although the driver shows some (None: it can)
+    shm_free_bytes: Optional[int] = None  # free /dev/shm, where loader workers' batches wait (None: not checked)
 
 
 def detect_machine() -> Machine:
@@ -52,7 +54,7 @@ def detect_machine() -> Machine:
     from bench.sweep import slurm
     return Machine(cuda_devices=n, cpu_cores=cores, gpu_names=names, gpu_capabilities=caps,
                    slurm_nodes=slurm.allocation_nodes(), arch_list=tuple(torch.cuda.get_arch_list()) if n else (),
-                   gpus_unusable=None if n else cudacompat.why_torch_cannot_use_gpus(torch))
+                   gpus_unusable=None if n else cudacompat.why_torch_cannot_use_gpus(torch), shm_free_bytes=shm.free_bytes())
 
 
 # ---------------------------------------------------------------- defaults and machine checks
@@ -146,7 +148,8 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         threads_per_process=cfg.threads_per_process or max(1, machine.cpu_cores // min(per_node, max(counts))),
         synthetic_width=cfg.synthetic_width or synthetic.DEFAULTS[dev]["width"],
         synthetic_depth=cfg.synthetic_depth or synthetic.DEFAULTS[dev]["depth"])
-    plan(resolved, machine)  # impossible batch splits and user models fail here, before anything runs
+    items = plan(resolved, machine)  # impossible batch splits and user models fail here, before anything runs
+    shm.check([s for s in items if isinstance(s, RunSpec)], machine.shm_free_bytes, resolved.num_workers)  # prefetched batches fit /dev/shm
     return resolved
 
 

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from bench.config import ConfigError
 
+PREFETCH_FACTOR = 2  # batches each loader worker keeps ready in /dev/shm (torch's default; bench.sweep.shm budgets it)
 IGNORE_INDEX = 255  # VOC's object outlines and "difficult" pixels; the loss skips them
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -213,7 +214,8 @@ def make_loader(dataset: Dataset, sampler: StepSampler, *, num_workers: int, pin
                 persistent_workers: bool) -> DataLoader:
     """A DataLoader over `sampler`'s order in batches of the replicas it feeds (every batch is full)."""
     return DataLoader(dataset, batch_size=len(sampler.fed) * sampler.batch, sampler=sampler, num_workers=num_workers,
-                      pin_memory=pin_memory, drop_last=True, persistent_workers=persistent_workers and num_workers > 0)
+                      pin_memory=pin_memory, drop_last=True, persistent_workers=persistent_workers and num_workers > 0,
+                      prefetch_factor=PREFETCH_FACTOR if num_workers > 0 else None)
 
 
 def epoch_indices(loader: DataLoader, epoch: int) -> list:
