@@ -53,3 +53,19 @@ def test_prefetched_batches_that_do_not_fit_dev_shm_are_refused_with_the_numbers
     assert "--num-workers 4: /dev/shm has 13 MiB free" in msg and "26 MiB" in msg and "2 process(es) x 4 worker(s)" in msg
     assert "use --num-workers 2" in msg  # 2 x 2 x 2 batches = 8 batches: fits
     assert shm.need_bytes(plan(resolve(cfg, Machine(**fits)), CPU2)[0]) == 4 * 2 * batch  # dp x1: 1 process of 4
+
+
+def test_download_happens_in_the_sweep_process_before_any_rank_starts(tmp_path, monkeypatch):
+    from bench.sweep import run
+    from bench.sweep.diagnose import Outcome
+    from bench.workloads import voc
+    root = make_voc_tree(tmp_path / "voc", n_images=8)
+    events = []
+    monkeypatch.setattr(voc, "download", lambda path: events.append(("download", path)))
+    monkeypatch.setattr(run, "run_config", lambda spec, *a, **k: (events.append(("run", spec.strategy)),
+                                                                  Outcome("failed", "stand-in"))[1])
+    cfg = resolve(voc_cfg(root, download=True, strategies=("ddp",), gpus=(2,), loader_bench=False,
+                          store=str(tmp_path / "s.sqlite")), CPU2)
+    run.run_sweep(cfg, "test", log=lambda line: None, machine=CPU2)
+    assert events[0] == ("download", str(root)) and ("run", "ddp") in events
+    assert [e for e in events if e[0] == "download"] == [("download", str(root))]  # once, not per rank or run

@@ -195,13 +195,6 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
         payload["comm"] = allreduce_sweep(device, spec.comm_max_bytes, extra_sizes=spec.comm_extra_bytes,
                                           local_world=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     else:
-        if spec.data == "voc" and spec.download:
-            from bench.workloads import voc
-            beat.beat(-1, "download")
-            if rank == 0:
-                voc.download(spec.voc_root)
-            if distributed:
-                dist.barrier()  # the other ranks wait until rank 0's download is complete
         torch.manual_seed(spec.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
         wl = builder(spec.workload)(spec, rank, device)
         beat.total = planned_steps(spec, wl.steps_per_epoch)

@@ -117,6 +117,8 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
     conn = sweep_id = env_id = current = None
     started, failures = "", 0
     try:
+        from bench.workloads import voc
+        voc.download_before_runs(cfg, log)  # before any rank starts
         conn = store.connect(cfg.store)
         resumed = bool(cfg.resume)
         if resumed:

@@ -88,7 +88,7 @@ def check_tree(root: str, image_set: str = "train") -> None:
 
 
 def download(root: str) -> None:
-    """Fetch and unpack VOC 2012 trainval (about 2 GB) into root/VOCdevkit/VOC2012. Rank 0 only, on --download."""
+    """Fetch and unpack VOC 2012 trainval (about 2 GB) into root/VOCdevkit/VOC2012. The sweep process, on --download."""
     from torchvision.datasets import VOCSegmentation
     try:
         check_tree(root)
@@ -100,6 +100,14 @@ def download(root: str) -> None:
         VOCSegmentation(root, year="2012", image_set="train", download=True)
     except Exception as e:  # network, disk or checksum: all end the run with the same named error
         raise DataError(f"downloading VOC 2012 into {root!r} failed: {type(e).__name__}: {e}") from e
+
+
+def download_before_runs(cfg, log=print) -> None:
+    """--download, in the process that launches the runs (sweep, ab, tune), before any rank starts: no rank
+    waits in a collective while another fetches 2 GB (NCCL would time out)."""
+    if cfg.data == "voc" and cfg.download:
+        log(f"--download: VOC 2012 into {cfg.voc_root} (about 2 GB, once; a complete tree is left alone)")
+        download(cfg.voc_root)
 
 
 # ---------------------------------------------------------------- the dataset
