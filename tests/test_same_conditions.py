@@ -175,3 +175,20 @@ def test_every_strategy_gets_the_same_cpu_threads_per_process_on_cuda():
     specs = [s for s in plan(cfg, gpu8) if isinstance(s, RunSpec)]
     assert {s.strategy for s in specs} >= {"single", "dp", "ddp", "fsdp", "comm"}
     assert {s.threads for s in specs} == {8}  # stored per result as threads_per_process; OMP_NUM_THREADS too
+
+
+# ---- a broken torchvision ----------------------------------------------------------------------
+
+def test_fsdp_shards_the_mlp_when_importing_torchvision_raises_runtime_error(monkeypatch):
+    import builtins
+    from bench.rank import fsdp
+    from bench.workloads.synthetic import MLP
+    real = builtins.__import__
+
+    def broken(name, *a, **k):  # what a torchvision built for another torch does: "operator torchvision::nms does not exist"
+        if name.startswith("torchvision"):
+            raise RuntimeError("operator torchvision::nms does not exist")
+        return real(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", broken)
+    model = MLP(8, 3)
+    assert fsdp.shard_blocks(model) == list(model.layers)

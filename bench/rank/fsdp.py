@@ -35,8 +35,8 @@ def _known_block_types() -> tuple:
         from torchvision.models.resnet import BasicBlock, Bottleneck
         from torchvision.models.vision_transformer import EncoderBlock
         types += [BasicBlock, Bottleneck, EncoderBlock]
-    except ImportError:  # torchvision is optional for the synthetic workload
-        pass
+    except Exception:  # absent (ImportError) or broken: a torchvision built for another torch raises RuntimeError
+        pass           # on import; the synthetic MLP and user models need none of its blocks
     return tuple(types)
 
 
