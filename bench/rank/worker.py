@@ -186,6 +186,11 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
               options=dict(spec.options), warmup=spec.warmup)
     devices = [torch.device("cuda", i) for i in range(spec.device_count)] if cuda and spec.strategy == "dp" else [device]
     payload: dict = {"pid": os.getpid(), "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname()}
+    if cuda:  # which physical GPU this rank drove (selfcheck: each rank on its own)
+        from bench.machine import gpuinfo
+        props = torch.cuda.get_device_properties(device)
+        payload["rank_devices"] = [{"rank": rank, "host": payload["host"],
+                                    "device": gpuinfo.torch_pci_bus_id(props) or gpuinfo.torch_uuid(props)}]
     if spec.nodes > 1 and local_rank == 0:
         from bench.machine import env
         payload["node"] = {**env.capture(), "node_rank": int(os.environ.get("GROUP_RANK", 0)), "hostname": payload["host"],
@@ -245,7 +250,7 @@ def loader_only(spec: RunSpec, wl, rank: int) -> dict:
 def merge(payloads: list) -> dict:
     """Rank 0's payload with every rank's raw rows; per-epoch rows merged over ranks."""
     out = dict(payloads[0])
-    for key in ("steps", "memory", "windows", "traces"):
+    for key in ("steps", "memory", "windows", "traces", "rank_devices"):
         if key in out:
             out[key] = [row for p in payloads for row in p.get(key, [])]
     out["nodes"] = [p["node"] for p in payloads if p.get("node")]
