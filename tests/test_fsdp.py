@@ -103,7 +103,9 @@ def _scenarios(rank: int, ctx: Ctx) -> dict:
         sharded = [isinstance(layer.weight, DTensor) for layer in model.layers]
         root_sharded = isinstance(model.head.weight, DTensor)  # the head belongs to the root's unit
         nn.functional.cross_entropy(out, y).backward()
-        return {"sharded_between_forward_and_backward": sharded, "root_sharded_between": root_sharded,
+        from bench.rank.strategies import STRATEGIES, ddp_settings
+        stored = ddp_settings(STRATEGIES["fsdp"](make_mlp(), Ctx(ctx.device, WORLD, rank, WORLD, options={"reshard": flag})))
+        return {"sharded_between_forward_and_backward": sharded, "root_sharded_between": root_sharded, "stored": stored,
                 **equivalence("mlp", make_mlp, reshard_after_forward=flag)}
 
     def checkpoint():
@@ -250,6 +252,8 @@ def test_reshard_after_forward_decides_whether_blocks_stay_gathered_until_backwa
     for res in scenario(ranks, f"reshard_{str(flag).lower()}"):
         assert res["sharded_between_forward_and_backward"] == [flag] * 3
         assert res["root_sharded_between"] is False  # FSDP2's rule for the root: never resharded after forward
+        assert res["stored"]["blocks_reshard_after_forward"] is flag and res["stored"]["root_reshard_after_forward"] in (
+            "FSDP2's own rule: not resharded", False)
         assert_same_parameters(res["params"], want)
 
 
