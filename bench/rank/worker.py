@@ -112,7 +112,8 @@ def measure(spec: RunSpec, t: Trainer, devices: list, wl) -> dict:
             if spec.checkpoint:  # inside the epoch's time, like the reference experiment; every rank (FSDP gathers)
                 from bench.rank.checkpoint import save_full
                 save = lambda: save_full(t.model, os.path.join(spec.out_dir, "checkpoint.pt"), t.rank)
-            got = t.window(epochs_mod.started_inside(wl, epoch, t, spec.warmup, devices, reset), None, f"epoch{epoch}", before_close=save)
+            batches = epochs_mod.started_inside(wl, epoch, t, spec.warmup, devices, reset)
+            got = t.window(batches, None, f"epoch{epoch}", before_close=save)
             for r in got["rows"]:
                 r["kind"] = "warmup" if r["step"] < spec.warmup else "measure"
             rows += got["rows"]
