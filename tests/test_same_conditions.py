@@ -28,8 +28,8 @@ def spec(**kw) -> RunSpec:
 
 def trainer(s: RunSpec, model: nn.Module = None, wl=None) -> Trainer:
     torch.manual_seed(0)
-    wl = wl or builder(s.workload)(s, 0, CPU)
-    model = model or wl.model
+    wl = wl if wl is not None else builder(s.workload)(s, 0, CPU)
+    model = model if model is not None else wl.model
     return Trainer(spec=s, model=model, opt=worker.make_optimizer(model), wl=wl, device=CPU, clock=timing.HostClock)
 
 
