@@ -69,7 +69,7 @@ class SweepConfig:
     voc_root: Optional[str] = _f(None, "folder holding VOCdevkit/VOC2012 (or VOC2012 itself) for --data voc", "str")
     download: bool = _f(False, "download VOC 2012 into --voc-root first (in the sweep process, before any run)", "bool")
     epochs: Optional[int] = _f(None, "with --data voc: train this many whole epochs and time each (default: fixed --steps)", "int", 1)
-    checkpoint: bool = _f(False, "with --epochs: rank 0 saves a checkpoint every epoch, inside the timed region (as the reference experiment did)", "bool")
+    checkpoint: bool = _f(False, "with --epochs: the whole model saved every epoch by rank 0 (FSDP gathers its shards first), inside the timed region (as the reference experiment did)", "bool")
     num_workers: Optional[int] = _f(None, "DataLoader workers per device (--data voc; default 2 on CUDA, 1 on CPU); single/dp get count x this in their one loader", "int", 0)
     pin_memory: bool = _f(True, "pin host memory in the DataLoader (CUDA only)", "bool")
     persistent_workers: bool = _f(True, "keep DataLoader workers across epochs", "bool")

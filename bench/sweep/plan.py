@@ -19,8 +19,8 @@ from typing import Optional
 
 from bench.config import ConfigError, SweepConfig, comm_hook_parts
 from bench.machine import cudacompat
-from bench.sweep import shm
 from bench.shared.spec import RunSpec, Skip
+from bench.sweep import shm
 from bench.workloads import registry, synthetic
 from bench.workloads.workload import WorkloadInfo
 
@@ -149,7 +149,8 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         synthetic_width=cfg.synthetic_width or synthetic.DEFAULTS[dev]["width"],
         synthetic_depth=cfg.synthetic_depth or synthetic.DEFAULTS[dev]["depth"])
     items = plan(resolved, machine)  # impossible batch splits and user models fail here, before anything runs
-    shm.check([s for s in items if isinstance(s, RunSpec)], machine.shm_free_bytes, resolved.num_workers)  # prefetched batches fit /dev/shm
+    # the prefetched batches of every configuration fit in /dev/shm
+    shm.check([s for s in items if isinstance(s, RunSpec)], machine.shm_free_bytes, resolved.num_workers)
     return resolved
 
 
