@@ -101,8 +101,27 @@ def _scenarios(rank: int, ctx: Ctx) -> dict:
         x, y = batch("mlp", rank, 0)
         out = model(x)
         sharded = [isinstance(layer.weight, DTensor) for layer in model.layers]
+        root_sharded = isinstance(model.head.weight, DTensor)  # the head belongs to the root's unit
         nn.functional.cross_entropy(out, y).backward()
-        return {"sharded_between_forward_and_backward": sharded, **equivalence("mlp", make_mlp, reshard_after_forward=flag)}
+        from bench.rank.strategies import STRATEGIES, ddp_settings
+        stored = ddp_settings(STRATEGIES["fsdp"](make_mlp(), Ctx(ctx.device, WORLD, rank, WORLD, options={"reshard": flag})))
+        return {"sharded_between_forward_and_backward": sharded, "root_sharded_between": root_sharded, "stored": stored,
+                **equivalence("mlp", make_mlp, reshard_after_forward=flag)}
+
+    def checkpoint():
+        import tempfile
+        from bench.rank.checkpoint import save_full
+        model = fsdp.apply_fsdp(make_mlp(), ctx)
+        out = {}
+        with tempfile.TemporaryDirectory() as d:
+            fsdp_path, whole_path = os.path.join(d, "checkpoint.pt"), os.path.join(d, "whole", "checkpoint.pt")
+            os.makedirs(os.path.dirname(whole_path))  # torch.save's archive names its entries after the file
+            save_full(model, fsdp_path, rank)
+            save_full(make_mlp(), whole_path, rank)  # what DDP's rank 0 writes
+            if rank == 0:
+                out = {"state": torch.load(fsdp_path), "bytes": os.path.getsize(fsdp_path),
+                       "whole_bytes": os.path.getsize(whole_path)}
+        return out
 
     def mixed(reduce_dtype):
         model = fsdp.apply_fsdp(make_mlp(), ctx, param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
@@ -127,6 +146,7 @@ def _scenarios(rank: int, ctx: Ctx) -> dict:
         "accumulate": accumulate,
         "reshard_true": lambda: resharded_after_forward(True),
         "reshard_false": lambda: resharded_after_forward(False),
+        "checkpoint": checkpoint,
         "bf16_reduce_fp32": lambda: mixed(torch.float32),
         "bf16_reduce_bf16": lambda: mixed(torch.bfloat16),
         "vit_meta": lambda: on_meta(lambda: vit_b_16(weights=None, image_size=32)),
@@ -231,7 +251,19 @@ def test_reshard_after_forward_decides_whether_blocks_stay_gathered_until_backwa
     want = reference(make_mlp, "mlp", WORLD)
     for res in scenario(ranks, f"reshard_{str(flag).lower()}"):
         assert res["sharded_between_forward_and_backward"] == [flag] * 3
+        assert res["root_sharded_between"] is False  # FSDP2's rule for the root: never resharded after forward
+        assert res["stored"]["blocks_reshard_after_forward"] is flag and res["stored"]["root_reshard_after_forward"] in (
+            "FSDP2's own rule: not resharded", False)
         assert_same_parameters(res["params"], want)
+
+
+def test_fsdp_checkpoint_is_the_whole_model_in_the_bytes_ddp_writes(ranks):
+    rank0 = scenario(ranks, "checkpoint")[0]
+    whole = make_mlp()
+    whole.load_state_dict(rank0["state"])  # loadable as is, every tensor at its full shape
+    assert_same_parameters(rank0["state"], whole.state_dict(), rtol=0, atol=0)
+    assert_same_parameters(rank0["state"], make_mlp().state_dict(), rtol=0, atol=0)
+    assert rank0["bytes"] == rank0["whole_bytes"]
 
 
 @pytest.mark.parametrize("reduce_dtype", ["fp32", "bf16"])

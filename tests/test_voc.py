@@ -121,7 +121,7 @@ def test_image_and_mask_stay_aligned_under_crop_resize_and_flip(root):
     for draw in range(30):
         image, mask = ds[draw % len(ds)]
         assert image.shape == (3, S, S) and image.dtype == torch.float32
-        assert mask.shape == (S, S) and mask.dtype == torch.int64
+        assert mask.shape == (S, S) and mask.dtype == torch.uint8  # widened only on the device, by the loss
         light, inner = brightness(image), interior(mask)
         obj = inner & (mask > 0) & (mask < IGNORE_INDEX)
         rest = inner & ((mask == 0) | (mask == IGNORE_INDEX))
@@ -130,6 +130,15 @@ def test_image_and_mask_stay_aligned_under_crop_resize_and_flip(root):
         assert light[rest].max() < 0.25, f"draw {draw}: background pixels in the mask are bright in the image"
         checked += 1
     assert checked == 30
+
+
+def test_a_uint8_mask_gives_the_loss_an_int64_one_gives():
+    from bench.workloads.deeplabv3 import segmentation_loss
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 21, 4, 4, generator=g)
+    mask = torch.randint(0, 21, (2, 4, 4), generator=g)
+    mask[0, 0, 0] = IGNORE_INDEX
+    assert segmentation_loss({"out": logits}, mask.to(torch.uint8)) == segmentation_loss({"out": logits}, mask)
 
 
 def test_mask_keeps_only_its_original_labels_including_255(root):

@@ -42,7 +42,8 @@ def test_voc_epochs_under_single_and_ddp_record_time_loss_data_wait_and_coverage
     got = {(r["mode"], r["strategy"], r["device_count"]): r for r in conn.execute("SELECT * FROM results")}
     assert got[("bench", "ddp", 2)]["loader_workers"] == 2 and got[("bench", "single", 1)]["loader_workers"] == 1
     assert got[("loader", "loader", 2)]["status"] == "ok" and got[("loader", "loader", 2)]["samples_per_s"] > 0
-    assert '"num_workers": 2' in got[("loader", "loader", 2)]["spec_json"]  # the count's whole budget
+    loader = got[("loader", "loader", 2)]  # DDP's 2 loaders at once, 1 worker each: the count's whole budget
+    assert '"loaders": 2' in loader["spec_json"] and '"num_workers": 1' in loader["spec_json"] and loader["loader_workers"] == 2
 
 
 @pytest.mark.timeout(300)

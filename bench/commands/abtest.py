@@ -152,6 +152,8 @@ def main(argv: list) -> int:
     a_argv = _without(argv, ("--b-repo", "--b-env", "--pairs", "--b-args"))
     sweep_parser = options.run_parser()  # the sweep's flags alone: B's are checked against these
     cfg, given, machine = options.prepare(a_argv, parser=sweep_parser)
+    from bench.workloads import voc
+    voc.download_before_runs(cfg)  # before any rank starts
     specs = [s for s in plan.bench_specs(cfg, machine) if isinstance(s, RunSpec) and s.repeat == 0]
     b_flags = shlex.split(ns.b_args or "")
     specs_b = specs

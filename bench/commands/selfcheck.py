@@ -7,17 +7,22 @@ its own store (results/selfcheck.sqlite), then checks what only real hardware ca
     memory      every GPU has allocator, reserved and device-level figures, in that order
     equivalence DataParallel and DDP end with the single-process parameters
     all-reduce  the microbenchmark measured a bus bandwidth
+    machine     no other process on the GPUs (NVML's list, before the sweep); each rank of a run on a GPU
+                of its own; CUDA events agree with the host clock around known device work (after it)
+                (bench.commands.machinecheck)
 and prints what passed and what did not (exit 1 if anything failed). With no GPU it says so and exits 0
 having checked nothing. `--device cpu` runs the same checks on CPU/gloo (for the suite's own tests).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
 
 from bench.analysis import stats
+from bench.commands import machinecheck
 from bench.store import results, store
 
 TIMING_AGREEMENT = 0.10
@@ -73,6 +78,10 @@ def checks(path: str) -> list:
         for r in (r for r in raw.values() if r["mode"] == "equivalence"):
             out.append((f"equivalence: {r['strategy']} x{r['device_count']} [{r['precision']}]", r["status"] == "ok",
                         r["reason"] or "parameters match"))
+        for r in (r for r in raw.values() if r["status"] == "ok" and r["device_type"] == "cuda" and r["details_json"]):
+            ranks = json.loads(r["details_json"]).get("rank_devices")
+            if ranks and len(ranks) > 1:
+                out.append((f"each rank on its own GPU: {r['config_key']}", *machinecheck.own_devices(r["config_key"], ranks)))
         for n, _, rows in sweep.comm:
             best = max((x["busbw_gbps"] or 0 for x in rows), default=0)
             out.append((f"all-reduce on {n}", best > 0, f"peak busbw {best:.2f} GB/s"))
@@ -106,8 +115,15 @@ def main(argv: list) -> int:
     args = sweep_args(ns.device, n, os.path.abspath(ns.store), bf16)
     print(f"selfcheck: {n} {'GPU(s)' if ns.device == 'cuda' else 'CPU process(es)'}: ./run_bench.sh " + " ".join(args))
     cfg, given, machine = options.prepare(args, machine=machine)
+    before = []
+    if ns.device == "cuda":  # NVML only: no CUDA context in this, the sweep's, process before the sweep
+        from bench.machine import gpuinfo
+        before.append(("no other process on the GPUs", *machinecheck.other_gpu_processes(gpuinfo.load_nvml(), (os.getpid(),))))
     sweep_run.run_sweep(cfg, sweep_run.command_line(args), given=given, machine=machine)
-    rows = checks(ns.store)
+    rows = before + checks(ns.store)
+    if ns.device == "cuda":  # the sweep is over: a context here disturbs nothing
+        rows += [(f"event timing vs host clock: GPU {i}", *machinecheck.clock_agreement(machinecheck.CudaClockAPI(i)))
+                 for i in range(n)]
     width = max(len(c) for c, _, _ in rows)
     print("\nselfcheck results:")
     for check, ok, detail in rows:

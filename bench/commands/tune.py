@@ -253,5 +253,7 @@ def main(argv: list) -> int:
         raise ConfigError(f"--budget: {ns.budget:g} is not allowed; expected seconds > 0")
     cfg, given, machine = options.prepare(abtest._without(argv, ("--budget",)))
     refuse_what_tune_decides(cfg, given)
+    from bench.workloads import voc
+    voc.download_before_runs(cfg)  # before any rank starts
     tune(cfg, machine, ns.budget, argv=argv)
     return 0

@@ -35,8 +35,8 @@ def _known_block_types() -> tuple:
         from torchvision.models.resnet import BasicBlock, Bottleneck
         from torchvision.models.vision_transformer import EncoderBlock
         types += [BasicBlock, Bottleneck, EncoderBlock]
-    except ImportError:  # torchvision is optional for the synthetic workload
-        pass
+    except Exception:  # absent (ImportError) or broken: a torchvision built for another torch raises RuntimeError
+        pass           # on import; the synthetic MLP and user models need none of its blocks
     return tuple(types)
 
 
@@ -94,9 +94,9 @@ def apply_fsdp(model: nn.Module, ctx: Ctx, reshard_after_forward: bool = True,
                param_dtype: torch.dtype | None = None, reduce_dtype: torch.dtype | None = None) -> nn.Module:
     """FSDP2 over all ranks: `fully_shard` on each of `shard_blocks(model)`, then on the root.
 
-    reshard_after_forward: free the gathered parameters after a unit's forward (all-gather them again
-    in backward) rather than keep them until backward. param_dtype: dtype of the gathered parameters
-    and of the compute (e.g. torch.bfloat16; the sharded fp32 copy is what the optimizer updates).
+    reshard_after_forward: free the gathered parameters after a block's forward (all-gather them again
+    in backward) rather than keep them until backward; the root follows FSDP2's own rule (not resharded,
+    since its backward starts at once). param_dtype: dtype of the gathered parameters and of the compute (e.g. torch.bfloat16; the sharded fp32 copy is what the optimizer updates).
     reduce_dtype: dtype of the gradient reduce-scatter. None keeps the parameters' dtype.
     The process group must exist; create the optimizer afterwards (the parameters are replaced by
     sharded DTensors). Returns the same module object, now an FSDPModule.
@@ -110,7 +110,9 @@ def apply_fsdp(model: nn.Module, ctx: Ctx, reshard_after_forward: bool = True,
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     for block in shard_blocks(model):
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
-    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
+    # The root keeps FSDP2's own rule (None: not resharded after forward, its backward starts at once);
+    # an explicit True would all-gather the root's parameters (DeepLabV3's head, ~16 M) again for backward.
+    fully_shard(model, mesh=mesh, reshard_after_forward=None if reshard_after_forward else False, mp_policy=mp)
     return model
 
 

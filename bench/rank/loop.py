@@ -126,7 +126,7 @@ class Trainer:
         pieces = micro_batches(x, y, self.replicas, spec.accum_steps, self.split_replicas)
         total = None
         for k, (xm, ym) in enumerate(pieces):
-            if self.explicit_buffers:
+            if self.explicit_buffers and k == 0:  # once per step, as DDP does (its first forward after a sync)
                 broadcast_buffers(unwrap(self.model))
                 clock.mark("buffers")
             with sync_context(self.model, k == len(pieces) - 1 and self.syncing):

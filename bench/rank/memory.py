@@ -19,10 +19,17 @@ import sys
 import torch
 
 
-def reset_peaks(devices: list) -> None:
-    for d in devices:
-        if d.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(d)
+def reset_peaks(devices: list, api=torch.cuda) -> None:
+    """Steady state from here on: the allocator's cache emptied first (reset_peak_memory_stats alone sets the
+    peaks to what the warm-up left reserved: cuDNN's autotuning workspaces), then the peaks reset. A host
+    synchronisation: call it outside measured steps. api: torch.cuda, or a stand-in in tests."""
+    cuda = [d for d in devices if d.type == "cuda"]
+    for d in cuda:
+        api.synchronize(d)
+    if cuda:
+        api.empty_cache()  # every device's cache
+    for d in cuda:
+        api.reset_peak_memory_stats(d)
 
 
 def rss_mib() -> float:

@@ -117,8 +117,12 @@ def apply_ddp(model: nn.Module, ctx: Ctx) -> nn.Module:
 def apply_fsdp(model: nn.Module, ctx: Ctx) -> nn.Module:
     from bench.rank import fsdp
     bf16 = ctx.options.get("mixed_precision", "none") == "bf16"  # bf16 parameters, fp32 gradient reduction
-    return fsdp.apply_fsdp(model, ctx, reshard_after_forward=bool(ctx.options.get("reshard", True)),
-                           param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32 if bf16 else None)
+    reshard = bool(ctx.options.get("reshard", True))
+    model = fsdp.apply_fsdp(model, ctx, reshard_after_forward=reshard,
+                            param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32 if bf16 else None)
+    model.bench_settings = {"blocks_reshard_after_forward": reshard, "mixed_precision": "bf16" if bf16 else "none",
+                            "root_reshard_after_forward": "FSDP2's own rule: not resharded" if reshard else False}
+    return model
 
 
 STRATEGIES: dict[str, Callable[[nn.Module, Ctx], nn.Module]] = {
@@ -140,10 +144,10 @@ def is_ddp(model: nn.Module) -> bool:
 
 
 def ddp_settings(model: nn.Module) -> dict:
-    """DDP's own view of its settings, read back from the wrapped model (what the knobs really did)."""
+    """DDP's own view of its settings, read back from the wrapped model (what the knobs really did); FSDP's as applied."""
     ddp = getattr(model, "_orig_mod", model)
     if not isinstance(ddp, nn.parallel.DistributedDataParallel):
-        return {}
+        return dict(getattr(ddp, "bench_settings", {}))  # FSDP's, as apply_fsdp set them
     return {"bucket_cap_mb": ddp.bucket_bytes_cap / 2**20, "gradient_as_bucket_view": ddp.gradient_as_bucket_view,
             "static_graph": bool(ddp.static_graph), "sync_buffers": bool(ddp.broadcast_buffers),
             "buffers": len(ddp.modules_buffers), **getattr(ddp, "bench_comm_hook", {})}

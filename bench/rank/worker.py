@@ -26,10 +26,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from bench.rank import epochs as epochs_mod
 from bench.rank import equivalence, memory, precision, timing
 from bench.rank.context import Ctx
 from bench.rank.loop import NoMeasuredStep, Trainer
-from bench.rank.strategies import STRATEGIES, ddp_settings, is_ddp, unwrap
+from bench.rank.strategies import STRATEGIES, ddp_settings, is_ddp
 from bench.shared import faults, heartbeat
 from bench.shared.procs import die_with_parent, exit_without_teardown
 from bench.shared.spec import RunSpec
@@ -40,16 +41,22 @@ MOMENTUM = 0.9
 PROBE_BLOCKS = 2
 
 
+def optimizer_settings(cuda: bool, precision: str = "fp32") -> dict:
+    """The one SGD implementation every strategy uses, stored with the result (details_json 'optimizer').
+
+    foreach on CUDA for every strategy: FSDP2's sharded parameters (DTensors) cannot use fused SGD, so
+    fused for the others would compare two implementations, and under fp16 only FSDP's scaler would read
+    found-inf on the host each step. With one implementation, that read happens for every strategy alike.
+    On CPU, the per-parameter loop (torch's default there) for every strategy."""
+    out = {"name": "SGD", "lr": LR, "momentum": MOMENTUM, "implementation": "foreach" if cuda else "for-loop"}
+    if precision == "fp16":
+        out["grad_scaler"] = "GradScaler reads found-inf on the host once per step (non-fused optimizer), every strategy alike"
+    return out
+
+
 def make_optimizer(model: nn.Module, cuda: bool = False) -> torch.optim.Optimizer:
-    # Fused SGD on CUDA: the gradient scaler's found-inf check stays on the device (no per-step host read).
-    # FSDP2's sharded parameters (DTensors, with placements) keep the default implementation.
-    params = list(model.parameters())
-    fused = cuda and all(p.is_cuda and not hasattr(p, "placements") for p in params)
-    opt = torch.optim.SGD(params, lr=LR, momentum=MOMENTUM, **({"fused": True} if fused else {}))
-    if fused:  # fused SGD keeps an uninitialised first-step buffer when fp16's scaler skips that step
-        for p in params:
-            opt.state[p]["momentum_buffer"] = torch.zeros_like(p)  # zero then + grad: the first step's maths
-    return opt
+    # The same implementation whatever the parameters are (plain tensors or FSDP's DTensors): see optimizer_settings.
+    return torch.optim.SGD(list(model.parameters()), lr=LR, momentum=MOMENTUM, foreach=cuda)
 
 
 def batch_stream(wl):
@@ -97,12 +104,16 @@ def measure(spec: RunSpec, t: Trainer, devices: list, wl) -> dict:
     rows, epochs = [], []
     out = {}
     if spec.epochs:
-        memory.reset_peaks(devices)
+        if spec.compile:  # before every epoch's time
+            t.compile_s = epochs_mod.compile_before_epochs(t, wl, devices)
+        reset = []
         for epoch in range(spec.epochs):
             save = None
-            if spec.checkpoint and t.rank == 0:  # inside the epoch's time, like the reference experiment
-                save = lambda: torch.save(unwrap(t.model).state_dict(), os.path.join(spec.out_dir, "checkpoint.pt"))
-            got = t.window(_started_inside(wl, epoch), None, f"epoch{epoch}", before_close=save)
+            if spec.checkpoint:  # inside the epoch's time, like the reference experiment; every rank (FSDP gathers)
+                from bench.rank.checkpoint import save_full
+                save = lambda: save_full(t.model, os.path.join(spec.out_dir, "checkpoint.pt"), t.rank)
+            batches = epochs_mod.started_inside(wl, epoch, t, spec.warmup, devices, reset)
+            got = t.window(batches, None, f"epoch{epoch}", before_close=save)
             for r in got["rows"]:
                 r["kind"] = "warmup" if r["step"] < spec.warmup else "measure"
             rows += got["rows"]
@@ -133,11 +144,6 @@ def measure(spec: RunSpec, t: Trainer, devices: list, wl) -> dict:
         rows, out["traces"] = rows + profiled, [trace]
     out.update(steps=rows, epochs=epochs, windows=t.windows, compile_s=t.compile_s)
     return out
-
-
-def _started_inside(wl, epoch: int):
-    """The epoch's batches, its loader started at the first next(): inside the window that times the epoch."""
-    yield from wl.batches(epoch)
 
 
 def ddp_logging(model: nn.Module, iterations: int) -> dict:
@@ -181,6 +187,11 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
               options=dict(spec.options), warmup=spec.warmup)
     devices = [torch.device("cuda", i) for i in range(spec.device_count)] if cuda and spec.strategy == "dp" else [device]
     payload: dict = {"pid": os.getpid(), "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname()}
+    if cuda:  # which physical GPU this rank drove (selfcheck: each rank on its own)
+        from bench.machine import gpuinfo
+        props = torch.cuda.get_device_properties(device)
+        payload["rank_devices"] = [{"rank": rank, "host": payload["host"],
+                                    "device": gpuinfo.torch_pci_bus_id(props) or gpuinfo.torch_uuid(props)}]
     if spec.nodes > 1 and local_rank == 0:
         from bench.machine import env
         payload["node"] = {**env.capture(), "node_rank": int(os.environ.get("GROUP_RANK", 0)), "hostname": payload["host"],
@@ -190,13 +201,6 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
         payload["comm"] = allreduce_sweep(device, spec.comm_max_bytes, extra_sizes=spec.comm_extra_bytes,
                                           local_world=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     else:
-        if spec.data == "voc" and spec.download:
-            from bench.workloads import voc
-            beat.beat(-1, "download")
-            if rank == 0:
-                voc.download(spec.voc_root)
-            if distributed:
-                dist.barrier()  # the other ranks wait until rank 0's download is complete
         torch.manual_seed(spec.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
         wl = builder(spec.workload)(spec, rank, device)
         beat.total = planned_steps(spec, wl.steps_per_epoch)
@@ -216,6 +220,7 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
                            else measure(spec, t, devices, wl))
             payload["timing_method"] = timing.make_clock(device, devices).method
             payload["strategy_settings"] = ddp_settings(model)
+            payload["optimizer"] = optimizer_settings(cuda, spec.precision)
         payload.update(params=params, grad_bytes=params * 4, threads=torch.get_num_threads(), numerics=numerics,
                        workload_details=wl.details)
     beat.beat(beat.step, "gather")
@@ -246,7 +251,7 @@ def loader_only(spec: RunSpec, wl, rank: int) -> dict:
 def merge(payloads: list) -> dict:
     """Rank 0's payload with every rank's raw rows; per-epoch rows merged over ranks."""
     out = dict(payloads[0])
-    for key in ("steps", "memory", "windows", "traces"):
+    for key in ("steps", "memory", "windows", "traces", "rank_devices"):
         if key in out:
             out[key] = [row for p in payloads for row in p.get(key, [])]
     out["nodes"] = [p["node"] for p in payloads if p.get("node")]

@@ -52,6 +52,7 @@ class RunSpec:
     profile_steps: int = 0     # --profile: steps traced after the measured window (bench.rank.profile); 0: none
     profile_max_mb: float = 0.0  # largest gzipped trace kept per rank, MB
     trace_prefix: str = ""     # each rank writes <trace_prefix>-rank<R>.pt.trace.json.gz (bench.sweep.profiling)
+    loaders: int = 1           # loader mode: concurrent loader processes (the configuration's ranks on one node)
 
     @property
     def accum_steps(self) -> int:
@@ -59,6 +60,8 @@ class RunSpec:
 
     @property
     def processes(self) -> int:
+        if self.strategy == "loader":
+            return self.loaders
         return self.device_count if self.strategy in ("ddp", "fsdp", "comm") else 1
 
     def option(self, name: str, default=None):

@@ -20,6 +20,7 @@ from typing import Optional
 from bench.config import ConfigError, SweepConfig, comm_hook_parts
 from bench.machine import cudacompat
 from bench.shared.spec import RunSpec, Skip
+from bench.sweep import shm
 from bench.workloads import registry, synthetic
 from bench.workloads.workload import WorkloadInfo
 
@@ -41,6 +42,7 @@ class Machine:
     slurm_nodes: int = 0                # nodes of the SLURM allocation this sweep runs in (0: none)
     arch_list: tuple = ()               # the architectures the installed torch has kernels for (sm_80, ...)
     gpus_unusable: Optional[str] = None  # why torch sees no GPU although the driver shows some (None: it can)
+    shm_free_bytes: Optional[int] = None  # free /dev/shm, where loader workers' batches wait (None: not checked)
 
 
 def detect_machine() -> Machine:
@@ -52,7 +54,7 @@ def detect_machine() -> Machine:
     from bench.sweep import slurm
     return Machine(cuda_devices=n, cpu_cores=cores, gpu_names=names, gpu_capabilities=caps,
                    slurm_nodes=slurm.allocation_nodes(), arch_list=tuple(torch.cuda.get_arch_list()) if n else (),
-                   gpus_unusable=None if n else cudacompat.why_torch_cannot_use_gpus(torch))
+                   gpus_unusable=None if n else cudacompat.why_torch_cannot_use_gpus(torch), shm_free_bytes=shm.free_bytes())
 
 
 # ---------------------------------------------------------------- defaults and machine checks
@@ -141,10 +143,14 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         cfg, workloads=names, device=dev, gpus=counts, gpus_per_node=per_node,
         steps=cfg.steps or DEFAULT_STEPS[dev], warmup=DEFAULT_WARMUP[dev] if cfg.warmup is None else cfg.warmup,
         pg_timeout=pg, num_workers=DEFAULT_NUM_WORKERS[dev] if cfg.num_workers is None else cfg.num_workers,
-        threads_per_process=None if cuda else (cfg.threads_per_process or max(1, machine.cpu_cores // min(per_node, max(counts)))),
+        # One rule for every strategy, CPU and CUDA alike: the node's cores shared by the most processes a node
+        # runs (torchrun would give its ranks 1 and single/DataParallel every core). Stored as threads_per_process.
+        threads_per_process=cfg.threads_per_process or max(1, machine.cpu_cores // min(per_node, max(counts))),
         synthetic_width=cfg.synthetic_width or synthetic.DEFAULTS[dev]["width"],
         synthetic_depth=cfg.synthetic_depth or synthetic.DEFAULTS[dev]["depth"])
-    plan(resolved, machine)  # impossible batch splits and user models fail here, before anything runs
+    items = plan(resolved, machine)  # impossible batch splits and user models fail here, before anything runs
+    # the prefetched batches of every configuration fit in /dev/shm
+    shm.check([s for s in items if isinstance(s, RunSpec)], machine.shm_free_bytes, resolved.num_workers)
     return resolved
 
 
@@ -239,7 +245,7 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
                             workload=wl, strategy=strategy, device_type=cfg.device, device_count=n,
                             per_device_batch=replica, global_batch=global_b, micro_batch=micro if micro < replica else 0,
                             image_size=(cfg.image_size or info.default_image_size) if info.image or info.default_image_size else 0,
-                            steps=cfg.steps, warmup=cfg.warmup, threads=0 if cuda else cfg.threads_per_process,
+                            steps=cfg.steps, warmup=cfg.warmup, threads=cfg.threads_per_process,
                             seed=cfg.seed, scaling=cfg.scaling, repeat=r, precision=precision, channels_last=cl,
                             compile=comp, options=options, nodes=nodes, launcher=_launcher(cfg, nodes),
                             data=cfg.data if wl == "deeplabv3" else "synthetic", voc_root=cfg.voc_root or "",
@@ -252,6 +258,18 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
                         reason = _skip_reason(cfg, machine, wl, strategy, n, nodes, precision, cl, comp, info)
                         out.append(Skip(spec, reason) if reason else spec)
     return out
+
+
+def loader_spec(s: RunSpec, cfg: SweepConfig, runnable: list) -> RunSpec:
+    """The loader-alone run beside count n: n loader processes of --num-workers each where DDP or FSDP runs
+    n ranks on one node (n loaders compete for cores and /dev/shm at once), else one loader with the
+    count's whole budget (DataParallel's and a single device's one process)."""
+    n = s.device_count
+    ranks = any(r.device_count == n and r.strategy in ("ddp", "fsdp") and r.nodes == 1 for r in runnable)
+    loaders = n if ranks and n > 1 else 1
+    return dataclasses.replace(s, mode="loader", strategy="loader", num_workers=cfg.num_workers * n // loaders,
+                               loaders=loaders, precision="fp32", channels_last=False, compile=False, options=(),
+                               nodes=1, launcher="local")
 
 
 def _launcher(cfg: SweepConfig, nodes: int) -> str:
@@ -271,12 +289,10 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
                   and s.option("comm_hook", "none") == "none"]
     if cfg.data == "voc" and cfg.loader_bench:
         seen = set()
-        for s in runnable:  # the loader alone, with the workers a configuration of this count has in all
+        for s in runnable:  # the loader alone, as many loaders at once as the configurations of this count run
             if s.repeat == 0 and s.device_count not in seen:
                 seen.add(s.device_count)
-                items.append(dataclasses.replace(s, mode="loader", strategy="loader", num_workers=cfg.num_workers * s.device_count,
-                                                 precision="fp32", channels_last=False, compile=False, options=(),
-                                                 nodes=1, launcher="local"))
+                items.append(loader_spec(s, cfg, runnable))
     if cfg.comm_bench and {"ddp", "fsdp"} & set(cfg.strategies) and runnable:
         one_per_workload = {s.workload: s for s in runnable}.values()  # building a model even on meta takes seconds
         max_bytes = max(registry.gradient_bytes(s) for s in one_per_workload)
@@ -286,7 +302,7 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
                 nodes = max(1, n // cfg.gpus_per_node) if n > cfg.gpus_per_node else 1
                 items.append(RunSpec(workload="allreduce", strategy="comm", device_type=cfg.device, device_count=n,
                                      per_device_batch=0, global_batch=0, image_size=0, steps=0, warmup=0,
-                                     threads=0 if cfg.device == "cuda" else cfg.threads_per_process, seed=cfg.seed,
+                                     threads=cfg.threads_per_process, seed=cfg.seed,
                                      scaling=cfg.scaling, pg_timeout_s=cfg.pg_timeout, mode="comm", nodes=nodes,
                                      launcher=_launcher(cfg, nodes), comm_max_bytes=max_bytes,
                                      comm_extra_bytes=tuple(buckets)))

@@ -117,6 +117,8 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
     conn = sweep_id = env_id = current = None
     started, failures = "", 0
     try:
+        from bench.workloads import voc
+        voc.download_before_runs(cfg, log)  # before any rank starts
         conn = store.connect(cfg.store)
         resumed = bool(cfg.resume)
         if resumed:
@@ -144,7 +146,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
         else:
             log(f"sweep {sweep_id} -> {cfg.store} ({cfg.device}, counts {','.join(map(str, cfg.gpus))}, {cfg.scaling} scaling, "
                 + (f"{cfg.epochs} epoch(s) of {cfg.data}" if cfg.epochs else f"{cfg.steps} steps after {cfg.warmup} warm-up")
-                + (f", {cfg.threads_per_process} torch thread(s) per process" if cfg.device == "cpu" else "") + ")")
+                + f", {cfg.threads_per_process} torch thread(s) per process)")
             for line in plan.describe_resolved(cfg, given):
                 log(line)
         log(plan_summary(items, cfg))

@@ -27,7 +27,8 @@ def build_model(weights: str = "") -> tuple:
 
 def segmentation_loss(out, y):
     logits = out["out"] if isinstance(out, dict) else out
-    return nn.functional.cross_entropy(logits, y, ignore_index=IGNORE_INDEX)
+    # VOC's masks arrive as uint8 (bench.workloads.voc): widened here, on the device, after the copy
+    return nn.functional.cross_entropy(logits, y.long(), ignore_index=IGNORE_INDEX)
 
 
 def workload(spec, rank: int, device: torch.device) -> Workload:

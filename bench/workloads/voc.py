@@ -9,7 +9,7 @@ process starts. The pieces, in the order a run uses them:
     loader = make_loader(ds, sampler, num_workers=2, pin_memory=True, persistent_workers=True)
     for epoch in range(epochs):
         sampler.set_epoch(epoch)            # a new permutation each epoch, the same for every process
-        for image, mask in loader: ...      # float32 [B,3,S,S] normalised, int64 [B,S,S] with 255 = ignore
+        for image, mask in loader: ...      # float32 [B,3,S,S] normalised, uint8 [B,S,S] with 255 = ignore
 
 Epochs and the last uneven batch: see `StepSampler`. `epoch_indices` and `coverage` let the worker
 record and check exactly which images each rank consumed.
@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from bench.config import ConfigError
 
+PREFETCH_FACTOR = 2  # batches each loader worker keeps ready in /dev/shm (torch's default; bench.sweep.shm budgets it)
 IGNORE_INDEX = 255  # VOC's object outlines and "difficult" pixels; the loss skips them
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -87,7 +88,7 @@ def check_tree(root: str, image_set: str = "train") -> None:
 
 
 def download(root: str) -> None:
-    """Fetch and unpack VOC 2012 trainval (about 2 GB) into root/VOCdevkit/VOC2012. Rank 0 only, on --download."""
+    """Fetch and unpack VOC 2012 trainval (about 2 GB) into root/VOCdevkit/VOC2012. The sweep process, on --download."""
     from torchvision.datasets import VOCSegmentation
     try:
         check_tree(root)
@@ -101,18 +102,28 @@ def download(root: str) -> None:
         raise DataError(f"downloading VOC 2012 into {root!r} failed: {type(e).__name__}: {e}") from e
 
 
+def download_before_runs(cfg, log=print) -> None:
+    """--download, in the process that launches the runs (sweep, ab, tune), before any rank starts: no rank
+    waits in a collective while another fetches 2 GB (NCCL would time out)."""
+    if cfg.data == "voc" and cfg.download:
+        log(f"--download: VOC 2012 into {cfg.voc_root} (about 2 GB, once; a complete tree is left alone)")
+        download(cfg.voc_root)
+
+
 # ---------------------------------------------------------------- the dataset
 
 def train_transforms(image_size: int):
     """The same geometric transforms for image and mask (the mask, a tv_tensors.Mask, is resized with
-    nearest neighbour, so it only ever holds its original labels); dtype and normalisation on the image only."""
+    nearest neighbour, so it only ever holds its original labels); dtype and normalisation on the image only.
+    The mask stays uint8 (labels 0-20 and 255) through workers, shared memory and the host-to-device copy:
+    int64 would move 8x the bytes it holds; the loss widens it on the device."""
     from torchvision import tv_tensors
     from torchvision.transforms import v2
     return v2.Compose([
         v2.ToImage(),
         v2.RandomResizedCrop((image_size, image_size), scale=(0.5, 1.0), antialias=True),
         v2.RandomHorizontalFlip(),
-        v2.ToDtype({tv_tensors.Image: torch.float32, tv_tensors.Mask: torch.int64}, scale=True),
+        v2.ToDtype({tv_tensors.Image: torch.float32, tv_tensors.Mask: torch.uint8}, scale=True),
         v2.Normalize(IMAGENET_MEAN, IMAGENET_STD),
     ])
 
@@ -129,7 +140,7 @@ def _open(path: str, index: int, kind: str) -> Image.Image:
 
 
 class VOCTrain(Dataset):
-    """VOC 2012 segmentation pairs, augmented: (image float32 [3,S,S] normalised, mask int64 [S,S]).
+    """VOC 2012 segmentation pairs, augmented: (image float32 [3,S,S] normalised, mask uint8 [S,S]).
 
     Reads the layout of torchvision's VOCSegmentation (which `download` uses) from `split_files`, so
     the VOC2012 folder itself is accepted too. Given (index, epoch), as StepSampler yields them, the
@@ -211,7 +222,8 @@ def make_loader(dataset: Dataset, sampler: StepSampler, *, num_workers: int, pin
                 persistent_workers: bool) -> DataLoader:
     """A DataLoader over `sampler`'s order in batches of the replicas it feeds (every batch is full)."""
     return DataLoader(dataset, batch_size=len(sampler.fed) * sampler.batch, sampler=sampler, num_workers=num_workers,
-                      pin_memory=pin_memory, drop_last=True, persistent_workers=persistent_workers and num_workers > 0)
+                      pin_memory=pin_memory, drop_last=True, persistent_workers=persistent_workers and num_workers > 0,
+                      prefetch_factor=PREFETCH_FACTOR if num_workers > 0 else None)
 
 
 def epoch_indices(loader: DataLoader, epoch: int) -> list:

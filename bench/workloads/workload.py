@@ -46,9 +46,9 @@ class WorkloadInfo:
 
 def chunks_fed(spec, rank: int) -> list:
     """Which replica chunks this process feeds each step."""
-    if spec.strategy in ("ddp", "fsdp"):
+    if spec.strategy in ("ddp", "fsdp") or (spec.strategy == "loader" and spec.loaders > 1):
         return [rank]
-    if spec.strategy in ("dp", "loader"):  # the loader-alone run loads the whole global batch
+    if spec.strategy in ("dp", "loader"):  # one loader alone loads the whole global batch
         return list(range(spec.device_count))
     return list(range(spec.emulate_ranks))
 
