@@ -125,8 +125,13 @@ def _scenarios(rank: int, ctx: Ctx) -> dict:
 
     def mixed(reduce_dtype):
         model = fsdp.apply_fsdp(make_mlp(), ctx, param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
-        out_dtype = model(batch("mlp", rank, 0)[0]).dtype
+        # The dtype is read from training's own forwards: a forward with no backward after it leaves FSDP2's root
+        # (not resharded after forward, its own rule) gathered, and later steps then computed with stale parameters.
+        seen = []
+        hook = model.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
         losses = train(model, lambda i: [batch("mlp", rank, i)])
+        hook.remove()
+        out_dtype = seen[0]
         return {"output_dtype": out_dtype, "losses": losses, "params": fsdp.full_parameters(model),
                 "master_dtypes": {p.dtype for p in model.parameters()}}
 

@@ -98,6 +98,9 @@ def apply_fsdp(model: nn.Module, ctx: Ctx, reshard_after_forward: bool = True,
     in backward) rather than keep them until backward; the root follows FSDP2's own rule (not resharded,
     since its backward starts at once). param_dtype: dtype of the gathered parameters and of the compute (e.g. torch.bfloat16; the sharded fp32 copy is what the optimizer updates).
     reduce_dtype: dtype of the gradient reduce-scatter. None keeps the parameters' dtype.
+    Every forward must be followed by its backward (the suite's steps are): the root, left gathered after
+    forward by FSDP2's rule, stays gathered after a forward with none (even under no_grad), and later steps
+    then compute with its stale parameters (seen with torch 2.15: the head off by 0.09 after 4 steps).
     The process group must exist; create the optimizer afterwards (the parameters are replaced by
     sharded DTensors). Returns the same module object, now an FSDPModule.
     """
