@@ -140,15 +140,6 @@ def test_dataparallel_replica_threads_keep_the_callers_autocast_dtype():
     assert seen == {"torch": torch.float16, "wrapped": torch.bfloat16}
 
 
-def test_fused_sgd_starts_with_zero_momentum_so_a_skipped_first_step_cannot_leave_garbage(monkeypatch):
-    from bench.rank import worker
-    model = torch.nn.Linear(3, 2)
-    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))  # the CUDA branch, on CPU tensors
-    opt = worker.make_optimizer(model, cuda=True)
-    assert opt.defaults["fused"] is True
-    assert all(torch.equal(opt.state[p]["momentum_buffer"], torch.zeros_like(p)) for p in model.parameters())
-
-
 @pytest.mark.timeout(300)
 def test_powersgd_over_several_buckets_on_gloo_trains_through_its_compressed_steps(tmp_path):
     # Unwrapped, PowerSGD's callback-issued all-reduces of several buckets interleave differently per rank on gloo:
