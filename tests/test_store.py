@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from bench.store import store
+from bench.store import schema, store
 from bench.sweep.plan import RunSpec
 
 
@@ -26,7 +26,7 @@ def test_store_of_another_schema_version_is_refused_and_left_untouched(store_pat
     conn.commit()
     conn.close()
     before = hashlib.sha256(open(store_path, "rb").read()).hexdigest()
-    with pytest.raises(store.StoreError, match="schema version 99.*version 2"):
+    with pytest.raises(store.StoreError, match=f"schema version 99.*version {schema.SCHEMA_VERSION}"):
         store.connect(store_path)
     assert hashlib.sha256(open(store_path, "rb").read()).hexdigest() == before
 

@@ -15,12 +15,16 @@
     epochs        per-epoch wall time, mean loss, data wait and split coverage (real-data runs with --epochs)
     comm          all-reduce microbenchmark rows per scope (world / node): size, time, algbw/busbw GB/s
     nodes         multi-node runs: each node's host and environment
+    buckets       when each DDP gradient bucket became ready in backward (ms from its start), its bytes, per rank
+                  and step, recorded after the measured window; FSDP's units (kind 'fsdp_unit') and their bytes
+    forecasts     the forecast's check against the truth: each measured count forecast from the smaller counts
+                  alone, beside the measurement, with the error (bench.commands.forecast)
 """
 from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA_HISTORY = {
     1: "first version: environments, sweeps, results, steps, memory, epochs, comm",
     2: "GPU-true timing and new axes: results gain precision, channels_last, compiled, options_json, nodes, launcher, "
@@ -28,6 +32,8 @@ SCHEMA_HISTORY = {
        "steps gain host_data_ms, buffers_ms, other_ms; memory gains device-level and artefact columns; comm gains "
        "scope and ranks; sweeps may be 'failed' and record traceback_path, a label and the sweep they were "
        "interleaved with (paired_with, A/B runs)",
+    3: "the forecast: buckets table (DDP bucket ready times and sizes, FSDP units) and forecasts table (each "
+       "measured count forecast from the smaller ones, with the error)",
 }
 
 SCHEMA = """
@@ -117,6 +123,23 @@ CREATE TABLE IF NOT EXISTS nodes (
     node_rank INTEGER NOT NULL, hostname TEXT, env_json TEXT,
     PRIMARY KEY (result_id, node_rank)
 );
+CREATE TABLE IF NOT EXISTS buckets (
+    result_id INTEGER NOT NULL REFERENCES results(result_id),
+    kind TEXT NOT NULL DEFAULT 'ddp',
+    rank INTEGER NOT NULL, step INTEGER NOT NULL, bucket INTEGER NOT NULL,
+    size_bytes INTEGER NOT NULL, ready_ms REAL, backward_ms REAL,
+    PRIMARY KEY (result_id, kind, rank, step, bucket)
+);
+CREATE TABLE IF NOT EXISTS forecasts (
+    sweep_id INTEGER NOT NULL REFERENCES sweeps(sweep_id),
+    config_key TEXT NOT NULL,
+    workload TEXT NOT NULL, strategy TEXT NOT NULL, variant TEXT, device_count INTEGER NOT NULL,
+    from_counts TEXT NOT NULL,
+    forecast_step_ms REAL, measured_step_ms REAL, error REAL,
+    forecast_samples_per_s REAL, measured_samples_per_s REAL,
+    compute_error REAL, network TEXT, created_at TEXT NOT NULL,
+    PRIMARY KEY (sweep_id, config_key)
+);
 """
 
 STEP_COLUMNS = ("kind", "rank", "step", "step_ms", "data_ms", "h2d_ms", "forward_ms", "backward_ms", "optimizer_ms",
@@ -127,6 +150,10 @@ EPOCH_COLUMNS = ("epoch", "wall_s", "mean_loss", "data_wait_s", "samples", "step
                  "images", "images_seen", "images_repeated", "images_dropped")
 COMM_COLUMNS = ("scope", "ranks", "size_bytes", "time_ms", "algbw_gbps", "busbw_gbps", "iters")
 WINDOW_COLUMNS = ("rank", "kind", "first_step", "wall_s", "samples", "steps")
+BUCKET_COLUMNS = ("kind", "rank", "step", "bucket", "size_bytes", "ready_ms", "backward_ms")
+FORECAST_COLUMNS = ("config_key", "workload", "strategy", "variant", "device_count", "from_counts", "forecast_step_ms",
+                    "measured_step_ms", "error", "forecast_samples_per_s", "measured_samples_per_s", "compute_error",
+                    "network", "created_at")
 
 
 def create(conn: sqlite3.Connection) -> None:
@@ -168,5 +195,8 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
             _rebuild(conn, table, {})
         create(conn)  # the tables version 1 did not have
         version = 2
+    if version == 2:
+        create(conn)  # buckets and forecasts: new tables, nothing to copy
+        version = 3
     conn.execute("PRAGMA legacy_alter_table = OFF")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
