@@ -107,7 +107,7 @@ def inputs(s: Setting, below: Optional[int] = None):
             return f"DataParallel's step is read off a line through two measured counts; {len(pts)} below {below or 'any'}"
         base = s.configs[max(allowed)] if allowed else s.single
         return Inputs(fc.Compute(0, 0, 0, 0), base.global_batch / base.device_count, dp_points=pts, overlap=overlap,
-                      words=words + [f"step: a line through the measured steps at {','.join(map(str, sorted(pts)))} device(s)"],
+                      words=[f"step: a line through the measured steps at {','.join(map(str, sorted(pts)))} device(s)"],
                       from_counts=tuple(sorted(pts)))
     if s.strategy == "ddp":
         base = allowed[max(allowed)] if allowed else None
@@ -192,7 +192,7 @@ def point(s: Setting, inp: Inputs, count: int, net: nw.Network) -> Point:
     else:
         step = fc.forecast_fsdp(compute, inp.units, net, count, inp.overlap, bool(s.any.options.get("reshard", True)))
     p.step_ms, p.exposed_comm_ms, p.algorithm = step.step_ms, step.exposed_comm_ms, step.algorithm
-    p.bound = "DataParallel's measured line" if s.strategy == "dp" else fc.bound_of(step)
+    p.bound = "DataParallel: linear in the count" if s.strategy == "dp" else fc.bound_of(step)
     p.samples_per_s = samples * count / (step.step_ms / 1e3) if step.step_ms > 0 else math.nan
     base = s.single.samples_per_s if s.single is not None else math.nan
     if s.single is not None and s.single.summary.median_ms > 0:  # steps against steps (the forecast has no windows)

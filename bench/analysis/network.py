@@ -149,7 +149,7 @@ def reduce_scatter_ms(net: Network, size_bytes: float, ranks: int) -> float:
 
 def fit_level(rows: Sequence[dict], source: str) -> Optional[Level]:
     """Latency and bus bandwidth from all-reduce rows {ranks, size_bytes, time_ms} of one level, by the weighted
-    least squares in the module's docstring. None with fewer than 2 usable rows or no positive bandwidth."""
+    least squares in the module's docstring. None with fewer than 2 usable rows."""
     pts = [(int(r["ranks"]), float(r["size_bytes"]), float(r["time_ms"])) for r in rows
            if r.get("ranks") and int(r["ranks"]) > 1 and r.get("time_ms") and float(r["time_ms"]) > 0]
     if len(pts) < 2:
@@ -159,15 +159,18 @@ def fit_level(rows: Sequence[dict], source: str) -> Optional[Level]:
     t = np.array([x[2] for x in pts])
     a = np.column_stack([steps, carried]) / t[:, None]
     coef = np.linalg.lstsq(a, np.ones_like(t), rcond=None)[0]
+    note = ""
+    if coef[1] <= 0:  # the sizes do not resolve the bandwidth (all latency, or noise): the best bus bandwidth seen
+        coef[1] = float(np.min(t / carried))
+        coef[0] = float(np.sum(steps / t * (1 - coef[1] * carried / t)) / np.sum((steps / t) ** 2))
+        note = "; bandwidth not resolved by these sizes: the best seen"
     if coef[0] < 0:  # latency cannot be negative: bandwidth alone
         coef = np.array([0.0, float(np.sum(carried / t) / np.sum((carried / t) ** 2))])
-    if coef[1] <= 0:
-        return None
     pred = coef[0] * steps + coef[1] * carried
     rms = float(np.sqrt(np.mean((pred / t - 1) ** 2)))
     counts = ",".join(str(n) for n in sorted({n for n, _, _ in pts}))
     return Level(busbw_gbps=1.0 / coef[1] / 1e6, latency_us=float(coef[0]) * 1e3,
-                 source=f"{source}: fit of {len(pts)} all-reduce rows at {counts} ranks (rms error {rms:.0%})",
+                 source=f"{source}: fit of {len(pts)} all-reduce rows at {counts} ranks (rms error {rms:.0%}{note})",
                  measured=True, rms_error=rms)
 
 

@@ -42,8 +42,7 @@ def counts(text: str) -> tuple:
 
 
 def parse(argv: list) -> argparse.Namespace:
-    from bench.options import Parser
-    p = Parser(prog="./run_bench.sh forecast", description=__doc__.splitlines()[0],
+    p = argparse.ArgumentParser(prog="./run_bench.sh forecast", description=__doc__.splitlines()[0],
                formatter_class=argparse.RawDescriptionHelpFormatter,
                epilog=f"presets: " + "; ".join(f"{k}: {v.summary}" for k, v in nw.PRESETS.items()))
     p.add_argument("--store", default="results/bench.sqlite", help="the results store to read (and to store the check in)")
@@ -117,7 +116,7 @@ def recommendation(s, points: list) -> str:
     ok = [p.count for p in points if p.count < below and not p.refused]
     if not ok:
         return f"{s.label}: below {EFFICIENT:.0%} already at {below} devices on this network"
-    return f"{s.label}: past {max(ok)} GPUs on this network, scaling stops paying (efficiency under {EFFICIENT:.0%} at {below})"
+    return f"{s.label}: past {max(ok)} GPU{'s' if max(ok) > 1 else ''} on this network, scaling stops paying (efficiency under {EFFICIENT:.0%} at {below})"
 
 
 def _fmt(v: float, spec: str) -> str:
@@ -188,8 +187,8 @@ def _check(ns, sid: int, sets: list, measured: dict, preset) -> int:
             continue
         split = (f" (compute {r['compute_error']:+.0%}, communication {r['error'] - r['compute_error']:+.0%})"
                  if r.get("compute_error") is not None else "")
-        print(head + f"forecast {r['forecast_step_ms']:.1f} ms from x{r['from_counts']}, measured "
-              f"{r['measured_step_ms']:.1f} ms: error {r['error']:+.1%}{split}"
+        print(head + f"forecast {r['forecast_step_ms']:.2f} ms from x{r['from_counts']}, measured "
+              f"{r['measured_step_ms']:.2f} ms: error {r['error']:+.1%}{split}"
               + (f"\n      beyond {fs.CHECK_TARGET:.0%}: {r['why']}" if r["why"] else ""))
     if done:
         errs = [abs(r["error"]) for r in done]
