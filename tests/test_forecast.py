@@ -11,6 +11,7 @@ import sqlite3
 
 import pytest
 
+from bench import cli
 from bench.analysis import forecast as fc
 from bench.analysis import network as nw
 from bench.config import ConfigError
@@ -182,41 +183,48 @@ def hand_store(tmp_path) -> str:
     return path
 
 
+def forecast(args: list, capsys) -> tuple:
+    """./run_bench.sh forecast ARGS in this process (the dispatcher, its exit status): (status, stdout, stderr)."""
+    rc = cli.main(["forecast", *args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
 def _row(out: str, strategy: str, count: int) -> str:
     block = out.split(f"synthetic {strategy}")[1].split("\n\n")[0]
     return next(line for line in block.splitlines() if re.match(rf"\s+{count}\s", line) and "measured" not in line)
 
 
-def test_forecast_command_checks_the_measured_count_and_stores_the_error(hand_store):
-    p = run_bench(["forecast", "--store", hand_store, "--to", "2,4"])
-    assert p.returncode == 0, p.stderr
+def test_forecast_command_checks_the_measured_count_and_stores_the_error(hand_store, capsys):
+    rc, stdout, stderr = forecast(["--store", hand_store, "--to", "2,4"], capsys)
+    assert rc == 0, stderr
     # x2 from x1 alone: x1's measured 30 ms + both buckets' all-reduces, serial on CPU: (0.2 + 4) + (0.2 + 12) ms
     forecast_ms = 30 + 4.2 + 12.2
-    assert f"forecast {forecast_ms:.2f} ms from x1, measured 60.00 ms: error {forecast_ms / 60 - 1:+.1%}" in p.stdout
-    assert "compute -8%" in p.stdout            # x1's 30 ms against x2's own 35 ms under no_sync, over 60 ms
-    assert "beyond 10%" in p.stdout and "compute without gradient sync was 35.0 ms" in p.stdout
+    assert f"forecast {forecast_ms:.2f} ms from x1, measured 60.00 ms: error {forecast_ms / 60 - 1:+.1%}" in stdout
+    assert "compute -8%" in stdout            # x1's 30 ms against x2's own 35 ms under no_sync, over 60 ms
+    assert "beyond 10%" in stdout and "compute without gradient sync was 35.0 ms" in stdout
     conn = sqlite3.connect(hand_store)
     (err, frm), = conn.execute("SELECT error, from_counts FROM forecasts WHERE strategy = 'ddp'").fetchall()
     assert err == pytest.approx(forecast_ms / 60 - 1) and frm == "1"
     # x4 from every count: x2's no_sync 35 ms; 4 ranks on 2 nodes of 2 (the net level assumed as the node's):
     # per bucket 2*3/4 * S / 1 GB/s + 6 steps of 100 us
     x4 = 35 + sum(1.5 * s / 1e6 + 0.6 for s, _ in BUCKETS)
-    assert f"{x4:.1f}" in _row(p.stdout, "DDP", 4)
-    assert "assumed as fast as the node level" in p.stdout
-    assert "buckets: 2 measured" in p.stdout
+    assert f"{x4:.1f}" in _row(stdout, "DDP", 4)
+    assert "assumed as fast as the node level" in stdout
+    assert "buckets: 2 measured" in stdout
     # DataParallel: a line through single x1 (30 ms) and dp x2 (40 ms); it cannot span nodes
-    assert "40.0" in _row(p.stdout, "DataParallel", 2)
-    assert "refused: DataParallel is one process" in _row(p.stdout, "DataParallel", 4)
+    assert "40.0" in _row(stdout, "DataParallel", 2)
+    assert "refused: DataParallel is one process" in _row(stdout, "DataParallel", 4)
 
 
-def test_a_slow_network_named_by_the_user_says_where_scaling_stops_paying(tmp_path):
+def test_a_slow_network_named_by_the_user_says_where_scaling_stops_paying(tmp_path, capsys):
     path = str(tmp_path / "fast.sqlite")
     build_store(path, busbw_gbps=100.0)      # inside the node: 30 ms single, 35 ms compute, ~0.2 ms all-reduce
-    p = run_bench(["forecast", "--store", path, "--network", "net=0.1@50", "--gpus-per-node", "2"])
-    assert p.returncode == 0, p.stderr
-    assert "--network net=0.1@50" in p.stdout and "measured inside a node" in p.stdout
-    assert "DDP [fp32]: past 2 GPUs on this network, scaling stops paying (efficiency under 75% at 4)" in p.stdout
-    assert "4x faster inter-node network" in p.stdout and "100 MiB buckets" in p.stdout and "bf16 gradients" in p.stdout
+    rc, stdout, stderr = forecast(["--store", path, "--network", "net=0.1@50", "--gpus-per-node", "2"], capsys)
+    assert rc == 0, stderr
+    assert "--network net=0.1@50" in stdout and "measured inside a node" in stdout
+    assert "DDP [fp32]: past 2 GPUs on this network, scaling stops paying (efficiency under 75% at 4)" in stdout
+    assert "4x faster inter-node network" in stdout and "100 MiB buckets" in stdout and "bf16 gradients" in stdout
 
 
 @pytest.mark.parametrize("args, named", [
@@ -224,26 +232,26 @@ def test_a_slow_network_named_by_the_user_says_where_scaling_stops_paying(tmp_pa
     (["--network", "node=nan@1"], "'nan'"), (["--network", "net=x@1"], "'x'"),
     (["--to", "16,6.5"], "'6.5'"), (["--to", "0"], "'0'"), (["--gpus-per-node", "0"], "'0'"),
     (["--sweep", "latest"], "'latest'")])
-def test_bad_flags_exit_2_naming_the_value_before_the_store_is_read(tmp_path, hand_store, args, named):
+def test_bad_flags_exit_2_naming_the_value_before_the_store_is_read(tmp_path, hand_store, args, named, capsys):
     missing = str(tmp_path / "nothing-here.sqlite")
     before = hashlib.sha256(open(hand_store, "rb").read()).hexdigest()
     for path in (missing, hand_store):
-        p = run_bench(["forecast", "--store", path, *args])
-        assert p.returncode == 2 and named in p.stderr, p.stderr
-        assert "does not exist" not in p.stderr     # the flag, not the store, was refused
+        rc, _, err = forecast(["--store", path, *args], capsys)
+        assert rc == 2 and named in err, err
+        assert "does not exist" not in err          # the flag, not the store, was refused
     assert not os.path.exists(missing)
     assert hashlib.sha256(open(hand_store, "rb").read()).hexdigest() == before
 
 
-def test_a_store_without_ddp_is_refused_with_exit_2_and_left_unchanged(tmp_path):
+def test_a_store_without_ddp_is_refused_with_exit_2_and_left_unchanged(tmp_path, capsys):
     path = str(tmp_path / "single.sqlite")
     build_store(path, ddp=False)
     before = hashlib.sha256(open(path, "rb").read()).hexdigest()
-    p = run_bench(["forecast", "--store", path])
-    assert p.returncode == 2 and "no DDP or FSDP run" in p.stderr and "single" in p.stderr
+    rc, _, err = forecast(["--store", path], capsys)
+    assert rc == 2 and "no DDP or FSDP run" in err and "single" in err
     assert hashlib.sha256(open(path, "rb").read()).hexdigest() == before
-    p = run_bench(["forecast", "--store", str(tmp_path / "absent.sqlite")])
-    assert p.returncode == 2 and not os.path.exists(tmp_path / "absent.sqlite")
+    rc, _, err = forecast(["--store", str(tmp_path / "absent.sqlite")], capsys)
+    assert rc == 2 and "does not exist" in err and not os.path.exists(tmp_path / "absent.sqlite")
 
 
 def test_a_version_2_store_gains_the_forecast_tables_on_migration(tmp_path):
@@ -255,7 +263,7 @@ def test_a_version_2_store_gains_the_forecast_tables_on_migration(tmp_path):
     conn.execute("PRAGMA user_version = 2")
     conn.commit()
     conn.close()
-    assert run_bench(["migrate", "--store", path]).returncode == 0
+    assert cli.main(["migrate", "--store", path]) == 0
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 3
     assert {"buckets", "forecasts"} <= {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -287,3 +295,17 @@ def test_a_real_two_process_sweep_stores_bucket_times_and_the_forecast_checks_it
     stored = conn.execute("SELECT error FROM forecasts WHERE strategy = 'ddp' AND device_count = 2").fetchone()[0]
     assert math.isfinite(stored) and stored * 100 == pytest.approx(err, abs=0.1)
     print(f"\nvalidation on this machine: DDP x2 forecast {forecast_ms} ms, measured {measured_ms} ms, error {err:+.1f}%")
+
+
+def test_the_report_draws_the_forecast_and_its_check(hand_store, tmp_path):
+    from bench.report import report
+    out = report.render(hand_store, plots_dir=str(tmp_path / "plots"), report_dir=str(tmp_path / "rep"))
+    md = open(out["markdown"]).read()
+    section = md.split("## Forecast past the measured counts")[1].split("\n## ")[0]
+    assert ("synthetic DDP [fp32]: past 1 GPU on this network, scaling stops paying (efficiency under 75% at 2); "
+            "checked within 23% at the measured counts") in section
+    assert os.path.isfile(tmp_path / "plots" / "synthetic_forecast.png") and "synthetic_forecast.png" in section
+    assert "| synthetic DDP [fp32] | 2 | 1 | 46.40 | 60.00 | -22.7% | compute without gradient sync was 35.0 ms" in section
+    assert "| synthetic DDP [fp32] | 1024 | 512 |" in section
+    assert "| synthetic DataParallel [fp32] | 1024 | 512 | – | – | – | DataParallel is one process driving" in section
+    assert section.index("Forecast") < md.index("## Environment") if "## Environment" in md else True

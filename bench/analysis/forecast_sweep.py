@@ -233,6 +233,8 @@ def validate(s: Setting, measured: dict, preset, explicit: dict, created_at: str
         own = s.raws[target.key].no_sync if s.strategy == "ddp" else None
         if own:
             row["compute_error"] = (inp.compute.total_ms - own["step_ms"]) / target.summary.median_ms
+        again = s.raws[target.key].sync if s.strategy == "ddp" else None
+        row["noise"] = again["step_ms"] / target.summary.median_ms - 1 if again else None
         row["why"] = why(row, inp, own, s.any.device_type) if abs(err) > CHECK_TARGET else ""
         rows.append(row)
     return rows
@@ -251,7 +253,10 @@ def why(row: dict, inp: Inputs, own: Optional[dict], device_type: str) -> str:
         parts.append(f"communication added {m - mc_ms:.1f} ms to the step against {f - fc_ms:.1f} ms from the "
                      f"microbenchmark" + (" (gloo's collectives inside a step compete with backward for the cores; "
                                           "the microbenchmark ran them alone)" if device_type == "cpu" and m - mc_ms > f - fc_ms else ""))
-    elif row["strategy"] == "fsdp":
+    if row.get("noise") is not None and abs(row["noise"]) > CHECK_TARGET / 2:
+        parts.append(f"the measurement itself moved: the same step in the probe's synchronised blocks, later in the same "
+                     f"processes, took {row['noise']:+.0%} against the measured window (load on the machine)")
+    if row["strategy"] == "fsdp":
         parts.append("FSDP2's per-unit copy-in/copy-out and sharded optimizer work, and gloo's all-gather and "
                      "reduce-scatter (slower than half an all-reduce), are outside the model")
     return "; ".join(parts)

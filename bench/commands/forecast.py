@@ -15,20 +15,15 @@ a refusal writes nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-from typing import Optional
 
+from bench.analysis import forecast_outlook as fo
 from bench.analysis import forecast_sweep as fs
 from bench.analysis import network as nw
 from bench.config import ConfigError
 from bench.store import forecasts, results, store
 
 DEFAULT_TO = tuple(2**k for k in range(1, 11))    # 2, 4, ... 1024
-EFFICIENT = 0.75                                  # below this, scaling stops paying
-WHAT_IF_NET = 4.0                                 # "a faster inter-node network": 4x its bus bandwidth
-WHAT_IF_BUCKET_MB = 100.0                         # torchtitan's bucket size
-GPU_PRESETS = (("H100", "h100"), ("H200", "h100"), ("A100", "a100"), ("V100", "v100"))
 
 
 def counts(text: str) -> tuple:
@@ -44,7 +39,7 @@ def counts(text: str) -> tuple:
 def parse(argv: list) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="./run_bench.sh forecast", description=__doc__.splitlines()[0],
                formatter_class=argparse.RawDescriptionHelpFormatter,
-               epilog=f"presets: " + "; ".join(f"{k}: {v.summary}" for k, v in nw.PRESETS.items()))
+               epilog="presets: " + "; ".join(f"{k}: {v.summary}" for k, v in nw.PRESETS.items()))
     p.add_argument("--store", default="results/bench.sqlite", help="the results store to read (and to store the check in)")
     p.add_argument("--sweep", default="last", help="a sweep id, or 'last' (default)")
     p.add_argument("--to", default=None, help="device counts to forecast, e.g. 16,64,256,1024 (default: 2,4,...,1024)")
@@ -66,59 +61,6 @@ def parse(argv: list) -> argparse.Namespace:
     return ns
 
 
-def _auto_preset(sweep) -> Optional[nw.Preset]:
-    names = " ".join(str(e.get("gpu_names") or "") for e in sweep.envs)
-    return next((nw.PRESETS[p] for key, p in GPU_PRESETS if key in names), None)
-
-
-def _gpus_per_node(ns, sweep, preset) -> int:
-    if ns.gpus_per_node:
-        return ns.gpus_per_node
-    if preset is not None:
-        return preset.gpus_per_node
-    cfg = json.loads(sweep.sweep.get("config_json") or "{}")
-    measured = max((c.device_count // max(1, c.nodes) for cs in sweep.bench.values() for c in cs), default=1)
-    return int(cfg.get("gpus_per_node") or measured)
-
-
-def first_below(points: list, threshold: float = EFFICIENT) -> Optional[int]:
-    return next((p.count for p in points if not p.refused and p.efficiency < threshold), None)
-
-
-def series(s, inp, counts_: tuple, net: nw.Network) -> list:
-    return [fs.point(s, inp, n, net) for n in counts_]
-
-
-def what_ifs(s, inp, net: nw.Network, grid: tuple) -> list:
-    """[(what, points)]: this network, then each change that could move the 75% count."""
-    out = [("this network", series(s, inp, grid, net))]
-    if s.strategy == "dp":
-        return out
-    faster = nw.Network(net.node, nw.Level(net.net.busbw_gbps * WHAT_IF_NET, net.net.latency_us, "what-if"),
-                        net.gpus_per_node, net.backend)
-    out.append((f"{WHAT_IF_NET:g}x faster inter-node network", series(s, inp, grid, faster)))
-    if s.strategy == "ddp":
-        big = fs.Inputs(**{**inp.__dict__, "buckets": fs.regroup(inp.buckets, WHAT_IF_BUCKET_MB * 2**20)})
-        out.append((f"{WHAT_IF_BUCKET_MB:g} MiB buckets", series(s, big, grid, net)))
-        bf16 = fs.Inputs(**{**inp.__dict__, "buckets": [fs.fc.Bucket(b.size_bytes / 2, b.ready_fraction) for b in inp.buckets]})
-        out.append(("bf16 gradients (bf16_compress_hook)", series(s, bf16, grid, net)))
-    else:
-        bf16 = fs.Inputs(**{**inp.__dict__, "units": [(g / 2, r / 2) for g, r in inp.units]})
-        out.append(("bf16 parameters and gradients", series(s, bf16, grid, net)))
-    return out
-
-
-def recommendation(s, points: list) -> str:
-    """'past N GPUs on this network, scaling stops paying' where the forecast crosses 75%."""
-    below = first_below(points)
-    if below is None:
-        return f"{s.label}: efficiency stays at or above {EFFICIENT:.0%} up to {points[-1].count} devices on this network"
-    ok = [p.count for p in points if p.count < below and not p.refused]
-    if not ok:
-        return f"{s.label}: below {EFFICIENT:.0%} already at {below} devices on this network"
-    return f"{s.label}: past {max(ok)} GPU{'s' if max(ok) > 1 else ''} on this network, scaling stops paying (efficiency under {EFFICIENT:.0%} at {below})"
-
-
 def _fmt(v: float, spec: str) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
@@ -138,10 +80,8 @@ def main(argv: list) -> int:
                           f"{', '.join(sorted({c.strategy for cs in sweep.bench.values() for c in cs})) or 'nothing'}); "
                           "run one with --strategies ddp")
     measured = nw.levels_from_comm(sweep.comm)
-    preset = ns.preset or (_auto_preset(sweep) if "net" not in ns.levels else None)
-    g = _gpus_per_node(ns, sweep, preset)
-    backend = "nccl" if any(c.device_type == "cuda" for cs in sweep.bench.values() for c in cs) else "gloo"
-    net = nw.network_for({k: v for k, v in measured.items() if k not in ns.levels}, preset, ns.levels, g, backend)
+    net = fo.network(sweep, ns.preset, ns.levels, ns.gpus_per_node)
+    g, backend = net.gpus_per_node, net.backend
     grid = tuple(sorted(set(ns.to) | {2**k for k in range(0, 11) if 2**k <= max(ns.to)}))
     print(f"forecast of sweep {sid} ({ns.store}); {g} devices per node; {backend}")
     print(f"  network inside a node: {net.node.busbw_gbps:.3g} GB/s, {net.node.latency_us:.3g} us per step "
@@ -159,17 +99,17 @@ def main(argv: list) -> int:
         for n, c in s.configs.items():
             print(f"  {n:>7} {c.nodes:>5} {_fmt(c.summary.median_ms, '9.1f')} {_fmt(c.samples_per_s, '10.1f')} "
                   f"{_fmt(c.efficiency, '10.0%')}  measured")
-        for p in series(s, inp, ns.to, net):
+        for p in fo.series(s, inp, ns.to, net):
             if p.refused:
                 print(f"  {p.count:>7} {p.nodes:>5} {'-':>9} {'-':>10} {'-':>10}  refused: {p.refused}")
             else:
                 print(f"  {p.count:>7} {p.nodes:>5} {p.step_ms:9.1f} {p.samples_per_s:10.1f} {p.efficiency:10.0%}  "
                       f"{p.bound}{' (' + p.algorithm + ')' if p.algorithm and p.bound == 'exposed communication' else ''}")
-        moves = [(what, first_below(pts)) for what, pts in what_ifs(s, inp, net, grid)]
-        print(f"  efficiency under {EFFICIENT:.0%} from: " + "; ".join(
+        moves = [(what, fo.first_below(pts)) for what, pts in fo.what_ifs(s, inp, net, grid)]
+        print(f"  efficiency under {fo.EFFICIENT:.0%} from: " + "; ".join(
             f"{what}: {n if n else 'not up to ' + str(grid[-1])}" for what, n in moves))
-        print("  " + recommendation(s, series(s, inp, grid, net)))
-    return _check(ns, sid, sets, measured, preset)
+        print("  " + fo.recommendation(s, fo.series(s, inp, grid, net)))
+    return _check(ns, sid, sets, measured, ns.preset)
 
 
 def _check(ns, sid: int, sets: list, measured: dict, preset) -> int:

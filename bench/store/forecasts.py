@@ -27,6 +27,7 @@ class Raw:
     key: str
     measured: dict                   # phase -> ms of the measured window (PHASES' names), with 'step_ms'
     no_sync: Optional[dict]          # the same for DDP's no_sync() probe blocks; None without a probe
+    sync: Optional[dict] = None      # and for its synchronised probe blocks (the same step as measured, later)
     buckets: list = field(default_factory=list)     # [(size_bytes, ready_fraction)] of DDP's buckets, in order
     units: list = field(default_factory=list)       # [size_bytes] of FSDP's units, forward order
 
@@ -86,7 +87,8 @@ def read_inputs(conn: sqlite3.Connection, sweep_id: int) -> dict:
         ddp = [b for b in brows if b["kind"] == "ddp" and b["ready_ms"] is not None]
         first = min((b["result_id"] for b in brows if b["kind"] == "fsdp_unit"), default=None)
         units = [float(b["size_bytes"]) for b in brows if b["kind"] == "fsdp_unit" and b["result_id"] == first and b["rank"] == 0]
-        out[key] = Raw(key=key, measured=measured, no_sync=nosync, buckets=_buckets(ddp), units=units)
+        out[key] = Raw(key=key, measured=measured, no_sync=nosync, buckets=_buckets(ddp), units=units,
+                       sync=phases([s for s in steps if s["kind"] == "probe_sync"]))
     return out
 
 

@@ -137,7 +137,7 @@ CREATE TABLE IF NOT EXISTS forecasts (
     from_counts TEXT NOT NULL,
     forecast_step_ms REAL, measured_step_ms REAL, error REAL,
     forecast_samples_per_s REAL, measured_samples_per_s REAL,
-    compute_error REAL, network TEXT, created_at TEXT NOT NULL,
+    compute_error REAL, noise REAL, why TEXT, network TEXT, created_at TEXT NOT NULL,
     PRIMARY KEY (sweep_id, config_key)
 );
 """
@@ -153,7 +153,7 @@ WINDOW_COLUMNS = ("rank", "kind", "first_step", "wall_s", "samples", "steps")
 BUCKET_COLUMNS = ("kind", "rank", "step", "bucket", "size_bytes", "ready_ms", "backward_ms")
 FORECAST_COLUMNS = ("config_key", "workload", "strategy", "variant", "device_count", "from_counts", "forecast_step_ms",
                     "measured_step_ms", "error", "forecast_samples_per_s", "measured_samples_per_s", "compute_error",
-                    "network", "created_at")
+                    "noise", "why", "network", "created_at")
 
 
 def create(conn: sqlite3.Connection) -> None:
