@@ -123,6 +123,21 @@ def test_fit_never_returns_a_negative_latency():
     assert lv.latency_us == 0.0 and lv.busbw_gbps == pytest.approx(1.0, rel=0.05)
 
 
+def test_rows_across_nodes_fit_the_net_level_and_rows_inside_a_node_the_node_level():
+    truth = nw.Network(nw.Level(50.0, 10.0, "node"), nw.Level(5.0, 50.0, "net"), gpus_per_node=4, backend="gloo")
+    sizes = (2**16, 2**20, 2**24)
+    inside = [{"scope": "node", "ranks": 4, "size_bytes": s, "time_ms": nw.allreduce_ms(truth, s, 4)} for s in sizes]
+    across = [{"scope": "world", "ranks": n, "size_bytes": s, "time_ms": nw.allreduce_ms(truth, s, n)}
+              for n in (8, 16) for s in sizes]
+    levels = nw.levels_from_comm([(4, 1, [dict(r, scope="world") for r in inside]), (8, 2, across[:3] + inside),
+                                  (16, 4, across[3:])])
+    assert levels["node"].busbw_gbps == pytest.approx(50.0) and levels["node"].latency_us == pytest.approx(10.0)
+    assert levels["net"].busbw_gbps == pytest.approx(5.0) and levels["net"].latency_us == pytest.approx(50.0)
+    fitted = nw.Network(levels["node"], levels["net"], 4, "gloo")
+    assert nw.allreduce_ms(fitted, 2**22, 64) == pytest.approx(nw.allreduce_ms(truth, 2**22, 64))
+    assert nw.levels_from_comm([(4, 1, inside)]).keys() == {"node"}
+
+
 @pytest.mark.parametrize("text, match", [
     ("infiniband", "neither a preset"), ("net=0@5", "must be above 0"), ("net=nan@5", "not a finite number"),
     ("net=fast@5", "not a number"), ("node=10@-1", "0 or more"), ("net=1@1,net=2@2", "given twice")])

@@ -235,9 +235,20 @@ def validate(s: Setting, measured: dict, preset, explicit: dict, created_at: str
             row["compute_error"] = (inp.compute.total_ms - own["step_ms"]) / target.summary.median_ms
         again = s.raws[target.key].sync if s.strategy == "ddp" else None
         row["noise"] = again["step_ms"] / target.summary.median_ms - 1 if again else None
+        row["settling"] = settling(target.step_ms)
         row["why"] = why(row, inp, own, s.any.device_type) if abs(err) > CHECK_TARGET else ""
         rows.append(row)
     return rows
+
+
+def settling(step_ms: list) -> float:
+    """How much slower the first quarter of the measured steps ran than the rest (medians): a warm-up too short
+    leaves the window's start slower. nan with fewer than 8 steps."""
+    if len(step_ms) < 8:
+        return math.nan
+    q = len(step_ms) // 4
+    head, rest = sorted(step_ms[:q]), sorted(step_ms[q:])
+    return head[len(head) // 2] / rest[len(rest) // 2] - 1
 
 
 def why(row: dict, inp: Inputs, own: Optional[dict], device_type: str) -> str:
@@ -256,6 +267,9 @@ def why(row: dict, inp: Inputs, own: Optional[dict], device_type: str) -> str:
     if row.get("noise") is not None and abs(row["noise"]) > CHECK_TARGET / 2:
         parts.append(f"the measurement itself moved: the same step in the probe's synchronised blocks, later in the same "
                      f"processes, took {row['noise']:+.0%} against the measured window (load on the machine)")
+    if not math.isnan(row.get("settling", math.nan)) and row["settling"] > CHECK_TARGET:
+        parts.append(f"the first quarter of the measured steps ran {row['settling']:+.0%} slower than the rest "
+                     f"(a longer --warmup settles it)")
     if row["strategy"] == "fsdp":
         parts.append("FSDP2's per-unit copy-in/copy-out and sharded optimizer work, and gloo's all-gather and "
                      "reduce-scatter (slower than half an all-reduce), are outside the model")

@@ -147,15 +147,20 @@ def reduce_scatter_ms(net: Network, size_bytes: float, ranks: int) -> float:
 
 # ---------------------------------------------------------------- the fit
 
-def fit_level(rows: Sequence[dict], source: str) -> Optional[Level]:
+def fit_level(rows: Sequence[dict], source: str, node: Optional[Level] = None) -> Optional[Level]:
     """Latency and bus bandwidth from all-reduce rows {ranks, size_bytes, time_ms} of one level, by the weighted
-    least squares in the module's docstring. None with fewer than 2 usable rows."""
-    pts = [(int(r["ranks"]), float(r["size_bytes"]), float(r["time_ms"])) for r in rows
+    least squares in the module's docstring. With `node` the rows spanned several nodes ({nodes} in each row):
+    the fit is of the net level, its latency that of the 2(m-1) steps between nodes, the node level's latency
+    on the others taken off first (the ring's cost in `_ring_ms`). None with fewer than 2 usable rows."""
+    pts = [(int(r["ranks"]), float(r["size_bytes"]), float(r["time_ms"]), int(r.get("nodes") or 1)) for r in rows
            if r.get("ranks") and int(r["ranks"]) > 1 and r.get("time_ms") and float(r["time_ms"]) > 0]
+    if node is not None:  # the steps inside nodes, at the node level's latency, are not the net level's
+        pts = [(n, sz, t - (2 * (n - 1) - 2 * (m - 1)) * node.latency_us / 1e3, m) for n, sz, t, m in pts]
+        pts = [p for p in pts if p[2] > 0 and p[3] > 1]
     if len(pts) < 2:
         return None
-    steps = np.array([2.0 * (n - 1) for n, _, _ in pts])
-    carried = np.array([2.0 * (n - 1) / n * s for n, s, _ in pts])
+    steps = np.array([2.0 * ((m - 1) if node is not None else (n - 1)) for n, _, _, m in pts])
+    carried = np.array([2.0 * (n - 1) / n * s for n, s, _, _ in pts])
     t = np.array([x[2] for x in pts])
     a = np.column_stack([steps, carried]) / t[:, None]
     coef = np.linalg.lstsq(a, np.ones_like(t), rcond=None)[0]
@@ -168,7 +173,7 @@ def fit_level(rows: Sequence[dict], source: str) -> Optional[Level]:
         coef = np.array([0.0, float(np.sum(carried / t) / np.sum((carried / t) ** 2))])
     pred = coef[0] * steps + coef[1] * carried
     rms = float(np.sqrt(np.mean((pred / t - 1) ** 2)))
-    counts = ",".join(str(n) for n in sorted({n for n, _, _ in pts}))
+    counts = ",".join(str(n) for n in sorted({n for n, _, _, _ in pts}))
     return Level(busbw_gbps=1.0 / coef[1] / 1e6, latency_us=float(coef[0]) * 1e3,
                  source=f"{source}: fit of {len(pts)} all-reduce rows at {counts} ranks (rms error {rms:.0%}{note})",
                  measured=True, rms_error=rms)
@@ -183,12 +188,14 @@ def levels_from_comm(comm: Sequence[tuple], gpus_per_node: Optional[int] = None)
             if r.get("scope") == "node" or (r.get("scope", "world") == "world" and int(nodes or 1) == 1):
                 node_rows.append(r)
             elif r.get("scope", "world") == "world":
-                net_rows.append(r)
+                net_rows.append({**r, "nodes": int(nodes)})
     out = {}
-    for name, rows, words in (("node", node_rows, "measured inside a node"), ("net", net_rows, "measured across nodes")):
-        lv = fit_level(rows, words)
-        if lv is not None:
-            out[name] = lv
+    node = fit_level(node_rows, "measured inside a node")
+    if node is not None:
+        out["node"] = node
+    net = fit_level(net_rows, "measured across nodes", node or Level(1.0, 0.0, "none"))
+    if net is not None:
+        out["net"] = net
     return out
 
 
