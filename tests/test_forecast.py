@@ -317,7 +317,7 @@ def test_the_report_draws_the_forecast_and_its_check(hand_store, tmp_path):
     out = report.render(hand_store, plots_dir=str(tmp_path / "plots"), report_dir=str(tmp_path / "rep"))
     md = open(out["markdown"]).read()
     section = md.split("## Forecast past the measured counts")[1].split("\n## ")[0]
-    assert ("synthetic DDP [fp32]: past 1 GPU on this network, scaling stops paying (efficiency under 75% at 2); "
+    assert ("synthetic DDP [fp32]: below 75% already at 2 devices on this network; "
             "checked within 23% at the measured counts") in section
     assert os.path.isfile(tmp_path / "plots" / "synthetic_forecast.png") and "synthetic_forecast.png" in section
     assert "| synthetic DDP [fp32] | 2 | 1 | 46.40 | 60.00 | -22.7% | compute without gradient sync was 35.0 ms" in section

@@ -21,7 +21,7 @@ EFFICIENT = 0.75                                  # below this, scaling stops pa
 WHAT_IF_NET = 4.0                                 # "a faster inter-node network": 4x its bus bandwidth
 WHAT_IF_BUCKET_MB = 100.0                         # torchtitan's bucket size
 GPU_PRESETS = (("H100", "h100"), ("H200", "h100"), ("A100", "a100"), ("V100", "v100"))
-DOUBLING = tuple(2**k for k in range(0, 11))      # 1 .. 1024
+DOUBLING = tuple(2**k for k in range(1, 11))      # 2 .. 1024: past one device
 
 
 def auto_preset(sweep) -> Optional[nw.Preset]:

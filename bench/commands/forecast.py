@@ -82,7 +82,7 @@ def main(argv: list) -> int:
     measured = nw.levels_from_comm(sweep.comm)
     net = fo.network(sweep, ns.preset, ns.levels, ns.gpus_per_node)
     g, backend = net.gpus_per_node, net.backend
-    grid = tuple(sorted(set(ns.to) | {2**k for k in range(0, 11) if 2**k <= max(ns.to)}))
+    grid = tuple(sorted(set(ns.to) | {n for n in fo.DOUBLING if n <= max(ns.to)}))
     print(f"forecast of sweep {sid} ({ns.store}); {g} devices per node; {backend}")
     print(f"  network inside a node: {net.node.busbw_gbps:.3g} GB/s, {net.node.latency_us:.3g} us per step "
           f"({'measured' if net.node.measured else 'assumed'}: {net.node.source})")
