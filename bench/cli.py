@@ -1,4 +1,4 @@
-"""Command line: `./run_bench.sh [run] FLAGS`, and the commands report, compare, tune, selfcheck, migrate.
+"""Command line: `./run_bench.sh [run] FLAGS`, and the commands report, compare, tune, selfcheck, migrate, forecast.
 
 Bad input exits with status 2 and a message naming the value, before any process is spawned and
 before the store is touched. No command ends in a Python traceback: an internal error prints one
@@ -13,7 +13,7 @@ import traceback
 from bench import config, options
 from bench.store import store
 
-COMMANDS = ("run", "report", "compare", "ab", "tune", "selfcheck", "migrate")
+COMMANDS = ("run", "report", "compare", "ab", "tune", "selfcheck", "migrate", "forecast")
 
 
 def run(argv: list) -> int:
@@ -59,6 +59,9 @@ def main(argv: list | None = None) -> int:
             return selfcheck.main(rest)
         if cmd == "migrate":
             return migrate(rest)
+        if cmd == "forecast":
+            from bench.commands import forecast
+            return forecast.main(rest)
         return run(rest)
     except (config.ConfigError, store.StoreError) as e:
         print(f"error: {e}", file=sys.stderr)

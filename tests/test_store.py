@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from bench.store import store
+from bench.store import schema, store
 from bench.sweep.plan import RunSpec
 
 

@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from bench.rank import buckets, equivalence, memory, precision, timing
 from bench.rank import epochs as epochs_mod
-from bench.rank import equivalence, memory, precision, timing
 from bench.rank.context import Ctx
 from bench.rank.loop import NoMeasuredStep, Trainer
 from bench.rank.strategies import STRATEGIES, ddp_settings, is_ddp
@@ -82,7 +82,7 @@ def planned_steps(spec: RunSpec, steps_per_epoch: int = 0) -> int:
         return spec.steps
     if spec.epochs:
         return spec.epochs * steps_per_epoch + profiled_steps(spec)
-    probe = 2 * PROBE_BLOCKS * probe_block(spec) if spec.strategy == "ddp" and spec.mode == "bench" else 0
+    probe = 2 * PROBE_BLOCKS * probe_block(spec) + buckets.BUCKET_STEPS if spec.strategy == "ddp" and spec.mode == "bench" else 0
     return spec.warmup + spec.steps + probe + profiled_steps(spec)
 
 
@@ -138,6 +138,8 @@ def measure(spec: RunSpec, t: Trainer, devices: list, wl) -> dict:
                                   "slowest rank per step; buffers broadcast on their own in no_sync() blocks"
                                   + ("; SyncBatchNorm's collectives run in both, so they are not counted (and SyncBatchNorm "
                                      "itself synchronises the host once per layer per forward, in PyTorch)" if spec.sync_bn else ""))
+    if spec.mode == "bench" and not spec.epochs:  # after every stored timing: the forecast's bucket times
+        out["buckets"] = buckets.record(t, it)
     if spec.profile_steps:  # --profile: a few more steps under the profiler, after every measured window
         from bench.rank import profile
         profiled, trace = profile.run(spec, t, batch_stream(wl) if spec.epochs else it)
@@ -251,7 +253,7 @@ def loader_only(spec: RunSpec, wl, rank: int) -> dict:
 def merge(payloads: list) -> dict:
     """Rank 0's payload with every rank's raw rows; per-epoch rows merged over ranks."""
     out = dict(payloads[0])
-    for key in ("steps", "memory", "windows", "traces", "rank_devices"):
+    for key in ("steps", "memory", "windows", "traces", "rank_devices", "buckets"):
         if key in out:
             out[key] = [row for p in payloads for row in p.get(key, [])]
     out["nodes"] = [p["node"] for p in payloads if p.get("node")]

@@ -288,13 +288,18 @@ def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "pl
     plot_paths = {w: trace_report.plot_paths(p, sweep.bench[w], w, device_title(sweep, sweep.bench[w][0].device_type), plots_dir)
                   for w, p in plot_paths.items()}  # --profile: the traces' figure beside the phases plot
     bl = blocks(sweep, plot_paths)
+    from bench.report import forecast
+    at = next((i for i, x in enumerate(bl) if x[:3] == ("h", 2, "Environment")), len(bl))  # before the environment
+    bl[at:at] = ahead = forecast.blocks(store_path, sweep, plots_dir, device_title(
+        sweep, next(iter(sweep.bench.values()))[0].device_type) if sweep.bench else "")
+    forecast_plots = [x[1] for x in ahead if x[0] == "img"]
     os.makedirs(report_dir, exist_ok=True)
     md, page = os.path.join(report_dir, "report.md"), os.path.join(report_dir, "report.html")
     with open(md, "w", encoding="utf-8") as f:
         f.write(to_markdown(bl, report_dir))
     with open(page, "w", encoding="utf-8") as f:
         f.write(to_html(bl))
-    return {"markdown": md, "html": page, "plots": [p for d in plot_paths.values() for p in d.values()]}
+    return {"markdown": md, "html": page, "plots": [p for d in plot_paths.values() for p in d.values()] + forecast_plots}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -22,6 +22,10 @@
                   the traced steps in computation, exposed communication, copies and idle; the share of
                   communication overlapped by computation; time waiting in collectives (ms, summed over the
                   traced steps); a note when the trace was cut or could not be written
+    buckets       when each DDP gradient bucket became ready in backward (ms from its start), its bytes, per rank
+                  and step, recorded after the measured window; FSDP's units (kind 'fsdp_unit') and their bytes
+    forecasts     the forecast's check against the truth: each measured count forecast from the smaller counts
+                  alone, beside the measurement, with the error (bench.commands.forecast)
 """
 from __future__ import annotations
 
@@ -36,7 +40,9 @@ SCHEMA_HISTORY = {
        "scope and ranks; sweeps may be 'failed' and record traceback_path, a label and the sweep they were "
        "interleaved with (paired_with, A/B runs)",
     3: "profiler traces (--profile): a traces table, one row per configuration and rank; steps may be of kind "
-       "profile_warmup and profile (the traced steps, after the measured window)",
+       "profile_warmup and profile (the traced steps, after the measured window); the forecast: buckets table (DDP "
+       "bucket ready times and sizes, FSDP units) and forecasts table (each measured count forecast from the "
+       "smaller ones, with the error)",
 }
 
 SCHEMA = """
@@ -134,6 +140,23 @@ CREATE TABLE IF NOT EXISTS nodes (
     node_rank INTEGER NOT NULL, hostname TEXT, env_json TEXT,
     PRIMARY KEY (result_id, node_rank)
 );
+CREATE TABLE IF NOT EXISTS buckets (
+    result_id INTEGER NOT NULL REFERENCES results(result_id),
+    kind TEXT NOT NULL DEFAULT 'ddp',
+    rank INTEGER NOT NULL, step INTEGER NOT NULL, bucket INTEGER NOT NULL,
+    size_bytes INTEGER NOT NULL, ready_ms REAL, backward_ms REAL,
+    PRIMARY KEY (result_id, kind, rank, step, bucket)
+);
+CREATE TABLE IF NOT EXISTS forecasts (
+    sweep_id INTEGER NOT NULL REFERENCES sweeps(sweep_id),
+    config_key TEXT NOT NULL,
+    workload TEXT NOT NULL, strategy TEXT NOT NULL, variant TEXT, device_count INTEGER NOT NULL,
+    from_counts TEXT NOT NULL,
+    forecast_step_ms REAL, measured_step_ms REAL, error REAL,
+    forecast_samples_per_s REAL, measured_samples_per_s REAL,
+    compute_error REAL, noise REAL, why TEXT, network TEXT, created_at TEXT NOT NULL,
+    PRIMARY KEY (sweep_id, config_key)
+);
 """
 
 STEP_COLUMNS = ("kind", "rank", "step", "step_ms", "data_ms", "h2d_ms", "forward_ms", "backward_ms", "optimizer_ms",
@@ -147,6 +170,10 @@ WINDOW_COLUMNS = ("rank", "kind", "first_step", "wall_s", "samples", "steps")
 TRACE_COLUMNS = ("rank", "path", "trace_bytes", "json_bytes", "steps", "first_step", "profile_s", "export_s", "read_s",
                  "note", "error", "span_ms", "compute_ms", "comm_ms", "copy_ms", "idle_ms", "overlap_ms", "exposed_comm_ms",
                  "wait_ms", "compute_share", "comm_share", "copy_share", "idle_share", "overlap_share")
+BUCKET_COLUMNS = ("kind", "rank", "step", "bucket", "size_bytes", "ready_ms", "backward_ms")
+FORECAST_COLUMNS = ("config_key", "workload", "strategy", "variant", "device_count", "from_counts", "forecast_step_ms",
+                    "measured_step_ms", "error", "forecast_samples_per_s", "measured_samples_per_s", "compute_error",
+                    "noise", "why", "network", "created_at")
 
 
 def create(conn: sqlite3.Connection) -> None:
@@ -189,7 +216,7 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
         create(conn)  # the tables version 1 did not have
         version = 2
     if version == 2:
-        create(conn)  # version 3 adds the traces table; no other table changed
+        create(conn)  # version 3 adds the traces, buckets and forecasts tables; no other table changed
         version = 3
     conn.execute("PRAGMA legacy_alter_table = OFF")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
