@@ -20,13 +20,14 @@ import socket
 import sys
 import time
 import traceback
+from dataclasses import replace
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from bench.rank import buckets, equivalence, memory, precision, timing
+from bench.rank import buckets, calibrate, equivalence, memory, precision, timing
 from bench.rank import epochs as epochs_mod
 from bench.rank.context import Ctx
 from bench.rank.loop import NoMeasuredStep, Trainer
@@ -100,7 +101,7 @@ def prepare(model: nn.Module, spec: RunSpec, ctx: Ctx) -> nn.Module:
     return model
 
 
-def measure(spec: RunSpec, t: Trainer, devices: list, wl) -> dict:
+def measure(spec: RunSpec, t: Trainer, devices: list, wl, beat=None) -> dict:
     rows, epochs = [], []
     out = {}
     if spec.epochs:
@@ -126,7 +127,14 @@ def measure(spec: RunSpec, t: Trainer, devices: list, wl) -> dict:
                                  f"inside the {spec.warmup} warm-up step(s)")
     else:
         it = batch_stream(wl)
-        rows += t.warmup(it, spec.warmup)
+        warm = t.warmup(it, spec.warmup)
+        rows += warm
+        if spec.min_window_s:  # the default window: at least --min-window-s long; the heartbeat's total follows
+            asked, spec = spec.steps, replace(spec, steps=calibrate.measured_steps(spec, warm, t.distributed, t.device))
+            t.spec = spec
+            if beat is not None:
+                beat.total = planned_steps(spec, wl.steps_per_epoch)
+            out["window_calibration"] = {"steps_asked": asked, "min_window_s": spec.min_window_s, "steps": spec.steps}
         memory.reset_peaks(devices)  # steady state: cuDNN's autotuning workspaces of the warm-up left out
         rows += t.window(it, spec.steps, "measure")["rows"]
     out["memory"] = memory.peak_memory(devices, t.rank, wl.artefact_bytes)
@@ -219,7 +227,7 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
                         scaler=precision.grad_scaler(spec.precision, spec.device_type), beat=beat.beat,
                         fault=faults.hook(rank), distributed=distributed)
             payload.update(equivalence.train(spec, t, batch_stream(wl)) if spec.mode == "equivalence"
-                           else measure(spec, t, devices, wl))
+                           else measure(spec, t, devices, wl, beat))
             payload["timing_method"] = timing.make_clock(device, devices).method
             payload["strategy_settings"] = ddp_settings(model)
             payload["optimizer"] = optimizer_settings(cuda, spec.precision)

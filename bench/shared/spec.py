@@ -52,6 +52,7 @@ class RunSpec:
     profile_steps: int = 0     # --profile: steps traced after the measured window (bench.rank.profile); 0: none
     profile_max_mb: float = 0.0  # largest gzipped trace kept per rank, MB
     trace_prefix: str = ""     # each rank writes <trace_prefix>-rank<R>.pt.trace.json.gz (bench.sweep.profiling)
+    min_window_s: float = 0.0  # bench mode, fixed steps: measure more than `steps` until the window lasts this long (0: exactly `steps`)
     loaders: int = 1           # loader mode: concurrent loader processes (the configuration's ranks on one node)
 
     @property

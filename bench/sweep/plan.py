@@ -28,6 +28,11 @@ DEFAULT_STEPS = {"cuda": 30, "cpu": 8}
 DEFAULT_WARMUP = {"cuda": 10, "cpu": 2}
 DEFAULT_PG_TIMEOUT_S = {"cuda": 300.0, "cpu": 120.0}
 DEFAULT_NUM_WORKERS = {"cuda": 2, "cpu": 1}
+# The shortest measured window when --steps is left to the defaults: 8 CPU steps of the synthetic MLP last 0.2 s,
+# too short to average the step-to-step swings of a shared machine (24 vs 31 ms steps within one process here),
+# so one process's throughput spread 12-20% and compare could not call a 30% slowdown from it (issue 18).
+# pyperf and pytest-benchmark calibrate loops to a minimum time in the same way.
+DEFAULT_MIN_WINDOW_S = 1.0
 EQUIVALENCE_STEPS = 3
 PRECISION_NEEDS_AMPERE = ("tf32", "bf16")
 
@@ -141,7 +146,8 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
     pg = cfg.pg_timeout or (min(DEFAULT_PG_TIMEOUT_S[dev], timeout / 2) if timeout else DEFAULT_PG_TIMEOUT_S[dev])
     resolved = dataclasses.replace(
         cfg, workloads=names, device=dev, gpus=counts, gpus_per_node=per_node,
-        steps=cfg.steps or DEFAULT_STEPS[dev], warmup=DEFAULT_WARMUP[dev] if cfg.warmup is None else cfg.warmup,
+        steps=cfg.steps or DEFAULT_STEPS[dev],
+        min_window_s=cfg.min_window_s or (DEFAULT_MIN_WINDOW_S if cfg.steps is None else None), warmup=DEFAULT_WARMUP[dev] if cfg.warmup is None else cfg.warmup,
         pg_timeout=pg, num_workers=DEFAULT_NUM_WORKERS[dev] if cfg.num_workers is None else cfg.num_workers,
         # One rule for every strategy, CPU and CUDA alike: the node's cores shared by the most processes a node
         # runs (torchrun would give its ranks 1 and single/DataParallel every core). Stored as threads_per_process.
@@ -245,7 +251,8 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
                             workload=wl, strategy=strategy, device_type=cfg.device, device_count=n,
                             per_device_batch=replica, global_batch=global_b, micro_batch=micro if micro < replica else 0,
                             image_size=(cfg.image_size or info.default_image_size) if info.image or info.default_image_size else 0,
-                            steps=cfg.steps, warmup=cfg.warmup, threads=cfg.threads_per_process,
+                            steps=cfg.steps, min_window_s=cfg.min_window_s or 0.0, warmup=cfg.warmup,
+                            threads=cfg.threads_per_process,
                             seed=cfg.seed, scaling=cfg.scaling, repeat=r, precision=precision, channels_last=cl,
                             compile=comp, options=options, nodes=nodes, launcher=_launcher(cfg, nodes),
                             data=cfg.data if wl == "deeplabv3" else "synthetic", voc_root=cfg.voc_root or "",
@@ -313,7 +320,7 @@ def describe_resolved(cfg: SweepConfig, given: set) -> list:
     """Lines for the start of a sweep: every value that was filled in for the user, and the choices made for them."""
     from dataclasses import fields
     lines = []
-    shown = ("gpus", "steps", "warmup", "per_device_batch", "image_size", "pg_timeout", "threads_per_process",
+    shown = ("gpus", "steps", "min_window_s", "warmup", "per_device_batch", "image_size", "pg_timeout", "threads_per_process",
              "synthetic_width", "synthetic_depth", "num_workers", "gpus_per_node")
     filled = [f"--{f.name.replace('_', '-')} {_text(getattr(cfg, f.name))}" for f in fields(cfg)
               if f.name in shown and f.name not in given and getattr(cfg, f.name) is not None]

@@ -98,8 +98,9 @@ def estimate_s(runs: list, cfg: SweepConfig) -> float:
     per_step = {"synthetic": 0.02 if cfg.device == "cuda" else 0.05, "deeplabv3": 0.5 if cfg.device == "cuda" else 1.0}
     total = 0.0
     for r in runs:
-        steps = r.warmup + r.steps * (2 if r.strategy == "ddp" else 1)
-        total += per_start + steps * per_step.get(r.workload, 0.2) * (2 if r.mode == "equivalence" else 1)
+        step_s = per_step.get(r.workload, 0.2) * (2 if r.mode == "equivalence" else 1)
+        window_s = max(r.steps * step_s, r.min_window_s)
+        total += per_start + r.warmup * step_s + window_s * (2 if r.strategy == "ddp" else 1)
     return total
 
 
@@ -145,7 +146,8 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
             log(f"resuming sweep {sweep_id} in {cfg.store}: {len(done)} configuration(s) already done")
         else:
             log(f"sweep {sweep_id} -> {cfg.store} ({cfg.device}, counts {','.join(map(str, cfg.gpus))}, {cfg.scaling} scaling, "
-                + (f"{cfg.epochs} epoch(s) of {cfg.data}" if cfg.epochs else f"{cfg.steps} steps after {cfg.warmup} warm-up")
+                + (f"{cfg.epochs} epoch(s) of {cfg.data}" if cfg.epochs else f"{cfg.steps} steps" + (f" or more, to fill {cfg.min_window_s:g} s," if cfg.min_window_s else "")
+                   + f" after {cfg.warmup} warm-up")
                 + f", {cfg.threads_per_process} torch thread(s) per process)")
             for line in plan.describe_resolved(cfg, given):
                 log(line)
