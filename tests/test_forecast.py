@@ -280,7 +280,7 @@ def test_a_version_2_store_gains_the_forecast_tables_on_migration(tmp_path):
     conn.close()
     assert cli.main(["migrate", "--store", path]) == 0
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 4
     assert {"buckets", "forecasts"} <= {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert conn.execute("SELECT count(*) FROM results").fetchone()[0] == 5
 
