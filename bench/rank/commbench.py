@@ -11,8 +11,9 @@ with S, as nccl-tests counts it, the size of the whole array (`size_bytes`):
     reduce_scatter  dist.reduce_scatter_tensor    the INPUT: n x each rank's output      (n-1)/n
 busbw is what each rank's link carries in a ring and does not depend on n, so one figure per collective can be
 set against the hardware and against a step's exposed communication. NCCL runs all three natively; gloo has
-had the two tensor forms since torch 2.3, its reduce-scatter an all-reduce that keeps one chunk (pytorch#118911):
-on CPU it costs about an all-reduce, which is what FSDP's gradients then cost.
+had the two tensor forms since torch 2.3 (checked on 2.15), its reduce-scatter built on an all-reduce
+(pytorch#118911): on 2 CPU ranks it took 1-2.2x an all-reduce of the same S from 16 MiB up, all-gather 0.7-1.9x,
+where a ring's figure is half (README, "Collectives as nccl-tests measures them").
 
 Timing: one code path, a timer chosen by device type (`make_timer`); the method is stored with each row (`timing`).
     cuda_events  a CUDA event on the current stream before the timed loop, one after it, one synchronisation
