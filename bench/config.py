@@ -83,7 +83,7 @@ class SweepConfig:
     fsdp_reshard: tuple = _f((True,), "FSDP reshard_after_forward axis: true,false", "bools")
     fsdp_mixed_precision: tuple = _f(("none",), "FSDP mixed-precision policy axis: none (fp32) or bf16 (bf16 parameters, fp32 gradient reduction)", "names")
     check_equivalence: bool = _f(False, "check that dp/ddp/fsdp end k steps with the same parameters as one process", "bool")
-    comm_bench: bool = _f(True, "run the all-reduce bandwidth microbenchmark at every count > 1", "bool")
+    comm_bench: bool = _f(True, "run the collectives microbenchmark (all-reduce, all-gather, reduce-scatter) at every count > 1", "bool")
     loader_bench: bool = _f(True, "with --data voc: time the data loader alone at each count's worker budget", "bool")
     launcher: str = _f("auto", "auto|local|slurm (auto: slurm for configurations spanning several nodes of a SLURM allocation)", "str")
     resume: Optional[str] = _f(None, "resume a sweep: 'last' or a sweep id; runs only configurations without an ok result", "str")

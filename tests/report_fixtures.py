@@ -2,7 +2,7 @@
 
 `build_sweep_store` writes one sweep with bench results of two workloads (steps, memory, epochs
 rows), a skipped, a failed (reason with HTML in it), an interrupted, a failed-then-resumed
-configuration, all-reduce microbenchmark rows and an equivalence result. `build_compare_store`
+configuration, collectives microbenchmark rows (all-reduce, all-gather) and an equivalence result. `build_compare_store`
 writes one sweep per slow-down factor with the same noisy step times scaled by the factor.
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ from bench.sweep.plan import RunSpec
 EVIL_REASON = "<script>alert('x')</script> rank 0 died & took <b>the rest</b> with it"
 PHASE_FRACTIONS = {"data_ms": 0.10, "h2d_ms": 0.05, "forward_ms": 0.30, "backward_ms": 0.40, "optimizer_ms": 0.10}
 COMM_POINTS = ((2**20, 1.0), (2**22, 3.5), (2**24, 13.0), (2**26, 50.0))  # (size_bytes, time_ms)
+GATHER_SHARE = 0.6                 # an all-gather of the same size takes this share of the all-reduce's time
 GPU = "NVIDIA H100 80GB HBM3"
 
 
@@ -96,7 +97,9 @@ def build_sweep_store(path: str, device: str = "cpu", data: str = "synthetic", e
     rec(spec("deeplabv3", "dp", 1, device, data=data), "failed", EVIL_REASON, failed_rank=0)
     rec(spec("deeplabv3", "ddp", 1, device, data=data), "interrupted", "interrupted by SIGINT")
     rec(spec("comm", "ddp", 2, device, mode="comm"),
-        payload={"comm": [{"size_bytes": s, "time_ms": t, "iters": 5, "ranks": 2} for s, t in COMM_POINTS]})
+        payload={"comm": [{"size_bytes": s, "time_ms": t, "iters": 5, "ranks": 2} for s, t in COMM_POINTS]
+                 + [{"op": "all_gather", "size_bytes": s, "time_ms": t * GATHER_SHARE, "iters": 20, "ranks": 2,
+                     "timing": "host_clock"} for s, t in COMM_POINTS]})
     rec(spec("synthetic", "ddp", 2, device, mode="equivalence"),
         payload={"max_abs_diff": 2.5e-7, "tolerance": 1e-5, "passed": True})
     rec(spec("synthetic", "dp", 1, device, mode="equivalence"), "failed", "parameters differ after 3 steps",

@@ -81,7 +81,7 @@ def test_nccl_takes_tree_for_small_messages_on_many_nodes_and_ring_for_large_one
     assert nw.allreduce_algorithm(net, 64e3, 8) == "ring"          # one node: ring
     gloo = nw.Network(net.node, net.net, 8, "gloo")
     assert nw.allreduce_algorithm(gloo, 64e3, 1024) == "ring"
-    assert nw.allreduce_ms(net, 64e3, 1024) < nw._ring_ms(net, 64e3, 1024, 2)
+    assert nw.allreduce_ms(net, 64e3, 1024) < nw._ring_ms(net, 64e3, 1024)
 
 
 def test_fsdp_one_unit_without_overlap_adds_two_gathers_and_a_reduce_scatter():
@@ -138,6 +138,23 @@ def test_rows_across_nodes_fit_the_net_level_and_rows_inside_a_node_the_node_lev
     assert nw.levels_from_comm([(4, 1, inside)]).keys() == {"node"}
 
 
+def test_all_gather_and_reduce_scatter_cost_their_own_fit_where_measured_and_half_an_all_reduce_elsewhere():
+    comm = [(2, 1, comm_rows(("all_gather",)))]
+    net = nw.network_for(nw.levels_from_comm(comm), None, {}, 2, "gloo", own=nw.own_levels(comm))
+    a_ms, gbps = OWN["all_gather"]
+    assert nw.allgather_ms(net, 16e6, 2) == pytest.approx(a_ms + 8e6 / (gbps * 1e6))             # its own: measured
+    assert nw.reduce_scatter_ms(net, 16e6, 2) == pytest.approx(nw.allreduce_ms(net, 16e6, 2) / 2)  # assumed
+    assert nw.levels_from_comm(comm)["node"].busbw_gbps == pytest.approx(BUSBW)    # the all-reduce fit ignores them
+    gather, scatter = nw.collective_words(net)
+    assert gather.startswith("all-gather: node level measured (0.25 GB/s, 300 us per step") and "5 all-gather rows" in gather
+    assert scatter.startswith("reduce-scatter: half an all-reduce (assumed")
+    # a level the user names is the user's for every collective; a faster network speeds up every collective
+    typed = nw.network_for({}, None, {"node": nw.Level(1.0, 100.0, "--network")}, 2, "gloo", own=nw.own_levels(comm))
+    assert typed.own == () and nw.allgather_ms(typed, 16e6, 2) == pytest.approx(nw.allreduce_ms(typed, 16e6, 2) / 2)
+    across = nw.Network(net.node, net.node, 1, "gloo", own=(("all_gather", "net", nw.Level(0.5, 0.0, "fit")),))
+    assert nw.faster_net(across, 4.0, "what-if").levels("all_gather")[1].busbw_gbps == 2.0
+
+
 @pytest.mark.parametrize("text, match", [
     ("infiniband", "neither a preset"), ("net=0@5", "must be above 0"), ("net=nan@5", "not a finite number"),
     ("net=fast@5", "not a number"), ("node=10@-1", "0 or more"), ("net=1@1,net=2@2", "given twice")])
@@ -167,6 +184,28 @@ def _windows(count: int, step_ms: float, per_rank: int = 64, n: int = 6) -> list
 
 BUCKETS = ((4e6, 0.4), (12e6, 1.0))        # bytes, ready as a fraction of backward
 ALPHA_MS, BUSBW = 0.1, 1.0                # the all-reduce rows: 100 us per step, 1 GB/s
+OWN = {"all_gather": (0.3, 0.25), "reduce_scatter": (0.2, 0.5)}   # their own rows: ms per step, GB/s (gloo-like: slow)
+COMM_SIZES = (4096, 2**16, 2**20, 2**22, 2**24)
+
+
+def comm_rows(ops: tuple) -> list:
+    """Rows of a 2-rank comm run on the ring model: the all-reduce at ALPHA_MS and BUSBW, the others at OWN."""
+    rows = [{"scope": "world", "ranks": 2, "size_bytes": s, "time_ms": 2 * ALPHA_MS + s / (BUSBW * 1e6)} for s in COMM_SIZES]
+    return rows + [{"op": op, "scope": "world", "ranks": 2, "size_bytes": s, "time_ms": OWN[op][0] + s / 2 / (OWN[op][1] * 1e6)}
+                   for op in ops for s in COMM_SIZES]
+
+
+def build_fsdp_store(path: str, ops: tuple) -> None:
+    """FSDP x1 (30 ms a step, 16 MB of parameters in one unit) and x2, and a comm run at 2 measuring `ops`
+    beside the all-reduce."""
+    conn = store.connect(path)
+    sid = store.begin_sweep(conn, "bench --gpus 1,2 --strategies fsdp", "{}", None)
+    rec = lambda sp, payload: store.record_result(conn, sid, None, sp, "ok", "", {"grad_bytes": 16e6, **payload})  # noqa: E731
+    rec(spec("synthetic", "fsdp", 1), {"steps": _steps(1, 30.0), "windows": _windows(1, 30.0)})
+    rec(spec("synthetic", "fsdp", 2), {"steps": _steps(2, 140.0), "windows": _windows(2, 140.0)})
+    store.record_result(conn, sid, None, spec("allreduce", "comm", 2, mode="comm"), "ok", "", {"comm": comm_rows(ops)})
+    store.end_sweep(conn, sid, "completed")
+    conn.close()
 
 
 def build_store(path: str, ddp: bool = True, busbw_gbps: float = BUSBW) -> None:
@@ -269,6 +308,27 @@ def test_a_store_without_ddp_is_refused_with_exit_2_and_left_unchanged(tmp_path,
     assert rc == 2 and "does not exist" in err and not os.path.exists(tmp_path / "absent.sqlite")
 
 
+@pytest.mark.parametrize("ops", [("all_gather", "reduce_scatter"), ()])
+def test_fsdp_forecast_says_whether_its_collectives_were_measured_or_assumed(tmp_path, capsys, ops):
+    path = str(tmp_path / "fsdp.sqlite")
+    build_fsdp_store(path, ops)
+    rc, stdout, stderr = forecast(["--store", path, "--to", "2"], capsys)
+    assert rc == 0, stderr
+    # x2 from x1 on the CPU (nothing overlaps): 30 ms + two all-gathers (forward, backward) + a reduce-scatter of 16 MB
+    if ops:
+        ag, rs = (OWN[op][0] + 8e6 / (OWN[op][1] * 1e6) for op in ops)
+        assert "all-gather: node level measured" in stdout and "reduce-scatter: node level measured" in stdout
+    else:
+        ag = rs = ALPHA_MS + 8e6 / (BUSBW * 1e6)                        # half an all-reduce each
+        assert "all-gather: half an all-reduce (assumed" in stdout and "reduce-scatter: half an all-reduce (assumed" in stdout
+    assert f"forecast {30 + 2 * ag + rs:.2f} ms from x1, measured 140.00 ms" in stdout
+    why = "cost what the microbenchmark measured them at" if ops else "were assumed half an all-reduce (none measured"
+    assert why in stdout
+    conn = sqlite3.connect(path)
+    network, = conn.execute("SELECT network FROM forecasts WHERE strategy = 'fsdp'").fetchone()
+    assert ("all-gather: node level measured" if ops else "all-gather: half an all-reduce (assumed") in network
+
+
 def test_a_version_2_store_gains_the_forecast_tables_on_migration(tmp_path):
     path = str(tmp_path / "v2.sqlite")
     build_store(path)
@@ -280,7 +340,7 @@ def test_a_version_2_store_gains_the_forecast_tables_on_migration(tmp_path):
     conn.close()
     assert cli.main(["migrate", "--store", path]) == 0
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 4
     assert {"buckets", "forecasts"} <= {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert conn.execute("SELECT count(*) FROM results").fetchone()[0] == 5
 

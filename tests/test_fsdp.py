@@ -1,4 +1,5 @@
-"""FSDP2 (bench.rank.fsdp) on CPU/gloo with 2 processes: the equivalence gate, sharding, mixed precision.
+"""FSDP2 (bench.rank.fsdp) on CPU/gloo with 2 processes: the equivalence gate, sharding, mixed precision, and the
+collectives FSDP runs, measured by the microbenchmark (bench.rank.commbench) as a sweep's comm run measures them.
 
 Two ranks are started once for the whole file (imports dominate a start); each scenario runs in them
 and leaves its result behind, and each test asserts on one scenario. The single-process references
@@ -28,6 +29,7 @@ STEPS = 3
 LR, MOMENTUM = 0.01, 0.9
 RTOL, ATOL = 1e-4, 1e-5     # the gate's tolerances (bench.sweep.run.compare_params)
 COLLECTIVE_TIMEOUT_S = 60   # a broken scenario fails in a minute instead of hanging
+COMM_MAX_BYTES = 2**16      # the collectives scenario: 4 KiB, 16 KiB and 64 KiB messages
 
 
 # ---- shared by the ranks and the reference -------------------------------------------------------
@@ -143,6 +145,10 @@ def _scenarios(rank: int, ctx: Ctx) -> dict:
         units = sum(isinstance(m, FSDPModule) for m in model.modules())
         return {"units": units, "full_bytes": full, "local_bytes": fsdp.sharded_parameter_bytes(model)}
 
+    def collectives():
+        from bench.rank import commbench
+        return {"rows": commbench.collective_sweep(ctx.device, COMM_MAX_BYTES, ops=commbench.OPS)}
+
     from torchvision.models import vit_b_16
     from torchvision.models.segmentation import deeplabv3_resnet101
     scenarios = {
@@ -152,6 +158,7 @@ def _scenarios(rank: int, ctx: Ctx) -> dict:
         "reshard_true": lambda: resharded_after_forward(True),
         "reshard_false": lambda: resharded_after_forward(False),
         "checkpoint": checkpoint,
+        "collectives": collectives,
         "bf16_reduce_fp32": lambda: mixed(torch.float32),
         "bf16_reduce_bf16": lambda: mixed(torch.bfloat16),
         "vit_meta": lambda: on_meta(lambda: vit_b_16(weights=None, image_size=32)),
@@ -279,6 +286,19 @@ def test_bf16_parameters_compute_in_bf16_and_train_close_to_fp32(ranks, reduce_d
         assert res["master_dtypes"] == {torch.float32}  # the optimizer updates fp32 shards
         assert all(torch.isfinite(torch.tensor(res["losses"])))
         assert_same_parameters(res["params"], want, rtol=0, atol=4e-4)  # bf16 rounding: 1.1e-4 here; summed gradients: 1e-3
+
+
+def test_two_ranks_measure_all_reduce_all_gather_and_reduce_scatter_as_nccl_tests_does(ranks):
+    from bench.rank import commbench
+    rows = scenario(ranks, "collectives")[0]["rows"]          # rank 0's: every rank holds the same, the slowest's time
+    assert [(r["op"], r["size_bytes"]) for r in rows] == [(op, s) for op in commbench.OPS for s in (4096, 16384, 65536)]
+    for r in rows:
+        assert r["scope"] == "world" and r["ranks"] == WORLD and r["timing"] == "host_clock"
+        assert r["algbw_gbps"] == pytest.approx(r["size_bytes"] / (r["time_ms"] / 1e3) / 1e9)
+        factor = 2 * (WORLD - 1) / WORLD if r["op"] == "all_reduce" else (WORLD - 1) / WORLD   # doc/PERFORMANCE.md
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * factor)
+    assert all(r["iters"] >= commbench.MIN_ITERS for r in rows if r["size_bytes"] == 4096), rows  # nccl-tests' 20 at least
+    assert scenario(ranks, "collectives")[1]["rows"] == rows
 
 
 def test_shard_blocks_picks_resnet_vit_deeplabv3_and_mlp_blocks():

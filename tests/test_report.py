@@ -15,7 +15,7 @@ from PIL import Image
 from bench.analysis import stats
 from bench.report import plots, report
 from bench.store import store
-from report_fixtures import COMM_POINTS, EVIL_REASON, GPU, build_compare_store, build_sweep_store, spec
+from report_fixtures import COMM_POINTS, EVIL_REASON, GATHER_SHARE, GPU, build_compare_store, build_sweep_store, spec
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -262,15 +262,18 @@ def test_step_time_distribution_has_one_box_per_configuration(cpu):
     assert ax.get_ylabel() == "step time (ms)"
 
 
-def test_allreduce_table_and_ddp_exposed_communication_come_from_raw_comm_rows(cpu):
-    rows = md_table(cpu[2], "## All-reduce microbenchmark")
-    assert len(rows) == len(COMM_POINTS)
-    for row, (size, t) in zip(rows, COMM_POINTS):
-        alg = size / (t / 1000) / 1e9
-        assert row["size"] == f"{size / 2**20:.2f} MiB"
-        close(row["time ms"], t)
-        close(row["algbw GB/s"], alg)
-        close(row["busbw GB/s"], alg * 2 * (2 - 1) / 2)
+def test_collective_tables_and_ddp_exposed_communication_come_from_raw_comm_rows(cpu):
+    section = cpu[2][cpu[2].index("## Collectives microbenchmark"):]
+    for op, share, factor in (("all-reduce", 1.0, 2 * (2 - 1) / 2), ("all-gather", GATHER_SHARE, (2 - 1) / 2)):
+        rows = md_table(section, f"### {op}")
+        assert len(rows) == len(COMM_POINTS)
+        for row, (size, t) in zip(rows, COMM_POINTS):
+            alg = size / (t * share / 1000) / 1e9
+            assert row["size"] == f"{size / 2**20:.2f} MiB" and row["op"] == op.replace("-", "_")
+            close(row["time ms"], t * share)
+            close(row["algbw GB/s"], alg)
+            close(row["busbw GB/s"], alg * factor)        # nccl-tests: 2(n-1)/n for all-reduce, (n-1)/n for all-gather
+    assert md_table(section, "### all-gather")[0]["timing"] == "host_clock"
     ddp = md_table(cpu[2], "### synthetic: DDP against the bounds of its step")[0]
     close(ddp["exposed comm ms"], 45.0)  # median step 146 ms (slowest rank) - 101 ms under no_sync()
     close(ddp["all-reduce of grads ms (microbenchmark)"], 13.0)  # 16 MiB was measured: 13 ms

@@ -140,13 +140,42 @@ def test_a_version_1_store_is_migrated_in_place_keeping_every_row(tmp_path):
     conn = store.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
     assert conn.execute("SELECT COUNT(*) FROM steps").fetchone()[0] == 1
-    assert tuple(conn.execute("SELECT scope, ranks FROM comm").fetchone()) == ("world", 2)
+    assert tuple(conn.execute("SELECT scope, ranks, op, timing FROM comm").fetchone()) == ("world", 2, "all_reduce", "host_clock")
     assert conn.execute("SELECT wall_s FROM epochs").fetchone()[0] == 9.0
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
     assert "results_v1" not in str(conn.execute("SELECT group_concat(sql) FROM sqlite_master").fetchone()[0])
     store.end_sweep(conn, 1, "failed", "/tmp/tb.txt")  # the status version 1 could not hold
     from bench.config import SweepConfig
     assert SweepConfig.from_json(conn.execute("SELECT config_json FROM sweeps").fetchone()[0]).steps is None
+
+
+def test_a_version_3_store_keeps_its_all_reduce_rows_and_takes_other_collectives_at_the_same_size(tmp_path):
+    from bench.store import schema
+    path = str(tmp_path / "v3.sqlite")
+    store.connect(path).close()
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+    DROP TABLE comm;
+    CREATE TABLE comm (result_id INTEGER NOT NULL REFERENCES results(result_id), scope TEXT NOT NULL DEFAULT 'world',
+        ranks INTEGER, size_bytes INTEGER NOT NULL, time_ms REAL NOT NULL, algbw_gbps REAL, busbw_gbps REAL,
+        iters INTEGER, PRIMARY KEY (result_id, scope, size_bytes));
+    INSERT INTO sweeps (sweep_id, started_at, status, command_line, config_json) VALUES (1, 't', 'completed', 'cmd', '{}');
+    INSERT INTO results (result_id, sweep_id, config_key, mode, workload, strategy, device_type, device_count,
+        per_device_batch, global_batch, status, spec_json) VALUES (1, 1, 'k', 'comm', 'allreduce', 'comm', 'cuda', 4, 0, 0, 'ok', '{}');
+    INSERT INTO comm VALUES (1, 'world', 4, 4096, 0.5, 0.008, 0.012, 50), (1, 'node', 2, 4096, 0.25, 0.016, 0.016, 50);
+    PRAGMA user_version = 3;
+    """)
+    conn.close()
+    conn = store.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 4
+    rows = [tuple(r) for r in conn.execute("SELECT scope, op, size_bytes, time_ms, iters, timing FROM comm ORDER BY scope")]
+    assert rows == [("node", "all_reduce", 4096, 0.25, 50, "host_clock"), ("world", "all_reduce", 4096, 0.5, 50, "host_clock")]
+    # the key now holds the collective: an all-gather of the same size and scope is a row of its own
+    conn.execute("INSERT INTO comm (result_id, scope, op, size_bytes, time_ms, timing) VALUES "
+                 "(1, 'world', 'all_gather', 4096, 0.3, 'cuda_events')")
+    assert conn.execute("SELECT COUNT(*) FROM comm").fetchone()[0] == 3
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert "comm_v1" not in str(conn.execute("SELECT group_concat(name) FROM sqlite_master").fetchone()[0])
 
 
 def test_a_process_that_exits_without_teardown_leaves_its_store_whole_in_the_one_file(tmp_path):

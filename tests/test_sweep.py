@@ -36,6 +36,7 @@ def test_default_style_sweep_stores_ok_rows_for_everything_the_cpu_can_run(sweep
     assert all("GPUs only" in r["reason"] for r in skipped) and len(skipped) == 2
     assert "plan: 8 benchmark configuration(s), 1 comm, 2 skipped" in proc.stdout
     assert [r["status"] for r in results(conn, mode="comm")] == ["ok"]
+    assert "peak busbw: all_reduce " in proc.stdout and "all_gather" not in proc.stdout  # no FSDP: all-reduce alone
     s = conn.execute("SELECT * FROM sweeps").fetchone()
     assert s["status"] == "completed" and "--config sweeps/quick-cpu.toml" in s["command_line"]
     assert json.loads(s["config_json"])["workloads"] == ["synthetic", "deeplabv3"]  # the resolved sweep, stored
@@ -86,6 +87,8 @@ def test_allreduce_baseline_reaches_the_largest_gradient_size(sweep):
     deeplab_grad_bytes = max(x["grad_mib"] for x in results(conn, workload="deeplabv3", status="ok")) * 2**20
     assert rows[-1]["size_bytes"] == pytest.approx(deeplab_grad_bytes)
     assert {25 * 2**20, 2**20} <= {x["size_bytes"] for x in rows}  # DDP's own bucket sizes are measured too
+    assert {(x["op"], x["timing"]) for x in rows} == {("all_reduce", "host_clock")}
+    assert all(x["iters"] >= 20 for x in rows if x["size_bytes"] == 4096)  # small messages: nccl-tests' 20 at least
     for x in rows:  # nccl-tests' definitions, n = 2
         assert x["algbw_gbps"] == pytest.approx(x["size_bytes"] / (x["time_ms"] / 1e3) / 1e9)
         assert x["busbw_gbps"] == pytest.approx(x["algbw_gbps"] * 2 * (2 - 1) / 2)

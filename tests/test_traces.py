@@ -276,7 +276,7 @@ def test_a_version_2_store_gains_the_traces_table_keeping_its_rows(tmp_path):
     conn.commit()
     conn.close()
     conn = store.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 4
     assert conn.execute("SELECT COUNT(*) FROM sweeps").fetchone()[0] == 1
     assert [r[1] for r in conn.execute("PRAGMA table_info(traces)")][:3] == ["result_id", "rank", "path"]
     assert 3 in schema.SCHEMA_HISTORY

@@ -23,8 +23,9 @@ FSDP (FSDP2's fully_shard per block): every unit's parameters are all-gathered b
 before its backward when resharded after forward, and its gradients reduce-scattered after its backward.
 Assumed: a unit's compute is proportional to its parameter bytes; FSDP2 prefetches one unit ahead; all
 collectives share one link in the order they are issued (all-gather of the next unit when a unit's compute
-starts, reduce-scatter of a unit when its backward ends); all-gather and reduce-scatter cost half a ring
-all-reduce. Without overlap (CPU) every collective adds to the step.
+starts, reduce-scatter of a unit when its backward ends); all-gather and reduce-scatter cost their own measured
+fit where the sweep measured them, else half a ring all-reduce (bench.analysis.network, `Network.levels`).
+Without overlap (CPU) every collective adds to the step.
 
 The compute (data, forward, backward, optimizer per rank) comes from measured runs (bench.commands.forecast
 says which); with weak scaling it is the same at every count, with strong scaling it shrinks with the samples

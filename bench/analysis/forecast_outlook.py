@@ -3,6 +3,7 @@ forecast on, a setting's series over counts, the changes that would move it (wha
 scaling efficiency falls below 75%, and the sentence that says so.
 
     net = network(sweep, preset=None, levels={}, gpus_per_node=None)
+    rests_on(setting, inputs, net)                       # what the forecast rests on, measured or assumed, in words
     pts = series(setting, inputs, counts, net)           # [forecast_sweep.Point]
     what_ifs(setting, inputs, net, counts)               # [(what, [Point])]: this network first
     first_below(pts), recommendation(setting, pts)
@@ -44,13 +45,20 @@ def gpus_per_node(sweep, given: Optional[int], preset: Optional[nw.Preset]) -> i
 def network(sweep, preset: Optional[nw.Preset] = None, levels: Optional[dict] = None,
             given_gpus_per_node: Optional[int] = None) -> nw.Network:
     """The forecast's network: levels the user typed, else measured (the sweep's all-reduce rows), else the preset
-    (named, or the one the sweep's GPUs name), else the other level's figures (bench.analysis.network)."""
+    (named, or the one the sweep's GPUs name), else the other level's figures (bench.analysis.network); with
+    all-gather's and reduce-scatter's own fits where the sweep measured them."""
     levels = levels or {}
     measured = nw.levels_from_comm(sweep.comm)
     preset = preset or (auto_preset(sweep) if "net" not in levels else None)
     g = gpus_per_node(sweep, given_gpus_per_node, preset)
     backend = "nccl" if any(c.device_type == "cuda" for cs in sweep.bench.values() for c in cs) else "gloo"
-    return nw.network_for({k: v for k, v in measured.items() if k not in levels}, preset, levels, g, backend)
+    return nw.network_for({k: v for k, v in measured.items() if k not in levels}, preset, levels, g, backend,
+                          own=nw.own_levels(sweep.comm))
+
+
+def rests_on(s: fs.Setting, inp: fs.Inputs, net: nw.Network) -> list:
+    """What a setting's forecast rests on, in words: its inputs and, for FSDP, where its collectives' costs come from."""
+    return inp.words + (nw.collective_words(net) if s.strategy == "fsdp" else [])
 
 
 def series(s: fs.Setting, inp: fs.Inputs, counts: tuple, net: nw.Network) -> list:
@@ -62,7 +70,7 @@ def what_ifs(s: fs.Setting, inp: fs.Inputs, net: nw.Network, counts: tuple) -> l
     out = [("this network", series(s, inp, counts, net))]
     if s.strategy == "dp":
         return out
-    faster = replace(net, net=nw.Level(net.net.busbw_gbps * WHAT_IF_NET, net.net.latency_us, "what-if"))
+    faster = nw.faster_net(net, WHAT_IF_NET, "what-if")
     out.append((f"{WHAT_IF_NET:g}x faster inter-node network", series(s, inp, counts, faster)))
     if s.strategy == "ddp":
         out.append((f"{WHAT_IF_BUCKET_MB:g} MiB buckets",

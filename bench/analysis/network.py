@@ -1,8 +1,10 @@
 """The network under a forecast: two levels (inside a node, between nodes), each a per-step latency and a bus
-bandwidth, fitted from the stored all-reduce microbenchmark, taken from a named preset, or typed by the user.
+bandwidth, fitted from the stored all-reduce microbenchmark, taken from a named preset, or typed by the user;
+and, where the sweep measured them (a sweep with FSDP), all-gather's and reduce-scatter's own fits per level.
 
-    net = network_for(comm, preset="h100", explicit=parse_levels("net=50@5"), gpus_per_node=8, backend="nccl")
+    net = network_for(levels_from_comm(comm), preset, explicit, gpus_per_node=8, backend="nccl", own=own_levels(comm))
     allreduce_ms(net, size_bytes, ranks), allgather_ms(...), reduce_scatter_ms(...)
+    collective_words(net)            # for each of all-gather and reduce-scatter: measured or assumed, in words
 
 The collective cost model (times in ms, S bytes, n ranks on m nodes of g ranks, B a level's bus bandwidth
 in nccl-tests' sense, a its latency per algorithm step):
@@ -17,12 +19,17 @@ in nccl-tests' sense, a its latency per algorithm step):
                     bandwidth, so tree wins only where latency dominates (many nodes, small buckets).
   The rule: the library's choice is modelled as the cheaper of ring and tree under this model (NCCL picks by
   the same kind of cost table); gloo always runs ring (gloo's allreduce_ring_chunked).
-  all-gather and reduce-scatter: ring only, half an all-reduce: (n-1)/n * S / B + latency of n-1 steps.
+  all-gather and reduce-scatter (S: all-gather's output, reduce-scatter's input, as nccl-tests counts them): ring
+                    only, (n-1)/n * S / B + latency of n-1 steps, with B and a each level's own fit of that
+                    collective's rows where the sweep measured it (measured), else the all-reduce's: half an
+                    all-reduce (assumed). On gloo the two are slower than half an all-reduce (reduce-scatter is
+                    built on an all-reduce), so the difference is large there.
 
-The fit (`fit_level`): weighted least squares of time_ms = a * steps + (1/B) * 2(n-1)/n * S over the comm rows
-of one level (several sizes and counts at once), each row weighted by 1/time, so small messages (latency) and
-large ones (bandwidth) count alike in relative terms; a negative latency is refitted as zero. The net level
-is measured only by all-reduces whose ranks spanned several nodes (scope 'world' of a multi-node comm run).
+The fit (`fit_level`): weighted least squares of time_ms = a * steps + (1/B) * f(n-1)/n * S (f = 2 for all-reduce,
+1 for all-gather and reduce-scatter; f(n-1) steps) over the comm rows of one collective at one level (several
+sizes and counts at once), each row weighted by 1/time, so small messages (latency) and large ones (bandwidth)
+count alike in relative terms; a negative latency is refitted as zero. The net level is measured only by rows
+whose ranks spanned several nodes (scope 'world' of a multi-node comm run).
 A net level's B is a node's whole injection bandwidth (one NIC per GPU: g x the NIC rate), because NCCL runs
 one ring per NIC rail and a multi-node ring's bus bandwidth is bounded by it.
 """
@@ -30,7 +37,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 import numpy as np
@@ -39,6 +46,9 @@ from bench.config import ConfigError, finite
 
 TREE_SHARE = 0.27                    # tree's bus bandwidth against ring's in NCCL's tuning model (tuning.cc)
 LEVELS = ("node", "net")             # inside a node, between nodes
+RING_FACTOR = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1}   # f: the data and steps of a ring, x (n-1)
+OWN_FIT = ("all_gather", "reduce_scatter")                              # fitted from their own rows where measured
+NAMES = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter"}
 
 
 @dataclass(frozen=True)
@@ -92,25 +102,32 @@ class Network:
     net: Level
     gpus_per_node: int
     backend: str = "nccl"            # nccl: ring or tree, whichever is cheaper; gloo: ring
+    own: tuple = ()                  # ((collective, level name, Level), ...): OWN_FIT collectives' own measured fits
 
     def assumed(self) -> list:
         return [name for name, lv in (("node", self.node), ("net", self.net)) if not lv.measured]
 
+    def levels(self, op: str) -> tuple:
+        """(node, net) Levels the collective `op` runs at: its own fit per level where measured, else the network's."""
+        mine = {name: lv for o, name, lv in self.own if o == op}
+        return mine.get("node", self.node), mine.get("net", self.net)
+
 
 # ---------------------------------------------------------------- the collectives
 
-def _ring_ms(net: Network, size_bytes: float, ranks: int, factor: int) -> float:
-    """factor 2: all-reduce (reduce-scatter then all-gather); 1: all-gather or reduce-scatter alone."""
+def _ring_ms(net: Network, size_bytes: float, ranks: int, op: str = "all_reduce") -> float:
+    """A ring of `op` (RING_FACTOR: 2 for all-reduce, a reduce-scatter then an all-gather; 1 for either alone)."""
     if ranks <= 1 or size_bytes <= 0:
         return 0.0
+    factor, (node, inter_level) = RING_FACTOR[op], net.levels(op)
     nodes = math.ceil(ranks / net.gpus_per_node)
     steps = factor * (ranks - 1)
     if nodes == 1:
-        bw, lat_us = net.node.busbw_gbps, steps * net.node.latency_us
+        bw, lat_us = node.busbw_gbps, steps * node.latency_us
     else:
         inter = factor * (nodes - 1)
-        bw = min(net.node.busbw_gbps, net.net.busbw_gbps)
-        lat_us = (steps - inter) * net.node.latency_us + inter * net.net.latency_us
+        bw = min(node.busbw_gbps, inter_level.busbw_gbps)
+        lat_us = (steps - inter) * node.latency_us + inter * inter_level.latency_us
     return factor * (ranks - 1) / ranks * size_bytes / (bw * 1e9) * 1e3 + lat_us / 1e3
 
 
@@ -126,41 +143,66 @@ def allreduce_algorithm(net: Network, size_bytes: float, ranks: int) -> str:
     """'ring' or 'tree': what the model takes the library to run for this all-reduce (see the module's rule)."""
     if net.backend != "nccl" or ranks <= net.gpus_per_node or size_bytes <= 0:
         return "ring"
-    return "tree" if _tree_ms(net, size_bytes, ranks) < _ring_ms(net, size_bytes, ranks, 2) else "ring"
+    return "tree" if _tree_ms(net, size_bytes, ranks) < _ring_ms(net, size_bytes, ranks) else "ring"
 
 
 def allreduce_ms(net: Network, size_bytes: float, ranks: int) -> float:
     if allreduce_algorithm(net, size_bytes, ranks) == "tree":
         return _tree_ms(net, size_bytes, ranks)
-    return _ring_ms(net, size_bytes, ranks, 2)
+    return _ring_ms(net, size_bytes, ranks)
 
 
 def allgather_ms(net: Network, size_bytes: float, ranks: int) -> float:
     """All-gather of a tensor of size_bytes in all (each rank holds size_bytes / ranks before)."""
-    return _ring_ms(net, size_bytes, ranks, 1)
+    return _ring_ms(net, size_bytes, ranks, "all_gather")
 
 
 def reduce_scatter_ms(net: Network, size_bytes: float, ranks: int) -> float:
     """Reduce-scatter of a tensor of size_bytes in all (each rank keeps size_bytes / ranks)."""
-    return _ring_ms(net, size_bytes, ranks, 1)
+    return _ring_ms(net, size_bytes, ranks, "reduce_scatter")
+
+
+def collective_words(net: Network) -> list:
+    """For each OWN_FIT collective, what its cost rests on: its own fit per level (measured) or half an
+    all-reduce (assumed)."""
+    out = []
+    for op in OWN_FIT:
+        mine = {name: lv for o, name, lv in net.own if o == op}
+        if not mine:
+            out.append(f"{NAMES[op]}: half an all-reduce (assumed: the sweep measured no {NAMES[op]}; a sweep with "
+                       f"FSDP measures it)")
+            continue
+        parts = [f"{name} level measured ({mine[name].busbw_gbps:.3g} GB/s, {mine[name].latency_us:.3g} us per step: "
+                 f"{mine[name].source})" for name in LEVELS if name in mine]
+        parts += [f"{name} level half an all-reduce (assumed: not measured there)" for name in LEVELS if name not in mine]
+        out.append(f"{NAMES[op]}: " + "; ".join(parts))
+    return out
+
+
+def faster_net(net: Network, factor: float, source: str) -> Network:
+    """The same network with `factor` times the bus bandwidth between nodes, for every collective."""
+    def up(lv: Level) -> Level:
+        return Level(lv.busbw_gbps * factor, lv.latency_us, source)
+    return replace(net, net=up(net.net), own=tuple((op, name, up(lv) if name == "net" else lv) for op, name, lv in net.own))
 
 
 # ---------------------------------------------------------------- the fit
 
-def fit_level(rows: Sequence[dict], source: str, node: Optional[Level] = None) -> Optional[Level]:
-    """Latency and bus bandwidth from all-reduce rows {ranks, size_bytes, time_ms} of one level, by the weighted
-    least squares in the module's docstring. With `node` the rows spanned several nodes ({nodes} in each row):
-    the fit is of the net level, its latency that of the 2(m-1) steps between nodes, the node level's latency
-    on the others taken off first (the ring's cost in `_ring_ms`). None with fewer than 2 usable rows."""
+def fit_level(rows: Sequence[dict], source: str, node: Optional[Level] = None, op: str = "all_reduce") -> Optional[Level]:
+    """Latency and bus bandwidth from rows {ranks, size_bytes, time_ms} of one collective `op` at one level, by
+    the weighted least squares in the module's docstring. With `node` the rows spanned several nodes ({nodes} in
+    each row): the fit is of the net level, its latency that of the f(m-1) steps between nodes, the node level's
+    latency on the others taken off first (the ring's cost in `_ring_ms`). None with fewer than 2 usable rows."""
+    f = float(RING_FACTOR[op])
     pts = [(int(r["ranks"]), float(r["size_bytes"]), float(r["time_ms"]), int(r.get("nodes") or 1)) for r in rows
            if r.get("ranks") and int(r["ranks"]) > 1 and r.get("time_ms") and float(r["time_ms"]) > 0]
     if node is not None:  # the steps inside nodes, at the node level's latency, are not the net level's
-        pts = [(n, sz, t - (2 * (n - 1) - 2 * (m - 1)) * node.latency_us / 1e3, m) for n, sz, t, m in pts]
+        pts = [(n, sz, t - f * ((n - 1) - (m - 1)) * node.latency_us / 1e3, m) for n, sz, t, m in pts]
         pts = [p for p in pts if p[2] > 0 and p[3] > 1]
     if len(pts) < 2:
         return None
-    steps = np.array([2.0 * ((m - 1) if node is not None else (n - 1)) for n, _, _, m in pts])
-    carried = np.array([2.0 * (n - 1) / n * s for n, s, _, _ in pts])
+    steps = np.array([f * ((m - 1) if node is not None else (n - 1)) for n, _, _, m in pts])
+    carried = np.array([f * (n - 1) / n * s for n, s, _, _ in pts])
     t = np.array([x[2] for x in pts])
     a = np.column_stack([steps, carried]) / t[:, None]
     coef = np.linalg.lstsq(a, np.ones_like(t), rcond=None)[0]
@@ -175,28 +217,33 @@ def fit_level(rows: Sequence[dict], source: str, node: Optional[Level] = None) -
     rms = float(np.sqrt(np.mean((pred / t - 1) ** 2)))
     counts = ",".join(str(n) for n in sorted({n for n, _, _, _ in pts}))
     return Level(busbw_gbps=1.0 / coef[1] / 1e6, latency_us=float(coef[0]) * 1e3,
-                 source=f"{source}: fit of {len(pts)} all-reduce rows at {counts} ranks (rms error {rms:.0%}{note})",
+                 source=f"{source}: fit of {len(pts)} {NAMES[op]} rows at {counts} ranks (rms error {rms:.0%}{note})",
                  measured=True, rms_error=rms)
 
 
-def levels_from_comm(comm: Sequence[tuple], gpus_per_node: Optional[int] = None) -> dict:
-    """{'node': Level, 'net': Level} fitted from the sweep's comm results [(device_count, nodes, rows)];
-    a level no row measured is absent."""
+def levels_from_comm(comm: Sequence[tuple], gpus_per_node: Optional[int] = None, op: str = "all_reduce") -> dict:
+    """{'node': Level, 'net': Level} fitted from the rows of collective `op` (rows without one are all-reduces)
+    in the sweep's comm results [(device_count, nodes, rows)]; a level no row measured is absent."""
     node_rows, net_rows = [], []
     for _count, nodes, rows in comm:
-        for r in rows:
+        for r in (r for r in rows if r.get("op", "all_reduce") == op):
             if r.get("scope") == "node" or (r.get("scope", "world") == "world" and int(nodes or 1) == 1):
                 node_rows.append(r)
             elif r.get("scope", "world") == "world":
                 net_rows.append({**r, "nodes": int(nodes)})
     out = {}
-    node = fit_level(node_rows, "measured inside a node")
+    node = fit_level(node_rows, "measured inside a node", op=op)
     if node is not None:
         out["node"] = node
-    net = fit_level(net_rows, "measured across nodes", node or Level(1.0, 0.0, "none"))
+    net = fit_level(net_rows, "measured across nodes", node or Level(1.0, 0.0, "none"), op=op)
     if net is not None:
         out["net"] = net
     return out
+
+
+def own_levels(comm: Sequence[tuple]) -> tuple:
+    """((collective, level name, Level), ...): each OWN_FIT collective's fit per level the sweep measured it at."""
+    return tuple((op, name, lv) for op in OWN_FIT for name, lv in levels_from_comm(comm, op=op).items())
 
 
 # ---------------------------------------------------------------- what the user names
@@ -228,9 +275,12 @@ def parse_network(text: str) -> tuple:
     return preset, levels
 
 
-def network_for(measured: dict, preset: Optional[Preset], explicit: dict, gpus_per_node: int, backend: str) -> Network:
+def network_for(measured: dict, preset: Optional[Preset], explicit: dict, gpus_per_node: int, backend: str,
+                own: tuple = ()) -> Network:
     """Each level: what the user typed (--network LEVEL=...), else measured, else the preset's, else, with no
-    preset, the other level's figures (a flat network: said so in its source)."""
+    preset, the other level's figures (a flat network: said so in its source). The collectives' own fits (`own`)
+    count at a level whose all-reduce figures are the measured ones (a level the user typed is the user's for
+    every collective)."""
     chosen = {}
     for name in LEVELS:
         chosen[name] = explicit.get(name) or measured.get(name) or (getattr(preset, name) if preset else None)
@@ -242,4 +292,5 @@ def network_for(measured: dict, preset: Optional[Preset], explicit: dict, gpus_p
             o = chosen[other]
             chosen[name] = Level(o.busbw_gbps, o.latency_us, f"assumed as fast as the {other} level ({o.source}): "
                                  f"nothing measured or named it; --network {name}=GBPS@US names it", measured=False)
-    return Network(node=chosen["node"], net=chosen["net"], gpus_per_node=gpus_per_node, backend=backend)
+    kept = tuple((op, name, lv) for op, name, lv in own if name not in explicit and chosen[name] is measured.get(name))
+    return Network(node=chosen["node"], net=chosen["net"], gpus_per_node=gpus_per_node, backend=backend, own=kept)

@@ -277,13 +277,16 @@ def train_time_s(samples_per_s: float, images: int, epochs: int) -> float:
 
 
 def algbw_gbps(size_bytes: float, time_ms: float) -> float:
-    """nccl-tests' algorithm bandwidth: bytes reduced over time, GB/s (1 GB = 1e9 bytes)."""
+    """nccl-tests' algorithm bandwidth: the collective's size S over its time, GB/s (1 GB = 1e9 bytes)."""
     return size_bytes / (time_ms / 1000.0) / 1e9 if time_ms > 0 else float("nan")
 
 
-def busbw_gbps(algbw: float, ranks: int) -> float:
-    """nccl-tests' bus bandwidth of a ring all-reduce: algbw * 2(n-1)/n."""
-    return algbw * 2 * (ranks - 1) / ranks if ranks > 0 else float("nan")
+def busbw_gbps(algbw: float, ranks: int, op: str = "all_reduce") -> float:
+    """nccl-tests' bus bandwidth (doc/PERFORMANCE.md): algbw * 2(n-1)/n for all-reduce, (n-1)/n for all-gather and
+    reduce-scatter."""
+    if ranks <= 0:
+        return float("nan")
+    return algbw * (ranks - 1) / ranks * (2 if op == "all_reduce" else 1)
 
 
 def allreduce_ms_at(size_bytes: float, sizes_bytes: Sequence[float], times_ms: Sequence[float]) -> float:

@@ -79,7 +79,7 @@ def main(argv: list) -> int:
         raise ConfigError(f"--store {ns.store} sweep {sid}: no DDP or FSDP run to forecast from (the sweep ran "
                           f"{', '.join(sorted({c.strategy for cs in sweep.bench.values() for c in cs})) or 'nothing'}); "
                           "run one with --strategies ddp")
-    measured = nw.levels_from_comm(sweep.comm)
+    measured, own = nw.levels_from_comm(sweep.comm), nw.own_levels(sweep.comm)
     net = fo.network(sweep, ns.preset, ns.levels, ns.gpus_per_node)
     g, backend = net.gpus_per_node, net.backend
     grid = tuple(sorted(set(ns.to) | {n for n in fo.DOUBLING if n <= max(ns.to)}))
@@ -94,7 +94,7 @@ def main(argv: list) -> int:
         if isinstance(inp, str):
             print(f"  not forecast: {inp}")
             continue
-        print("  rests on: " + "; ".join(inp.words))
+        print("  rests on: " + "; ".join(fo.rests_on(s, inp, net)))
         print(f"  {'devices':>7} {'nodes':>5} {'step_ms':>9} {'samples/s':>10} {'efficiency':>10}  bound")
         for n, c in s.configs.items():
             print(f"  {n:>7} {c.nodes:>5} {_fmt(c.summary.median_ms, '9.1f')} {_fmt(c.samples_per_s, '10.1f')} "
@@ -109,13 +109,13 @@ def main(argv: list) -> int:
         print(f"  efficiency under {fo.EFFICIENT:.0%} from: " + "; ".join(
             f"{what}: {n if n else 'not up to ' + str(grid[-1])}" for what, n in moves))
         print("  " + fo.recommendation(s, fo.series(s, inp, grid, net)))
-    return _check(ns, sid, sets, measured, ns.preset)
+    return _check(ns, sid, sets, measured, ns.preset, own)
 
 
-def _check(ns, sid: int, sets: list, measured: dict, preset) -> int:
-    rows = [r for s in sets for r in fs.validate(s, measured, preset, ns.levels, store.now())]
+def _check(ns, sid: int, sets: list, measured: dict, preset, own: tuple) -> int:
+    rows = [r for s in sets for r in fs.validate(s, measured, preset, ns.levels, store.now(), own)]
     print("\ncheck against the measured counts (each forecast from the smaller counts alone; compute from them, "
-          "the network from the all-reduce microbenchmark):")
+          "the network from the collectives microbenchmark):")
     if not rows:
         print("  nothing to check: the sweep measured no DDP/FSDP/DataParallel count above its smallest")
         return 0

@@ -5,8 +5,8 @@ Launched by bench.sweep.launch, never by hand:
     torchrun --nproc-per-node N ... -m bench.rank.worker OUT_DIR/spec.json    # ddp, fsdp, comm (one node)
     srun -N K torchrun --nnodes K --rdzv-backend c10d ... -m bench.rank.worker OUT_DIR/spec.json   # several nodes
 Modes: 'bench' runs warm-up steps, the measured window and, under DDP, the communication probe
-(bench.rank.loop), then with --profile a few traced steps (bench.rank.profile); 'equivalence' trains k steps and saves the final parameters; 'comm' runs the all-reduce
-microbenchmark; 'loader' times the data loader alone. Every rank publishes its progress
+(bench.rank.loop), then with --profile a few traced steps (bench.rank.profile); 'equivalence' trains k steps and saves the final parameters; 'comm' runs the collectives
+microbenchmark (all-reduce, all-gather, reduce-scatter: bench.rank.commbench); 'loader' times the data loader alone. Every rank publishes its progress
 (bench.shared.heartbeat), its raw rows are gathered to rank 0, which alone writes OUT_DIR/result.json
 (atomically). A rank that fails writes OUT_DIR/error-rank<R>.json first, so the sweep can say which
 rank failed and why. OUT_DIR is on a filesystem every node reaches.
@@ -207,9 +207,9 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
         payload["node"] = {**env.capture(), "node_rank": int(os.environ.get("GROUP_RANK", 0)), "hostname": payload["host"],
                            "machine_hostname": socket.gethostname()}
     if spec.mode == "comm":
-        from bench.rank.commbench import allreduce_sweep
-        payload["comm"] = allreduce_sweep(device, spec.comm_max_bytes, extra_sizes=spec.comm_extra_bytes,
-                                          local_world=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+        from bench.rank.commbench import collective_sweep
+        payload["comm"] = collective_sweep(device, spec.comm_max_bytes, extra_sizes=spec.comm_extra_bytes,
+                                           local_world=int(os.environ.get("LOCAL_WORLD_SIZE", world)), ops=spec.comm_ops)
     else:
         torch.manual_seed(spec.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
         wl = builder(spec.workload)(spec, rank, device)

@@ -75,14 +75,14 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
         net = fo.network(sweep)
     except Exception as e:  # no all-reduce rows and no preset: say so rather than fail the report
         return [("h", 2, "Forecast past the measured counts"), ("p", f"No forecast: {e}")]
-    measured = nw.levels_from_comm(sweep.comm)
+    measured, own = nw.levels_from_comm(sweep.comm), nw.own_levels(sweep.comm)
     b: list = [("h", 2, "Forecast past the measured counts")]
     sentences, by_workload, rows, checks = [], {}, [], []
     for s in sets:
         inp = fs.inputs(s)
         ws = fo.what_ifs(s, inp, net, fo.DOUBLING)
         try:
-            check = fs.validate(s, measured, None, {}, "")
+            check = fs.validate(s, measured, None, {}, "", own)
         except ConfigError:  # no all-reduce measured at the smaller counts: the forecast stands unchecked
             check = []
         errs = [abs(r["error"]) for r in check if r.get("error") is not None]
@@ -95,7 +95,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
         for p in fo.series(s, inp, TABLE_COUNTS, net):
             rows.append([s.label, str(p.count), str(p.nodes), _text(p.step_ms, ".1f"), _text(p.samples_per_s, ".0f"),
                          _text(p.efficiency, ".0%"), p.refused or p.bound])
-        rows.append([s.label, "rests on", "", "", "", "", "; ".join(inp.words) + (f". Under 75% from: {moves}" if moves else "")])
+        rows.append([s.label, "rests on", "", "", "", "", "; ".join(fo.rests_on(s, inp, net)) + (f". Under 75% from: {moves}" if moves else "")])
         for r in check:
             checks.append([s.label, str(r["device_count"]), r.get("from_counts") or "–",
                            _text(r.get("forecast_step_ms"), ".2f"), _text(r["measured_step_ms"], ".2f"),
@@ -115,6 +115,6 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
     b.append(("table", ["setting", "devices", "nodes", "step ms", "samples/s", "efficiency", "bound"], rows))
     if checks:
         b.append(("p", "The check: each measured count forecast from the smaller counts alone (compute from them, the "
-                       "network from the all-reduce microbenchmark), beside the measurement."))
+                       "network from the collectives microbenchmark), beside the measurement."))
         b.append(("table", ["setting", "devices", "from", "forecast ms", "measured ms", "error", "beyond 10%: why"], checks))
     return b

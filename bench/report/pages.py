@@ -2,12 +2,14 @@
 one self-contained HTML page with the plots inlined as data: URIs and every store text escaped.
 
 Blocks: ('h', level, text), ('p', text), ('table', headers, rows), ('img', path, alt). A table cell may be a
-`Link` to a local file (a trace): a relative link in markdown, a file:// link in HTML.
+`Link` to a local file (a trace): a relative link in markdown, a file:// link in HTML. `fmt` writes a number
+for a table cell.
 """
 from __future__ import annotations
 
 import base64
 import html
+import math
 import os
 import re
 from pathlib import Path
@@ -90,3 +92,11 @@ def to_html(bl: list) -> str:
 def anchor(text: str) -> str:
     """The id of a heading, so a sentence can point at the table or plot behind it (#synthetic-all-configurations)."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower().split(" (")[0]).strip("-")
+
+
+def fmt(v, spec: str = "", suffix: str = "") -> str:
+    """A number for a table; without spec 1 decimal from 100 up, 2 from 1 up, else 3 significant digits."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    spec = spec or (".1f" if abs(v) >= 100 else ".2f" if abs(v) >= 1 else "#.3g")
+    return f"{v:{spec}}{suffix}"

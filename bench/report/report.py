@@ -18,8 +18,9 @@ from collections import Counter
 from typing import Optional
 
 from bench.analysis import stats
+from bench.report import comm as comm_report
 from bench.report import traces as trace_report
-from bench.report.pages import to_html, to_markdown
+from bench.report.pages import fmt, to_html, to_markdown
 from bench.store import store
 
 from bench.store.results import STRATEGY_NAMES, Sweep, load, pick_sweep
@@ -45,14 +46,6 @@ def device_title(sweep: Sweep, device_type: str) -> str:
 
 def units(device_type: str) -> str:
     return "GPUs" if device_type == "cuda" else "processes"
-
-
-def fmt(v, spec: str = "", suffix: str = "") -> str:
-    """A number for a table; without spec 1 decimal from 100 up, 2 from 1 up, else 3 significant digits."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    spec = spec or (".1f" if abs(v) >= 100 else ".2f" if abs(v) >= 1 else "#.3g")
-    return f"{v:{spec}}{suffix}"
 
 
 def hms(seconds: float) -> str:
@@ -173,34 +166,11 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
         b.append(("h", 3, f"{workload}: the data loader alone"))
         b.append(("table", ["configuration", "precision / settings", "training samples/s", "loader alone samples/s",
                             "loader workers in all", "data-bound (loader < 1.1x training)"], rows))
-    b += _comm_blocks(sweep, workload, configs, u)
+    b += comm_report.ddp_bounds_blocks(sweep, workload, configs, u)
     b += trace_report.blocks(configs, workload)  # --profile
     for key, path in plot_paths.items():
         b.append(("img", path, f"{workload} {key.replace('_', ' ')}"))
     return b
-
-
-def _comm_blocks(sweep: Sweep, workload: str, configs: list, u: str) -> list:
-    """DDP against the no-overlap and full-overlap bounds of its step, from the probe and the microbenchmark."""
-    ddp = [c for c in configs if c.strategy == "ddp" and c.grad_mib and not math.isnan(c.exposed_comm_ms)]
-    if not ddp:
-        return []
-    comm_at = {n: [r for r in rows if r.get("scope", "world") == "world"] for n, _, rows in sweep.comm}
-    rows = []
-    for c in ddp:
-        cr = comm_at.get(c.device_count, [])
-        ar = stats.allreduce_ms_at(c.grad_mib * 2**20, [r["size_bytes"] for r in cr], [r["time_ms"] for r in cr])
-        compute = c.summary.median_ms - c.exposed_comm_ms if not math.isnan(c.exposed_comm_ms) else math.nan
-        rows.append([str(c.device_count), c.variant, fmt(c.grad_mib, ".1f"), fmt(c.summary.median_ms, ".2f"),
-                     fmt(compute, ".2f"), fmt(ar, ".2f"), fmt(compute + ar, ".2f"),
-                     fmt(max(compute, ar) if not math.isnan(ar) else math.nan, ".2f"),
-                     fmt(c.exposed_comm_ms, ".2f")])
-    return [("h", 3, f"{workload}: DDP against the bounds of its step"),
-            ("table", [u, "precision / settings", "grad MiB", "median step ms", "compute ms (under no_sync)",
-                       "all-reduce of grads ms (microbenchmark)", "no-overlap bound ms", "full-overlap bound ms",
-                       "exposed comm ms"], rows),
-            ("p", f"No-overlap bound: compute plus an all-reduce of every gradient; full-overlap bound: the larger of the two. "
-                  f"A step near the full-overlap bound has little left to gain from DDP settings. Method: {ddp[0].comm_method or '–'}")]
 
 
 def _environment_blocks(sweep: Sweep) -> list:
@@ -241,17 +211,7 @@ def blocks(sweep: Sweep, plot_paths: dict) -> list:
     for workload, configs in sweep.bench.items():
         b += _workload_blocks(sweep, workload, configs, plot_paths.get(workload, {}))
     if sweep.comm:
-        b.append(("h", 2, "All-reduce microbenchmark"))
-        rows = []
-        for n, nodes, cr in sweep.comm:
-            for r in cr:
-                ranks = r.get("ranks") or n
-                alg = stats.algbw_gbps(r["size_bytes"], r["time_ms"])
-                size = r["size_bytes"]
-                size_text = f"{size / 2**20:.2f} MiB" if size >= 2**20 else f"{size / 2**10:.1f} KiB"
-                scope = "across nodes" if r.get("scope", "world") == "world" and nodes > 1 else ("within a node" if nodes > 1 else "one node")
-                rows.append([str(ranks), scope, size_text, fmt(r["time_ms"], ".3f"), fmt(alg), fmt(stats.busbw_gbps(alg, ranks))])
-        b.append(("table", ["ranks", "scope", "size", "time ms", "algbw GB/s", "busbw GB/s"], rows))
+        b += comm_report.microbenchmark_blocks(sweep)
     if sweep.equivalence:
         b.append(("h", 2, "Equivalence with the single-device run"))
         rows = []

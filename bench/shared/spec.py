@@ -46,8 +46,9 @@ class RunSpec:
     pg_timeout_s: float = 120.0
     mode: str = "bench"        # bench | equivalence | comm | loader
     emulate_ranks: int = 1     # equivalence reference: one process feeding N replicas' batches
-    comm_max_bytes: int = 0    # comm mode: largest all-reduce message (the largest model's gradients)
+    comm_max_bytes: int = 0    # comm mode: largest collective message (the largest model's gradients)
     comm_extra_bytes: tuple = ()  # comm mode: DDP's bucket sizes, measured as well
+    comm_ops: tuple = ("all_reduce",)  # comm mode: the collectives to measure (bench.rank.commbench.OPS)
     out_dir: str = ""
     profile_steps: int = 0     # --profile: steps traced after the measured window (bench.rank.profile); 0: none
     profile_max_mb: float = 0.0  # largest gzipped trace kept per rank, MB
@@ -85,6 +86,7 @@ class RunSpec:
         raw = json.loads(text)
         raw["options"] = tuple(tuple(p) for p in raw.get("options", ()))
         raw["comm_extra_bytes"] = tuple(raw.get("comm_extra_bytes", ()))
+        raw["comm_ops"] = tuple(raw.get("comm_ops", ("all_reduce",)))
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in raw.items() if k in known})
 

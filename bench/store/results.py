@@ -100,7 +100,7 @@ class Sweep:
     threads: list
     bench: dict = field(default_factory=dict)      # workload -> [Config]
     problems: list = field(default_factory=list)   # results rows that are not ok
-    comm: list = field(default_factory=list)       # (device_count, nodes, comm rows) per comm result
+    comm: list = field(default_factory=list)       # (device_count, nodes, comm rows, each with its op) per comm result
     equivalence: list = field(default_factory=list)
     loader: dict = field(default_factory=dict)     # device count -> loader-alone samples/s
     nodes: list = field(default_factory=list)      # per multi-node result: (result_id, node rows)
@@ -206,7 +206,7 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
             groups.setdefault(r["config_key"], []).append(r)
         elif r["mode"] == "comm":
             out.comm.append((int(r["device_count"]), int(r["nodes"] or 1),
-                             _rows(conn, "SELECT * FROM comm WHERE result_id = ? ORDER BY scope, size_bytes", r["result_id"])))
+                             _rows(conn, "SELECT * FROM comm WHERE result_id = ? ORDER BY scope, op, size_bytes", r["result_id"])))
         elif r["mode"] == "loader":
             windows = _rows(conn, "SELECT * FROM windows WHERE result_id = ?", r["result_id"])
             out.loader.setdefault(int(r["device_count"]), []).append(stats.window_throughput(windows)[0])

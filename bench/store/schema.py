@@ -14,7 +14,10 @@
     memory        per device and rank: allocator peaks, device level as nvidia-smi shows it, the
                   benchmark's own artefacts, process RSS (MiB)
     epochs        per-epoch wall time, mean loss, data wait and split coverage (real-data runs with --epochs)
-    comm          all-reduce microbenchmark rows per scope (world / node): size, time, algbw/busbw GB/s
+    comm          the collectives microbenchmark (bench.rank.commbench): per scope (world / node), collective
+                  (op: all_reduce, all_gather, reduce_scatter) and size (nccl-tests' S: the whole array; for
+                  all_gather its output, for reduce_scatter its input): time (ms, the slowest rank's mean),
+                  algbw/busbw GB/s, the timed iterations, and how it was timed (timing: cuda_events or host_clock)
     nodes         multi-node runs: each node's host and environment
     traces        --profile: per configuration and rank, the trace's path and size, the traced steps, what
                   profiling cost (s: the traced steps and writing the trace in the rank, reading it in the
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SCHEMA_HISTORY = {
     1: "first version: environments, sweeps, results, steps, memory, epochs, comm",
     2: "GPU-true timing and new axes: results gain precision, channels_last, compiled, options_json, nodes, launcher, "
@@ -43,6 +46,9 @@ SCHEMA_HISTORY = {
        "profile_warmup and profile (the traced steps, after the measured window); the forecast: buckets table (DDP "
        "bucket ready times and sizes, FSDP units) and forecasts table (each measured count forecast from the "
        "smaller ones, with the error)",
+    4: "the collectives microbenchmark measures all-gather and reduce-scatter beside all-reduce: comm gains op "
+       "(all_reduce, all_gather, reduce_scatter; older rows are all_reduce) and timing (cuda_events or host_clock; "
+       "older rows host_clock), and its key becomes (result_id, scope, op, size_bytes)",
 }
 
 SCHEMA = """
@@ -124,8 +130,10 @@ CREATE TABLE IF NOT EXISTS epochs (
 CREATE TABLE IF NOT EXISTS comm (
     result_id INTEGER NOT NULL REFERENCES results(result_id),
     scope TEXT NOT NULL DEFAULT 'world', ranks INTEGER,
+    op TEXT NOT NULL DEFAULT 'all_reduce',
     size_bytes INTEGER NOT NULL, time_ms REAL NOT NULL, algbw_gbps REAL, busbw_gbps REAL, iters INTEGER,
-    PRIMARY KEY (result_id, scope, size_bytes)
+    timing TEXT,
+    PRIMARY KEY (result_id, scope, op, size_bytes)
 );
 CREATE TABLE IF NOT EXISTS traces (
     result_id INTEGER NOT NULL REFERENCES results(result_id),
@@ -165,7 +173,7 @@ MEMORY_COLUMNS = ("rank", "device", "device_name", "peak_allocated_mib", "peak_r
                   "device_used_mib", "process_used_mib", "artefact_mib", "method")
 EPOCH_COLUMNS = ("epoch", "wall_s", "mean_loss", "data_wait_s", "samples", "steps",
                  "images", "images_seen", "images_repeated", "images_dropped")
-COMM_COLUMNS = ("scope", "ranks", "size_bytes", "time_ms", "algbw_gbps", "busbw_gbps", "iters")
+COMM_COLUMNS = ("scope", "ranks", "op", "size_bytes", "time_ms", "algbw_gbps", "busbw_gbps", "iters", "timing")
 WINDOW_COLUMNS = ("rank", "kind", "first_step", "wall_s", "samples", "steps")
 TRACE_COLUMNS = ("rank", "path", "trace_bytes", "json_bytes", "steps", "first_step", "profile_s", "export_s", "read_s",
                  "note", "error", "span_ms", "compute_ms", "comm_ms", "copy_ms", "idle_ms", "overlap_ms", "exposed_comm_ms",
@@ -209,7 +217,7 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
         _rebuild(conn, "sweeps", {})
         _rebuild(conn, "results", {})
         conn.execute("CREATE INDEX IF NOT EXISTS results_by_sweep ON results(sweep_id, config_key)")
-        _rebuild(conn, "comm", {"scope": "'world'",
+        _rebuild(conn, "comm", {"scope": "'world'", "op": "'all_reduce'", "timing": "'host_clock'",
                                 "ranks": "(SELECT device_count FROM results r WHERE r.result_id = comm_v1.result_id)"})
         for table in ("steps", "memory"):
             _rebuild(conn, table, {})
@@ -218,5 +226,8 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
     if version == 2:
         create(conn)  # version 3 adds the traces, buckets and forecasts tables; no other table changed
         version = 3
+    if version == 3:  # every row so far was an all-reduce timed by the host clock (CUDA: synchronised around the loop)
+        _rebuild(conn, "comm", {"op": "'all_reduce'", "timing": "'host_clock'"})
+        version = 4
     conn.execute("PRAGMA legacy_alter_table = OFF")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -390,7 +390,7 @@ def record_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int]
 
 
 NODE_COLUMNS = ("node_rank", "hostname", "env_json")
-DEFAULTS = {"kind": "measure", "scope": "world", "first_step": 0}
+DEFAULTS = {"kind": "measure", "scope": "world", "op": "all_reduce", "first_step": 0}
 
 
 def latest_results(conn: sqlite3.Connection, sweep_id: int) -> list:

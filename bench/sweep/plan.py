@@ -2,7 +2,7 @@
 
     machine = detect_machine()
     cfg = resolve(cfg, machine)      # every default filled for this device, printed by the sweep, stored
-    items = plan(cfg, machine)       # RunSpecs and Skips in run order: benchmarks, equivalence, loader, all-reduce
+    items = plan(cfg, machine)       # RunSpecs and Skips in run order: benchmarks, equivalence, loader, collectives
 
 Everything that can be known before a process starts is checked here and raises ConfigError (exit 2):
 counts against the machine, batch splits, data sets, weights files, user models. What the device
@@ -286,7 +286,7 @@ def _launcher(cfg: SweepConfig, nodes: int) -> str:
 
 
 def plan(cfg: SweepConfig, machine: Machine) -> list:
-    """Benchmarks and skips, then equivalence checks, loader-only runs and all-reduce baselines."""
+    """Benchmarks and skips, then equivalence checks, loader-only runs and collective baselines."""
     items = bench_specs(cfg, machine)
     runnable = [s for s in items if isinstance(s, RunSpec)]
     if cfg.check_equivalence:
@@ -304,6 +304,9 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
         one_per_workload = {s.workload: s for s in runnable}.values()  # building a model even on meta takes seconds
         max_bytes = max(registry.gradient_bytes(s) for s in one_per_workload)
         buckets = sorted({int(mb * 2**20) for mb in (cfg.bucket_cap_mb or (25.0,))} | {2**20})  # DDP's first bucket: 1 MiB
+        # DDP all-reduces its gradients, FSDP all-gathers parameters and reduce-scatters gradients; the all-reduce
+        # always runs: the forecast's network levels are fitted from it
+        ops = ("all_reduce",) + (("all_gather", "reduce_scatter") if "fsdp" in cfg.strategies else ())
         for n in cfg.gpus:
             if n > 1:
                 nodes = max(1, n // cfg.gpus_per_node) if n > cfg.gpus_per_node else 1
@@ -312,7 +315,7 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
                                      threads=cfg.threads_per_process, seed=cfg.seed,
                                      scaling=cfg.scaling, pg_timeout_s=cfg.pg_timeout, mode="comm", nodes=nodes,
                                      launcher=_launcher(cfg, nodes), comm_max_bytes=max_bytes,
-                                     comm_extra_bytes=tuple(buckets)))
+                                     comm_extra_bytes=tuple(buckets), comm_ops=ops))
     return items
 
 

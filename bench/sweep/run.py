@@ -41,7 +41,7 @@ class Interrupted(Exception):
 
 
 def _describe(spec: RunSpec) -> str:
-    what = {"bench": "", "equivalence": "equivalence check: ", "comm": "all-reduce bandwidth: ", "loader": "data loader alone: "}[spec.mode]
+    what = {"bench": "", "equivalence": "equivalence check: ", "comm": "collectives: ", "loader": "data loader alone: "}[spec.mode]
     name = "" if spec.mode in ("comm", "loader") else f"{spec.workload} {spec.strategy} "
     axes = [spec.precision] if spec.precision != "fp32" else []
     axes += (["channels_last"] if spec.channels_last else []) + (["compiled"] if spec.compile else [])
@@ -51,6 +51,15 @@ def _describe(spec: RunSpec) -> str:
     return f"{what}{name}{spec.device_type} x{spec.device_count}{nodes}" + (f" [{', '.join(axes)}]" if axes else "") + rep
 
 
+def peak_busbw(rows: list) -> str:
+    """', peak busbw: all_reduce 1.20 GB/s, all_gather ...' over a comm run's rows, per collective in the order run."""
+    best: dict = {}
+    for r in rows:
+        op = r.get("op", "all_reduce")
+        best[op] = max(best.get(op, 0.0), r["busbw_gbps"] or 0.0)
+    return (", peak busbw: " + ", ".join(f"{op} {bw:.2f} GB/s" for op, bw in best.items())) if best else ""
+
+
 def _summary_line(conn, rid: int, outcome: Outcome) -> str:
     if outcome.status != "ok":
         return f"{outcome.status.upper()}: {outcome.reason}"
@@ -58,8 +67,7 @@ def _summary_line(conn, rid: int, outcome: Outcome) -> str:
     if r["mode"] == "equivalence":
         return f"ok, parameters match (max |diff| {outcome.payload['max_abs_diff']:.2g}, {outcome.payload['tolerance']})"
     if r["mode"] == "comm":
-        best = max(outcome.payload.get("comm", []), key=lambda c: c["busbw_gbps"], default=None)
-        return f"ok, peak busbw {best['busbw_gbps']:.2f} GB/s" if best else "ok"
+        return "ok" + peak_busbw(outcome.payload.get("comm", []))
     if r["mode"] == "loader":
         return f"ok, the loader alone delivers {r['samples_per_s']:.1f} samples/s"
     flag = "  [unstable: IQR > 10% of median]" if r["unstable"] else ""

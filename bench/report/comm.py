@@ -1,0 +1,64 @@
+"""The report's communication sections, from the collectives microbenchmark's raw rows (bench.rank.commbench):
+DDP against the bounds of its step (per workload), and the microbenchmark's tables (one per collective).
+
+    b += ddp_bounds_blocks(sweep, workload, configs, unit)
+    b += microbenchmark_blocks(sweep)
+"""
+from __future__ import annotations
+
+import math
+
+from bench.analysis import stats
+from bench.report.pages import fmt
+from bench.store.results import Sweep
+
+
+def ddp_bounds_blocks(sweep: Sweep, workload: str, configs: list, u: str) -> list:
+    """DDP against the no-overlap and full-overlap bounds of its step, from the probe and the microbenchmark."""
+    ddp = [c for c in configs if c.strategy == "ddp" and c.grad_mib and not math.isnan(c.exposed_comm_ms)]
+    if not ddp:
+        return []
+    comm_at = {n: [r for r in rows if r.get("scope", "world") == "world" and r.get("op", "all_reduce") == "all_reduce"]
+               for n, _, rows in sweep.comm}
+    rows = []
+    for c in ddp:
+        cr = comm_at.get(c.device_count, [])
+        ar = stats.allreduce_ms_at(c.grad_mib * 2**20, [r["size_bytes"] for r in cr], [r["time_ms"] for r in cr])
+        compute = c.summary.median_ms - c.exposed_comm_ms if not math.isnan(c.exposed_comm_ms) else math.nan
+        rows.append([str(c.device_count), c.variant, fmt(c.grad_mib, ".1f"), fmt(c.summary.median_ms, ".2f"),
+                     fmt(compute, ".2f"), fmt(ar, ".2f"), fmt(compute + ar, ".2f"),
+                     fmt(max(compute, ar) if not math.isnan(ar) else math.nan, ".2f"),
+                     fmt(c.exposed_comm_ms, ".2f")])
+    return [("h", 3, f"{workload}: DDP against the bounds of its step"),
+            ("table", [u, "precision / settings", "grad MiB", "median step ms", "compute ms (under no_sync)",
+                       "all-reduce of grads ms (microbenchmark)", "no-overlap bound ms", "full-overlap bound ms",
+                       "exposed comm ms"], rows),
+            ("p", f"No-overlap bound: compute plus an all-reduce of every gradient; full-overlap bound: the larger of the two. "
+                  f"A step near the full-overlap bound has little left to gain from DDP settings. Method: {ddp[0].comm_method or '–'}")]
+
+
+def microbenchmark_blocks(sweep: Sweep) -> list:
+    """The collectives microbenchmark: one table per collective, nccl-tests' columns, from the raw rows."""
+    b: list = [("h", 2, "Collectives microbenchmark"),
+               ("p", "Measured as nccl-tests measures them (bench/rank/commbench.py): size is nccl-tests' S, the whole "
+                     "array (all-gather: its output; reduce-scatter: its input); algbw = S / time; busbw = algbw x "
+                     "2(n-1)/n for all-reduce, x (n-1)/n for all-gather and reduce-scatter. Time: the slowest rank's "
+                     "mean over the timed iterations, by CUDA events around the loop on GPUs, the host clock on CPU. "
+                     "All-gather and reduce-scatter run when the sweep has FSDP.")]
+    by_op: dict = {}
+    for n, nodes, cr in sweep.comm:
+        for r in cr:
+            by_op.setdefault(r.get("op") or "all_reduce", []).append((n, nodes, r))
+    for op in sorted(by_op, key=lambda o: (o != "all_reduce", o)):
+        rows = []
+        for n, nodes, r in by_op[op]:
+            ranks = r.get("ranks") or n
+            alg = stats.algbw_gbps(r["size_bytes"], r["time_ms"])
+            size = r["size_bytes"]
+            size_text = f"{size / 2**20:.2f} MiB" if size >= 2**20 else f"{size / 2**10:.1f} KiB"
+            scope = "across nodes" if r.get("scope", "world") == "world" and nodes > 1 else ("within a node" if nodes > 1 else "one node")
+            rows.append([str(ranks), scope, op, size_text, fmt(r["time_ms"], ".3f"), fmt(alg), fmt(stats.busbw_gbps(alg, ranks, op)),
+                         str(r.get("iters") or "–"), r.get("timing") or "–"])
+        b.append(("h", 3, op.replace("_", "-")))
+        b.append(("table", ["ranks", "scope", "op", "size", "time ms", "algbw GB/s", "busbw GB/s", "iterations", "timing"], rows))
+    return b

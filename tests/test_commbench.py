@@ -1,0 +1,115 @@
+"""The collectives microbenchmark's rules, in this process: nccl-tests' sizes and bus-bandwidth factors, the
+iteration count per size, the CUDA-event timer (through a stand-in device API on a one-rank gloo group) and
+which collectives the plan asks for. Two real gloo ranks measure all three in tests/test_fsdp.py."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from bench.rank import commbench as cb
+from bench.shared.spec import RunSpec
+
+CPU = torch.device("cpu")
+
+
+def test_sizes_and_bus_factors_follow_nccl_tests():
+    # all-gather's S is its output, reduce-scatter's its input: n times what each rank holds after or before
+    inp, out, size = cb.buffers("all_gather", 3 * 4096 + 12, 3, CPU)
+    assert (inp.numel(), out.numel(), size) == (1025, 3075, 3075 * 4)
+    inp, out, size = cb.buffers("reduce_scatter", 3 * 4096, 3, CPU)
+    assert (inp.numel(), out.numel(), size) == (3072, 1024, 3072 * 4)
+    inp, out, size = cb.buffers("all_reduce", 4096, 3, CPU)
+    assert inp is out and size == 4096
+    assert cb.bus_factor("all_reduce", 4) == pytest.approx(1.5)
+    assert cb.bus_factor("all_gather", 4) == cb.bus_factor("reduce_scatter", 4) == pytest.approx(0.75)
+    assert cb.bus_bandwidth_gbps(10**9, 1000.0, 4, "all_gather") == pytest.approx((1.0, 0.75))
+    with pytest.raises(ValueError, match="'broadcast'"):
+        cb.buffers("broadcast", 4096, 2, CPU)
+
+
+def test_small_messages_get_the_minimum_iterations_and_the_largest_fit_the_budget():
+    budget_s = cb.BUDGET_S / len(cb.OPS)
+    for probe_s in (2e-6, 15e-6, 3e-4, 1e-3):          # NCCL's and gloo's small messages
+        warmups, iters = cb.iterations(probe_s, budget_s)
+        assert iters >= cb.MIN_ITERS and iters * probe_s >= cb.MIN_TIMED_S * 0.999
+        assert warmups == cb.WARMUP_ITERS - cb.PROBE_CALLS   # nccl-tests' 5 warm-ups, the first call and probe included
+        assert (cb.PROBE_CALLS + warmups + iters) * probe_s <= budget_s
+    assert cb.iterations(15e-6, budget_s)[1] > 10 * cb.MIN_ITERS     # launches averaged over MIN_TIMED_S, not 20
+    assert cb.iterations(0.02, budget_s) == (0, 6)       # 8 calls fit: the first, the probe and 6 timed
+    assert cb.iterations(0.4, budget_s) == (0, 1)        # past the budget: one timed call, never none
+    assert cb.iterations(0.0, budget_s)[1] >= cb.MIN_ITERS
+
+
+class Event:
+    """Stands in for torch.cuda.Event: remembers how many collectives had run when it was recorded."""
+
+    def __init__(self, api):
+        self.api, self.calls, self.stream = api, None, None
+
+    def record(self, stream=None):
+        self.calls, self.stream = len(self.api.calls), stream
+        self.api.log.append(("record", self.calls))
+
+    def elapsed_time(self, end) -> float:
+        assert self.api.log[-1][0] == "synchronize", "an event was read before the host synchronised"
+        return 2.0 * (end.calls - self.calls)            # 2 ms per collective between the two events
+
+
+class API:
+    """The device API of bench.rank.timing.CudaAPI, logging records and synchronisations."""
+
+    def __init__(self):
+        self.calls, self.log = [], []
+
+    def event(self):
+        return Event(self)
+
+    def stream(self, device):
+        return f"current stream of {device}"
+
+    def synchronize(self, device):
+        self.log.append(("synchronize", len(self.calls)))
+
+
+@pytest.fixture
+def one_rank(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_cuda_events_bracket_exactly_the_timed_collectives(one_rank, monkeypatch):
+    api = API()
+    run = cb.run_op
+    monkeypatch.setattr(cb, "run_op", lambda op, i, o, g: (api.calls.append(op), run(op, i, o, g)))
+    timer = cb.make_timer(torch.device("cuda", 0), api)
+    assert isinstance(timer, cb.EventTimer) and isinstance(cb.make_timer(CPU), cb.HostTimer)
+    row = cb.measure("all_gather", 4096, CPU, None, 1, timer, budget_s=1.0)
+    (_, start), (_, end), (_, synced) = api.log            # two events, then one synchronisation, nothing else
+    assert api.log[0][0] == api.log[1][0] == "record" and api.log[2][0] == "synchronize"
+    assert end - start == row["iters"] and synced == end == len(api.calls)   # the timed loop, all of it, only it
+    assert start == cb.WARMUP_ITERS                       # before it: the first call, the probe, the other warm-ups
+    assert row["time_ms"] == pytest.approx(2.0) and row["timing"] == "cuda_events"
+    assert row["op"] == "all_gather" and row["size_bytes"] == 4096 and row["iters"] >= cb.MIN_ITERS
+
+
+def test_host_clock_rows_say_so(one_rank):
+    rows = cb.collective_sweep(CPU, 4096, ops=("reduce_scatter",), budget_s=0.2)
+    assert [(r["scope"], r["op"], r["size_bytes"], r["timing"]) for r in rows] == [("world", "reduce_scatter", 4096, "host_clock")]
+
+
+def test_a_sweep_with_fsdp_measures_all_gather_and_reduce_scatter_and_one_without_only_all_reduce():
+    from bench.config import SweepConfig
+    from bench.sweep.plan import Machine, plan, resolve
+    gpu2 = Machine(cuda_devices=2, cpu_cores=8, gpu_names=("H100",) * 2, gpu_capabilities=((9, 0),) * 2)
+
+    def ops(strategies):
+        cfg = resolve(SweepConfig(workloads=("synthetic",), strategies=strategies, gpus=(1, 2)), gpu2)
+        comm = [s for s in plan(cfg, gpu2) if isinstance(s, RunSpec) and s.mode == "comm"]
+        assert len(comm) == 1 and RunSpec.from_json(comm[0].to_json()) == comm[0]
+        return comm[0].comm_ops
+    assert ops(("ddp",)) == ("all_reduce",)
+    assert ops(("ddp", "fsdp")) == cb.OPS
