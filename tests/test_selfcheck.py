@@ -94,6 +94,7 @@ def test_the_checks_read_every_sweep_of_the_selfcheck_and_a_skipped_step_fails_o
     from bench.store import store
     path = str(tmp_path / "s.sqlite")
     conn = store.connect(path)
+    assert selfcheck.checks(path) == [("every configuration ran", False, f"{path} holds no sweep of a self-check")]
     old = store.begin_sweep(conn, "an earlier self-check", "{}", None)  # another process's sweep: not read
     _record(conn, old, "failed", "long ago", strategy="fsdp")
     conn.execute("UPDATE sweeps SET pid = pid + 1 WHERE sweep_id = ?", (old,))
@@ -133,3 +134,31 @@ def test_the_timing_check_fails_when_window_and_steps_disagree(tmp_path):
     conn.close()
     timing = [c for c in selfcheck.checks(path) if c[0].startswith("timing agrees")]
     assert timing and timing[0][1] is False and "50.0% apart" in timing[0][2], timing
+
+
+def test_a_stored_nvlink_all_reduce_that_fell_short_fails_naming_the_link_of_the_gpus_its_ranks_used(tmp_path):
+    # The wiring from the store: the comm result's environment (topology, GPUs), its ranks' GPUs (by PCI bus id) and
+    # its rows. Ranks ran on torch GPUs 2 and 3, joined by NV18, while GPUs 0-1 have only PCIe.
+    from bench.commands import selfcheck
+    from bench.shared.spec import RunSpec
+    from bench.store import store
+    bus = [f"00000000:{0x10 + i:02X}:00.0" for i in range(4)]
+    gpus = [{"index": i, "compute_capability": "9.0", "pcie_gen_max": 5, "pcie_width_max": 16, "pci_bus_id": bus[i]}
+            for i in range(4)]
+    matrix = [["X", "PIX", "SYS", "SYS"], ["PIX", "X", "SYS", "SYS"], ["SYS", "SYS", "X", "NV18"], ["SYS", "SYS", "NV18", "X"]]
+    env = {"gpus": gpus, "topology": {"numbering": "torch", "matrix": matrix}, "cpu_model": "Intel Xeon",
+           "nccl_env": {"NCCL_SHM_DISABLE": "1"}}
+    path = str(tmp_path / "s.sqlite")
+    conn = store.connect(path)
+    eid = store.insert_environment(conn, env)
+    sid = store.begin_sweep(conn, "cmd", "{}", eid)
+    spec = RunSpec(workload="allreduce", strategy="comm", device_type="cuda", device_count=2, per_device_batch=0,
+                   global_batch=0, image_size=0, steps=0, warmup=0, threads=1, seed=0, scaling="weak", mode="comm")
+    store.record_result(conn, sid, eid, spec, "ok", payload={
+        "comm": [{"scope": "world", "ranks": 2, "size_bytes": 2**28, "time_ms": 10.0, "algbw_gbps": 22.0, "busbw_gbps": 22.0}],
+        "rank_devices": [{"rank": 0, "host": "n1", "device": bus[2]}, {"rank": 1, "host": "n1", "device": bus[3]}]})
+    conn.close()
+    got = {c: (ok, d) for c, ok, d in selfcheck.checks(path)}
+    ok, detail = got["all-reduce busbw on 2"]
+    assert ok is False and "NV18 between GPUs 2-3" in detail and "measured 22.0 GB/s" in detail, detail
+    assert "NCCL_SHM_DISABLE=1" in detail

@@ -116,6 +116,8 @@ def checks(path: str, sweep_ids: list | None = None, steps: tuple = (), gate: tu
     conn = store.connect(path, readonly=True)
     try:
         ids = sweep_ids or sweeps_of_last_selfcheck(conn)
+        if not ids:
+            return [("every configuration ran", False, f"{path} holds no sweep of a self-check")]
         by_sweep = {i: [dict(r) for r in store.latest_results(conn, i)] for i in ids}
         raw = [r for i in ids for r in by_sweep[i]]
         failed = [r for r in raw if r["status"] in ("failed", "interrupted")]
