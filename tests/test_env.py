@@ -90,6 +90,18 @@ class FakeNVML:
     def nvmlDeviceGetEccMode(self, h):
         return [1, 1]
 
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+        return 5  # what the GPU and its slot can train to
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+        return 16
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        return 1  # idle: the link is lowered to save power
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+        return 16
+
     def nvmlSystemGetDriverVersion(self):
         return "550.54.15"
 
@@ -151,6 +163,13 @@ def test_gpu_record_carries_clocks_power_and_modes_in_named_units():
     assert g["power_limit_w"] == 700.0 and g["persistence_mode"] is True and g["ecc"] is True
 
 
+def test_gpu_record_carries_its_pcie_link_the_most_it_can_train_to_and_what_it_ran_at():
+    # selfcheck's all-reduce expectation over PCIe paths rests on the maximum (bench.machine.linkspeed)
+    g = env.hardware(torch_view([2]), FakeNVML())["gpus"][0]
+    assert (g["pcie_gen_max"], g["pcie_width_max"]) == (5, 16)
+    assert (g["pcie_gen_current"], g["pcie_width_current"]) == (1, 16)
+
+
 def test_torch_without_pci_ids_is_mapped_by_uuid():
     g = env.hardware(torch_view([3, 1], pci=False), FakeNVML())["gpus"]
     assert [x["nvml_index"] for x in g] == [3, 1]
@@ -193,7 +212,8 @@ def test_missing_nvml_functions_leave_fields_none_without_raising():
     hw = env.hardware(torch_view([3, 1]), Sparse())
     g = hw["gpus"][0]
     assert g["pci_bus_id"] == "00000000:AF:00.0" and g["uuid"] == f"GPU-{uuid(3)}"  # from torch
-    for key in ("nvml_index", "sm_clock_max_mhz", "sm_clock_mhz", "power_limit_w", "persistence_mode", "ecc"):
+    for key in ("nvml_index", "sm_clock_max_mhz", "sm_clock_mhz", "power_limit_w", "persistence_mode", "ecc",
+                "pcie_gen_max", "pcie_width_max", "pcie_gen_current", "pcie_width_current"):
         assert g[key] is None, key
     assert hw["topology"]["matrix"] == [["X", None], [None, "X"]]
 

@@ -91,3 +91,104 @@ def test_selfcheck_fails_a_ddp_run_whose_ranks_shared_a_gpu(tmp_path):
     conn.close()
     own = [c for c in selfcheck.checks(path) if c[0].startswith("each rank on its own GPU")]
     assert own and own[0][1] is False and "ranks [0, 1]" in own[0][2], own
+
+
+# ---------------------------------------------------------------- all-reduce bus bandwidth against the links
+
+def gpu(index: int, cc: str = "9.0", gen: int | None = 5, width: int | None = 16) -> dict:
+    """One GPU as bench.machine.env records it (the fields the expectation reads)."""
+    return {"index": index, "compute_capability": cc, "pcie_gen_max": gen, "pcie_width_max": width,
+            "pci_bus_id": f"00000000:{index + 0x10:02X}:00.0"}
+
+
+def environment(matrix: list, gpus: list, cpu: str = "Intel(R) Xeon(R) Platinum 8480+", nccl: dict | None = None) -> dict:
+    return {"topology": {"numbering": "torch", "source": "nvml", "matrix": matrix}, "gpus": gpus, "cpu_model": cpu,
+            "nccl_env": nccl or {}}
+
+
+def comm_rows(peak_gbps: float, op: str | None = None) -> list:
+    rows = [{"scope": "world", "size_bytes": s, "busbw_gbps": peak_gbps * f} for s, f in ((2**20, 0.1), (2**28, 1.0))]
+    rows.append({"scope": "node", "size_bytes": 2**28, "busbw_gbps": 10 * peak_gbps})  # another scope: not counted
+    return [dict(r, op=op) for r in rows] if op else rows
+
+
+H100_PAIR = environment([["X", "NV18"], ["NV18", "X"]], [gpu(0), gpu(1)])
+PCIE4_PAIR = environment([["X", "PIX"], ["PIX", "X"]], [gpu(0, "8.0", 4), gpu(1, "8.0", 4)])
+SYS_PAIR = environment([["X", "SYS"], ["SYS", "X"]], [gpu(0, "8.6", 4), gpu(1, "8.6", 4)], cpu="AMD EPYC 7763")
+
+
+def test_nvlink_h100_pair_expects_60_percent_of_18_links_at_25_gb_s_per_direction():
+    from bench.machine import linkspeed
+    lk = linkspeed.ring_bottleneck(H100_PAIR["topology"]["matrix"], [0, 1], H100_PAIR["gpus"])
+    assert (lk.label, lk.line_gbps, lk.floor_gbps) == ("NV18", 450.0, 270.0) and lk.nvlink
+    ok, detail = machinecheck.allreduce_busbw("cuda", 2, 1, comm_rows(360.0), H100_PAIR)
+    assert ok and "NV18 between GPUs 0-1" in detail and ">= 270.0 GB/s" in detail and "measured 360.0" in detail
+
+
+def test_nvlink_shortfall_names_the_link_the_transport_settings_and_what_to_check():
+    env = dict(H100_PAIR, nccl_env={"NCCL_P2P_DISABLE": "1", "NCCL_DEBUG": "INFO"})
+    ok, detail = machinecheck.allreduce_busbw("cuda", 2, 1, comm_rows(22.0), env)
+    assert ok is False
+    assert "NV18 between GPUs 0-1" in detail and "expected >= 270.0 GB/s busbw" in detail and "measured 22.0 GB/s" in detail
+    assert "as if over PCIe or host memory" in detail and "NCCL_P2P_DISABLE=1" in detail
+    assert "NCCL_DEBUG" not in detail  # it changes the log, not the transport
+
+
+def test_pcie_gen4_pair_expects_its_line_rate_share_and_names_a_shortfall():
+    from bench.machine import linkspeed
+    assert round(linkspeed.pcie_gbps(4, 16), 1) == 31.5 and round(linkspeed.pcie_gbps(5, 16), 1) == 63.0
+    ok, detail = machinecheck.allreduce_busbw("cuda", 2, 1, comm_rows(22.0), PCIE4_PAIR)
+    assert ok and "PIX between GPUs 0-1" in detail and "PCIe gen4 x16" in detail and ">= 18.9 GB/s" in detail
+    ok, detail = machinecheck.allreduce_busbw("cuda", 2, 1, comm_rows(5.0), PCIE4_PAIR)
+    assert ok is False and "below what this PCIe path carries" in detail and "no NCCL setting" in detail
+
+
+def test_a_path_between_cpu_sockets_expects_the_slower_of_pcie_and_the_socket_link():
+    ok, detail = machinecheck.allreduce_busbw("cuda", 2, 1, comm_rows(9.0), SYS_PAIR)
+    assert ok and "SYS between GPUs 0-1" in detail and "16 GB/s in NCCL's model" in detail and ">= 4.8 GB/s" in detail
+    assert machinecheck.allreduce_busbw("cuda", 2, 1, comm_rows(2.0), SYS_PAIR)[0] is False
+
+
+def test_the_ring_goes_over_nvlink_where_it_can_and_its_slowest_link_is_named():
+    from bench.machine import linkspeed
+    # GPUs 0-1 and 2-3 are NVLink pairs, 1-2 and 3-0 only PCIe: the best ring 0-1-2-3 still crosses PIX twice;
+    # 0-2 and 1-3 are SYS, which a ring through PIX avoids.
+    m = [["X", "NV4", "SYS", "PIX"], ["NV4", "X", "PIX", "SYS"], ["SYS", "PIX", "X", "NV4"], ["PIX", "SYS", "NV4", "X"]]
+    lk = linkspeed.ring_bottleneck(m, [0, 1, 2, 3], [gpu(i, "8.6", 4) for i in range(4)])
+    assert lk.label == "PIX" and lk.line_gbps == linkspeed.pcie_gbps(4, 16)
+    # Over only the NVLink pair the ring never leaves it
+    assert linkspeed.ring_bottleneck(m, [2, 3], [gpu(i, "8.6", 4) for i in range(4)]).label == "NV4"
+
+
+def test_one_device_has_no_link_and_the_check_says_so_without_failing():
+    from bench.machine import linkspeed
+    assert linkspeed.ring_bottleneck([["X"]], [0], [gpu(0)]) is None
+    ok, detail = machinecheck.allreduce_busbw("cuda", 1, 1, [], H100_PAIR)
+    assert ok is None and "no link" in detail and "0 by definition" in detail
+
+
+def test_cpu_gloo_compares_nothing_and_passes_with_a_bandwidth():
+    ok, detail = machinecheck.allreduce_busbw("cpu", 2, 1, comm_rows(0.4), {})
+    assert ok and "CPU/gloo: no link to compare" in detail and "0.40 GB/s" in detail
+    assert machinecheck.allreduce_busbw("cpu", 2, 1, comm_rows(0.0), {})[0] is False
+
+
+def test_only_all_reduce_rows_count_when_other_collectives_are_stored():
+    rows = comm_rows(300.0) + [dict(r, op="all_gather", busbw_gbps=1.0) for r in comm_rows(1.0)]
+    ok, detail = machinecheck.allreduce_busbw("cuda", 2, 1, rows, H100_PAIR)
+    assert ok and "measured 300.0" in detail
+    assert machinecheck.allreduce_busbw("cuda", 2, 1, comm_rows(300.0, op="all_gather"), H100_PAIR)[0] is False
+
+
+def test_without_a_figure_for_the_link_nothing_is_compared_and_the_detail_says_why():
+    no_pcie = environment([["X", "PXB"], ["PXB", "X"]], [gpu(0, gen=None), gpu(1, gen=None)])
+    ok, detail = machinecheck.allreduce_busbw("cuda", 2, 1, comm_rows(5.0), no_pcie)
+    assert ok and "PCIe generation and width not recorded" in detail and "nothing compared" in detail
+    assert "nothing compared" in machinecheck.allreduce_busbw("cuda", 2, 1, comm_rows(5.0), {"topology": None})[1]
+
+
+def test_ranks_are_mapped_to_torch_devices_by_their_pci_bus_ids():
+    gpus = [gpu(i) for i in range(4)]
+    ranks = [{"rank": 1, "device": gpus[3]["pci_bus_id"]}, {"rank": 0, "device": gpus[2]["pci_bus_id"]}]
+    assert machinecheck.torch_indices(ranks, gpus) == [2, 3]
+    assert machinecheck.torch_indices(ranks + [{"rank": 2, "device": "elsewhere"}], gpus) is None

@@ -17,12 +17,104 @@ def test_without_a_gpu_selfcheck_says_so_and_exits_0_having_checked_nothing(tmp_
 def test_selfcheck_on_the_cpu_path_runs_every_check_and_they_pass(tmp_path):
     p = run_bench(["selfcheck", "--device", "cpu", "--store", str(tmp_path / "s.sqlite")], timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
-    results = [l.split() for l in p.stdout.splitlines() if l.startswith("  PASS") or l.startswith("  FAIL")]
-    checks = " ".join(p.stdout.splitlines())
-    assert results and all(r[0] == "PASS" for r in results), p.stdout
+    lines = [l for l in p.stdout.splitlines() if l.startswith(("  PASS", "  FAIL", "  SKIP"))]
+    text = "\n".join(lines)
+    assert lines and all(l.startswith("  PASS") for l in lines if "fp16" not in l), text
     for name in ("every configuration ran", "timing agrees: bench/synthetic/ddp/cpux2", "memory recorded",
-                 "equivalence: ddp x2", "all-reduce on 2"):
-        assert name in checks, name
+                 "equivalence: ddp x2", "equivalence gate at 2: ddp", "all-reduce busbw on 2",
+                 "CPU/gloo: no link to compare", "runs one step: DDP (ddp x2)", "runs one step: FSDP (fsdp x2)",
+                 "runs one step: bf16 autocast (ddp x2)"):
+        assert name in text, name
+    fp16 = [l for l in lines if "runs one step: fp16 with the gradient scaler" in l]
+    assert len(fp16) == 1 and fp16[0].startswith("  SKIP") and "skipped by design" in fp16[0], text
+    assert "4 sweep(s)" in p.stdout and "not on the CPU path" in p.stdout  # compile and DeepLabV3: said, not hidden
+    assert not (tmp_path / "report.md").exists()  # the self-check renders no report over a sweep's results/report.md
+
+
+def test_the_configurations_it_runs_on_1_2_and_8_gpus_with_and_without_bf16():
+    from bench.commands import selfcheck_sweeps as ss
+    for n in (1, 2, 8):
+        for bf16 in (True, False):
+            steps = {s.what: s for s in ss.steps("cuda", n, bf16)}
+            assert set(steps) == {"DDP", "FSDP", "fp16 with the gradient scaler", "bf16 autocast", "torch.compile",
+                                  "DeepLabV3, channels_last, synthetic images"}
+            assert all(s.count == n for s in steps.values())  # the largest count: every GPU
+            assert not any(s.by_design for w, s in steps.items() if w != "bf16 autocast")  # on CUDA a skip fails
+            assert bool(steps["bf16 autocast"].by_design) is not bf16 and steps["bf16 autocast"].in_main is bf16
+            assert steps["FSDP"].gate is (n == 2) and steps["torch.compile"].compile
+            dl = steps["DeepLabV3, channels_last, synthetic images"]
+            assert (dl.workload, dl.strategy, dl.channels_last) == ("deeplabv3", "ddp", True)
+            runs = ss.sweeps("cuda", n, bf16, "/s.sqlite")
+            titles = [t for t, _ in runs]
+            main = runs[0][1]
+            assert titles[0] == "main sweep" and "--no-report" in main
+            assert ("--check-equivalence" in main) is (n <= 2)  # above 2 the gate runs at 2 in a sweep of its own
+            assert main[main.index("--gpus") + 1] == ("1" if n == 1 else f"1,{n}")
+            assert main[main.index("--precision") + 1] == ("fp32,bf16" if bf16 else "fp32")
+            # one sweep per step the main sweep does not run, and the gate at 2 of its own only above 2 GPUs
+            assert len(runs) == 1 + sum(not s.in_main for s in steps.values()) + (n > 2)
+            assert (f"equivalence gate at 2" in titles) is (n > 2)
+            for title, argv in runs[1:]:
+                assert argv[argv.index("--gpus") + 1] == (str(n) if title.startswith("one step") else "2")
+                assert "--no-report" in argv and argv[argv.index("--store") + 1] == "/s.sqlite"
+            compile_argv = dict(runs)["one step: torch.compile"]
+            assert "--compile" in compile_argv and compile_argv[compile_argv.index("--warmup") + 1] == "1"
+            deeplab = dict(runs)["one step: DeepLabV3, channels_last, synthetic images"]
+            assert "--channels-last" in deeplab and "--data" not in deeplab and "--image-size" in deeplab
+            if n > 2:
+                gate = dict(runs)["equivalence gate at 2"]
+                assert gate[gate.index("--strategies") + 1] == "dp,ddp,fsdp" and "--check-equivalence" in gate
+    assert [s.what for s in ss.steps("cpu", 2, False)] == ["DDP", "FSDP", "fp16 with the gradient scaler", "bf16 autocast"]
+
+
+def test_every_argv_it_builds_is_a_valid_sweep(tmp_path):
+    # Each sweep passes the suite's own checks on machines of 1, 2 and 8 GPUs (resolved without a GPU) and runs something.
+    from bench import options
+    from bench.commands import selfcheck_sweeps as ss
+    from bench.sweep.plan import Machine, RunSpec, plan
+    for n in (1, 2, 8):
+        h100 = Machine(cuda_devices=n, cpu_cores=16, gpu_names=("NVIDIA H100 80GB HBM3",) * n,
+                       gpu_capabilities=((9, 0),) * n, arch_list=("sm_90",))
+        for title, argv in ss.sweeps("cuda", n, True, str(tmp_path / "s.sqlite")):
+            cfg = options.prepare(argv, machine=h100)[0]
+            runs = [s for s in plan(cfg, h100) if isinstance(s, RunSpec)]
+            assert runs, (n, title)
+
+
+def _record(conn, sid, status="ok", reason=None, **spec):
+    from bench.shared.spec import RunSpec
+    from bench.store import store
+    s = RunSpec(**{**dict(workload="synthetic", strategy="ddp", device_type="cuda", device_count=2, per_device_batch=8,
+                          global_batch=16, image_size=0, steps=2, warmup=0, threads=1, seed=0, scaling="weak"), **spec})
+    payload = {"steps": [], "windows": [], "memory": [], "timing_method": "cuda_window_events"} if status == "ok" else None
+    store.record_result(conn, sid, None, s, status, reason, payload=payload)
+
+
+def test_the_checks_read_every_sweep_of_the_selfcheck_and_a_skipped_step_fails_on_cuda_with_its_reason(tmp_path):
+    from bench.commands import selfcheck, selfcheck_sweeps as ss
+    from bench.store import store
+    path = str(tmp_path / "s.sqlite")
+    conn = store.connect(path)
+    assert selfcheck.checks(path) == [("every configuration ran", False, f"{path} holds no sweep of a self-check")]
+    old = store.begin_sweep(conn, "an earlier self-check", "{}", None)  # another process's sweep: not read
+    _record(conn, old, "failed", "long ago", strategy="fsdp")
+    conn.execute("UPDATE sweeps SET pid = pid + 1 WHERE sweep_id = ?", (old,))
+    main, one, two, three = (store.begin_sweep(conn, "cmd", "{}", None) for _ in range(4))
+    _record(conn, main)                                                      # DDP, in the main sweep
+    _record(conn, one, strategy="fsdp")                                      # FSDP, in a sweep of its own
+    _record(conn, two, "skipped", "fp16 needs X", precision="fp16")          # a skip on CUDA: a failure
+    _record(conn, three, "skipped", "bf16 needs compute capability 8.0 (Ampere) or later; this GPU has 7.0",
+            precision="bf16")                                                # bf16 without hardware: stated
+    conn.close()
+    steps = tuple(ss.steps("cuda", 2, False))[:4]
+    got = {c: (ok, d) for c, ok, d in selfcheck.checks(path, None, steps)}
+    assert got["runs one step: DDP (ddp x2)"][0] is True and got["runs one step: FSDP (fsdp x2)"][0] is True
+    assert got["runs one step: fp16 with the gradient scaler (ddp x2)"] == (False, "skipped: fp16 needs X")
+    ok, detail = got["runs one step: bf16 autocast (ddp x2)"]
+    assert ok is None and "skipped by design" in detail and "this GPU has 7.0" in detail
+    assert got["every configuration ran"][0] is True  # the earlier self-check's failure is not this one's
+    gate = {c: (ok, d) for c, ok, d in selfcheck.checks(path, None, steps, gate=("dp", "ddp", "fsdp"))}
+    assert gate["equivalence gate at 2: dp,ddp,fsdp"][0] is False and "ddp: not run" in gate["equivalence gate at 2: dp,ddp,fsdp"][1]
 
 
 def test_the_timing_check_fails_when_window_and_steps_disagree(tmp_path):
@@ -43,3 +135,31 @@ def test_the_timing_check_fails_when_window_and_steps_disagree(tmp_path):
     conn.close()
     timing = [c for c in selfcheck.checks(path) if c[0].startswith("timing agrees")]
     assert timing and timing[0][1] is False and "50.0% apart" in timing[0][2], timing
+
+
+def test_a_stored_nvlink_all_reduce_that_fell_short_fails_naming_the_link_of_the_gpus_its_ranks_used(tmp_path):
+    # The wiring from the store: the comm result's environment (topology, GPUs), its ranks' GPUs (by PCI bus id) and
+    # its rows. Ranks ran on torch GPUs 2 and 3, joined by NV18, while GPUs 0-1 have only PCIe.
+    from bench.commands import selfcheck
+    from bench.shared.spec import RunSpec
+    from bench.store import store
+    bus = [f"00000000:{0x10 + i:02X}:00.0" for i in range(4)]
+    gpus = [{"index": i, "compute_capability": "9.0", "pcie_gen_max": 5, "pcie_width_max": 16, "pci_bus_id": bus[i]}
+            for i in range(4)]
+    matrix = [["X", "PIX", "SYS", "SYS"], ["PIX", "X", "SYS", "SYS"], ["SYS", "SYS", "X", "NV18"], ["SYS", "SYS", "NV18", "X"]]
+    env = {"gpus": gpus, "topology": {"numbering": "torch", "matrix": matrix}, "cpu_model": "Intel Xeon",
+           "nccl_env": {"NCCL_SHM_DISABLE": "1"}}
+    path = str(tmp_path / "s.sqlite")
+    conn = store.connect(path)
+    eid = store.insert_environment(conn, env)
+    sid = store.begin_sweep(conn, "cmd", "{}", eid)
+    spec = RunSpec(workload="allreduce", strategy="comm", device_type="cuda", device_count=2, per_device_batch=0,
+                   global_batch=0, image_size=0, steps=0, warmup=0, threads=1, seed=0, scaling="weak", mode="comm")
+    store.record_result(conn, sid, eid, spec, "ok", payload={
+        "comm": [{"scope": "world", "ranks": 2, "size_bytes": 2**28, "time_ms": 10.0, "algbw_gbps": 22.0, "busbw_gbps": 22.0}],
+        "rank_devices": [{"rank": 0, "host": "n1", "device": bus[2]}, {"rank": 1, "host": "n1", "device": bus[3]}]})
+    conn.close()
+    got = {c: (ok, d) for c, ok, d in selfcheck.checks(path)}
+    ok, detail = got["all-reduce busbw on 2"]
+    assert ok is False and "NV18 between GPUs 2-3" in detail and "measured 22.0 GB/s" in detail, detail
+    assert "NCCL_SHM_DISABLE=1" in detail

@@ -4,13 +4,17 @@
     own_devices(details)                  after it: each rank of a run on a GPU of its own (PCI bus ids)
     clock_agreement(api, work_s)          after it: CUDA events timed against the host's clock around a
                                           known amount of device work (a spin of work_s at the SM clock)
+    allreduce_busbw(...)                  the all-reduce's peak bus bandwidth against what the recorded links
+                                          should give (bench.machine.linkspeed), a shortfall named with its link
 
-Each returns (passed, detail). The device APIs are arguments, so the CPU tests pass stand-ins (a fake
+Each returns (passed, detail); passed is None where there is nothing to check (stated, not a failure). The device APIs are arguments, so the CPU tests pass stand-ins (a fake
 NVML, a fake event API); `CudaClockAPI` is the real one.
 """
 from __future__ import annotations
 
 import time
+
+from bench.machine import linkspeed
 
 CLOCK_AGREEMENT = 0.10   # events may fall short of the host's span by launch and sync overhead, no more
 
@@ -83,3 +87,53 @@ class CudaClockAPI:
 
     def spin(self, seconds: float) -> None:
         self.torch.cuda._sleep(int(seconds * self.hz))  # a kernel that spins this many SM clock cycles
+
+
+# NCCL's settings that change which transport or algorithm an all-reduce takes (NCCL's environment-variable docs)
+TRANSPORT_SETTINGS = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_P2P_DIRECT_DISABLE", "NCCL_SHM_DISABLE", "NCCL_NVLS_ENABLE",
+                      "NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_TOPO_FILE",
+                      "NCCL_CUMEM_ENABLE", "NCCL_IB_DISABLE", "NCCL_NET")
+
+
+def transport_settings(env: dict) -> str:
+    """The recorded NCCL settings that change the transport, in words."""
+    found = {k: v for k, v in ((env or {}).get("nccl_env") or {}).items() if k in TRANSPORT_SETTINGS}
+    return ("NCCL settings that change the transport: " + ", ".join(f"{k}={v}" for k, v in found.items())) if found \
+        else "no NCCL setting that changes the transport was set"
+
+
+def torch_indices(rank_devices: list, gpus: list) -> list | None:
+    """The torch device of each rank (in rank order) from the PCI bus ids the ranks recorded; None if any is unknown."""
+    index = {g.get("pci_bus_id"): g.get("index") for g in gpus or [] if g.get("pci_bus_id")}
+    found = [index.get(r.get("device")) for r in sorted(rank_devices or [], key=lambda r: r["rank"])]
+    return found if found and None not in found else None
+
+
+def allreduce_busbw(device_type: str, count: int, nodes: int, rows: list, env: dict, ranks: list | None = None) -> tuple:
+    """(passed, detail): the peak bus bandwidth of one all-reduce run (its comm rows; all-reduce over every rank only)
+    against the slowest link of the ring through `ranks` (torch devices; default 0..count-1) in the recorded topology."""
+    if count < 2:
+        return None, "1 device: no link to all-reduce over (busbw is 0 by definition), nothing measured"
+    rows = [r for r in rows if r.get("op", "all_reduce") == "all_reduce" and (r.get("scope") or "world") == "world"]
+    best = max((r.get("busbw_gbps") or 0.0 for r in rows), default=0.0)
+    if best <= 0:
+        return False, f"peak busbw {best:.2f} GB/s: the microbenchmark measured no bandwidth"
+    measured = f"peak busbw {best:.2f} GB/s"
+    if device_type != "cuda":
+        return True, f"{measured}; CPU/gloo: no link to compare"
+    if nodes > 1:
+        return True, f"{measured}; across {nodes} nodes the network is not in the recorded topology: nothing compared"
+    topo, env = (env or {}).get("topology") or {}, env or {}
+    if topo.get("numbering") != "torch" or not topo.get("matrix"):
+        return True, f"{measured}; no topology in torch numbering was recorded (NVML unavailable): nothing compared"
+    lk = linkspeed.ring_bottleneck(topo["matrix"], ranks or list(range(count)), env.get("gpus"), env.get("cpu_model") or "")
+    if lk.floor_gbps is None:
+        return True, f"{measured}; {lk.describe()}: {lk.medium}: nothing compared"
+    expected = f"{lk.describe()} ({lk.medium}): expected >= {lk.floor_gbps:.1f} GB/s busbw ({lk.share:.0%} of {lk.line_gbps:.1f})"
+    if best >= lk.floor_gbps:
+        return True, f"{expected}, measured {best:.1f}"
+    why = ("the all-reduce ran as if over PCIe or host memory: check NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, "
+           "`nvidia-smi nvlink --status` and the topology (`nvidia-smi topo -m`)") if lk.nvlink else \
+        ("below what this PCIe path carries: check that each GPU's link trains to its generation and width under load "
+         "(`nvidia-smi -q -d PCIE`), P2P through the PCIe switches (ACS, IOMMU), NCCL_P2P_DISABLE, NCCL_P2P_LEVEL")
+    return False, f"{expected}, measured {best:.1f} GB/s: {why}; {transport_settings(env)}"

@@ -2,7 +2,7 @@
 their links, the NCCL settings, CPU, host, commit.
 
 `capture()` is called once per sweep and stored as JSON with every result. GPU identity (UUID, PCI
-bus id, clocks, power limit) and topology come from NVML through `bench.machine.gpuinfo` and
+bus id, clocks, power limit, PCIe link) and topology come from NVML through `bench.machine.gpuinfo` and
 `bench.machine.topology`, in torch's device numbering; without a CUDA device neither NVML nor nvidia-smi
 is touched, so capture stays fast on CPU machines, and it never raises for want of a GPU tool.
 """

@@ -131,6 +131,12 @@ def describe_gpu(index: int, props, nvml, handle) -> dict:
         "power_limit_w": power_mw / 1000 if isinstance(power_mw, (int, float)) else None,
         "persistence_mode": persistence == ENABLED if persistence is not None else None,
         "ecc": ecc[0] == ENABLED if isinstance(ecc, (list, tuple)) and ecc else None,
+        # The PCIe link: the most this GPU and its slot can train to (what a transfer may reach), and what it ran
+        # at when captured (an idle GPU lowers its link to save power; under load it returns to the maximum).
+        "pcie_gen_max": get("nvmlDeviceGetMaxPcieLinkGeneration"),
+        "pcie_width_max": get("nvmlDeviceGetMaxPcieLinkWidth"),
+        "pcie_gen_current": get("nvmlDeviceGetCurrPcieLinkGeneration"),
+        "pcie_width_current": get("nvmlDeviceGetCurrPcieLinkWidth"),
     }
 
 
