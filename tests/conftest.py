@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ helpers (voc_
 
 # A synthetic model small enough that a DDP configuration with 2 gloo processes takes seconds.
 FAST = ["--workloads", "synthetic", "--synthetic-width", "128", "--synthetic-depth", "2",
-        "--per-device-batch", "8", "--steps", "3", "--warmup", "1", "--no-report"]
+        "--per-device-batch", "8", "--steps", "3", "--warmup", "1", "--repeats", "1", "--no-report"]
 
 
 def pytest_addoption(parser):

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO, run_bench
 
-SMALL = ["--steps", "2", "--warmup", "1", "--per-device-batch", "2", "--no-comm-bench", "--no-report"]
+SMALL = ["--steps", "2", "--warmup", "1", "--repeats", "1", "--per-device-batch", "2", "--no-comm-bench", "--no-report"]
 
 
 def results(path: str) -> dict:

@@ -36,7 +36,8 @@ from bench.rank.context import Ctx
 from bench.rank.loop import Trainer
 from bench.rank.strategies import apply_ddp, apply_dp, apply_single, unwrap
 from bench.rank.timing import HostClock
-from bench.rank.worker import batch_stream, make_optimizer
+from bench.rank.optimizer import make_optimizer
+from bench.rank.worker import batch_stream
 from bench.sweep.plan import RunSpec
 from bench.workloads.registry import WORKLOADS
 

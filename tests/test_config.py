@@ -219,7 +219,7 @@ def test_dp_above_one_device_on_cpu_is_planned_as_skipped_with_reason():
     skips = [i for i in items if isinstance(i, plan.Skip)]
     assert [(s.spec.strategy, s.spec.device_count) for s in skips] == [("dp", 2)]
     assert "GPUs only" in skips[0].reason
-    runs = [(i.strategy, i.device_count) for i in items if isinstance(i, plan.RunSpec) and i.mode == "bench"]
+    runs = [(i.strategy, i.device_count) for i in items if isinstance(i, plan.RunSpec) and i.mode == "bench" and i.repeat == 0]
     assert runs == [("single", 1), ("dp", 1), ("ddp", 1), ("ddp", 2)]
 
 
@@ -234,7 +234,7 @@ def test_precisions_a_device_cannot_do_are_skipped_with_the_reason():
 
 def test_ddp_settings_multiply_only_ddp_configurations_and_reach_the_key():
     cfg = resolve(SweepConfig(workloads=("synthetic",), strategies=("single", "ddp"), gpus=(2,), bucket_cap_mb=(25.0, 100.0),
-                              comm_hook=("none", "bf16")), CPU2)
+                              comm_hook=("none", "bf16"), repeats=1), CPU2)
     runs = [i for i in plan.plan(cfg, CPU2) if isinstance(i, plan.RunSpec) and i.mode == "bench"]
     assert sum(r.strategy == "single" for r in runs) == 1
     ddp = [r for r in runs if r.strategy == "ddp"]
@@ -305,3 +305,15 @@ def test_progress_of_a_long_configuration_is_shown_at_a_sensible_rate(monkeypatc
     show(watch)
     show(watch)
     assert lines == ["[3/9] deeplabv3 ddp cuda x8: ... step 120/400 (40 s)"]
+
+
+def test_three_processes_per_configuration_on_cpu_one_on_cuda_unless_repeats_is_given():
+    # On CPU one process cannot carry a compare verdict (issue 18: one DDP x2 process in seven ran 1.5x slow); three can.
+    from bench.sweep.plan import DEFAULT_REPEATS, Machine, plan, resolve
+    cpu = Machine(cuda_devices=0, cpu_cores=2)
+    gpu = Machine(cuda_devices=1, cpu_cores=2, gpu_names=("NVIDIA H100",), gpu_capabilities=((9, 0),), arch_list=("sm_90",))
+    base = dict(workloads=("synthetic",), strategies=("single",), gpus=(1,), comm_bench=False)
+    for machine, given, want in ((cpu, None, DEFAULT_REPEATS["cpu"]), (gpu, None, DEFAULT_REPEATS["cuda"]), (cpu, 2, 2)):
+        cfg = resolve(SweepConfig(**base, repeats=given), machine)
+        assert cfg.repeats == want and sorted(s.repeat for s in plan(cfg, machine)) == list(range(want)), (machine, given)
+    assert DEFAULT_REPEATS == {"cpu": 3, "cuda": 1}

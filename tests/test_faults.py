@@ -31,7 +31,7 @@ from bench.store import store
 from bench.sweep import plan
 
 REPO = Path(__file__).resolve().parents[1]
-FAST = ["--workloads", "synthetic", "--synthetic-width", "128", "--synthetic-depth", "2", "--steps", "3",
+FAST = ["--workloads", "synthetic", "--synthetic-width", "128", "--synthetic-depth", "2", "--steps", "3", "--repeats", "1",
         "--warmup", "1", "--no-comm-bench", "--no-report"]
 SINGLE_THEN_DDP = ["--strategies", "single,ddp", "--gpus", "2"]  # [single x1, ddp x2]
 STEP_ROWS = {1: 1 + 3, 2: 2 * (1 + 3 + 4)}  # per configuration: warm-up + measured (+ the probe: 2 x 2 blocks of 1 under DDP), every rank
@@ -49,8 +49,11 @@ class Sweep:
     sweep_id: int | None = None
 
     def wait(self, timeout: float) -> tuple:
-        """(exit status, seconds since start)."""
-        rc = self.proc.wait(timeout=timeout)
+        """(exit status, seconds since start); a sweep still running after `timeout` fails the test with its output."""
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the sweep was still running {timeout:.0f} s later; its output:\n{self.output()[-3000:]}") from None
         return rc, time.monotonic() - self.t0
 
     def output(self) -> str:

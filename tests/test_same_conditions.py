@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from bench.rank import epochs, loop, memory, timing, worker
+from bench.rank import epochs, loop, memory, optimizer, timing, worker
 from bench.rank.loop import Trainer
 from bench.shared.spec import RunSpec
 from bench.workloads.registry import builder
@@ -30,7 +30,7 @@ def trainer(s: RunSpec, model: nn.Module = None, wl=None) -> Trainer:
     torch.manual_seed(0)
     wl = wl if wl is not None else builder(s.workload)(s, 0, CPU)
     model = model if model is not None else wl.model
-    return Trainer(spec=s, model=model, opt=worker.make_optimizer(model), wl=wl, device=CPU, clock=timing.HostClock)
+    return Trainer(spec=s, model=model, opt=optimizer.make_optimizer(model), wl=wl, device=CPU, clock=timing.HostClock)
 
 
 # ---- one optimizer implementation ---------------------------------------------------------------
@@ -68,11 +68,11 @@ class FakeParams(nn.Module):
 def test_every_strategy_gets_the_same_optimizer_implementation_on_cuda(monkeypatch):
     monkeypatch.setattr(torch.optim, "SGD", RecordingSGD)
     RecordingSGD.made = []
-    worker.make_optimizer(FakeParams(sharded=False), cuda=True)  # single, dp, ddp
-    worker.make_optimizer(FakeParams(sharded=True), cuda=True)   # fsdp
+    optimizer.make_optimizer(FakeParams(sharded=False), cuda=True)  # single, dp, ddp
+    optimizer.make_optimizer(FakeParams(sharded=True), cuda=True)   # fsdp
     plain, sharded = RecordingSGD.made
     assert plain == sharded and plain.get("foreach") is True and not plain.get("fused")
-    settings = worker.optimizer_settings(True, "fp16")
+    settings = optimizer.optimizer_settings(True, "fp16")
     assert settings["implementation"] == "foreach" and "every strategy" in settings["grad_scaler"]
 
 

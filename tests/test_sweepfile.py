@@ -96,7 +96,7 @@ def test_the_stored_sweep_is_the_resolved_one_and_its_command_line_names_the_fil
     from conftest import run_bench
     store = tmp_path / "s.sqlite"
     f = _toml(tmp_path, 'strategies = ["single"]\nworkloads = ["synthetic"]\nsynthetic-width = 32\nsynthetic-depth = 1\n'
-                        'per-device-batch = 4\nsteps = 2\nwarmup = 0\nreport = false\n')
+                        'per-device-batch = 4\nsteps = 2\nwarmup = 0\nrepeats = 1\nreport = false\n')
     p = run_bench(["--config", f, "--store", str(store)], timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     row = sqlite3.connect(store).execute("SELECT command_line, config_json FROM sweeps").fetchone()

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from bench.rank import timing, worker
+from bench.rank import optimizer, timing, worker
 from bench.rank.context import Ctx
 from bench.rank.loop import Trainer
 from bench.rank.strategies import STRATEGIES
@@ -95,7 +95,7 @@ def trainer(s: RunSpec, api: FakeAPI, sync_devices: list) -> Trainer:
     def clock():
         api.clock = timing.EventClock(CPU, sync_devices, api=api)
         return api.clock
-    return Trainer(spec=s, model=model, opt=worker.make_optimizer(model), wl=wl, device=CPU, clock=clock)
+    return Trainer(spec=s, model=model, opt=optimizer.make_optimizer(model), wl=wl, device=CPU, clock=clock)
 
 
 @pytest.mark.parametrize("strategy, accum", [("single", 1), ("single", 4), ("dp", 1)])

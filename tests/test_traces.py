@@ -23,7 +23,7 @@ from conftest import REPO
 
 NAP_MS = 40
 SWEEP = ["--workloads", "synthetic", "--synthetic-width", "128", "--synthetic-depth", "2", "--per-device-batch", "8",
-         "--steps", "4", "--warmup", "1", "--strategies", "ddp", "--gpus", "2", "--no-comm-bench", "--device", "cpu"]
+         "--steps", "4", "--warmup", "1", "--repeats", "1", "--strategies", "ddp", "--gpus", "2", "--no-comm-bench", "--device", "cpu"]
 
 
 def _start(tmp, profile: bool) -> tuple:

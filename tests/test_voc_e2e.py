@@ -11,7 +11,7 @@ from voc_tree import make_voc_tree
 
 N_IMAGES = 9
 VOC_ARGS = ["--workloads", "deeplabv3", "--data", "voc", "--image-size", "32", "--per-device-batch", "2",
-            "--num-workers", "1", "--warmup", "1", "--no-comm-bench", "--no-report"]
+            "--num-workers", "1", "--warmup", "1", "--repeats", "1", "--no-comm-bench", "--no-report"]
 
 
 @pytest.mark.timeout(600)
@@ -72,16 +72,22 @@ def test_an_unreadable_image_under_ddp_fails_every_rank_promptly_naming_the_file
     assert elapsed < 120, f"a broken file took {elapsed:.0f} s to end the configuration"
 
 
-@pytest.mark.timeout(600)
-def test_voc_equivalence_passes_for_dataparallel_and_ddp_at_two_replicas(tmp_path, store_path):
-    root = make_voc_tree(tmp_path / "voc", n_images=8)
+@pytest.mark.timeout(300)
+def test_deeplabv3_on_voc_with_batchnorm_and_dropout_passes_the_gate_under_ddp(tmp_path):
+    # The gate itself (bench.sweep.equivalence), as the sweep runs it for --check-equivalence, on real VOC files.
     # DataParallel's replica r gets DDP rank r's samples (test_voc: the sampler); on CPU it has one replica.
-    p = run_bench(VOC_ARGS + ["--voc-root", str(root), "--strategies", "ddp", "--gpus", "2", "--steps", "2",
-                              "--check-equivalence", "--no-loader-bench", "--store", store_path], timeout=600)
-    conn = sqlite3.connect(store_path)
-    conn.row_factory = sqlite3.Row
-    rows = conn.execute("SELECT * FROM results WHERE mode = 'equivalence'").fetchall()
-    assert {(r["strategy"], r["device_count"], r["status"]) for r in rows} == {("ddp", 2, "ok")}, p.stdout + p.stderr
+    # BatchNorm normalises each replica's batch: the reference takes its global batch as 2 micro-batches.
+    from bench.sweep import equivalence
+    from bench.sweep.launch import Limits
+    from bench.sweep.plan import RunSpec
+    root = make_voc_tree(tmp_path / "voc", n_images=8)
+    s = RunSpec(workload="deeplabv3", strategy="ddp", device_type="cpu", device_count=2, per_device_batch=2,
+                global_batch=4, image_size=32, steps=2, warmup=0, threads=1, seed=0, scaling="weak", mode="equivalence",
+                data="voc", voc_root=str(root))
+    out = equivalence.run(s, Limits(fixed_s=240.0, stall_s=60.0))
+    assert out.status == "ok", out.reason
+    assert out.payload["passed"] and "2 micro-batches" in out.payload["batchnorm"]
+    assert out.payload["reference_losses"] == pytest.approx(out.payload["candidate_losses"], rel=1e-4)
 
 
 @pytest.mark.timeout(600)

@@ -90,7 +90,7 @@ def main_args(device: str, count: int, bf16: bool, store: str) -> list:
     counts = ("1" if count == 1 else f"1,{count}") if device == "cuda" else str(count)  # CPU: single runs at 1 anyway
     return ["--device", device, "--gpus", counts, "--workloads", "synthetic", "--strategies", "single,dp,ddp",
             "--precision", "fp32,bf16" if bf16 and device == "cuda" else "fp32", *SYNTHETIC[device],
-            "--steps", MAIN_STEPS[device], "--warmup", "3", *(["--check-equivalence"] if count <= GATE_COUNT else []),
+            "--steps", MAIN_STEPS[device], "--warmup", "3", "--repeats", "1", *(["--check-equivalence"] if count <= GATE_COUNT else []),
             "--store", store, "--no-report"]
 
 
@@ -98,7 +98,7 @@ def step_args(step: Step, device: str, store: str) -> list:
     size = SYNTHETIC[device] if step.workload == "synthetic" else DEEPLAB[device]
     return ["--device", device, "--gpus", str(step.count), "--workloads", step.workload, "--strategies", step.strategy,
             "--precision", step.precision, *(["--channels-last"] if step.channels_last else []),
-            *(["--compile"] if step.compile else []), *size, "--steps", str(ONE_STEP),
+            *(["--compile"] if step.compile else []), *size, "--steps", str(ONE_STEP), "--repeats", "1",
             "--warmup", "1" if step.compile else "0",  # compilation happens in a warm-up step, out of the measured one
             "--no-comm-bench", *(["--check-equivalence"] if step.gate else []), "--store", store, "--no-report"]
 
@@ -106,7 +106,7 @@ def step_args(step: Step, device: str, store: str) -> list:
 def gate_args(device: str, store: str) -> list:
     return ["--device", device, "--gpus", str(GATE_COUNT), "--workloads", "synthetic",
             "--strategies", ",".join(gate_strategies(device)), "--precision", "fp32", *SYNTHETIC[device],
-            "--steps", str(ONE_STEP), "--warmup", "0", "--check-equivalence", "--store", store, "--no-report"]
+            "--steps", str(ONE_STEP), "--warmup", "0", "--repeats", "1", "--check-equivalence", "--store", store, "--no-report"]
 
 
 def sweeps(device: str, count: int, bf16: bool, store: str) -> list:

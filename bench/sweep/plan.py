@@ -33,6 +33,11 @@ DEFAULT_NUM_WORKERS = {"cuda": 2, "cpu": 1}
 # so one process's throughput spread 12-20% and compare could not call a 30% slowdown from it (issue 18).
 # pyperf and pytest-benchmark calibrate loops to a minimum time in the same way.
 DEFAULT_MIN_WINDOW_S = 1.0
+# Processes per configuration. On CPU a process is cheap, and on a shared machine about one DDP x2 process in seven
+# ran 1.5x slow throughout (measured, issue 18): one process per configuration cannot tell that from a slower
+# build, three can (compare then called 30% slowdowns of every configuration of the default CPU sweep, README).
+# On CUDA a process costs a model build and a CUDA start-up, so one, and --repeats where compare must decide.
+DEFAULT_REPEATS = {"cuda": 1, "cpu": 3}
 EQUIVALENCE_STEPS = 3
 PRECISION_NEEDS_AMPERE = ("tf32", "bf16")
 
@@ -146,7 +151,7 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
     pg = cfg.pg_timeout or (min(DEFAULT_PG_TIMEOUT_S[dev], timeout / 2) if timeout else DEFAULT_PG_TIMEOUT_S[dev])
     resolved = dataclasses.replace(
         cfg, workloads=names, device=dev, gpus=counts, gpus_per_node=per_node,
-        steps=cfg.steps or DEFAULT_STEPS[dev],
+        steps=cfg.steps or DEFAULT_STEPS[dev], repeats=cfg.repeats or DEFAULT_REPEATS[dev],
         min_window_s=cfg.min_window_s or (DEFAULT_MIN_WINDOW_S if cfg.steps is None else None), warmup=DEFAULT_WARMUP[dev] if cfg.warmup is None else cfg.warmup,
         pg_timeout=pg, num_workers=DEFAULT_NUM_WORKERS[dev] if cfg.num_workers is None else cfg.num_workers,
         # One rule for every strategy, CPU and CUDA alike: the node's cores shared by the most processes a node
@@ -263,6 +268,8 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
                             synthetic_repeats=cfg.synthetic_repeats, weights=cfg.weights or "",
                             sync_bn=cfg.sync_bn, pg_timeout_s=cfg.pg_timeout)
                         reason = _skip_reason(cfg, machine, wl, strategy, n, nodes, precision, cl, comp, info)
+                        if reason and r > 0:
+                            continue  # a configuration that cannot run is recorded as skipped once, not per repeat
                         out.append(Skip(spec, reason) if reason else spec)
     return out
 
@@ -323,7 +330,7 @@ def describe_resolved(cfg: SweepConfig, given: set) -> list:
     """Lines for the start of a sweep: every value that was filled in for the user, and the choices made for them."""
     from dataclasses import fields
     lines = []
-    shown = ("gpus", "steps", "min_window_s", "warmup", "per_device_batch", "image_size", "pg_timeout", "threads_per_process",
+    shown = ("gpus", "repeats", "steps", "min_window_s", "warmup", "per_device_batch", "image_size", "pg_timeout", "threads_per_process",
              "synthetic_width", "synthetic_depth", "num_workers", "gpus_per_node")
     filled = [f"--{f.name.replace('_', '-')} {_text(getattr(cfg, f.name))}" for f in fields(cfg)
               if f.name in shown and f.name not in given and getattr(cfg, f.name) is not None]
