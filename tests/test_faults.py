@@ -39,6 +39,20 @@ STEP_ROWS = {1: 1 + 3, 2: 2 * (1 + 3 + 4)}  # per configuration: warm-up + measu
 
 # ---------------------------------------------------------------- helpers
 
+def _as_a_terminal_job() -> None:
+    """SIGINT as a terminal's foreground job has it. A shell starts background jobs (`./run_tests.sh &`, some CI
+    runners) with SIGINT ignored, children inherit that, and a sweep respects it as it respects nohup: the Ctrl-C
+    test would then send a signal the sweep was told to ignore."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class StillRunning(subprocess.TimeoutExpired):
+    """A sweep still running when a test stopped waiting; a failure shows what the sweep had printed."""
+
+    def __str__(self) -> str:
+        return f"the sweep was still running {self.timeout:.0f} s later; its output:\n{self.output}"
+
+
 @dataclass
 class Sweep:
     proc: subprocess.Popen
@@ -52,8 +66,8 @@ class Sweep:
         """(exit status, seconds since start); a sweep still running after `timeout` fails the test with its output."""
         try:
             rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"the sweep was still running {timeout:.0f} s later; its output:\n{self.output()[-3000:]}") from None
+        except subprocess.TimeoutExpired as e:
+            raise StillRunning(e.cmd, timeout, output=self.output()[-3000:]) from None
         return rc, time.monotonic() - self.t0
 
     def output(self) -> str:
@@ -87,7 +101,7 @@ class Sweeps:
         with open(log, "a") as out:
             proc = subprocess.Popen([sys.executable, "-m", "bench", *FAST, "--store", path, *args], cwd=REPO, env=env,
                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+                                    start_new_session=True, preexec_fn=_as_a_terminal_job)
         s = Sweep(proc, path, runs, log, time.monotonic())
         self.started.append(s)
         return s

@@ -66,3 +66,14 @@ def test_holm_keeps_only_what_survives_the_family_correction():
 def test_repeat_spread_flags_processes_that_disagree():
     assert stats.repeat_spread([100.0, 120.0, 110.0]) == pytest.approx(20 / 110)
     assert np.isnan(stats.repeat_spread([100.0]))
+
+
+@pytest.mark.parametrize("df", [1, 2, 4.5, 9, 30])
+def test_student_t_is_scipys_t_without_importing_scipy_stats(df):
+    from scipy import stats as st
+    from bench.analysis.stats import student_t
+    for q in (0.025, 0.5, 0.95, 0.975, 0.9875):
+        assert student_t.ppf(q, df) == pytest.approx(st.t.ppf(q, df), rel=1e-9)
+    for t in (-3.0, -0.5, 0.0, 1.2, 4.0):
+        assert student_t.cdf(t, df) == pytest.approx(st.t.cdf(t, df), rel=1e-9, abs=1e-15)
+        assert student_t.sf(t, df) == pytest.approx(st.t.sf(t, df), rel=1e-9, abs=1e-15)

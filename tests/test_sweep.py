@@ -131,7 +131,7 @@ def test_run_bench_sh_takes_paths_and_modules_from_the_folder_it_is_run_from(tmp
         "            'make_batch': lambda g, b: (torch.randn(b, 8, generator=g), torch.randint(0, 2, (b,), generator=g))}\n")
     env = {**os.environ, "BENCH_VENV": sys.prefix}
     cmd = [os.path.join(REPO, "run_bench.sh"), "--device", "cpu", "--workloads", "my_tiny_model:build", "--strategies",
-           "single,ddp", "--gpus", "1", "--steps", "2", "--warmup", "1", "--no-comm-bench", "--store", "mine.sqlite",
+           "single,ddp", "--gpus", "1", "--steps", "2", "--warmup", "1", "--repeats", "1", "--no-comm-bench", "--store", "mine.sqlite",
            "--plots-dir", "figs", "--report-dir", "out"]
     p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
