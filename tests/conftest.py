@@ -34,6 +34,7 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    _QUICK["wanted"] = any("quick_sweep" in getattr(item, "fixturenames", ()) for item in items)
     if config.getoption("--run-gpu"):
         import torch
         if torch.cuda.is_available():
@@ -59,10 +60,42 @@ def store_path(tmp_path) -> str:
     return str(tmp_path / "bench.sqlite")
 
 
+# The quick sweep runs in the background from the first test of these modules on (their tests time nothing that a
+# neighbouring process would disturb; the modules before them, test_ab and test_benchmarks, do), so that its minute
+# overlaps them: most of the suite keeps one of the two cores idle (one-thread processes, imports).
+QUICK_OVERLAPS = ("test_commbench.py", "test_compare.py", "test_config.py", "test_cudacompat.py", "test_env.py",
+                  "test_equivalence.py", "test_forecast.py", "test_sweep.py")
+QUICK_ARGS = ["--config", "sweeps/quick-cpu.toml", "--no-report", "--device", "cpu"]
+_QUICK: dict = {}
+
+
+def _start_quick_sweep(folder: str) -> None:
+    path = os.path.join(folder, "bench.sqlite")
+    args = [sys.executable, "-m", "bench", *QUICK_ARGS, "--store", path]
+    _QUICK.update(args=args, path=path, proc=subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE,
+                                                             stderr=subprocess.PIPE, text=True))
+
+
+def pytest_runtest_setup(item):
+    if _QUICK.get("wanted") and "proc" not in _QUICK and Path(str(item.fspath)).name in QUICK_OVERLAPS:
+        _start_quick_sweep(str(item.config._tmp_path_factory.mktemp("quick")))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    proc = _QUICK.get("proc")
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.fixture(scope="session")
 def quick_sweep(tmp_path_factory) -> tuple:
     """The shipped quick CPU sweep (sweeps/quick-cpu.toml: single, DataParallel x1, DDP x1 and x2 of the synthetic
-    MLP and DeepLabV3 at 32 px, and the all-reduce at 2), run once per test session: (the completed process,
-    its store path). Tests that need a real sweep's rows read this store instead of running their own."""
-    path = str(tmp_path_factory.mktemp("quick") / "bench.sqlite")
-    return run_bench(["--config", "sweeps/quick-cpu.toml", "--no-report", "--store", path], timeout=600), path
+    MLP and DeepLabV3 at 32 px, and the all-reduce at 2), run once per test session (started in the background
+    by pytest_runtest_setup, or here): (the completed process, its store path). Tests that need a real sweep's
+    rows read this store instead of running their own."""
+    if "proc" not in _QUICK:
+        _start_quick_sweep(str(tmp_path_factory.mktemp("quick")))
+    proc = _QUICK["proc"]
+    out, err = proc.communicate(timeout=600)
+    return subprocess.CompletedProcess(_QUICK["args"], proc.returncode, out, err), _QUICK["path"]

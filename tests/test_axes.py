@@ -22,11 +22,11 @@ def results(path: str) -> dict:
 @pytest.mark.timeout(600)
 def test_a_torchvision_model_by_name_trains_under_single_and_ddp_x2(tmp_path):
     path = str(tmp_path / "s.sqlite")
-    p = run_bench(["--workloads", "resnet18", "--image-size", "32", "--strategies", "single,ddp", "--gpus", "1,2",
+    p = run_bench(["--workloads", "resnet18", "--image-size", "32", "--strategies", "single,ddp", "--gpus", "2",
                    *SMALL, "--store", path], timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     got = results(path)
-    for strategy, n in (("single", 1), ("ddp", 1), ("ddp", 2)):
+    for strategy, n in (("single", 1), ("ddp", 2)):
         r = got[("resnet18", strategy, n, "fp32", 0, 0)]
         assert r["status"] == "ok" and r["samples_per_s"] > 0, r["reason"]
     r18 = got[("resnet18", "single", 1, "fp32", 0, 0)]
