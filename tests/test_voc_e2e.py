@@ -2,48 +2,18 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
 
-from conftest import run_bench
+from conftest import REPO, run_bench
 from voc_tree import make_voc_tree
 
 N_IMAGES = 9
 VOC_ARGS = ["--workloads", "deeplabv3", "--data", "voc", "--image-size", "32", "--per-device-batch", "2",
             "--num-workers", "1", "--warmup", "1", "--repeats", "1", "--no-comm-bench", "--no-report"]
-
-
-@pytest.mark.timeout(600)
-def test_voc_epochs_under_single_and_ddp_record_time_loss_data_wait_and_coverage(tmp_path, store_path):
-    root = make_voc_tree(tmp_path / "voc", n_images=N_IMAGES)
-    # The shipped reference experiment (sweeps/reference.toml) in its CPU form: 2 epochs of a 9-image tree at 32 px.
-    p = run_bench(["--config", "sweeps/reference.toml", *VOC_ARGS, "--voc-root", str(root), "--epochs", "2",
-                   "--strategies", "single,ddp", "--gpus", "2", "--store", store_path], timeout=600)
-    assert p.returncode == 0, p.stdout + p.stderr
-    conn = sqlite3.connect(store_path)
-    conn.row_factory = sqlite3.Row
-    results = conn.execute("SELECT * FROM results WHERE mode = 'bench'").fetchall()
-    assert {(r["strategy"], r["device_count"], r["status"], r["data"]) for r in results} == {
-        ("single", 1, "ok", "voc"), ("ddp", 2, "ok", "voc")}
-    for r in results:
-        epochs = conn.execute("SELECT * FROM epochs WHERE result_id = ? ORDER BY epoch", (r["result_id"],)).fetchall()
-        assert [e["epoch"] for e in epochs] == [0, 1]
-        g = r["global_batch"]
-        for e in epochs:
-            # No image twice; only the N mod G tail that cannot fill a whole global batch is left out.
-            assert e["images"] == N_IMAGES and e["images_repeated"] == 0
-            assert e["images_dropped"] == N_IMAGES % g and e["samples"] == N_IMAGES // g * g
-            assert e["steps"] == N_IMAGES // g and e["wall_s"] > 0 and e["mean_loss"] > 0
-            assert 0 <= e["data_wait_s"] < e["wall_s"]
-        steps = conn.execute("SELECT * FROM steps WHERE result_id = ? AND rank = 0", (r["result_id"],)).fetchall()
-        assert len(steps) == 2 * (N_IMAGES // g) and all(s["data_ms"] > 0 for s in steps)
-    # Every strategy has the same loader budget per device, and the loader alone is timed at each count.
-    got = {(r["mode"], r["strategy"], r["device_count"]): r for r in conn.execute("SELECT * FROM results")}
-    assert got[("bench", "ddp", 2)]["loader_workers"] == 2 and got[("bench", "single", 1)]["loader_workers"] == 1
-    assert got[("loader", "loader", 2)]["status"] == "ok" and got[("loader", "loader", 2)]["samples_per_s"] > 0
-    loader = got[("loader", "loader", 2)]  # DDP's 2 loaders at once, 1 worker each: the count's whole budget
-    assert '"loaders": 2' in loader["spec_json"] and '"num_workers": 1' in loader["spec_json"] and loader["loader_workers"] == 2
 
 
 @pytest.mark.timeout(300)
@@ -103,3 +73,50 @@ def test_a_split_shorter_than_the_warmup_is_recorded_with_its_reason_and_the_swe
     assert "inside the 3 warm-up step(s)" in got[("ddp", 2)]["reason"]
     assert conn.execute("SELECT status FROM sweeps").fetchone()[0] == "completed"
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+@pytest.fixture(scope="module", autouse=True)
+def epochs_sweep(tmp_path_factory):
+    """The shipped reference experiment (sweeps/reference.toml) in its CPU form: 2 epochs of a 9-image tree at 32 px,
+    started when this file's tests start and read by its last test, so that the minute it takes overlaps the others
+    (they time nothing but their own promptness, far inside their bounds)."""
+    tmp = tmp_path_factory.mktemp("voc_epochs")
+    root = make_voc_tree(tmp / "voc", n_images=N_IMAGES)
+    store_path = str(tmp / "bench.sqlite")
+    args = [sys.executable, "-m", "bench", "--config", "sweeps/reference.toml", *VOC_ARGS, "--voc-root", str(root),
+            "--epochs", "2", "--strategies", "single,ddp", "--gpus", "2", "--device", "cpu", "--store", store_path]
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    yield proc, store_path
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.timeout(600)
+def test_voc_epochs_under_single_and_ddp_record_time_loss_data_wait_and_coverage(epochs_sweep):
+    proc, store_path = epochs_sweep
+    out, err = proc.communicate(timeout=590)
+    assert proc.returncode == 0, out + err
+    conn = sqlite3.connect(store_path)
+    conn.row_factory = sqlite3.Row
+    results = conn.execute("SELECT * FROM results WHERE mode = 'bench'").fetchall()
+    assert {(r["strategy"], r["device_count"], r["status"], r["data"]) for r in results} == {
+        ("single", 1, "ok", "voc"), ("ddp", 2, "ok", "voc")}
+    for r in results:
+        epochs = conn.execute("SELECT * FROM epochs WHERE result_id = ? ORDER BY epoch", (r["result_id"],)).fetchall()
+        assert [e["epoch"] for e in epochs] == [0, 1]
+        g = r["global_batch"]
+        for e in epochs:
+            # No image twice; only the N mod G tail that cannot fill a whole global batch is left out.
+            assert e["images"] == N_IMAGES and e["images_repeated"] == 0
+            assert e["images_dropped"] == N_IMAGES % g and e["samples"] == N_IMAGES // g * g
+            assert e["steps"] == N_IMAGES // g and e["wall_s"] > 0 and e["mean_loss"] > 0
+            assert 0 <= e["data_wait_s"] < e["wall_s"]
+        steps = conn.execute("SELECT * FROM steps WHERE result_id = ? AND rank = 0", (r["result_id"],)).fetchall()
+        assert len(steps) == 2 * (N_IMAGES // g) and all(s["data_ms"] > 0 for s in steps)
+    # Every strategy has the same loader budget per device, and the loader alone is timed at each count.
+    got = {(r["mode"], r["strategy"], r["device_count"]): r for r in conn.execute("SELECT * FROM results")}
+    assert got[("bench", "ddp", 2)]["loader_workers"] == 2 and got[("bench", "single", 1)]["loader_workers"] == 1
+    assert got[("loader", "loader", 2)]["status"] == "ok" and got[("loader", "loader", 2)]["samples_per_s"] > 0
+    loader = got[("loader", "loader", 2)]  # DDP's 2 loaders at once, 1 worker each: the count's whole budget
+    assert '"loaders": 2' in loader["spec_json"] and '"num_workers": 1' in loader["spec_json"] and loader["loader_workers"] == 2
