@@ -317,3 +317,14 @@ def test_three_processes_per_configuration_on_cpu_one_on_cuda_unless_repeats_is_
         cfg = resolve(SweepConfig(**base, repeats=given), machine)
         assert cfg.repeats == want and sorted(s.repeat for s in plan(cfg, machine)) == list(range(want)), (machine, given)
     assert DEFAULT_REPEATS == {"cpu": 3, "cuda": 1}
+
+
+def test_repeats_run_in_rounds_so_a_slow_minute_hits_one_process_of_several_configurations():
+    cpu = plan.Machine(cuda_devices=0, cpu_cores=2)
+    cfg = resolve(SweepConfig(workloads=("synthetic",), strategies=("single", "dp", "ddp"), gpus=(1, 2), comm_bench=False,
+                              repeats=3), cpu)
+    specs = [i.spec if isinstance(i, plan.Skip) else i for i in plan.plan(cfg, cpu)]
+    order = [(s.strategy, s.device_count, s.repeat) for s in specs]
+    rounds = [r for _, _, r in order]
+    assert rounds == sorted(rounds) and rounds.count(0) == 5 and rounds.count(1) == rounds.count(2) == 4  # dp x2: skipped once
+    assert order[:5] == [("single", 1, 0), ("dp", 1, 0), ("dp", 2, 0), ("ddp", 1, 0), ("ddp", 2, 0)]
