@@ -7,6 +7,7 @@ with --run-gpu on a machine that has a GPU (then the GPUs stay visible).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -69,11 +70,33 @@ QUICK_ARGS = ["--config", "sweeps/quick-cpu.toml", "--no-report", "--device", "c
 _QUICK: dict = {}
 
 
+def start_bench(args: list) -> subprocess.Popen:
+    """`python -m bench ARGS` started in the background, for a test that reads its outcome later (`finished`)."""
+    return subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def finished(proc: subprocess.Popen, timeout: float = 590) -> subprocess.CompletedProcess:
+    """A background bench's outcome, as run_bench returns it."""
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@contextlib.contextmanager
+def bench_in_background(args: list):
+    """A fixture's background bench; killed if a test stopped before reading it."""
+    proc = start_bench(args)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def _start_quick_sweep(folder: str) -> None:
     path = os.path.join(folder, "bench.sqlite")
-    args = [sys.executable, "-m", "bench", *QUICK_ARGS, "--store", path]
-    _QUICK.update(args=args, path=path, proc=subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE,
-                                                             stderr=subprocess.PIPE, text=True))
+    _QUICK.update(path=path, proc=start_bench([*QUICK_ARGS, "--store", path]))
 
 
 def pytest_runtest_setup(item):
@@ -96,6 +119,4 @@ def quick_sweep(tmp_path_factory) -> tuple:
     rows read this store instead of running their own."""
     if "proc" not in _QUICK:
         _start_quick_sweep(str(tmp_path_factory.mktemp("quick")))
-    proc = _QUICK["proc"]
-    out, err = proc.communicate(timeout=600)
-    return subprocess.CompletedProcess(_QUICK["args"], proc.returncode, out, err), _QUICK["path"]
+    return finished(_QUICK["proc"], timeout=600), _QUICK["path"]

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO, run_bench
+from conftest import REPO, bench_in_background, finished, run_bench
 
 SMALL = ["--steps", "2", "--warmup", "1", "--repeats", "1", "--per-device-batch", "2", "--no-comm-bench", "--no-report"]
 
@@ -117,20 +115,16 @@ def torchvision_sweep(tmp_path_factory):
     """resnet18 by name under single and DDP x2, started when this file's tests start and read by its last test, so
     that it overlaps the others (they time nothing)."""
     path = str(tmp_path_factory.mktemp("resnet18") / "s.sqlite")
-    args = [sys.executable, "-m", "bench", "--workloads", "resnet18", "--image-size", "32", "--strategies", "single,ddp",
-            "--gpus", "2", *SMALL, "--device", "cpu", "--store", path]
-    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    yield proc, path
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    with bench_in_background(["--workloads", "resnet18", "--image-size", "32", "--strategies", "single,ddp", "--gpus", "2",
+                              *SMALL, "--device", "cpu", "--store", path]) as proc:
+        yield proc, path
 
 
 @pytest.mark.timeout(600)
 def test_a_torchvision_model_by_name_trains_under_single_and_ddp_x2(torchvision_sweep):
     proc, path = torchvision_sweep
-    out, err = proc.communicate(timeout=590)
-    assert proc.returncode == 0, out + err
+    p = finished(proc)
+    assert p.returncode == 0, p.stdout + p.stderr
     got = results(path)
     for strategy, n in (("single", 1), ("ddp", 2)):
         r = got[("resnet18", strategy, n, "fp32", 0, 0)]

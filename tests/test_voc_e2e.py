@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import REPO, run_bench
+from conftest import bench_in_background, finished, run_bench
 from voc_tree import make_voc_tree
 
 N_IMAGES = 9
@@ -83,20 +81,16 @@ def epochs_sweep(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("voc_epochs")
     root = make_voc_tree(tmp / "voc", n_images=N_IMAGES)
     store_path = str(tmp / "bench.sqlite")
-    args = [sys.executable, "-m", "bench", "--config", "sweeps/reference.toml", *VOC_ARGS, "--voc-root", str(root),
-            "--epochs", "2", "--strategies", "single,ddp", "--gpus", "2", "--device", "cpu", "--store", store_path]
-    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    yield proc, store_path
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    with bench_in_background(["--config", "sweeps/reference.toml", *VOC_ARGS, "--voc-root", str(root), "--epochs", "2",
+                              "--strategies", "single,ddp", "--gpus", "2", "--device", "cpu", "--store", store_path]) as proc:
+        yield proc, store_path
 
 
 @pytest.mark.timeout(600)
 def test_voc_epochs_under_single_and_ddp_record_time_loss_data_wait_and_coverage(epochs_sweep):
     proc, store_path = epochs_sweep
-    out, err = proc.communicate(timeout=590)
-    assert proc.returncode == 0, out + err
+    p = finished(proc)
+    assert p.returncode == 0, p.stdout + p.stderr
     conn = sqlite3.connect(store_path)
     conn.row_factory = sqlite3.Row
     results = conn.execute("SELECT * FROM results WHERE mode = 'bench'").fetchall()
