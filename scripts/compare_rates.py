@@ -5,8 +5,9 @@
 Runs --aa sweeps of identical code (the default CPU sweep unless flags after `--` narrow it), then --slow sweeps
 with every step of rank 0 (--ranks) made --percent slower (BENCH_FAULT=slow@0:P, the suite's fault injection), all into one
 store, one after another as a user's CI would. Then, at compare's default settings:
-- A/A: each sweep k against sweep k-1, with the sweeps before k-1 as the evidence of each configuration's noise;
-  a compare that calls any regression is a false alarm (and each configuration called is counted too);
+- A/A: each sweep k against sweep k-1, with the sweeps before k-1 as the evidence of each configuration's noise
+  (from k = 4), and again each pair on its own processes alone (`--history 0`); a compare that calls any
+  regression is a false alarm (and each configuration called is counted too);
 - detection: each slowed sweep against the last identical one, the identical ones before it as evidence; each
   configuration called a regression is a detection.
 It prints one line per compare and the rates. Nothing here is part of the test command: it takes minutes per sweep.
@@ -31,8 +32,8 @@ def sweep(store: str, flags: list, env: dict) -> None:
         raise SystemExit(f"sweep failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
 
 
-def calls(store: str, a: int, b: int) -> tuple:
-    text, code = compare.compare(store, None, a, b)
+def calls(store: str, a: int, b: int, **kw) -> tuple:
+    text, code = compare.compare(store, None, a, b, **kw)
     lines = [line for line in text.splitlines() if line.startswith("bench/")]
     called = [line.split(":")[0] for line in lines if line.endswith("(REGRESSION)")]
     undecided = sum("cannot decide" in line for line in lines)
@@ -66,6 +67,14 @@ def main() -> int:
         aa_undecided += undecided
         aa_called += len(called)
         print(f"A/A sweep {k} vs {k - 1}: exit {code}, {len(called)} of {n} called{', ' + str(undecided) + ' undecided' if undecided else ''} {called}")
+    welch = welch_alarms = welch_configs = welch_called = 0
+    for k in range(2, ns.aa + 1):  # sweep k vs k-1 on their own processes alone (--history 0: Welch + drift floor)
+        code, called, n, undecided, _ = calls(ns.store, k - 1, k, history=0)
+        welch += 1
+        welch_alarms += code
+        welch_configs += n - undecided
+        welch_called += len(called)
+        print(f"A/A sweep {k} vs {k - 1}, --history 0: exit {code}, {len(called)} of {n} called {called}")
     det_configs = det_caught = 0
     for j in range(ns.aa + 1, ns.aa + ns.slow + 1):
         code, called, n, undecided, text = calls(ns.store, ns.aa, j)
@@ -75,6 +84,8 @@ def main() -> int:
         print(f"{ns.percent}% slower sweep {j} vs {ns.aa}: {len(called)} of {n} caught; missed: {missed}")
     print(f"\nA/A: {aa_alarms} of {aa_compares} compares called a regression; {aa_called} of {aa_configs} decided "
           f"configuration pairs called ({aa_undecided} undecided)")
+    print(f"A/A without history: {welch_alarms} of {welch} compares called a regression; {welch_called} of "
+          f"{welch_configs} decided configuration pairs called")
     print(f"{ns.percent}% slowdown: {det_caught} of {det_configs} decided configuration pairs caught")
     return 0
 
