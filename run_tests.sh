@@ -4,10 +4,10 @@
 # command (the suite is held to 10 minutes on 2 cores); the table is saved to results/pytest-benchmark.json.
 # Extra arguments go to pytest (e.g. ./run_tests.sh -k store).
 set -euo pipefail
+SECONDS=0
 cd "$(dirname "$0")"
 source scripts/ensure_venv.sh
 mkdir -p results
-SECONDS=0
 status=0
 "$BENCH_PY" -m pytest --durations=15 --benchmark-json=results/pytest-benchmark.json \
     --benchmark-columns=min,median,mean,stddev,rounds "$@" || status=$?
