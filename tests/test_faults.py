@@ -244,7 +244,7 @@ def assert_store_whole(path: str) -> None:
 
 HELD = ["--pg-timeout", "200", "--timeout", "240"]  # a hung configuration stays hung until the test acts
 TOGETHER = {  # name: (flags, BENCH_FAULT); every sweep writes to the same store at the same time
-    "raise": (["--strategies", "ddp,single", "--gpus", "2"], "raise@1:2"),
+    "raise": (["--strategies", "ddp,single", "--gpus", "2", "--repeats", "2"], "raise@1:2"),  # rounds: ddp, single, ddp, single
     "sigkill": (["--strategies", "ddp", "--gpus", "2"], "sigkill@1:2"),
     "hang_pg": (["--strategies", "ddp", "--gpus", "2", "--pg-timeout", "10", "--timeout", "120"], "hang@1:2"),
     "stop": (["--strategies", "ddp", "--gpus", "2", "--pg-timeout", "20", "--timeout", "150"], "stop@1:3"),
@@ -280,11 +280,15 @@ def test_rank_that_raises_fails_its_configuration_and_the_sweep_moves_on(togethe
     rc, took = s.wait(200)
     assert rc == 1, s.output()
     row = sweep_row(s)
-    got = by_config(results(s.store, row["sweep_id"]))
-    bad, next_one = got[("ddp", 2)], got[("single", 1)]
+    got = {(r["strategy"], r["device_count"], r["repeat"]): r for r in results(s.store, row["sweep_id"])}
+    bad, again = got[("ddp", 2, 0)], got[("ddp", 2, 1)]
     assert bad["status"] == "failed" and bad["failed_rank"] == 1
     assert "RuntimeError: injected fault: rank 1 raised at step 2" in bad["reason"]
-    assert next_one["status"] == "ok"  # the sweep moved on
+    assert got[("single", 1, 0)]["status"] == got[("single", 1, 1)]["status"] == "ok"  # the sweep moved on
+    # A failure costs its limit once, not once per repeat: the next round records it skipped, saying why.
+    assert again["status"] == "skipped" and again["wall_s"] is None, dict(again)
+    assert again["reason"].startswith("not run again: repeat 1 of this configuration failed in this sweep"), again["reason"]
+    assert "injected fault" in again["reason"]
     assert bad["wall_s"] < 120, bad["wall_s"]  # seven sweeps share 2 cores here; alone it takes ~10 s
     assert took < 180, took
     assert no_leftovers(s, within=0)

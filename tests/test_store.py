@@ -83,6 +83,22 @@ def test_latest_results_prefers_the_ok_rerun_of_a_failed_configuration(store_pat
     assert store.ok_keys(conn, sid) == {(spec().key, 0)}
 
 
+def test_a_resume_runs_again_every_repeat_a_failure_skipped_and_leaves_other_skips_alone(store_path):
+    conn = store.connect(store_path)
+    sid = store.begin_sweep(conn, "cmd", "{}", None)
+    dp2, ddp, single = spec("dp", 2), spec(), spec("single", 1)
+    store.record_result(conn, sid, None, dp2, "skipped", "DataParallel on CPU runs at count 1 only")  # the plan's
+    store.record_result(conn, sid, None, ddp, "failed", "rank 1: boom")
+    store.record_result(conn, sid, None, single, "ok", payload={"steps": steps(1)})
+    store.record_result(conn, sid, None, spec(repeat=1), "skipped", "not run again: repeat 1 of this configuration failed")
+    store.record_result(conn, sid, None, spec("single", 1, repeat=1), "ok", payload={"steps": steps(1)})
+    assert store.ok_keys(conn, sid) == {(dp2.key, 0), (single.key, 0), (single.key, 1)}
+    store.record_result(conn, sid, None, ddp, "ok", payload={"steps": steps()})  # the resume: repeat 1 ok, then 2
+    assert (ddp.key, 1) not in store.ok_keys(conn, sid)
+    store.record_result(conn, sid, None, spec(repeat=1), "ok", payload={"steps": steps()})
+    assert store.ok_keys(conn, sid) == {(dp2.key, 0), (single.key, 0), (single.key, 1), (ddp.key, 0), (ddp.key, 1)}
+
+
 def test_environment_is_stored_with_versions(store_path):
     from bench.machine import env
     conn = store.connect(store_path)

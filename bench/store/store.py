@@ -327,9 +327,13 @@ def find_sweep(conn: sqlite3.Connection, which: str) -> sqlite3.Row:
 
 
 def ok_keys(conn: sqlite3.Connection, sweep_id: int) -> set:
-    """(config_key, repeat) pairs of a sweep that already have an ok (or skipped) result."""
-    rows = conn.execute("SELECT config_key, repeat FROM results WHERE sweep_id = ? AND status IN ('ok', 'skipped')", (sweep_id,))
-    return {(r["config_key"], r["repeat"]) for r in rows}
+    """(config_key, repeat) pairs of a sweep that a resume leaves alone: those with an ok result, and the skipped
+    ones of a configuration that never failed here (the plan's skips). A failed repeat's later ones, skipped as
+    "not run again", run again with it until each has an ok result."""
+    rows = [(r["config_key"], r["repeat"], r["status"])
+            for r in conn.execute("SELECT config_key, repeat, status FROM results WHERE sweep_id = ?", (sweep_id,))]
+    failed_here = {k for k, _, status in rows if status not in ("ok", "skipped")}
+    return {(k, rep) for k, rep, status in rows if status == "ok" or (status == "skipped" and k not in failed_here)}
 
 
 def record_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int], spec, status: str,

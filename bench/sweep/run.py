@@ -161,11 +161,14 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
                 log(line)
         log(plan_summary(items, cfg))
         shared = os.path.join(os.path.dirname(os.path.abspath(cfg.store)), ".bench-runs")
+        failed_before: dict = {}  # config key -> why its first failed repeat failed, for the later rounds
         for i, item in enumerate(items, 1):
             spec = item.spec if isinstance(item, Skip) else item
             if (spec.key, spec.repeat) in done:
                 continue
             head = f"[{i}/{len(items)}] {_describe(spec)}"
+            if not isinstance(item, Skip) and spec.key in failed_before:
+                item = Skip(spec, failed_before[spec.key])
             if isinstance(item, Skip):
                 store.record_result(conn, sweep_id, env_id, spec, "skipped", item.reason)
                 log(f"{head}: skipped: {item.reason}")
@@ -180,6 +183,11 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
                                           outcome.started_at, outcome.ended_at, outcome.wall_s, outcome.failed_rank)
                 current = None
             failures += outcome.status != "ok"
+            if outcome.status == "failed" and spec.key not in failed_before:
+                # A failure is rarely luck, and each later repeat would cost its whole limit again (a hang: the limit
+                # per repeat); the first is what to fix, and --resume runs every repeat of it again once fixed.
+                failed_before[spec.key] = (f"not run again: repeat {spec.repeat + 1} of this configuration failed "
+                                           f"in this sweep ({(outcome.reason or '').splitlines()[0][:200]})")
             log(f"{head}: {_summary_line(conn, rid, outcome)}{profiling.result_note(conn, rid)}")
         for line in profiling.cost_lines(conn, sweep_id, cfg.store):
             log(line)
