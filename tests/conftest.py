@@ -94,6 +94,22 @@ def bench_in_background(args: list):
             proc.wait()
 
 
+@contextlib.contextmanager
+def sweep_in_background(folder, args: list):
+    """A module fixture's sweep into FOLDER/bench.sqlite, started when its file's tests start (`finished_ok`)."""
+    path = os.path.join(str(folder), "bench.sqlite")
+    with bench_in_background([*args, "--store", path]) as proc:
+        yield proc, path
+
+
+def finished_ok(background: tuple) -> str:
+    """The store of a `sweep_in_background` that ended with exit status 0."""
+    proc, path = background
+    p = finished(proc)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return path
+
+
 def _start_quick_sweep(folder: str) -> None:
     path = os.path.join(folder, "bench.sqlite")
     _QUICK.update(path=path, proc=start_bench([*QUICK_ARGS, "--store", path]))

@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from conftest import REPO, bench_in_background, finished, run_bench
+from conftest import REPO, finished_ok, run_bench, sweep_in_background
 
 SMALL = ["--steps", "2", "--warmup", "1", "--repeats", "1", "--per-device-batch", "2", "--no-comm-bench", "--no-report"]
 
@@ -114,18 +114,14 @@ def test_a_broken_user_contract_is_refused_before_the_sweep(body, expected, tmp_
 def torchvision_sweep(tmp_path_factory):
     """resnet18 by name under single and DDP x2, started when this file's tests start and read by its last test, so
     that it overlaps the others (they time nothing)."""
-    path = str(tmp_path_factory.mktemp("resnet18") / "s.sqlite")
-    with bench_in_background(["--workloads", "resnet18", "--image-size", "32", "--strategies", "single,ddp", "--gpus", "2",
-                              *SMALL, "--device", "cpu", "--store", path]) as proc:
-        yield proc, path
+    with sweep_in_background(tmp_path_factory.mktemp("resnet18"), ["--workloads", "resnet18", "--image-size", "32",
+                             "--strategies", "single,ddp", "--gpus", "2", *SMALL, "--device", "cpu"]) as background:
+        yield background
 
 
 @pytest.mark.timeout(600)
 def test_a_torchvision_model_by_name_trains_under_single_and_ddp_x2(torchvision_sweep):
-    proc, path = torchvision_sweep
-    p = finished(proc)
-    assert p.returncode == 0, p.stdout + p.stderr
-    got = results(path)
+    got = results(finished_ok(torchvision_sweep))
     for strategy, n in (("single", 1), ("ddp", 2)):
         r = got[("resnet18", strategy, n, "fp32", 0, 0)]
         assert r["status"] == "ok" and r["samples_per_s"] > 0, r["reason"]

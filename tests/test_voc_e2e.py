@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import bench_in_background, finished, run_bench
+from conftest import finished_ok, run_bench, sweep_in_background
 from voc_tree import make_voc_tree
 
 N_IMAGES = 9
@@ -82,17 +82,14 @@ def epochs_sweep(tmp_path_factory):
     (they time nothing but their own promptness, far inside their bounds)."""
     tmp = tmp_path_factory.mktemp("voc_epochs")
     root = make_voc_tree(tmp / "voc", n_images=N_IMAGES)
-    store_path = str(tmp / "bench.sqlite")
-    with bench_in_background(["--config", "sweeps/reference.toml", *VOC_ARGS, "--voc-root", str(root), "--epochs", "2",
-                              "--strategies", "single,ddp", "--gpus", "2", "--device", "cpu", "--store", store_path]) as proc:
-        yield proc, store_path
+    with sweep_in_background(tmp, ["--config", "sweeps/reference.toml", *VOC_ARGS, "--voc-root", str(root), "--epochs", "2",
+                                   "--strategies", "single,ddp", "--gpus", "2", "--device", "cpu"]) as background:
+        yield background
 
 
 @pytest.mark.timeout(600)
 def test_voc_epochs_under_single_and_ddp_record_time_loss_data_wait_and_coverage(epochs_sweep):
-    proc, store_path = epochs_sweep
-    p = finished(proc)
-    assert p.returncode == 0, p.stdout + p.stderr
+    store_path = finished_ok(epochs_sweep)
     conn = sqlite3.connect(store_path)
     conn.row_factory = sqlite3.Row
     results = conn.execute("SELECT * FROM results WHERE mode = 'bench'").fetchall()
