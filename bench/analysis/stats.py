@@ -31,7 +31,6 @@ class Summary:
         return asdict(self)
 
 
-
 class student_t:  # noqa: N801 (used as scipy.stats.t is)
     """Student's t distribution: scipy.stats.t's ppf, cdf and sf, computed by scipy.special (stdtrit, stdtr). The same
     values without importing scipy.stats, which took 0.7 s of every sweep process that records a result."""
@@ -50,6 +49,7 @@ class student_t:  # noqa: N801 (used as scipy.stats.t is)
     def sf(t: float, df: float) -> float:
         from scipy.special import stdtr
         return float(stdtr(df, -t))
+
 
 def summarize(values_ms: Sequence[float]) -> Summary:
     """Summary of raw step times in milliseconds (at least one value)."""
