@@ -31,6 +31,34 @@ def test_store_of_another_schema_version_is_refused_and_left_untouched(store_pat
     assert hashlib.sha256(open(store_path, "rb").read()).hexdigest() == before
 
 
+def test_a_store_another_sweep_is_creating_at_that_moment_is_not_refused_as_foreign(store_path, monkeypatch):
+    # Sweeps started together on a new store: one creates it while another checks it. The check read the version
+    # (0: not yet committed) and then the tables (committed since), and refused a store of "schema version 0".
+    creator = sqlite3.connect(store_path, isolation_level=None)
+    creator.execute("PRAGMA journal_mode = WAL")
+    creator.execute("BEGIN IMMEDIATE")
+    schema.create(creator)
+
+    class CommitAfterTheFirstRead:  # the creator commits between the check's two reads
+        def __init__(self, conn):
+            self.conn = conn
+
+        def execute(self, sql, *args):
+            cursor = self.conn.execute(sql, *args)
+            if "user_version" in sql and creator.in_transaction:
+                creator.execute("COMMIT")
+            return cursor
+
+        def __getattr__(self, name):
+            return getattr(self.conn, name)
+
+    reader = store._reader
+    monkeypatch.setattr(store, "_reader", lambda path: CommitAfterTheFirstRead(reader(path)))
+    store.check_path(store_path)  # no StoreError
+    assert not creator.in_transaction  # the commit did land in the middle of the check
+    creator.close()
+
+
 def test_a_file_that_is_not_sqlite_is_refused(tmp_path):
     p = tmp_path / "notes.sqlite"
     p.write_text("not a database " * 100)

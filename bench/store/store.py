@@ -155,9 +155,8 @@ def check_path(path: str) -> None:
 def _check_existing(path: str) -> None:
     try:
         conn = _reader(path)
-        try:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        try:  # one snapshot: a sweep creating the store at this moment commits its tables and version together
+            version, tables = _version(conn)
         finally:
             conn.close()
     except sqlite3.DatabaseError as e:
