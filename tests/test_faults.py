@@ -10,6 +10,7 @@ To keep the file short in time, the faulty and interrupted sweeps all start at o
 """
 from __future__ import annotations
 
+import glob
 import os
 import random
 import re
@@ -74,8 +75,10 @@ class Sweep:
         return self.log.read_text(errors="replace")
 
     def leftovers(self) -> list:
-        """Live processes of this sweep's configurations (torchrun, workers)."""
-        return procs.worker_pids(f"{self.runs}{os.sep}bench-run-")
+        """Live processes of this sweep's configurations: torchrun's agent (forked from the sweep, so its command
+        line is the sweep's) and the workers, found by the TMPDIR this sweep was started with."""
+        mark = f"TMPDIR={self.runs}\0".encode()
+        return [p for p in _pids() if p != self.proc.pid and mark in _environ(p) and procs.process_state(p) not in ("", "Z")]
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -217,12 +220,37 @@ def _cmdline(pid: int) -> bytes:
 
 
 def launcher_pids(s: Sweep) -> list:
-    return [p for p in s.leftovers() if b"bench.sweep.torchrun" in _cmdline(p)]
+    """torchrun's agent: the sweep's live child, forked from it (bench.sweep.agent), so its command line is the sweep's."""
+    return [p for p in _children(s.proc.pid) if procs.process_state(p) not in ("", "Z")]
+
+
+def _pids() -> list:
+    return [int(d.rsplit("/", 1)[1]) for d in glob.glob("/proc/[0-9]*")]
+
+
+def _children(pid: int) -> list:
+    found = []
+    for p in _pids():
+        try:
+            with open(f"/proc/{p}/stat", "rb") as f:
+                if int(f.read().rsplit(b")", 1)[1].split()[1]) == pid:
+                    found.append(p)
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 def rank_pids(s: Sweep) -> list:
-    """The worker processes themselves (torchrun's command line names bench.rank.worker too)."""
-    return [p for p in s.leftovers() if b"bench.rank.worker" in _cmdline(p) and b"bench.sweep.torchrun" not in _cmdline(p)]
+    """The worker processes themselves."""
+    return [p for p in s.leftovers() if b"bench.rank.worker" in _cmdline(p)]
 
 
 def assert_store_whole(path: str) -> None:

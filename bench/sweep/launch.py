@@ -1,8 +1,8 @@
 """Launching one configuration in fresh processes and supervising it until it ends.
 
 Launchers (one function each, one registry entry):
-    local   single, dp, loader: `python -m bench.rank.worker SPEC`; ddp, fsdp, comm: torchrun on this node
-            (bench.sweep.torchrun: torchrun's own main, ended without the interpreter's teardown)
+    local   single, dp, loader: `python -m bench.rank.worker SPEC`; ddp, fsdp, comm: torchrun on this node,
+            its agent forked from the sweep, which has torch loaded (bench.sweep.agent: ~2 s less a launch)
     slurm   several nodes of the SLURM allocation: `srun -N K` starting one torchrun per node (bench.sweep.slurm)
 Every torchrun rendezvouses with c10d through a FileStore in the run folder, and the workers join their
 process group through a file as well: nothing of torch's listens on a network interface, and there is
@@ -30,6 +30,7 @@ from typing import Callable, Optional
 
 from bench.shared import heartbeat, procs
 from bench.shared.spec import RunSpec
+from bench.sweep import agent
 from bench.sweep.diagnose import Outcome, diagnose
 
 WORKER = "bench.rank.worker"  # the module every launcher runs (`ab --b-repo` may name another checkout's)
@@ -176,10 +177,13 @@ def run_config(spec: RunSpec, limits: Limits, shared_dir: Optional[str] = None,
     log_path = os.path.join(out_dir, "log.txt")
     try:
         with open(log_path, "w") as log:
-            with procs.signals_deferred():  # an interrupt lands after Popen returns, with proc known
-                proc = subprocess.Popen(LAUNCHERS[spec.launcher](spec, spec_path, worker), stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, env=env, start_new_session=True, cwd=cwd,
-                                        preexec_fn=procs.child_setup)
+            command = LAUNCHERS[spec.launcher](spec, spec_path, worker)
+            with procs.signals_deferred():  # an interrupt lands after the launcher starts, with proc known
+                if command[1:3] == ["-m", TORCHRUN] and spec.launcher == "local":
+                    proc = agent.start(command[3:], env, log.fileno(), cwd)
+                else:
+                    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env=env, start_new_session=True, cwd=cwd, preexec_fn=procs.child_setup)
             outcome = supervise(proc, spec, spec_path, log_path, limits, t0, on_progress)
     except BaseException:
         if proc is not None:
