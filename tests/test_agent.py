@@ -76,3 +76,11 @@ def test_a_killed_agent_reads_as_minus_its_signal_and_wait_times_out_as_popens(t
     assert proc.poll() is None
     procs.kill_group(proc, str(tmp_path / "no-such-spec.json"))  # the supervisor's way: its session, then SIGKILL
     assert proc.returncode == -signal.SIGTERM
+
+
+def test_the_agent_leads_its_own_session_when_start_returns_so_a_signal_to_it_lands(tmp_path):
+    for _ in range(5):  # without the wait for the child's set-up, its session did not exist yet at once
+        proc, _ = start(tmp_path, _sleeps)
+        assert os.getsid(proc.pid) == proc.pid
+        os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.wait(10) == -signal.SIGKILL

@@ -70,13 +70,21 @@ def start(torchrun_args: list, env: dict, log_fd: int, cwd: Optional[str] = None
     runs with the arguments (torchrun; a test's stand-in)."""
     for stream in (sys.stdout, sys.stderr):  # nothing buffered in the sweep is written twice
         stream.flush()
+    ready, set_up = os.pipe()
     pid = os.fork()
     if pid == 0:
-        _child(target, torchrun_args, env, log_fd, cwd)  # never returns
+        os.close(ready)
+        _child(target, torchrun_args, env, log_fd, cwd, set_up)  # never returns
+    os.close(set_up)
+    try:  # as Popen returns only once its child is set up: a signal to the agent's session then reaches it
+        os.read(ready, 1)  # end of file: the child closed its end, or died
+    finally:
+        os.close(ready)
     return Forked(pid, ["torchrun", *torchrun_args])
 
 
-def _child(target: Callable[[list], None], torchrun_args: list, env: dict, log_fd: int, cwd: Optional[str]) -> None:
+def _child(target: Callable[[list], None], torchrun_args: list, env: dict, log_fd: int, cwd: Optional[str],
+           set_up: int) -> None:
     code = 1
     try:
         os.setsid()
@@ -93,6 +101,7 @@ def _child(target: Callable[[list], None], torchrun_args: list, env: dict, log_f
             os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
+        os.close(set_up)
         sys.argv = ["torchrun", *torchrun_args]
         target(torchrun_args)
         code = 0
