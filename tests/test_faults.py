@@ -326,6 +326,127 @@ def test_rank_that_raises_fails_its_configuration_and_the_sweep_moves_on(togethe
     assert left == [], left
 
 
+# ---------------------------------------------------------------- while the shared run waits on its limits
+# These tests start processes of their own. They run here, after the first test of the shared run and before the
+# rest, because by then its sweeps wait (on hung ranks, on 20-60 s limits) with both cores nearly idle for ~20 s.
+
+@pytest.mark.timeout(60)
+def test_workers_asking_to_die_with_torchrun_go_when_torchrun_is_sigkilled(tmp_path):
+    # What bench.rank.worker should call first: torchrun starts its workers in sessions of their own, so
+    # without it they outlive a SIGKILLed torchrun when nobody (no sweep) is left to clean up.
+    script = tmp_path / "rank.py"
+    # Each rank names itself in a file of its own (written whole, then renamed): two ranks printing to one
+    # log interleave their lines, which once read "armedarmed  2707027069".
+    script.write_text(textwrap.dedent("""\
+        import os, signal, time
+        from bench.shared import procs
+        procs.die_with_parent(signal.SIGKILL)
+        mine = f"armed.{os.environ['LOCAL_RANK']}"
+        with open(mine + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(mine + ".tmp", mine)
+        time.sleep(60)
+        """))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    log = tmp_path / "torchrun.log"
+    with open(log, "w") as out:
+        launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--max-restarts=0",
+                                     "--master-addr=127.0.0.1", f"--master-port={free_port()}",
+                                     f"--log-dir={tmp_path / 'torchrun-logs'}", str(script)],
+                                    cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        armed = [tmp_path / f"armed.{rank}" for rank in (0, 1)]
+        assert wait_until(lambda: all(f.exists() for f in armed), 45), log.read_text()
+        ranks = [int(f.read_text()) for f in armed]
+        assert all(os.getsid(p) not in (os.getsid(0), launcher.pid) for p in ranks)  # sessions of their own
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+        assert wait_until(lambda: all(_gone(p) for p in ranks), 10)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # dead, waiting to be reaped
+    except OSError:
+        return True
+
+
+# ---------------------------------------------------------------- the sweep itself killed
+
+@pytest.mark.timeout(300)
+def test_sigkilled_sweep_leaves_a_whole_store_no_processes_and_is_resumable(tmp_path, sweeps):
+    rng = random.Random(int(time.time()))
+    path = str(tmp_path / "bench.sqlite")
+    # 1. Killed at the worst moment: inside the first result's transaction, between its row and its raw rows.
+    s = sweeps.start(tmp_path, *SINGLE_THEN_DDP, fault="sigkill@sweep:0", store_path=path, name="kill0")
+    rc, _ = s.wait(90)
+    assert rc == -signal.SIGKILL, s.output()
+    assert_store_whole(path)
+    assert results(path) == []  # the half-written result was rolled back
+    kills = 1
+    # 2. Killed at random moments (start-up, mid-configuration, between results), resuming each time.
+    for i in range(2):
+        s = sweeps.start(tmp_path, "--resume", "last", store_path=path, name=f"kill{i + 1}")
+        delay = rng.uniform(0.5, 9.0)
+        try:
+            s.wait(delay)
+            break  # it finished first: nothing left to kill
+        except subprocess.TimeoutExpired:
+            os.kill(s.proc.pid, signal.SIGKILL)  # the sweep alone, as the OOM killer would
+            s.proc.wait()
+            kills += 1
+        assert no_leftovers(s, within=20), f"children of the killed sweep linger after {delay:.1f} s"
+        assert_store_whole(path)
+        conn = store.connect(path)  # the next open recognises the dead sweep
+        assert [r["status"] for r in conn.execute("SELECT status FROM sweeps")] == ["died"]
+        conn.close()
+    assert kills >= 1
+    r = sweeps.start(tmp_path, "--resume", "last", store_path=path, name="final")
+    rc, _ = r.wait(150)
+    assert rc == 0, r.output()
+    (row,) = read(path, "SELECT * FROM sweeps")
+    assert row["status"] == "completed"
+    conn = store.connect(path, readonly=True)
+    latest = store.latest_results(conn, row["sweep_id"])
+    conn.close()
+    assert sorted((x["strategy"], x["status"]) for x in latest) == [("ddp", "ok"), ("single", "ok")]
+    assert_store_whole(path)
+    assert no_leftovers(r, within=0)
+
+
+# ---------------------------------------------------------------- the sweep's own errors
+
+@pytest.mark.timeout(200)
+def test_an_internal_error_of_the_sweep_is_recorded_with_one_line_and_exit_3(tmp_path, sweeps):
+    path = str(tmp_path / "bench.sqlite")
+    s = sweeps.start(tmp_path, *SINGLE_THEN_DDP, fault="raise@sweep:0", store_path=path, name="internal")
+    rc, _ = s.wait(150)
+    out = s.output()
+    assert rc == 3, out
+    assert "Traceback" not in out
+    (line,) = [l for l in out.splitlines() if l.startswith("internal error:")]
+    assert "RuntimeError: injected fault" in line and "marked failed" in line
+    tb_path = re.search(r"full traceback in (\S+);", line).group(1)
+    assert "Traceback" in Path(tb_path).read_text() and "injected fault" in Path(tb_path).read_text()
+    (row,) = read(path, "SELECT * FROM sweeps")
+    assert row["status"] == "failed" and row["traceback_path"] == tb_path
+    (r,) = results(path)  # the result being written when it broke is recorded as failed, with the reason
+    assert r["status"] == "failed" and r["reason"].startswith("internal error of the sweep: RuntimeError")
+    assert no_leftovers(s, within=0)
+
+
+# ---------------------------------------------------------------- the shared run, continued
+
 @pytest.mark.timeout(240)
 def test_rank_sigkilled_mid_allreduce_is_named_with_its_signal(together):
     s = together[0]["sigkill"]
@@ -481,100 +602,6 @@ def test_sweeps_sharing_one_store_all_complete_while_a_report_reads_it(together)
     assert_store_whole(path)  # and every ok result with all its raw rows
 
 
-@pytest.mark.timeout(60)
-def test_workers_asking_to_die_with_torchrun_go_when_torchrun_is_sigkilled(tmp_path):
-    # What bench.rank.worker should call first: torchrun starts its workers in sessions of their own, so
-    # without it they outlive a SIGKILLed torchrun when nobody (no sweep) is left to clean up.
-    script = tmp_path / "rank.py"
-    # Each rank names itself in a file of its own (written whole, then renamed): two ranks printing to one
-    # log interleave their lines, which once read "armedarmed  2707027069".
-    script.write_text(textwrap.dedent("""\
-        import os, signal, time
-        from bench.shared import procs
-        procs.die_with_parent(signal.SIGKILL)
-        mine = f"armed.{os.environ['LOCAL_RANK']}"
-        with open(mine + ".tmp", "w") as f:
-            f.write(str(os.getpid()))
-        os.replace(mine + ".tmp", mine)
-        time.sleep(60)
-        """))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    log = tmp_path / "torchrun.log"
-    with open(log, "w") as out:
-        launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--max-restarts=0",
-                                     "--master-addr=127.0.0.1", f"--master-port={free_port()}",
-                                     f"--log-dir={tmp_path / 'torchrun-logs'}", str(script)],
-                                    cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        armed = [tmp_path / f"armed.{rank}" for rank in (0, 1)]
-        assert wait_until(lambda: all(f.exists() for f in armed), 45), log.read_text()
-        ranks = [int(f.read_text()) for f in armed]
-        assert all(os.getsid(p) not in (os.getsid(0), launcher.pid) for p in ranks)  # sessions of their own
-        os.kill(launcher.pid, signal.SIGKILL)
-        launcher.wait()
-        assert wait_until(lambda: all(_gone(p) for p in ranks), 10)
-    finally:
-        if launcher.poll() is None:
-            os.killpg(launcher.pid, signal.SIGKILL)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # dead, waiting to be reaped
-    except OSError:
-        return True
-
-
-# ---------------------------------------------------------------- the sweep itself killed
-
-@pytest.mark.timeout(300)
-def test_sigkilled_sweep_leaves_a_whole_store_no_processes_and_is_resumable(tmp_path, sweeps):
-    rng = random.Random(int(time.time()))
-    path = str(tmp_path / "bench.sqlite")
-    # 1. Killed at the worst moment: inside the first result's transaction, between its row and its raw rows.
-    s = sweeps.start(tmp_path, *SINGLE_THEN_DDP, fault="sigkill@sweep:0", store_path=path, name="kill0")
-    rc, _ = s.wait(90)
-    assert rc == -signal.SIGKILL, s.output()
-    assert_store_whole(path)
-    assert results(path) == []  # the half-written result was rolled back
-    kills = 1
-    # 2. Killed at random moments (start-up, mid-configuration, between results), resuming each time.
-    for i in range(2):
-        s = sweeps.start(tmp_path, "--resume", "last", store_path=path, name=f"kill{i + 1}")
-        delay = rng.uniform(0.5, 9.0)
-        try:
-            s.wait(delay)
-            break  # it finished first: nothing left to kill
-        except subprocess.TimeoutExpired:
-            os.kill(s.proc.pid, signal.SIGKILL)  # the sweep alone, as the OOM killer would
-            s.proc.wait()
-            kills += 1
-        assert no_leftovers(s, within=20), f"children of the killed sweep linger after {delay:.1f} s"
-        assert_store_whole(path)
-        conn = store.connect(path)  # the next open recognises the dead sweep
-        assert [r["status"] for r in conn.execute("SELECT status FROM sweeps")] == ["died"]
-        conn.close()
-    assert kills >= 1
-    r = sweeps.start(tmp_path, "--resume", "last", store_path=path, name="final")
-    rc, _ = r.wait(150)
-    assert rc == 0, r.output()
-    (row,) = read(path, "SELECT * FROM sweeps")
-    assert row["status"] == "completed"
-    conn = store.connect(path, readonly=True)
-    latest = store.latest_results(conn, row["sweep_id"])
-    conn.close()
-    assert sorted((x["strategy"], x["status"]) for x in latest) == [("ddp", "ok"), ("single", "ok")]
-    assert_store_whole(path)
-    assert no_leftovers(r, within=0)
-
-
 def test_a_nap_slows_each_step_of_its_rank_without_firing_anything_else(monkeypatch):
     monkeypatch.setenv("BENCH_FAULT", "nap@0:30")
     fire = faults.hook(0)
@@ -590,27 +617,6 @@ def test_fault_specs_name_a_rank_or_the_sweep():
     for bad in ("boom@1:3", "raise@x:1", "raise@1"):
         with pytest.raises(ValueError, match="BENCH_FAULT item"):
             faults.parse(bad)
-
-
-# ---------------------------------------------------------------- the sweep's own errors
-
-@pytest.mark.timeout(200)
-def test_an_internal_error_of_the_sweep_is_recorded_with_one_line_and_exit_3(tmp_path, sweeps):
-    path = str(tmp_path / "bench.sqlite")
-    s = sweeps.start(tmp_path, *SINGLE_THEN_DDP, fault="raise@sweep:0", store_path=path, name="internal")
-    rc, _ = s.wait(150)
-    out = s.output()
-    assert rc == 3, out
-    assert "Traceback" not in out
-    (line,) = [l for l in out.splitlines() if l.startswith("internal error:")]
-    assert "RuntimeError: injected fault" in line and "marked failed" in line
-    tb_path = re.search(r"full traceback in (\S+);", line).group(1)
-    assert "Traceback" in Path(tb_path).read_text() and "injected fault" in Path(tb_path).read_text()
-    (row,) = read(path, "SELECT * FROM sweeps")
-    assert row["status"] == "failed" and row["traceback_path"] == tb_path
-    (r,) = results(path)  # the result being written when it broke is recorded as failed, with the reason
-    assert r["status"] == "failed" and r["reason"].startswith("internal error of the sweep: RuntimeError")
-    assert no_leftovers(s, within=0)
 
 
 def test_nccl_watchdog_aborts_of_waiting_ranks_are_not_their_fault(tmp_path):
