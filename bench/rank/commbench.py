@@ -26,8 +26,8 @@ Iterations (`iterations`): nccl-tests runs 5 warm-ups and 20 timed iterations (-
 each (collective, size) gets at least MIN_ITERS timed iterations and at least MIN_TIMED_S of timed work, so small
 messages are averaged over many launches, within its share of BUDGET_S per size, warm-ups included, which bounds
 the largest messages on the CPU (down to one timed call). A first call sets up buffers and connections (on gloo
-a first 4 KiB all-gather took 80 ms, the next 0.5 ms), so the second, timed on the host, is the probe that sets
-the counts; the group's first rank chooses them and broadcasts them, so every rank runs the same. The time is
+a first 4 KiB all-gather took 80 ms, the next 0.5 ms), so the faster of the next two, timed on the host, is the
+probe that sets the counts; the group's first rank chooses them and broadcasts them, so every rank runs the same. The time is
 the slowest rank's. Across several nodes it runs twice: over every rank (scope 'world': the inter-node links)
 and within each node (scope 'node').
 
@@ -54,7 +54,8 @@ MIN_ITERS = 20                   # nccl-tests' -n 20
 MIN_TIMED_S = 0.01               # at least this much timed work per (collective, size), budget allowing
 BUDGET_S = 0.5                   # per size, all collectives together, warm-ups included
 SHORTEST_PROBE_S = 1e-6          # a probe faster than the clock's resolution counts as this
-PROBE_CALLS = 2                  # the first call and the probe, before the counts are known
+PROBE_CALLS = 3                  # the first call and two probes, before the counts are known (a single probe once
+                                 # took 8 ms for a 4 KiB gloo all-reduce, preempted, and cut its timed calls to 18)
 
 
 def bus_factor(op: str, ranks: int) -> float:
@@ -164,10 +165,13 @@ def measure(op: str, size_bytes: int, device: torch.device, group, ranks: int, t
     inp, out, size = buffers(op, size_bytes, ranks, device)
     run_op(op, inp, out, group)  # sets up buffers and connections: not timed
     _sync(device)
-    t0 = time.perf_counter()
-    run_op(op, inp, out, group)
-    _sync(device)
-    warmups, iters = iterations(time.perf_counter() - t0, budget_s)
+    probes = []
+    for _ in range(PROBE_CALLS - 1):  # the faster of two: one call preempted on a shared machine is not the rate
+        t0 = time.perf_counter()
+        run_op(op, inp, out, group)
+        _sync(device)
+        probes.append(time.perf_counter() - t0)
+    warmups, iters = iterations(min(probes), budget_s)
     counts = torch.tensor([warmups, iters], dtype=torch.int64, device=device)
     dist.broadcast(counts, dist.get_global_rank(group, 0) if group is not None else 0, group=group)
     warmups, iters = (int(v) for v in counts.tolist())
