@@ -78,7 +78,7 @@ class Sweep:
         """Live processes of this sweep's configurations: torchrun's agent (forked from the sweep, so its command
         line is the sweep's) and the workers, found by the TMPDIR this sweep was started with."""
         mark = f"TMPDIR={self.runs}\0".encode()
-        return [p for p in _pids() if p != self.proc.pid and mark in _environ(p) and procs.process_state(p) not in ("", "Z")]
+        return [p for p in _pids() if p != self.proc.pid and mark in _proc(p, "environ") and procs.process_state(p) not in ("", "Z")]
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -211,12 +211,17 @@ def no_leftovers(s: Sweep, within: float = 15.0) -> bool:
     return wait_until(lambda: not s.leftovers(), within)
 
 
-def _cmdline(pid: int) -> bytes:
+def _proc(pid: int, name: str) -> bytes:
+    """/proc/PID/NAME (cmdline, environ, stat); empty once the process is gone."""
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
+        with open(f"/proc/{pid}/{name}", "rb") as f:
             return f.read()
     except OSError:
         return b""
+
+
+def _cmdline(pid: int) -> bytes:
+    return _proc(pid, "cmdline")
 
 
 def launcher_pids(s: Sweep) -> list:
@@ -232,20 +237,11 @@ def _children(pid: int) -> list:
     found = []
     for p in _pids():
         try:
-            with open(f"/proc/{p}/stat", "rb") as f:
-                if int(f.read().rsplit(b")", 1)[1].split()[1]) == pid:
-                    found.append(p)
-        except (OSError, IndexError, ValueError):
+            if int(_proc(p, "stat").rsplit(b")", 1)[1].split()[1]) == pid:
+                found.append(p)
+        except (IndexError, ValueError):
             continue
     return found
-
-
-def _environ(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
 
 
 def rank_pids(s: Sweep) -> list:

@@ -55,12 +55,17 @@ def exit_without_teardown(code: int) -> None:
     loader's worker processes, torch's its own) and flush, then skip the interpreter's module teardown,
     which takes ~1.3 s with torch and its compiler stack loaded, in every process of every configuration."""
     atexit._run_exitfuncs()
+    flush_std()
+    os._exit(code)
+
+
+def flush_std() -> None:
+    """Flush stdout and stderr, ignoring a closed or broken one (before os._exit or os.fork)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(code)
 
 
 def child_setup() -> None:

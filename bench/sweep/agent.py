@@ -68,8 +68,7 @@ def start(torchrun_args: list, env: dict, log_fd: int, cwd: Optional[str] = None
     """torchrun with these arguments (as after `torchrun`), forked; call it with the sweep's signals blocked
     (procs.signals_deferred) so that an interrupt lands once the caller knows the pid. target: what the child
     runs with the arguments (torchrun; a test's stand-in)."""
-    for stream in (sys.stdout, sys.stderr):  # nothing buffered in the sweep is written twice
-        stream.flush()
+    procs.flush_std()  # nothing buffered in the sweep is written twice
     ready, set_up = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -111,9 +110,5 @@ def _child(target: Callable[[list], None], torchrun_args: list, env: dict, log_f
         traceback.print_exc()
         code = 1
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
+        procs.flush_std()  # then no atexit handler: those are the sweep's, not the agent's
         os._exit(code)
