@@ -211,7 +211,7 @@ def test_a_version_3_store_keeps_its_all_reduce_rows_and_takes_other_collectives
     """)
     conn.close()
     conn = store.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
     rows = [tuple(r) for r in conn.execute("SELECT scope, op, size_bytes, time_ms, iters, timing FROM comm ORDER BY scope")]
     assert rows == [("node", "all_reduce", 4096, 0.25, 50, "host_clock"), ("world", "all_reduce", 4096, 0.5, 50, "host_clock")]
     # the key now holds the collective: an all-gather of the same size and scope is a row of its own
@@ -220,6 +220,46 @@ def test_a_version_3_store_keeps_its_all_reduce_rows_and_takes_other_collectives
     assert conn.execute("SELECT COUNT(*) FROM comm").fetchone()[0] == 3
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
     assert "comm_v1" not in str(conn.execute("SELECT group_concat(name) FROM sqlite_master").fetchone()[0])
+
+
+def test_a_version_4_store_gains_the_state_columns_optimizer_interference_and_held_out_checks(tmp_path):
+    from bench.store import schema
+    path = str(tmp_path / "v4.sqlite")
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+    CREATE TABLE sweeps (sweep_id INTEGER PRIMARY KEY, started_at TEXT NOT NULL, ended_at TEXT, status TEXT NOT NULL,
+        command_line TEXT NOT NULL, config_json TEXT NOT NULL, hostname TEXT, pid INTEGER, env_id INTEGER,
+        resumed INTEGER NOT NULL DEFAULT 0, traceback_path TEXT, label TEXT, paired_with INTEGER);
+    CREATE TABLE results (result_id INTEGER PRIMARY KEY, sweep_id INTEGER NOT NULL, config_key TEXT NOT NULL,
+        mode TEXT NOT NULL, workload TEXT NOT NULL, strategy TEXT NOT NULL, device_type TEXT NOT NULL,
+        device_count INTEGER NOT NULL, per_device_batch INTEGER NOT NULL, global_batch INTEGER NOT NULL,
+        status TEXT NOT NULL, spec_json TEXT NOT NULL);
+    CREATE TABLE memory (result_id INTEGER NOT NULL, rank INTEGER NOT NULL, device TEXT NOT NULL, peak_rss_mib REAL,
+        PRIMARY KEY (result_id, rank, device));
+    CREATE TABLE forecasts (sweep_id INTEGER NOT NULL, config_key TEXT NOT NULL, workload TEXT NOT NULL,
+        strategy TEXT NOT NULL, variant TEXT, device_count INTEGER NOT NULL, from_counts TEXT NOT NULL,
+        forecast_step_ms REAL, measured_step_ms REAL, error REAL, forecast_samples_per_s REAL,
+        measured_samples_per_s REAL, compute_error REAL, noise REAL, why TEXT, network TEXT, created_at TEXT NOT NULL,
+        PRIMARY KEY (sweep_id, config_key));
+    INSERT INTO sweeps (sweep_id, started_at, status, command_line, config_json) VALUES (1, 't', 'completed', 'cmd', '{}');
+    INSERT INTO results VALUES (1, 1, 'k', 'bench', 'synthetic', 'ddp', 'cpu', 2, 64, 128, 'ok', '{}');
+    INSERT INTO memory VALUES (1, 0, 'cpu', 700.0);
+    INSERT INTO forecasts VALUES (1, 'k', 'synthetic', 'ddp', 'fp32', 2, '1', 30.0, 40.0, -0.25, 1, 1, 0, 0, '', '', 't');
+    PRAGMA user_version = 4;
+    """)
+    conn.close()
+    conn = store.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 5
+    assert tuple(conn.execute("SELECT optimizer FROM results").fetchone()) == ("sgd",)
+    assert tuple(conn.execute("SELECT peak_rss_mib, params_mib, baseline_rss_mib FROM memory").fetchone()) == (700.0, None, None)
+    # an old check judged its own sweep; a held-out check of a later sweep is a row of its own
+    assert tuple(conn.execute("SELECT sweep_id, judged_sweep, error FROM forecasts").fetchone()) == (1, 1, -0.25)
+    conn.execute("INSERT INTO sweeps (sweep_id, started_at, status, command_line, config_json) VALUES (2, 't', 'completed', 'c', '{}')")
+    conn.execute("INSERT INTO forecasts (sweep_id, judged_sweep, config_key, workload, strategy, device_count, from_counts, "
+                 "created_at) VALUES (1, 2, 'k', 'synthetic', 'ddp', 2, '1', 't')")
+    assert conn.execute("SELECT COUNT(*) FROM forecasts").fetchone()[0] == 2
+    assert "interference" in {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
 
 
 def test_a_process_that_exits_without_teardown_leaves_its_store_whole_in_the_one_file(tmp_path):

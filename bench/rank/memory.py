@@ -9,7 +9,13 @@ Per GPU the worker records, after the measured window:
     artefact_mib         memory held only because the benchmark pre-generates its batches; the report
                          shows allocated and reserved figures net of it
 The allocator does not return cached memory between steps, so the device level read after the
-window is at least its peak during it. On CPU the figure is the process's peak RSS.
+window is at least its peak during it. On CPU the figure is the process's peak RSS, beside the RSS the process
+had before its model was built (baseline_rss_mib: the interpreter, torch, the process group).
+
+Beside the peaks, the training state this rank holds, counted from its tensors (`state_mib`): parameters and
+their gradients (this rank's shards under FSDP2 and HSDP), the optimizer's state tensors (this rank's share under
+ZeRO), and DDP's flat gradient buckets. These are exact on every device; the memory forecast
+(bench.analysis.memory_model) builds on them and the peaks.
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import resource
 import sys
 
 import torch
+from torch import nn
 
 
 def reset_peaks(devices: list, api=torch.cuda) -> None:
@@ -65,3 +72,53 @@ def peak_memory(devices: list, rank: int, artefact_bytes: int = 0) -> list:
                      "peak_reserved_mib": None, "device_used_mib": None, "process_used_mib": None,
                      "artefact_mib": 0.0, "method": "getrusage", "peak_rss_mib": rss})
     return rows
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's shard on this rank (FSDP2, HSDP); a plain tensor as it is."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _bytes(t: torch.Tensor) -> int:
+    t = _local(t)
+    return t.numel() * t.element_size()
+
+
+def _optimizer_tensors(opt) -> list:
+    """The state tensors of an optimizer, through wrappers that keep a local one (ZeroRedundancyOptimizer.optim)."""
+    inner = getattr(opt, "optim", None)
+    states = [opt.state] + ([inner.state] if inner is not None and inner is not opt else [])
+    seen, out = set(), []
+    for state in states:
+        for per_param in state.values():
+            for v in per_param.values() if isinstance(per_param, dict) else ():
+                if torch.is_tensor(v) and id(v) not in seen and v.numel() > 1:  # a step count is a scalar
+                    seen.add(id(v))
+                    out.append(v)
+    return out
+
+
+def ddp_bucket_bytes(model: nn.Module) -> int:
+    """DDP's flat gradient buckets (0 for any other wrapper, or where DDP's private reducer API is missing)."""
+    ddp = getattr(model, "_orig_mod", model)
+    if not isinstance(ddp, nn.parallel.DistributedDataParallel):
+        return 0
+    try:
+        return sum(b.buffer().numel() * b.buffer().element_size() for b in ddp.reducer._get_zeros_like_grad_buckets())
+    except Exception:  # private API
+        return 0
+
+
+def state_mib(model: nn.Module, opt) -> dict:
+    """{params_mib, grads_mib, optimizer_mib, buckets_mib}: the training state this rank holds between backward
+    and the optimizer step. Gradients count once per trainable parameter at the parameter's (local) size, unless
+    DDP keeps them as views of its buckets (gradient_as_bucket_view): then the buckets hold them."""
+    params = [p for p in model.parameters()]
+    trainable = [p for p in params if p.requires_grad]
+    buckets = ddp_bucket_bytes(model)
+    ddp = getattr(model, "_orig_mod", model)
+    as_view = bool(getattr(ddp, "gradient_as_bucket_view", False)) and buckets > 0
+    return {"params_mib": sum(_bytes(p) for p in params) / 2**20,
+            "grads_mib": 0.0 if as_view else sum(_bytes(p) for p in trainable) / 2**20,
+            "optimizer_mib": sum(_bytes(t) for t in _optimizer_tensors(opt)) / 2**20,
+            "buckets_mib": buckets / 2**20}

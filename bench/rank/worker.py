@@ -82,7 +82,7 @@ def prepare(model: nn.Module, spec: RunSpec, ctx: Ctx) -> nn.Module:
     return model
 
 
-def measure(spec: RunSpec, t: Trainer, devices: list, wl, beat=None) -> dict:
+def measure(spec: RunSpec, t: Trainer, devices: list, wl, beat=None, baseline_rss_mib: float = 0.0) -> dict:
     rows, epochs = [], []
     out = {}
     if spec.epochs:
@@ -119,6 +119,7 @@ def measure(spec: RunSpec, t: Trainer, devices: list, wl, beat=None) -> dict:
         memory.reset_peaks(devices)  # steady state: cuDNN's autotuning workspaces of the warm-up left out
         rows += t.window(it, spec.steps, "measure")["rows"]
     out["memory"] = memory.peak_memory(devices, t.rank, wl.artefact_bytes)
+    out["memory"][0].update(memory.state_mib(t.model, t.opt), baseline_rss_mib=baseline_rss_mib)
     if is_ddp(t.model):
         out["ddp_logging"] = ddp_logging(t.model, t.n)
         if spec.mode == "bench" and not spec.epochs:
@@ -192,6 +193,7 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
         payload["comm"] = collective_sweep(device, spec.comm_max_bytes, extra_sizes=spec.comm_extra_bytes,
                                            local_world=int(os.environ.get("LOCAL_WORLD_SIZE", world)), ops=spec.comm_ops)
     else:
+        baseline_rss_mib = memory.rss_mib()  # the process before its model: the memory forecast's check starts here
         torch.manual_seed(spec.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
         wl = builder(spec.workload)(spec, rank, device)
         beat.total = planned_steps(spec, wl.steps_per_epoch)
@@ -208,7 +210,7 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
                         scaler=precision.grad_scaler(spec.precision, spec.device_type), beat=beat.beat,
                         fault=faults.hook(rank), distributed=distributed)
             payload.update(equivalence.train(spec, t, batch_stream(wl)) if spec.mode == "equivalence"
-                           else measure(spec, t, devices, wl, beat))
+                           else measure(spec, t, devices, wl, beat, baseline_rss_mib))
             payload["timing_method"] = timing.make_clock(device, devices).method
             payload["strategy_settings"] = ddp_settings(model)
             payload["optimizer"] = optimizer_settings(cuda, spec.precision)

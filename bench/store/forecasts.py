@@ -99,7 +99,8 @@ def write_validation(conn: sqlite3.Connection, sweep_id: int, rows: list) -> Non
     with store.transaction(conn):
         conn.executemany(f"INSERT OR REPLACE INTO forecasts (sweep_id, {', '.join(FORECAST_COLUMNS)}) "
                          f"VALUES (?, {', '.join('?' * len(FORECAST_COLUMNS))})",
-                         [[sweep_id] + [r.get(c) for c in FORECAST_COLUMNS] for r in rows])
+                         [[sweep_id] + [r.get(c) if c != "judged_sweep" else r.get(c) or sweep_id for c in FORECAST_COLUMNS]
+                          for r in rows])
 
 
 def read_validation(conn: sqlite3.Connection, sweep_id: int) -> list:

@@ -27,14 +27,20 @@
                   traced steps); a note when the trace was cut or could not be written
     buckets       when each DDP gradient bucket became ready in backward (ms from its start), its bytes, per rank
                   and step, recorded after the measured window; FSDP's units (kind 'fsdp_unit') and their bytes
-    forecasts     the forecast's check against the truth: each measured count forecast from the smaller counts
-                  alone, beside the measurement, with the error (bench.commands.forecast)
+    interference  the collectives beside computation (bench.rank.interference): per scope, collective and size, the
+                  collective's time alone and while every rank computes a fixed load, and the load's time alone and
+                  while the collective runs (ms), their ratios (comm_slowdown, compute_slowdown), the load's shape and
+                  the rounds taken; op 'co_run' is the load on every rank at once against one rank alone (size 0)
+    forecasts     the forecast's check against the truth: each measured count forecast from what the check may read
+                  (basis: nothing of the judged count, or only the machine's own measurements there), beside the
+                  measurement of its sweep or of a later one (judged_sweep), step time and memory per device, with
+                  the errors (bench.commands.forecast)
 """
 from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SCHEMA_HISTORY = {
     1: "first version: environments, sweeps, results, steps, memory, epochs, comm",
     2: "GPU-true timing and new axes: results gain precision, channels_last, compiled, options_json, nodes, launcher, "
@@ -49,6 +55,11 @@ SCHEMA_HISTORY = {
     4: "the collectives microbenchmark measures all-gather and reduce-scatter beside all-reduce: comm gains op "
        "(all_reduce, all_gather, reduce_scatter; older rows are all_reduce) and timing (cuda_events or host_clock; "
        "older rows host_clock), and its key becomes (result_id, scope, op, size_bytes)",
+    5: "memory per rank gains the training state counted from the tensors each rank holds (params_mib, grads_mib, "
+       "optimizer_mib, buckets_mib: DDP's gradient buckets) and the process's RSS before the model was built "
+       "(baseline_rss_mib); results gain optimizer (sgd or adamw; older rows sgd); an interference table (collectives "
+       "beside computation); forecasts gain judged_sweep (the sweep measured; older rows their own), basis and the "
+       "memory check (forecast_mem_mib, measured_mem_mib, mem_error, mem_method), keyed (sweep_id, judged_sweep, config_key)",
 }
 
 SCHEMA = """
@@ -96,7 +107,8 @@ CREATE TABLE IF NOT EXISTS results (
     details_json TEXT,
     precision TEXT NOT NULL DEFAULT 'fp32', channels_last INTEGER NOT NULL DEFAULT 0, compiled INTEGER NOT NULL DEFAULT 0,
     options_json TEXT, nodes INTEGER NOT NULL DEFAULT 1, launcher TEXT,
-    timing_method TEXT, window_s REAL, micro_batch INTEGER, loader_workers INTEGER, compile_s REAL, numerics_json TEXT
+    timing_method TEXT, window_s REAL, micro_batch INTEGER, loader_workers INTEGER, compile_s REAL, numerics_json TEXT,
+    optimizer TEXT NOT NULL DEFAULT 'sgd'
 );
 CREATE INDEX IF NOT EXISTS results_by_sweep ON results(sweep_id, config_key);
 CREATE TABLE IF NOT EXISTS windows (
@@ -118,6 +130,7 @@ CREATE TABLE IF NOT EXISTS memory (
     rank INTEGER NOT NULL, device TEXT NOT NULL, device_name TEXT,
     peak_allocated_mib REAL, peak_reserved_mib REAL, peak_rss_mib REAL,
     device_used_mib REAL, process_used_mib REAL, artefact_mib REAL, method TEXT,
+    params_mib REAL, grads_mib REAL, optimizer_mib REAL, buckets_mib REAL, baseline_rss_mib REAL,
     PRIMARY KEY (result_id, rank, device)
 );
 CREATE TABLE IF NOT EXISTS epochs (
@@ -155,22 +168,32 @@ CREATE TABLE IF NOT EXISTS buckets (
     size_bytes INTEGER NOT NULL, ready_ms REAL, backward_ms REAL,
     PRIMARY KEY (result_id, kind, rank, step, bucket)
 );
+CREATE TABLE IF NOT EXISTS interference (
+    result_id INTEGER NOT NULL REFERENCES results(result_id),
+    scope TEXT NOT NULL DEFAULT 'world', ranks INTEGER, op TEXT NOT NULL, size_bytes INTEGER NOT NULL,
+    comm_alone_ms REAL, comm_contended_ms REAL, compute_alone_ms REAL, compute_contended_ms REAL,
+    comm_slowdown REAL, compute_slowdown REAL, load TEXT, rounds INTEGER, timing TEXT,
+    PRIMARY KEY (result_id, scope, op, size_bytes)
+);
 CREATE TABLE IF NOT EXISTS forecasts (
     sweep_id INTEGER NOT NULL REFERENCES sweeps(sweep_id),
+    judged_sweep INTEGER NOT NULL REFERENCES sweeps(sweep_id),
     config_key TEXT NOT NULL,
     workload TEXT NOT NULL, strategy TEXT NOT NULL, variant TEXT, device_count INTEGER NOT NULL,
     from_counts TEXT NOT NULL,
     forecast_step_ms REAL, measured_step_ms REAL, error REAL,
     forecast_samples_per_s REAL, measured_samples_per_s REAL,
     compute_error REAL, noise REAL, why TEXT, network TEXT, created_at TEXT NOT NULL,
-    PRIMARY KEY (sweep_id, config_key)
+    basis TEXT, forecast_mem_mib REAL, measured_mem_mib REAL, mem_error REAL, mem_method TEXT,
+    PRIMARY KEY (sweep_id, judged_sweep, config_key)
 );
 """
 
 STEP_COLUMNS = ("kind", "rank", "step", "step_ms", "data_ms", "h2d_ms", "forward_ms", "backward_ms", "optimizer_ms",
                 "loss", "host_data_ms", "buffers_ms", "other_ms")
 MEMORY_COLUMNS = ("rank", "device", "device_name", "peak_allocated_mib", "peak_reserved_mib", "peak_rss_mib",
-                  "device_used_mib", "process_used_mib", "artefact_mib", "method")
+                  "device_used_mib", "process_used_mib", "artefact_mib", "method", "params_mib", "grads_mib",
+                  "optimizer_mib", "buckets_mib", "baseline_rss_mib")
 EPOCH_COLUMNS = ("epoch", "wall_s", "mean_loss", "data_wait_s", "samples", "steps",
                  "images", "images_seen", "images_repeated", "images_dropped")
 COMM_COLUMNS = ("scope", "ranks", "op", "size_bytes", "time_ms", "algbw_gbps", "busbw_gbps", "iters", "timing")
@@ -179,9 +202,12 @@ TRACE_COLUMNS = ("rank", "path", "trace_bytes", "json_bytes", "steps", "first_st
                  "note", "error", "span_ms", "compute_ms", "comm_ms", "copy_ms", "idle_ms", "overlap_ms", "exposed_comm_ms",
                  "wait_ms", "compute_share", "comm_share", "copy_share", "idle_share", "overlap_share")
 BUCKET_COLUMNS = ("kind", "rank", "step", "bucket", "size_bytes", "ready_ms", "backward_ms")
-FORECAST_COLUMNS = ("config_key", "workload", "strategy", "variant", "device_count", "from_counts", "forecast_step_ms",
-                    "measured_step_ms", "error", "forecast_samples_per_s", "measured_samples_per_s", "compute_error",
-                    "noise", "why", "network", "created_at")
+INTERFERENCE_COLUMNS = ("scope", "ranks", "op", "size_bytes", "comm_alone_ms", "comm_contended_ms", "compute_alone_ms",
+                        "compute_contended_ms", "comm_slowdown", "compute_slowdown", "load", "rounds", "timing")
+FORECAST_COLUMNS = ("judged_sweep", "config_key", "workload", "strategy", "variant", "device_count", "from_counts",
+                    "forecast_step_ms", "measured_step_ms", "error", "forecast_samples_per_s", "measured_samples_per_s",
+                    "compute_error", "noise", "why", "network", "created_at", "basis", "forecast_mem_mib",
+                    "measured_mem_mib", "mem_error", "mem_method")
 
 
 def create(conn: sqlite3.Connection) -> None:
@@ -229,5 +255,15 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
     if version == 3:  # every row so far was an all-reduce timed by the host clock (CUDA: synchronised around the loop)
         _rebuild(conn, "comm", {"op": "'all_reduce'", "timing": "'host_clock'"})
         version = 4
+    if version == 4:  # every check so far judged its own sweep; every run so far trained with SGD
+        _rebuild(conn, "forecasts", {"judged_sweep": "sweep_id"})
+        for table, cols in (("results", ("optimizer TEXT NOT NULL DEFAULT 'sgd'",)),
+                            ("memory", ("params_mib REAL", "grads_mib REAL", "optimizer_mib REAL", "buckets_mib REAL",
+                                        "baseline_rss_mib REAL"))):
+            for col in cols:  # a store of version 1 had its tables rebuilt with today's columns above
+                if col.split()[0] not in _columns(conn, table):
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {col}")
+        create(conn)  # the interference table
+        version = 5
     conn.execute("PRAGMA legacy_alter_table = OFF")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

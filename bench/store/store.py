@@ -21,8 +21,8 @@ from typing import Iterator, Optional
 from bench.analysis import stats, traces
 from bench.shared import faults
 from bench.store import schema
-from bench.store.schema import (BUCKET_COLUMNS, COMM_COLUMNS, EPOCH_COLUMNS, MEMORY_COLUMNS, SCHEMA_HISTORY, SCHEMA_VERSION,
-                                STEP_COLUMNS, TRACE_COLUMNS, WINDOW_COLUMNS)
+from bench.store.schema import (BUCKET_COLUMNS, COMM_COLUMNS, EPOCH_COLUMNS, INTERFERENCE_COLUMNS, MEMORY_COLUMNS,
+                                SCHEMA_HISTORY, SCHEMA_VERSION, STEP_COLUMNS, TRACE_COLUMNS, WINDOW_COLUMNS)
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -340,12 +340,14 @@ def record_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int]
                   wall_s: Optional[float] = None, failed_rank: Optional[int] = None) -> int:
     """Write one configuration's result with all its raw rows in a single transaction. Returns result_id.
 
-    payload (from the worker's result file): steps, windows, memory, epochs, comm, nodes, traces, buckets lists of dicts;
+    payload (from the worker's result file): steps, windows, memory, epochs, comm, interference, nodes, traces, buckets
+    lists of dicts;
     params, grad_bytes, comm_method, timing_method, numerics, compile_s; any other keys go to details_json.
     The summary columns are derived here from the raw rows by bench.analysis.stats.
     """
     payload = dict(payload or {})
-    rows = {name: payload.pop(name, []) for name in ("steps", "windows", "memory", "epochs", "comm", "nodes", "buckets")}
+    rows = {name: payload.pop(name, []) for name in ("steps", "windows", "memory", "epochs", "comm", "interference", "nodes",
+                                                     "buckets")}
     rows["traces"] = traces.derive(payload.pop("traces", []))  # --profile: read the traces before taking the lock
     grad_bytes = payload.pop("grad_bytes", None)
     s = stats.result_summary(rows["steps"], rows["windows"], spec.global_batch) if status == "ok" else {}
@@ -375,6 +377,7 @@ def record_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int]
         "loader_workers": spec.num_workers * spec.processes if spec.data == "voc" else None,
         "compile_s": payload.pop("compile_s", None),
         "numerics_json": json.dumps(payload.pop("numerics"), sort_keys=True) if payload.get("numerics") else None,
+        "optimizer": getattr(spec, "optimizer", "sgd"),
         "details_json": json.dumps(payload, sort_keys=True, default=str) if payload else None,
     }
     rows["nodes"] = [{"node_rank": n.get("node_rank", i), "hostname": n.get("hostname"),
@@ -384,7 +387,8 @@ def record_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int]
         rid = int(cur.lastrowid)
         faults.sweep_writing_result()  # tests only: BENCH_FAULT=sigkill@sweep:N kills the sweep right here
         for table, cols in (("steps", STEP_COLUMNS), ("windows", WINDOW_COLUMNS), ("memory", MEMORY_COLUMNS),
-                            ("epochs", EPOCH_COLUMNS), ("comm", COMM_COLUMNS), ("nodes", NODE_COLUMNS),
+                            ("epochs", EPOCH_COLUMNS), ("comm", COMM_COLUMNS), ("interference", INTERFERENCE_COLUMNS),
+                            ("nodes", NODE_COLUMNS),
                             ("traces", TRACE_COLUMNS), ("buckets", BUCKET_COLUMNS)):
             if rows[table]:
                 conn.executemany(f"INSERT INTO {table} (result_id, {', '.join(cols)}) VALUES (?, {', '.join('?' * len(cols))})",
