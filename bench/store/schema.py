@@ -269,13 +269,13 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
             for col in cols:  # a store of version 1 had its tables rebuilt with today's columns above
                 if col.split()[0] not in _columns(conn, table):
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {col}")
+        create(conn)  # the interference table (and any other a partial store lacks)
         if "method" not in _columns(conn, "traces"):  # how older rows were read and matched, where that is known
             conn.execute("ALTER TABLE traces ADD COLUMN method TEXT")
             conn.execute("ALTER TABLE traces ADD COLUMN wait_match TEXT")
             conn.execute("UPDATE traces SET method = 'host_ops' WHERE span_ms IS NOT NULL AND result_id IN "
                          "(SELECT result_id FROM results WHERE device_type = 'cpu')")  # a CPU trace holds no kernels
             conn.execute("UPDATE traces SET wait_match = 'order' WHERE wait_ms IS NOT NULL")  # the only way then
-        create(conn)  # the interference table
         version = 5
     conn.execute("PRAGMA legacy_alter_table = OFF")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
