@@ -69,7 +69,7 @@ def prepare(argv: list, parser: argparse.ArgumentParser | None = None, machine=N
     """Parse, check and resolve a sweep's flags: (config, names given, machine). Raises ConfigError/StoreError.
     `machine`: one detected already in this process (ab's variant B), not detected again."""
     ns = (parser or run_parser()).parse_args(argv)
-    if getattr(ns, "config", None):
+    if getattr(ns, "config", None) is not None:  # given, even empty: sweepfile refuses an empty name
         for name, text in sweepfile.load(ns.config).items():
             if getattr(ns, name) is None:  # the command line overrides the file
                 setattr(ns, name, text)

@@ -61,9 +61,14 @@ def _text(kind: str, v):
 
 def load(path: str) -> dict:
     """{SweepConfig field: value as its flag's text} from a TOML sweep file, every value checked on its own."""
+    if not path.strip():  # `--config "$SWEEP"` with SWEEP unset: refused, never the default sweep in its place
+        raise ConfigError(f"--config {path!r}: an empty name; expected a TOML sweep file (an unset shell variable?)")
     try:
         with open(path, "rb") as f:
             raw = tomllib.load(f)
+    except UnicodeDecodeError as e:  # tomllib decodes the bytes as UTF-8 first: a binary file, or another encoding
+        raise ConfigError(f"--config {path!r} is not UTF-8 text (byte {e.object[e.start:e.start + 1]!r} at offset "
+                          f"{e.start}); expected a TOML sweep file") from None
     except FileNotFoundError:
         raise ConfigError(f"--config {path!r}: no such file") from None
     except IsADirectoryError:

@@ -113,3 +113,14 @@ def test_a_negative_non_finite_value_after_a_space_is_refused_as_a_value_not_as_
     said = _refused(argv, capsys)
     assert f"{flag}: '{argv[argv.index(flag) + 1]}' is not a finite number" in said, said
     assert "expected one argument" not in said
+
+
+@pytest.mark.parametrize("command", cli.COMMANDS)
+def test_every_commands_help_introduces_it_as_the_user_calls_it(command, capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main([command, "--help"])
+    usage = capsys.readouterr().out
+    assert done.value.code == 0
+    expected = "usage: ./run_bench.sh" + ("" if command == "run" else f" {command}")
+    assert usage.startswith(expected + " "), usage.splitlines()[:2]
+    assert "python -m" not in usage

@@ -74,6 +74,26 @@ def test_a_missing_file_is_named(tmp_path, capsys, machine):
     assert "--config" in capsys.readouterr().err
 
 
+def test_a_file_that_is_not_text_is_exit_2_naming_it_not_an_internal_error(tmp_path, capsys, machine):
+    f = tmp_path / "sweep.toml"
+    f.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")  # a picture saved under the sweep's name
+    store = tmp_path / "s.sqlite"
+    assert cli.main(["--config", str(f), "--store", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --config {str(f)!r} is not UTF-8 text (byte b'\\x89' at offset 0); expected a TOML sweep file\n"
+    assert not store.exists()
+
+
+@pytest.mark.parametrize("value", ["", " "])
+def test_an_empty_config_name_is_refused_not_replaced_by_the_default_sweep(value, tmp_path, capsys, machine):
+    """`--config "$SWEEP"` with SWEEP unset: the default sweep must not run in its place."""
+    store = tmp_path / "s.sqlite"
+    for argv in (["--config", value], [f"--config={value}"]):
+        assert cli.main([*argv, "--store", str(store)]) == 2
+        assert f"--config {value!r}: an empty name; expected a TOML sweep file" in capsys.readouterr().err
+    assert not store.exists()
+
+
 @pytest.mark.parametrize("name", ["reference.toml", "quick-cpu.toml", "ddp-settings.toml"])
 def test_the_shipped_sweeps_resolve_on_a_cpu_and_on_eight_gpus(name, tmp_path, machine):
     extra = ["--voc-root", str(tmp_path)] if name == "reference.toml" else []

@@ -103,8 +103,13 @@ def test_a_rank_slowed_on_purpose_is_named_the_straggler(sweeps):
     per_step = {k: r["wait_ms"] / r["steps"] for k, r in rows.items()}
     assert per_step[1] > NAP_MS / 2 > per_step[0], per_step  # rank 1 waits in every all-reduce for rank 0's nap
     assert traces.straggler(per_step, rows[0]["span_ms"] / rows[0]["steps"]) == 0
+    # gloo's operations carry no sequence number (torch 2.15): read from host operations, matched by name and order
+    assert [(r["method"], r["wait_match"]) for r in rows.values()] == [("host_ops", "order")] * 2
     report = (folder / "rep" / "report.md").read_text()
     assert "they wait for rank 0, the straggler" in report, report
+    assert "this suite's own adaptation of Holistic Trace Analysis's method, which reads kernels only" in report
+    assert "by name and order (the trace records no sequence numbers)" in report
+    assert "| read from |" in report and report.count("| host ops |") == 2  # the table says it for each rank
     assert "ui.perfetto.dev" in report and "](../traces/sweep1/" in report  # a link to each trace, how to open it
     page = (folder / "rep" / "report.html").read_text()
     assert all(f'href="file://{r["path"]}"' in page for r in rows.values()), [r["path"] for r in rows.values()]
@@ -133,9 +138,14 @@ def test_hand_made_cpu_trace_gives_the_hand_computed_overlap_and_shares():
     assert f.exposed_comm_ms * 1e3 == pytest.approx(36) and f.idle_ms * 1e3 == pytest.approx(10)
     s = f.shares
     assert (s["compute_share"], s["comm_share"], s["copy_share"], s["idle_share"]) == pytest.approx((0.54, 0.36, 0.0, 0.10))
-    trace["traceEvents"].append({"ph": "i", "name": "bench: trace cut here", "ts": 60, "pid": 1, "tid": 1})
-    f = traces.figures(trace)  # a trace cut inside its step: what lies past the cut is not idle, it is gone
-    assert (f.span_ms * 1e3, f.compute_ms * 1e3, f.idle_ms * 1e3) == pytest.approx((60, 44, 0))
+    assert f.method == "host_ops"
+    mark = {"ph": "i", "name": "bench: trace cut here", "pid": 1, "tid": 1}
+    two = [*trace["traceEvents"], _x("ProfilerStep#2", 100, 100, cat="user_annotation"), _x("aten::mm", 130, 50)]
+    f = traces.figures({"traceEvents": [*two, dict(mark, ts=100)]})  # cut where step 1 ends (bench.rank.tracefile)
+    # step 2 began before the cut and was kept in part: not counted, and what lies past the cut is not idle, it is gone
+    assert (f.steps, f.span_ms * 1e3, f.compute_ms * 1e3, f.idle_ms * 1e3) == pytest.approx((1, 100, 54, 10))
+    f = traces.figures({"traceEvents": [*two, dict(mark, ts=60)]})  # inside step 1: no step kept whole, none counted
+    assert (f.steps, f.span_ms, f.compute_ms) == (0, 0.0, 0.0)
 
 
 def test_hand_made_cuda_trace_classifies_kernels_as_hta_does():
@@ -276,10 +286,32 @@ def test_a_version_2_store_gains_the_traces_table_keeping_its_rows(tmp_path):
     conn.commit()
     conn.close()
     conn = store.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 5
     assert conn.execute("SELECT COUNT(*) FROM sweeps").fetchone()[0] == 1
-    assert [r[1] for r in conn.execute("PRAGMA table_info(traces)")][:3] == ["result_id", "rank", "path"]
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(traces)")]
+    assert columns[:3] == ["result_id", "rank", "path"] and columns[-2:] == ["method", "wait_match"]
     assert 3 in schema.SCHEMA_HISTORY
+    conn.close()
+
+
+def test_a_version_4_stores_traces_gain_how_they_were_read_and_matched_where_that_is_known(tmp_path):
+    """Version 4 read a CPU trace from host operations (it has no kernels) and matched collectives by order; a CUDA
+    trace's method is not known (kernels where it had them)."""
+    path = str(tmp_path / "v4.sqlite")
+    conn = sqlite3.connect(path)
+    conn.executescript(schema.SCHEMA.replace("    method TEXT, wait_match TEXT,\n", ""))
+    conn.execute("INSERT INTO sweeps (sweep_id, started_at, status, command_line, config_json) VALUES (1, 't', 'completed', 'c', '{}')")
+    for rid, device in ((1, "cpu"), (2, "cuda")):
+        conn.execute("INSERT INTO results (result_id, sweep_id, config_key, mode, workload, strategy, device_type, "
+                     "device_count, per_device_batch, global_batch, status, spec_json) VALUES "
+                     f"({rid}, 1, 'k{rid}', 'bench', 'synthetic', 'ddp', '{device}', 2, 8, 16, 'ok', '{{}}')")
+        conn.execute(f"INSERT INTO traces (result_id, rank, span_ms, wait_ms) VALUES ({rid}, 0, 10.0, 1.5)")
+    conn.execute("PRAGMA user_version = 4")
+    conn.commit()
+    conn.close()
+    conn = store.connect(path)
+    rows = conn.execute("SELECT result_id, rank, span_ms, wait_ms, method, wait_match FROM traces ORDER BY result_id")
+    assert [tuple(r) for r in rows] == [(1, 0, 10.0, 1.5, "host_ops", "order"), (2, 0, 10.0, 1.5, None, "order")]
     conn.close()
 
 

@@ -1,45 +1,50 @@
 """Figures from profiler traces (--profile), read from the trace's JSON alone: no torch, no HTA.
 
-The method is Holistic Trace Analysis's (HTA, facebookresearch/HolisticTraceAnalysis; its "Temporal
+On CUDA the method is Holistic Trace Analysis's (HTA, facebookresearch/HolisticTraceAnalysis; its "Temporal
 Breakdown" and "Computation-Communication Overlap" features, https://hta.readthedocs.io), written here so
 that reading a trace pins no torch version:
-  - events are classified by name: `nccl*` or containing `gloo:` is communication, `Memcpy`/`Memset`
-    (and the gpu_memcpy/gpu_memset categories) memory copies, every other kernel computation;
-  - iterations are the `ProfilerStep#N` annotations; the figures cover the union of them (the traced steps;
-    on CUDA up to the end of the last kernel, which runs behind its step's annotation);
+  - the device's kernels are classified by name: `nccl*` or containing `gloo:` is communication,
+    `Memcpy`/`Memset` (and the gpu_memcpy/gpu_memset categories) memory copies, every other kernel computation;
+  - iterations are the host's `ProfilerStep#N` annotations (Kineto's copies of them on each GPU stream,
+    category gpu_user_annotation, are not steps: HTA drops them too); the figures cover the union of the steps,
+    on CUDA up to the end of the last step's GPU work, which runs behind its host annotation;
   - idle time is the steps' span minus the union of every classified interval;
   - overlap is the time where communication and computation intervals intersect, over communication time.
-On CUDA the intervals are the device's kernels and copies, as in HTA. A CPU/gloo trace has no kernels: its
-intervals are the profiler's host operations. Computation is the time of every `cpu_op` on its thread less
-the communication calls on that thread (DDP's all-reduce is issued from inside autograd's AccumulateGrad,
-and a call that blocks is waiting, not computing); communication is gloo's own operations
-(`gloo:all_reduce`, `gloo:broadcast` on gloo's threads, which last until every rank has joined) and the
-calls that issue them (`c10d::allreduce_`, `record_param_comms`). The breakdown sums to the span with
-computation first: communication counts where computation does not hide it (exposed), copies where
-neither runs, the rest is idle. A trace cut to its size limit (bench.rank.tracefile) counts up to the cut.
+A CPU/gloo trace has no kernels, and neither has a CUDA trace where CUPTI recorded none. Its figures are this
+suite's own adaptation of HTA's method to the profiler's host operations (HTA reads kernels only): computation
+is the time of every `cpu_op` on its thread less the communication calls on that thread (DDP's all-reduce is
+issued from inside autograd's AccumulateGrad, and a call that blocks is waiting, not computing);
+communication is gloo's own operations (`gloo:all_reduce`, `gloo:broadcast` on gloo's threads, which last until
+every rank has joined) and the calls that issue them (`c10d::allreduce_`, `record_param_comms`). Which of the
+two read a trace is its `method` (METHODS), stored with its figures and shown by the report; a CUDA rank read
+from host operations says why in its note. The breakdown sums to the span with computation first:
+communication counts where computation does not hide it (exposed), copies where neither runs, the rest is idle.
+A trace cut to its size limit (bench.rank.tracefile) counts the steps whose work it kept whole, up to the cut.
 
-Waiting in collectives (the straggler signal): HTA takes the collective whose duration varies most across
-ranks and names the rank that starts it last. Here every collective is matched across ranks by its name and
-order, and a rank's wait is how much longer it spent in each than the rank that spent least (durations, so
-the hosts' clocks need not agree). The rank that waits markedly less than the others is the one they wait for.
+Waiting in collectives, across the ranks (the straggler signal), is bench.analysis.waits': each rank's collectives
+here (calls: NCCL's kernels, or the host's gloo operations, with the sequence number Kineto records where it does),
+matched across ranks there.
 
     rows = derive(records)                  # the worker's trace records -> one row of figures per rank
-    straggler({rank: wait_ms_per_step}, step_ms)   -> the rank the others wait for, or None
+    f = figures(load(path)); calls(load(path))     # one rank's breakdown; its collectives
+    straggler({rank: wait_ms_per_step}, step_ms)   -> the rank the others wait for, or None (bench.analysis.waits)
 """
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from bisect import bisect_right
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from bench.analysis.waits import Call, match, straggler, waits_ms  # noqa: F401 (straggler, waits_ms: public here too)
 from bench.shared import chrometrace
 
-STRAGGLER_RATIO = 0.5          # the straggler waits less than half what the others typically wait ...
-STRAGGLER_MIN_STEP_SHARE = 0.10  # ... and at least 10% of a traced step less
 COMM_CALLS = ("c10d::", "record_param_comms")
 CUT_MARK = "bench: trace cut here"   # bench.rank.tracefile's instant event where it cut a trace
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+METHODS = {"device_kernels": "the device's kernels (HTA's method)",
+           "host_ops": "host operations (the suite's adaptation of HTA's method, which reads kernels)"}
 
 
 @dataclass
@@ -53,6 +58,7 @@ class Figures:
     idle_ms: float
     overlap_ms: float       # communication under computation
     exposed_comm_ms: float  # communication not under computation
+    method: str = "host_ops"  # what the intervals are: 'device_kernels' or 'host_ops' (METHODS)
 
     @property
     def shares(self) -> dict:
@@ -133,18 +139,39 @@ def classify(event: dict, device: bool) -> Optional[str]:
     return "compute" if cat == "cpu_op" else None
 
 
+def seq_key(event: dict) -> Optional[tuple]:
+    """(process group, sequence number, collective) from Kineto's collective args ("Seq", "Process Group Name",
+    "Collective name"; torch records them with NCCL's operations), or None where the event has no sequence number.
+    A send and its receive carry different names: they are not a collective every rank waits in."""
+    args = event.get("args") or {}
+    seq = args.get("Seq")
+    if seq is None or isinstance(seq, bool):
+        return None
+    try:
+        seq = int(seq)
+    except (TypeError, ValueError):
+        return None
+    return (str(args.get("Process Group Name", "")), seq, str(args.get("Collective name", event.get("name", ""))))
+
+
 @dataclass
 class Scan:
     """One pass over a trace's events, holding intervals (us) only: what figures() and collectives() need."""
-    steps: list
+    steps: list       # [(start, host end, end of its GPU work too)] of the host's ProfilerStep#N (chrometrace.step_spans)
     device: dict      # kind -> [(start, end)] of the device's kernels and copies
     host: dict        # kind -> [(tid, start, end)] of host operations
-    calls: dict       # 'device' / 'host' -> [(start, name, ms)] of collectives
+    calls: dict       # 'device' / 'host' -> [(start, name, ms, seq key or None)] of collectives
     cut_at: Optional[float] = None   # a trace cut to its size limit (bench.rank.tracefile) ends here
+    by_name: dict = field(default_factory=dict)   # the steps as scanned: name -> [host start, host end, end]
+    device_steps: bool = False       # Kineto copied the step annotations onto the GPU's streams
 
     @property
     def on_device(self) -> bool:
         return any(self.device.values())
+
+    @property
+    def method(self) -> str:
+        return "device_kernels" if self.on_device else "host_ops"
 
 
 def scan(events) -> Scan:
@@ -155,22 +182,25 @@ def scan(events) -> Scan:
             out.cut_at = float(e["ts"])
         if e.get("ph") != "X" or "ts" not in e or "dur" not in e:
             continue
+        chrometrace.note_step(out.by_name, e)
         name, cat = str(e.get("name", "")), str(e.get("cat", "")).lower()
         a = float(e["ts"])
         b = a + float(e["dur"])
-        if name.startswith("ProfilerStep#"):
-            out.steps.append((a, b))
         if cat in DEVICE_CATEGORIES:
             kind = classify(e, True)
             out.device[kind].append((a, b))
             if kind == "comm" and cat == "kernel":
-                out.calls["device"].append((a, name, (b - a) / 1e3))
+                out.calls["device"].append((a, name, (b - a) / 1e3, seq_key(e)))
+            continue
+        if cat == chrometrace.DEVICE_ANNOTATION:  # Kineto's copy of a host annotation on a GPU stream: not an op
+            out.device_steps = out.device_steps or name.startswith(chrometrace.STEP_PREFIX)
             continue
         kind = classify(e, False)
         if kind:
             out.host[kind].append((e.get("tid"), a, b))
         if is_comm(name):
-            out.calls["host"].append((a, name, (b - a) / 1e3))
+            out.calls["host"].append((a, name, (b - a) / 1e3, seq_key(e)))
+    out.steps = chrometrace.step_spans(out.by_name)
     return out
 
 
@@ -179,21 +209,45 @@ def load(path: str) -> Scan:
     return scan(item[1] for item in chrometrace.events(path) if item[0] == "event")
 
 
+def _scan(trace) -> Scan:
+    return trace if isinstance(trace, Scan) else scan(trace.get("traceEvents", []))
+
+
+def counted_steps(s: Scan) -> list:
+    """The traced steps the figures count: all of them, or in a cut trace those whose work (the GPU's included)
+    ended by the cut."""
+    return [st for st in s.steps if s.cut_at is None or st[2] <= s.cut_at]
+
+
+def window(s: Scan) -> list:
+    """The time the figures cover (a union, us): the counted steps, on CUDA to the end of the last one's GPU work;
+    the whole trace where it has no ProfilerStep#; never past a cut."""
+    steps = counted_steps(s)
+    if steps:
+        out = union((a, b) for a, b, _ in steps)
+        if s.on_device:  # the device runs behind the host: the last step's kernels end after its annotation
+            last = max(end for _, _, end in steps)
+            if not s.device_steps:  # without the annotations' GPU copies: to the last kernel's end
+                last = max([last, *(b for v in s.device.values() for _, b in v)])
+            out = union([*out, (out[-1][1], max(last, out[-1][1]))])
+    elif s.steps:  # a cut trace that kept no whole step
+        out = []
+    else:
+        spans = [*(i for v in s.device.values() for i in v), *((a, b) for v in s.host.values() for _, a, b in v)]
+        out = union([(min(a for a, _ in spans), max(b for _, b in spans))]) if spans else []
+    if s.cut_at is not None:  # nothing was kept past the cut: it is not idle time
+        out = intersect(out, [(float("-inf"), s.cut_at)])
+    return out
+
+
 def figures(trace) -> Figures:
     """One rank's breakdown of its traced steps (the whole trace where it has no ProfilerStep#).
     trace: a Chrome trace (a dict with traceEvents) or its Scan."""
-    s = trace if isinstance(trace, Scan) else scan(trace.get("traceEvents", []))
+    s = _scan(trace)
     device = s.on_device
-    everything = [*s.steps, *(i for v in s.device.values() for i in v), *((a, b) for v in s.host.values() for _, a, b in v)]
-    window = union(s.steps) if s.steps else union([(min(a for a, _ in everything), max(b for _, b in everything))]
-                                                   if everything else [])
-    if device and s.steps:  # the device runs behind the host: the last step's kernels end after its annotation
-        last = max(b for v in s.device.values() for _, b in v)
-        window = union([*window, (window[-1][1], max(last, window[-1][1]))])
-    if s.cut_at is not None:  # nothing was kept past the cut: it is not idle time
-        window = intersect(window, [(float("-inf"), s.cut_at)])
+    span_window = window(s)
     if device:
-        c, m, p = (intersect(union(s.device[k]), window) for k in ("compute", "comm", "copy"))
+        c, m, p = (intersect(union(s.device[k]), span_window) for k in ("compute", "comm", "copy"))
     else:  # on one thread, the time inside a communication call is communication, whichever op encloses it
         comm_by_tid: dict = {}
         for tid, a, b in s.host["comm"]:
@@ -202,55 +256,45 @@ def figures(trace) -> Figures:
         for tid, a, b in s.host["compute"]:
             compute_by_tid.setdefault(tid, []).append((a, b))
         c = union(i for tid, v in compute_by_tid.items() for i in subtract(union(v), union(comm_by_tid.get(tid, []))))
-        c = intersect(c, window)
-        m = intersect(union((a, b) for _, a, b in s.host["comm"]), window)
+        c = intersect(c, span_window)
+        m = intersect(union((a, b) for _, a, b in s.host["comm"]), span_window)
         p = []
     exposed = subtract(m, c)
     busy = union([*c, *m, *p])
-    span = length(window)
-    return Figures(steps=len(s.steps), span_ms=span / 1e3, compute_ms=length(c) / 1e3, comm_ms=length(m) / 1e3,
+    span = length(span_window)
+    return Figures(steps=len(counted_steps(s)), span_ms=span / 1e3, compute_ms=length(c) / 1e3, comm_ms=length(m) / 1e3,
                    copy_ms=length(subtract(p, union([*c, *m]))) / 1e3, idle_ms=(span - length(busy)) / 1e3,
-                   overlap_ms=length(intersect(m, c)) / 1e3, exposed_comm_ms=length(exposed) / 1e3)
+                   overlap_ms=length(intersect(m, c)) / 1e3, exposed_comm_ms=length(exposed) / 1e3, method=s.method)
+
+
+def calls(trace) -> list:
+    """[Call] of each collective the rank took part in within the counted steps, in order: NCCL's kernels on a device
+    trace, gloo's (or NCCL's) host operations otherwise."""
+    s = _scan(trace)
+    inside = window(s)
+    starts = [a for a, _ in inside]
+    out = []
+    for a, name, ms, key in sorted(s.calls["device" if s.on_device else "host"], key=lambda c: c[0]):
+        k = bisect_right(starts, a) - 1
+        if k >= 0 and a < inside[k][1]:
+            out.append(Call(name, ms, key))
+    return out
 
 
 def collectives(trace) -> list:
-    """(name, duration ms) of each collective the rank took part in, in order: gloo's operations, NCCL's kernels."""
-    s = trace if isinstance(trace, Scan) else scan(trace.get("traceEvents", []))
-    return [(name, ms) for _, name, ms in sorted(s.calls["device" if s.on_device else "host"])]
+    """(name, duration ms) of each collective the rank took part in, in order (calls() without the sequence keys)."""
+    return [(c.name, c.ms) for c in calls(trace)]
 
 
-def waits_ms(per_rank: dict) -> dict:
-    """{rank: [(name, ms)]} -> {rank: ms spent waiting in collectives}: for each collective, matched across ranks
-    by name and occurrence, a rank's time in it beyond the least any rank spent in it."""
-    keyed = {}
-    for rank, items in per_rank.items():
-        seen: dict = {}
-        keyed[rank] = {}
-        for name, ms in items:
-            keyed[rank][(name, seen.get(name, 0))] = ms
-            seen[name] = seen.get(name, 0) + 1
-    common = set.intersection(*(set(k) for k in keyed.values())) if keyed else set()
-    return {r: sum(ms[k] - min(keyed[o][k] for o in keyed) for k in common) for r, ms in keyed.items()}
-
-
-def straggler(wait_ms_per_step: dict, step_ms: float) -> Optional[int]:
-    """The rank the others wait for: the one that waits markedly less than the others' median; None if none does."""
-    waits = {r: w for r, w in wait_ms_per_step.items() if w is not None and not math.isnan(w)}
-    if len(waits) < 2:
-        return None
-    rank = min(waits, key=waits.get)
-    others = sorted(w for r, w in waits.items() if r != rank)
-    typical = others[len(others) // 2] if len(others) % 2 else (others[len(others) // 2 - 1] + others[len(others) // 2]) / 2
-    gap = typical - waits[rank]
-    if waits[rank] < STRAGGLER_RATIO * typical and gap > STRAGGLER_MIN_STEP_SHARE * step_ms:
-        return rank
-    return None
+def _add_note(row: dict, note: str) -> None:
+    row["note"] = "; ".join(filter(None, [row.get("note"), note]))
 
 
 def derive(records: list) -> list:
     """The worker's per-rank trace records (bench.rank.profile) -> rows of the traces table: the record, the
-    rank's figures and its wait in collectives. A trace that cannot be read keeps its record, with a note."""
-    rows, colls = [], {}
+    rank's figures, how they were read (`method`), its wait in collectives and how the collectives were matched
+    across ranks (`wait_match`). A trace that cannot be read keeps its record, with a note."""
+    rows, colls, methods = [], {}, {}
     for rec in sorted(records, key=lambda r: r.get("rank", 0)):
         row = dict(rec)
         if rec.get("path") and not rec.get("error"):
@@ -258,13 +302,29 @@ def derive(records: list) -> list:
             try:
                 trace = load(rec["path"])
                 f = figures(trace)
-                row.update(asdict(f), **f.shares)
-                colls[rec["rank"]] = collectives(trace)
+                if trace.cut_at is not None and not f.steps:
+                    _add_note(row, "no traced step was kept whole: no figures")
+                else:
+                    row.update(asdict(f), **f.shares)
+                    colls[rec["rank"]], methods[rec["rank"]] = calls(trace), f.method
+                    if f.method == "host_ops" and rec.get("device_type") == "cuda":
+                        _add_note(row, "the profiler recorded no GPU kernels (CUPTI gave none): figures from host "
+                                       "operations, whose times on CUDA are launches, not the GPU's work")
             except (OSError, ValueError, KeyError, TypeError) as e:
-                row["note"] = "; ".join(filter(None, [rec.get("note"), f"trace could not be read: {type(e).__name__}: {e}"]))
+                _add_note(row, f"trace could not be read: {type(e).__name__}: {e}")
             row["read_s"] = time.perf_counter() - t0  # what reading it cost the sweep
         rows.append(row)
-    waits = waits_ms(colls) if len(colls) > 1 else {}
+    waits, how = {}, None
+    if len(set(methods.values())) > 1:  # a kernel's time and a host call's are not the same thing: not compared
+        note = "ranks read by different methods (" + ", ".join(f"rank {r}: {m}" for r, m in sorted(methods.items())) \
+               + "): waits in collectives not compared"
+        for row in rows:
+            if row.get("rank") in methods:
+                _add_note(row, note)
+    elif len(colls) > 1:
+        waits, how = match(colls)
+        waits = waits if how else {}  # no collective common to every rank: no wait to tell
     for row in rows:
         row["wait_ms"] = waits.get(row.get("rank"))
+        row["wait_match"] = how if row.get("rank") in waits else None
     return rows

@@ -35,7 +35,8 @@ def trace_path(prefix: str, rank: int) -> str:
 def run(spec, t, it) -> tuple:
     """Warm-up and profiled steps of Trainer `t` on batch iterator `it`: (step rows, trace record)."""
     record = {"rank": t.rank, "path": None, "steps": spec.profile_steps, "first_step": None, "trace_bytes": None,
-              "json_bytes": None, "note": None, "error": None}
+              "json_bytes": None, "note": None, "error": None,
+              "device_type": t.device.type}  # on CUDA the figures are read from kernels: bench.analysis.traces
     rows: list = []
     t0 = time.perf_counter()
     try:
@@ -43,7 +44,8 @@ def run(spec, t, it) -> tuple:
         record["first_step"] = rows[PROFILER_WARMUP_STEPS]["step"] if len(rows) > PROFILER_WARMUP_STEPS else None
         steps_s = time.perf_counter() - t0
         t.beat(t.n, "trace export")  # a large trace takes a while to write: not a stall (bench.shared.heartbeat)
-        record.update(tracefile.write(prof, trace_path(spec.trace_prefix, t.rank), spec.profile_max_mb * 1e6))
+        record.update(tracefile.write(prof, trace_path(spec.trace_prefix, t.rank), spec.profile_max_mb * 1e6,
+                                      writers=spec.processes))  # every rank writes its trace at the same time
         record["export_s"] = time.perf_counter() - t0 - steps_s
     except Exception as e:  # the profiler, the trace's folder, a full disk: stated with the result, never fatal
         record["error"] = f"{type(e).__name__}: {e}"

@@ -14,6 +14,7 @@ import argparse
 import json
 import math
 import os
+import sys
 from collections import Counter
 from typing import Optional
 
@@ -269,14 +270,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report-dir", default="results", help="where report.md and report.html are written")
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own errors: exit 2, one line, as every command's
+        self.print_usage()
+        self.exit(2, f"error: {message}\n")
+
+
 def main(argv: Optional[list] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.report.report", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="./run_bench.sh report", description=__doc__.splitlines()[0])
     add_arguments(parser)
     ns = parser.parse_args(argv)
     try:
         out = render(ns.store, ns.sweep, ns.plots_dir, ns.report_dir)
     except store.StoreError as e:
-        print(f"error: {e}")
+        print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"wrote {out['markdown']}, {out['html']} and {len(out['plots'])} plot(s) in {ns.plots_dir}")
     return 0

@@ -1,8 +1,9 @@
 """The report's part for --profile, from the traces table alone (bench.store.results: Config.traces).
 
 Per configuration and rank: what the traced steps held (computation, exposed communication, copies,
-idle: bench.analysis.traces), how much of the communication computation hid, how long each rank waited
-in collectives, and a link to its trace. The rank that waits markedly less than the others is named as
+idle: bench.analysis.traces), read from what (the device's kernels by HTA's method, or host operations by the
+suite's adaptation of it), how much of the communication computation hid, how long each rank waited
+in collectives (bench.analysis.waits), and a link to its trace. The rank that waits markedly less than the others is named as
 the one they wait for; the traces' exposed communication is set beside the probe's, and where they
 disagree by more than the measured steps' noise the report says so.
 
@@ -15,7 +16,7 @@ import math
 import os
 from typing import Optional
 
-from bench.analysis import traces as analysis
+from bench.analysis import waits as wait_analysis
 from bench.report.pages import Link
 from bench.report.plots import _figure, _label
 
@@ -46,6 +47,8 @@ def per_rank(c) -> dict:
         fig["profile_s"] = _mean(t.get("profile_s") for t in rows)
         fig["paths"] = [t["path"] for t in rows if t.get("path")]
         fig["notes"] = [t.get("error") or t.get("note") for t in rows if t.get("error") or t.get("note")]
+        fig["methods"] = sorted({t["method"] for t in ok if t.get("method")})
+        fig["wait_matches"] = sorted({t["wait_match"] for t in ok if t.get("wait_match")})
         out[rank] = fig
     return out
 
@@ -55,7 +58,7 @@ def straggler(c) -> Optional[tuple]:
     ranks = per_rank(c)
     waits = {r: f["wait_per_step_ms"] for r, f in ranks.items()}
     step_ms = _mean(f["span_per_step_ms"] for f in ranks.values())
-    rank = analysis.straggler(waits, step_ms)
+    rank = wait_analysis.straggler(waits, step_ms)
     if rank is None:
         return None
     others = sorted(w for r, w in waits.items() if r != rank)
@@ -101,6 +104,25 @@ def figure(configs: list, workload: str, where: str):
     return fig
 
 
+READ_FROM = {"device_kernels": "kernels", "host_ops": "host ops"}
+
+
+def method_text(methods: set, matches: set) -> str:
+    """How the shares and waits of these traces were found: HTA's method on kernels, the suite's adaptation of it on
+    host operations, and how collectives were matched across ranks."""
+    kernels = "on the device's kernels ('kernels'), by Holistic Trace Analysis's method"
+    host = ("on host operations ('host ops': CPU/gloo, or CUDA where the profiler recorded no kernels), by this suite's "
+            "own adaptation of Holistic Trace Analysis's method, which reads kernels only")
+    how = [h for m, h in (("device_kernels", kernels), ("host_ops", host)) if m in methods]
+    if not how:  # rows stored before the method was: it was the kernels where the trace had any
+        how = [kernels + " where the trace has kernels", "else " + host]
+    text = "Shares of the traced steps " + "; ".join(how) + (" (computation first; communication where computation does "
+                                                              "not hide it; then copies; the rest idle)")
+    matched = "; ".join(f"{wait_analysis.WAIT_MATCHES[m]}" for m in sorted(matches) if m in wait_analysis.WAIT_MATCHES)
+    return (text + "; overlapped: the share of communication under computation; waiting: time in collectives beyond "
+            "the rank that spent least in each" + (f", collectives matched across ranks {matched}" if matched else "") + ".")
+
+
 def _fmt(v, spec: str = ".1f", suffix: str = "") -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:{spec}}{suffix}"
 
@@ -114,7 +136,8 @@ def blocks(configs: list, workload: str) -> list:
     for c in traced:
         for rank, f in per_rank(c).items():
             link = Link(os.path.basename(f["paths"][-1]), f["paths"][-1]) if f["paths"] else "; ".join(f["notes"]) or "–"
-            rows.append([_label(c), str(rank)] + [_fmt(f[k] * 100, ".0f", "%") for k, _, _ in SEGMENTS]
+            read_from = ", ".join(READ_FROM.get(m, m) for m in f["methods"]) or "–"
+            rows.append([_label(c), str(rank), read_from] + [_fmt(f[k] * 100, ".0f", "%") for k, _, _ in SEGMENTS]
                         + [_fmt(f["overlap_share"] * 100, ".0f", "%"), _fmt(f["wait_per_step_ms"], ".2f"),
                            _fmt(f["trace_mb"], ".2f"), _fmt(f["mb_per_step"], ".3f"), _fmt(f["profile_s"], ".1f"), link])
             lines += [f"{_label(c)}, rank {rank}: {n}" for n in f["notes"]]
@@ -134,15 +157,14 @@ def blocks(configs: list, workload: str) -> list:
             lines.append(f"{_label(c)}: the traces show {trace_ms:.2f} ms of exposed communication per step (rank {rank}, "
                          f"the one that waits least), the probe {probe_ms:.2f} ms; {verdict} ({noise:.2f} ms: the measured "
                          f"steps' IQR, at least {NOISE_FLOOR:.0%} of the median step).")
+    methods = {m for c in traced for t in c.traces for m in [t.get("method")] if m and t.get("span_ms") is not None}
+    matches = {t["wait_match"] for c in traced for t in c.traces if t.get("wait_match")}
     paths = [t["path"] for c in traced for t in c.traces if t.get("path")]
     folder = os.path.dirname(paths[-1]) if paths else "the traces folder beside the store"
     return [("h", 3, f"{workload}: profiler traces (--profile)"),
             ("p", "A few steps after each configuration's measured window ran under torch.profiler on every rank (never the "
-                  "measured window itself). Shares of the traced steps by Holistic Trace Analysis's method (computation "
-                  "first; communication where computation does not hide it; then copies; the rest idle); overlapped: the "
-                  "share of communication under computation; waiting: time in collectives beyond the rank that spent least "
-                  "in each."),
-            ("table", ["configuration", "rank", "computation", "exposed communication", "copies", "idle", "comm overlapped",
+                  "measured window itself). " + method_text(methods, matches)),
+            ("table", ["configuration", "rank", "read from", "computation", "exposed communication", "copies", "idle", "comm overlapped",
                        "waiting in collectives ms/step", "trace MB", "MB/step", "profiling s", "trace"], rows),
             *[("p", line) for line in lines],
             ("p", HOW_TO_OPEN.format(folder=folder))]

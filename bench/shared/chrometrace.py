@@ -6,14 +6,51 @@ holds one window and one event at a time. Used where a rank cuts its trace to a 
 (bench.rank.tracefile) and where the figures are read from it (bench.analysis.traces).
 
     for kind, *rest in events(path):   # ('head', text), then ('event', dict, text) per event, then ('tail', text)
+    step_annotation(event)             # 'host', 'device' or None: which copy of a ProfilerStep#N it is
+    note_step(steps, event); step_spans(steps)   # the traced steps: [(start, host end, end of its GPU work too)]
+
+Kineto writes each traced step's `ProfilerStep#N` once on the host (category user_annotation) and, on CUDA, again
+on every GPU stream the step's kernels ran on (category gpu_user_annotation, from the step's first kernel to its
+last): the host's marks the steps, the device's copies say when each step's GPU work ended.
 """
 from __future__ import annotations
 
 import gzip
 import json
-from typing import Iterator
+from typing import Iterator, Optional
 
 CHUNK_CHARS = 1 << 22   # the window of the JSON held in memory
+STEP_PREFIX = "ProfilerStep#"
+DEVICE_ANNOTATION = "gpu_user_annotation"   # Kineto's copy of a host annotation on a GPU stream
+
+
+def step_annotation(event: dict) -> Optional[str]:
+    """'host' for a traced step's ProfilerStep#N annotation, 'device' for Kineto's copy of it on a GPU stream (one per
+    stream the step's kernels ran on), None for any other event. Complete ('X') events with times only."""
+    if event.get("ph") != "X" or not str(event.get("name", "")).startswith(STEP_PREFIX):
+        return None
+    if not isinstance(event.get("ts"), (int, float)) or not isinstance(event.get("dur"), (int, float)):
+        return None
+    return "device" if str(event.get("cat", "")).lower() == DEVICE_ANNOTATION else "host"
+
+
+def note_step(steps: dict, event: dict) -> None:
+    """Gather a ProfilerStep#N annotation into `steps`: name -> [host start, host end, end of all the step's work]."""
+    kind = step_annotation(event)
+    if kind is None:
+        return
+    a = float(event["ts"])
+    b = a + float(event["dur"])
+    s = steps.setdefault(event["name"], [None, None, b])
+    if kind == "host":
+        s[0], s[1] = a, b
+    s[2] = max(s[2], b)
+
+
+def step_spans(steps: dict) -> list:
+    """[(start, host end, end)] of the steps the host annotated, in time order; end is where the step's GPU work
+    ended when it ran past the host's annotation (the device's copies), else the host's end."""
+    return sorted(tuple(v) for v in steps.values() if v[0] is not None)
 
 
 def events(path: str) -> Iterator[tuple]:

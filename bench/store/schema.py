@@ -24,7 +24,9 @@
                   sweep), and the figures derived from the trace (bench.analysis.traces): shares of
                   the traced steps in computation, exposed communication, copies and idle; the share of
                   communication overlapped by computation; time waiting in collectives (ms, summed over the
-                  traced steps); a note when the trace was cut or could not be written
+                  traced steps) and how the collectives were matched across ranks (wait_match: seq, order); how
+                  the trace was read (method: device_kernels, or host_ops where it holds no kernels); a note when
+                  the trace was cut or could not be written
     buckets       when each DDP gradient bucket became ready in backward (ms from its start), its bytes, per rank
                   and step, recorded after the measured window; FSDP's units (kind 'fsdp_unit') and their bytes
     interference  the collectives beside computation (bench.rank.interference): per scope, collective and size, the
@@ -59,7 +61,9 @@ SCHEMA_HISTORY = {
        "optimizer_mib, buckets_mib: DDP's gradient buckets) and the process's RSS before the model was built "
        "(baseline_rss_mib); results gain optimizer (sgd or adamw; older rows sgd); an interference table (collectives "
        "beside computation); forecasts gain judged_sweep (the sweep measured; older rows their own), basis and the "
-       "memory check (forecast_mem_mib, measured_mem_mib, mem_error, mem_method), keyed (sweep_id, judged_sweep, config_key)",
+       "memory check (forecast_mem_mib, measured_mem_mib, mem_error, mem_method), keyed (sweep_id, judged_sweep, config_key); "
+       "traces gain method (how the trace was read: device_kernels or host_ops; older rows host_ops on CPU, else empty) and "
+       "wait_match (how collectives were matched across ranks: seq, order or seq+order; older rows order)",
 }
 
 SCHEMA = """
@@ -154,6 +158,7 @@ CREATE TABLE IF NOT EXISTS traces (
     steps INTEGER, first_step INTEGER, profile_s REAL, export_s REAL, read_s REAL, note TEXT, error TEXT,
     span_ms REAL, compute_ms REAL, comm_ms REAL, copy_ms REAL, idle_ms REAL, overlap_ms REAL, exposed_comm_ms REAL,
     wait_ms REAL, compute_share REAL, comm_share REAL, copy_share REAL, idle_share REAL, overlap_share REAL,
+    method TEXT, wait_match TEXT,
     PRIMARY KEY (result_id, rank)
 );
 CREATE TABLE IF NOT EXISTS nodes (
@@ -200,7 +205,8 @@ COMM_COLUMNS = ("scope", "ranks", "op", "size_bytes", "time_ms", "algbw_gbps", "
 WINDOW_COLUMNS = ("rank", "kind", "first_step", "wall_s", "samples", "steps")
 TRACE_COLUMNS = ("rank", "path", "trace_bytes", "json_bytes", "steps", "first_step", "profile_s", "export_s", "read_s",
                  "note", "error", "span_ms", "compute_ms", "comm_ms", "copy_ms", "idle_ms", "overlap_ms", "exposed_comm_ms",
-                 "wait_ms", "compute_share", "comm_share", "copy_share", "idle_share", "overlap_share")
+                 "wait_ms", "compute_share", "comm_share", "copy_share", "idle_share", "overlap_share", "method",
+                 "wait_match")
 BUCKET_COLUMNS = ("kind", "rank", "step", "bucket", "size_bytes", "ready_ms", "backward_ms")
 INTERFERENCE_COLUMNS = ("scope", "ranks", "op", "size_bytes", "comm_alone_ms", "comm_contended_ms", "compute_alone_ms",
                         "compute_contended_ms", "comm_slowdown", "compute_slowdown", "load", "rounds", "timing")
@@ -263,7 +269,13 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
             for col in cols:  # a store of version 1 had its tables rebuilt with today's columns above
                 if col.split()[0] not in _columns(conn, table):
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {col}")
-        create(conn)  # the interference table
+        create(conn)  # the interference table (and any other a partial store lacks)
+        if "method" not in _columns(conn, "traces"):  # how older rows were read and matched, where that is known
+            conn.execute("ALTER TABLE traces ADD COLUMN method TEXT")
+            conn.execute("ALTER TABLE traces ADD COLUMN wait_match TEXT")
+            conn.execute("UPDATE traces SET method = 'host_ops' WHERE span_ms IS NOT NULL AND result_id IN "
+                         "(SELECT result_id FROM results WHERE device_type = 'cpu')")  # a CPU trace holds no kernels
+            conn.execute("UPDATE traces SET wait_match = 'order' WHERE wait_ms IS NOT NULL")  # the only way then
         version = 5
     conn.execute("PRAGMA legacy_alter_table = OFF")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

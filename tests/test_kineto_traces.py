@@ -1,0 +1,174 @@
+"""Traces in the forms a GPU gives, read on the CPU: hand-made Chrome traces laid out as Kineto writes them on CUDA
+(pytorch/kineto libkineto/src/output_json.cpp). Each traced step's `ProfilerStep#N` is there once on the host
+(user_annotation) and again on every GPU stream its kernels ran on (gpu_user_annotation, 1 ns before the first
+kernel to 1 ns after the last); NCCL's kernels carry the collective's args from record_param_comms ("Collective
+name", "Process Group Name", "Seq"). Also: how the trace was read is stored and never switched silently, the
+free-space check before a trace is written, and a cut that never counts a step whose GPU work it cut.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import pytest
+
+from bench.analysis import traces, waits
+from bench.rank import tracefile
+
+HOST, TID = 4242, 4242       # the process and its main thread, as Kineto names them
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def _ev(name, ts, dur, cat, pid=HOST, tid=TID, **args) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def _step(n, ts, dur) -> dict:
+    return _ev(f"ProfilerStep#{n}", ts, dur, "user_annotation", **{"External id": n})
+
+
+def _gpu_step(n, first, last_end, stream) -> dict:
+    """Kineto's copy of ProfilerStep#n on one stream: from 1 ns before its first kernel to 1 ns after its last."""
+    return _ev(f"ProfilerStep#{n}", first - 0.001, last_end - first + 0.002, "gpu_user_annotation", pid=0, tid=stream,
+               **{"External id": n})
+
+
+def _kernel(name, ts, dur, stream=7, **args) -> dict:
+    return _ev(name, ts, dur, "kernel", pid=0, tid=stream, **{"device": 0, "stream": stream, **args})
+
+
+def _nccl(ts, dur, seq=None, group="0") -> dict:
+    coll = {"Collective name": "allreduce", "In msg nelems": 1024, "Out msg nelems": 1024, "Group size": 2,
+            "dtype": "Float", "Process Group Name": group, "Process Group Description": "default_pg"}
+    return _kernel(NCCL, ts, dur, stream=20, **(coll if seq is None else {**coll, "Seq": seq}))
+
+
+def _cuda_rank(nccl_us: tuple, seq0: int = 0) -> list:
+    """Two DDP steps of 1000 us on the host; per step a GEMM (600 us, stream 7) and an all-reduce (stream 20) that
+    starts 500 us into the step and lasts nccl_us[k]; the second step's all-reduce ends past its host annotation."""
+    events = [{"ph": "M", "name": "process_name", "pid": HOST, "tid": 0, "args": {"name": "python"}}]
+    for k, ms in enumerate(nccl_us):
+        t = k * 1000
+        events += [_step(k + 1, t, 1000), _ev("aten::mm", t + 50, 40, "cpu_op"),
+                   _ev("cudaLaunchKernel", t + 60, 10, "cuda_runtime"),
+                   _kernel("sm90_xmma_gemm_f32f32", t + 100, 600), _nccl(t + 500, ms, seq=seq0 + k),
+                   _gpu_step(k + 1, t + 100, t + 700, 7), _gpu_step(k + 1, t + 500, t + 500 + ms, 20)]
+    return events
+
+
+def _write(tmp_path, name: str, events: list) -> str:
+    path = str(tmp_path / f"{name}.pt.trace.json.gz")
+    with gzip.open(path, "wt") as f:
+        json.dump({"schemaVersion": 1, "traceEvents": events, "traceName": name}, f)
+    return path
+
+
+def test_a_cuda_trace_counts_the_hosts_step_annotations_not_their_copies_on_each_gpu_stream(tmp_path):
+    f = traces.figures({"traceEvents": _cuda_rank((500, 700))})
+    assert f.steps == 2 and f.method == "device_kernels"  # 6 annotations named ProfilerStep#: 2 host, 4 GPU copies
+    # the window: both host steps, then to the end of the last step's GPU work (the all-reduce ends at 2200)
+    assert f.span_ms * 1e3 == pytest.approx(2200, abs=0.01)
+    # computation 1200, communication [500, 1000] + [1500, 2200] = 1200, of which 400 under a GEMM
+    assert (f.compute_ms * 1e3, f.comm_ms * 1e3, f.overlap_ms * 1e3) == pytest.approx((1200, 1200, 400), abs=0.01)
+    rows = traces.derive([{"rank": r, "path": _write(tmp_path, f"r{r}", _cuda_rank(us)), "steps": 2, "device_type": "cuda"}
+                          for r, us in ((0, (500, 700)), (1, (2500, 2700)))])
+    # rank 1 spends 2 ms longer in each of the two all-reduces: 4 ms in all, 2 ms per traced step
+    assert [(r["steps"], r["wait_ms"]) for r in rows] == [(2, 0.0), (2, pytest.approx(4.0))]
+    assert rows[1]["wait_ms"] / rows[1]["steps"] == pytest.approx(2.0)
+    assert [r["method"] for r in rows] == ["device_kernels"] * 2 and all(r.get("note") is None for r in rows)
+
+
+def test_collectives_are_matched_by_the_sequence_number_the_trace_records_not_by_their_order(tmp_path):
+    """Rank 1 takes part in one more all-reduce (another process group) before the two both ranks share: matched by
+    order, it would pair with rank 0's first and misalign the rest."""
+    rank0 = _cuda_rank((100, 300)) + [_step(0, -300, 300)]
+    rank1 = _cuda_rank((400, 100)) + [_step(0, -300, 300), _nccl(-200, 50, seq=0, group="5")]  # a group rank 0 is not in
+    per_rank = {0: traces.calls({"traceEvents": rank0}), 1: traces.calls({"traceEvents": rank1})}
+    assert [c.seq for c in per_rank[1]] == [("5", 0, "allreduce"), ("0", 0, "allreduce"), ("0", 1, "allreduce")]
+    got, how = waits.match(per_rank)
+    # seq 0: rank 1 spends 0.3 ms longer; seq 1: rank 0 spends 0.2 ms longer
+    assert how == "seq" and got == {0: pytest.approx(0.2), 1: pytest.approx(0.3)}
+    assert traces.waits_ms(per_rank) == got
+    unnumbered = {r: [(c.name, c.ms) for c in cs] for r, cs in per_rank.items()}  # as gloo's: no sequence numbers
+    assert waits.match(unnumbered)[1] == "order" and waits.waits_ms(unnumbered) != got
+    rows = traces.derive([{"rank": r, "path": _write(tmp_path, f"r{r}", ev), "device_type": "cuda"}
+                          for r, ev in ((0, rank0), (1, rank1))])
+    assert [(r["wait_ms"], r["wait_match"]) for r in rows] == [(pytest.approx(0.2), "seq"), (pytest.approx(0.3), "seq")]
+
+
+def test_a_cuda_trace_without_kernels_is_read_from_host_operations_and_says_so(tmp_path):
+    """CUPTI gave no kernels on rank 1: its figures come from host operations, stored as such with why, and its
+    waits are not set against rank 0's kernel times."""
+    host_only = [e for e in _cuda_rank((500, 700)) if e.get("pid") == HOST]
+    host_only += [_ev("nccl:all_reduce", 520, 30, "user_annotation"), _ev("nccl:all_reduce", 1520, 30, "user_annotation")]
+    rows = traces.derive([{"rank": 0, "path": _write(tmp_path, "r0", _cuda_rank((500, 700))), "device_type": "cuda"},
+                          {"rank": 1, "path": _write(tmp_path, "r1", host_only), "device_type": "cuda"}])
+    assert [r["method"] for r in rows] == ["device_kernels", "host_ops"]
+    assert "recorded no GPU kernels (CUPTI gave none): figures from host operations" in rows[1]["note"]
+    assert all(r["wait_ms"] is None and "read by different methods" in r["note"] for r in rows), rows
+    cpu = traces.derive([{"rank": 0, "path": _write(tmp_path, "c0", host_only), "device_type": "cpu"}])
+    assert cpu[0]["method"] == "host_ops" and cpu[0].get("note") is None  # on a CPU that is the method, not a fallback
+
+
+class _Prof:
+    """Stands in for torch.profiler.profile: exports `events` laid out as Kineto writes them (an event over several
+    lines, the other keys after the array); `profiler.kineto_results.events()` is how many the profiler holds."""
+    def __init__(self, events: list, held: int | None = None):
+        self.events = events
+        held = len(events) if held is None else held
+        self.profiler = type("P", (), {"kineto_results": type("R", (), {"events": lambda _: [None] * held})()})()
+
+    def export_chrome_trace(self, path: str) -> None:
+        with open(path, "w") as f:
+            f.write('{\n  "schemaVersion": 1,\n  "traceEvents": [\n')
+            f.write(",\n".join(json.dumps(e, indent=4) for e in self.events))
+            f.write('\n  ],"traceName": "x.json" }')
+
+
+def test_the_space_check_is_against_the_traces_expected_size_for_every_rank_writing_at_once(tmp_path, monkeypatch):
+    free = {"bytes": 0}
+    monkeypatch.setattr(tracefile.shutil, "disk_usage", lambda _: type("U", (), {"free": free["bytes"]})())
+    small = _Prof(_cuda_rank((500, 700)))
+    free["bytes"] = 1e9  # 1 GB free: under 10 x the default 200 MB limit, ample for a trace of 15 events
+    kept = tracefile.write(small, str(tmp_path / "a.pt.trace.json.gz"), 200e6, writers=8)
+    assert kept["note"] is None and os.path.getsize(kept["path"]) == kept["trace_bytes"] > 0
+    free["bytes"] = 50e6  # 50 MB free, a 1 MB limit: a profiler holding 30000 events writes ~30 MB of JSON per rank
+    refused = tracefile.write(_Prof(_cuda_rank((500, 700)), held=30000), str(tmp_path / "b.pt.trace.json.gz"), 1e6,
+                              writers=2)
+    assert refused["note"].startswith("no trace written: ") and "50 MB free" in refused["note"], refused
+    assert "69 MB needed" in refused["note"] and "30000 events" in refused["note"] and "2 ranks" in refused["note"]
+    assert sorted(os.listdir(tmp_path)) == ["a.pt.trace.json.gz"]  # nothing of b, no temporary JSON
+
+
+STEP_US, KERNELS = 10000, 300
+
+
+def _behind(steps: int) -> list:
+    """A GPU-bound loop: the host launches step k in [kS, (k+1)S] and the GPU runs it one step later, 300 kernels
+    over 9 ms from (k+1)S: each step's GPU work ends 9 ms after its host annotation."""
+    events = [{"ph": "M", "name": "process_name", "pid": HOST, "tid": 0, "args": {"name": "python"}}]
+    for k in range(steps):
+        events.append(_step(k + 1, k * STEP_US, STEP_US))
+        first = (k + 1) * STEP_US
+        events += [_kernel(f"k{k + 1}_{i}_{(i * 7919) % 997}", first + i * 30, 25) for i in range(KERNELS)]
+        events.append(_gpu_step(k + 1, first, first + (KERNELS - 1) * 30 + 25, 7))
+    return events
+
+
+def test_a_cut_trace_never_counts_a_step_whose_gpu_work_it_cut(tmp_path):
+    big = tracefile.write(_Prof(_behind(6)), str(tmp_path / "c.pt.trace.json.gz"), 8e3)
+    note = big["note"]
+    assert note.startswith("cut:") and big["trace_bytes"] <= 8e3 and " of 6 traced steps" in note, note
+    whole = int(note.split("kept its first ")[1].split(" ")[0])
+    with gzip.open(big["path"], "rt") as f:
+        kept = json.load(f)["traceEvents"]
+    hosts = sorted(int(e["name"].split("#")[1]) for e in kept if e.get("cat") == "user_annotation")
+    assert 1 <= whole < hosts[-1], (whole, hosts)  # the next host step was kept in part: the GPU still ran its previous
+    for k in range(1, whole + 1):  # every kernel of every step counted
+        assert sum(e["name"].startswith(f"k{k}_") for e in kept) == KERNELS, k
+    assert sum(e["name"].startswith(f"k{whole + 1}_") for e in kept) < KERNELS
+    f = traces.figures(traces.load(big["path"]))
+    # the counted steps' host annotations, then their GPU work to the end of the last one's
+    assert f.steps == whole and f.span_ms * 1e3 == pytest.approx(whole * STEP_US + (KERNELS - 1) * 30 + 25, abs=0.01)
+    assert f.compute_ms * 1e3 == pytest.approx(whole * KERNELS * 25, abs=0.01)
