@@ -84,6 +84,8 @@ class SweepConfig:
     fsdp_mixed_precision: tuple = _f(("none",), "FSDP mixed-precision policy axis: none (fp32) or bf16 (bf16 parameters, fp32 gradient reduction)", "names")
     check_equivalence: bool = _f(False, "check that dp/ddp/fsdp end k steps with the same parameters as one process", "bool")
     comm_bench: bool = _f(True, "run the collectives microbenchmark (all-reduce, all-gather, reduce-scatter) at every count > 1", "bool")
+    comm_counts: Optional[tuple] = _f(None, "device counts at which only the machine is measured (the collectives and their interference), with no training there: the forecast's held-out form, e.g. --gpus 1 --comm-counts 2; threads per process follow these counts too", "ints", 2)
+    interference: bool = _f(True, "with the collectives microbenchmark, time each collective beside a compute load on every rank, and the load beside it (the forecast's interference; --no-interference: skip)", "bool")
     loader_bench: bool = _f(True, "with --data voc: time the data loader alone at each count's worker budget", "bool")
     launcher: str = _f("auto", "auto|local|slurm (auto: slurm for configurations spanning several nodes of a SLURM allocation)", "str")
     resume: Optional[str] = _f(None, "resume a sweep: 'last' or a sweep id; runs only configurations without an ok result", "str")
@@ -115,7 +117,8 @@ class SweepConfig:
 
 # --help shows the flags in these groups, in this order; every SweepConfig field is in exactly one.
 GROUPS = {
-    "what to run": ("strategies", "workloads", "repeats", "check_equivalence", "comm_bench", "loader_bench", "resume"),
+    "what to run": ("strategies", "workloads", "repeats", "check_equivalence", "comm_bench", "comm_counts", "interference",
+                    "loader_bench", "resume"),
     "devices and counts": ("gpus", "nodes", "gpus_per_node", "device", "launcher", "threads_per_process"),
     "workloads and data": ("per_device_batch", "scaling", "global_batch", "image_size", "synthetic_width",
                            "synthetic_depth", "synthetic_repeats", "weights", "data", "voc_root", "download", "epochs",

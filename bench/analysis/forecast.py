@@ -1,35 +1,37 @@
 """The forecast's model of one training step at a device count the sweep did not run (pure: no torch, no store).
 
-    step = forecast_ddp(compute, buckets, net, ranks, overlap)      -> Step(step_ms, exposed_comm_ms, ...)
-    step = forecast_fsdp(compute, units, net, ranks, overlap)
-    bound_of(step)                                                  -> 'compute' | 'exposed communication' | 'data'
+    step = forecast_ddp(compute, buckets, net, ranks, inter, sync_ms=..., buffer_bytes=...)   -> Step
+    step = forecast_fsdp(compute, units, net, ranks, inter, reshard=True, sync_ms=...)
+    simulate(tasks)                                  # the two-lane pipeline both are built on
+    bound_of(step)                                   -> 'compute' | 'exposed communication' | 'data'
 
-DDP (MG-WFBP: Shi, Chu & Li, "MG-WFBP: Efficient Data Communication for Distributed Synchronous SGD Algorithms",
-INFOCOM 2019; the wait-free backpropagation pipeline of Poseidon, Zhang et al., USENIX ATC 2017). Backward
-produces gradient buckets b = 1..K, bucket b ready at r_b (measured: bench.rank.buckets records, on every rank,
-when each of DDP's buckets has all its gradients, as a fraction of that backward; stored in the `buckets` table).
-DDP sends them in order, one collective at a time:
-    e_0 = 0,   e_b = max(e_{b-1}, r_b) + t(S_b)
-    step = data + forward + max(backward, e_K) + optimizer
-with t(S) the all-reduce time of S bytes on the forecast's network (bench.analysis.network: a latency-bandwidth
-model per level, ring or tree). Bounds: compute + t(S_K) <= step <= compute + sum_b t(S_b).
-Overlap: on GPUs the collectives run on their own stream while backward computes (the pipeline above). On the
-CPU path (gloo) the collectives run on the same cores as backward (processes x threads fill the machine), so
-nothing overlaps: step = compute + sum_b t(S_b), the upper bound. `overlap` picks which.
-Without stored bucket times the buckets are DDP's by construction (a first bucket of 1 MiB, then bucket_cap_mb
-each) and become ready in proportion to the gradient bytes produced (backward spreads evenly over the bytes).
+The pipeline (`simulate`): a step's work after forward runs on two lanes, the device's computation and the
+communication link, each task in its lane's order once what it waits for has started or ended. Alone, a task takes
+its own time; while both lanes are busy, the collective runs at 1/comm_x of its speed and the computation at
+1/compute_x of its own, the two slowdowns measured for that collective and size on this machine
+(bench.analysis.interference; Lumos, MLSys 2025, and Echo, 2024, model the same overlap slowdown). With both at 1 it
+is the classic wait-free backpropagation pipeline; with computation stopped (compute_x large) it is the no-overlap
+bound, compute + every collective.
 
-FSDP (FSDP2's fully_shard per block): every unit's parameters are all-gathered before its forward, again
-before its backward when resharded after forward, and its gradients reduce-scattered after its backward.
-Assumed: a unit's compute is proportional to its parameter bytes; FSDP2 prefetches one unit ahead; all
-collectives share one link in the order they are issued (all-gather of the next unit when a unit's compute
-starts, reduce-scatter of a unit when its backward ends); all-gather and reduce-scatter cost their own measured
-fit where the sweep measured them, else half a ring all-reduce (bench.analysis.network, `Network.levels`).
-Without overlap (CPU) every collective adds to the step.
+DDP (MG-WFBP: Shi, Chu & Li, INFOCOM 2019; Poseidon's wait-free backpropagation, Zhang et al., USENIX ATC 2017):
+backward produces gradient buckets b = 1..K, ready when r_b of backward's computation is done (measured per rank:
+bench.rank.buckets; else DDP's construction, ready as the gradient bytes are produced). DDP sends them in order,
+one collective at a time, each as soon as it is ready and the one before it is done:
+    step = data + forward + buffers + max(backward, last bucket's all-reduce) + optimizer + sync
+buffers: DDP's broadcast of the module's buffers before each forward (BatchNorm statistics), a ring broadcast.
+sync: a step is as slow as its slowest rank; the caller gives the expected excess of the slowest of N ranks over the
+median (bench.analysis.forecast_sweep: from the per-step spread the sweep measured).
 
-The compute (data, forward, backward, optimizer per rank) comes from measured runs (bench.commands.forecast
-says which); with weak scaling it is the same at every count, with strong scaling it shrinks with the samples
-each rank holds (data, forward, backward in proportion; the optimizer not).
+FSDP (FSDP2's fully_shard per block; units in forward order, the root first): every unit's parameters are
+all-gathered before its forward (the next unit's all-gather issued when a unit's forward starts: one unit of
+prefetch), again before its backward when resharded after forward (the root never is: FSDP2's rule), and its
+gradients reduce-scattered after its backward; all on one link in the order issued. A unit's computation is its
+share of forward and backward in proportion to its parameter bytes. The optimizer steps on this rank's shard:
+its time divided by the ranks (assumed in proportion to the shard).
+
+The compute (data, forward, backward, optimizer per rank, each alone) comes from measured runs
+(bench.analysis.forecast_sweep says which); with weak scaling the same at every count, with strong scaling
+data, forward and backward in proportion to the samples each rank holds.
 """
 from __future__ import annotations
 
@@ -37,10 +39,12 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
+from bench.analysis import interference as itf
 from bench.analysis import network as nw
 
 FIRST_BUCKET_BYTES = 2**20          # DDP's first bucket (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES)
 BOUND_SHARE = 0.05                   # exposed communication or data wait above 5% of the step names the bound
+_EPS = 1e-9
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,11 @@ class Compute:
         return replace(self, data_ms=self.data_ms * samples_factor, forward_ms=self.forward_ms * samples_factor,
                        backward_ms=self.backward_ms * samples_factor)
 
+    def slowed(self, factor: float) -> "Compute":
+        """Every phase but data `factor` times longer (ranks sharing a node's cores and memory bandwidth)."""
+        return replace(self, forward_ms=self.forward_ms * factor, backward_ms=self.backward_ms * factor,
+                       optimizer_ms=self.optimizer_ms * factor)
+
 
 @dataclass(frozen=True)
 class Bucket:
@@ -74,18 +83,62 @@ class Step:
     ranks: int
     step_ms: float
     compute: Compute
-    exposed_comm_ms: float           # the step beyond data + forward + backward + optimizer
-    comm_ms: float                   # every collective's time added up
+    exposed_comm_ms: float           # the step beyond data + forward + backward + optimizer (sync included)
+    comm_ms: float                   # every collective's time alone, added up
     algorithm: str = "ring"
+    sync_ms: float = 0.0             # the slowest rank's excess over the median, included in step_ms
+    stretch_ms: float = 0.0          # backward's computation stretched by the collectives it overlapped
     notes: list = field(default_factory=list)
 
 
-def pipeline_end_ms(ready_ms: Sequence[float], collective_ms: Sequence[float]) -> float:
-    """e_K of the MG-WFBP recurrence: e_b = max(e_{b-1}, r_b) + t_b, in order."""
-    end = 0.0
-    for r, t in zip(ready_ms, collective_ms):
-        end = max(end, r) + t
-    return end
+@dataclass(frozen=True)
+class Task:
+    """One task of the pipeline: lane 'compute' or 'comm', its time alone, what must have started or ended first
+    ((task index, 'start' | 'end'), ...); a comm task's slowdown beside computation and the one it imposes."""
+    lane: str
+    work_ms: float
+    after: tuple = ()
+    comm_x: float = 1.0
+    compute_x: float = 1.0
+
+
+def simulate(tasks: Sequence[Task]) -> list:
+    """[(start_ms, end_ms)] per task: each lane runs its tasks in order, each once its `after` holds; while both lanes
+    are busy, the comm task runs at 1/comm_x and the compute task at 1/compute_x (the comm task's figures)."""
+    n = len(tasks)
+    start, end = [math.nan] * n, [math.nan] * n
+    left = [max(0.0, t.work_ms) for t in tasks]
+    queues = {lane: [i for i, t in enumerate(tasks) if t.lane == lane] for lane in ("compute", "comm")}
+    active: dict = {"compute": None, "comm": None}
+    now = 0.0
+
+    def ready(i: int) -> bool:
+        return all(not math.isnan(start[j] if when == "start" else end[j]) for j, when in tasks[i].after)
+    while True:
+        changed = True
+        while changed:  # start what can start; zero-length tasks end at once
+            changed = False
+            for lane, queue in queues.items():
+                if active[lane] is None and queue and ready(queue[0]):
+                    i = queue.pop(0)
+                    start[i], active[lane], changed = now, i, True
+                    if left[i] <= _EPS:
+                        end[i], active[lane] = now, None
+        c, m = active["compute"], active["comm"]
+        if c is None and m is None:
+            if any(queues.values()):
+                raise ValueError("pipeline deadlock: a task waits for one that never runs")
+            return list(zip(start, end))
+        rate_c = (1.0 / tasks[m].compute_x if m is not None else 1.0) if c is not None else 0.0
+        rate_m = (1.0 / tasks[m].comm_x if c is not None else 1.0) if m is not None else 0.0
+        dt = min(left[c] / rate_c if c is not None and rate_c > 0 else math.inf,
+                 left[m] / rate_m if m is not None and rate_m > 0 else math.inf)
+        now += dt
+        for i, rate, lane in ((c, rate_c, "compute"), (m, rate_m, "comm")):
+            if i is not None:
+                left[i] -= dt * rate
+                if left[i] <= _EPS * max(1.0, tasks[i].work_ms):
+                    end[i], active[lane] = now, None
 
 
 def default_buckets(grad_bytes: float, bucket_cap_mb: float) -> list:
@@ -106,60 +159,82 @@ def default_buckets(grad_bytes: float, bucket_cap_mb: float) -> list:
     return out
 
 
-def forecast_ddp(compute: Compute, buckets: Sequence[Bucket], net: nw.Network, ranks: int, overlap: bool) -> Step:
+NETWORK_OPS = {"all_reduce": nw.allreduce_ms, "all_gather": nw.allgather_ms, "reduce_scatter": nw.reduce_scatter_ms}
+
+
+def collective_ms(net: nw.Network, inter: itf.Interference, op: str, size: float, ranks: int) -> float:
+    """A collective alone: as a step issues it where the interference run measured this count on as many nodes, else
+    the network model's."""
+    if ranks <= 1 or size <= 0:
+        return 0.0
+    mine = inter.alone_ms(op, size, ranks, math.ceil(ranks / net.gpus_per_node))
+    return mine if mine is not None else NETWORK_OPS[op](net, size, ranks)
+
+
+def _comm_task(op: str, size: float, ms: float, ranks: int, inter: itf.Interference, after: tuple) -> Task:
+    return Task("comm", ms, after, inter.comm_x(op, size, ranks), inter.compute_x(op, size, ranks))
+
+
+def forecast_ddp(compute: Compute, buckets: Sequence[Bucket], net: nw.Network, ranks: int,
+                 inter: itf.Interference | None = None, sync_ms: float = 0.0, buffer_bytes: float = 0.0) -> Step:
     """One DDP step on `ranks` ranks (module docstring)."""
-    times = [nw.allreduce_ms(net, b.size_bytes, ranks) for b in buckets]
-    comm = sum(times)
-    if overlap:
-        ready = [b.ready_fraction * compute.backward_ms for b in buckets]
-        tail = max(compute.backward_ms, pipeline_end_ms(ready, times))
-        step = compute.data_ms + compute.forward_ms + tail + compute.optimizer_ms
-    else:
-        step = compute.total_ms + comm
+    inter = inter or itf.Interference()
+    times = [collective_ms(net, inter, "all_reduce", b.size_bytes, ranks) for b in buckets]
+    tasks, done = [], 0.0
+    for b, t in zip(buckets, times):  # DDP launches in bucket order: a bucket is sent once it and those before are ready
+        ready = min(1.0, max(done, b.ready_fraction))
+        tasks.append(Task("compute", (ready - done) * compute.backward_ms))
+        tasks.append(_comm_task("all_reduce", b.size_bytes, t, ranks, inter, ((len(tasks) - 1, "end"),)))
+        done = ready
+    tasks.append(Task("compute", (1.0 - done) * compute.backward_ms))
+    spans = simulate(tasks) if ranks > 1 else [(0.0, t.work_ms) for t in tasks]
+    tail = max((e for _, e in spans), default=0.0) if ranks > 1 else compute.backward_ms
+    buffers = nw.broadcast_ms(net, buffer_bytes, ranks) if buffer_bytes else 0.0
+    step = compute.data_ms + compute.forward_ms + buffers + tail + compute.optimizer_ms + (sync_ms if ranks > 1 else 0.0)
+    comp_end = max((e for (_, e), t in zip(spans, tasks) if t.lane == "compute"), default=0.0)
     algos = {nw.allreduce_algorithm(net, b.size_bytes, ranks) for b in buckets} or {"ring"}
-    return Step(ranks=ranks, step_ms=step, compute=compute, exposed_comm_ms=step - compute.total_ms, comm_ms=comm,
-                algorithm="+".join(sorted(algos)))
+    return Step(ranks=ranks, step_ms=step, compute=compute, exposed_comm_ms=step - compute.total_ms,
+                comm_ms=sum(times) + buffers, algorithm="+".join(sorted(algos)), sync_ms=sync_ms if ranks > 1 else 0.0,
+                stretch_ms=max(0.0, comp_end - compute.backward_ms) if ranks > 1 else 0.0)
 
 
-def forecast_fsdp(compute: Compute, units: Sequence[tuple], net: nw.Network, ranks: int, overlap: bool,
-                  reshard: bool = True) -> Step:
-    """One FSDP step; units: [(gather_bytes, reduce_bytes)] per unit in forward order (module docstring)."""
-    total = sum(g for g, _ in units) or 1.0
-    ag = [nw.allgather_ms(net, g, ranks) for g, _ in units]
-    rs = [nw.reduce_scatter_ms(net, r, ranks) for _, r in units]
-    fwd = [compute.forward_ms * g / total for g, _ in units]
-    bwd = [compute.backward_ms * g / total for g, _ in units]
-    comm = sum(ag) * (2 if reshard else 1) + sum(rs)
-    if not overlap or not units:
-        step = compute.total_ms + comm
-        return Step(ranks, step, compute, step - compute.total_ms, comm)
-    n = len(units)
-    # forward: gather k+1 issued when compute of k starts
-    link = ag[0]
-    gathered = [0.0] * n
-    gathered[0] = link
-    t = 0.0
+def forecast_fsdp(compute: Compute, units: Sequence[tuple], net: nw.Network, ranks: int,
+                  inter: itf.Interference | None = None, reshard: bool = True, sync_ms: float = 0.0) -> Step:
+    """One FSDP step; units: [(gather_bytes, reduce_bytes)] per unit in forward order, the root first."""
+    inter = inter or itf.Interference()
+    units = list(units) or [(0.0, 0.0)]
+    n, total = len(units), sum(g for g, _ in units) or 1.0
+    ag = [collective_ms(net, inter, "all_gather", g, ranks) for g, _ in units]
+    rs = [collective_ms(net, inter, "reduce_scatter", r, ranks) for _, r in units]
+    tasks: list = []
+
+    def add(task: Task) -> int:
+        tasks.append(task)
+        return len(tasks) - 1
+    gather, fwd = [0] * n, [0] * n
+    gather[0] = add(_comm_task("all_gather", units[0][0], ag[0], ranks, inter, ()))
     for k in range(n):
-        start = max(t, gathered[k])
-        if k + 1 < n:
-            link = max(link, start) + ag[k + 1]
-            gathered[k + 1] = link
-        t = start + fwd[k]
-    # backward, last unit first: its gather (if resharded) at once, the next one's when a unit's compute starts,
-    # a unit's reduce-scatter when its backward ends
-    ready = [t] * n
-    if reshard:
-        link = max(link, t) + ag[n - 1]
-        ready[n - 1] = link
+        fwd[k] = add(Task("compute", compute.forward_ms * units[k][0] / total, ((gather[k], "end"),)))
+        if k + 1 < n:  # one unit of prefetch: the next gather is issued when this unit's forward starts
+            gather[k + 1] = add(_comm_task("all_gather", units[k + 1][0], ag[k + 1], ranks, inter, ((fwd[k], "start"),)))
+    again = {k: k > 0 and reshard for k in range(n)}  # the root is not resharded after forward (FSDP2's rule)
+    regather: dict = {}
+    if again[n - 1]:
+        regather[n - 1] = add(_comm_task("all_gather", units[n - 1][0], ag[n - 1], ranks, inter, ((fwd[n - 1], "end"),)))
     for k in range(n - 1, -1, -1):
-        start = max(t, ready[k])
-        if k > 0 and reshard:
-            link = max(link, start) + ag[k - 1]
-            ready[k - 1] = link
-        t = start + bwd[k]
-        link = max(link, t) + rs[k]
-    step = compute.data_ms + max(t, link) + compute.optimizer_ms
-    return Step(ranks, step, compute, step - compute.total_ms, comm)
+        wait = ((regather[k], "end"),) if k in regather else ((fwd[n - 1], "end"),)
+        bwd = add(Task("compute", compute.backward_ms * units[k][0] / total, wait))
+        if k > 0 and again[k - 1]:
+            regather[k - 1] = add(_comm_task("all_gather", units[k - 1][0], ag[k - 1], ranks, inter, ((bwd, "start"),)))
+        add(_comm_task("reduce_scatter", units[k][1], rs[k], ranks, inter, ((bwd, "end"),)))
+    comm = sum(ag) + sum(ag[k] for k in regather) + sum(rs)
+    if ranks > 1:
+        tail = max(e for _, e in simulate(tasks))
+    else:
+        tail = compute.forward_ms + compute.backward_ms
+    optimizer = compute.optimizer_ms / max(1, ranks)
+    step = compute.data_ms + tail + optimizer + (sync_ms if ranks > 1 else 0.0)
+    return Step(ranks, step, compute, step - compute.total_ms, comm, sync_ms=sync_ms if ranks > 1 else 0.0)
 
 
 def linear_in_count(points: dict) -> Callable[[int], float]:

@@ -2,19 +2,24 @@
 forecast on, a setting's series over counts, the changes that would move it (what-ifs), the count where
 scaling efficiency falls below 75%, and the sentence that says so.
 
-    net = network(sweep, preset=None, levels={}, gpus_per_node=None)
-    rests_on(setting, inputs, net)                       # what the forecast rests on, measured or assumed, in words
-    pts = series(setting, inputs, counts, net)           # [forecast_sweep.Point]
-    what_ifs(setting, inputs, net, counts)               # [(what, [Point])]: this network first
+    machine = machine(sweep, runs, preset=None, levels={}, gpus_per_node=None)   # forecast_sweep.Machine
+    rests_on(setting, inputs, machine)                   # what the forecast rests on, measured or assumed, in words
+    pts = series(setting, inputs, counts, machine)       # [forecast_sweep.Point]
+    what_ifs(setting, inputs, machine, counts)           # [(what, [Point])]: this network first
     first_below(pts), recommendation(setting, pts)
+No claim without its basis: where the sweep has no single-device run of the same numerics, efficiency is unknown
+and the recommendation says what is missing and what to run instead of a count.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+import math
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from bench.analysis import forecast as fc
+from bench.analysis import forecast_check as fk
+from bench.analysis import forecast_inputs as fi
 from bench.analysis import forecast_sweep as fs
 from bench.analysis import network as nw
 
@@ -23,6 +28,43 @@ WHAT_IF_NET = 4.0                                 # "a faster inter-node network
 WHAT_IF_BUCKET_MB = 100.0                         # torchtitan's bucket size
 GPU_PRESETS = (("H100", "h100"), ("H200", "h100"), ("A100", "a100"), ("V100", "v100"))
 DOUBLING = tuple(2**k for k in range(1, 11))      # 2 .. 1024: past one device
+
+
+@dataclass
+class Forecastable:
+    """A stored sweep as the forecast reads it."""
+    sid: int
+    sweep: object                    # bench.store.results.Sweep
+    raw: dict                        # config key -> forecast_inputs.Raw
+    sets: list                       # [forecast_sweep.Setting]
+    runs: fk.Runs                    # its machine measurements
+
+
+def load(conn, sweep_id: Optional[int]) -> Forecastable:
+    """The sweep (the latest for None) with its forecast inputs, read from an open store."""
+    from bench.store import forecasts, results
+    sid = results.pick_sweep(conn, sweep_id)
+    sweep = results.load(conn, sid)
+    raw = {k: r for k, r in ((k, fi.derive(rows)) for k, rows in forecasts.read_raw(conn, sid).items()) if r is not None}
+    device_type = next((c.device_type for cs in sweep.bench.values() for c in cs), "cpu")
+    runs = fk.Runs(comm=sweep.comm, inter=forecasts.read_interference(conn, sid), device_type=device_type)
+    return Forecastable(sid, sweep, raw, fs.settings(sweep, raw), runs)
+
+
+def device_memory_mib(sweep) -> Optional[float]:
+    """The smallest GPU memory of the sweep's environments (CUDA sees it), None on CPU."""
+    sizes = [g.get("memory_total_mib") for e in sweep.envs for g in (json.loads(e.get("json") or "{}").get("gpus") or [])]
+    sizes = [float(x) for x in sizes if x]
+    return min(sizes) if sizes else None
+
+
+def shown_efficiency(eff: float, count: int) -> str:
+    """Efficiency as shown: above 100% only with why (noise: the baseline is another process's median)."""
+    if eff is None or math.isnan(eff):
+        return "-"
+    if eff > 1.0:
+        return f"100% ({eff:.0%}: noise)"
+    return f"{eff:.0%}"
 
 
 def auto_preset(sweep) -> Optional[nw.Preset]:
@@ -42,58 +84,71 @@ def gpus_per_node(sweep, given: Optional[int], preset: Optional[nw.Preset]) -> i
     return int(cfg.get("gpus_per_node") or measured)
 
 
-def network(sweep, preset: Optional[nw.Preset] = None, levels: Optional[dict] = None,
-            given_gpus_per_node: Optional[int] = None) -> nw.Network:
-    """The forecast's network: levels the user typed, else measured (the sweep's all-reduce rows), else the preset
-    (named, or the one the sweep's GPUs name), else the other level's figures (bench.analysis.network); with
-    all-gather's and reduce-scatter's own fits where the sweep measured them."""
+def machine(sweep, runs: fk.Runs, preset: Optional[nw.Preset] = None, levels: Optional[dict] = None,
+            given_gpus_per_node: Optional[int] = None) -> fs.Machine:
+    """The forecast's machine: network levels the user typed, else measured (the sweep's all-reduce rows at every
+    count), else the preset (named, or the one the sweep's GPUs name), else the other level's figures
+    (bench.analysis.network); the interference the sweep measured, else assumed."""
     levels = levels or {}
-    measured = nw.levels_from_comm(sweep.comm)
     preset = preset or (auto_preset(sweep) if "net" not in levels else None)
     g = gpus_per_node(sweep, given_gpus_per_node, preset)
-    backend = "nccl" if any(c.device_type == "cuda" for cs in sweep.bench.values() for c in cs) else "gloo"
-    return nw.network_for({k: v for k, v in measured.items() if k not in levels}, preset, levels, g, backend,
-                          own=nw.own_levels(sweep.comm))
+    return fk.machine_for(runs, tuple(sorted({c for c, _, _ in runs.comm})), preset, levels, g)
 
 
-def rests_on(s: fs.Setting, inp: fs.Inputs, net: nw.Network) -> list:
+def rests_on(s: fs.Setting, inp: fs.Inputs, m: fs.Machine) -> list:
     """What a setting's forecast rests on, in words: its inputs and, for FSDP, where its collectives' costs come from."""
-    return inp.words + (nw.collective_words(net) if s.strategy == "fsdp" else [])
+    return inp.words + (nw.collective_words(m.net) if s.strategy in ("fsdp", "hsdp") else [])
 
 
-def series(s: fs.Setting, inp: fs.Inputs, counts: tuple, net: nw.Network) -> list:
-    return [fs.point(s, inp, n, net) for n in counts]
+def series(s: fs.Setting, inp: fs.Inputs, counts: tuple, m: fs.Machine) -> list:
+    return [fs.point(s, inp, n, m) for n in counts]
 
 
-def what_ifs(s: fs.Setting, inp: fs.Inputs, net: nw.Network, counts: tuple) -> list:
+def what_ifs(s: fs.Setting, inp: fs.Inputs, m: fs.Machine, counts: tuple) -> list:
     """[(what, points)]: this network, then each change that could move the 75% count."""
-    out = [("this network", series(s, inp, counts, net))]
+    out = [("this network", series(s, inp, counts, m))]
     if s.strategy == "dp":
         return out
-    faster = nw.faster_net(net, WHAT_IF_NET, "what-if")
+    faster = replace(m, net=nw.faster_net(m.net, WHAT_IF_NET, "what-if"))
     out.append((f"{WHAT_IF_NET:g}x faster inter-node network", series(s, inp, counts, faster)))
-    if s.strategy == "ddp":
+    if s.strategy in ("ddp", "zero"):
         out.append((f"{WHAT_IF_BUCKET_MB:g} MiB buckets",
-                    series(s, replace(inp, buckets=fs.regroup(inp.buckets, WHAT_IF_BUCKET_MB * 2**20)), counts, net)))
+                    series(s, replace(inp, buckets=fs.regroup(inp.buckets, WHAT_IF_BUCKET_MB * 2**20)), counts, m)))
         half = [fc.Bucket(b.size_bytes / 2, b.ready_fraction) for b in inp.buckets]
-        out.append(("bf16 gradients (bf16_compress_hook)", series(s, replace(inp, buckets=half), counts, net)))
+        out.append(("bf16 gradients (bf16_compress_hook)", series(s, replace(inp, buckets=half), counts, m)))
     else:
         out.append(("bf16 parameters and gradients",
-                    series(s, replace(inp, units=[(g / 2, r / 2) for g, r in inp.units]), counts, net)))
+                    series(s, replace(inp, units=[(g / 2, r / 2) for g, r in inp.units]), counts, m)))
     return out
 
 
 def first_below(points: list, threshold: float = EFFICIENT) -> Optional[int]:
-    return next((p.count for p in points if not p.refused and p.efficiency < threshold), None)
+    """The first count whose efficiency is known and under the threshold."""
+    return next((p.count for p in points if not p.refused and not math.isnan(p.efficiency) and p.efficiency < threshold),
+                None)
+
+
+def missing_baseline(s: fs.Setting) -> str:
+    """Why efficiency cannot be stated for s ('' when it can)."""
+    if s.single is not None:
+        return ""
+    return (f"efficiency unknown: the sweep has no single-device run of [{s.variant.split(',')[0]}] at 1 device to "
+            f"hold the throughput against (run with --strategies single,{s.strategy} --gpus 1,...)")
 
 
 def recommendation(s: fs.Setting, points: list) -> str:
-    """'past N GPUs on this network, scaling stops paying' where the forecast crosses 75%."""
-    below = first_below(points)
+    """'past N GPUs on this network, scaling stops paying' where the forecast crosses 75%; never a claim from a
+    missing value."""
+    missing = missing_baseline(s)
+    if missing:
+        return f"{s.label}: {missing}"
+    known = [p for p in points if not p.refused and not math.isnan(p.efficiency)]
+    if not known:
+        return f"{s.label}: no count forecast"
+    below = first_below(known)
     if below is None:
-        top = max((p.count for p in points if not p.refused), default=0)
-        return f"{s.label}: efficiency stays at or above {EFFICIENT:.0%} up to {top} devices on this network"
-    ok = [p.count for p in points if p.count < below and not p.refused]
+        return f"{s.label}: efficiency stays at or above {EFFICIENT:.0%} up to {max(p.count for p in known)} devices on this network"
+    ok = [p.count for p in known if p.count < below]
     if not ok:
         return f"{s.label}: below {EFFICIENT:.0%} already at {below} devices on this network"
     return (f"{s.label}: past {max(ok)} GPU{'s' if max(ok) > 1 else ''} on this network, scaling stops paying "

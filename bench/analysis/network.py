@@ -1,37 +1,47 @@
-"""The network under a forecast: two levels (inside a node, between nodes), each a per-step latency and a bus
-bandwidth, fitted from the stored all-reduce microbenchmark, taken from a named preset, or typed by the user;
-and, where the sweep measured them (a sweep with FSDP), all-gather's and reduce-scatter's own fits per level.
+"""The network under a forecast: two levels (inside a node, between nodes), each a bus bandwidth, a latency per
+algorithm step and a constant per call, fitted from the stored all-reduce microbenchmark, taken from a named preset,
+or typed by the user; and, where the sweep measured them (a sweep with FSDP), all-gather's and reduce-scatter's own
+fits per level.
 
     net = network_for(levels_from_comm(comm), preset, explicit, gpus_per_node=8, backend="nccl", own=own_levels(comm))
-    allreduce_ms(net, size_bytes, ranks), allgather_ms(...), reduce_scatter_ms(...)
+    allreduce_ms(net, size_bytes, ranks), allgather_ms(...), reduce_scatter_ms(...), broadcast_ms(...)
     collective_words(net)            # for each of all-gather and reduce-scatter: measured or assumed, in words
 
 The collective cost model (times in ms, S bytes, n ranks on m nodes of g ranks, B a level's bus bandwidth
-in nccl-tests' sense, a its latency per algorithm step):
-  ring all-reduce   2(n-1)/n * S / B + latency of 2(n-1) steps       (Patarasuk & Yuan, JPDC 2009; nccl-tests'
+in nccl-tests' sense, a its latency per algorithm step, c its constant per call):
+  ring all-reduce   c + 2(n-1)/n * S / B + latency of 2(n-1) steps      (Patarasuk & Yuan, JPDC 2009; nccl-tests'
                     busbw = algbw * 2(n-1)/n is exactly this bandwidth term, doc/PERFORMANCE.md)
                     One node: B and a of the node level. Across nodes the ring runs through every node, so its
                     bandwidth is the slower level's and 2(m-1) of its steps cross the network:
                     latency = (2(n-1) - 2(m-1)) a_node + 2(m-1) a_net  (NCCL's own tuning model, src/graph/tuning.cc).
   tree all-reduce   NCCL only, across nodes: a chain inside each node and a double binary tree between nodes
-                    (Sanders, Speck & Traeff 2009; NCCL 2.4): latency 2((g-1) a_node + ceil(log2 m) a_net),
-                    bandwidth 2 S / (TREE_SHARE * B): NCCL's tuning model credits tree with 0.27 of ring's bus
-                    bandwidth, so tree wins only where latency dominates (many nodes, small buckets).
+                    (Sanders, Speck & Traeff 2009; NCCL 2.4): latency 2((g-1) a_node + ceil(log2 m) a_net), and, as
+                    NCCL's tuning model has it for its Simple protocol (src/graph/tuning.cc: tree busBw = 0.9 x the
+                    graph's, algbw = busBw / 2, times treeCorrectionFactor per size, 0.5-0.9 from 8 KiB to 128 MiB),
+                    time 2 S / (TREE_SHARE x corr(S) x B). Ring's bandwidth term tends to 2 S / B, so tree wins only
+                    where latency dominates (many nodes, small buckets).
   The rule: the library's choice is modelled as the cheaper of ring and tree under this model (NCCL picks by
   the same kind of cost table); gloo always runs ring (gloo's allreduce_ring_chunked).
   all-gather and reduce-scatter (S: all-gather's output, reduce-scatter's input, as nccl-tests counts them): ring
-                    only, (n-1)/n * S / B + latency of n-1 steps, with B and a each level's own fit of that
+                    only, c + (n-1)/n * S / B + latency of n-1 steps, with B, a and c each level's own fit of that
                     collective's rows where the sweep measured it (measured), else the all-reduce's: half an
                     all-reduce (assumed). On gloo the two are slower than half an all-reduce (reduce-scatter is
                     built on an all-reduce), so the difference is large there.
+  broadcast         (DDP's buffers before each forward) a pipelined ring: c + S / B + latency of n-1 steps (assumed
+                    from the all-reduce's fit: the suite does not measure a broadcast).
 
-The fit (`fit_level`): weighted least squares of time_ms = a * steps + (1/B) * f(n-1)/n * S (f = 2 for all-reduce,
-1 for all-gather and reduce-scatter; f(n-1) steps) over the comm rows of one collective at one level (several
-sizes and counts at once), each row weighted by 1/time, so small messages (latency) and large ones (bandwidth)
-count alike in relative terms; a negative latency is refitted as zero. The net level is measured only by rows
-whose ranks spanned several nodes (scope 'world' of a multi-node comm run).
+The fit (`fit_level`): weighted least squares, non-negative (scipy's nnls), of
+time_ms = c + a * steps + (1/B) * f(n-1)/n * S (f = 2 for all-reduce, 1 for all-gather and reduce-scatter; f(n-1)
+steps) over the comm rows of one collective at one level (several sizes and counts at once), each row weighted by
+1/time, so small messages (latency) and large ones (bandwidth) count alike in relative terms. The per-call constant
+and the per-step latency are told apart only by rows at two or more counts; from one count the fixed time is
+charged per step (the ring's own cost; said in the level's source). The net level is measured only by rows whose
+ranks spanned several nodes (scope 'world' of a multi-node comm run).
 A net level's B is a node's whole injection bandwidth (one NIC per GPU: g x the NIC rate), because NCCL runs
 one ring per NIC rail and a multi-node ring's bus bandwidth is bounded by it.
+Presets: the node levels are nccl-tests all-reduce bus bandwidths published for those machines; the net levels are
+NIC line rates of the vendors' reference architectures, an upper bound a measured bus bandwidth falls short of: they
+are marked assumed, and the README cites each figure's source.
 """
 from __future__ import annotations
 
@@ -44,7 +54,9 @@ import numpy as np
 
 from bench.config import ConfigError, finite
 
-TREE_SHARE = 0.27                    # tree's bus bandwidth against ring's in NCCL's tuning model (tuning.cc)
+TREE_SHARE = 0.9                     # tree's bus bandwidth against the graph's in NCCL's tuning model (tuning.cc)
+# NCCL's treeCorrectionFactor for its Simple protocol, by log2(bytes / 64) from 0 (64 B) to 21 (128 MiB); 1.0 above
+TREE_CORRECTION = (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .5, .5, .6, .6, .7, .8, .9)
 LEVELS = ("node", "net")             # inside a node, between nodes
 RING_FACTOR = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1}   # f: the data and steps of a ring, x (n-1)
 OWN_FIT = ("all_gather", "reduce_scatter")                              # fitted from their own rows where measured
@@ -53,12 +65,13 @@ NAMES = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter
 
 @dataclass(frozen=True)
 class Level:
-    """One level of the network: bus bandwidth (GB/s, 1e9 bytes) and latency per algorithm step (us)."""
+    """One level of the network: bus bandwidth (GB/s, 1e9 bytes), latency per algorithm step (us) and per call (us)."""
     busbw_gbps: float
     latency_us: float
     source: str                      # where the figures come from, in words
     measured: bool = False
     rms_error: float = math.nan      # the fit's root-mean-square relative error over its rows
+    call_us: float = 0.0             # a fixed cost per collective, whatever the ranks
 
 
 @dataclass(frozen=True)
@@ -81,17 +94,21 @@ _LAT = "latency per ring step of the order of NCCL's tuning constants (src/graph
 PRESETS = {p.name: p for p in (
     _preset("h100", 8, 370.0, 3.0, "8x H100 SXM over NVLink 4, nccl-tests all-reduce busbw ~370 GB/s (NVIDIA; "
             "480 with NVLink SHARP); " + _LAT,
-            400.0, 5.0, "8x 400 Gb/s InfiniBand NDR per node, one ConnectX-7 per GPU (DGX H100 reference "
-            "architecture): 8 x 50 GB/s", "8x H100 NVLink + 400 Gb/s InfiniBand per GPU"),
+            400.0, 5.0, "assumed: the NIC line rate, 8x 400 Gb/s InfiniBand NDR per node, one ConnectX-7 per GPU (DGX "
+            "H100 reference architecture): 8 x 50 GB/s, not a measured bus bandwidth", "8x H100 NVLink + 400 Gb/s "
+            "InfiniBand per GPU"),
     _preset("a100", 8, 230.0, 3.0, "8x A100 SXM over NVLink 3, nccl-tests all-reduce busbw ~230 GB/s; " + _LAT,
-            200.0, 5.0, "8x 200 Gb/s InfiniBand HDR per node, one per GPU (DGX A100 reference architecture): "
-            "8 x 25 GB/s", "8x A100 NVLink + 200 Gb/s InfiniBand per GPU"),
-    _preset("v100", 8, 120.0, 3.0, "8x V100 SXM2 over NVLink 2 (DGX-1, p3.16xlarge), all-reduce busbw ~120 GB/s "
-            "estimated; " + _LAT,
-            12.5, 10.0, "100 Gb/s per node (AWS p3dn.24xlarge networking): 12.5 GB/s", "8x V100 NVLink + 100 Gb/s per node"),
-    _preset("pcie", 8, 20.0, 2.0, "8 GPUs on PCIe 4.0 x16 (32 GB/s per direction per GPU), all-reduce through the "
-            "host bridges assumed at 20 GB/s busbw; " + _LAT,
-            12.5, 10.0, "100 Gb/s Ethernet per node: 12.5 GB/s", "8 GPUs over PCIe, 100 Gb/s Ethernet per node"),
+            200.0, 5.0, "assumed: the NIC line rate, 8x 200 Gb/s InfiniBand HDR per node, one per GPU (DGX A100 "
+            "reference architecture): 8 x 25 GB/s, not a measured bus bandwidth", "8x A100 NVLink + 200 Gb/s "
+            "InfiniBand per GPU"),
+    _preset("v100", 8, 120.0, 3.0, "assumed: 8x V100 SXM2 over NVLink 2 (DGX-1, p3.16xlarge), all-reduce busbw ~120 "
+            "GB/s estimated (no published nccl-tests figure); " + _LAT,
+            12.5, 10.0, "assumed: the line rate of 100 Gb/s per node (AWS p3dn.24xlarge networking): 12.5 GB/s",
+            "8x V100 NVLink + 100 Gb/s per node"),
+    _preset("pcie", 8, 20.0, 2.0, "assumed: 8 GPUs on PCIe 4.0 x16 (32 GB/s per direction per GPU), all-reduce "
+            "through the host bridges at 20 GB/s busbw; " + _LAT,
+            12.5, 10.0, "assumed: the line rate of 100 Gb/s Ethernet per node: 12.5 GB/s",
+            "8 GPUs over PCIe, 100 Gb/s Ethernet per node"),
 )}
 
 
@@ -123,20 +140,38 @@ def _ring_ms(net: Network, size_bytes: float, ranks: int, op: str = "all_reduce"
     nodes = math.ceil(ranks / net.gpus_per_node)
     steps = factor * (ranks - 1)
     if nodes == 1:
-        bw, lat_us = node.busbw_gbps, steps * node.latency_us
+        bw, lat_us, call_us = node.busbw_gbps, steps * node.latency_us, node.call_us
     else:
         inter = factor * (nodes - 1)
         bw = min(node.busbw_gbps, inter_level.busbw_gbps)
         lat_us = (steps - inter) * node.latency_us + inter * inter_level.latency_us
-    return factor * (ranks - 1) / ranks * size_bytes / (bw * 1e9) * 1e3 + lat_us / 1e3
+        call_us = max(node.call_us, inter_level.call_us)
+    return factor * (ranks - 1) / ranks * size_bytes / (bw * 1e9) * 1e3 + (lat_us + call_us) / 1e3
+
+
+def tree_correction(size_bytes: float) -> float:
+    """NCCL's treeCorrectionFactor (Simple protocol) for a message of size_bytes."""
+    index = int(math.log2(max(size_bytes, 64.0) / 64))
+    return TREE_CORRECTION[index] if index < len(TREE_CORRECTION) else 1.0
 
 
 def _tree_ms(net: Network, size_bytes: float, ranks: int) -> float:
     nodes = math.ceil(ranks / net.gpus_per_node)
     g = min(ranks, net.gpus_per_node)
     lat_us = 2 * ((g - 1) * net.node.latency_us + math.ceil(math.log2(nodes)) * net.net.latency_us)
-    bw = TREE_SHARE * min(net.node.busbw_gbps, net.net.busbw_gbps)
+    lat_us += max(net.node.call_us, net.net.call_us)
+    bw = TREE_SHARE * tree_correction(size_bytes) * min(net.node.busbw_gbps, net.net.busbw_gbps)
     return 2 * size_bytes / (bw * 1e9) * 1e3 + lat_us / 1e3
+
+
+def broadcast_ms(net: Network, size_bytes: float, ranks: int) -> float:
+    """A pipelined ring broadcast of size_bytes (DDP's buffers): c + S / B + latency of n-1 steps."""
+    if ranks <= 1 or size_bytes <= 0:
+        return 0.0
+    nodes = math.ceil(ranks / net.gpus_per_node)
+    level = net.node if nodes == 1 else min((net.node, net.net), key=lambda lv: lv.busbw_gbps)
+    lat_us = (ranks - nodes) * net.node.latency_us + (nodes - 1) * net.net.latency_us + level.call_us
+    return size_bytes / (level.busbw_gbps * 1e9) * 1e3 + lat_us / 1e3
 
 
 def allreduce_algorithm(net: Network, size_bytes: float, ranks: int) -> str:
@@ -182,17 +217,19 @@ def collective_words(net: Network) -> list:
 def faster_net(net: Network, factor: float, source: str) -> Network:
     """The same network with `factor` times the bus bandwidth between nodes, for every collective."""
     def up(lv: Level) -> Level:
-        return Level(lv.busbw_gbps * factor, lv.latency_us, source)
+        return replace(lv, busbw_gbps=lv.busbw_gbps * factor, source=source, measured=False)
     return replace(net, net=up(net.net), own=tuple((op, name, up(lv) if name == "net" else lv) for op, name, lv in net.own))
 
 
 # ---------------------------------------------------------------- the fit
 
 def fit_level(rows: Sequence[dict], source: str, node: Optional[Level] = None, op: str = "all_reduce") -> Optional[Level]:
-    """Latency and bus bandwidth from rows {ranks, size_bytes, time_ms} of one collective `op` at one level, by
-    the weighted least squares in the module's docstring. With `node` the rows spanned several nodes ({nodes} in
-    each row): the fit is of the net level, its latency that of the f(m-1) steps between nodes, the node level's
-    latency on the others taken off first (the ring's cost in `_ring_ms`). None with fewer than 2 usable rows."""
+    """Per-call constant, latency per step and bus bandwidth from rows {ranks, size_bytes, time_ms} of one collective
+    `op` at one level, by the non-negative weighted least squares in the module's docstring. With `node` the rows
+    spanned several nodes ({nodes} in each row): the fit is of the net level, its latency that of the f(m-1) steps
+    between nodes, the node level's latency on the others taken off first (the ring's cost in `_ring_ms`). None with
+    fewer than 2 usable rows."""
+    from scipy.optimize import nnls
     f = float(RING_FACTOR[op])
     pts = [(int(r["ranks"]), float(r["size_bytes"]), float(r["time_ms"]), int(r.get("nodes") or 1)) for r in rows
            if r.get("ranks") and int(r["ranks"]) > 1 and r.get("time_ms") and float(r["time_ms"]) > 0]
@@ -204,20 +241,25 @@ def fit_level(rows: Sequence[dict], source: str, node: Optional[Level] = None, o
     steps = np.array([f * ((m - 1) if node is not None else (n - 1)) for n, _, _, m in pts])
     carried = np.array([f * (n - 1) / n * s for n, s, _, _ in pts])
     t = np.array([x[2] for x in pts])
-    a = np.column_stack([steps, carried]) / t[:, None]
-    coef = np.linalg.lstsq(a, np.ones_like(t), rcond=None)[0]
+    per_call = len(set(steps.tolist())) >= 2   # two step counts tell a per-call constant from a per-step latency
+    columns = [np.ones_like(t)] if per_call else []
+    a = np.column_stack(columns + [steps, carried]) / t[:, None]
+    coef = nnls(a, np.ones_like(t))[0]
+    call, lat, inv_bw = (coef if per_call else np.concatenate([[0.0], coef])).tolist()
     note = ""
-    if coef[1] <= 0:  # the sizes do not resolve the bandwidth (all latency, or noise): the best bus bandwidth seen
-        coef[1] = float(np.min(t / carried))
-        coef[0] = float(np.sum(steps / t * (1 - coef[1] * carried / t)) / np.sum((steps / t) ** 2))
+    if inv_bw <= 0:  # the sizes do not resolve the bandwidth (all latency, or noise): the best bus bandwidth seen
+        inv_bw = float(np.min(t / carried))
+        rest = t - inv_bw * carried
+        lat = max(0.0, float(np.sum(steps / t * rest / t) / np.sum((steps / t) ** 2)))
+        call = 0.0
         note = "; bandwidth not resolved by these sizes: the best seen"
-    if coef[0] < 0:  # latency cannot be negative: bandwidth alone
-        coef = np.array([0.0, float(np.sum(carried / t) / np.sum((carried / t) ** 2))])
-    pred = coef[0] * steps + coef[1] * carried
+    pred = call + lat * steps + inv_bw * carried
     rms = float(np.sqrt(np.mean((pred / t - 1) ** 2)))
     counts = ",".join(str(n) for n in sorted({n for n, _, _, _ in pts}))
-    return Level(busbw_gbps=1.0 / coef[1] / 1e6, latency_us=float(coef[0]) * 1e3,
-                 source=f"{source}: fit of {len(pts)} {NAMES[op]} rows at {counts} ranks (rms error {rms:.0%}{note})",
+    split = ("" if per_call else "; one count: its fixed time charged per ring step (a per-call constant needs rows "
+             "at two counts)")
+    return Level(busbw_gbps=1.0 / inv_bw / 1e6, latency_us=lat * 1e3, call_us=call * 1e3,
+                 source=f"{source}: fit of {len(pts)} {NAMES[op]} rows at {counts} ranks (rms error {rms:.0%}{note}{split})",
                  measured=True, rms_error=rms)
 
 
@@ -290,7 +332,7 @@ def network_for(measured: dict, preset: Optional[Preset], explicit: dict, gpus_p
     for name, other in (("node", "net"), ("net", "node")):
         if chosen[name] is None:
             o = chosen[other]
-            chosen[name] = Level(o.busbw_gbps, o.latency_us, f"assumed as fast as the {other} level ({o.source}): "
-                                 f"nothing measured or named it; --network {name}=GBPS@US names it", measured=False)
+            chosen[name] = replace(o, source=f"assumed as fast as the {other} level ({o.source}): nothing measured or "
+                                             f"named it; --network {name}=GBPS@US names it", measured=False)
     kept = tuple((op, name, lv) for op, name, lv in own if name not in explicit and chosen[name] is measured.get(name))
     return Network(node=chosen["node"], net=chosen["net"], gpus_per_node=gpus_per_node, backend=backend, own=kept)

@@ -39,6 +39,15 @@ class CudaAPI:
     def synchronize(self, device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
+    def new_stream(self, device: torch.device):
+        return torch.cuda.Stream(device)
+
+    def wait_stream(self, stream, other) -> None:
+        stream.wait_stream(other)
+
+    def use(self, stream):
+        return torch.cuda.stream(stream)
+
 
 class HostClock:
     """Monotonic host clock; the CPU path."""

@@ -192,6 +192,11 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
         from bench.rank.commbench import collective_sweep
         payload["comm"] = collective_sweep(device, spec.comm_max_bytes, extra_sizes=spec.comm_extra_bytes,
                                            local_world=int(os.environ.get("LOCAL_WORLD_SIZE", world)), ops=spec.comm_ops)
+        if spec.interference:
+            from bench.rank.commbench import message_sizes
+            from bench.rank.interference import interference_sweep
+            payload["interference"] = interference_sweep(device, message_sizes(spec.comm_max_bytes, extra=spec.comm_extra_bytes),
+                                                         spec.comm_ops, spec.comm_load or None)
     else:
         baseline_rss_mib = memory.rss_mib()  # the process before its model: the memory forecast's check starts here
         torch.manual_seed(spec.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
@@ -214,6 +219,7 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
             payload["timing_method"] = timing.make_clock(device, devices).method
             payload["strategy_settings"] = ddp_settings(model)
             payload["optimizer"] = optimizer_settings(cuda, spec.precision)
+        payload["buffer_bytes"] = sum(b.numel() * b.element_size() for b in wl.model.buffers())  # DDP broadcasts them
         payload.update(params=params, grad_bytes=params * 4, threads=torch.get_num_threads(), numerics=numerics,
                        workload_details=wl.details)
     beat.beat(beat.step, "gather")
@@ -244,7 +250,7 @@ def loader_only(spec: RunSpec, wl, rank: int) -> dict:
 def merge(payloads: list) -> dict:
     """Rank 0's payload with every rank's raw rows; per-epoch rows merged over ranks."""
     out = dict(payloads[0])
-    for key in ("steps", "memory", "windows", "traces", "rank_devices", "buckets"):
+    for key in ("steps", "memory", "windows", "traces", "rank_devices", "buckets"):  # every rank's own rows
         if key in out:
             out[key] = [row for p in payloads for row in p.get(key, [])]
     out["nodes"] = [p["node"] for p in payloads if p.get("node")]

@@ -49,6 +49,8 @@ class RunSpec:
     comm_max_bytes: int = 0    # comm mode: largest collective message (the largest model's gradients)
     comm_extra_bytes: tuple = ()  # comm mode: DDP's bucket sizes, measured as well
     comm_ops: tuple = ("all_reduce",)  # comm mode: the collectives to measure (bench.rank.commbench.OPS)
+    interference: bool = False  # comm mode: also each collective beside a compute load (bench.rank.interference)
+    comm_load: tuple = ()      # comm mode: the load's GEMM (M, K), sized like the model's layers; () the device's default
     out_dir: str = ""
     profile_steps: int = 0     # --profile: steps traced after the measured window (bench.rank.profile); 0: none
     profile_max_mb: float = 0.0  # largest gzipped trace kept per rank, MB
@@ -87,6 +89,7 @@ class RunSpec:
         raw["options"] = tuple(tuple(p) for p in raw.get("options", ()))
         raw["comm_extra_bytes"] = tuple(raw.get("comm_extra_bytes", ()))
         raw["comm_ops"] = tuple(raw.get("comm_ops", ("all_reduce",)))
+        raw["comm_load"] = tuple(raw.get("comm_load", ()))
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in raw.items() if k in known})
 

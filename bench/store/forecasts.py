@@ -1,99 +1,62 @@
-"""What the forecast reads from a stored sweep beyond bench.store.results, and where its check is written.
+"""What the forecast reads from a stored sweep beyond bench.store.results, as stored, and where its check is written.
+Every statistic over these rows is derived in bench.analysis.forecast_inputs.
 
-    raw = read_inputs(conn, sweep_id)          # {config_key: Raw}: phases with and without sync, buckets
-    write_validation(conn, sweep_id, rows)     # the `forecasts` table: one row per measured count checked
-    read_validation(conn, sweep_id)            # those rows, for the report
-
-Phases are medians over the slowest rank's steps (bench.analysis.stats), scaled so they add up to the median
-step of those rows: the forecast adds phases, and a sum of medians is not the median of the sums.
+    raw = read_raw(conn, sweep_id)               # {config_key: RawRows}: step, bucket and memory rows, details
+    inter = read_interference(conn, sweep_id)    # [(device_count, nodes, rows)]: the interference rows of comm runs
+    write_validation(conn, sweep_id, rows)       # the `forecasts` table: one row per measured count checked
+    read_validation(conn, sweep_id)              # those rows, for the report
 """
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import dataclass, field
-from typing import Optional
 
-from bench.analysis import stats
 from bench.store import store
 from bench.store.schema import FORECAST_COLUMNS
 
-PHASES = {"data_ms": ("data_ms", "h2d_ms", "buffers_ms"), "forward_ms": ("forward_ms",),
-          "backward_ms": ("backward_ms",), "optimizer_ms": ("optimizer_ms", "other_ms")}
-
 
 @dataclass
-class Raw:
-    """One configuration's raw inputs to the forecast (repeats pooled)."""
+class RawRows:
+    """One configuration's stored rows (every ok repeat), each row with its result_id."""
     key: str
-    measured: dict                   # phase -> ms of the measured window (PHASES' names), with 'step_ms'
-    no_sync: Optional[dict]          # the same for DDP's no_sync() probe blocks; None without a probe
-    sync: Optional[dict] = None      # and for its synchronised probe blocks (the same step as measured, later)
-    buckets: list = field(default_factory=list)     # [(size_bytes, ready_fraction)] of DDP's buckets, in order
-    units: list = field(default_factory=list)       # [size_bytes] of FSDP's units, forward order
+    result_ids: list
+    steps: list = field(default_factory=list)
+    buckets: list = field(default_factory=list)
+    memory: list = field(default_factory=list)
+    details: dict = field(default_factory=dict)      # the first repeat's details_json
 
 
-def phases(rows: list) -> Optional[dict]:
-    """{data_ms, forward_ms, backward_ms, optimizer_ms, step_ms} from step rows (slowest rank per step)."""
-    slowest = stats.slowest_rank_rows(rows)
-    if not slowest:
-        return None
-    step = stats.median(r["step_ms"] for r in slowest)
-    out = {name: sum(stats.median(r.get(c) for r in slowest) if any(r.get(c) is not None for r in slowest) else 0.0
-                     for c in cols) for name, cols in PHASES.items()}
-    total = sum(out.values())
-    if total > 0:
-        out = {k: v * step / total for k, v in out.items()}
-    out["step_ms"] = step
-    return out
-
-
-def _buckets(rows: list) -> list:
-    """Each bucket's size and its ready time as a fraction of the last bucket's (backward's gradients all made),
-    medians over ranks and steps."""
-    by_bucket: dict = {}
-    for r in rows:
-        by_bucket.setdefault(int(r["bucket"]), []).append(r)
-    if not by_bucket:
-        return []
-    per_step: dict = {}
-    for r in rows:
-        per_step.setdefault((r["rank"], r["step"]), []).append(float(r["ready_ms"]))
-    last = {k: max(v) for k, v in per_step.items()}
-    out = []
-    for b in sorted(by_bucket):
-        fr = [float(r["ready_ms"]) / last[(r["rank"], r["step"])] for r in by_bucket[b] if last[(r["rank"], r["step"])] > 0]
-        out.append((float(by_bucket[b][0]["size_bytes"]), stats.median(fr) if fr else 1.0))
-    return out
-
-
-def read_inputs(conn: sqlite3.Connection, sweep_id: int) -> dict:
-    """{config_key: Raw} for the ok benchmark results of a sweep."""
+def read_raw(conn: sqlite3.Connection, sweep_id: int) -> dict:
+    """{config_key: RawRows} for the ok benchmark results of a sweep."""
     groups: dict = {}
+    details: dict = {}
     for r in store.latest_results(conn, sweep_id):
         if r["mode"] == "bench" and r["status"] == "ok":
             groups.setdefault(r["config_key"], []).append(int(r["result_id"]))
+            details.setdefault(r["config_key"], json.loads(r["details_json"] or "{}"))
     out = {}
     for key, ids in groups.items():
         marks = ",".join("?" * len(ids))
-        steps = [dict(s) for s in conn.execute(f"SELECT * FROM steps WHERE result_id IN ({marks})", ids)]
-        # the steps of different repeats share step numbers: keep them apart
-        for s in steps:
-            s["step"] = s["result_id"] * 1_000_000 + s["step"]
-        measured = phases([s for s in steps if s["kind"] == "measure"])
-        if measured is None:
-            continue
-        nosync = phases([s for s in steps if s["kind"] in ("probe_no_sync", "no_sync")])
-        brows = [dict(b) for b in conn.execute(f"SELECT * FROM buckets WHERE result_id IN ({marks}) ORDER BY bucket", ids)]
-        ddp = [b for b in brows if b["kind"] == "ddp" and b["ready_ms"] is not None]
-        first = min((b["result_id"] for b in brows if b["kind"] == "fsdp_unit"), default=None)
-        units = [float(b["size_bytes"]) for b in brows if b["kind"] == "fsdp_unit" and b["result_id"] == first and b["rank"] == 0]
-        out[key] = Raw(key=key, measured=measured, no_sync=nosync, buckets=_buckets(ddp), units=units,
-                       sync=phases([s for s in steps if s["kind"] == "probe_sync"]))
+        rows = {table: [dict(x) for x in conn.execute(f"SELECT * FROM {table} WHERE result_id IN ({marks})", ids)]
+                for table in ("steps", "buckets", "memory")}
+        out[key] = RawRows(key, sorted(ids), rows["steps"], rows["buckets"], rows["memory"], details[key])
     return out
 
 
+def read_interference(conn: sqlite3.Connection, sweep_id: int) -> list:
+    """[(device_count, nodes, rows)]: the interference rows of the sweep's ok comm runs (the latest per count)."""
+    out = []
+    for r in store.latest_results(conn, sweep_id):
+        if r["mode"] == "comm" and r["status"] == "ok":
+            rows = [dict(x) for x in conn.execute("SELECT * FROM interference WHERE result_id = ?", (r["result_id"],))]
+            if rows:
+                out.append((int(r["device_count"]), int(r["nodes"] or 1), rows))
+    return sorted(out, key=lambda x: x[0])
+
+
 def write_validation(conn: sqlite3.Connection, sweep_id: int, rows: list) -> None:
-    """The forecast's check, one row per measured count (a later check of the same sweep replaces it)."""
+    """The forecast's check, one row per measured count (a later check of the same sweep and judged sweep replaces it)."""
     if not rows:
         return
     with store.transaction(conn):
@@ -104,5 +67,5 @@ def write_validation(conn: sqlite3.Connection, sweep_id: int, rows: list) -> Non
 
 
 def read_validation(conn: sqlite3.Connection, sweep_id: int) -> list:
-    return [dict(r) for r in conn.execute("SELECT * FROM forecasts WHERE sweep_id = ? ORDER BY workload, strategy, "
-                                          "variant, device_count", (sweep_id,))]
+    return [dict(r) for r in conn.execute("SELECT * FROM forecasts WHERE sweep_id = ? ORDER BY judged_sweep, workload, "
+                                          "strategy, variant, device_count", (sweep_id,))]

@@ -104,7 +104,11 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         raise ConfigError(f"--gpus-per-node: {per_node} asked for, but this node has {machine.cuda_devices} CUDA GPU(s)")
     counts = set(cfg.gpus or (() if cfg.nodes else _default_counts(cuda, machine)))
     counts |= {k * per_node for k in (cfg.nodes or ())}
-    counts = tuple(sorted(counts))
+    if cfg.comm_counts and not cfg.comm_bench:
+        raise ConfigError(f"--comm-counts {','.join(map(str, cfg.comm_counts))}: measures the collectives there, which "
+                          "--no-comm-bench turns off; leave one of the two out")
+    trained = tuple(sorted(counts))
+    counts = tuple(sorted(counts | set(cfg.comm_counts or ())))  # every count this sweep starts processes at
     # Outside SLURM, with no node flags, every count runs on this machine (and must fit it).
     single_node = not machine.slurm_nodes and cfg.nodes is None and cfg.gpus_per_node is None
     local = list(counts) if single_node else [n for n in counts if n <= per_node]
@@ -127,6 +131,7 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
                           f"on CPU each count is a gloo process with at least one core, so at most {machine.cpu_cores}")
     if single_node:
         per_node = max(counts)
+    counts = trained
     if cfg.epochs and cfg.data != "voc":
         raise ConfigError(f"--epochs {cfg.epochs}: whole epochs need a real data set; use --data voc or --steps")
     if cfg.checkpoint and not cfg.epochs:
@@ -156,7 +161,7 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         pg_timeout=pg, num_workers=DEFAULT_NUM_WORKERS[dev] if cfg.num_workers is None else cfg.num_workers,
         # One rule for every strategy, CPU and CUDA alike: the node's cores shared by the most processes a node
         # runs (torchrun would give its ranks 1 and single/DataParallel every core). Stored as threads_per_process.
-        threads_per_process=cfg.threads_per_process or max(1, machine.cpu_cores // min(per_node, max(counts))),
+        threads_per_process=cfg.threads_per_process or max(1, machine.cpu_cores // min(per_node, max(counts + (cfg.comm_counts or ())))),
         synthetic_width=cfg.synthetic_width or synthetic.DEFAULTS[dev]["width"],
         synthetic_depth=cfg.synthetic_depth or synthetic.DEFAULTS[dev]["depth"])
     items = plan(resolved, machine)  # impossible batch splits and user models fail here, before anything runs
@@ -310,14 +315,15 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
             if s.repeat == 0 and s.device_count not in seen:
                 seen.add(s.device_count)
                 items.append(loader_spec(s, cfg, runnable))
-    if cfg.comm_bench and {"ddp", "fsdp"} & set(cfg.strategies) and runnable:
+    if cfg.comm_bench and ({"ddp", "fsdp"} & set(cfg.strategies) or cfg.comm_counts) and runnable:
         one_per_workload = {s.workload: s for s in runnable}.values()  # building a model even on meta takes seconds
         max_bytes = max(registry.gradient_bytes(s) for s in one_per_workload)
         buckets = sorted({int(mb * 2**20) for mb in (cfg.bucket_cap_mb or (25.0,))} | {2**20})  # DDP's first bucket: 1 MiB
         # DDP all-reduces its gradients, FSDP all-gathers parameters and reduce-scatters gradients; the all-reduce
         # always runs: the forecast's network levels are fitted from it
         ops = ("all_reduce",) + (("all_gather", "reduce_scatter") if "fsdp" in cfg.strategies else ())
-        for n in cfg.gpus:
+        load = _load_shape(cfg, machine) if cfg.interference else ()
+        for n in sorted(set(cfg.gpus) | set(cfg.comm_counts or ())):
             if n > 1:
                 nodes = max(1, n // cfg.gpus_per_node) if n > cfg.gpus_per_node else 1
                 items.append(RunSpec(workload="allreduce", strategy="comm", device_type=cfg.device, device_count=n,
@@ -325,8 +331,17 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
                                      threads=cfg.threads_per_process, seed=cfg.seed,
                                      scaling=cfg.scaling, pg_timeout_s=cfg.pg_timeout, mode="comm", nodes=nodes,
                                      launcher=_launcher(cfg, nodes), comm_max_bytes=max_bytes,
-                                     comm_extra_bytes=tuple(buckets), comm_ops=ops))
+                                     comm_extra_bytes=tuple(buckets), comm_ops=ops, interference=cfg.interference,
+                                     comm_load=load))
     return items
+
+
+def _load_shape(cfg: SweepConfig, machine: Machine) -> tuple:
+    """The interference load's GEMM (M, K): the synthetic MLP's layer (batch x width) where the sweep trains it, else
+    the device's default (bench.rank.interference.LOAD_DEFAULT)."""
+    if "synthetic" not in cfg.workloads:
+        return ()
+    return (cfg.per_device_batch or registry.info("synthetic", cfg).default_batch, cfg.synthetic_width)
 
 
 def describe_resolved(cfg: SweepConfig, given: set) -> list:

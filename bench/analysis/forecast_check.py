@@ -1,0 +1,157 @@
+"""The forecast checked against measured counts, reading nothing of the count it judges but what its basis says.
+
+    runs = Runs(comm=sweep.comm, inter=interference_runs, device_type="cpu")
+    machine = machine_for(runs, counts, preset, explicit, gpus_per_node)     # the network and interference of counts
+    rows = validate(s, runs, preset, explicit, created_at)                   # each measured count above the smallest
+    rows = validate_against(s, judged, runs, preset, explicit, created_at, judged_sweep)   # a later sweep's counts
+
+Basis of a check at count n (stored with each row, printed beside it):
+  held out            nothing of x n or above: compute, buckets and spread from smaller counts, the machine (network,
+                      interference) from the microbenchmark at smaller counts or typed (--network)
+  machine at x n      compute, buckets and spread from smaller counts; the machine measured at x n by the collectives
+                      microbenchmark, apart from any training step (the held-out form a sweep `--gpus 1
+                      --comm-counts 2` gives: nothing of x n's training read)
+  later sweep         the forecast read only an earlier sweep (its training and its machine measurements); the
+                      measurement judged is another sweep's (`forecast --against SWEEP`)
+Where no basis exists (no network below and none at x n) the row says why and holds no error.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+from bench.analysis import forecast_sweep as fs
+from bench.analysis import interference as itf
+from bench.analysis import network as nw
+from bench.config import ConfigError
+
+CHECK_TARGET = 0.10                  # errors beyond 10% are called out, with what the model left out
+
+
+@dataclass
+class Runs:
+    """The machine measurements of a sweep: [(device_count, nodes, rows)] of its comm runs and interference rows."""
+    comm: list = field(default_factory=list)
+    inter: list = field(default_factory=list)
+    device_type: str = "cpu"
+
+
+def machine_for(runs: Runs, counts: tuple, preset, explicit: dict, gpus_per_node: int) -> fs.Machine:
+    """The network (levels typed, else fitted from the comm rows of `counts`, else the preset's) and the interference
+    (the rows of `counts`, else assumed) for a topology of gpus_per_node devices per node."""
+    comm = [r for r in runs.comm if r[0] in counts]
+    measured = nw.levels_from_comm(comm)
+    net = nw.network_for({k: v for k, v in measured.items() if k not in explicit}, preset, explicit, gpus_per_node,
+                         "nccl" if runs.device_type == "cuda" else "gloo", own=nw.own_levels(comm))
+    rows = [{**row, "nodes": nodes} for n, nodes, rs in runs.inter if n in counts for row in rs]
+    where = ",".join(str(n) for n in sorted({n for n, _, _ in runs.inter if n in counts}))
+    inter = itf.from_rows(rows, runs.device_type, f"at {where} ranks" if where else "")
+    return fs.Machine(net, inter, tuple(sorted(counts)), f"the machine measured at x{','.join(map(str, sorted(counts)))}")
+
+
+def _basis(runs: Runs, n: int, explicit: dict) -> tuple:
+    """(counts the check may read the machine from, basis in words) for a check at n; (None, why) when none."""
+    below = tuple(sorted({c for c, _, _ in runs.comm if c < n}))
+    if below:
+        return below, f"held out: nothing of x{n} or above (the machine from x{','.join(map(str, below))})"
+    if explicit:
+        return (), f"held out: nothing of x{n} or above (the network typed with --network; interference assumed)"
+    if any(c == n for c, _, _ in runs.comm):
+        return (n,), (f"machine at x{n}: its collectives and their interference, measured apart from training; "
+                      f"nothing of x{n}'s training read")
+    return None, f"no network below x{n} or at it (no collectives microbenchmark; --network names one)"
+
+
+def _row(s: fs.Setting, target, inp, machine: fs.Machine, basis: str, judged_sweep, created_at: str, raw) -> dict:
+    n = target.device_count
+    p = fs.point(s, inp, n, machine)
+    row = {"config_key": target.key, "workload": s.workload, "strategy": s.strategy, "variant": s.variant,
+           "device_count": n, "measured_step_ms": target.summary.median_ms, "judged_sweep": judged_sweep,
+           "measured_samples_per_s": target.samples_per_s, "created_at": created_at, "basis": basis,
+           "from_counts": ",".join(map(str, inp.from_counts)), "forecast_step_ms": p.step_ms,
+           "forecast_samples_per_s": p.samples_per_s, "error": p.step_ms / target.summary.median_ms - 1,
+           "network": f"node: {machine.net.node.source}" + (f"; net: {machine.net.net.source}" if machine.gpus_per_node < n
+                                                            else "") + f"; {inp.inter.words()}"}
+    mine = raw.no_sync if s.strategy in ("ddp", "zero") and raw is not None else None
+    if mine:
+        compute = inp.compute.slowed(inp.inter.co_run_x(min(n, machine.gpus_per_node)) / inp.co_run_base)
+        row["compute_error"] = (compute.total_ms - (mine["step_ms"] - mine.get("buffers_ms", 0.0))) / target.summary.median_ms
+    again = raw.sync if raw is not None and s.strategy in ("ddp", "zero") else None
+    row["noise"] = again["step_ms"] / target.summary.median_ms - 1 if again else None
+    if p.memory is not None and raw is not None and raw.peak_mib is not None:
+        row.update(forecast_mem_mib=p.memory.checked_mib, measured_mem_mib=raw.peak_mib, mem_method=raw.peak_method,
+                   mem_error=p.memory.checked_mib / raw.peak_mib - 1 if raw.peak_mib > 0 else None)
+    row["why"] = why(row, inp, mine) if abs(row["error"]) > CHECK_TARGET else ""
+    return row
+
+
+def validate(s: fs.Setting, runs: Runs, preset, explicit: dict, created_at: str) -> list:
+    """One row per measured count above the smallest: the forecast from what the basis allows, beside it."""
+    rows = []
+    counts = sorted(s.configs)
+    smallest = min(counts + ([1] if s.single is not None else []))
+    for n in counts:
+        if n <= smallest:
+            continue
+        target = s.configs[n]
+        head = {"config_key": target.key, "workload": s.workload, "strategy": s.strategy, "variant": s.variant,
+                "device_count": n, "measured_step_ms": target.summary.median_ms, "created_at": created_at,
+                "measured_samples_per_s": target.samples_per_s, "from_counts": ""}
+        allowed, basis = _basis(runs, n, explicit)
+        if allowed is None:
+            rows.append({**head, "why": basis})
+            continue
+        g = max(1, n // max(1, target.nodes))
+        try:
+            machine = machine_for(runs, allowed, preset, explicit, g)
+        except ConfigError as e:
+            rows.append({**head, "why": str(e)})
+            continue
+        inp = fs.inputs(s, machine, below=n)
+        if isinstance(inp, str):
+            rows.append({**head, "why": inp})
+            continue
+        rows.append(_row(s, target, inp, machine, basis, None, created_at, s.raws.get(target.key)))
+    return rows
+
+
+def validate_against(s: fs.Setting, judged: fs.Setting, runs: Runs, preset, explicit: dict, created_at: str,
+                     judged_sweep: int, judged_raw: dict) -> list:
+    """The forecast of s (an earlier sweep: its training and machine only) at each count of `judged` (a later sweep's
+    same setting) it did not train, beside that sweep's measurement."""
+    rows = []
+    for n, target in sorted(judged.configs.items()):
+        if n in s.configs:
+            continue
+        g = max(1, n // max(1, target.nodes))
+        machine = machine_for(runs, tuple(c for c, _, _ in runs.comm), preset, explicit, g)
+        inp = fs.inputs(s, machine)
+        if isinstance(inp, str):
+            continue
+        basis = f"later sweep: the forecast read only its own sweep; sweep {judged_sweep}'s x{n} judged ({machine.words})"
+        rows.append(_row(s, target, inp, machine, basis, judged_sweep, created_at, judged_raw.get(target.key)))
+    return rows
+
+
+def why(row: dict, inp: fs.Inputs, own: Optional[dict]) -> str:
+    """What the model left out, read off the measured configuration (only to explain, never to forecast); own: the
+    target's own compute under no_sync (DDP)."""
+    parts = []
+    if own and row.get("compute_error") is not None:
+        parts.append(f"compute without gradient sync was {own['step_ms']:.1f} ms at x{row['device_count']}; the "
+                     f"forecast's compute {row['compute_error']:+.0%} of the step off it (the ranks share this machine)")
+        parts.append(f"communication and waiting: {row['error'] - row['compute_error']:+.0%} of the step off the "
+                     "measurement")
+    if row.get("noise") is not None and abs(row["noise"]) > CHECK_TARGET / 2:
+        parts.append(f"the measurement itself moved: the same step in the probe's synchronised blocks, later in the same "
+                     f"processes, took {row['noise']:+.0%} against the measured window (load on the machine)")
+    if row["strategy"] in ("fsdp", "hsdp"):
+        parts.append("FSDP2's per-unit copy-in/copy-out beyond one rank's are outside the model")
+    return "; ".join(parts)
+
+
+def band(rows: list) -> tuple:
+    """(lowest, highest) signed error of the checked rows, each side at least 0: the forecast line's band."""
+    errs = [r["error"] for r in rows if r.get("error") is not None and not math.isnan(r["error"])]
+    return (min(0.0, min(errs)), max(0.0, max(errs))) if errs else (math.nan, math.nan)

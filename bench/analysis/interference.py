@@ -1,0 +1,173 @@
+"""How collectives and computation slow each other, as the forecast's pipeline uses it: the sweep's measurement
+(bench.rank.interference, the `interference` table) turned into a lookup by collective, size and rank count, and
+what stands in where nothing was measured, said in words.
+
+    inter = from_rows(rows, device_type)         # rows: the interference table's rows of the counts the forecast may read
+    inter.alone_ms("all_reduce", size_bytes, ranks)   # a lone call as a step issues it, at a measured count (else None)
+    inter.comm_x("all_reduce", size_bytes, ranks)     # the collective's time beside computation / alone
+    inter.compute_x("all_reduce", size_bytes, ranks)  # computation's time while the collective runs / alone
+    inter.co_run_x(ranks_per_node)                    # the load on every rank of a node at once / on one alone
+    inter.words()                                     # measured or assumed, per figure
+
+Per (collective, ranks) three lines in the size S are fitted over the measured sizes (non-negative, on relative
+residuals in log space with a soft-L1 loss: scipy's least_squares), so that no single noisy size steers a bucket:
+    alone(S)      = a0 + a1 S      the collective by itself, one call after a barrier (as a step issues it; gloo's
+                                   back-to-back calls of the nccl-tests-style microbenchmark cost more per call)
+    contended(S)  = c0 + c1 S      the same beside the load (c0: on a CPU mostly the wait to be scheduled)
+    lost(S)       = l0 + l1 S      the load's time lost while it ran (contended x (1 - 1/compute_slowdown))
+comm_x = contended / alone and compute_x = contended / (contended - lost). A rank count not measured takes the
+nearest measured one's slowdowns (said so); there the collective's own time is the network model's. Not measured at
+all: on GPUs assumed none (1.0: NCCL's kernels share SMs and memory bandwidth with backward, a cost this
+assumption leaves out), on CPU assumed serial (the collective at full speed, computation stopped while it runs:
+the old no-overlap bound), both named "assumed" in the forecast's words.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+STOPPED = 100.0                  # bench.rank.interference.STOPPED: no progress while the collective ran
+
+
+@dataclass(frozen=True)
+class Line:
+    """time_ms = intercept_ms + slope_ms_per_byte * S."""
+    intercept_ms: float
+    slope_ms_per_byte: float
+
+    def __call__(self, size_bytes: float) -> float:
+        return self.intercept_ms + self.slope_ms_per_byte * max(0.0, float(size_bytes))
+
+
+def fit_line(points: list) -> Optional[Line]:
+    """A non-negative line through (size, ms) points, robust to a noisy size: scipy's least_squares on log(fit / time)
+    with a soft-L1 loss (an outlier counts about linearly, not squared; too fast and too slow alike). A single point:
+    a flat line."""
+    from scipy.optimize import least_squares
+    pts = [(float(s), float(t)) for s, t in points if t is not None and t > 0]
+    if len(pts) < 2:
+        return Line(pts[0][1], 0.0) if pts else None
+    s = np.array([p[0] for p in pts])
+    t = np.array([p[1] for p in pts])
+    scale = float(np.max(s)) or 1.0
+    x0 = [float(np.min(t)), max(float(np.max(t) - np.min(t)), 1e-6)]
+    fit = least_squares(lambda c: np.log(np.maximum(c[0] + c[1] * s / scale, 1e-9) / t), x0=x0,
+                        bounds=([0.0, 0.0], [np.inf, np.inf]), loss="soft_l1", f_scale=0.1)
+    return Line(float(fit.x[0]), float(fit.x[1]) / scale)
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """One (collective, ranks): its lines and the sizes they were fitted over."""
+    alone: Line
+    contended: Line
+    lost: Line
+    sizes: tuple
+
+    def comm_x(self, size: float) -> float:
+        return max(1.0, self.contended(size) / max(self.alone(size), 1e-9))
+
+    def compute_x(self, size: float) -> float:
+        c = self.contended(size)
+        lost = min(self.lost(size), c * (1 - 1 / STOPPED))
+        return max(1.0, c / (c - lost))
+
+
+@dataclass(frozen=True)
+class Interference:
+    table: dict = field(default_factory=dict)     # (op, ranks, nodes) -> Fitted
+    co_run: dict = field(default_factory=dict)    # ranks -> compute slowdown with every rank computing
+    assumed_comm_x: float = 1.0
+    assumed_compute_x: float = 1.0
+    assumption: str = ""
+    source: str = ""                              # where the measured figures come from (counts, load)
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.table)
+
+    def _fitted(self, op: str, ranks: int, nodes: Optional[int] = None) -> Optional[Fitted]:
+        """The fit of op at exactly (ranks, nodes) when nodes is given; else the nearest count's (all-reduce's
+        where op was not measured)."""
+        if nodes is not None:
+            return self.table.get((op, ranks, nodes))
+        mine = {n: f for (o, n, _), f in self.table.items() if o == op} or {
+            n: f for (o, n, _), f in self.table.items() if o == "all_reduce"}
+        if not mine:
+            return None
+        return mine[min(mine, key=lambda n: (abs(math.log(n) - math.log(max(ranks, 1))), -n))]
+
+    def alone_ms(self, op: str, size_bytes: float, ranks: int, nodes: int = 1) -> Optional[float]:
+        """The collective alone as a step issues it, where measured at exactly this count and node count; else None."""
+        f = self._fitted(op, ranks, nodes)
+        return f.alone(size_bytes) if f is not None else None
+
+    def comm_x(self, op: str, size_bytes: float, ranks: int) -> float:
+        f = self._fitted(op, ranks)
+        return f.comm_x(size_bytes) if f is not None else self.assumed_comm_x
+
+    def compute_x(self, op: str, size_bytes: float, ranks: int) -> float:
+        f = self._fitted(op, ranks)
+        return f.compute_x(size_bytes) if f is not None else self.assumed_compute_x
+
+    def co_run_x(self, ranks_per_node: int) -> float:
+        """The compute slowdown of ranks_per_node ranks computing at once (1.0 for one rank, or not measured)."""
+        if ranks_per_node <= 1 or not self.co_run:
+            return 1.0
+        return self.co_run[min(self.co_run, key=lambda n: (abs(n - ranks_per_node), -n))]
+
+    def words(self) -> str:
+        if not self.measured:
+            return self.assumption
+        return (f"interference measured ({self.source}): {self.describe()}; lone calls as a step issues them priced "
+                "from the same rows at the counts measured; other counts take the nearest count's slowdowns")
+
+    def describe(self) -> str:
+        """The fitted slowdowns at the largest measured size of each (op, ranks), in words."""
+        parts = []
+        for (op, n, nodes), f in sorted(self.table.items()):
+            size = f.sizes[-1]
+            px = f.compute_x(size)
+            parts.append(f"{op} x{n}{f' on {nodes} nodes' if nodes > 1 else ''} at {size / 2**20:.3g} MiB: collective {f.comm_x(size):.2g}x, computation "
+                         + ("stopped" if px >= STOPPED else f"{px:.2g}x"))
+        for n, x in sorted(self.co_run.items()):
+            parts.append(f"{n} ranks computing at once: {x:.2g}x")
+        return "; ".join(parts)
+
+
+def assumed(device_type: str) -> Interference:
+    if device_type == "cuda":
+        return Interference(assumption="interference assumed none (not measured: collectives and backward taken not "
+                                       "to slow each other; a sweep with --interference measures it)")
+    return Interference(assumed_compute_x=math.inf, assumption="interference assumed serial (not measured: on CPU the "
+                        "collectives were taken to stop backward while they run, the no-overlap bound; a sweep with "
+                        "--interference measures it)")
+
+
+def from_rows(rows: list, device_type: str, source: str = "") -> Interference:
+    """The lookup from interference rows {op, ranks, nodes, size_bytes, comm_alone_ms, comm_contended_ms,
+    compute_slowdown} (nodes: of the comm run the row came from, 1 where absent)."""
+    points: dict = {}
+    co_run: dict = {}
+    for r in rows:
+        x = r.get("compute_slowdown")
+        if r.get("op") == "co_run":
+            if x is not None:
+                co_run[int(r["ranks"])] = max(1.0, float(x))
+            continue
+        if x is None or not r.get("comm_alone_ms") or not r.get("comm_contended_ms"):
+            continue
+        contended = float(r["comm_contended_ms"])
+        points.setdefault((r["op"], int(r["ranks"]), int(r.get("nodes") or 1)), []).append(
+            (float(r["size_bytes"]), float(r["comm_alone_ms"]), contended, contended * (1 - 1 / max(1.0, float(x)))))
+    table = {}
+    for key, pts in points.items():
+        lost = fit_line([(s, l) for s, _, _, l in pts if l > 0]) or Line(0.0, 0.0)
+        table[key] = Fitted(fit_line([(s, a) for s, a, _, _ in pts]), fit_line([(s, c) for s, _, c, _ in pts]), lost,
+                            tuple(sorted(s for s, _, _, _ in pts)))
+    if not table:
+        return assumed(device_type)
+    return Interference(table=table, co_run=co_run, source=source)

@@ -1,0 +1,137 @@
+"""Memory per device at any count, for every strategy, from what the sweep counted and measured (pure: no store).
+
+    base = base_of(raw, config)                      # Base: the state one rank held at the measured count, and the rest
+    m = per_device(base, "fsdp", count, options)     # Memory: the breakdown (MiB) and its total
+    fits_from(...) / words
+
+Terms (MiB per device), each from the sweep's own measurements (bench.rank.memory counts the state from the tensors
+each rank holds; the peak is the allocator's on CUDA, the peak RSS less the process's RSS before its model on CPU):
+    parameters P, gradients G, optimizer state O    counted at the measured count, unsharded by its shard count
+    DDP's gradient buckets Bk                       counted (0 with gradient_as_bucket_view: the gradients are views)
+    activations and the rest A                      the measured peak less the counted state, at the measured count
+                                                    (activations, workspaces, the runtime's own), the same per device
+                                                    at every count with weak scaling, in proportion to the samples
+                                                    each rank holds with strong scaling
+    FSDP's gathered units                           the root's unit (never resharded after forward) and two others
+                                                    gathered at once (one unit of prefetch), plus the largest unit's
+                                                    unsharded gradients before its reduce-scatter; without
+                                                    resharding, every unit stays gathered from forward to backward
+Per strategy at n devices (s: HSDP's shard size, the devices it shards over):
+    single, dp, ddp     P + G + O + Bk + A                 (DataParallel's device 0 holds more: its gathered outputs)
+    zero                P + G + O / n + Bk + A             (ZeroRedundancyOptimizer shards the optimizer state)
+    fsdp                (P + G + O) / n + gathered + A
+    hsdp                (P + G + O) / s + gathered + A
+On CPU the peak RSS cannot be reset after the model is built, so a rank's RSS peak holds the whole model once
+however it is sharded later (FSDP, HSDP build it whole, then shard): the check's forecast on CPU is the larger of the
+steady state and that construction floor (P + A), said so.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+SHARDED = {"single": 1, "dp": 1, "ddp": 1, "zero": 1}      # parameters, gradients unsharded; fsdp/hsdp: by the shard
+
+
+@dataclass(frozen=True)
+class Base:
+    """One rank's memory at the measured count, unsharded where the strategy shards."""
+    count: int
+    strategy: str
+    params_mib: float
+    grads_mib: float
+    optimizer_mib: float
+    buckets_mib: float
+    rest_mib: float                  # the measured peak less the counted state: activations and everything else
+    units_mib: tuple = ()            # FSDP's units (forward order, the root first), unsharded parameter MiB
+    method: str = ""
+    device_type: str = "cpu"
+    samples: float = 0.0             # samples per rank at the measured count (strong scaling scales A)
+
+
+@dataclass
+class Memory:
+    count: int
+    parts: dict = field(default_factory=dict)        # term -> MiB
+    floor_mib: float = 0.0                           # CPU: the whole model once, before sharding (RSS peak)
+
+    @property
+    def total_mib(self) -> float:
+        return sum(self.parts.values())
+
+    @property
+    def checked_mib(self) -> float:
+        """What the measured peak is held against: the steady state, or on CPU at least the construction floor."""
+        return max(self.total_mib, self.floor_mib)
+
+
+def shards(strategy: str, count: int, options: dict) -> int:
+    """Over how many devices the parameters, gradients and optimizer state of `strategy` are sharded."""
+    if strategy == "fsdp":
+        return count
+    if strategy == "hsdp":
+        return int(options.get("shard_size") or count)
+    return 1
+
+
+def base_of(strategy: str, count: int, options: dict, state: dict, peak_mib: Optional[float], method: str,
+            units_bytes: list, device_type: str, samples: float) -> Optional[Base]:
+    """The Base of a configuration from its counted state and measured peak; None without both."""
+    if not state or peak_mib is None or not all(k in state for k in ("params_mib", "grads_mib", "optimizer_mib")):
+        return None
+    k = shards(strategy, count, options)
+    opt_k = k if strategy not in ("zero",) else count
+    p, g = state["params_mib"] * k, state["grads_mib"] * k
+    o = state["optimizer_mib"] * (opt_k if strategy in ("zero", "fsdp", "hsdp") else 1)
+    bk = state.get("buckets_mib", 0.0) or 0.0
+    gathered = _gathered([u / 2**20 for u in units_bytes], p, g, k, options) if strategy in ("fsdp", "hsdp") else 0.0
+    counted = state["params_mib"] + state["grads_mib"] + state["optimizer_mib"] + bk + gathered
+    return Base(count, strategy, p, g, o, bk, max(0.0, peak_mib - counted), tuple(u / 2**20 for u in units_bytes),
+                method, device_type, samples)
+
+
+def _gathered(units_mib: list, params_mib: float, grads_mib: float, k: int, options: dict) -> float:
+    """FSDP's unsharded parameters and gradients held at once (module docstring); 0 on one device (nothing sharded)."""
+    if k <= 1:
+        return 0.0
+    units = units_mib or [params_mib]
+    grad_share = grads_mib / params_mib if params_mib else 1.0
+    if not bool(options.get("reshard", True)):
+        return params_mib + max(units) * grad_share
+    root, others = units[0], sorted(units[1:], reverse=True)
+    return root + sum(others[:2]) + max(units) * grad_share
+
+
+def per_device(base: Base, strategy: str, count: int, options: dict, scaling: str = "weak",
+               samples: Optional[float] = None) -> Memory:
+    """The memory per device of `strategy` at `count` devices (module docstring)."""
+    k = shards(strategy, count, options)
+    rest = base.rest_mib * ((samples / base.samples) if scaling == "strong" and samples and base.samples else 1.0)
+    parts = {"parameters": base.params_mib / k, "gradients": base.grads_mib / k,
+             "optimizer state": base.optimizer_mib / (count if strategy == "zero" else k)}
+    if strategy in ("ddp", "zero"):
+        parts["DDP buckets"] = base.buckets_mib
+    if strategy in ("fsdp", "hsdp"):
+        parts["gathered units"] = _gathered(list(base.units_mib), base.params_mib, base.grads_mib, k, options)
+    parts["activations and the rest (measured)"] = rest
+    floor = base.params_mib + rest if base.device_type == "cpu" and k > 1 else 0.0
+    return Memory(count, parts, floor)
+
+
+def fits(memory: Memory, budget_mib: Optional[float]) -> Optional[bool]:
+    return None if budget_mib is None or math.isnan(budget_mib) else memory.total_mib <= budget_mib
+
+
+def fit_words(points: list, budget_mib: Optional[float], strategy: str) -> str:
+    """'fits at every count' / 'fits from N devices' / 'does not fit up to N', over [Memory] in count order."""
+    if budget_mib is None:
+        return "no memory budget: --memory-budget-gib (CUDA: the device's memory) sets one"
+    ok = [m.count for m in points if m.total_mib <= budget_mib]
+    if not ok:
+        return f"does not fit in {budget_mib / 1024:.3g} GiB at any count up to {points[-1].count}"
+    if len(ok) == len(points):
+        return f"fits in {budget_mib / 1024:.3g} GiB at every count"
+    if strategy in ("fsdp", "hsdp", "zero") and ok == [m.count for m in points if m.count >= min(ok)]:
+        return f"does not fit on one device at this batch; {strategy.upper()} fits from {min(ok)} devices"
+    return f"fits up to {max(ok)} devices"

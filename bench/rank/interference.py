@@ -1,0 +1,256 @@
+"""Collectives beside computation: how much a collective and the computation it overlaps slow each other on this
+machine, measured apart from any training step, as the forecast's pipeline needs it (bench.analysis.interference).
+
+    rows = interference_sweep(device, sizes, ops, load_shape)     # in the comm run, after the microbenchmark
+
+The load is a GEMM (M x K) @ (K x K) in float32, one "chunk", sized like the model's layers (the synthetic MLP's
+batch x width; LOAD_DEFAULT otherwise): a property of the machine, not of any model's step. For each collective
+and size, rounds on every rank at once, each of:
+    alone      the collective by itself (its time)
+    together   the collective started, then k chunks of the load, k sized so that the load outlasts the collective
+               (k x chunk >= OUTLAST x the collective alone); the collective's time from its start to its completion,
+               and the k chunks' time
+With the collective in flight for t_c of the chunks' time T, the load at 1/s of its own speed meanwhile and at full
+speed after (k x chunk of work in all):  T = t_c + (k chunk - t_c / s), so
+    compute_slowdown  s = t_c / (t_c - (T - k chunk))      (no progress at all while it ran: s = STOPPED)
+    comm_slowdown       = t_c / alone
+A round whose collective outlasted the load tells neither; it does not count and k doubles. The figures are the
+slowest rank's (each round's times reduced with MAX: a step waits for its slowest rank); a row is the median of
+its rounds. Co-run (op 'co_run', size 0): the load on every rank at once against rank 0's alone while the others
+wait in a barrier (ranks of a node sharing its cores, caches and memory bandwidth).
+
+Drivers, one per device type, sharing everything else:
+    HostDriver   the collective asynchronous (gloo runs it on its own threads, as DDP's reducer does), a thread
+                 blocked in its wait() stamps its completion, the load on the rank's own thread (host clock)
+    CudaDriver   the collective on a side stream (as DDP's NCCL work runs beside the compute stream), the load on
+                 the current stream, CUDA events on both, one synchronisation per round (timing.CudaAPI: tests
+                 pass a stand-in)
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+import torch.distributed as dist
+
+from bench.rank import timing
+from bench.rank.commbench import buffers, run_op
+
+LOAD_DEFAULT = {"cpu": (64, 1024), "cuda": (4096, 4096)}   # (M, K) of the chunk where no model layer sizes it
+MIN_BYTES = 64 * 1024            # smaller collectives are all latency: the smallest measured size stands for them
+OUTLAST = 2.0                    # the load lasts this many times the collective alone
+ROUNDS = 5                       # valid rounds per (collective, size), within BUDGET_S
+MIN_ROUNDS = 2
+BUDGET_S = 1.5                   # per (collective, size), every round included
+MAX_DOUBLINGS = 4
+STOPPED = 100.0                  # compute_slowdown when the load made no progress while the collective ran
+CO_RUN_CHUNKS = 20
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round, the slowest rank's times (ms)."""
+    comm_alone_ms: float
+    comm_ms: float                   # the collective while the load ran
+    load_ms: float                   # the k chunks while the collective ran
+    load_alone_ms: float             # k x the chunk alone
+
+    def slowdowns(self) -> Optional[tuple]:
+        """(comm_slowdown, compute_slowdown), or None when the collective outlasted the load."""
+        if self.comm_ms >= self.load_ms or self.comm_alone_ms <= 0:
+            return None
+        extra = self.load_ms - self.load_alone_ms
+        s = self.comm_ms / (self.comm_ms - extra) if self.comm_ms > extra else STOPPED
+        return self.comm_ms / self.comm_alone_ms, min(s, STOPPED)
+
+
+class HostDriver:
+    """CPU/gloo: collective(async_op) -> work with .wait(); chunk() runs one chunk of the load."""
+    timing = "host_clock"
+
+    def __init__(self, collective: Callable, chunk: Callable):
+        self.collective, self.chunk = collective, chunk
+
+    def alone_ms(self) -> float:
+        t0 = time.perf_counter()
+        self.collective(async_op=True).wait()
+        return (time.perf_counter() - t0) * 1e3
+
+    def chunks_ms(self, k: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(k):
+            self.chunk()
+        return (time.perf_counter() - t0) * 1e3
+
+    def together_ms(self, k: int) -> tuple:
+        done: dict = {}
+        t0 = time.perf_counter()
+        work = self.collective(async_op=True)
+
+        def stamp():  # wait() releases the GIL: this thread costs nothing until the collective completes
+            work.wait()
+            done["t"] = time.perf_counter()
+        waiter = threading.Thread(target=stamp, daemon=True)
+        waiter.start()
+        for _ in range(k):
+            self.chunk()
+        t1 = time.perf_counter()
+        waiter.join()
+        return (done["t"] - t0) * 1e3, (t1 - t0) * 1e3
+
+
+class CudaDriver:
+    """GPU: the collective (synchronous form) on a side stream, the load on the current stream, events on both."""
+    timing = "cuda_events"
+
+    def __init__(self, collective: Callable, chunk: Callable, device: torch.device, api=None):
+        self.collective, self.chunk, self.device = collective, chunk, device
+        self.api = api or timing.CudaAPI()
+        self.side = self.api.new_stream(device)
+
+    def _span(self, stream, work: Callable) -> tuple:
+        start, end = self.api.event(), self.api.event()
+        start.record(stream)
+        work()
+        end.record(stream)
+        return start, end
+
+    def _on_side(self, work: Callable) -> tuple:
+        self.api.wait_stream(self.side, self.api.stream(self.device))  # the side stream starts after what came before
+        with self.api.use(self.side):
+            return self._span(self.side, work)
+
+    def alone_ms(self) -> float:
+        start, end = self._on_side(lambda: self.collective(async_op=False))
+        self.api.synchronize(self.device)
+        return float(start.elapsed_time(end))
+
+    def chunks_ms(self, k: int) -> float:
+        start, end = self._span(self.api.stream(self.device), lambda: [self.chunk() for _ in range(k)])
+        self.api.synchronize(self.device)
+        return float(start.elapsed_time(end))
+
+    def together_ms(self, k: int) -> tuple:
+        comm = self._on_side(lambda: self.collective(async_op=False))   # launched first: both run at once on the GPU
+        load = self._span(self.api.stream(self.device), lambda: [self.chunk() for _ in range(k)])
+        self.api.synchronize(self.device)
+        return float(comm[0].elapsed_time(comm[1])), float(load[0].elapsed_time(load[1]))
+
+
+def _max(values: list, device: torch.device, group) -> list:
+    """Each value's maximum over the group's ranks (a no-op without a process group: tests)."""
+    if not dist.is_initialized():
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return [float(v) for v in t.tolist()]
+
+
+def _barrier(group) -> None:
+    if dist.is_initialized():
+        dist.barrier(group=group)
+
+
+def measure(driver, chunk_ms: float, device: torch.device, group=None, rounds: int = ROUNDS,
+            budget_s: float = BUDGET_S) -> dict:
+    """{comm_alone_ms, comm_contended_ms, compute_alone_ms, compute_contended_ms, comm_slowdown, compute_slowdown,
+    rounds} of one collective: medians over the valid rounds; slowdowns None when no round was valid."""
+    driver.alone_ms()  # buffers and connections set up: not timed
+    got, k, doublings = [], 0, 0
+    deadline = time.perf_counter() + budget_s
+    while len(got) < rounds:
+        _barrier(group)
+        alone = driver.alone_ms()
+        if not k:
+            k = max(2, math.ceil(OUTLAST * _max([alone], device, group)[0] / max(chunk_ms, 1e-3)))
+        _barrier(group)
+        comm, load = driver.together_ms(k)
+        r = Round(*_max([alone, comm, load, k * chunk_ms], device, group))
+        if r.slowdowns() is not None:
+            got.append(r)
+        elif doublings < MAX_DOUBLINGS:
+            k, doublings = 2 * k, doublings + 1
+        out_of_time = _max([float(time.perf_counter() > deadline)], device, group)[0] > 0  # every rank stops together
+        if out_of_time and (len(got) >= MIN_ROUNDS or doublings >= MAX_DOUBLINGS):
+            break
+    med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
+    ratios = [r.slowdowns() for r in got]
+    comm_c, load_c = med([r.comm_ms for r in got]), med([r.load_ms / max(1, r.load_alone_ms / chunk_ms) for r in got])
+    return {"comm_alone_ms": med([r.comm_alone_ms for r in got]), "comm_contended_ms": comm_c,
+            "compute_alone_ms": chunk_ms, "compute_contended_ms": load_c,
+            "comm_slowdown": med([c for c, _ in ratios]), "compute_slowdown": med([s for _, s in ratios]),
+            "rounds": len(got)}
+
+
+def load_chunk(shape: tuple, device: torch.device) -> Callable:
+    """One chunk of the load: (M x K) @ (K x K) in float32 into a preallocated output."""
+    m, k = shape
+    g = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(m, k, generator=g).to(device)
+    w = torch.randn(k, k, generator=g).to(device)
+    out = torch.empty(m, k, device=device)
+    return lambda: torch.mm(a, w, out=out)
+
+
+def co_run(driver, device: torch.device, group=None, rank: int = 0, chunks: int = CO_RUN_CHUNKS,
+           rounds: int = ROUNDS) -> dict:
+    """The load on every rank at once against rank 0's alone while the others wait, alternated `rounds` times
+    (medians: one slow moment of a shared machine is not the rate)."""
+    solos, togethers = [], []
+    for _ in range(rounds):
+        _barrier(group)
+        solo = driver.chunks_ms(chunks) / chunks if rank == 0 else 0.0
+        _barrier(group)
+        together = driver.chunks_ms(chunks) / chunks
+        solo, together = _max([solo, together], device, group)
+        solos.append(solo)
+        togethers.append(together)
+    ratio = statistics.median(t / s for s, t in zip(solos, togethers) if s > 0) if any(solos) else None
+    return {"op": "co_run", "size_bytes": 0, "compute_alone_ms": statistics.median(solos),
+            "compute_contended_ms": statistics.median(togethers), "compute_slowdown": ratio, "rounds": rounds}
+
+
+def interference_sweep(device: torch.device, sizes: list, ops: tuple, load_shape: Optional[tuple] = None,
+                       scope: str = "world", group=None, api=None) -> list:
+    """One row per (collective, size >= MIN_BYTES, or the largest size where none is) and one co-run row, for the
+    group's ranks (bench.store.schema: interference)."""
+    ranks = dist.get_world_size(group) if dist.is_initialized() else 1
+    rank = dist.get_rank(group) if dist.is_initialized() else 0
+    shape = tuple(load_shape or LOAD_DEFAULT[device.type])
+    chunk = load_chunk(shape, device)
+    load = f"float32 GEMM ({shape[0]} x {shape[1]}) @ ({shape[1]} x {shape[1]}) per chunk"
+    measured = [s for s in sizes if s >= MIN_BYTES] or sorted(sizes)[-1:]
+
+    def driver_for(op: str, size: int):
+        inp, out, nbytes = buffers(op, size, ranks, device)
+        collective = lambda async_op: _issue(op, inp, out, group, async_op)  # noqa: E731
+        d = CudaDriver(collective, chunk, device, api) if device.type == "cuda" else HostDriver(collective, chunk)
+        return d, nbytes
+
+    base, _ = driver_for(ops[0], measured[0])
+    for _ in range(3):
+        chunk()  # the load's own first calls (allocation, kernel selection) are not its speed
+    chunk_ms = _max([base.chunks_ms(10) / 10], device, group)[0]
+    rows = [{"scope": scope, "ranks": ranks, "load": load, "timing": base.timing,
+             **co_run(base, device, group, rank)}]
+    for op in ops:
+        for size in measured:
+            d, nbytes = driver_for(op, size)
+            rows.append({"scope": scope, "ranks": ranks, "op": op, "size_bytes": nbytes, "load": load,
+                         "timing": d.timing, **measure(d, chunk_ms, device, group)})
+    return rows
+
+
+def _issue(op: str, inp: torch.Tensor, out: torch.Tensor, group, async_op: bool):
+    if not async_op:
+        return run_op(op, inp, out, group)
+    if op == "all_reduce":
+        return dist.all_reduce(inp, group=group, async_op=True)
+    if op == "all_gather":
+        return dist.all_gather_into_tensor(out, inp, group=group, async_op=True)
+    return dist.reduce_scatter_tensor(out, inp, group=group, async_op=True)

@@ -1,0 +1,149 @@
+"""The interference microbenchmark (bench.rank.interference) against stand-ins whose slowdowns are known, the CUDA
+driver's events against a stand-in device API, and the real rows of the session's quick sweep."""
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+
+import pytest
+import torch
+
+from bench.rank import interference as ri
+
+TICK_S = 0.0005
+
+
+class Machine:
+    """A collective and a load that slow each other by known factors: each is work (ms alone) done in ticks, at
+    1/comm_x (the collective) or 1/compute_x (the load) of its speed while the other runs."""
+
+    def __init__(self, comm_ms: float, chunk_ms: float, comm_x: float, compute_x: float):
+        self.comm_ms, self.chunk_ms, self.comm_x, self.compute_x = comm_ms, chunk_ms, comm_x, compute_x
+        self.loading = threading.Event()
+        self.communicating = threading.Event()
+
+    def _work(self, ms: float, slowed: threading.Event, x: float) -> None:
+        left, last = ms, time.perf_counter()
+        while left > 0:
+            time.sleep(TICK_S)
+            now = time.perf_counter()
+            left -= (now - last) * 1e3 / (x if slowed.is_set() else 1.0)
+            last = now
+
+    def collective(self, async_op: bool = True):
+        done = threading.Event()
+
+        def run():
+            self.communicating.set()
+            try:
+                self._work(self.comm_ms, self.loading, self.comm_x)
+            finally:
+                self.communicating.clear()
+                done.set()
+        threading.Thread(target=run, daemon=True).start()
+
+        class Work:
+            def wait(self):
+                done.wait()
+        return Work()
+
+    def chunk(self) -> None:
+        self.loading.set()
+        try:
+            self._work(self.chunk_ms, self.communicating, self.compute_x)
+        finally:
+            self.loading.clear()
+
+
+@pytest.mark.parametrize("comm_x, compute_x", [(2.0, 1.5), (1.0, 3.0)])
+def test_the_microbenchmark_recovers_known_slowdowns_from_a_stand_in(comm_x, compute_x):
+    m = Machine(comm_ms=20.0, chunk_ms=2.0, comm_x=comm_x, compute_x=compute_x)
+    driver = ri.HostDriver(m.collective, m.chunk)
+    chunk_ms = driver.chunks_ms(5) / 5
+    row = ri.measure(driver, chunk_ms, torch.device("cpu"), rounds=3, budget_s=3.0)
+    assert row["rounds"] == 3
+    assert row["comm_alone_ms"] == pytest.approx(20.0, rel=0.15)
+    assert row["comm_slowdown"] == pytest.approx(comm_x, rel=0.15)
+    assert row["compute_slowdown"] == pytest.approx(compute_x, rel=0.15)
+
+
+def test_a_round_whose_collective_outlasts_the_load_does_not_count():
+    assert ri.Round(10.0, 30.0, 25.0, 20.0).slowdowns() is None          # the collective ran past the load
+    assert ri.Round(10.0, 20.0, 30.0, 20.0).slowdowns() == (2.0, 2.0)    # 20 ms beside it: 10 of 20 ms of load lost
+    assert ri.Round(10.0, 20.0, 40.0, 20.0).slowdowns()[1] == ri.STOPPED  # the load made no progress
+
+
+class FakeEvent:
+    def __init__(self, api):
+        self.api, self.stream = api, None
+
+    def record(self, stream=None):
+        self.stream = stream
+        self.api.calls.append(("record", stream))
+
+    def elapsed_time(self, other):
+        return self.api.durations[self.stream]
+
+
+class FakeStreams:
+    """The device API with streams; elapsed times per stream are set by the test."""
+
+    def __init__(self):
+        self.calls: list = []
+        self.durations = {"side": 20.0, "current": 30.0}
+
+    def event(self):
+        return FakeEvent(self)
+
+    def stream(self, device):
+        return "current"
+
+    def new_stream(self, device):
+        return "side"
+
+    def wait_stream(self, stream, other):
+        self.calls.append(("wait", stream, other))
+
+    def use(self, stream):
+        api = self
+
+        class Use:
+            def __enter__(self):
+                api.calls.append(("use", stream))
+
+            def __exit__(self, *exc):
+                api.calls.append(("leave", stream))
+        return Use()
+
+    def synchronize(self, device):
+        self.calls.append(("sync",))
+
+
+def test_the_cuda_driver_runs_the_collective_on_a_side_stream_beside_the_load_and_syncs_once_a_round():
+    api, log = FakeStreams(), []
+    d = ri.CudaDriver(lambda async_op: log.append(("collective", async_op)), lambda: log.append("chunk"),
+                      torch.device("cuda", 0), api)
+    assert d.together_ms(3) == (20.0, 30.0)
+    assert log == [("collective", False), "chunk", "chunk", "chunk"]     # launched first, then the load
+    assert api.calls == [("wait", "side", "current"), ("use", "side"), ("record", "side"), ("record", "side"),
+                         ("leave", "side"), ("record", "current"), ("record", "current"), ("sync",)]
+    api.calls.clear()
+    assert d.alone_ms() == 20.0 and api.calls.count(("sync",)) == 1
+
+
+def test_the_quick_sweep_stores_interference_rows_the_forecast_reads(quick_sweep):
+    proc, path = quick_sweep
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    conn = sqlite3.connect(path)
+    rows = conn.execute("SELECT i.op, i.size_bytes, i.comm_alone_ms, i.comm_contended_ms, i.comm_slowdown, "
+                        "i.compute_slowdown, i.rounds, i.load, i.ranks FROM interference i JOIN results r USING (result_id) "
+                        "WHERE r.mode = 'comm'").fetchall()
+    conn.close()
+    ops = {r[0] for r in rows}
+    assert {"all_reduce", "co_run"} <= ops and all(r[8] == 2 for r in rows)
+    measured = [r for r in rows if r[0] == "all_reduce"]
+    assert measured and all(r[1] >= ri.MIN_BYTES for r in measured)
+    assert all(r[2] > 0 and r[3] > 0 and r[6] >= ri.MIN_ROUNDS for r in measured if r[4] is not None)
+    assert any(r[4] is not None for r in measured)
+    assert all("GEMM (2 x 128)" in r[7] for r in rows)      # the quick sweep's MLP layer: batch 2 x width 128
