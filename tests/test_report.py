@@ -102,7 +102,12 @@ def test_workload_table_numbers_equal_values_computed_from_raw_rows(which, reque
         s = exp["summary"]
         close(row["samples/s"], exp["samples_per_s"])
         close(row["speed-up"], exp["samples_per_s"] / base["samples_per_s"])
-        close(row["efficiency"], 100 * exp["samples_per_s"] / base["samples_per_s"] / n)
+        eff = 100 * exp["samples_per_s"] / base["samples_per_s"] / n
+        if eff > 100:   # DataParallel x2 of cuda_voc: 125%, within the 25% a single process each can differ
+            assert row["efficiency"].startswith("100.0% (within noise: measured "), row["efficiency"]
+            close(re.search(r"measured (\d+)%", row["efficiency"]).group(1), eff)
+        else:
+            close(row["efficiency"], eff)
         close(row["median step ms"], s.median_ms)
         close(row["p10 ms"], s.p10_ms)
         close(row["p90 ms"], s.p90_ms)
@@ -121,19 +126,19 @@ def test_verdict_sentences_state_speedup_efficiency_and_data_wait(cpu, cuda_voc)
     base = raw(path, KEYS[("single", 1)].format(d="cuda"))["samples_per_s"]
     dp = raw(path, KEYS[("DataParallel", 2)].format(d="cuda"))["samples_per_s"]
     ddp = raw(path, KEYS[("DDP", 2)].format(d="cuda"))
-    assert (f"DataParallel reaches {dp / base:.2f}x on 2 GPUs ({dp / base / 2 * 100:.0f}% efficiency), "
-            f"DDP {ddp['samples_per_s'] / base:.2f}x") in md
+    assert (f"DataParallel reaches {dp / base:.2f}x on 2 GPUs (100% efficiency; within noise: measured "
+            f"{dp / base / 2 * 100:.0f}%, noise 25%), DDP {ddp['samples_per_s'] / base:.2f}x") in md
     data_ms = stats.median(r["data_ms"] for r in stats.slowest_rank_rows(ddp["rows"]))
     assert f"{data_ms / ddp['summary'].median_ms * 100:.0f}% of a DDP step on 2 GPUs waits for data" in md
     assert "DDP reaches 1.37x on 2 processes (68% efficiency)" in cpu[2]
 
 
 def test_environment_section_names_versions_host_commit_and_threads(cpu, cuda_voc):
-    env = dict((r[""], r["environment 1"]) for r in md_table(cuda_voc[2], "## Environment"))
+    env = dict((r[""], r["environment 1 (12 result(s))"]) for r in md_table(cuda_voc[2], "## Environment"))
     assert env["torch"] == "2.14.1" and env["cuda"] == "12.4" and env["cudnn"] == "90100" and env["nccl"] == "2.21.5"
     assert env["gpu_names"] == f"{GPU}, {GPU}" and env["gpu_driver"] == "550.54"
     assert env["hostname"] == "bench-host" and env["git_commit"] == "abc1234" and env["cpu_cores"] == "2"
-    cpu_env = dict((r[""], r["environment 1"]) for r in md_table(cpu[2], "## Environment"))
+    cpu_env = dict((r[""], r["environment 1 (12 result(s))"]) for r in md_table(cpu[2], "## Environment"))
     assert cpu_env["threads per process"] == "1" and cpu_env["cpu_model"] == "Test CPU &lt;i&gt;9000&lt;/i&gt;"
 
 
@@ -153,7 +158,7 @@ def test_html_is_self_contained_and_escapes_store_text(cpu):
     assert "<script>alert" not in page and "<b>the rest</b>" not in page and "<i>9000" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; rank 0 died &amp; took" in page
     srcs = re.findall(r'<img src="([^"]+)"', page)
-    assert len(srcs) == len(out["plots"]) == 13   # 11 per-workload plots and the 2 workloads' forecasts
+    assert len(srcs) == len(out["plots"]) == 15   # 11 per-workload plots, the first screen's 2 and 2 forecasts
     for src in srcs:
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1]).startswith(PNG_SIGNATURE)
@@ -173,7 +178,7 @@ def test_every_plot_is_a_readable_png_with_a_stable_name(cpu):
     _, out, _, _ = cpu
     names = {os.path.basename(p) for p in out["plots"]}
     assert names == {f"{w}_{q}.png" for w in ("synthetic", "deeplabv3")
-                     for q in ("throughput", "efficiency", "phases", "memory", "step_times", "forecast")} | {"deeplabv3_time_to_train.png"}
+                     for q in ("overview", "throughput", "efficiency", "phases", "memory", "step_times", "forecast")} | {"deeplabv3_time_to_train.png"}
     for p in out["plots"]:
         with open(p, "rb") as f:
             assert f.read(8) == PNG_SIGNATURE
@@ -293,7 +298,8 @@ def test_render_defaults_to_the_latest_sweep_and_rejects_an_unknown_one(tmp_path
     path = str(tmp_path / "two.sqlite")
     build_compare_store(path, (1.0, 2.0))
     out = report.render(path, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))
-    assert open(out["markdown"]).read().startswith("# DataParallel vs DistributedDataParallel: sweep 2")
+    md = open(out["markdown"]).read()
+    assert next(line for line in md.splitlines() if line.startswith("#")) == "# DataParallel vs DistributedDataParallel: sweep 2"
     with pytest.raises(store.StoreError, match="sweep 99"):
         report.render(path, sweep_id=99, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))
 
