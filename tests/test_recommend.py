@@ -158,3 +158,41 @@ def test_the_plot_a_claim_points_to_is_the_file_the_report_writes(tmp_path):
     with open(out["markdown"], encoding="utf-8") as f:
         named = set(re.findall(r"plot: ([^ )]+\.png)", f.read()))
     assert named and named <= {os.path.basename(p) for p in out["plots"]}, (named, out["plots"])
+
+
+def test_a_tie_within_noise_goes_to_the_simpler_configuration_and_says_why(tmp_path):
+    # DataParallel x1 leads single by 1% and DDP x1 by 0.5%, each in 3 processes spread 18%: within the noise.
+    rows = [(spec(s, 1, repeat=r), payload(1, ms * (1 + r / 10))) for s, ms in (("single", 100.0), ("dp", 99.0), ("ddp", 99.5))
+            for r in range(3)]
+    sw = build(str(tmp_path / "tie.sqlite"), rows)
+    best, fastest, tie = recommend.choose(sw.bench["synthetic"])
+    assert (best.strategy, fastest.strategy) == ("single", "dp") and tie[1]
+    t = text(sw)
+    assert ("synthetic, fp32: Recommended: single device on 1 GPU, 290.9 samples/s (table: synthetic: all configurations; "
+            "plot: synthetic_throughput.png). DataParallel x1 [fp32] is 1% faster, within the noise: single device x1 is "
+            "recommended, the simpler strategy (DataParallel is recommended only where it is strictly faster). The noise: "
+            "the 18% spread between their 3 processes each.") in t, t
+    row = recommend.blocks(sw)[1][2][0]
+    assert row[2] == "single device x1" and row[8] == "tie: DataParallel x1 1% faster (within noise)"
+    no_single = build(str(tmp_path / "ddp.sqlite"), [x for x in rows if x[0].strategy != "single"])
+    assert "Recommended: DDP on 1 GPU" in text(no_single)   # without single, DDP is the simpler one
+    # Strictly faster (30%, processes spread 2%): DataParallel is recommended.
+    clear = [(spec(s, 1, repeat=r), payload(1, ms * (1 + r / 100))) for s, ms in (("single", 100.0), ("dp", 70.0)) for r in range(3)]
+    assert "Fastest: DataParallel on 1 GPU" in text(build(str(tmp_path / "clear.sqlite"), clear))
+
+
+def test_an_efficiency_above_100_percent_is_capped_within_noise_and_explained_beyond_it(tmp_path):
+    from bench.analysis import stats
+    assert stats.shown_efficiency(0.87, 0.25).text() == "87%"
+    assert stats.shown_efficiency(1.03, 0.25).text() == "100% (within noise: measured 103%, noise 25%)"
+    beyond = stats.shown_efficiency(1.23, 0.05)
+    assert (beyond.shown, beyond.within_noise) == (1.23, False) and beyond.text().startswith(
+        "123% (above the ideal by more than the 5% noise: superlinear")
+    # single process each: DDP x2 at 2.06x of single is within the 25% they can differ; shown as 100%, the measurement beside it
+    sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 97.0))])
+    assert ("Fastest: DDP on 2 GPUs, 659.8 samples/s, 100% scaling efficiency against single device x1 (within noise: "
+            "measured 103%, noise 25%)") in text(sw)
+    assert recommend.blocks(sw)[1][2][0][4] == "100% (within noise: measured 103%, noise 25%)"
+    table = next(b for b in report.blocks(sw, {}) if b[0] == "table" and "precision / settings" in b[1])
+    eff = {row[0] + row[2]: row[8] for row in table[2]}
+    assert eff == {"single device1": "100.0%", "DDP2": "100.0% (within noise: measured 103%, noise 25%)"}

@@ -9,13 +9,15 @@ import sqlite3
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from PIL import Image
 
 from bench.analysis import stats
 from bench.report import plots, report
 from bench.store import store
-from report_fixtures import COMM_POINTS, EVIL_REASON, GATHER_SHARE, GPU, build_compare_store, build_sweep_store, spec
+from report_fixtures import (COMM_POINTS, EVIL_REASON, GATHER_SHARE, GPU, build_compare_store, build_sweep_store, measured,
+                             spec)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -294,6 +296,42 @@ def test_equivalence_results_are_reported_passed_and_failed(cpu):
     assert "parameters differ after 3 steps" in cpu[2]
 
 
+def _resumed_sweep(path: str, commits: list) -> None:
+    """A sweep started and resumed len(commits) - 1 times, each start recording its environment and one process of
+    single x1 (a repeat), as `run_sweep` does."""
+    conn = store.connect(path)
+    env = {"hostname": "bench-host", "python": "3.11.2", "torch": "2.14.1", "cpu_model": "Test CPU", "cpu_cores": 2}
+    ids = [store.insert_environment(conn, {**env, "git_commit": c}) for c in commits]
+    sid = store.begin_sweep(conn, "bench sweep", "{}", ids[0])
+    for repeat, env_id in enumerate(ids):
+        store.record_result(conn, sid, env_id, spec("synthetic", "single", 1, repeat=repeat),
+                            payload=measured(1, [100.0 + repeat] * 5, 64), status="ok")
+    store.end_sweep(conn, sid, "completed")
+    conn.close()
+
+
+def test_a_resumed_sweeps_identical_environments_are_one_table_and_a_difference_is_marked(tmp_path):
+    path = str(tmp_path / "same.sqlite")
+    _resumed_sweep(path, ["abc1234"] * 8)   # started, then resumed 7 times on the same machine and commit
+    out = report.render(path, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))
+    md = open(out["markdown"], encoding="utf-8").read()
+    section = md[md.index("## Environment"):]
+    assert section.count("\n|---") == 1, section   # one table, not eight
+    env = md_table(md, "## Environment")
+    assert list(env[0]) == ["", "environment 1-8 (8 result(s))"] and env[1][""] == "git_commit"
+    assert "8 environment rows belong to this sweep's results" in section and "all identical: shown once" in section
+    path = str(tmp_path / "moved.sqlite")
+    _resumed_sweep(path, ["abc1234", "abc1234", "def5678"])   # the last resume ran another commit
+    out = report.render(path, plots_dir=str(tmp_path / "p2"), report_dir=str(tmp_path / "r2"))
+    md = open(out["markdown"], encoding="utf-8").read()
+    env = {r[""]: r for r in md_table(md, "## Environment")}
+    assert list(env["git_commit"].values()) == ["git_commit", "**abc1234**", "**def5678**"]   # what differs, marked
+    assert list(env["torch"].values()) == ["torch", "2.14.1", "2.14.1"]
+    assert list(env["git_commit"]) == ["", "environment 1-2 (2 result(s))", "environment 3 (1 result(s))"]
+    assert "they differ in git_commit (marked)" in md
+    assert "<td><mark>def5678</mark></td>" in open(out["html"], encoding="utf-8").read()
+
+
 def test_render_defaults_to_the_latest_sweep_and_rejects_an_unknown_one(tmp_path):
     path = str(tmp_path / "two.sqlite")
     build_compare_store(path, (1.0, 2.0))
@@ -313,7 +351,7 @@ CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
-def test_html_report_opens_in_headless_chromium_with_every_plot_decoded(cpu, tmp_path):
+def test_html_report_opens_in_headless_chromium_with_every_plot_decoded_and_a_figure_on_its_first_screen(cpu, tmp_path):
     page = cpu[1]["html"]
     flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -324,11 +362,18 @@ def test_html_report_opens_in_headless_chromium_with_every_plot_decoded(cpu, tmp
     assert "Uncaught" not in dom.stderr
     assert 'data-images-ok="true"' in dom.stdout  # the page's own check: every <img> has naturalWidth > 0
     assert dom.stdout.count("<table>") >= 5 and "Failed, skipped and interrupted" in dom.stdout
-    shot = tmp_path / "shot.png"
-    run = subprocess.run(flags + [f"--screenshot={shot}", "--window-size=1200,3000", url],
+    first_config_table = dom.stdout.index("<table>", dom.stdout.index("all configurations"))
+    assert dom.stdout.index("<img") < first_config_table  # the figures come before the first configuration table
+    assert dom.stdout.index("<img") < dom.stdout.index("<p>One row per workload")  # and before any prose
+    shot = tmp_path / "shot.png"   # the first screen a reader sees
+    run = subprocess.run(flags + [f"--screenshot={shot}", "--window-size=1200,900", url],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert shot.stat().st_size > 10_000 and shot.read_bytes().startswith(PNG_SIGNATURE)
+    with Image.open(shot) as im:   # the recommended configuration's star (#ff7f0e) is drawn there, in each workload's figure
+        rgb = np.asarray(im.convert("RGB"), dtype=int)
+    star = int((np.abs(rgb - (255, 127, 14)).sum(axis=2) < 30).sum())
+    assert star > 2 * 60, star
 
 
 def test_a_sweep_with_no_ok_result_still_renders_its_failures(tmp_path):

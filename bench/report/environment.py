@@ -54,13 +54,13 @@ def blocks(sweep: Sweep) -> list:
     covers = lambda es: sum(len(sweep.env_results.get(e["env_id"], [])) for e in es)  # noqa: E731
     heads = [f"environment {_ids([e['env_id'] for e in es])} ({covers(es)} result(s))" for _, es in shown]
     if len(shown) == 1 and len(sweep.envs) > 1:
-        b.append(("p", f"{len(sweep.envs)} environment rows were recorded for this sweep (one each time it started or was "
-                       f"resumed), all identical: shown once."))
+        b.append(("p", f"{len(sweep.envs)} environment rows belong to this sweep's results (one is recorded each time it "
+                       f"starts or is resumed), all identical: shown once."))
     values = [dict(map(tuple, rows)) for (rows, _), _ in shown]
     names = list(dict.fromkeys(r[0] for (rows, _), _ in shown for r in rows))
     differ = [n for n in names if len({v.get(n, "–") for v in values}) > 1]
     if len(shown) > 1:
-        b.append(("p", f"{len(sweep.envs)} environment rows were recorded for this sweep, {len(shown)} distinct"
+        b.append(("p", f"{len(sweep.envs)} environment rows belong to this sweep's results, {len(shown)} distinct"
                        + (f"; they differ in {', '.join(differ)} (marked)" if differ else "")
                        + ". Each column covers the results measured under it."))
     if shown:
