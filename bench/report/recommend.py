@@ -110,8 +110,8 @@ def _straggler_sentence(cs: list, best, workload: str):
     for c in sorted(cs, key=lambda c: c is not best):
         s = trace_report.straggler(c)
         if s:
-            return (f"Straggler: in {c.label} [{c.variant}] the other ranks wait for rank {s[0]}: "
-                    f"{trace_report.wait_words(c)} (table: {workload}: profiler traces).")
+            return (f"Straggler in {c.label} [{c.variant}], rank {s[0]}: {trace_report.wait_words(c)} "
+                    f"(table: {workload}: profiler traces).")
     return None
 
 
@@ -227,8 +227,8 @@ def _bound(sweep: Sweep, workload: str, c, u: str) -> tuple:
         return "data", f"Data-bound: steps wait for data {wait / step:.0%} of the time {_where(workload, 'phases')}."
     lagging = trace_report.straggler(c)
     if lagging:
-        return f"straggler (rank {lagging[0]})", (f"Held back by a straggler: the other ranks wait for rank {lagging[0]}: "
-                                                  f"{trace_report.wait_words(c)} (table: {workload}: profiler traces).")
+        return f"straggler (rank {lagging[0]})", (f"Held back by a straggler, rank {lagging[0]}: {trace_report.wait_words(c)} "
+                                                  f"(table: {workload}: profiler traces).")
     if not math.isnan(c.exposed_comm_ms) and step > 0 and c.exposed_comm_ms / step > COMM_BOUND:
         return f"communication ({c.exposed_comm_ms / step:.0%})", (f"Communication-bound: {c.exposed_comm_ms / step:.0%} of a step is exposed communication "
                 f"(table: {workload}: DDP against the bounds of its step; `./run_bench.sh tune` searches DDP's settings).")

@@ -63,8 +63,8 @@ def straggler(c) -> Optional[tuple]:
 
 
 def wait_words(c) -> Optional[str]:
-    """'rank 1 waits 40.1 ms a traced step for rank 0 in collectives; the collectives themselves take 1.2 ms a step
-    (rank 0's time in them)': the rank that waits most, for the one that waits least, and the collectives' own time
+    """'rank 1 waits 40.1 ms a traced step for rank 0 in collectives; the collectives themselves take 1.2 ms a step,
+    rank 0's time in them': the rank that waits most, for the one that waits least, and the collectives' own time
     (the least-waiting rank's time in them: the transfer, not waiting). None with fewer than two traced ranks."""
     ranks = {r: f for r, f in per_rank(c).items() if not math.isnan(f["wait_per_step_ms"])}
     if len(ranks) < 2:
@@ -76,7 +76,7 @@ def wait_words(c) -> Optional[str]:
         who = f"the ranks wait at most {ranks[most]['wait_per_step_ms']:.1f} ms a traced step for each other in collectives"
     else:
         who = f"rank {most} waits {ranks[most]['wait_per_step_ms']:.1f} ms a traced step for rank {least} in collectives"
-    return who + ("" if math.isnan(own) else f"; the collectives themselves take {own:.1f} ms a step (rank {least}'s time in them)")
+    return who + ("" if math.isnan(own) else f"; the collectives themselves take {own:.1f} ms a step, rank {least}'s time in them")
 
 
 def comm_and_wait(c) -> Optional[str]:
