@@ -188,6 +188,8 @@ def test_an_efficiency_above_100_percent_is_capped_within_noise_and_explained_be
     beyond = stats.shown_efficiency(1.23, 0.05)
     assert (beyond.shown, beyond.within_noise) == (1.23, False) and beyond.text().startswith(
         "123% (above the ideal by more than the 5% noise: superlinear")
+    assert stats.shown_efficiency(1.20, 0.06, device_count=1).text() == (   # DDP x1 against single x1: no scaling
+        "120% (faster than the baseline on one device by more than the 6% noise: the processes ran differently, not scaling)")
     # single process each: DDP x2 at 2.06x of single is within the 25% they can differ; shown as 100%, the measurement beside it
     sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 97.0))])
     assert ("Fastest: DDP on 2 GPUs, 659.8 samples/s, 100% scaling efficiency against single device x1 (within noise: "

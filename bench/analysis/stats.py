@@ -114,21 +114,25 @@ class ShownEfficiency:
         return f"{self.shown:{spec}}" + (f" ({self.note})" if self.note else "")
 
 
-def shown_efficiency(efficiency: float, noise: float) -> ShownEfficiency:
+def shown_efficiency(efficiency: float, noise: float, device_count: int = 0) -> ShownEfficiency:
     """The rule for an efficiency above 100% (the report's tables and sentences and the forecast use it alike).
     efficiency: measured against the 1-device baseline of the same sweep (fraction); noise: the relative throughput
     difference that the configuration and its baseline cannot be told apart within (`noise_bound`, fraction).
     Up to 100%: as measured. Above, by no more than the noise: 100%, with the measured value and the noise (two
     processes of one device read 103% and 97% of each other as often). Above by more: the measured value stands,
-    with why it can exceed the ideal (superlinear: the per-device share fits a cache; or the baseline ran slow)."""
+    with why it can exceed the ideal (superlinear: the per-device share fits a cache; or the baseline ran slow; at
+    device_count 1, the same device's work: the processes ran differently, which is not scaling)."""
     if efficiency is None or math.isnan(efficiency) or efficiency <= 1.0:
         return ShownEfficiency(float("nan") if efficiency is None else efficiency,
                                float("nan") if efficiency is None else efficiency, "")
     noise_txt = f"{noise:.0%}" if not math.isnan(noise) else "unknown"
     if not math.isnan(noise) and efficiency - 1.0 <= noise:
         return ShownEfficiency(efficiency, 1.0, f"within noise: measured {efficiency:.0%}, noise {noise_txt}", True)
+    if device_count == 1:
+        return ShownEfficiency(efficiency, efficiency, f"faster than the baseline on one device by more than the {noise_txt} "
+                                                       "noise: the processes ran differently, not scaling")
     return ShownEfficiency(efficiency, efficiency, f"above the ideal by more than the {noise_txt} noise: superlinear "
-                                                   "(each device's share fits its caches) or a baseline that ran slow")
+                                                   "(each device's share fits its caches) or a slow baseline")
 
 
 def noise_bound(a_sps: Sequence[float], b_sps: Sequence[float]) -> float:

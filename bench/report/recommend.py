@@ -100,7 +100,7 @@ def _tie_sentence(pick, fastest, tie: tuple) -> str:
 
 def _efficiency_words(c, with_baseline: bool = True) -> str:
     """'87% scaling efficiency against single device x1'; above 100% with why (stats.shown_efficiency)."""
-    e = stats.shown_efficiency(c.efficiency, c.efficiency_noise)
+    e = stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count)
     return (f"{e.shown:.0%} {'scaling ' if with_baseline else ''}efficiency" + (f" against {c.baseline}" if with_baseline else "")
             + (f" ({e.note})" if e.note else ""))
 
@@ -184,7 +184,7 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
             speed = f.samples_per_s / d.samples_per_s
             out.append(f"FSDP {mem} and is {abs(1 - speed):.0%} {'slower' if speed < 1 else 'faster'} than DDP at {n} {u} "
                        f"{_where(workload, 'memory')}.")
-    eff = stats.shown_efficiency(best.efficiency, best.efficiency_noise).text() if many and not math.isnan(best.efficiency) else "–"
+    eff = stats.shown_efficiency(best.efficiency, best.efficiency_noise, best.device_count).text() if many and not math.isnan(best.efficiency) else "–"
     if tie is not None:
         margin = f"tie: {fastest.label} {tie[0]:.0%} faster (within noise)"
     else:

@@ -109,13 +109,13 @@ def verdicts(configs: list) -> list:
 
 def _efficiency_words(c, what: str = "") -> str:
     """'87% efficiency', or '100% efficiency; within noise: measured 103%, noise 25%' for a sentence."""
-    e = stats.shown_efficiency(c.efficiency, c.efficiency_noise)
+    e = stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count)
     return f"{e.shown:.0%}{what}" + (f"; {e.note}" if e.note else "")
 
 
 def efficiency_text(c, spec: str = ".0%") -> str:
     """The configuration's efficiency as shown: above 100% only with why (bench.analysis.stats.shown_efficiency)."""
-    return stats.shown_efficiency(c.efficiency, c.efficiency_noise).text(spec)
+    return stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count).text(spec)
 
 
 def memory_text(c) -> tuple:
