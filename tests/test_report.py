@@ -335,8 +335,13 @@ def test_a_resumed_sweeps_identical_environments_are_one_table_and_a_difference_
 def test_render_defaults_to_the_latest_sweep_and_rejects_an_unknown_one(tmp_path):
     path = str(tmp_path / "two.sqlite")
     build_compare_store(path, (1.0, 2.0))
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "report.md").write_text("# my notes\n")   # not a report of this suite: replaced, and said so
     out = report.render(path, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))
-    md = open(out["markdown"]).read()
+    assert out["replaced"].startswith("a sweep it does not name")
+    assert report.render(path, 1, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))["replaced"] == (
+        f"sweep 2 of {path}")   # sweep 1's report over sweep 2's
+    md = open(report.render(path, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))["markdown"]).read()
     assert next(line for line in md.splitlines() if line.startswith("#")) == "# DataParallel vs DistributedDataParallel: sweep 2"
     with pytest.raises(store.StoreError, match="sweep 99"):
         report.render(path, sweep_id=99, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))

@@ -249,6 +249,8 @@ def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "pl
     md, page = os.path.join(report_dir, "report.md"), os.path.join(report_dir, "report.html")
     origin = f"sweep {sweep.sweep['sweep_id']} of {os.path.abspath(store_path)}"
     before = read_origin(md) or read_origin(page)
+    if not before and (os.path.exists(md) or os.path.exists(page)):
+        before = "a sweep it does not name (an older version's report, or a file this suite did not write)"
     with open(md, "w", encoding="utf-8") as f:
         f.write(to_markdown(bl, report_dir, origin))
     with open(page, "w", encoding="utf-8") as f:
