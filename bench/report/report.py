@@ -6,7 +6,9 @@
 recomputed from the raw rows), draws the plots (bench.report.plots) and writes one list of blocks twice
 (bench.report.pages): report.md and a self-contained report.html. The report opens with its answer
 (bench.report.recommend: what to run, what DataParallel would cost, where scaling stops paying, what bounds
-the run), then the evidence per workload, communication, correctness, problems, and the environment last.
+the run) and, right under its table, one small figure per workload (plots.overview_figure), then the evidence
+per workload, communication, correctness, problems, and the environment last (bench.report.environment). Each
+page names the sweep and store it reports; render() says whose report it replaced, when another's was there.
 """
 from __future__ import annotations
 
