@@ -9,13 +9,15 @@ import sqlite3
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from PIL import Image
 
 from bench.analysis import stats
 from bench.report import plots, report
 from bench.store import store
-from report_fixtures import COMM_POINTS, EVIL_REASON, GATHER_SHARE, GPU, build_compare_store, build_sweep_store, spec
+from report_fixtures import (COMM_POINTS, EVIL_REASON, GATHER_SHARE, GPU, build_compare_store, build_sweep_store, measured,
+                             spec)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -102,7 +104,12 @@ def test_workload_table_numbers_equal_values_computed_from_raw_rows(which, reque
         s = exp["summary"]
         close(row["samples/s"], exp["samples_per_s"])
         close(row["speed-up"], exp["samples_per_s"] / base["samples_per_s"])
-        close(row["efficiency"], 100 * exp["samples_per_s"] / base["samples_per_s"] / n)
+        eff = 100 * exp["samples_per_s"] / base["samples_per_s"] / n
+        if eff > 100:   # DataParallel x2 of cuda_voc: 125%, within the 25% a single process each can differ
+            assert row["efficiency"].startswith("100.0% (within noise: measured "), row["efficiency"]
+            close(re.search(r"measured (\d+)%", row["efficiency"]).group(1), eff)
+        else:
+            close(row["efficiency"], eff)
         close(row["median step ms"], s.median_ms)
         close(row["p10 ms"], s.p10_ms)
         close(row["p90 ms"], s.p90_ms)
@@ -121,19 +128,19 @@ def test_verdict_sentences_state_speedup_efficiency_and_data_wait(cpu, cuda_voc)
     base = raw(path, KEYS[("single", 1)].format(d="cuda"))["samples_per_s"]
     dp = raw(path, KEYS[("DataParallel", 2)].format(d="cuda"))["samples_per_s"]
     ddp = raw(path, KEYS[("DDP", 2)].format(d="cuda"))
-    assert (f"DataParallel reaches {dp / base:.2f}x on 2 GPUs ({dp / base / 2 * 100:.0f}% efficiency), "
-            f"DDP {ddp['samples_per_s'] / base:.2f}x") in md
+    assert (f"DataParallel reaches {dp / base:.2f}x on 2 GPUs (100% efficiency; within noise: measured "
+            f"{dp / base / 2 * 100:.0f}%, noise 25%), DDP {ddp['samples_per_s'] / base:.2f}x") in md
     data_ms = stats.median(r["data_ms"] for r in stats.slowest_rank_rows(ddp["rows"]))
     assert f"{data_ms / ddp['summary'].median_ms * 100:.0f}% of a DDP step on 2 GPUs waits for data" in md
     assert "DDP reaches 1.37x on 2 processes (68% efficiency)" in cpu[2]
 
 
 def test_environment_section_names_versions_host_commit_and_threads(cpu, cuda_voc):
-    env = dict((r[""], r["environment 1"]) for r in md_table(cuda_voc[2], "## Environment"))
+    env = dict((r[""], r["environment 1 (12 result(s))"]) for r in md_table(cuda_voc[2], "## Environment"))
     assert env["torch"] == "2.14.1" and env["cuda"] == "12.4" and env["cudnn"] == "90100" and env["nccl"] == "2.21.5"
     assert env["gpu_names"] == f"{GPU}, {GPU}" and env["gpu_driver"] == "550.54"
     assert env["hostname"] == "bench-host" and env["git_commit"] == "abc1234" and env["cpu_cores"] == "2"
-    cpu_env = dict((r[""], r["environment 1"]) for r in md_table(cpu[2], "## Environment"))
+    cpu_env = dict((r[""], r["environment 1 (12 result(s))"]) for r in md_table(cpu[2], "## Environment"))
     assert cpu_env["threads per process"] == "1" and cpu_env["cpu_model"] == "Test CPU &lt;i&gt;9000&lt;/i&gt;"
 
 
@@ -153,7 +160,7 @@ def test_html_is_self_contained_and_escapes_store_text(cpu):
     assert "<script>alert" not in page and "<b>the rest</b>" not in page and "<i>9000" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; rank 0 died &amp; took" in page
     srcs = re.findall(r'<img src="([^"]+)"', page)
-    assert len(srcs) == len(out["plots"]) == 13   # 11 per-workload plots and the 2 workloads' forecasts
+    assert len(srcs) == len(out["plots"]) == 15   # 11 per-workload plots, the first screen's 2 and 2 forecasts
     for src in srcs:
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1]).startswith(PNG_SIGNATURE)
@@ -173,7 +180,7 @@ def test_every_plot_is_a_readable_png_with_a_stable_name(cpu):
     _, out, _, _ = cpu
     names = {os.path.basename(p) for p in out["plots"]}
     assert names == {f"{w}_{q}.png" for w in ("synthetic", "deeplabv3")
-                     for q in ("throughput", "efficiency", "phases", "memory", "step_times", "forecast")} | {"deeplabv3_time_to_train.png"}
+                     for q in ("overview", "throughput", "efficiency", "phases", "memory", "step_times", "forecast")} | {"deeplabv3_time_to_train.png"}
     for p in out["plots"]:
         with open(p, "rb") as f:
             assert f.read(8) == PNG_SIGNATURE
@@ -289,11 +296,53 @@ def test_equivalence_results_are_reported_passed_and_failed(cpu):
     assert "parameters differ after 3 steps" in cpu[2]
 
 
+def _resumed_sweep(path: str, commits: list) -> None:
+    """A sweep started and resumed len(commits) - 1 times, each start recording its environment and one process of
+    single x1 (a repeat), as `run_sweep` does."""
+    conn = store.connect(path)
+    env = {"hostname": "bench-host", "python": "3.11.2", "torch": "2.14.1", "cpu_model": "Test CPU", "cpu_cores": 2}
+    ids = [store.insert_environment(conn, {**env, "git_commit": c}) for c in commits]
+    sid = store.begin_sweep(conn, "bench sweep", "{}", ids[0])
+    for repeat, env_id in enumerate(ids):
+        store.record_result(conn, sid, env_id, spec("synthetic", "single", 1, repeat=repeat),
+                            payload=measured(1, [100.0 + repeat] * 5, 64), status="ok")
+    store.end_sweep(conn, sid, "completed")
+    conn.close()
+
+
+def test_a_resumed_sweeps_identical_environments_are_one_table_and_a_difference_is_marked(tmp_path):
+    path = str(tmp_path / "same.sqlite")
+    _resumed_sweep(path, ["abc1234"] * 8)   # started, then resumed 7 times on the same machine and commit
+    out = report.render(path, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))
+    md = open(out["markdown"], encoding="utf-8").read()
+    section = md[md.index("## Environment"):]
+    assert section.count("\n|---") == 1, section   # one table, not eight
+    env = md_table(md, "## Environment")
+    assert list(env[0]) == ["", "environment 1-8 (8 result(s))"] and env[1][""] == "git_commit"
+    assert "8 environment rows belong to this sweep's results" in section and "all identical: shown once" in section
+    path = str(tmp_path / "moved.sqlite")
+    _resumed_sweep(path, ["abc1234", "abc1234", "def5678"])   # the last resume ran another commit
+    out = report.render(path, plots_dir=str(tmp_path / "p2"), report_dir=str(tmp_path / "r2"))
+    md = open(out["markdown"], encoding="utf-8").read()
+    env = {r[""]: r for r in md_table(md, "## Environment")}
+    assert list(env["git_commit"].values()) == ["git_commit", "**abc1234**", "**def5678**"]   # what differs, marked
+    assert list(env["torch"].values()) == ["torch", "2.14.1", "2.14.1"]
+    assert list(env["git_commit"]) == ["", "environment 1-2 (2 result(s))", "environment 3 (1 result(s))"]
+    assert "they differ in git_commit (marked)" in md
+    assert "<td><mark>def5678</mark></td>" in open(out["html"], encoding="utf-8").read()
+
+
 def test_render_defaults_to_the_latest_sweep_and_rejects_an_unknown_one(tmp_path):
     path = str(tmp_path / "two.sqlite")
     build_compare_store(path, (1.0, 2.0))
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "report.md").write_text("# my notes\n")   # not a report of this suite: replaced, and said so
     out = report.render(path, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))
-    assert open(out["markdown"]).read().startswith("# DataParallel vs DistributedDataParallel: sweep 2")
+    assert out["replaced"].startswith("a sweep it does not name")
+    assert report.render(path, 1, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))["replaced"] == (
+        f"sweep 2 of {path}")   # sweep 1's report over sweep 2's
+    md = open(report.render(path, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))["markdown"]).read()
+    assert next(line for line in md.splitlines() if line.startswith("#")) == "# DataParallel vs DistributedDataParallel: sweep 2"
     with pytest.raises(store.StoreError, match="sweep 99"):
         report.render(path, sweep_id=99, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))
 
@@ -307,7 +356,7 @@ CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
-def test_html_report_opens_in_headless_chromium_with_every_plot_decoded(cpu, tmp_path):
+def test_html_report_opens_in_headless_chromium_with_every_plot_decoded_and_a_figure_on_its_first_screen(cpu, tmp_path):
     page = cpu[1]["html"]
     flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -318,11 +367,18 @@ def test_html_report_opens_in_headless_chromium_with_every_plot_decoded(cpu, tmp
     assert "Uncaught" not in dom.stderr
     assert 'data-images-ok="true"' in dom.stdout  # the page's own check: every <img> has naturalWidth > 0
     assert dom.stdout.count("<table>") >= 5 and "Failed, skipped and interrupted" in dom.stdout
-    shot = tmp_path / "shot.png"
-    run = subprocess.run(flags + [f"--screenshot={shot}", "--window-size=1200,3000", url],
+    first_config_table = dom.stdout.index("<table>", dom.stdout.index("all configurations"))
+    assert dom.stdout.index("<img") < first_config_table  # the figures come before the first configuration table
+    assert dom.stdout.index("<img") < dom.stdout.index("<p>One row per workload")  # and before any prose
+    shot = tmp_path / "shot.png"   # the first screen a reader sees
+    run = subprocess.run(flags + [f"--screenshot={shot}", "--window-size=1200,900", url],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert shot.stat().st_size > 10_000 and shot.read_bytes().startswith(PNG_SIGNATURE)
+    with Image.open(shot) as im:   # the recommended configuration's star (#ff7f0e) is drawn there, in each workload's figure
+        rgb = np.asarray(im.convert("RGB"), dtype=int)
+    star = int((np.abs(rgb - (255, 127, 14)).sum(axis=2) < 30).sum())
+    assert star > 2 * 60, star
 
 
 def test_a_sweep_with_no_ok_result_still_renders_its_failures(tmp_path):

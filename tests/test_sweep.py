@@ -146,3 +146,42 @@ def test_run_bench_sh_takes_paths_and_modules_from_the_folder_it_is_run_from(tmp
     (tmp_path / "bench" / "__init__.py").write_text("")
     p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
     assert p.returncode == 2 and "would be imported instead of this suite's bench package" in p.stderr, p.stdout + p.stderr
+
+
+def test_a_resume_keeps_the_sweeps_output_choices_and_says_whose_report_it_replaces(tmp_path, monkeypatch):
+    """A sweep started with --no-report into another store, resumed with `--resume last --store` alone, writes no
+    report into the folder it is resumed from; a resume that names --report and a folder holding another sweep's
+    report says it replaces it. In process: every configuration of this sweep is a skip, so nothing is spawned."""
+    from bench import options
+    from bench.machine import env as env_mod
+    from bench.report import report
+    from bench.store import store
+    from bench.sweep import run
+    monkeypatch.chdir(tmp_path)
+    path = str(tmp_path / "elsewhere.sqlite")
+    cfg, _, _ = options.prepare(["--strategies", "dp", "--gpus", "2", "--device", "cpu", "--no-comm-bench", "--no-report",
+                                 "--store", path])
+    conn = store.connect(path)   # as run_sweep starts it; then interrupted before its first configuration
+    sid = store.begin_sweep(conn, "./run_bench.sh --no-report ...", cfg.to_json(), store.insert_environment(conn, env_mod.capture()))
+    store.end_sweep(conn, sid, "interrupted")
+    conn.close()
+
+    def resume(*flags: str) -> str:
+        lines: list = []
+        cfg, given, machine = options.prepare(["--resume", "last", "--store", path, *flags])
+        assert run.run_sweep(cfg, "./run_bench.sh --resume last", lines.append, given, machine) == 0, lines
+        return "\n".join(lines)
+
+    out = resume()
+    assert "keeps its own output choices: --no-report" in out and "report:" not in out, out
+    assert not (tmp_path / "results").exists() and not (tmp_path / "plots").exists()
+    other = str(tmp_path / "other.sqlite")   # a user's report of another sweep, in the folder the next resume names
+    conn = store.connect(other)
+    store.end_sweep(conn, store.begin_sweep(conn, "another sweep", "{}", None), "completed")
+    conn.close()
+    report.render(other, plots_dir=str(tmp_path / "theirs"), report_dir=str(tmp_path / "theirs"))
+    out = resume("--report", "--report-dir", "theirs")
+    assert f"they replace the report of sweep 1 of {other} that was there" in out, out
+    md = (tmp_path / "theirs" / "report.md").read_text()
+    assert f"bench report of sweep {sid} of {path}" in md and "## Failed, skipped and interrupted" in md
+    assert md[md.index("## Environment"):].count("\n|---") == 1   # the start and two resumes: one environment table

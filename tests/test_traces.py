@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import sqlite3
 import statistics
 import subprocess
@@ -115,6 +116,22 @@ def test_a_rank_slowed_on_purpose_is_named_the_straggler(sweeps):
     assert all(f'href="file://{r["path"]}"' in page for r in rows.values()), [r["path"] for r in rows.values()]
     assert (folder / "plots" / "synthetic_traces.png").stat().st_size > 0
     assert report.index("synthetic_phases.png") < report.index("synthetic_traces.png") < report.index("synthetic_memory.png")
+
+
+def test_the_report_tells_waiting_for_the_slowed_rank_apart_from_communication(sweeps):
+    text, folder = sweeps["on"]
+    report = (folder / "rep" / "report.md").read_text()
+    rows = {r["rank"]: r for r in _trace_rows(folder)}
+    wait = re.search(r"In the traces of DDP x2, rank 1 waits ([0-9.]+) ms a traced step for rank 0 in collectives; the "
+                     r"collectives themselves take ([0-9.]+) ms a step, rank 0's time in them: the exposed communication "
+                     r"above leaves that wait out", report)
+    assert wait, report
+    waited, own = float(wait.group(1)), float(wait.group(2))
+    assert waited == pytest.approx(rows[1]["wait_ms"] / rows[1]["steps"], abs=0.05) and waited > NAP_MS / 2
+    assert own == pytest.approx(rows[0]["comm_ms"] / rows[0]["steps"], abs=0.05) and own < NAP_MS / 2
+    recommendation = report[report.index("## Recommendation"):report.index("## synthetic")]
+    assert "Held back by a straggler, rank 0: rank 1 waits" in recommendation, recommendation
+    assert "| straggler (rank 0) |" in recommendation
 
 
 def _x(name, ts, dur, tid=1, cat="cpu_op") -> dict:

@@ -98,6 +98,50 @@ def efficiency(throughput: float, baseline_throughput: float, device_count: int,
     return speedup(throughput, baseline_throughput) / device_count
 
 
+@dataclass(frozen=True)
+class ShownEfficiency:
+    """How a measured scaling efficiency is shown (`shown_efficiency`): `shown` is what a table prints, `measured` what
+    the throughputs give; `note` says why they differ, or why an efficiency above 100% stands ("" when neither)."""
+    measured: float
+    shown: float
+    note: str
+    within_noise: bool = False
+
+    def text(self, spec: str = ".0%") -> str:
+        """'87%', '100% (within noise: measured 103%, noise 25%)' or '131% (above the ideal by more than ...)'."""
+        if math.isnan(self.shown):
+            return "–"
+        return f"{self.shown:{spec}}" + (f" ({self.note})" if self.note else "")
+
+
+def shown_efficiency(efficiency: float, noise: float, device_count: int = 0) -> ShownEfficiency:
+    """The rule for an efficiency above 100% (the report's tables and sentences and the forecast use it alike).
+    efficiency: measured against the 1-device baseline of the same sweep (fraction); noise: the relative throughput
+    difference that the configuration and its baseline cannot be told apart within (`noise_bound`, fraction).
+    Up to 100%: as measured. Above, by no more than the noise: 100%, with the measured value and the noise (two
+    processes of one device read 103% and 97% of each other as often). Above by more: the measured value stands,
+    with why it can exceed the ideal (superlinear: the per-device share fits a cache; or the baseline ran slow; at
+    device_count 1, the same device's work: the processes ran differently, which is not scaling)."""
+    if efficiency is None or math.isnan(efficiency) or efficiency <= 1.0:
+        return ShownEfficiency(float("nan") if efficiency is None else efficiency,
+                               float("nan") if efficiency is None else efficiency, "")
+    noise_txt = f"{noise:.0%}" if not math.isnan(noise) else "unknown"
+    if not math.isnan(noise) and efficiency - 1.0 <= noise:
+        return ShownEfficiency(efficiency, 1.0, f"within noise: measured {efficiency:.0%}, noise {noise_txt}", True)
+    if device_count == 1:
+        return ShownEfficiency(efficiency, efficiency, f"faster than the baseline on one device by more than the {noise_txt} "
+                                                       "noise: the processes ran differently, not scaling")
+    return ShownEfficiency(efficiency, efficiency, f"above the ideal by more than the {noise_txt} noise: superlinear "
+                                                   "(each device's share fits its caches) or a slow baseline")
+
+
+def noise_bound(a_sps: Sequence[float], b_sps: Sequence[float]) -> float:
+    """The relative throughput difference (fraction) within which two configurations cannot be told apart: the larger
+    spread between their processes where both ran several (`repeat_spread`), else PROCESS_NOISE."""
+    spreads = [repeat_spread(a_sps), repeat_spread(b_sps)]
+    return PROCESS_NOISE if any(math.isnan(v) for v in spreads) else max(spreads)
+
+
 def significance(a_ms: Sequence[float], b_ms: Sequence[float]) -> float:
     """Two-sided Mann-Whitney p-value of two sets of raw step times of ONE process each. The steps of
     one process share its luck (placement, frequency, neighbours): this separates nothing across

@@ -1,9 +1,11 @@
 """The report's two renderings of one list of blocks: GitHub markdown with relative image links, and
 one self-contained HTML page with the plots inlined as data: URIs and every store text escaped.
 
-Blocks: ('h', level, text), ('p', text), ('table', headers, rows), ('img', path, alt). A table cell may be a
-`Link` to a local file (a trace): a relative link in markdown, a file:// link in HTML. `fmt` writes a number
-for a table cell.
+Blocks: ('h', level, text), ('p', text), ('table', headers, rows), ('img', path, alt), ('imgs', [(path, alt)]) (small
+figures side by side: the first screen's). A table cell may be a `Link` to a local file (a trace): a relative link
+in markdown, a file:// link in HTML; or `Em`, a value marked (what differs between environments). `fmt` writes a
+number for a table cell. `origin` is the line each page carries to say which sweep of which store it reports, so a
+later render can tell that it replaces the report of another sweep (`read_origin`).
 """
 from __future__ import annotations
 
@@ -22,7 +24,14 @@ class Link(NamedTuple):
     path: str
 
 
+class Em(NamedTuple):
+    """A table cell shown marked: **bold** in markdown, <mark> in HTML."""
+    text: str
+
+
 def _md_cell(cell, report_dir: str) -> str:
+    if isinstance(cell, Em):
+        return f"**{_md_text(cell.text)}**"
     if isinstance(cell, Link):
         rel = os.path.relpath(os.path.abspath(cell.path), os.path.abspath(report_dir)).replace(os.sep, "/")
         return f"[{_md_text(cell.text)}]({rel.replace(' ', '%20')})"
@@ -30,6 +39,8 @@ def _md_cell(cell, report_dir: str) -> str:
 
 
 def _html_cell(cell) -> str:
+    if isinstance(cell, Em):
+        return f"<mark>{html.escape(str(cell.text))}</mark>"
     if isinstance(cell, Link):
         return f'<a href="{html.escape(Path(os.path.abspath(cell.path)).as_uri())}">{html.escape(cell.text)}</a>'
     return html.escape(str(cell))
@@ -39,8 +50,12 @@ def _md_text(text: str) -> str:
     return html.escape(str(text), quote=False).replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(bl: list, report_dir: str) -> str:
-    out = []
+def _rel(path: str, report_dir: str) -> str:
+    return os.path.relpath(os.path.abspath(path), os.path.abspath(report_dir)).replace(os.sep, "/")
+
+
+def to_markdown(bl: list, report_dir: str, origin: str = "") -> str:
+    out = [f"<!-- {ORIGIN}{_md_text(_comment_safe(origin))} -->"] if origin else []
     for blk in bl:
         if blk[0] == "h":
             out.append("#" * blk[1] + " " + _md_text(blk[2]))
@@ -51,21 +66,28 @@ def to_markdown(bl: list, report_dir: str) -> str:
             out[-1] += "\n|" + "---|" * len(blk[1])
             out[-1] += "".join("\n| " + " | ".join(_md_cell(c, report_dir) for c in row) + " |" for row in blk[2])
         elif blk[0] == "img":
-            rel = os.path.relpath(os.path.abspath(blk[1]), os.path.abspath(report_dir)).replace(os.sep, "/")
-            out.append(f"![{_md_text(blk[2])}]({rel})")
+            out.append(f"![{_md_text(blk[2])}]({_rel(blk[1], report_dir)})")
+        elif blk[0] == "imgs":
+            out.append(" ".join(f"![{_md_text(alt)}]({_rel(path, report_dir)})" for path, alt in blk[1]))
     return "\n\n".join(out) + "\n"
 
 
 _CSS = ("body{font-family:system-ui,sans-serif;max-width:1400px;margin:2em auto;padding:0 1em;color:#222}"
         "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
-        "th{background:#f3f3f3}img{max-width:100%;display:block;margin:1em 0}#img-warning{color:#b00}")
+        "th{background:#f3f3f3}img{max-width:100%;display:block;margin:1em 0}#img-warning{color:#b00}"
+        ".figures{display:flex;flex-wrap:wrap;gap:1em}.figures img{width:460px;margin:0}mark{background:#ffe08a}")
 # Says so on the page if an embedded plot cannot be decoded (and lets a headless test check it).
 _SCRIPT = ("window.addEventListener('load',function(){var bad=[].filter.call(document.images,"
            "function(i){return !(i.naturalWidth>0)});document.body.setAttribute('data-images-ok',bad.length?'false':'true');"
            "if(bad.length){document.getElementById('img-warning').textContent=bad.length+' plot(s) could not be shown';}});")
 
 
-def to_html(bl: list) -> str:
+def _data_uri(path: str) -> str:
+    with open(path, "rb") as f:
+        return "data:image/png;base64," + base64.b64encode(f.read()).decode("ascii")
+
+
+def to_html(bl: list, origin: str = "") -> str:
     e = html.escape
     out = []
     for blk in bl:
@@ -78,15 +100,35 @@ def to_html(bl: list) -> str:
             body = "".join("<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in blk[2])
             out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
         elif blk[0] == "img":
-            with open(blk[1], "rb") as f:
-                data = base64.b64encode(f.read()).decode("ascii")
-            out.append(f'<img src="data:image/png;base64,{data}" alt="{e(str(blk[2]))}">')
+            out.append(f'<img src="{_data_uri(blk[1])}" alt="{e(str(blk[2]))}">')
+        elif blk[0] == "imgs":
+            out.append('<div class="figures">' + "".join(f'<img src="{_data_uri(path)}" alt="{e(str(alt))}">'
+                                                         for path, alt in blk[1]) + "</div>")
     title = e(str(bl[0][2])) if bl and bl[0][0] == "h" else "report"
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
-            f"<style>{_CSS}</style><script>{_SCRIPT}</script></head>\n<body>\n<p id=\"img-warning\"></p>\n"
+            + (f"<!-- {ORIGIN}{e(_comment_safe(origin))} -->" if origin else "")
+            + f"<style>{_CSS}</style><script>{_SCRIPT}</script></head>\n<body>\n<p id=\"img-warning\"></p>\n"
             + "\n".join(out) + "\n</body></html>\n")
 
 
+
+ORIGIN = "bench report of "   # the comment each page starts with, then the sweep and the store it reports
+
+
+def _comment_safe(text: str) -> str:
+    return str(text).replace("--", "-\u2010")   # '--' cannot appear inside an HTML comment
+
+
+def read_origin(path: str) -> str:
+    """What the comment at the top of an existing report says it reports ('sweep 3 of /abs/bench.sqlite'), "" when the
+    file is missing or has none (a report of an older version, or someone else's file)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = f.read(4096)
+    except OSError:
+        return ""
+    m = re.search(r"<!-- " + re.escape(ORIGIN) + r"(.*?) -->", head)
+    return html.unescape(m.group(1)) if m else ""
 
 
 def anchor(text: str) -> str:

@@ -78,6 +78,29 @@ def throughput_figure(configs: list, workload: str, where: str) -> Figure:
     return fig
 
 
+def overview_figure(configs: list, workload: str, where: str, picks: list = ()) -> Figure:
+    """The first screen's small figure: samples/s against device count, one line per strategy and variant, the ideal
+    line from the 1-device baseline, and a star on each recommended configuration (`picks`)."""
+    fig = Figure(figsize=(4.6, 3.3), layout="constrained")
+    ax = fig.subplots()
+    fig.suptitle(f"{workload}: throughput against device count\n{where}".replace("$", r"\$"), fontsize="medium")
+    counts = sorted({c.device_count for c in configs})
+    style = _series_style(configs)
+    for key, cs in _by_series(configs).items():
+        ax.plot([c.device_count for c in cs], [c.samples_per_s for c in cs], marker="o", markersize=4, **style[key])
+    bases = [c for c in configs if c.device_count == 1 and c.strategy == "single"] or [c for c in configs if c.device_count == 1]
+    for i, b in enumerate(bases):
+        ax.plot(counts, [b.samples_per_s * n for n in counts], ":", color="#999999", alpha=0.7, label="ideal" if not i else None)
+    for i, c in enumerate(picks):
+        ax.plot([c.device_count], [c.samples_per_s], marker="*", markersize=15, linestyle="none", color="#ff7f0e",
+                markeredgecolor="#222222", zorder=5, label="recommended" if not i else None)
+    ax.set(xlabel=_devices_label(configs), ylabel="samples/s", xticks=counts)
+    ax.set_xlim(min(counts) - 0.5, max(counts) + 0.5)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize="x-small")
+    return fig
+
+
 def efficiency_figure(configs: list, workload: str, where: str) -> Figure:
     """Scaling efficiency (speed-up / device count) against device count, per strategy."""
     scaling = configs[0].scaling

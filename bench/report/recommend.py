@@ -1,20 +1,25 @@
 """The report's first screen: per workload and precision, what to run and why, each claim pointing to
 the table or plot behind it.
 
-    blocks(sweep) -> report blocks: a heading, a summary table (one row per workload and precision), then
-                     one short paragraph per workload and precision with the claims behind each row
+    blocks(sweep, figures) -> report blocks: a heading, a summary table (one row per workload and precision), one
+                     small figure per workload, then one short paragraph per workload and precision with the claims
+    choose(configs)  -> (recommended, fastest, tie): the configuration to run, and why when it is not the fastest
 
-For each: the fastest configuration (strategy, settings, device count) and its efficiency; what
-DataParallel would cost at that count; where scaling stops paying (the first count whose efficiency
-falls below EFFICIENCY_FLOOR); whether the run was data-bound (the loader alone barely keeps up, or
-steps wait for data) or communication-bound (exposed communication is a large share of the step);
-FSDP's memory and speed beside DDP's; and a warning when the winner is within the noise of the runner-up.
+For each: the recommended configuration (strategy, settings, device count) and its efficiency: the fastest, unless
+a simpler one is within the noise of it (`choose`: fewer devices; at equal devices single, then DDP, then FSDP and
+the rest, DataParallel only where it is strictly faster; then fewer settings changed); what DataParallel would
+cost at that count; where scaling stops paying (the first count whose efficiency falls below EFFICIENCY_FLOOR);
+whether the run was data-bound (the loader alone barely keeps up, or steps wait for data), held back by a straggler
+(--profile's traces: the other ranks wait for one) or communication-bound (exposed communication is a large share
+of the step); FSDP's memory and speed beside DDP's; and a warning when the winner is within the noise of the
+runner-up. An efficiency above 100% is shown by bench.analysis.stats.shown_efficiency's rule.
 """
 from __future__ import annotations
 
 import math
 
 from bench.analysis import stats
+from bench.report import traces as trace_report
 from bench.report.plots import file_name
 from bench.store.results import STRATEGY_NAMES, Sweep
 
@@ -39,6 +44,77 @@ def _where(workload: str, what: str) -> str:
     return f"(table: {workload}: all configurations; plot: {file_name(workload, what)})"
 
 
+SIMPLER = ("single", "ddp", "fsdp")   # at equal device counts a tie goes to the first; other strategies next, DataParallel last
+
+
+def _simplicity(c) -> tuple:
+    """Sort key, simplest first: fewer devices; then single, DDP, FSDP, the rest, DataParallel; then fewer settings."""
+    order = SIMPLER.index(c.strategy) if c.strategy in SIMPLER else len(SIMPLER) + (c.strategy == "dp")
+    return c.device_count, order, len(c.options) + c.channels_last + c.compiled
+
+
+def _apart(faster, slower) -> tuple:
+    """(gap, within the noise?, noise bound, repeated on both sides?): whether `faster` is told apart from `slower`, by
+    the measured spread between repeats where both ran in several processes, else the process-to-process bound that
+    `compare` states (stats.noise_bound). A gap under 5% is never a lead: let simplicity decide."""
+    gap = faster.samples_per_s / slower.samples_per_s - 1
+    bound = stats.noise_bound(faster.process_sps, slower.process_sps)
+    repeated = not any(math.isnan(c.repeat_spread) for c in (faster, slower))
+    return gap, gap < max(0.05, bound), bound, repeated
+
+
+def choose(cs: list) -> tuple:
+    """(recommended, fastest, tie) among measured configurations: the fastest, unless others are within the noise of it;
+    then the simplest of them (`_simplicity`). tie: `_apart(fastest, recommended)` where they differ, else None."""
+    fastest = max(cs, key=lambda c: c.samples_per_s)
+    tied = [c for c in cs if c is fastest or _apart(fastest, c)[1]]
+    pick = min(tied, key=lambda c: (_simplicity(c), -c.samples_per_s))
+    return pick, fastest, (None if pick is fastest else _apart(fastest, pick))
+
+
+def _noise_words(gap: float, bound: float, repeated: bool, n: int) -> str:
+    if gap >= bound:
+        return f"the {bound:.0%} measured between processes; {gap:.0%} is beyond it but under the 5% this report calls a lead"
+    if repeated:
+        return f"the {bound:.0%} spread between their {n} processes each"
+    return (f"the {bound:.0%} that fresh processes of the same code can differ (a single process on at least one side); "
+            "rerun with --repeats 5 to separate them")
+
+
+def _why_simpler(pick, fastest) -> str:
+    if pick.device_count < fastest.device_count:
+        return "it needs fewer devices"
+    if pick.strategy != fastest.strategy:
+        return "the simpler strategy" + (" (DataParallel is recommended only where it is strictly faster)"
+                                          if fastest.strategy == "dp" else "")
+    return "fewer settings changed from the defaults"
+
+
+def _tie_sentence(pick, fastest, tie: tuple) -> str:
+    gap, _, bound, repeated = tie
+    n = min(len(pick.process_sps), len(fastest.process_sps))
+    faster = "as fast (less than 1% apart)" if gap < 0.005 else f"{gap:.0%} faster"
+    return (f"{fastest.label} [{fastest.variant}] is {faster}, within the noise: {pick.label} is recommended, "
+            f"{_why_simpler(pick, fastest)}. The noise: {_noise_words(gap, bound, repeated, n)}.")
+
+
+def _efficiency_words(c, with_baseline: bool = True) -> str:
+    """'87% scaling efficiency against single device x1'; above 100% with why (stats.shown_efficiency)."""
+    e = stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count)
+    return (f"{e.shown:.0%} {'scaling ' if with_baseline else ''}efficiency" + (f" against {c.baseline}" if with_baseline else "")
+            + (f" ({e.note})" if e.note else ""))
+
+
+def _straggler_sentence(cs: list, best, workload: str):
+    """The straggler --profile's traces found, preferring the recommended configuration's; None without one."""
+    for c in sorted(cs, key=lambda c: c is not best):
+        s = trace_report.straggler(c)
+        if s:
+            return (f"Straggler in {c.label} [{c.variant}], rank {s[0]}: {trace_report.wait_words(c)} "
+                    f"(table: {workload}: profiler traces).")
+    return None
+
+
 def sentences(sweep: Sweep, workload: str, configs: list, precision: str) -> list:
     """The answer for one workload at one precision, as sentences."""
     return answer(sweep, workload, configs, precision)[1]
@@ -50,19 +126,21 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
     if not cs:
         return None, []
     u = "GPUs" if cs[0].device_type == "cuda" else "processes"
-    best = max(cs, key=lambda c: c.samples_per_s)
+    best, fastest, tie = choose(cs)
     many = best.device_count > 1
-    out = [f"Fastest: {_name(best.strategy)}{_settings(best)} on {best.device_count} {u if many else SINGULAR[u]}, "
-           f"{best.samples_per_s:.1f} samples/s"
-           + (f", {best.efficiency:.0%} scaling efficiency against {best.baseline}" if many and not math.isnan(best.efficiency) else "")
+    out = [f"{'Fastest' if tie is None else 'Recommended'}: {_name(best.strategy)}{_settings(best)} on {best.device_count} "
+           f"{u if many else SINGULAR[u]}, {best.samples_per_s:.1f} samples/s"
+           + (f", {_efficiency_words(best)}" if many and not math.isnan(best.efficiency) else "")
            + f" {_where(workload, 'throughput')}."]
+    if tie is not None:
+        out.append(_tie_sentence(best, fastest, tie))
     multi = [c for c in cs if c.device_count > 1]
     if not many and multi:
         m = max(multi, key=lambda c: c.samples_per_s)
         out.append(f"Using more devices does not pay here: the best on several, {m.label}, reaches {m.samples_per_s:.1f} "
-                   f"samples/s ({m.efficiency:.0%} efficiency).")
+                   f"samples/s ({_efficiency_words(m, with_baseline=False)}).")
     rivals = sorted((c for c in cs if c is not best), key=lambda c: -c.samples_per_s)
-    lead = _runner_up(best, rivals[0]) if rivals else None
+    lead = _runner_up(best, rivals[0]) if rivals and tie is None else None
     if lead and lead[2]:
         out.append(lead[2])
     dp_cost = "–"
@@ -90,6 +168,9 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
                    f"{_where(workload, 'efficiency')}.")
     kind, why = _bound(sweep, workload, best, u)
     out.append(why)
+    lagging = _straggler_sentence(cs, best, workload)
+    if lagging and not kind.startswith("straggler"):
+        out.append(lagging)
     fsdp = [c for c in cs if c.strategy == "fsdp"]
     ddp = [c for c in cs if c.strategy == "ddp"]
     if fsdp and ddp:
@@ -103,36 +184,30 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
             speed = f.samples_per_s / d.samples_per_s
             out.append(f"FSDP {mem} and is {abs(1 - speed):.0%} {'slower' if speed < 1 else 'faster'} than DDP at {n} {u} "
                        f"{_where(workload, 'memory')}.")
-    eff = f"{best.efficiency:.0%}" if many and not math.isnan(best.efficiency) else "–"
-    margin = "–" if lead is None else f"{lead[0]:.0%}" + (" (within noise)" if lead[1] else "")
+    eff = stats.shown_efficiency(best.efficiency, best.efficiency_noise, best.device_count).text() if many and not math.isnan(best.efficiency) else "–"
+    if tie is not None:
+        margin = f"tie: {fastest.label} {tie[0]:.0%} faster (within noise)"
+    else:
+        margin = "–" if lead is None else f"{lead[0]:.0%}" + (" (within noise)" if lead[1] else "")
     row = [workload, precision, f"{_name(best.strategy)}{_settings(best)} x{best.device_count}", f"{best.samples_per_s:.1f}",
            eff, dp_cost, scaling, kind, margin]
     return row, out
 
 
-SUMMARY_HEADERS = ["workload", "precision", "fastest", "samples/s", "efficiency", "DataParallel there",
+SUMMARY_HEADERS = ["workload", "precision", "recommended", "samples/s", "efficiency", "DataParallel there",
                    f"efficiency ≥ {EFFICIENCY_FLOOR:.0%} up to", "bound", "lead over runner-up"]
 
 
 def _runner_up(best, second) -> tuple:
-    """(lead, within the noise?, sentence or ""): whether the winner is told apart from the runner-up, by the
-    measured spread between repeats where both ran in several processes, else the process-to-process bound
-    that `compare` states (stats.PROCESS_NOISE)."""
-    gap = best.samples_per_s / second.samples_per_s - 1
-    spreads = [c.repeat_spread for c in (best, second)]
-    repeated = not any(math.isnan(v) for v in spreads)
-    bound = max(spreads) if repeated else stats.PROCESS_NOISE
-    if gap >= max(0.05, bound):
+    """(lead, within the noise?, sentence or ""): whether the recommended (and fastest) configuration is told apart
+    from the runner-up (`_apart`)."""
+    gap, within, bound, repeated = _apart(best, second)
+    if not within:
         return gap, False, ""
     n = min(len(best.process_sps), len(second.process_sps))  # several on both sides where repeated
     apart = "as fast (less than 1% apart)" if gap < 0.005 else f"only {gap:.0%} slower"
-    if gap >= bound:
-        why = "under 5%, so let other grounds (memory, simplicity) decide between them"
-    elif repeated:
-        why = f"within the {bound:.0%} spread between their {n} processes each"
-    else:
-        why = (f"within the {bound:.0%} that fresh processes of the same code can differ "
-               "(a single process on at least one side); rerun with --repeats 5 to separate them")
+    why = ("under 5%, so let other grounds (memory, simplicity) decide between them" if gap >= bound
+           else f"within {_noise_words(gap, bound, repeated, n)}")
     return gap, gap < bound, f"The runner-up, {second.label} [{second.variant}], is {apart}: {why}."
 
 
@@ -150,6 +225,10 @@ def _bound(sweep: Sweep, workload: str, c, u: str) -> tuple:
                 f"more than training's {c.samples_per_s:.1f}; add --num-workers (table: {workload}: the data loader alone).")
     if not math.isnan(wait) and step > 0 and wait / step > DATA_BOUND_WAIT:
         return "data", f"Data-bound: steps wait for data {wait / step:.0%} of the time {_where(workload, 'phases')}."
+    lagging = trace_report.straggler(c)
+    if lagging:
+        return f"straggler (rank {lagging[0]})", (f"Held back by a straggler, rank {lagging[0]}: {trace_report.wait_words(c)} "
+                                                  f"(table: {workload}: profiler traces).")
     if not math.isnan(c.exposed_comm_ms) and step > 0 and c.exposed_comm_ms / step > COMM_BOUND:
         return f"communication ({c.exposed_comm_ms / step:.0%})", (f"Communication-bound: {c.exposed_comm_ms / step:.0%} of a step is exposed communication "
                 f"(table: {workload}: DDP against the bounds of its step; `./run_bench.sh tune` searches DDP's settings).")
@@ -157,7 +236,9 @@ def _bound(sweep: Sweep, workload: str, c, u: str) -> tuple:
     return "compute", f"Compute-bound: neither data nor communication holds the step back{share} {_where(workload, 'phases')}."
 
 
-def blocks(sweep: Sweep) -> list:
+def blocks(sweep: Sweep, figures: list = ()) -> list:
+    """The heading, the summary table, `figures` ((path, alt) per workload: drawn right under the table, before any
+    prose) and one paragraph per workload and precision."""
     out: list = [("h", 2, "Recommendation")]
     if not sweep.bench:
         return out + [("p", "No configuration produced a measurement; see the failed configurations below.")]
@@ -168,9 +249,12 @@ def blocks(sweep: Sweep) -> list:
             if text:
                 rows.append(row)
                 paragraphs.append(("p", f"{workload}, {precision}: " + " ".join(text)))
-    key = ("p", "One row per workload and precision: the configuration with the most samples per second; its scaling "
+    key = ("p", "One row per workload and precision: the recommended configuration, the one with the most samples per "
+                "second unless a simpler one is within the noise of it (fewer devices first; at equal devices single "
+                "device, then DDP, then FSDP and the rest, DataParallel only where it is strictly faster); its scaling "
                 "efficiency; how much slower DataParallel ran at that count; the largest count whose efficiency stays "
                 f"at or above {EFFICIENCY_FLOOR:.0%}; what bounds its step; and its lead over the next fastest, 'within "
                 "noise' where that cannot be told from process-to-process variation. Each claim, with the table or plot "
                 "behind it, follows.")
-    return out + [("table", SUMMARY_HEADERS, rows), key] * bool(rows) + paragraphs
+    shown = [("imgs", list(figures))] if figures else []
+    return out + ([("table", SUMMARY_HEADERS, rows), *shown, key] if rows else []) + paragraphs

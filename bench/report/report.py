@@ -6,7 +6,9 @@
 recomputed from the raw rows), draws the plots (bench.report.plots) and writes one list of blocks twice
 (bench.report.pages): report.md and a self-contained report.html. The report opens with its answer
 (bench.report.recommend: what to run, what DataParallel would cost, where scaling stops paying, what bounds
-the run), then the evidence per workload, communication, correctness, problems, and the environment last.
+the run) and, right under its table, one small figure per workload (plots.overview_figure), then the evidence
+per workload, communication, correctness, problems, and the environment last (bench.report.environment). Each
+page names the sweep and store it reports; render() says whose report it replaced, when another's was there.
 """
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ from typing import Optional
 
 from bench.analysis import stats
 from bench.report import comm as comm_report
+from bench.report import environment
 from bench.report import traces as trace_report
-from bench.report.pages import fmt, to_html, to_markdown
+from bench.report.pages import fmt, read_origin, to_html, to_markdown
 from bench.store import store
 
 from bench.store.results import STRATEGY_NAMES, Sweep, load, pick_sweep
@@ -84,8 +87,8 @@ def verdicts(configs: list) -> list:
             at_n = [c for c in vs if c.device_count == n and not math.isnan(c.speedup)]
             if at_n:
                 first, rest = at_n[0], at_n[1:]
-                s = f"{name(first.strategy)} reaches {first.speedup:.2f}x on {n} {u} ({first.efficiency * 100:.0f}% efficiency)"
-                s += "".join(f", {name(c.strategy)} {c.speedup:.2f}x ({c.efficiency * 100:.0f}%)" for c in rest)
+                s = f"{name(first.strategy)} reaches {first.speedup:.2f}x on {n} {u} ({_efficiency_words(first, ' efficiency')})"
+                s += "".join(f", {name(c.strategy)} {c.speedup:.2f}x ({_efficiency_words(c)})" for c in rest)
                 out.append(s + f", against {first.baseline}.")
         top = max(c.device_count for c in vs)
         for c in vs:
@@ -101,7 +104,21 @@ def verdicts(configs: list) -> list:
                 parts.append(f"{max(0.0, c.exposed_comm_ms) / c.summary.median_ms * 100:.0f}% is exposed communication")
             if parts:
                 out.append("; ".join(parts) + ".")
+            waited = trace_report.comm_and_wait(c)  # --profile: how much of it is waiting for a slower rank
+            if waited:
+                out.append(waited)
     return out
+
+
+def _efficiency_words(c, what: str = "") -> str:
+    """'87% efficiency', or '100% efficiency; within noise: measured 103%, noise 25%' for a sentence."""
+    e = stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count)
+    return f"{e.shown:.0%}{what}" + (f"; {e.note}" if e.note else "")
+
+
+def efficiency_text(c, spec: str = ".0%") -> str:
+    """The configuration's efficiency as shown: above 100% only with why (bench.analysis.stats.shown_efficiency)."""
+    return stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count).text(spec)
 
 
 def memory_text(c) -> tuple:
@@ -127,7 +144,7 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
         alloc, reserved, level = memory_text(c)
         rows.append([name(c.strategy), c.variant, str(c.device_count) + (f" ({c.nodes} nodes)" if c.nodes > 1 else ""),
                      str(c.global_batch), str(c.summary.n), str(len(c.process_sps) or 1), fmt(c.samples_per_s), fmt(c.speedup, ".2f", "x"),
-                     fmt(c.efficiency * 100, ".1f", "%"), fmt(c.summary.median_ms, ".2f"), fmt(c.summary.p10_ms, ".2f"),
+                     efficiency_text(c, ".1%"), fmt(c.summary.median_ms, ".2f"), fmt(c.summary.p10_ms, ".2f"),
                      fmt(c.summary.p90_ms, ".2f"), fmt(alloc, ".0f")]
                     + ([fmt(reserved, ".0f"), fmt(level, ".0f")] if cuda else [])
                     + ["unstable" if c.unstable else "stable"])
@@ -174,39 +191,14 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
     return b
 
 
-def _environment_blocks(sweep: Sweep) -> list:
-    b: list = [("h", 2, "Environment")]
-    keys = ("hostname", "git_commit", "python", "torch", "torchvision", "cuda", "cudnn", "nccl", "gpu_names",
-            "gpu_driver", "cpu_model", "cpu_cores")
-    for e in sweep.envs:
-        rows = [[k, str(e[k]) if e.get(k) not in (None, "") else "–"] for k in keys]
-        extra = json.loads(e.get("json") or "{}")
-        rows.append(["CUDA_VISIBLE_DEVICES", str(extra.get("cuda_visible_devices") or "–")])
-        rows.append(["NCCL settings", ", ".join(f"{k}={v}" for k, v in (extra.get("nccl_env") or {}).items()) or "–"])
-        for g in extra.get("gpus") or []:
-            rows.append([f"GPU {g.get('index')}", f"{g.get('name')} {g.get('uuid') or ''} bus {g.get('pci_bus_id') or '–'}, "
-                         f"SM max {g.get('sm_clock_max_mhz') or '–'} MHz, power limit {g.get('power_limit_w') or '–'} W"])
-        rows.append(["threads per process", ", ".join(str(t) if t else "torch default" for t in sweep.threads) or "–"])
-        b.append(("table", ["", f"environment {e['env_id']}"], rows))
-        topo = extra.get("topology") or {}
-        if topo.get("matrix"):
-            n = len(topo["matrix"])
-            b.append(("table", ["GPU (torch numbering)", *map(str, range(n))],
-                      [[str(i), *[str(x) for x in row]] for i, row in enumerate(topo["matrix"])]))
-    if not sweep.envs:
-        b.append(("p", "No environment was recorded."))
-    for r, nodes in sweep.nodes:
-        b.append(("p", f"{r['config_key']}: " + ", ".join(f"node {n['node_rank']} on {n['hostname']}" for n in nodes)))
-    return b
-
-
-def blocks(sweep: Sweep, plot_paths: dict) -> list:
-    """The whole report as ('h', level, text) / ('p', text) / ('table', headers, rows) / ('img', path, alt):
-    the recommendation first, then the evidence per workload, then communication, correctness, problems, environment."""
+def blocks(sweep: Sweep, plot_paths: dict, figures: list = ()) -> list:
+    """The whole report as ('h', level, text) / ('p', text) / ('table', headers, rows) / ('img', path, alt) /
+    ('imgs', [(path, alt)]): the recommendation first with `figures` (one small figure per workload) right under its
+    table, then the evidence per workload, then communication, correctness, problems, environment."""
     from bench.report import recommend
     s = sweep.sweep
     b: list = [("h", 1, f"DataParallel vs DistributedDataParallel: sweep {s['sweep_id']}")]
-    b += recommend.blocks(sweep)
+    b += recommend.blocks(sweep, figures)
     b.append(("p", f"Sweep {s['sweep_id']}: {s['status']}, started {s['started_at']}, ended {s['ended_at'] or '–'}"
                    + (f", resumed {s['resumed']} time(s)" if s["resumed"] else "") + f". Command: {s['command_line']}"))
     for workload, configs in sweep.bench.items():
@@ -228,7 +220,7 @@ def blocks(sweep: Sweep, plot_paths: dict) -> list:
         b.append(("table", ["status", "configuration", "failed rank", "reason"],
                   [[r["status"], r["config_key"], "–" if r["failed_rank"] is None else str(r["failed_rank"]),
                     r["reason"] or "–"] for r in sweep.problems]))
-    return b + _environment_blocks(sweep)
+    return b + environment.blocks(sweep)
 
 
 # ---------------------------------------------------------------- entry points
@@ -248,7 +240,9 @@ def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "pl
                   for w, cs in sweep.bench.items()}
     plot_paths = {w: trace_report.plot_paths(p, sweep.bench[w], w, device_title(sweep, sweep.bench[w][0].device_type), plots_dir)
                   for w, p in plot_paths.items()}  # --profile: the traces' figure beside the phases plot
-    bl = blocks(sweep, plot_paths)
+    figures = [(first_screen_figure(sweep, w, cs, plots_dir), f"{w}: throughput against device count, recommended starred")
+               for w, cs in sweep.bench.items()]
+    bl = blocks(sweep, plot_paths, figures)
     from bench.report import forecast
     at = next((i for i, x in enumerate(bl) if x[:3] == ("h", 2, "Environment")), len(bl))  # before the environment
     bl[at:at] = ahead = forecast.blocks(store_path, sweep, plots_dir, device_title(
@@ -256,11 +250,30 @@ def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "pl
     forecast_plots = [x[1] for x in ahead if x[0] == "img"]
     os.makedirs(report_dir, exist_ok=True)
     md, page = os.path.join(report_dir, "report.md"), os.path.join(report_dir, "report.html")
+    origin = f"sweep {sweep.sweep['sweep_id']} of {os.path.abspath(store_path)}"
+    before = read_origin(md) or read_origin(page)
+    if not before and (os.path.exists(md) or os.path.exists(page)):
+        before = "a sweep it does not name (an older version's report, or a file this suite did not write)"
     with open(md, "w", encoding="utf-8") as f:
-        f.write(to_markdown(bl, report_dir))
+        f.write(to_markdown(bl, report_dir, origin))
     with open(page, "w", encoding="utf-8") as f:
-        f.write(to_html(bl))
-    return {"markdown": md, "html": page, "plots": [p for d in plot_paths.values() for p in d.values()] + forecast_plots}
+        f.write(to_html(bl, origin))
+    return {"markdown": md, "html": page, "replaced": before if before and before != origin else "",
+            "plots": [x[0] for x in figures] + [p for d in plot_paths.values() for p in d.values()] + forecast_plots}
+
+
+def first_screen_figure(sweep: Sweep, workload: str, configs: list, plots_dir: str) -> str:
+    """Save the workload's small figure for the first screen (bench.report.plots.overview_figure), the recommended
+    configuration of each precision starred; returns its path."""
+    from bench.report import plots, recommend
+    picks = []
+    for precision in dict.fromkeys(c.precision for c in configs):
+        cs = [c for c in configs if c.precision == precision and not math.isnan(c.samples_per_s)]
+        if cs:
+            picks.append(recommend.choose(cs)[0])
+    path = os.path.join(plots_dir, plots.file_name(workload, "overview"))
+    plots.overview_figure(configs, workload, device_title(sweep, configs[0].device_type), picks).savefig(path, dpi=100)
+    return path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -285,7 +298,8 @@ def main(argv: Optional[list] = None) -> int:
     except store.StoreError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {out['markdown']}, {out['html']} and {len(out['plots'])} plot(s) in {ns.plots_dir}")
+    print(f"wrote {out['markdown']}, {out['html']} and {len(out['plots'])} plot(s) in {ns.plots_dir}"
+          + (f"; they replace the report of {out['replaced']}" if out["replaced"] else ""))
     return 0
 
 

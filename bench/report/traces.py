@@ -40,7 +40,7 @@ def per_rank(c) -> dict:
         ok = [t for t in rows if t.get("span_ms") is not None and t.get("steps")]
         fig = {k: _mean(t.get(k) for t in ok) for k, _, _ in SEGMENTS}
         fig["overlap_share"] = _mean(t.get("overlap_share") for t in ok)
-        for k in ("span_ms", "wait_ms", "exposed_comm_ms"):
+        for k in ("span_ms", "wait_ms", "exposed_comm_ms", "comm_ms"):
             fig[k.replace("_ms", "_per_step_ms")] = _mean(t[k] / t["steps"] if t.get(k) is not None else None for t in ok)
         fig["trace_mb"] = _mean((t.get("trace_bytes") or 0) / 1e6 if t.get("trace_bytes") else None for t in rows)
         fig["mb_per_step"] = _mean(t["trace_bytes"] / 1e6 / t["steps"] for t in rows if t.get("trace_bytes") and t.get("steps"))
@@ -63,6 +63,40 @@ def straggler(c) -> Optional[tuple]:
         return None
     others = sorted(w for r, w in waits.items() if r != rank)
     return rank, waits[rank], others[len(others) // 2]
+
+
+def wait_words(c) -> Optional[str]:
+    """'rank 1 waits 40.1 ms a traced step for rank 0 in collectives; the collectives themselves take 1.2 ms a step,
+    rank 0's time in them': the rank that waits most, for the one that waits least, and the collectives' own time
+    (the least-waiting rank's time in them: the transfer, not waiting). None with fewer than two traced ranks."""
+    ranks = {r: f for r, f in per_rank(c).items() if not math.isnan(f["wait_per_step_ms"])}
+    if len(ranks) < 2:
+        return None
+    least = min(ranks, key=lambda r: ranks[r]["wait_per_step_ms"])
+    most = max(ranks, key=lambda r: ranks[r]["wait_per_step_ms"])
+    own = ranks[least]["comm_per_step_ms"]
+    if straggler(c) is None:
+        who = f"the ranks wait at most {ranks[most]['wait_per_step_ms']:.1f} ms a traced step for each other in collectives"
+    else:
+        who = f"rank {most} waits {ranks[most]['wait_per_step_ms']:.1f} ms a traced step for rank {least} in collectives"
+    return who + ("" if math.isnan(own) else f"; the collectives themselves take {own:.1f} ms a step, rank {least}'s time in them")
+
+
+def comm_and_wait(c) -> Optional[str]:
+    """How the traces' waiting fits the probe's exposed communication, for the configuration's sentence; None without
+    traces of two ranks or more."""
+    words = wait_words(c)
+    if words is None:
+        return None
+    s = straggler(c)
+    out = f"In the traces of {_label(c)}, {words}"
+    if s and not math.isnan(c.exposed_comm_ms):
+        out += (f": the exposed communication above leaves that wait out (it compares steps with and without the "
+                f"all-reduce, and both last as long as rank {s[0]}'s), so the wait is rank {s[0]}'s slowness, the straggler, "
+                "not communication")
+    elif s:
+        out += f": that wait is rank {s[0]}'s slowness, the straggler, not communication"
+    return out + "."
 
 
 def probe_agreement(c) -> Optional[tuple]:

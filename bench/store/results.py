@@ -63,6 +63,7 @@ class Config:
     data_wait_ms: float = math.nan      # median host wait for the next batch (slowest rank)
     speedup: float = math.nan
     efficiency: float = math.nan
+    efficiency_noise: float = math.nan  # the throughput difference this and its baseline cannot be told apart within
     baseline: str = ""
     traces: list = field(default_factory=list)   # --profile: traces rows, one per rank and repeat (with 'repeat')
 
@@ -104,6 +105,7 @@ class Sweep:
     equivalence: list = field(default_factory=list)
     loader: dict = field(default_factory=dict)     # device count -> loader-alone samples/s
     nodes: list = field(default_factory=list)      # per multi-node result: (result_id, node rows)
+    env_results: dict = field(default_factory=dict)  # env_id -> config keys of the results measured under it
 
 
 def pick_sweep(conn: sqlite3.Connection, sweep_id: Optional[int]) -> int:
@@ -183,6 +185,7 @@ def _with_scaling(configs: list) -> list:
             c.baseline = base.label + (f" [{base.variant}]" if base.variant != "fp32" else "")
             c.speedup = stats.speedup(c.samples_per_s, base.samples_per_s)
             c.efficiency = stats.efficiency(c.samples_per_s, base.samples_per_s, c.device_count, c.scaling)
+            c.efficiency_noise = 0.0 if base is c else stats.noise_bound(c.process_sps, base.process_sps)
     order = {s: i for i, s in enumerate(STRATEGY_ORDER)}
     return sorted(configs, key=lambda c: (c.variant != "fp32", c.precision, order.get(c.strategy, len(order)),
                                           c.variant, c.device_count))
@@ -196,6 +199,9 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
     envs = [dict(e) for i in env_ids for e in conn.execute("SELECT * FROM environments WHERE env_id = ?", (i,))]
     threads = sorted({r["threads_per_process"] for r in results if r["threads_per_process"] is not None})
     out = Sweep(sweep=sweep, envs=envs, threads=threads)
+    for r in results:
+        if r["env_id"] is not None:
+            out.env_results.setdefault(r["env_id"], []).append(r["config_key"])
     groups: dict = {}
     for r in results:
         if r["mode"] == "equivalence":

@@ -135,10 +135,16 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
             if row["status"] == "running":
                 raise store.StoreError(f"sweep {row['sweep_id']} is still running (pid {row['pid']} on {row['hostname']})")
             original = SweepConfig.from_json(row["config_json"])
-            kept = {"store": cfg.store, "resume": None, "report": cfg.report, "plots_dir": cfg.plots_dir, "report_dir": cfg.report_dir}
+            # Its output choices too (--no-report, --report-dir, --plots-dir), unless this command names new ones: a sweep
+            # started with --no-report must not render over results/ of the folder it is resumed from.
+            outputs = {n: getattr(cfg if n in given else original, n) for n in OUTPUT_CHOICES}
+            kept = {"store": cfg.store, "resume": None, **outputs}
             ignored = sorted(n for n in given if n not in kept and n != "resume" and getattr(cfg, n) != getattr(original, n))
             if ignored:
                 log("note: a resumed sweep keeps its original settings; ignoring --" + ", --".join(n.replace("_", "-") for n in ignored))
+            own = [_output_flag(n, outputs[n]) for n in OUTPUT_CHOICES if n not in given and outputs[n] != getattr(cfg, n)]
+            if own:
+                log("note: the resumed sweep keeps its own output choices: " + " ".join(own))
             cfg = dataclasses.replace(original, **kept)
         from bench.machine import env as env_mod
         env_id = store.insert_environment(conn, env_mod.capture())
@@ -224,6 +230,15 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
     return status
 
 
+OUTPUT_CHOICES = ("report", "report_dir", "plots_dir")   # what a resume keeps from its sweep unless it names new ones
+
+
+def _output_flag(name: str, value) -> str:
+    if name == "report":
+        return "--report" if value else "--no-report"
+    return f"--{name.replace('_', '-')} {shlex.quote(str(value))}"
+
+
 def traceback_path(cfg_store: str, sweep_id: Optional[int]) -> str:
     folder = os.path.dirname(os.path.abspath(cfg_store))
     name = f"sweep-{sweep_id}-traceback.txt" if sweep_id is not None else f"bench-traceback-{os.getpid()}.txt"
@@ -267,7 +282,8 @@ def render_report(cfg: SweepConfig, sweep_id: int, log: Callable[[str], None]) -
             path = "(could not be written)"
         log(f"report: could not render ({type(e).__name__}: {e}; traceback in {path}); results are in {cfg.store}")
         return 1
-    log(f"report: {out['markdown']}, {out['html']}; {len(out['plots'])} plot(s) in {cfg.plots_dir}/")
+    log(f"report: {out['markdown']}, {out['html']}; {len(out['plots'])} plot(s) in {cfg.plots_dir}/"
+        + (f"; they replace the report of {out['replaced']} that was there" if out["replaced"] else ""))
     return 0
 
 
