@@ -22,6 +22,7 @@ from bench.analysis import forecast_check as fk
 from bench.analysis import forecast_inputs as fi
 from bench.analysis import forecast_sweep as fs
 from bench.analysis import network as nw
+from bench.analysis import stats
 
 EFFICIENT = 0.75                                  # below this, scaling stops paying
 WHAT_IF_NET = 4.0                                 # "a faster inter-node network": 4x its bus bandwidth
@@ -58,13 +59,13 @@ def device_memory_mib(sweep) -> Optional[float]:
     return min(sizes) if sizes else None
 
 
-def shown_efficiency(eff: float, count: int) -> str:
-    """Efficiency as shown: above 100% only with why (noise: the baseline is another process's median)."""
+def shown_efficiency(s: fs.Setting, eff: float, count: int) -> str:
+    """Efficiency as the report shows it (bench.analysis.stats.shown_efficiency): above 100% only with why; the noise
+    is the spread between the processes of the setting and of its single-device baseline."""
     if eff is None or math.isnan(eff):
-        return "-"
-    if eff > 1.0:
-        return f"100% ({eff:.0%}: noise)"
-    return f"{eff:.0%}"
+        return "–"
+    noise = stats.noise_bound(s.single.process_sps if s.single is not None else [], s.any.process_sps)
+    return stats.shown_efficiency(eff, noise, count).text()
 
 
 def auto_preset(sweep) -> Optional[nw.Preset]:

@@ -124,7 +124,7 @@ def main(argv: list) -> int:
         for n, c in s.configs.items():
             raw = s.raws.get(c.key)
             print(f"  {n:>7} {c.nodes:>5} {_fmt(c.summary.median_ms, '9.1f')} {_fmt(c.samples_per_s, '10.1f')} "
-                  f"{_fmt(fo.shown_efficiency(c.efficiency, n), '>10')} {_fmt(raw.peak_mib if raw else None, '8.0f')}  measured")
+                  f"{fo.shown_efficiency(s, c.efficiency, n):>10} {_fmt(raw.peak_mib if raw else None, '8.0f')}  measured")
         pts = fo.series(s, inp, ns.to, m)
         for p in pts:
             if p.refused:
@@ -132,7 +132,7 @@ def main(argv: list) -> int:
             else:
                 mem = p.memory.total_mib if p.memory else math.nan
                 print(f"  {p.count:>7} {p.nodes:>5} {p.step_ms:9.1f} {p.samples_per_s:10.1f} "
-                      f"{fo.shown_efficiency(p.efficiency, p.count):>10} {_fmt(mem, '8.0f')}  {p.bound}"
+                      f"{fo.shown_efficiency(s, p.efficiency, p.count):>10} {_fmt(mem, '8.0f')}  {p.bound}"
                       f"{' (' + p.algorithm + ')' if p.algorithm and p.bound == 'exposed communication' else ''}")
         moves = [(what, fo.first_below(pts)) for what, pts in fo.what_ifs(s, inp, m, grid)]
         print(f"  efficiency under {fo.EFFICIENT:.0%} from: " + "; ".join(

@@ -136,7 +136,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
         moves = "; ".join(f"{what}: {fo.first_below(pts) or 'not up to 1024'}" for what, pts in ws[1:])
         for p in fo.series(s, inp, TABLE_COUNTS, m):
             rows.append([s.label, str(p.count), str(p.nodes), _text(p.step_ms, ".1f"), _text(p.samples_per_s, ".0f"),
-                         _text(p.efficiency, "") if math.isnan(p.efficiency) else fo.shown_efficiency(p.efficiency, p.count),
+                         fo.shown_efficiency(s, p.efficiency, p.count),
                          _text(p.memory.total_mib if p.memory else None, ".0f"),
                          p.refused or p.bound])
         rows.append([s.label, "rests on", "", "", "", "", "", "; ".join(fo.rests_on(s, inp, m))
