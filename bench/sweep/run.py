@@ -24,6 +24,7 @@ from bench.store import store
 from bench.sweep import equivalence, plan, profiling
 from bench.sweep.diagnose import Outcome
 from bench.sweep.launch import Limits, run_config
+from bench.shared.spec import DDP_BASED
 from bench.sweep.plan import RunSpec, Skip
 
 EXIT_STATUS = {0: "every configuration ok or skipped", 1: "a configuration failed (recorded with its reason; the sweep went on)",
@@ -45,7 +46,7 @@ def _describe(spec: RunSpec) -> str:
     name = "" if spec.mode in ("comm", "loader") else f"{spec.workload} {spec.strategy} "
     axes = [spec.precision] if spec.precision != "fp32" else []
     axes += (["channels_last"] if spec.channels_last else []) + (["compiled"] if spec.compile else [])
-    axes += [f"{k}={v}" for k, v in spec.options]
+    axes += [f"{k}={v}" for k, v in spec.options] + ([spec.optimizer] if spec.optimizer != "sgd" else [])
     nodes = f" on {spec.nodes} nodes" if spec.nodes > 1 else ""
     rep = f" (repeat {spec.repeat + 1})" if spec.repeat else ""
     return f"{what}{name}{spec.device_type} x{spec.device_count}{nodes}" + (f" [{', '.join(axes)}]" if axes else "") + rep
@@ -65,7 +66,10 @@ def _summary_line(conn, rid: int, outcome: Outcome) -> str:
         return f"{outcome.status.upper()}: {outcome.reason}"
     r = conn.execute("SELECT * FROM results WHERE result_id = ?", (rid,)).fetchone()
     if r["mode"] == "equivalence":
-        return f"ok, parameters match (max |diff| {outcome.payload['max_abs_diff']:.2g}, {outcome.payload['tolerance']})"
+        v = outcome.payload
+        state = (f"; optimizer state matches too ({v['state_tensors']} tensors, max |diff| {v['state_max_rel_diff']:.2g} of "
+                 f"each tensor's largest element)") if v.get("state_tensors") else ""
+        return f"ok, parameters match (max |diff| {v['max_abs_diff']:.2g}, {v['tolerance']}){state}"
     if r["mode"] == "comm":
         return "ok" + peak_busbw(outcome.payload.get("comm", []))
     if r["mode"] == "loader":
@@ -108,7 +112,7 @@ def estimate_s(runs: list, cfg: SweepConfig) -> float:
     for r in runs:
         step_s = per_step.get(r.workload, 0.2) * (2 if r.mode == "equivalence" else 1)
         window_s = max(r.steps * step_s, r.min_window_s)
-        total += per_start + r.warmup * step_s + window_s * (2 if r.strategy == "ddp" else 1)
+        total += per_start + r.warmup * step_s + window_s * (2 if r.strategy in DDP_BASED else 1)
     return total
 
 
