@@ -14,6 +14,8 @@ import dataclasses
 import math
 import os
 import shutil
+from collections import Counter
+from typing import Optional
 
 import torch
 
@@ -67,22 +69,64 @@ def specs(spec: RunSpec) -> tuple:
     return ref, cand
 
 
-def run(spec: RunSpec, limits, shared_dir=None) -> Outcome:
+def _reference_key(ref: RunSpec) -> str:
+    # Loader workers change how fast the reference loads, never what: every strategy walks the same seeded samples.
+    return dataclasses.replace(ref, num_workers=0, out_dir="").to_json()
+
+
+class References:
+    """A sweep's single-process references, each run once. A reference depends on the workload, count, precision,
+    optimizer and batch split, never on the strategy checked against it: DataParallel, DDP, ZeRO, FSDP and HSDP at
+    one count share one (k strategies: k + 1 runs instead of 2k). Its folder (params.pt) goes once the last check
+    that needs it is done (`release`), or at `close`.
+
+        refs = References(items)    # the plan: how many checks need each reference
+        outcome = run(spec, limits, shared, refs)
+    """
+
+    def __init__(self, items: list):
+        self.left = Counter(_reference_key(specs(s)[0]) for s in items
+                            if isinstance(s, RunSpec) and s.mode == "equivalence")
+        self.done: dict = {}
+
+    def outcome(self, ref: RunSpec, limits) -> Outcome:
+        from bench.sweep.launch import run_config
+        key = _reference_key(ref)
+        if key not in self.done:
+            self.done[key] = run_config(ref, limits, keep=True)
+        return self.done[key]
+
+    def release(self, ref: RunSpec) -> None:
+        key = _reference_key(ref)
+        self.left[key] -= 1
+        if self.left[key] <= 0 and key in self.done:
+            shutil.rmtree(self.done.pop(key).out_dir, ignore_errors=True)
+
+    def close(self) -> None:
+        for outcome in self.done.values():
+            shutil.rmtree(outcome.out_dir, ignore_errors=True)
+        self.done.clear()
+
+
+def run(spec: RunSpec, limits, shared_dir=None, refs: Optional[References] = None) -> Outcome:
+    """The gate for one configuration: its reference (from `refs`, run once per sweep; else run here), the candidate,
+    both files compared. Folders removed as soon as nothing else needs them."""
     from bench.sweep.launch import run_config
+    refs = refs if refs is not None else References([])
     ref_spec, cand_spec = specs(spec)
-    ref, cand = run_config(ref_spec, limits, keep=True), None  # their params.pt are compared, then both removed
+    cand = None
     try:
+        ref = refs.outcome(ref_spec, limits)
         if ref.status != "ok":
-            ref.reason = f"reference (single process, global batch) failed: {ref.reason}"
-            return ref
+            return dataclasses.replace(ref, reason=f"reference (single process, global batch) failed: {ref.reason}")
         cand = run_config(cand_spec, limits, shared_dir, keep=True)
         if cand.status != "ok":
             return cand
         verdict = compare_params(os.path.join(ref.out_dir, "params.pt"), os.path.join(cand.out_dir, "params.pt"), spec.precision)
     finally:
-        for done in (ref, cand):
-            if done is not None:
-                shutil.rmtree(done.out_dir, ignore_errors=True)
+        if cand is not None:
+            shutil.rmtree(cand.out_dir, ignore_errors=True)
+        refs.release(ref_spec)
     verdict.update(optimizer_steps=EQUIVALENCE_STEPS, reference_losses=ref.payload.get("losses"),
                    candidate_losses=cand.payload.get("losses"), batchnorm=ref.payload.get("batchnorm"))
     cand.payload = verdict

@@ -127,7 +127,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
         faults.parse(os.environ.get("BENCH_FAULT", ""))
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    conn = sweep_id = env_id = current = None
+    conn = sweep_id = env_id = current = refs = None
     started, failures = "", 0
     try:
         from bench.workloads import voc
@@ -165,6 +165,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
                 log(line)
         log(plan_summary(items, cfg))
         shared = os.path.join(os.path.dirname(os.path.abspath(cfg.store)), ".bench-runs")
+        refs = equivalence.References(items)  # the gate's references, one per count (and recipe) for every strategy
         failed_before: dict = {}  # config key -> why its first failed repeat failed, for the later rounds
         for i, item in enumerate(items, 1):
             spec = item.spec if isinstance(item, Skip) else item
@@ -180,7 +181,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
             spec = profiling.attach(spec, cfg, sweep_id, i)  # --profile: where its traces go
             current, started = spec, store.now()
             limits = Limits.for_spec(spec, cfg.timeout)
-            outcome = (equivalence.run(spec, limits, shared) if spec.mode == "equivalence"
+            outcome = (equivalence.run(spec, limits, shared, refs) if spec.mode == "equivalence"
                        else run_config(spec, limits, shared, _progress(log, head)))
             with signals_deferred():  # a finished configuration is recorded, not lost to a late Ctrl-C
                 rid = store.record_result(conn, sweep_id, env_id, spec, outcome.status, outcome.reason, outcome.payload,
@@ -217,6 +218,8 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
     except Exception as e:
         return internal_error(e, cfg, conn, sweep_id, env_id, current, started, log)
     finally:
+        if refs is not None:
+            refs.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if conn is not None:
