@@ -142,7 +142,7 @@ def frontier(points: list) -> list:
 
 def frontier_figure(configs: list, workload: str, where: str, budget: Optional[float]) -> Figure:
     """samples/s against peak memory per device: one point per configuration (colour: strategy, marker: count), the
-    frontier through the points nothing beats, the budget as a vertical line."""
+    frontier through the points nothing beats (one per precision and optimizer), the budget as a vertical line."""
     cuda = configs[0].device_type == "cuda"
     scale, unit = (1024.0, "GiB") if cuda else (1.0, "MiB")
     fig = Figure(figsize=(9.0, 5.5), layout="constrained")
@@ -158,10 +158,12 @@ def frontier_figure(configs: list, workload: str, where: str, budget: Optional[f
         ax.scatter([x], [c.samples_per_s], color=plots.COLORS.get(c.strategy, "#333333"),
                    marker=MARKERS[counts.index(c.device_count) % len(MARKERS)], s=50, label=label, zorder=3)
         ax.annotate(training_state.label(c), (x, c.samples_per_s), textcoords="offset points", xytext=(4, 4), fontsize=7)
-    line = frontier([(peak_mib(c) / scale, c.samples_per_s) for c in shown])
-    if line:
-        ax.step([p[0] for p in line], [p[1] for p in line], where="post", color="#999999", linestyle="--",
-                label="frontier (nothing faster for less memory)", zorder=2)
+    groups = _groups(shown)  # one frontier per training recipe: precision and optimizer
+    for i, ((precision, optimizer), cs) in enumerate(groups.items()):
+        line = frontier([(peak_mib(c) / scale, c.samples_per_s) for c in cs])
+        ax.step([p[0] for p in line], [p[1] for p in line], where="post", color="#999999", zorder=2,
+                linestyle=plots.STYLES[(i + 1) % len(plots.STYLES)],
+                label="frontier (nothing faster for less memory)" + (f" [{precision}, {optimizer}]" if len(groups) > 1 else ""))
     if budget:
         ax.axvline(budget / scale, color="#d62728", linestyle=":", label=f"budget {size(budget)}")
     for n in counts:
