@@ -13,7 +13,6 @@ import torch
 from bench.sweep import equivalence
 from bench.sweep.launch import Limits, run_config
 from bench.sweep.plan import RunSpec
-from conftest import FAST, run_bench
 
 LIMITS = Limits(fixed_s=240.0, stall_s=60.0)
 
