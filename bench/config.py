@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
-STRATEGIES = ("single", "dp", "ddp", "fsdp")
+STRATEGIES = ("single", "dp", "ddp", "zero", "fsdp", "hsdp")
 DEFAULT_STRATEGIES = ("single", "dp", "ddp")
 DEFAULT_WORKLOADS = ("synthetic", "deeplabv3")
 DEVICES = ("auto", "cuda", "cpu")
@@ -26,6 +26,7 @@ SCALINGS = ("weak", "strong")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")   # powersgd takes a rank: powersgd:4
 FSDP_MIXED = ("none", "bf16")
+OPTIMIZERS = ("sgd", "adamw")
 LAUNCHERS = ("auto", "local", "slurm")
 
 
@@ -43,7 +44,7 @@ class SweepConfig:
     gpus: Optional[tuple] = _f(None, "device counts, e.g. 1,4,8 (on CPU: gloo processes); default: 1 and 4/8 where the machine has them (CPU: 1,2)", "ints", 1)
     nodes: Optional[tuple] = _f(None, "node counts inside a SLURM allocation, e.g. 1,2,4: adds N x --gpus-per-node devices per count (multi-node: ddp and fsdp)", "ints", 1)
     gpus_per_node: Optional[int] = _f(None, "devices per node for multi-node configurations (default: this node's GPUs; CPU: 1)", "int", 1)
-    strategies: tuple = _f(DEFAULT_STRATEGIES, "strategies: single,dp,ddp,fsdp (single runs at 1 device, the baseline)", "names")
+    strategies: tuple = _f(DEFAULT_STRATEGIES, "strategies: single,dp,ddp,zero,fsdp,hsdp (single runs at 1 device, the baseline; zero: DDP with ZeroRedundancyOptimizer; hsdp: FSDP2 sharding within --hsdp-shard-size devices, replicated across them)", "names")
     workloads: tuple = _f(DEFAULT_WORKLOADS, "workloads: synthetic, deeplabv3, any torchvision classification/segmentation model name, or MODULE:FUNCTION / FILE.py:FUNCTION", "names")
     device: str = _f("auto", "auto|cuda|cpu (auto: CUDA if present, else CPU)", "str")
     precision: tuple = _f(("fp32",), "precisions to sweep: fp32 (TF32 off), tf32, bf16 (autocast), fp16 (autocast + gradient scaler)", "names")
@@ -81,7 +82,11 @@ class SweepConfig:
     sync_buffers: tuple = _f((True,), "DDP buffer synchronisation every forward (forward_sync_buffers, formerly broadcast_buffers) axis: true,false", "bools")
     comm_hook: tuple = _f(("none",), "DDP communication hooks to sweep: none,fp16,bf16,powersgd:RANK (e.g. powersgd:4)", "names")
     fsdp_reshard: tuple = _f((True,), "FSDP reshard_after_forward axis: true,false", "bools")
-    fsdp_mixed_precision: tuple = _f(("none",), "FSDP mixed-precision policy axis: none (fp32) or bf16 (bf16 parameters, fp32 gradient reduction)", "names")
+    fsdp_mixed_precision: tuple = _f(("none",), "FSDP/HSDP mixed-precision policy axis: none (fp32) or bf16 (bf16 parameters, fp32 gradient reduction)", "names")
+    zero_bucket_view: tuple = _f((False,), "ZeroRedundancyOptimizer parameters_as_bucket_view axis: false,true (true: parameters live in flat buckets, broadcast one bucket at a time)", "bools")
+    hsdp_shard_size: Optional[tuple] = _f(None, "HSDP devices per shard group, an axis (default: the devices per node, or the count below one node); every count must be a multiple of it", "ints", 1)
+    optimizer: tuple = _f(("sgd",), "optimizers to sweep: sgd (momentum 0.9, lr 0.01), adamw (torch's defaults: lr 1e-3, betas 0.9/0.999, weight_decay 0.01); one implementation for every strategy", "names")
+    memory_budget_gib: Optional[float] = _f(None, "memory per device the recommendation must fit, GiB (default: the GPU's memory on CUDA; on CPU none unless given, then held against each rank's peak RSS)", "float", 0.0)
     check_equivalence: bool = _f(False, "check that dp/ddp/fsdp end k steps with the same parameters as one process", "bool")
     comm_bench: bool = _f(True, "run the collectives microbenchmark (all-reduce, all-gather, reduce-scatter) at every count > 1", "bool")
     comm_counts: Optional[tuple] = _f(None, "device counts at which only the machine is measured (the collectives and their interference), with no training there: the forecast's held-out form, e.g. --gpus 1 --comm-counts 2; threads per process follow these counts too", "ints", 2)
@@ -126,6 +131,8 @@ GROUPS = {
     "precision and compilation": ("precision", "channels_last", "compile"),
     "DDP settings": ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "sync_buffers", "comm_hook", "sync_bn"),
     "FSDP settings": ("fsdp_reshard", "fsdp_mixed_precision"),
+    "ZeRO and HSDP settings": ("zero_bucket_view", "hsdp_shard_size"),
+    "optimizer and memory": ("optimizer", "memory_budget_gib"),
     "measurement": ("steps", "min_window_s", "warmup"),
     "faults and limits": ("timeout", "pg_timeout"),
     "output": ("store", "plots_dir", "report_dir", "report"),
@@ -227,6 +234,9 @@ def from_args(ns: argparse.Namespace) -> SweepConfig:
     for name in ("profile_steps", "profile_max_mb"):
         if name in kw and not cfg.profile:  # would silently do nothing
             raise ConfigError(f"{flag(name)}: takes effect with --profile only; add --profile, or leave {flag(name)} out")
+    for name, strategy in (("zero_bucket_view", "zero"), ("hsdp_shard_size", "hsdp")):
+        if name in kw and strategy not in cfg.strategies:
+            raise ConfigError(f"{flag(name)}: takes effect with --strategies {strategy} only; add {strategy}, or leave {flag(name)} out")
     return cfg
 
 
@@ -260,13 +270,14 @@ def check_values(cfg: SweepConfig) -> None:
     for name, allowed in (("device", DEVICES), ("scaling", SCALINGS), ("data", DATA_SOURCES), ("launcher", LAUNCHERS)):
         if getattr(cfg, name) not in allowed:
             raise ConfigError(f"{flag(name)}: {getattr(cfg, name)!r} is not one of {', '.join(allowed)}")
-    for name, allowed in (("strategies", STRATEGIES), ("precision", PRECISIONS), ("fsdp_mixed_precision", FSDP_MIXED)):
+    for name, allowed in (("strategies", STRATEGIES), ("precision", PRECISIONS), ("fsdp_mixed_precision", FSDP_MIXED),
+                          ("optimizer", OPTIMIZERS)):
         values = getattr(cfg, name)
         for n in values:
             if n not in allowed:
                 raise ConfigError(f"{flag(name)}: unknown name {n!r}; expected a comma-separated subset of {','.join(allowed)}")
     for name in ("strategies", "workloads", "precision", "comm_hook", "fsdp_mixed_precision", "channels_last", "compile",
-                 "gradient_as_bucket_view", "static_graph", "sync_buffers", "fsdp_reshard"):
+                 "gradient_as_bucket_view", "static_graph", "sync_buffers", "fsdp_reshard", "zero_bucket_view", "optimizer"):
         values = getattr(cfg, name)
         if len(set(values)) != len(values):
             raise ConfigError(f"{flag(name)}: {','.join(map(str, values))} names an entry twice")

@@ -136,3 +136,20 @@ def quick_sweep(tmp_path_factory) -> tuple:
     if "proc" not in _QUICK:
         _start_quick_sweep(str(tmp_path_factory.mktemp("quick")))
     return finished(_QUICK["proc"], timeout=600), _QUICK["path"]
+
+
+# Every per-device strategy under AdamW at 2 processes with the equivalence gate (one reference shared by the four
+# checks): the gate's test, the state-counting tests and the memory-budget report read this one store.
+SHARDED_ARGS = [*FAST, "--strategies", "ddp,zero,fsdp,hsdp", "--optimizer", "adamw", "--gpus", "2",
+                "--check-equivalence", "--no-comm-bench"]
+
+
+@pytest.fixture(scope="session")
+def sharded_sweep(tmp_path_factory) -> tuple:
+    """(the completed process, its store path, the TMPDIR it ran with) of SHARDED_ARGS, run once per session."""
+    folder = tmp_path_factory.mktemp("sharded")
+    tmp = folder / "tmp"
+    tmp.mkdir()
+    path = str(folder / "bench.sqlite")
+    p = run_bench([*SHARDED_ARGS, "--store", path], env={"TMPDIR": str(tmp)})
+    return p, path, tmp

@@ -2,6 +2,7 @@
 store is touched; defaults are an absence, filled per device, printed and stored."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sqlite3
@@ -328,3 +329,52 @@ def test_repeats_run_in_rounds_so_a_slow_minute_hits_one_process_of_several_conf
     rounds = [r for _, _, r in order]
     assert rounds == sorted(rounds) and rounds.count(0) == 5 and rounds.count(1) == rounds.count(2) == 4  # dp x2: skipped once
     assert order[:5] == [("single", 1, 0), ("dp", 1, 0), ("dp", 2, 0), ("ddp", 1, 0), ("ddp", 2, 0)]
+
+
+def test_zero_takes_ddps_settings_hsdp_a_shard_size_and_the_optimizer_is_an_axis_keyed_only_past_sgd():
+    cfg = resolve(SweepConfig(workloads=("synthetic",), strategies=("ddp", "zero", "hsdp"), gpus=(1, 2), repeats=1,
+                              optimizer=("sgd", "adamw"), zero_bucket_view=(False, True), bucket_cap_mb=(25.0,)), CPU2)
+    runs = [i for i in plan.plan(cfg, CPU2) if isinstance(i, plan.RunSpec) and i.mode == "bench"]
+    ddp = [r for r in runs if r.strategy == "ddp" and r.optimizer == "sgd" and r.device_count == 2]
+    # sgd keeps the keys older stores and compare know; adamw is added to the key
+    assert [r.key for r in ddp] == ["bench/synthetic/ddp/cpux2/b64/g128/i0/synthetic/fp32/bucket_cap_mb=25.0"]
+    assert all(r.key.endswith("/adamw") == (r.optimizer == "adamw") for r in runs)
+    zero = {dict(r.options).get("parameters_as_bucket_view", False) for r in runs if r.strategy == "zero"}
+    assert zero == {False, True} and all(r.option("bucket_cap_mb") == 25.0 for r in runs if r.strategy == "zero")
+    # one node of 2 processes: the shard group is the count (x1: 1, x2: 2), so replicate 1: FSDP, and said so
+    assert {(r.device_count, r.option("shard_size")) for r in runs if r.strategy == "hsdp"} == {(1, 1), (2, 2)}
+    lines = plan.describe_resolved(cfg, set())
+    assert "hsdp mesh: x1 replicate 1 x shard 1 (one shard group: this is FSDP" in "\n".join(lines)
+    gate = plan.plan(dataclasses.replace(cfg, check_equivalence=True), CPU2)
+    assert {r.strategy for r in gate if isinstance(r, plan.RunSpec) and r.mode == "equivalence"} == {"ddp", "zero", "hsdp"}
+    comm = [r for r in gate if isinstance(r, plan.RunSpec) and r.mode == "comm"]
+    assert comm and comm[0].comm_ops == ("all_reduce", "all_gather", "reduce_scatter")  # HSDP runs FSDP's collectives
+
+
+def test_hsdp_shards_within_a_node_and_replicates_across_nodes_and_the_budget_defaults_to_the_gpus_memory():
+    nodes = Machine(cuda_devices=8, cpu_cores=64, gpu_names=("H100",) * 8, gpu_capabilities=((9, 0),) * 8,
+                    slurm_nodes=2, gpu_memory_bytes=(80 * 2**30,) * 8)
+    cfg = resolve(SweepConfig(workloads=("synthetic",), strategies=("hsdp",), nodes=(1, 2), gpus_per_node=8), nodes)
+    assert cfg.memory_budget_gib == 80.0
+    runs = [i for i in plan.plan(cfg, nodes) if isinstance(i, plan.RunSpec) and i.mode == "bench"]
+    assert {(r.device_count, r.nodes, r.option("shard_size"), r.launcher) for r in runs} == {(8, 1, 8, "local"), (16, 2, 8, "slurm")}
+    four = resolve(SweepConfig(workloads=("synthetic",), strategies=("hsdp",), nodes=(2,), gpus_per_node=8, hsdp_shard_size=(4, 16)), nodes)
+    assert {r.option("shard_size") for r in plan.plan(four, nodes) if isinstance(r, plan.RunSpec) and r.mode == "bench"} == {4, 16}
+    assert resolve(SweepConfig(workloads=("synthetic",)), CPU2).memory_budget_gib is None  # on CPU: none unless given
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--optimizer", "adam8bit"], "--optimizer: unknown name 'adam8bit'; expected a comma-separated subset of sgd,adamw"),
+    (["--strategies", "hsdp", "--gpus", "2", "--hsdp-shard-size", "3"],
+     "--hsdp-shard-size 3: 2 device(s) do not split into HSDP shard groups of 3"),
+    (["--strategies", "hsdp", "--gpus", "1,2", "--hsdp-shard-size", "2"], "1 device(s) do not split"),
+    (["--memory-budget-gib", "0"], "--memory-budget-gib: 0 is not allowed"),
+    (["--memory-budget-gib", "nan"], "--memory-budget-gib: 'nan' is not a finite number"),
+    (["--hsdp-shard-size", "2"], "--hsdp-shard-size: takes effect with --strategies hsdp only"),
+    (["--zero-bucket-view", "true"], "--zero-bucket-view: takes effect with --strategies zero only"),
+    (["--optimizer", "sgd,sgd"], "names an entry twice"),
+])
+def test_bad_optimizer_shard_size_and_budget_exit_2_before_anything_runs(args, expected, tmp_path, capsys, no_run):
+    assert cli.main([*args, "--device", "cpu", "--store", str(tmp_path / "s.sqlite")]) == 2
+    assert expected in capsys.readouterr().err
+    assert not (tmp_path / "s.sqlite").exists()

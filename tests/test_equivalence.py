@@ -13,7 +13,6 @@ import torch
 from bench.sweep import equivalence
 from bench.sweep.launch import Limits, run_config
 from bench.sweep.plan import RunSpec
-from conftest import FAST, run_bench
 
 LIMITS = Limits(fixed_s=240.0, stall_s=60.0)
 
@@ -25,26 +24,26 @@ def spec(strategy, n, **kw) -> RunSpec:
 
 
 @pytest.mark.timeout(300)
-def test_ddp_and_fsdp_two_ranks_match_single_process_with_the_global_batch(store_path, tmp_path):
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    p = run_bench(FAST + ["--strategies", "ddp,fsdp", "--gpus", "2", "--check-equivalence", "--no-comm-bench", "--store", store_path],
-                  env={"TMPDIR": str(tmp)})
+def test_ddp_zero_fsdp_and_hsdp_under_adamw_end_with_the_parameters_and_state_of_one_process(sharded_sweep):
+    p, store_path, tmp = sharded_sweep
     assert p.returncode == 0, p.stdout + p.stderr
     # Each configuration runs in a folder of its own (spec, heartbeats, result; the gate's parameters: 224 MiB
     # for DeepLabV3) and torchrun makes a log folder per launch: none outlives the sweep (a failed configuration's
-    # neither: tests/test_faults.py).
+    # neither: tests/test_faults.py), the shared reference's included.
     left = sorted(n for n in os.listdir(tmp) if n.startswith(("bench-run-", "torchelastic_")))
     assert left == [], left
     conn = sqlite3.connect(store_path)
     conn.row_factory = sqlite3.Row
     rows = conn.execute("SELECT * FROM results WHERE mode = 'equivalence'").fetchall()
-    assert {(r["strategy"], r["device_count"]) for r in rows} == {("ddp", 2), ("fsdp", 2)}
+    assert {(r["strategy"], r["device_count"], r["optimizer"]) for r in rows} == {
+        (s, 2, "adamw") for s in ("ddp", "zero", "fsdp", "hsdp")}
     for r in rows:
         d = json.loads(r["details_json"])
         assert r["status"] == "ok" and d["passed"] and d["max_abs_diff"] <= 1e-5, d
+        # the MLP's 3 layers: weight and bias each, exp_avg and exp_avg_sq each, gathered whole from every shard
+        assert d["state_tensors"] == 12 and d["state_passed"] and d["state_max_rel_diff"] <= 1e-4, d
         assert d["reference_losses"] == pytest.approx(d["candidate_losses"], rel=1e-4)
-    assert "parameters match" in p.stdout
+    assert p.stdout.count("parameters match") == 4 and p.stdout.count("optimizer state matches too") == 4
 
 
 @pytest.mark.timeout(300)
@@ -90,3 +89,45 @@ def test_accumulated_micro_batches_and_bf16_autocast_pass_the_gate_under_ddp():
     out = equivalence.run(s, LIMITS)
     assert out.status == "ok", out.reason
     assert out.payload["passed"] and out.payload["precision"] == "bf16"
+
+
+def _saved(path, **tensors) -> str:
+    torch.save(tensors, path)
+    return str(path)
+
+
+def test_gate_fails_on_optimizer_state_off_by_a_factor_that_adamw_parameters_hide(tmp_path):
+    # AdamW's update divides exp_avg by sqrt(exp_avg_sq): gradients summed instead of averaged (2x) leave the parameters
+    # as they were but not the state, which is ~1e-7 for exp_avg_sq, so it is compared relative to its own size.
+    w = torch.randn(8, 8)
+    m, v = torch.randn(8, 8) * 1e-3, torch.rand(8, 8) * 1e-7
+    state = equivalence.STATE_PREFIX
+    ref = _saved(tmp_path / "ref.pt", w=w, **{f"{state}w.exp_avg": m, f"{state}w.exp_avg_sq": v})
+    doubled = _saved(tmp_path / "bad.pt", w=w.clone(), **{f"{state}w.exp_avg": 2 * m, f"{state}w.exp_avg_sq": 4 * v})
+    same = _saved(tmp_path / "good.pt", w=w.clone(), **{f"{state}w.exp_avg": m * (1 + 1e-7), f"{state}w.exp_avg_sq": v.clone()})
+    bad = equivalence.compare_params(ref, doubled)
+    assert bad["params_passed"] and not bad["passed"] and not bad["state_passed"]
+    assert bad["state_worst_tensor"] == f"{state}w.exp_avg_sq" and bad["state_max_rel_diff"] > 2
+    good = equivalence.compare_params(ref, same)
+    assert good["passed"] and good["state_tensors"] == 2
+    missing = equivalence.compare_params(ref, _saved(tmp_path / "none.pt", w=w.clone()))
+    assert not missing["passed"] and missing["state_max_rel_diff"] == float("inf")
+
+
+def test_strategies_at_one_count_share_one_reference_run(monkeypatch):
+    from bench.sweep import launch
+    from bench.sweep.diagnose import Outcome
+    launched = []
+
+    def fake_run_config(s, limits, shared_dir=None, keep=False, **kw):
+        launched.append(s.strategy)
+        return Outcome("failed", reason="stopped here", out_dir="")
+
+    monkeypatch.setattr(launch, "run_config", fake_run_config)
+    gate = [dataclasses.replace(spec(s, 2), mode="equivalence") for s in ("dp", "ddp", "zero", "fsdp", "hsdp")]
+    gate.append(dataclasses.replace(spec("ddp", 2), mode="equivalence", optimizer="adamw"))  # another recipe
+    refs = equivalence.References(gate)
+    outcomes = [equivalence.run(s, LIMITS, refs=refs) for s in gate]
+    assert launched == ["single", "single"]  # one reference per optimizer, shared by the 5 strategies
+    assert all(o.reason == "reference (single process, global batch) failed: stopped here" for o in outcomes)
+    assert not refs.done  # each released after its last check

@@ -160,7 +160,7 @@ def test_html_is_self_contained_and_escapes_store_text(cpu):
     assert "<script>alert" not in page and "<b>the rest</b>" not in page and "<i>9000" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; rank 0 died &amp; took" in page
     srcs = re.findall(r'<img src="([^"]+)"', page)
-    assert len(srcs) == len(out["plots"]) == 15   # 11 per-workload plots, the first screen's 2 and 2 forecasts
+    assert len(srcs) == len(out["plots"]) == 17   # 11 per-workload plots, the first screen's 2, 2 frontiers, 2 forecasts
     for src in srcs:
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1]).startswith(PNG_SIGNATURE)
@@ -180,7 +180,8 @@ def test_every_plot_is_a_readable_png_with_a_stable_name(cpu):
     _, out, _, _ = cpu
     names = {os.path.basename(p) for p in out["plots"]}
     assert names == {f"{w}_{q}.png" for w in ("synthetic", "deeplabv3")
-                     for q in ("overview", "throughput", "efficiency", "phases", "memory", "step_times", "forecast")} | {"deeplabv3_time_to_train.png"}
+                     for q in ("overview", "throughput", "efficiency", "phases", "memory", "step_times", "forecast",
+                               "frontier")} | {"deeplabv3_time_to_train.png"}
     for p in out["plots"]:
         with open(p, "rb") as f:
             assert f.read(8) == PNG_SIGNATURE

@@ -50,11 +50,12 @@ def no_steps(cluster) -> bool:
 
 @pytest.mark.timeout(600)
 def test_the_batch_script_runs_a_whole_sweep_through_srun_and_torchrun_into_the_submit_folder(slurm_cluster, tmp_path):  # noqa: F811
-    # One job does what a user's would: every strategy on one and two nodes, the all-reduce on two, the report.
+    # One job does what a user's would: every strategy on one and two nodes (HSDP across them: replicate 2 x shard 1),
+    # the collectives on two, the report.
     submit = tmp_path / "submit"
     submit.mkdir()
     p = slurm_cluster.run(["sbatch", "--wait", "--parsable", "--gpus-per-node=0", "--cpus-per-task=1",
-                           REPO / "slurm" / "bench.sbatch", *TINY[:-1], "--strategies", "single,dp,ddp"],
+                           REPO / "slurm" / "bench.sbatch", *TINY[:-1], "--strategies", "single,dp,ddp,hsdp"],
                           cwd=submit, timeout=500, env={"BENCH_REPO": str(REPO), "TMPDIR": str(tmp_path)})
     job = p.stdout.strip().split(";")[0]
     out = (submit / f"ddp-bench-{job}.out").read_text() if job else ""
@@ -72,6 +73,14 @@ def test_the_batch_script_runs_a_whole_sweep_through_srun_and_torchrun_into_the_
     assert all(json.loads(n["env_json"])["torch"] for n in nodes)  # each node's environment
     windows = rows(store, f"SELECT * FROM windows WHERE result_id = {ddp2['result_id']} AND kind = 'measure'")
     assert sorted(w["rank"] for w in windows) == [0, 1]  # both ranks' rows reached the store
+    hsdp2, hsdp1 = got[("bench", "hsdp", 2)], got[("bench", "hsdp", 1)]
+    assert hsdp2["status"] == "ok" and hsdp2["nodes"] == 2 and hsdp2["launcher"] == "slurm", out
+    mesh = json.loads(hsdp2["details_json"])["strategy_settings"]
+    assert mesh["mesh"] == "replicate 2 x shard 1" and "note" not in mesh  # a shard group per node, replicated across
+    assert json.loads(hsdp1["details_json"])["strategy_settings"]["note"].startswith("replicate 1")  # one node: FSDP
+    state = rows(store, f"SELECT * FROM memory WHERE result_id = {hsdp2['result_id']} ORDER BY rank")
+    whole = rows(store, f"SELECT params_mib FROM memory WHERE result_id = {ddp2['result_id']}")[0]["params_mib"]
+    assert [m["params_mib"] for m in state] == [pytest.approx(whole)] * 2  # shard 1: each node holds it all
     comm = got[("comm", "comm", 2)]
     assert comm["status"] == "ok" and comm["nodes"] == 2
     sweep = rows(store, "SELECT * FROM sweeps")[0]

@@ -15,6 +15,7 @@ from conftest import run_bench
 def test_screening_order_is_bucket_size_first_and_skips_buckets_beyond_the_gradients():
     names = [n for n, _ in tune.stages(grad_mib=8.0, has_buffers=False)]
     assert names == ["bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "comm_hook"]
+    assert tune.stages(8.0, False, zero=True)[-1] == ("parameters_as_bucket_view", [True])  # ZeRO's own, screened last
     assert tune.stages(8.0, False)[0][1] == [1.0, 5.0]  # 25 is the default; past 2 x 8 MiB it is one bucket
     assert tune.stages(8.0, True)[-1] == ("sync_buffers", [False])
 
@@ -77,7 +78,10 @@ def test_the_winner_is_given_back_as_sweep_flags_that_set_exactly_those_settings
 
 
 @pytest.mark.parametrize("flags, says", [
-    (["--strategies", "single"], "--strategies single: tune measures DDP only"),
+    (["--strategies", "single"], "--strategies single: tune searches DDP's settings under ddp or zero"),
+    (["--strategies", "hsdp"], "--strategies hsdp: tune searches DDP's settings under ddp or zero"),
+    (["--optimizer", "sgd,adamw"], "--optimizer sgd,adamw: tune takes one at a time"),
+    (["--strategies", "zero", "--zero-bucket-view", "true"], "--zero-bucket-view: tune searches DDP's settings itself"),
     (["--workloads", "synthetic,resnet18"], "--workloads synthetic,resnet18: tune takes one at a time"),
     (["--precision", "fp32,bf16"], "--precision fp32,bf16: tune takes one at a time"),
     (["--bucket-cap-mb", "100"], "--bucket-cap-mb: tune searches DDP's settings itself"),
@@ -94,3 +98,13 @@ def test_a_flag_tune_would_not_honour_is_refused_before_anything_runs(flags, say
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err, err
     assert not path.exists()
+
+
+def test_tune_under_zero_pins_its_strategy_and_optimizer_in_the_ab_command_it_prints():
+    from bench.shared.spec import RunSpec
+    base = RunSpec(workload="synthetic", strategy="zero", device_type="cpu", device_count=2, per_device_batch=8,
+                   global_batch=16, image_size=0, steps=3, warmup=1, threads=1, seed=0, scaling="weak", optimizer="adamw")
+    cmd = tune.check_command(["--strategies", "zero", "--optimizer", "adamw", "--budget", "60"], base,
+                             {"parameters_as_bucket_view": True, "bucket_cap_mb": 5.0})
+    assert "--strategies zero --gpus 2 --precision fp32 --optimizer adamw" in cmd and "--budget" not in cmd
+    assert cmd.endswith("--b-args '--bucket-cap-mb 5 --zero-bucket-view true'")  # the flag that sets it, not its name

@@ -1,6 +1,10 @@
 """DDP tuning: which of DDP's settings make one workload fastest at one device count, within a time budget.
 
     ./run_bench.sh tune --workloads synthetic --gpus 8 --budget 900
+    ./run_bench.sh tune --strategies zero --optimizer adamw --gpus 8     # DDP under ZeroRedundancyOptimizer
+
+Under `--strategies zero` (DDP whose optimizer state ZeroRedundancyOptimizer shards) the same search runs, and
+parameters_as_bucket_view is screened last; `--optimizer` (one) is the optimizer every trial trains with.
 
 The search screens one setting at a time, each trial in fresh processes, keeping the best so far:
 bucket size first (it decides how gradients meet the all-reduce), then gradient_as_bucket_view,
@@ -35,19 +39,25 @@ MIN_PAIRS, MAX_PAIRS = 3, 10
 KEEP_GAIN = 0.03            # a screened setting replaces the best only when 3% faster (one process each: noisy)
 
 
-def stages(grad_mib: float, has_buffers: bool) -> list:
+def stages(grad_mib: float, has_buffers: bool, zero: bool = False) -> list:
     """The settings to screen, in order: [(name, [values])]; bucket sizes past twice the gradients are one bucket."""
     buckets = [b for b in BUCKETS_MB if b <= max(2 * grad_mib, 1.0)]
     out = [("bucket_cap_mb", [b for b in buckets if b != 25.0]), ("gradient_as_bucket_view", [True]),
            ("static_graph", [True]), ("comm_hook", list(HOOKS))]
     if has_buffers:
         out.append(("sync_buffers", [False]))
+    if zero:
+        out.append(("parameters_as_bucket_view", [True]))
     return out
+
+
+STRATEGY_NAMES = {"ddp": "DDP", "zero": "DDP+ZeRO"}
+FLAGS = {"parameters_as_bucket_view": "zero-bucket-view"}  # settings whose flag is not their name
 
 
 def with_options(spec: RunSpec, options: dict) -> RunSpec:
     defaults = {"bucket_cap_mb": None, "gradient_as_bucket_view": False, "static_graph": False, "sync_buffers": True,
-                "comm_hook": "none"}
+                "comm_hook": "none", "parameters_as_bucket_view": False}
     return dataclasses.replace(spec, options=tuple(sorted((k, v) for k, v in options.items() if v != defaults.get(k))))
 
 
@@ -69,13 +79,15 @@ def bounds(outcome: Outcome, spec: RunSpec, allreduce_ms: float) -> dict:
 def as_flags(options: dict) -> str:
     """The sweep flags that set these DDP settings (for `ab --b-args`)."""
     text = lambda v: str(v).lower() if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
-    return " ".join(f"--{k.replace('_', '-')} {text(v)}" for k, v in sorted(options.items()))
+    return " ".join(f"--{FLAGS.get(k, k.replace('_', '-'))} {text(v)}" for k, v in sorted(options.items()))
 
 
 def check_command(argv: list, base: RunSpec, options: dict) -> str:
     """`./run_bench.sh ab` that re-measures these settings against DDP's defaults in the user's own A/B run."""
-    pinned = ["--workloads", base.workload, "--strategies", "ddp", "--gpus", str(base.device_count), "--precision", base.precision]
-    return " ".join(["./run_bench.sh", "ab", shlex.join(abtest._without(argv, ("--budget", "--store", "--workloads", "--strategies", "--gpus", "--precision")) + pinned),
+    pinned = ["--workloads", base.workload, "--strategies", base.strategy, "--gpus", str(base.device_count), "--precision",
+              base.precision] + (["--optimizer", base.optimizer] if base.optimizer != "sgd" else [])
+    dropped = ("--budget", "--store", "--workloads", "--strategies", "--gpus", "--precision", "--optimizer")
+    return " ".join(["./run_bench.sh", "ab", shlex.join(abtest._without(argv, dropped) + pinned),
                      "--b-args", shlex.quote(as_flags(options))])
 
 
@@ -104,11 +116,13 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
     counts = [n for n in cfg.gpus if n > 1]
     if not counts:
         raise ConfigError(f"tune: --gpus {','.join(map(str, cfg.gpus))} has no count above 1; DDP's settings matter across devices")
-    ddp = [s for s in plan.bench_specs(dataclasses.replace(cfg, strategies=("ddp",), repeats=1), machine)
+    strategy = "zero" if tuple(cfg.strategies) == ("zero",) else "ddp"
+    name = STRATEGY_NAMES[strategy]
+    ddp = [s for s in plan.bench_specs(dataclasses.replace(cfg, strategies=(strategy,), repeats=1, zero_bucket_view=(False,)), machine)
            if isinstance(s, RunSpec) and s.device_count == max(counts) and s.precision == cfg.precision[0]
-           and s.workload == cfg.workloads[0] and not s.channels_last and not s.compile]
+           and s.optimizer == cfg.optimizer[0] and s.workload == cfg.workloads[0] and not s.channels_last and not s.compile]
     if not ddp:
-        raise ConfigError(f"tune: DDP cannot run {cfg.workloads[0]} on {max(counts)} devices here (see ./run_bench.sh --help)")
+        raise ConfigError(f"tune: {name} cannot run {cfg.workloads[0]} on {max(counts)} devices here (see ./run_bench.sh --help)")
     base = with_options(ddp[0], {})
     grad_mib = registry.gradient_bytes(base) / 2**20
     limits = Limits.for_spec(base, cfg.timeout)
@@ -118,7 +132,7 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
     line = f"./run_bench.sh tune --workloads {base.workload} --gpus {base.device_count} --budget {budget_s:g}"
     screen_id = store.begin_sweep(conn, line, cfg.to_json(), env_id, label="tune: screening")
     t0 = time.monotonic()
-    log(f"tune: {base.workload} DDP on {base.device_count} {'GPUs' if base.device_type == 'cuda' else 'processes'}, "
+    log(f"tune: {base.workload} {name}" + (f" ({base.optimizer})" if base.optimizer != "sgd" else "") + f" on {base.device_count} {'GPUs' if base.device_type == 'cuda' else 'processes'}, "
         f"{grad_mib:.1f} MiB of gradients, budget {budget_s:g} s -> {cfg.store}")
 
     def trial(options: dict) -> tuple:
@@ -132,15 +146,15 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
 
     best_opts, (best_sps, default_out) = {}, trial({})
     if math.isnan(best_sps):
-        raise ConfigError(f"tune: DDP with its defaults failed: {default_out.reason}")
+        raise ConfigError(f"tune: {name} with DDP's defaults failed: {default_out.reason}")
     per_trial = time.monotonic() - t0
     has_buffers = bool(default_out.payload.get("strategy_settings", {}).get("buffers"))
     tried = {(): best_sps}
-    for name, values in stages(grad_mib, has_buffers):
+    for setting, values in stages(grad_mib, has_buffers, zero=strategy == "zero"):
         for v in values:
             if not may_screen(time.monotonic() - t0, per_trial, budget_s):
                 break
-            opts = {**best_opts, name: v}
+            opts = {**best_opts, setting: v}
             sps, _ = trial(opts)
             tried[tuple(sorted(opts.items()))] = sps
             if not math.isnan(sps) and sps > best_sps * (1 + KEEP_GAIN):
@@ -199,7 +213,7 @@ def sentence(options: dict, pc: stats.ProcessComparison, base: RunSpec) -> str:
         return f"Too few pairs succeeded to decide between {describe(options)} and DDP's defaults on {where}."
     stat = f"p={pc.p_two_sided:.2g}, 95% CI of the ratio {pc.ci95[0]:.2f}-{pc.ci95[1]:.2f}, {pc.n_a} interleaved pairs"
     if pc.ratio > 1 and pc.p_two_sided < 0.05:
-        return f"{describe(options)}: {pc.ratio:.2f}x faster than default DDP on {where} ({stat})."
+        return f"{describe(options)}: {pc.ratio:.2f}x faster than default {STRATEGY_NAMES[base.strategy]} on {where} ({stat})."
     return (f"DDP's defaults are already best on {where}: the best other settings found, {describe(options)}, "
             f"reach {pc.ratio:.2f}x ({stat}).")
 
@@ -214,18 +228,20 @@ def _allreduce_ms(base: RunSpec, grad_mib: float, limits: Limits) -> float:
     return stats.allreduce_ms_at(grad_mib * 2**20, [r["size_bytes"] for r in rows], [r["time_ms"] for r in rows])
 
 
-SEARCHED = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "sync_buffers", "comm_hook")
+SEARCHED = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "sync_buffers", "comm_hook", "zero_bucket_view")
 NOT_TUNED = {"repeats": "tune runs its own interleaved pairs", "fsdp_reshard": "tune measures DDP only",
              "fsdp_mixed_precision": "tune measures DDP only", "check_equivalence": "tune measures speed only",
+             "hsdp_shard_size": "tune measures DDP only (ddp or zero)", "memory_budget_gib": "tune measures speed only",
              "resume": "a tune is not resumed; start it again"}
 
 
 def refuse_what_tune_decides(cfg, given: frozenset) -> None:
     """A flag that tune would not honour is an error, not a value silently dropped."""
     flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
-    if "strategies" in given and tuple(cfg.strategies) != ("ddp",):
-        raise ConfigError(f"tune: --strategies {','.join(cfg.strategies)}: tune measures DDP only; drop the flag")
-    for name in ("workloads", "precision"):
+    if "strategies" in given and tuple(cfg.strategies) not in (("ddp",), ("zero",)):
+        raise ConfigError(f"tune: --strategies {','.join(cfg.strategies)}: tune searches DDP's settings under ddp or zero, "
+                          "one at a time; expected --strategies ddp or --strategies zero")
+    for name in ("workloads", "precision", "optimizer"):
         if name in given and len(getattr(cfg, name)) > 1:
             raise ConfigError(f"tune: {flag(name)} {','.join(getattr(cfg, name))}: tune takes one at a time; run it once for each")
     for name in SEARCHED:

@@ -1,5 +1,7 @@
-"""The correctness gate inside a worker: k plain optimizer steps, then rank 0 saves the parameters for the
-sweep to compare (bench.sweep.equivalence runs the reference and the candidate and compares them)."""
+"""The correctness gate inside a worker: k plain optimizer steps, then rank 0 saves the parameters and the optimizer's
+state, each in full, for the sweep to compare (bench.sweep.equivalence runs the reference and the candidate and
+compares them). The state matters for AdamW: its update is nearly blind to the gradients' scale (m / sqrt(v)), so
+a strategy that summed instead of averaged them would end with the right parameters but not the right state."""
 from __future__ import annotations
 
 import os
@@ -31,6 +33,7 @@ def train(spec: RunSpec, t, batches) -> dict:
         losses /= dist.get_world_size()
     losses = losses.cpu()
     params = full_parameters(t.model)
+    params.update(full_optimizer_state(t.model, t.opt, t.rank))
     if t.rank == 0:
         torch.save(params, os.path.join(spec.out_dir, "params.pt"))
     return {"losses": losses.tolist(), "dropout": "off",
@@ -46,4 +49,30 @@ def full_parameters(model: nn.Module) -> dict:
         if hasattr(p, "full_tensor"):  # a DTensor shard of FSDP2: a collective, every rank takes part
             p = p.full_tensor()
         out[name] = p.cpu()
+    return out
+
+
+STATE_PREFIX = "optimizer state: "
+
+
+def full_optimizer_state(model: nn.Module, opt, rank: int = 0) -> dict:
+    """{'optimizer state: <parameter name>.<key>': the whole tensor on the CPU} for every state tensor of every
+    parameter (momentum_buffer; exp_avg, exp_avg_sq), step counts left out. FSDP2/HSDP keep it as DTensor shards
+    (gathered: a collective), ZeroRedundancyOptimizer keeps each parameter's state on the rank that owns it
+    (consolidated to rank 0: a collective). Every rank calls this; only rank 0's result is whole under ZeRO."""
+    named = list(unwrap(model).named_parameters())
+    if hasattr(opt, "consolidate_state_dict"):  # ZeroRedundancyOptimizer
+        opt.consolidate_state_dict(to=0)
+        if rank != 0:
+            return {}
+        ordered = [p for group in opt.param_groups for p in group["params"]]  # its state_dict's indices
+        per_param = {id(ordered[i]): st for i, st in opt.state_dict()["state"].items()}
+    else:
+        per_param = {id(p): st for p, st in opt.state.items()}
+    out = {}
+    for name, p in named:  # the same order on every rank: the gathers below are collectives
+        for key, v in sorted(per_param.get(id(p), {}).items()):
+            if torch.is_tensor(v) and v.dim() > 0:
+                v = v.full_tensor() if hasattr(v, "full_tensor") else v
+                out[f"{STATE_PREFIX}{name}.{key}"] = v.detach().cpu()
     return out

@@ -1,4 +1,6 @@
-"""FSDP2 strategy: `fully_shard` per block, then on the root, over a 1-D device mesh spanning the world.
+"""FSDP2 strategy: `fully_shard` per block, then on the root, over a 1-D device mesh spanning the world, or (HSDP)
+a 2-D mesh of (replicate, shard): parameters, gradients and optimizer state sharded within each group of `shard`
+consecutive ranks (one node's devices by default), the groups replicas of each other.
 
     model = apply_fsdp(model, ctx)                 # after init_process_group, before the optimizer
     opt = make_optimizer(model)                    # sees the sharded (DTensor) parameters
@@ -90,9 +92,28 @@ def _broadcast_from_rank0(model: nn.Module) -> None:
                 dist.broadcast(t, src=0)
 
 
-def apply_fsdp(model: nn.Module, ctx: Ctx, reshard_after_forward: bool = True,
+def replicas_of(world: int, shard: int) -> int:
+    """HSDP's replicate degree: the world in groups of `shard` ranks (the sweep's plan refuses counts that do not split)."""
+    if shard < 1 or world % shard:
+        raise ValueError(f"HSDP: {world} ranks do not split into shard groups of {shard}")
+    return world // shard
+
+
+def mesh_words(replicate: int, shard: int) -> dict:
+    """HSDP's mesh as stored with the result, saying where it is plain FSDP (one shard group)."""
+    out = {"mesh": f"replicate {replicate} x shard {shard}", "replicate": replicate, "shard_size": shard}
+    if replicate == 1:
+        out["note"] = "replicate 1: one shard group holds every rank, so this is FSDP (full sharding)"
+    return out
+
+
+def apply_fsdp(model: nn.Module, ctx: Ctx, reshard_after_forward: bool = True, mesh_shape: tuple | None = None,
                param_dtype: torch.dtype | None = None, reduce_dtype: torch.dtype | None = None) -> nn.Module:
     """FSDP2 over all ranks: `fully_shard` on each of `shard_blocks(model)`, then on the root.
+
+    mesh_shape: None, a 1-D mesh of every rank (FSDP); (replicate, shard), HSDP: rank r belongs to shard group
+    r // shard (consecutive ranks: one node's under torchrun), whose members each hold 1/shard of every parameter,
+    gradient and optimizer state; gradients are reduce-scattered within the group and all-reduced across groups.
 
     reshard_after_forward: free the gathered parameters after a block's forward (all-gather them again
     in backward) rather than keep them until backward; the root follows FSDP2's own rule (not resharded,
@@ -109,7 +130,8 @@ def apply_fsdp(model: nn.Module, ctx: Ctx, reshard_after_forward: bool = True,
     if not any(t.is_meta for t in model.parameters()):  # a meta model stays there: to_empty() and init after
         model = model.to(ctx.device)
     _broadcast_from_rank0(model)
-    mesh = init_device_mesh(ctx.device.type, (dist.get_world_size(),))
+    mesh = (init_device_mesh(ctx.device.type, (dist.get_world_size(),)) if mesh_shape is None else
+            init_device_mesh(ctx.device.type, tuple(mesh_shape), mesh_dim_names=("replicate", "shard")))
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     for block in shard_blocks(model):
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)

@@ -6,7 +6,11 @@
     apply_ddp(model, ctx)     DistributedDataParallel, NCCL on GPUs and gloo on CPU, one process per
                               device, with the settings in ctx.options (bucket_cap_mb,
                               gradient_as_bucket_view, static_graph, sync_buffers, comm_hook)
+    apply_zero(model, ctx)    DDP as above, its optimizer sharded over the ranks by ZeroRedundancyOptimizer (ZeRO-1:
+                              bench.rank.optimizer builds it; ctx.options: parameters_as_bucket_view)
     apply_fsdp(model, ctx)    FSDP2 `fully_shard` per block, then the root (bench.rank.fsdp)
+    apply_hsdp(model, ctx)    FSDP2 on a 2-D mesh (replicate, shard): sharded within groups of ctx.options
+                              shard_size ranks, replicated across them (replicate 1: FSDP)
 
 Adding a strategy means adding one function here and one entry in STRATEGIES.
 """
@@ -114,14 +118,32 @@ def apply_ddp(model: nn.Module, ctx: Ctx) -> nn.Module:
     return ddp
 
 
-def apply_fsdp(model: nn.Module, ctx: Ctx) -> nn.Module:
+def apply_zero(model: nn.Module, ctx: Ctx) -> nn.Module:
+    ddp = apply_ddp(model, ctx)
+    # The optimizer made for this model (bench.rank.optimizer.make_optimizer) is ZeroRedundancyOptimizer with these.
+    # overlap_with_ddp is not offered: torch refuses it on gloo ("may meet hangs"), and on NCCL it skips the
+    # parameter update of the first 2-3 steps, which the equivalence gate would have to excuse (README).
+    ddp.bench_zero = {"parameters_as_bucket_view": bool(ctx.options.get("parameters_as_bucket_view", False))}
+    return ddp
+
+
+def apply_fsdp(model: nn.Module, ctx: Ctx, mesh_shape: tuple | None = None) -> nn.Module:
     from bench.rank import fsdp
     bf16 = ctx.options.get("mixed_precision", "none") == "bf16"  # bf16 parameters, fp32 gradient reduction
     reshard = bool(ctx.options.get("reshard", True))
-    model = fsdp.apply_fsdp(model, ctx, reshard_after_forward=reshard,
+    model = fsdp.apply_fsdp(model, ctx, reshard_after_forward=reshard, mesh_shape=mesh_shape,
                             param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32 if bf16 else None)
     model.bench_settings = {"blocks_reshard_after_forward": reshard, "mixed_precision": "bf16" if bf16 else "none",
                             "root_reshard_after_forward": "FSDP2's own rule: not resharded" if reshard else False}
+    return model
+
+
+def apply_hsdp(model: nn.Module, ctx: Ctx) -> nn.Module:
+    from bench.rank import fsdp
+    shard = int(ctx.options.get("shard_size", ctx.world_size))
+    replicate = fsdp.replicas_of(ctx.world_size, shard)
+    model = apply_fsdp(model, ctx, mesh_shape=(replicate, shard))
+    model.bench_settings.update(fsdp.mesh_words(replicate, shard))
     return model
 
 
@@ -129,7 +151,9 @@ STRATEGIES: dict[str, Callable[[nn.Module, Ctx], nn.Module]] = {
     "single": apply_single,
     "dp": apply_dp,
     "ddp": apply_ddp,
+    "zero": apply_zero,
     "fsdp": apply_fsdp,
+    "hsdp": apply_hsdp,
 }
 
 
@@ -147,7 +171,9 @@ def ddp_settings(model: nn.Module) -> dict:
     """DDP's own view of its settings, read back from the wrapped model (what the knobs really did); FSDP's as applied."""
     ddp = getattr(model, "_orig_mod", model)
     if not isinstance(ddp, nn.parallel.DistributedDataParallel):
-        return dict(getattr(ddp, "bench_settings", {}))  # FSDP's, as apply_fsdp set them
+        return dict(getattr(ddp, "bench_settings", {}))  # FSDP's and HSDP's, as apply_fsdp/apply_hsdp set them
+    zero = getattr(ddp, "bench_zero", None)
     return {"bucket_cap_mb": ddp.bucket_bytes_cap / 2**20, "gradient_as_bucket_view": ddp.gradient_as_bucket_view,
             "static_graph": bool(ddp.static_graph), "sync_buffers": bool(ddp.broadcast_buffers),
-            "buffers": len(ddp.modules_buffers), **getattr(ddp, "bench_comm_hook", {})}
+            "buffers": len(ddp.modules_buffers), **getattr(ddp, "bench_comm_hook", {}),
+            **({"optimizer_sharded": "ZeroRedundancyOptimizer", **zero, "overlap_with_ddp": False} if zero is not None else {})}

@@ -28,14 +28,14 @@ import torch.distributed as dist
 from torch import nn
 
 from bench.rank import buckets, calibrate, equivalence, memory, precision, timing
-from bench.rank.optimizer import make_optimizer, optimizer_settings
+from bench.rank.optimizer import make_optimizer, optimizer_settings, zero_options
 from bench.rank import epochs as epochs_mod
 from bench.rank.context import Ctx
 from bench.rank.loop import NoMeasuredStep, Trainer
 from bench.rank.strategies import STRATEGIES, ddp_settings, is_ddp
 from bench.shared import faults, heartbeat
 from bench.shared.procs import die_with_parent, exit_without_teardown
-from bench.shared.spec import RunSpec
+from bench.shared.spec import DDP_BASED, PER_DEVICE, RunSpec
 from bench.workloads.registry import builder
 
 PROBE_BLOCKS = 2
@@ -64,7 +64,7 @@ def planned_steps(spec: RunSpec, steps_per_epoch: int = 0) -> int:
         return spec.steps
     if spec.epochs:
         return spec.epochs * steps_per_epoch + profiled_steps(spec)
-    probe = 2 * PROBE_BLOCKS * probe_block(spec) + buckets.BUCKET_STEPS if spec.strategy == "ddp" and spec.mode == "bench" else 0
+    probe = 2 * PROBE_BLOCKS * probe_block(spec) + buckets.BUCKET_STEPS if spec.strategy in DDP_BASED and spec.mode == "bench" else 0
     return spec.warmup + spec.steps + probe + profiled_steps(spec)
 
 
@@ -154,7 +154,7 @@ def run(spec: RunSpec) -> None:
     rank = int(os.environ.get("RANK", 0))
     world = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    distributed = spec.processes > 1 or spec.strategy in ("ddp", "fsdp", "comm")
+    distributed = spec.processes > 1 or spec.strategy in PER_DEVICE + ("comm",)
     beat = heartbeat.Heartbeat(heartbeat.path_for(spec.out_dir, rank), rank)
     try:
         _run(spec, rank, world, local_rank, distributed, beat)
@@ -207,7 +207,7 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
             payload.update(loader_only(spec, wl, rank))
         else:
             model = prepare(wl.model, spec, ctx)
-            t = Trainer(spec=spec, model=model, opt=make_optimizer(model, cuda), wl=wl, device=device,
+            t = Trainer(spec=spec, model=model, opt=make_optimizer(model, cuda, spec.optimizer), wl=wl, device=device,
                         clock=lambda: timing.make_clock(device, devices), rank=rank,
                         replicas=spec.device_count if spec.strategy == "dp" else (spec.emulate_ranks if spec.strategy == "single" else 1),
                         split_replicas=spec.mode == "equivalence" and spec.strategy == "single" and spec.emulate_ranks > 1
@@ -218,7 +218,7 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
                            else measure(spec, t, devices, wl, beat, baseline_rss_mib))
             payload["timing_method"] = timing.make_clock(device, devices).method
             payload["strategy_settings"] = ddp_settings(model)
-            payload["optimizer"] = optimizer_settings(cuda, spec.precision)
+            payload["optimizer"] = optimizer_settings(cuda, spec.precision, spec.optimizer, zero_options(model))
         payload["buffer_bytes"] = sum(b.numel() * b.element_size() for b in wl.model.buffers())  # DDP broadcasts them
         payload.update(params=params, grad_bytes=params * 4, threads=torch.get_num_threads(), numerics=numerics,
                        workload_details=wl.details)

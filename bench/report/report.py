@@ -22,7 +22,7 @@ from typing import Optional
 
 from bench.analysis import stats
 from bench.report import comm as comm_report
-from bench.report import environment
+from bench.report import environment, frontier, training_state
 from bench.report import traces as trace_report
 from bench.report.pages import fmt, read_origin, to_html, to_markdown
 from bench.store import store
@@ -184,6 +184,7 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
         b.append(("h", 3, f"{workload}: the data loader alone"))
         b.append(("table", ["configuration", "precision / settings", "training samples/s", "loader alone samples/s",
                             "loader workers in all", "data-bound (loader < 1.1x training)"], rows))
+    b += training_state.blocks(workload, configs)  # parameters, gradients, optimizer state per rank
     b += comm_report.ddp_bounds_blocks(sweep, workload, configs, u)
     b += trace_report.blocks(configs, workload)  # --profile
     for key, path in plot_paths.items():
@@ -191,7 +192,7 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
     return b
 
 
-def blocks(sweep: Sweep, plot_paths: dict, figures: list = ()) -> list:
+def blocks(sweep: Sweep, plot_paths: dict, figures: list = (), memory_budget_gib: Optional[float] = None) -> list:
     """The whole report as ('h', level, text) / ('p', text) / ('table', headers, rows) / ('img', path, alt) /
     ('imgs', [(path, alt)]): the recommendation first with `figures` (one small figure per workload) right under its
     table, then the evidence per workload, then communication, correctness, problems, environment."""
@@ -199,6 +200,7 @@ def blocks(sweep: Sweep, plot_paths: dict, figures: list = ()) -> list:
     s = sweep.sweep
     b: list = [("h", 1, f"DataParallel vs DistributedDataParallel: sweep {s['sweep_id']}")]
     b += recommend.blocks(sweep, figures)
+    b += frontier.blocks(sweep, *frontier.budget_mib(sweep, memory_budget_gib))  # the fastest that fits
     b.append(("p", f"Sweep {s['sweep_id']}: {s['status']}, started {s['started_at']}, ended {s['ended_at'] or '–'}"
                    + (f", resumed {s['resumed']} time(s)" if s["resumed"] else "") + f". Command: {s['command_line']}"))
     for workload, configs in sweep.bench.items():
@@ -225,7 +227,8 @@ def blocks(sweep: Sweep, plot_paths: dict, figures: list = ()) -> list:
 
 # ---------------------------------------------------------------- entry points
 
-def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "plots", report_dir: str = "results") -> dict:
+def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "plots", report_dir: str = "results",
+           memory_budget_gib: Optional[float] = None) -> dict:
     """Render plots into plots_dir and report.md + report.html into report_dir, from the store alone.
     sweep_id None: the latest sweep. Returns {'markdown': path, 'html': path, 'plots': [paths]}."""
     from bench.report import plots
@@ -240,9 +243,12 @@ def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "pl
                   for w, cs in sweep.bench.items()}
     plot_paths = {w: trace_report.plot_paths(p, sweep.bench[w], w, device_title(sweep, sweep.bench[w][0].device_type), plots_dir)
                   for w, p in plot_paths.items()}  # --profile: the traces' figure beside the phases plot
+    budget = frontier.budget_mib(sweep, memory_budget_gib)[0]
+    plot_paths = {w: {**p, **frontier.save_plots(sweep.bench[w], w, device_title(sweep, sweep.bench[w][0].device_type),
+                                                 plots_dir, budget)} for w, p in plot_paths.items()}
     figures = [(first_screen_figure(sweep, w, cs, plots_dir), f"{w}: throughput against device count, recommended starred")
                for w, cs in sweep.bench.items()]
-    bl = blocks(sweep, plot_paths, figures)
+    bl = blocks(sweep, plot_paths, figures, memory_budget_gib)
     from bench.report import forecast
     at = next((i for i, x in enumerate(bl) if x[:3] == ("h", 2, "Environment")), len(bl))  # before the environment
     bl[at:at] = ahead = forecast.blocks(store_path, sweep, plots_dir, device_title(
@@ -281,6 +287,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep", type=int, default=None, help="sweep id to report (default: the latest)")
     parser.add_argument("--plots-dir", default="plots", help="where the PNG plots are written")
     parser.add_argument("--report-dir", default="results", help="where report.md and report.html are written")
+    parser.add_argument("--memory-budget-gib", type=frontier.budget_arg, default=None,
+                        help="memory per device the recommendation must fit, GiB (default: the sweep's)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -294,7 +302,7 @@ def main(argv: Optional[list] = None) -> int:
     add_arguments(parser)
     ns = parser.parse_args(argv)
     try:
-        out = render(ns.store, ns.sweep, ns.plots_dir, ns.report_dir)
+        out = render(ns.store, ns.sweep, ns.plots_dir, ns.report_dir, ns.memory_budget_gib)
     except store.StoreError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -6,6 +6,11 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
+# Strategies that run one process per device (torchrun), each building its own replica or shard of the model.
+PER_DEVICE = ("ddp", "zero", "fsdp", "hsdp")
+DDP_BASED = ("ddp", "zero")     # DistributedDataParallel underneath: DDP's settings, probe and buckets apply
+FSDP_BASED = ("fsdp", "hsdp")   # FSDP2 fully_shard underneath: its settings and collectives apply
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -57,6 +62,7 @@ class RunSpec:
     trace_prefix: str = ""     # each rank writes <trace_prefix>-rank<R>.pt.trace.json.gz (bench.sweep.profiling)
     min_window_s: float = 0.0  # bench mode, fixed steps: measure more than `steps` until the window lasts this long (0: exactly `steps`)
     loaders: int = 1           # loader mode: concurrent loader processes (the configuration's ranks on one node)
+    optimizer: str = "sgd"     # sgd | adamw (bench.rank.optimizer)
 
     @property
     def accum_steps(self) -> int:
@@ -66,7 +72,7 @@ class RunSpec:
     def processes(self) -> int:
         if self.strategy == "loader":
             return self.loaders
-        return self.device_count if self.strategy in ("ddp", "fsdp", "comm") else 1
+        return self.device_count if self.strategy in PER_DEVICE + ("comm",) else 1
 
     def option(self, name: str, default=None):
         return dict(self.options).get(name, default)
@@ -76,7 +82,8 @@ class RunSpec:
         """Identity of the configuration (without repeat/out_dir), used for resume, reports and compare."""
         nodes = f"n{self.nodes}" if self.nodes > 1 else ""
         extra = "".join(("/channels_last" if self.channels_last else "", "/compiled" if self.compile else "",
-                         "/" + ",".join(f"{k}={v}" for k, v in self.options) if self.options else ""))
+                         "/" + ",".join(f"{k}={v}" for k, v in self.options) if self.options else "",
+                         f"/{self.optimizer}" if self.optimizer != "sgd" else ""))  # sgd: the keys of older stores
         return (f"{self.mode}/{self.workload}/{self.strategy}/{self.device_type}x{self.device_count}{nodes}"
                 f"/b{self.per_device_batch}/g{self.global_batch}/i{self.image_size}/{self.data}/{self.precision}{extra}")
 

@@ -8,8 +8,8 @@ Conventions: a multi-rank step counts with its slowest rank (a step ends when ev
 its phase breakdown is that rank's; throughput is samples over the timed window's wall time, one
 value per process (repeat), the configuration's figure their median; DDP's backward phase contains
 the gradient all-reduce, so the exposed communication is split out of it rather than added to it.
-Speed-up and efficiency are against single at 1 device with the same precision, memory format and
-compilation, else the series' own 1-device result. Used by report, plots, compare, recommend, tune.
+Speed-up and efficiency are against single at 1 device with the same precision, memory format,
+compilation and optimizer, else the series' own 1-device result. Used by report, plots, compare, recommend, tune.
 """
 from __future__ import annotations
 
@@ -22,8 +22,10 @@ from typing import Optional
 from bench.analysis import stats
 from bench.store import store
 
-STRATEGY_NAMES = {"single": "single device", "dp": "DataParallel", "ddp": "DDP", "fsdp": "FSDP"}
-STRATEGY_ORDER = ("single", "dp", "ddp", "fsdp")
+STRATEGY_NAMES = {"single": "single device", "dp": "DataParallel", "ddp": "DDP", "zero": "DDP+ZeRO", "fsdp": "FSDP",
+                  "hsdp": "HSDP"}
+STRATEGY_ORDER = ("single", "dp", "ddp", "zero", "fsdp", "hsdp")
+STATE_KEYS = ("params_mib", "grads_mib", "optimizer_mib", "buckets_mib")
 
 
 @dataclass
@@ -66,12 +68,14 @@ class Config:
     efficiency_noise: float = math.nan  # the throughput difference this and its baseline cannot be told apart within
     baseline: str = ""
     traces: list = field(default_factory=list)   # --profile: traces rows, one per rank and repeat (with 'repeat')
+    optimizer: str = "sgd"
+    state_mib: dict = field(default_factory=dict)  # rank -> {params_mib, grads_mib, optimizer_mib, buckets_mib, baseline_rss_mib}
 
     @property
     def variant(self) -> str:
         """Everything but strategy and count that tells this configuration apart: precision, format, settings."""
         parts = [self.precision] + (["channels_last"] if self.channels_last else []) + (["compiled"] if self.compiled else [])
-        parts += [f"{k}={v}" for k, v in sorted(self.options.items())]
+        parts += [f"{k}={v}" for k, v in sorted(self.options.items())] + ([self.optimizer] if self.optimizer != "sgd" else [])
         return ", ".join(parts)
 
     @property
@@ -139,6 +143,19 @@ def _memory(rows: list, device_type: str) -> tuple:
     return alloc, reserved, level
 
 
+def _state(rows: list) -> dict:
+    """rank -> the training state it held (bench.rank.memory.state_mib) and its RSS before the model; max over repeats."""
+    out: dict = {}
+    for m in rows:
+        if m.get("params_mib") is None:
+            continue
+        got = out.setdefault(int(m["rank"]), {})
+        for k in STATE_KEYS + ("baseline_rss_mib",):
+            if m.get(k) is not None:
+                got[k] = max(got.get(k, 0.0), float(m[k]))
+    return out
+
+
 def _config(conn: sqlite3.Connection, results: list) -> Config:
     r0 = results[0]
     step_ms, sync_ms, nosync_ms, slowest, memory, epochs, sps, by_repeat, traces = [], [], [], [], [], [], [], {}, []
@@ -171,12 +188,14 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         timing_method=r0["timing_method"], numerics=json.loads(r0["numerics_json"] or "{}"),
         compile_s=stats.median(r["compile_s"] for r in results), loader_workers=r0["loader_workers"],
         params=r0["params"], data_wait_ms=stats.median(s.get("host_data_ms") for s in slowest), traces=traces,
+        optimizer=r0["optimizer"] if "optimizer" in r0 and r0["optimizer"] else "sgd", state_mib=_state(memory),
     )
 
 
 def _with_scaling(configs: list) -> list:
-    """Speed-up and efficiency against single at 1 device of the same numerics, else the series' own 1-device result."""
-    numerics = lambda c: (c.precision, c.channels_last, c.compiled)  # noqa: E731
+    """Speed-up and efficiency against single at 1 device of the same numerics and optimizer, else the series' own
+    1-device result."""
+    numerics = lambda c: (c.precision, c.channels_last, c.compiled, c.optimizer)  # noqa: E731
     singles = {numerics(c): c for c in configs if c.strategy == "single" and c.device_count == 1}
     ones = {c.series: c for c in configs if c.device_count == 1}
     for c in configs:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from bench.shared import heartbeat, procs
-from bench.shared.spec import RunSpec
+from bench.shared.spec import PER_DEVICE, RunSpec
 from bench.sweep import agent
 from bench.sweep.diagnose import Outcome, diagnose
 
@@ -125,7 +125,7 @@ def torchrun_log_args(spec: RunSpec) -> list:
 
 
 def local_command(spec: RunSpec, spec_path: str, worker: str = WORKER) -> list:
-    if spec.processes > 1 or spec.strategy in ("ddp", "fsdp", "comm"):
+    if spec.processes > 1 or spec.strategy in PER_DEVICE + ("comm",):
         return [sys.executable, "-m", TORCHRUN, "--nnodes=1", f"--nproc-per-node={spec.device_count}",
                 *rendezvous_args(spec, "bench-" + os.path.basename(spec.out_dir)), "--local-addr=127.0.0.1",
                 *torchrun_log_args(spec), "-m", worker, spec_path]

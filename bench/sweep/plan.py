@@ -19,8 +19,9 @@ from typing import Optional
 
 from bench.config import ConfigError, SweepConfig, comm_hook_parts
 from bench.machine import cudacompat
-from bench.shared.spec import RunSpec, Skip
-from bench.sweep import shm
+from bench.shared.spec import FSDP_BASED, PER_DEVICE, RunSpec, Skip
+from bench.sweep import settings, shm
+from bench.sweep.settings import strategy_options
 from bench.workloads import registry, synthetic
 from bench.workloads.workload import WorkloadInfo
 
@@ -53,6 +54,7 @@ class Machine:
     arch_list: tuple = ()               # the architectures the installed torch has kernels for (sm_80, ...)
     gpus_unusable: Optional[str] = None  # why torch sees no GPU although the driver shows some (None: it can)
     shm_free_bytes: Optional[int] = None  # free /dev/shm, where loader workers' batches wait (None: not checked)
+    gpu_memory_bytes: tuple = ()        # total memory per GPU, as CUDA sees it (the default memory budget)
 
 
 def detect_machine() -> Machine:
@@ -63,6 +65,7 @@ def detect_machine() -> Machine:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     from bench.sweep import slurm
     return Machine(cuda_devices=n, cpu_cores=cores, gpu_names=names, gpu_capabilities=caps,
+                   gpu_memory_bytes=tuple(torch.cuda.get_device_properties(i).total_memory for i in range(n)),
                    slurm_nodes=slurm.allocation_nodes(), arch_list=tuple(torch.cuda.get_arch_list()) if n else (),
                    gpus_unusable=None if n else cudacompat.why_torch_cannot_use_gpus(torch), shm_free_bytes=shm.free_bytes())
 
@@ -163,7 +166,11 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         # runs (torchrun would give its ranks 1 and single/DataParallel every core). Stored as threads_per_process.
         threads_per_process=cfg.threads_per_process or max(1, machine.cpu_cores // min(per_node, max(counts + (cfg.comm_counts or ())))),
         synthetic_width=cfg.synthetic_width or synthetic.DEFAULTS[dev]["width"],
-        synthetic_depth=cfg.synthetic_depth or synthetic.DEFAULTS[dev]["depth"])
+        synthetic_depth=cfg.synthetic_depth or synthetic.DEFAULTS[dev]["depth"],
+        # the recommendation's memory budget: the smallest GPU's memory; on CPU none unless given
+        memory_budget_gib=cfg.memory_budget_gib or (round(min(machine.gpu_memory_bytes) / 2**30, 2)
+                                                    if cuda and machine.gpu_memory_bytes else None))
+    settings.check_hsdp(resolved)  # every count in whole HSDP shard groups
     items = plan(resolved, machine)  # impossible batch splits and user models fail here, before anything runs
     # the prefetched batches of every configuration fit in /dev/shm
     shm.check([s for s in items if isinstance(s, RunSpec)], machine.shm_free_bytes, resolved.num_workers)
@@ -171,24 +178,6 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
 
 
 # ---------------------------------------------------------------- the plan
-
-def strategy_options(cfg: SweepConfig, strategy: str) -> list:
-    """Every combination of the strategy's settings asked for, as sorted (name, value) tuples; defaults left out."""
-    if strategy == "ddp":
-        axes = {"bucket_cap_mb": cfg.bucket_cap_mb or (None,), "gradient_as_bucket_view": cfg.gradient_as_bucket_view,
-                "static_graph": cfg.static_graph, "sync_buffers": cfg.sync_buffers, "comm_hook": cfg.comm_hook}
-        defaults = {"bucket_cap_mb": None, "gradient_as_bucket_view": False, "static_graph": False,
-                    "sync_buffers": True, "comm_hook": "none"}
-    elif strategy == "fsdp":
-        axes = {"reshard": cfg.fsdp_reshard, "mixed_precision": cfg.fsdp_mixed_precision}
-        defaults = {"reshard": True, "mixed_precision": "none"}
-    else:
-        return [()]
-    out = []
-    for combo in itertools.product(*axes.values()):
-        out.append(tuple(sorted((k, v) for k, v in zip(axes, combo) if v != defaults[k])))
-    return out
-
 
 def _precision_skip(precision: str, cuda: bool, machine: Machine) -> Optional[str]:
     if not cuda and precision in ("tf32", "fp16"):
@@ -204,7 +193,7 @@ def _skip_reason(cfg: SweepConfig, machine: Machine, wl: str, strategy: str, n: 
                  precision: str, channels_last: bool, compiled: bool, info: WorkloadInfo) -> Optional[str]:
     cuda = cfg.device == "cuda"
     if strategy == "dp" and nodes > 1:
-        return f"DataParallel is one process on one node; {n} devices span {nodes} nodes (use ddp or fsdp)"
+        return f"DataParallel is one process on one node; {n} devices span {nodes} nodes (use ddp, zero, fsdp or hsdp)"
     if strategy == "dp" and not cuda and n > 1:
         return "DataParallel parallelises over GPUs only; on CPU it has one device, so only count 1 runs (the wrapper's overhead)"
     reason = _precision_skip(precision, cuda, machine)
@@ -212,7 +201,7 @@ def _skip_reason(cfg: SweepConfig, machine: Machine, wl: str, strategy: str, n: 
         return reason
     if channels_last and not info.image:
         return f"channels_last applies to 4-D image inputs; {wl} takes {info.input_rank}-D inputs"
-    if channels_last and strategy == "fsdp":
+    if channels_last and strategy in FSDP_BASED:
         return "FSDP2 shards contiguous parameters only; channels_last convolution weights are not (PyTorch refuses them)"
     if compiled and strategy == "dp":
         return "torch.compile does not trace nn.DataParallel's per-step replicate/scatter; compile under ddp instead"
@@ -239,7 +228,8 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
     for wl in cfg.workloads:
         info = registry.info(wl, cfg)
         pdb = cfg.per_device_batch or info.default_batch
-        for strategy, precision, cl, comp in itertools.product(cfg.strategies, cfg.precision, cfg.channels_last, cfg.compile):
+        for strategy, precision, cl, comp, opt in itertools.product(cfg.strategies, cfg.precision, cfg.channels_last,
+                                                                   cfg.compile, cfg.optimizer):
             for n in ((1,) if strategy == "single" else cfg.gpus):
                 nodes = max(1, n // cfg.gpus_per_node) if n > cfg.gpus_per_node else 1
                 global_b = _global_batch(cfg, info, n)
@@ -255,7 +245,7 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
                     raise ConfigError(f"{wl} with {strategy} on {n} device(s): {micro} sample(s) per replica "
                                       f"(global batch {global_b}); {wl} needs at least {info.min_replica_batch} per replica "
                                       f"(BatchNorm in training mode)")
-                for options in strategy_options(cfg, strategy):
+                for options in strategy_options(cfg, strategy, n):
                     for r in range(cfg.repeats):
                         spec = RunSpec(
                             workload=wl, strategy=strategy, device_type=cfg.device, device_count=n,
@@ -271,7 +261,7 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
                             pin_memory=cfg.pin_memory and cuda, persistent_workers=cfg.persistent_workers,
                             synthetic_width=cfg.synthetic_width, synthetic_depth=cfg.synthetic_depth,
                             synthetic_repeats=cfg.synthetic_repeats, weights=cfg.weights or "",
-                            sync_bn=cfg.sync_bn, pg_timeout_s=cfg.pg_timeout)
+                            sync_bn=cfg.sync_bn, pg_timeout_s=cfg.pg_timeout, optimizer=opt)
                         reason = _skip_reason(cfg, machine, wl, strategy, n, nodes, precision, cl, comp, info)
                         if reason and r > 0:
                             continue  # a configuration that cannot run is recorded as skipped once, not per repeat
@@ -287,11 +277,11 @@ def loader_spec(s: RunSpec, cfg: SweepConfig, runnable: list) -> RunSpec:
     n ranks on one node (n loaders compete for cores and /dev/shm at once), else one loader with the
     count's whole budget (DataParallel's and a single device's one process)."""
     n = s.device_count
-    ranks = any(r.device_count == n and r.strategy in ("ddp", "fsdp") and r.nodes == 1 for r in runnable)
+    ranks = any(r.device_count == n and r.strategy in PER_DEVICE and r.nodes == 1 for r in runnable)
     loaders = n if ranks and n > 1 else 1
     return dataclasses.replace(s, mode="loader", strategy="loader", num_workers=cfg.num_workers * n // loaders,
                                loaders=loaders, precision="fp32", channels_last=False, compile=False, options=(),
-                               nodes=1, launcher="local")
+                               nodes=1, launcher="local", optimizer="sgd")
 
 
 def _launcher(cfg: SweepConfig, nodes: int) -> str:
@@ -307,7 +297,7 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
     if cfg.check_equivalence:
         # Compressed gradients (fp16/bf16 hooks, PowerSGD) change the step on purpose: they are left out of the gate.
         items += [dataclasses.replace(s, mode="equivalence", steps=EQUIVALENCE_STEPS, warmup=0, epochs=0)
-                  for s in runnable if s.strategy in ("dp", "ddp", "fsdp") and s.repeat == 0 and not s.compile
+                  for s in runnable if s.strategy in ("dp",) + PER_DEVICE and s.repeat == 0 and not s.compile
                   and s.option("comm_hook", "none") == "none"]
     if cfg.data == "voc" and cfg.loader_bench:
         seen = set()
@@ -315,13 +305,13 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
             if s.repeat == 0 and s.device_count not in seen:
                 seen.add(s.device_count)
                 items.append(loader_spec(s, cfg, runnable))
-    if cfg.comm_bench and ({"ddp", "fsdp"} & set(cfg.strategies) or cfg.comm_counts) and runnable:
+    if cfg.comm_bench and (set(PER_DEVICE) & set(cfg.strategies) or cfg.comm_counts) and runnable:
         one_per_workload = {s.workload: s for s in runnable}.values()  # building a model even on meta takes seconds
         max_bytes = max(registry.gradient_bytes(s) for s in one_per_workload)
         buckets = sorted({int(mb * 2**20) for mb in (cfg.bucket_cap_mb or (25.0,))} | {2**20})  # DDP's first bucket: 1 MiB
         # DDP all-reduces its gradients, FSDP all-gathers parameters and reduce-scatters gradients; the all-reduce
         # always runs: the forecast's network levels are fitted from it
-        ops = ("all_reduce",) + (("all_gather", "reduce_scatter") if "fsdp" in cfg.strategies else ())
+        ops = ("all_reduce",) + (("all_gather", "reduce_scatter") if set(FSDP_BASED) & set(cfg.strategies) else ())
         load = _load_shape(cfg, machine) if cfg.interference else ()
         for n in sorted(set(cfg.gpus) | set(cfg.comm_counts or ())):
             if n > 1:
@@ -349,7 +339,7 @@ def describe_resolved(cfg: SweepConfig, given: set) -> list:
     from dataclasses import fields
     lines = []
     shown = ("gpus", "repeats", "steps", "min_window_s", "warmup", "per_device_batch", "image_size", "pg_timeout", "threads_per_process",
-             "synthetic_width", "synthetic_depth", "num_workers", "gpus_per_node")
+             "synthetic_width", "synthetic_depth", "num_workers", "gpus_per_node", "memory_budget_gib")
     filled = [f"--{f.name.replace('_', '-')} {_text(getattr(cfg, f.name))}" for f in fields(cfg)
               if f.name in shown and f.name not in given and getattr(cfg, f.name) is not None]
     if filled:
@@ -359,6 +349,7 @@ def describe_resolved(cfg: SweepConfig, given: set) -> list:
                      "measured steps project); --timeout S sets a fixed one")
     if cfg.weights:
         lines += registry.check_weights(cfg.weights, [w for w in cfg.workloads if w != "synthetic"])
+    lines += settings.hsdp_lines(cfg)
     if cfg.scaling == "strong":
         lines.append(f"strong scaling: global batch {cfg.global_batch or 'per-device batch x ' + str(max(cfg.gpus))}; "
                      "a replica holding more than --per-device-batch samples accumulates gradients over micro-batches")

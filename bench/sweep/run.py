@@ -24,6 +24,7 @@ from bench.store import store
 from bench.sweep import equivalence, plan, profiling
 from bench.sweep.diagnose import Outcome
 from bench.sweep.launch import Limits, run_config
+from bench.shared.spec import DDP_BASED
 from bench.sweep.plan import RunSpec, Skip
 
 EXIT_STATUS = {0: "every configuration ok or skipped", 1: "a configuration failed (recorded with its reason; the sweep went on)",
@@ -45,7 +46,7 @@ def _describe(spec: RunSpec) -> str:
     name = "" if spec.mode in ("comm", "loader") else f"{spec.workload} {spec.strategy} "
     axes = [spec.precision] if spec.precision != "fp32" else []
     axes += (["channels_last"] if spec.channels_last else []) + (["compiled"] if spec.compile else [])
-    axes += [f"{k}={v}" for k, v in spec.options]
+    axes += [f"{k}={v}" for k, v in spec.options] + ([spec.optimizer] if spec.optimizer != "sgd" else [])
     nodes = f" on {spec.nodes} nodes" if spec.nodes > 1 else ""
     rep = f" (repeat {spec.repeat + 1})" if spec.repeat else ""
     return f"{what}{name}{spec.device_type} x{spec.device_count}{nodes}" + (f" [{', '.join(axes)}]" if axes else "") + rep
@@ -65,7 +66,10 @@ def _summary_line(conn, rid: int, outcome: Outcome) -> str:
         return f"{outcome.status.upper()}: {outcome.reason}"
     r = conn.execute("SELECT * FROM results WHERE result_id = ?", (rid,)).fetchone()
     if r["mode"] == "equivalence":
-        return f"ok, parameters match (max |diff| {outcome.payload['max_abs_diff']:.2g}, {outcome.payload['tolerance']})"
+        v = outcome.payload
+        state = (f"; optimizer state matches too ({v['state_tensors']} tensors, max |diff| {v['state_max_rel_diff']:.2g} of "
+                 f"each tensor's largest element)") if v.get("state_tensors") else ""
+        return f"ok, parameters match (max |diff| {v['max_abs_diff']:.2g}, {v['tolerance']}){state}"
     if r["mode"] == "comm":
         return "ok" + peak_busbw(outcome.payload.get("comm", []))
     if r["mode"] == "loader":
@@ -108,7 +112,7 @@ def estimate_s(runs: list, cfg: SweepConfig) -> float:
     for r in runs:
         step_s = per_step.get(r.workload, 0.2) * (2 if r.mode == "equivalence" else 1)
         window_s = max(r.steps * step_s, r.min_window_s)
-        total += per_start + r.warmup * step_s + window_s * (2 if r.strategy == "ddp" else 1)
+        total += per_start + r.warmup * step_s + window_s * (2 if r.strategy in DDP_BASED else 1)
     return total
 
 
@@ -123,7 +127,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
         faults.parse(os.environ.get("BENCH_FAULT", ""))
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    conn = sweep_id = env_id = current = None
+    conn = sweep_id = env_id = current = refs = None
     started, failures = "", 0
     try:
         from bench.workloads import voc
@@ -167,6 +171,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
                 log(line)
         log(plan_summary(items, cfg))
         shared = os.path.join(os.path.dirname(os.path.abspath(cfg.store)), ".bench-runs")
+        refs = equivalence.References(items)  # the gate's references, one per count (and recipe) for every strategy
         failed_before: dict = {}  # config key -> why its first failed repeat failed, for the later rounds
         for i, item in enumerate(items, 1):
             spec = item.spec if isinstance(item, Skip) else item
@@ -182,7 +187,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
             spec = profiling.attach(spec, cfg, sweep_id, i)  # --profile: where its traces go
             current, started = spec, store.now()
             limits = Limits.for_spec(spec, cfg.timeout)
-            outcome = (equivalence.run(spec, limits, shared) if spec.mode == "equivalence"
+            outcome = (equivalence.run(spec, limits, shared, refs) if spec.mode == "equivalence"
                        else run_config(spec, limits, shared, _progress(log, head)))
             with signals_deferred():  # a finished configuration is recorded, not lost to a late Ctrl-C
                 rid = store.record_result(conn, sweep_id, env_id, spec, outcome.status, outcome.reason, outcome.payload,
@@ -219,6 +224,8 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
     except Exception as e:
         return internal_error(e, cfg, conn, sweep_id, env_id, current, started, log)
     finally:
+        if refs is not None:
+            refs.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if conn is not None:

@@ -17,6 +17,8 @@ from typing import Callable, Iterator, Optional
 import torch
 from torch import nn
 
+from bench.shared.spec import PER_DEVICE
+
 SYNTHETIC_POOL = 4          # distinct synthetic batches, generated up front and cycled
 
 
@@ -46,7 +48,7 @@ class WorkloadInfo:
 
 def chunks_fed(spec, rank: int) -> list:
     """Which replica chunks this process feeds each step."""
-    if spec.strategy in ("ddp", "fsdp") or (spec.strategy == "loader" and spec.loaders > 1):
+    if spec.strategy in PER_DEVICE or (spec.strategy == "loader" and spec.loaders > 1):
         return [rank]
     if spec.strategy in ("dp", "loader"):  # one loader alone loads the whole global batch
         return list(range(spec.device_count))

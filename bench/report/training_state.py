@@ -1,0 +1,118 @@
+"""The training state each rank holds, per configuration: parameters, gradients, optimizer state and DDP's buckets,
+counted from the tensors (bench.rank.memory.state_mib), beside the measured peak. Where ZeRO, FSDP and HSDP save
+memory shows here: ZeRO shards the optimizer state, FSDP and HSDP shard all three within their shard group.
+
+    blocks(workload, configs)                    # report blocks: the table per workload
+    state_figure(configs, workload, where)       # stacked bars per configuration, the measured peak beside them
+
+Per configuration the fullest rank is shown (ZeroRedundancyOptimizer assigns whole parameters to ranks, so its
+ranks differ: the table gives the range). The measured peak to set it against: on CUDA the allocator's peak of live
+tensors on that GPU; on CPU the rank's peak RSS less its RSS before the model was built (the interpreter, torch).
+"""
+from __future__ import annotations
+
+import math
+
+from matplotlib.figure import Figure
+
+from bench.report import plots
+from bench.report.pages import fmt
+from bench.store.results import STATE_KEYS
+
+PARTS = {"params_mib": "parameters", "grads_mib": "gradients", "optimizer_mib": "optimizer state",
+         "buckets_mib": "DDP buckets"}
+PART_COLORS = ("#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd")
+
+
+def label(c) -> str:
+    """'HSDP x2 (shard_size=2) [adamw]': the configuration, and what else sets it apart (precision, optimizer, ...)."""
+    rest = ([c.precision] if c.precision != "fp32" else []) + (["channels_last"] if c.channels_last else []) \
+        + (["compiled"] if c.compiled else []) + ([c.optimizer] if c.optimizer != "sgd" else [])
+    return c.label + (f" [{', '.join(rest)}]" if rest else "")
+
+
+def hsdp_mesh(c) -> str:
+    """HSDP's mesh from its count and shard size, and where it is plain FSDP ('' for other strategies)."""
+    if c.strategy != "hsdp" or not c.options.get("shard_size"):
+        return ""
+    shard = int(c.options["shard_size"])
+    return (f"{label(c)}: replicate {c.device_count // shard} x shard {shard}"
+            + (" (one shard group: this is FSDP)" if shard == c.device_count else ""))
+
+
+def counted_mib(state: dict) -> float:
+    return sum(state.get(k, 0.0) for k in STATE_KEYS)
+
+
+def fullest(c) -> tuple:
+    """(rank, its state) holding the most counted state; (None, {}) where nothing was counted (older stores)."""
+    if not c.state_mib:
+        return None, {}
+    rank = max(c.state_mib, key=lambda r: (counted_mib(c.state_mib[r]), -r))
+    return rank, c.state_mib[rank]
+
+
+def measured_mib(c, rank) -> float:
+    """The measured peak of the rank the state is shown for, comparable with the counted state (MiB)."""
+    if c.device_type == "cuda":
+        return max(c.memory_mib.values()) if c.memory_mib else math.nan
+    rss = c.memory_mib.get(f"rank {rank}")
+    base = c.state_mib.get(rank, {}).get("baseline_rss_mib")
+    return rss - base if rss is not None and base is not None else math.nan
+
+
+def _cell(c, key: str) -> str:
+    values = [s.get(key, 0.0) for s in c.state_mib.values()]
+    lo, hi = min(values), max(values)
+    return fmt(hi) if hi - lo <= 1e-3 * hi else f"{fmt(lo)}–{fmt(hi)}"
+
+
+def rows(configs: list) -> list:
+    out = []
+    for c in configs:
+        rank, state = fullest(c)
+        if rank is None:
+            continue
+        out.append([label(c), str(len(c.state_mib)), *[_cell(c, k) for k in STATE_KEYS],
+                    fmt(counted_mib(state)), fmt(measured_mib(c, rank))])
+    return out
+
+
+def blocks(workload: str, configs: list) -> list:
+    body = rows(configs)
+    if not body:
+        return []
+    cuda = configs[0].device_type == "cuda"
+    peak = "peak allocated MiB (that GPU)" if cuda else "peak RSS less RSS before the model, MiB"
+    return [("h", 3, f"{workload}: training state per rank"),
+            ("table", ["configuration", "ranks", "parameters MiB", "gradients MiB", "optimizer state MiB", "DDP buckets MiB",
+                       "counted, fullest rank MiB", peak], body),
+            ("p", "Counted from the tensors each rank holds after the measured window: its parameters and their "
+                  "gradients (FSDP and HSDP: its shards), the optimizer's state tensors (ZeRO: its share; a range where "
+                  "ranks differ, since ZeroRedundancyOptimizer gives each rank whole parameters) and DDP's flat gradient "
+                  "buckets (none with gradient_as_bucket_view, whose gradients are views of them). The measured peak adds "
+                  "what the count leaves out: activations, temporaries, communication buffers and the allocator's slack. "
+                  f"Plot: {plots.file_name(workload, 'memory_state')}.")] \
+        + [("p", "HSDP's mesh: " + "; ".join(m) + ".") for m in [[hsdp_mesh(c) for c in configs if hsdp_mesh(c)]] if m]
+
+
+def state_figure(configs: list, workload: str, where: str) -> Figure:
+    """Per configuration, its fullest rank's state stacked by part, and the measured peak beside it."""
+    shown = [c for c in configs if c.state_mib]
+    cuda = shown[0].device_type == "cuda" if shown else False
+    fig = Figure(figsize=(10.0, 5.0), layout="constrained")
+    ax = fig.subplots()
+    fig.suptitle(f"Training state per rank (counted) and the measured peak\n{workload} on {where}".replace("$", r"\$"))
+    xs = range(len(shown))
+    bottom = [0.0] * len(shown)
+    for key, color in zip(STATE_KEYS, PART_COLORS):
+        h = [fullest(c)[1].get(key, 0.0) for c in shown]
+        ax.bar([x - 0.2 for x in xs], h, width=0.4, bottom=bottom, color=color, label=PARTS[key])
+        bottom = [a + b for a, b in zip(bottom, h)]
+    peaks = [measured_mib(c, fullest(c)[0]) for c in shown]
+    ax.bar([x + 0.2 for x in xs], [0.0 if math.isnan(p) else p for p in peaks], width=0.4, color="#c7c7c7",
+           label="measured peak (allocated)" if cuda else "measured peak RSS less RSS before the model")
+    ax.set_xticks(list(xs), [label(c) for c in shown], rotation=20)
+    ax.set(ylabel="MiB per rank (fullest rank)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig

@@ -1,0 +1,69 @@
+"""Each strategy's settings as axes of the sweep: the combinations a configuration runs with, and HSDP's mesh.
+
+    strategy_options(cfg, "ddp", n)  -> [(), (("bucket_cap_mb", 100.0),), ...]   sorted (name, value) pairs, defaults left out
+    check_hsdp(cfg)                  ConfigError (exit 2) where a count does not split into HSDP's shard groups
+    hsdp_lines(cfg)                  HSDP's mesh at each count, printed at the start of the sweep
+
+ddp and zero share DDP's settings (zero is DDP whose optimizer state ZeroRedundancyOptimizer shards) and zero adds
+parameters_as_bucket_view; fsdp and hsdp share FSDP's, and hsdp adds its shard group size, always stored (it
+decides the mesh): by default the devices per node, or the count where it is below one node.
+"""
+from __future__ import annotations
+
+import itertools
+
+from bench.config import ConfigError, SweepConfig
+
+DDP_DEFAULTS = {"bucket_cap_mb": None, "gradient_as_bucket_view": False, "static_graph": False, "sync_buffers": True,
+                "comm_hook": "none"}
+FSDP_DEFAULTS = {"reshard": True, "mixed_precision": "none"}
+
+
+def hsdp_shard_sizes(cfg: SweepConfig, n: int) -> tuple:
+    """HSDP's shard group sizes at count n: --hsdp-shard-size, else one node's devices (the count, below a node)."""
+    return tuple(cfg.hsdp_shard_size or (min(cfg.gpus_per_node or n, n),))
+
+
+def strategy_options(cfg: SweepConfig, strategy: str, n: int = 1) -> list:
+    """Every combination of the strategy's settings asked for at count n, as sorted (name, value) tuples."""
+    if strategy in ("ddp", "zero"):
+        axes = {"bucket_cap_mb": cfg.bucket_cap_mb or (None,), "gradient_as_bucket_view": cfg.gradient_as_bucket_view,
+                "static_graph": cfg.static_graph, "sync_buffers": cfg.sync_buffers, "comm_hook": cfg.comm_hook}
+        defaults = dict(DDP_DEFAULTS)
+        if strategy == "zero":
+            axes["parameters_as_bucket_view"], defaults["parameters_as_bucket_view"] = cfg.zero_bucket_view, False
+    elif strategy in ("fsdp", "hsdp"):
+        axes = {"reshard": cfg.fsdp_reshard, "mixed_precision": cfg.fsdp_mixed_precision}
+        defaults = dict(FSDP_DEFAULTS)
+        if strategy == "hsdp":
+            axes["shard_size"], defaults["shard_size"] = hsdp_shard_sizes(cfg, n), None  # always stored
+    else:
+        return [()]
+    out = []
+    for combo in itertools.product(*axes.values()):
+        out.append(tuple(sorted((k, v) for k, v in zip(axes, combo) if v != defaults[k])))
+    return out
+
+
+def check_hsdp(cfg: SweepConfig) -> None:
+    """Every count a whole number of HSDP shard groups (a resolved config: counts and devices per node known)."""
+    if "hsdp" not in cfg.strategies:
+        return
+    for n in cfg.gpus:
+        for shard in hsdp_shard_sizes(cfg, n):
+            if n % shard:
+                raise ConfigError(f"--hsdp-shard-size {shard}: {n} device(s) do not split into HSDP shard groups of {shard} "
+                                  f"(the count must be a multiple of the shard size); choose --gpus that are multiples of "
+                                  f"{shard}, or leave --hsdp-shard-size out (one node's devices)")
+
+
+def hsdp_lines(cfg: SweepConfig) -> list:
+    """'hsdp mesh: x1 replicate 1 x shard 1 (FSDP: one shard group), x4 replicate 2 x shard 2' for the sweep's start."""
+    if "hsdp" not in cfg.strategies:
+        return []
+    parts = []
+    for n in cfg.gpus:
+        for shard in hsdp_shard_sizes(cfg, n):
+            parts.append(f"x{n} replicate {n // shard} x shard {shard}"
+                         + (" (one shard group: this is FSDP; HSDP replicates across groups, e.g. nodes)" if n == shard else ""))
+    return ["hsdp mesh: " + ", ".join(parts)]

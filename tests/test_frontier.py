@@ -1,0 +1,138 @@
+"""The fastest configuration that fits a memory budget, the memory-speed frontier, and the training state per rank
+(bench.report.frontier, bench.report.training_state): from stores with known numbers, and from the sharded sweep."""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+
+from bench.report import frontier, report, training_state
+from bench.store import results, store
+from bench.sweep.plan import RunSpec
+
+GIB = 1024.0
+
+
+def spec(strategy: str, n: int, optimizer: str = "sgd", device: str = "cuda") -> RunSpec:
+    return RunSpec(workload="synthetic", strategy=strategy, device_type=device, device_count=n, per_device_batch=32,
+                   global_batch=32 * n, image_size=0, steps=4, warmup=1, threads=0, seed=0, scaling="weak",
+                   optimizer=optimizer)
+
+
+def payload(n: int, step_ms: float, peak_mib: float, device: str = "cuda", state: dict = None) -> dict:
+    steps = [{"kind": "measure", "rank": r, "step": i, "step_ms": step_ms} for r in range(n) for i in range(4)]
+    windows = [{"kind": "measure", "rank": r, "wall_s": 4 * step_ms / 1e3, "samples": 4 * 32, "steps": 4} for r in range(n)]
+    if device == "cuda":  # the budget is held against the allocator's peak reserved
+        memory = [{"rank": r, "device": f"cuda:{r}", "peak_allocated_mib": peak_mib * 0.8, "peak_reserved_mib": peak_mib}
+                  for r in range(n)]
+    else:
+        memory = [{"rank": r, "device": "cpu", "peak_rss_mib": peak_mib} for r in range(n)]
+    for r, m in enumerate(memory):
+        m.update((state or {}).get(r, {}))
+    return {"steps": steps, "windows": windows, "memory": memory}
+
+
+def build(path: str, configs: list, config_json: dict = None, gpu_mib: float = None) -> results.Sweep:
+    conn = store.connect(path)
+    env = {"hostname": "h", "cpu_cores": 8}
+    if gpu_mib:
+        env["gpus"] = [{"index": i, "name": "H100", "memory_total_mib": gpu_mib} for i in range(2)]
+    env_id = store.insert_environment(conn, env)
+    sid = store.begin_sweep(conn, "cmd", json.dumps(config_json or {}), env_id)
+    for sp, pl in configs:
+        store.record_result(conn, sid, env_id, sp, "ok", payload=pl)
+    sweep = results.load(conn, sid)
+    conn.close()
+    return sweep
+
+
+def test_the_fastest_that_fits_is_named_with_each_configuration_over_the_budget_and_by_how_much(tmp_path):
+    sweep = build(str(tmp_path / "s.sqlite"), [(spec("ddp", 2), payload(2, 10.0, 1200.0)),       # fastest, too big
+                                               (spec("zero", 2), payload(2, 12.0, 960.0)),       # fits: the answer
+                                               (spec("hsdp", 2), payload(2, 20.0, 600.0))],      # least memory
+                  config_json={"memory_budget_gib": 1.0})
+    budget, how = frontier.budget_mib(sweep)
+    assert budget == GIB and how.startswith("1 GiB per GPU (--memory-budget-gib)")
+    ((row, text),) = frontier.answer("synthetic", sweep.bench["synthetic"], budget)
+    assert row[:3] == ["synthetic", "fp32, sgd", "DDP+ZeRO x2"] and row[4] == "960 MiB"
+    assert row[5] == "DDP x2 by 176 MiB (+17%)"
+    assert "The least memory: HSDP x2, 600 MiB" in text
+    nothing = frontier.answer("synthetic", sweep.bench["synthetic"], 500.0)[0]
+    assert nothing[0][2] == "nothing fits" and "the least memory, HSDP x2, needs 600 MiB" in nothing[1]
+    every = frontier.answer("synthetic", sweep.bench["synthetic"], 2 * GIB)[0]
+    assert every[0][2] == "DDP x2" and "every configuration fits" in every[1]
+
+
+def test_the_budget_is_the_gpus_memory_unless_the_sweep_or_the_report_sets_one_and_none_on_cpu(tmp_path):
+    cuda = build(str(tmp_path / "g.sqlite"), [(spec("ddp", 2), payload(2, 10.0, 1200.0))], gpu_mib=81559.0)
+    assert frontier.budget_mib(cuda) == (81559.0, "79.65 GiB per GPU (the GPU's memory; --memory-budget-gib sets another)")
+    assert frontier.budget_mib(cuda, 40.0)[0] == 40 * GIB  # ./run_bench.sh report --memory-budget-gib 40
+    cpu = build(str(tmp_path / "c.sqlite"), [(spec("ddp", 2, device="cpu"), payload(2, 10.0, 700.0, "cpu")),
+                                             (spec("zero", 2, device="cpu"), payload(2, 11.0, 650.0, "cpu"))])
+    budget, how = frontier.budget_mib(cpu)
+    assert budget is None and how.startswith("none")
+    ((row, text),) = frontier.answer("synthetic", cpu.bench["synthetic"], budget)
+    assert row[2] == "DDP x2" and row[5] == "–" and "no budget" in text  # the fastest, and the least memory beside it
+
+
+def test_each_optimizer_gets_its_own_row(tmp_path):
+    sweep = build(str(tmp_path / "s.sqlite"), [(spec("ddp", 2), payload(2, 10.0, 900.0)),
+                                               (spec("ddp", 2, "adamw"), payload(2, 11.0, 1300.0)),
+                                               (spec("zero", 2, "adamw"), payload(2, 12.0, 1000.0))])
+    rows = {r[1]: r for r, _ in frontier.answer("synthetic", sweep.bench["synthetic"], GIB)}
+    assert rows["fp32, sgd"][2] == "DDP x2" and rows["fp32, adamw"][2] == "DDP+ZeRO x2"  # the row names the optimizer
+    assert rows["fp32, adamw"][5].startswith("DDP x2 by 276 MiB")
+
+
+def test_the_frontier_keeps_only_points_nothing_beats_and_the_plot_draws_the_budget(tmp_path):
+    assert frontier.frontier([(3.0, 10.0), (1.0, 5.0), (2.0, 4.0), (4.0, 9.0), (1.0, 6.0)]) == [(1.0, 6.0), (3.0, 10.0)]
+    sweep = build(str(tmp_path / "s.sqlite"), [(spec("ddp", 2), payload(2, 10.0, 1200.0)),
+                                               (spec("zero", 2), payload(2, 12.0, 960.0))])
+    fig = frontier.frontier_figure(sweep.bench["synthetic"], "synthetic", "cuda, H100", GIB)
+    ax = fig.axes[0]
+    points = sorted((tuple(c.get_offsets()[0]) for c in ax.collections if len(c.get_offsets())), key=lambda p: p[0])
+    assert [round(x, 4) for x, _ in points] == [round(960 / GIB, 4), round(1200 / GIB, 4)]  # GiB per GPU
+    budget = [ln for ln in ax.get_lines() if "budget" in str(ln.get_label())]
+    assert budget and budget[0].get_xdata()[0] == pytest.approx(1.0)
+
+
+def test_state_per_rank_shows_zeros_uneven_shares_and_says_hsdp_on_one_node_is_fsdp(tmp_path):
+    whole = {"params_mib": 100.0, "grads_mib": 100.0, "buckets_mib": 100.0, "baseline_rss_mib": 500.0}
+    sweep = build(str(tmp_path / "s.sqlite"), [
+        (spec("ddp", 2, "adamw", "cpu"), payload(2, 10.0, 1100.0, "cpu", {r: {**whole, "optimizer_mib": 200.0} for r in (0, 1)})),
+        (spec("zero", 2, "adamw", "cpu"), payload(2, 11.0, 1000.0, "cpu", {0: {**whole, "optimizer_mib": 96.0},
+                                                                          1: {**whole, "optimizer_mib": 104.0}})),
+        (RunSpec(**{**spec("hsdp", 2, "adamw", "cpu").__dict__, "options": (("shard_size", 2),)}),
+         payload(2, 20.0, 800.0, "cpu", {r: {"params_mib": 50.0, "grads_mib": 50.0, "optimizer_mib": 100.0,
+                                              "buckets_mib": 0.0, "baseline_rss_mib": 500.0} for r in (0, 1)}))])
+    bl = training_state.blocks("synthetic", sweep.bench["synthetic"])
+    table = next(b for b in bl if b[0] == "table")
+    rows = {r[0]: r for r in table[2]}
+    assert rows["DDP x2 [adamw]"][2:] == ["100.0", "100.0", "200.0", "100.0", "500.0", "600.0"]
+    assert rows["DDP+ZeRO x2 [adamw]"][4] == "96.00–104.0" and rows["DDP+ZeRO x2 [adamw]"][6] == "404.0"
+    assert any(b[0] == "p" and "replicate 1 x shard 2 (one shard group: this is FSDP)" in b[1] for b in bl)
+    fig = training_state.state_figure(sweep.bench["synthetic"], "synthetic", "cpu")
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()][:3] == ["parameters", "gradients", "optimizer state"]
+
+
+def test_the_report_of_the_sharded_sweep_names_the_fastest_within_a_budget_and_breaks_down_the_state(sharded_sweep, tmp_path):
+    p, store_path, _ = sharded_sweep
+    assert p.returncode == 0, p.stdout + p.stderr
+    conn = store.connect(store_path, readonly=True)
+    try:
+        sweep = results.load(conn, results.pick_sweep(conn, None))
+    finally:
+        conn.close()
+    configs = sweep.bench["synthetic"]
+    budget_gib = (max(frontier.peak_mib(c) for c in configs) - 1.0) / GIB  # the fullest configuration does not fit
+    out = report.render(store_path, plots_dir=str(tmp_path / "plots"), report_dir=str(tmp_path), memory_budget_gib=budget_gib)
+    md = open(out["markdown"]).read()
+    assert "### Fastest within the memory budget" in md and f"Memory budget: {budget_gib:g} GiB per device" in md
+    row = next(ln for ln in md.splitlines() if ln.startswith("| synthetic | fp32, adamw |"))
+    assert "by " in row.split("|")[-2]  # the configurations over the budget are named, by how much
+    assert "### synthetic: training state per rank" in md and "this is FSDP" in md
+    for question in ("frontier", "memory_state"):
+        assert os.path.isfile(tmp_path / "plots" / f"synthetic_{question}.png")
+    assert not math.isnan(max(c.samples_per_s for c in configs))
