@@ -89,14 +89,15 @@ def settings(sweep, raw: dict) -> list:
     """Every setting of the sweep the forecast covers, with its configurations by count."""
     out = []
     for workload, configs in sweep.bench.items():
-        singles = {(c.precision, c.channels_last, c.compiled): c for c in configs if c.strategy == "single" and c.device_count == 1}
+        numerics = lambda c: (c.precision, c.channels_last, c.compiled, getattr(c, "optimizer", "sgd"))  # noqa: E731
+        singles = {numerics(c): c for c in configs if c.strategy == "single" and c.device_count == 1}
         by: dict = {}
         for c in configs:
             if c.strategy in TIME_STRATEGIES and c.key in raw:
                 by.setdefault((c.strategy, c.variant), {})[c.device_count] = c
         for (strategy, variant), cs in sorted(by.items()):
             any_c = next(iter(cs.values()))
-            single = singles.get((any_c.precision, any_c.channels_last, any_c.compiled))
+            single = singles.get(numerics(any_c))
             raws = {c.key: raw[c.key] for c in cs.values()}
             if single is not None and single.key in raw:
                 raws[single.key] = raw[single.key]

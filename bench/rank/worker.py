@@ -39,6 +39,7 @@ from bench.shared.spec import DDP_BASED, PER_DEVICE, RunSpec
 from bench.workloads.registry import builder
 
 PROBE_BLOCKS = 2
+BUCKET_REACH = 1.5     # a DDP-only sweep's interference: sizes up to 1.5x its largest bucket (no collective is larger)
 
 
 def batch_stream(wl):
@@ -195,8 +196,10 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
         if spec.interference:
             from bench.rank.commbench import message_sizes
             from bench.rank.interference import interference_sweep
-            payload["interference"] = interference_sweep(device, message_sizes(spec.comm_max_bytes, extra=spec.comm_extra_bytes),
-                                                         spec.comm_ops, spec.comm_load or None)
+            sizes = message_sizes(spec.comm_max_bytes, extra=spec.comm_extra_bytes)
+            if spec.comm_ops == ("all_reduce",) and spec.comm_extra_bytes:  # DDP sends one bucket at a time
+                sizes = [s for s in sizes if s <= BUCKET_REACH * max(spec.comm_extra_bytes)] or sizes[:1]
+            payload["interference"] = interference_sweep(device, sizes, spec.comm_ops, spec.comm_load or None)
     else:
         baseline_rss_mib = memory.rss_mib()  # the process before its model: the memory forecast's check starts here
         torch.manual_seed(spec.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
