@@ -131,6 +131,9 @@ def test_interference_lines_are_fitted_over_sizes_and_priced_at_any_size():
     assert inter.comm_x("all_reduce", s, 64) == pytest.approx(11 / 4)   # ...with the nearest count's slowdowns
     assert inter.comm_x("all_gather", s, 2) == pytest.approx(11 / 4)     # a collective not measured: the all-reduce's
     assert inter.co_run_x(2) == 1.25 and inter.co_run_x(1) == 1.0
+    assert inter.co_run_x(4, 2) == 1.25 and inter.co_run_x(2, 2) == 1.0   # 2 ranks a node; 1 a node: no core shared
+    across = itf.from_rows([{**r, "nodes": 2} for r in _inter_rows()], "cpu")
+    assert across.co_run_x(2, 2) == 1.25       # measured across 2 nodes that share cores (the local test cluster)
     assert "interference measured (at 2 ranks)" in inter.words()
     # one noisy size does not steer its bucket: the line through the others holds within a few percent
     noisy = _inter_rows()

@@ -150,11 +150,10 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
         own = max(0.0, s.raws[one.key].sync["backward_ms"] - s.raws[one.key].no_sync["backward_ms"])
         compute = replace(compute, backward_ms=compute.backward_ms + own)
         words.append(f"DDP's own gradient work at one rank (bucket copies): {own:.2f} ms (x1's probe, measured)")
-    g = min(base.device_count, machine.gpus_per_node)
     inter = machine.inter
     inp = Inputs(compute, base.global_batch / base.device_count, inter=inter, step_ms=raw.step_ms,
                  buffer_bytes=raw.buffer_bytes if s.strategy in ("ddp", "zero") else 0.0,
-                 co_run_base=inter.co_run_x(g), words=words, from_counts=(base.device_count,))
+                 co_run_base=inter.co_run_x(base.device_count, base.nodes), words=words, from_counts=(base.device_count,))
     inp.words.append(inter.words())
     inp.words.append(f"slowest of N ranks: the spread of x{base.device_count}'s {len(raw.step_ms)} measured steps")
     grad_bytes = (s.any.grad_mib or 0) * 2**20
@@ -229,7 +228,7 @@ def point(s: Setting, inp: Inputs, count: int, machine: Machine) -> Point:
             return p
         step = fc.Step(count, fc.linear_in_count(inp.dp_points)(count), fc.Compute(0, 0, 0, 0), 0.0, 0.0)
     else:
-        compute = compute.slowed(inp.inter.co_run_x(min(count, net.gpus_per_node)) / inp.co_run_base)
+        compute = compute.slowed(inp.inter.co_run_x(count, nodes) / inp.co_run_base)
         # the slowest of N ranks: the measured spread, relative to its own median step, on this compute
         sync = fi.sync_excess_ms(inp.step_ms, count) * compute.total_ms / stats.median(inp.step_ms) if inp.step_ms else 0.0
         opts = s.any.options

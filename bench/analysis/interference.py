@@ -6,7 +6,7 @@ what stands in where nothing was measured, said in words.
     inter.alone_ms("all_reduce", size_bytes, ranks)   # a lone call as a step issues it, at a measured count (else None)
     inter.comm_x("all_reduce", size_bytes, ranks)     # the collective's time beside computation / alone
     inter.compute_x("all_reduce", size_bytes, ranks)  # computation's time while the collective runs / alone
-    inter.co_run_x(ranks_per_node)                    # the load on every rank of a node at once / on one alone
+    inter.co_run_x(ranks, nodes)                      # the load on every rank at once / on one alone
     inter.words()                                     # measured or assumed, per figure
 
 Per (collective, ranks) three lines in the size S are fitted over the measured sizes (non-negative, on relative
@@ -79,7 +79,7 @@ class Fitted:
 @dataclass(frozen=True)
 class Interference:
     table: dict = field(default_factory=dict)     # (op, ranks, nodes) -> Fitted
-    co_run: dict = field(default_factory=dict)    # ranks -> compute slowdown with every rank computing
+    co_run: dict = field(default_factory=dict)    # (ranks, nodes) -> compute slowdown with every rank computing
     assumed_comm_x: float = 1.0
     assumed_compute_x: float = 1.0
     assumption: str = ""
@@ -113,11 +113,17 @@ class Interference:
         f = self._fitted(op, ranks)
         return f.compute_x(size_bytes) if f is not None else self.assumed_compute_x
 
-    def co_run_x(self, ranks_per_node: int) -> float:
-        """The compute slowdown of ranks_per_node ranks computing at once (1.0 for one rank, or not measured)."""
-        if ranks_per_node <= 1 or not self.co_run:
+    def co_run_x(self, ranks: int, nodes: int = 1) -> float:
+        """The compute slowdown of `ranks` ranks on `nodes` nodes all computing at once: as measured at exactly that
+        count and node count, else the single-node measurement nearest its ranks per node (1.0 for one rank per
+        node, or where nothing was measured: separate nodes share no cores)."""
+        if (ranks, nodes) in self.co_run:
+            return self.co_run[(ranks, nodes)]
+        per_node = math.ceil(ranks / max(1, nodes))
+        local = {n: x for (n, m), x in self.co_run.items() if m == 1}
+        if per_node <= 1 or not local:
             return 1.0
-        return self.co_run[min(self.co_run, key=lambda n: (abs(n - ranks_per_node), -n))]
+        return local[min(local, key=lambda n: (abs(n - per_node), -n))]
 
     def words(self) -> str:
         if not self.measured:
@@ -133,8 +139,8 @@ class Interference:
             px = f.compute_x(size)
             parts.append(f"{op} x{n}{f' on {nodes} nodes' if nodes > 1 else ''} at {size / 2**20:.3g} MiB: collective {f.comm_x(size):.2g}x, computation "
                          + ("stopped" if px >= STOPPED else f"{px:.2g}x"))
-        for n, x in sorted(self.co_run.items()):
-            parts.append(f"{n} ranks computing at once: {x:.2g}x")
+        for (n, m), x in sorted(self.co_run.items()):
+            parts.append(f"{n} ranks{f' on {m} nodes' if m > 1 else ''} computing at once: {x:.2g}x")
         return "; ".join(parts)
 
 
@@ -156,7 +162,7 @@ def from_rows(rows: list, device_type: str, source: str = "") -> Interference:
         x = r.get("compute_slowdown")
         if r.get("op") == "co_run":
             if x is not None:
-                co_run[int(r["ranks"])] = max(1.0, float(x))
+                co_run[(int(r["ranks"]), int(r.get("nodes") or 1))] = max(1.0, float(x))
             continue
         if x is None or not r.get("comm_alone_ms") or not r.get("comm_contended_ms"):
             continue

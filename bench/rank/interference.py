@@ -49,7 +49,8 @@ MIN_ROUNDS = 2
 BUDGET_S = 1.5                   # per (collective, size), every round included
 MAX_DOUBLINGS = 4
 STOPPED = 100.0                  # compute_slowdown when the load made no progress while the collective ran
-CO_RUN_CHUNKS = 20
+CO_RUN_CHUNKS = 20               # at least this many chunks per co-run round...
+CO_RUN_ROUND_MS = 50.0           # ...and at least this long (one 30 ms round of a shared machine swung 1.06-1.20x)
 
 
 @dataclass(frozen=True)
@@ -197,10 +198,12 @@ def load_chunk(shape: tuple, device: torch.device) -> Callable:
     return lambda: torch.mm(a, w, out=out)
 
 
-def co_run(driver, device: torch.device, group=None, rank: int = 0, chunks: int = CO_RUN_CHUNKS,
+def co_run(driver, device: torch.device, group=None, rank: int = 0, chunk_ms: float = 1.0,
            rounds: int = ROUNDS) -> dict:
-    """The load on every rank at once against rank 0's alone while the others wait, alternated `rounds` times
-    (medians: one slow moment of a shared machine is not the rate)."""
+    """The load on every rank at once against rank 0's alone while the others wait, alternated `rounds` times, each
+    at least CO_RUN_CHUNKS chunks and CO_RUN_ROUND_MS long (medians: one slow moment of a shared machine is not the
+    rate)."""
+    chunks = max(CO_RUN_CHUNKS, math.ceil(CO_RUN_ROUND_MS / max(chunk_ms, 1e-3)))
     solos, togethers = [], []
     for _ in range(rounds):
         _barrier(group)
@@ -237,7 +240,7 @@ def interference_sweep(device: torch.device, sizes: list, ops: tuple, load_shape
         chunk()  # the load's own first calls (allocation, kernel selection) are not its speed
     chunk_ms = _max([base.chunks_ms(10) / 10], device, group)[0]
     rows = [{"scope": scope, "ranks": ranks, "load": load, "timing": base.timing,
-             **co_run(base, device, group, rank)}]
+             **co_run(base, device, group, rank, chunk_ms)}]
     for op in ops:
         for size in measured:
             d, nbytes = driver_for(op, size)
