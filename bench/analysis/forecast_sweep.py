@@ -189,13 +189,12 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
             inp.units = [(grad_bytes * gather, grad_bytes)]
             inp.words.append("FSDP units: assumed, none stored (all parameters in one unit)")
         inp.words.append("optimizer: on this rank's shard, its time divided by the ranks (assumed)")
-    own_strategy = {n: c for n, c in allowed.items() if c.key in s.raws}
-    mem_src = own_strategy[min(own_strategy)] if own_strategy else None
-    if mem_src is not None:
-        r = s.raws[mem_src.key]
-        inp.memory = mm.base_of(s.strategy, mem_src.device_count, opts, r.state_mib, r.peak_mib, r.peak_method,
-                                [u for u in (next((x.units for x in s.raws.values() if x.units), []))],
-                                mem_src.device_type, mem_src.global_batch / mem_src.device_count)
+    if allowed:  # memory: the strategy's own smallest allowed count (its activations measured there)
+        c = allowed[min(allowed)]
+        r = s.raws[c.key]
+        units = next((x.units for x in s.raws.values() if x.units), [])
+        inp.memory = mm.base_of(s.strategy, c.device_count, opts, r.state_mib, r.peak_mib, r.peak_method, units,
+                                c.device_type, c.global_batch / c.device_count)
     return inp
 
 

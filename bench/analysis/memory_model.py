@@ -80,10 +80,9 @@ def base_of(strategy: str, count: int, options: dict, state: dict, peak_mib: Opt
     """The Base of a configuration from its counted state and measured peak; None without both."""
     if not state or peak_mib is None or not all(k in state for k in ("params_mib", "grads_mib", "optimizer_mib")):
         return None
-    k = shards(strategy, count, options)
-    opt_k = k if strategy not in ("zero",) else count
+    k = shards(strategy, count, options)          # parameters and gradients held 1/k per rank
     p, g = state["params_mib"] * k, state["grads_mib"] * k
-    o = state["optimizer_mib"] * (opt_k if strategy in ("zero", "fsdp", "hsdp") else 1)
+    o = state["optimizer_mib"] * (count if strategy == "zero" else k)   # ZeRO shards the optimizer state over all
     bk = state.get("buckets_mib", 0.0) or 0.0
     gathered = _gathered([u / 2**20 for u in units_bytes], p, g, k, options) if strategy in ("fsdp", "hsdp") else 0.0
     counted = state["params_mib"] + state["grads_mib"] + state["optimizer_mib"] + bk + gathered
