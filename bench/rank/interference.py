@@ -6,7 +6,10 @@ machine, measured apart from any training step, as the forecast's pipeline needs
 The load is a GEMM (M x K) @ (K x K) in float32, one "chunk", sized like the model's layers (the synthetic MLP's
 batch x width; LOAD_DEFAULT otherwise): a property of the machine, not of any model's step. For each collective
 and size, rounds on every rank at once, each of:
-    alone      the collective by itself (its time)
+    alone      the collective by itself, issued as a step issues its last bucket: each rank computes PRE_MS of the
+               load, then issues it on its own (no barrier between): its time from issue to completion, the wait for
+               a later rank included (a lone 12 MiB gloo all-reduce took 9.6 ms so against 7.5 after a barrier,
+               and 9.7-10.5 ms as DDP's last bucket)
     together   the collective started, then k chunks of the load, k sized so that the load outlasts the collective
                (k x chunk >= OUTLAST x the collective alone); the collective's time from its start to its completion,
                and the k chunks' time
@@ -49,6 +52,7 @@ MIN_ROUNDS = 2
 BUDGET_S = 1.5                   # per (collective, size), every round included
 MAX_DOUBLINGS = 4
 STOPPED = 100.0                  # compute_slowdown when the load made no progress while the collective ran
+PRE_MS = 5.0                     # the load before a lone collective (a step's last bucket follows backward)
 CO_RUN_CHUNKS = 20               # at least this many chunks per co-run round...
 CO_RUN_ROUND_MS = 50.0           # ...and at least this long (one 30 ms round of a shared machine swung 1.06-1.20x)
 
@@ -163,9 +167,11 @@ def measure(driver, chunk_ms: float, device: torch.device, group=None, rounds: i
     rounds} of one collective: medians over the valid rounds; slowdowns None when no round was valid."""
     driver.alone_ms()  # buffers and connections set up: not timed
     got, k, doublings = [], 0, 0
+    pre = max(2, math.ceil(PRE_MS / max(chunk_ms, 1e-3)))
     deadline = time.perf_counter() + budget_s
     while len(got) < rounds:
         _barrier(group)
+        driver.chunks_ms(pre)       # then the collective at once, each rank on its own, as after backward
         alone = driver.alone_ms()
         if not k:
             k = max(2, math.ceil(OUTLAST * _max([alone], device, group)[0] / max(chunk_ms, 1e-3)))
