@@ -16,6 +16,7 @@ from bench.analysis import forecast as fc
 from bench.analysis import network as nw
 from bench.config import ConfigError
 from bench.store import schema, store
+from bench.sweep import record
 from conftest import FAST, run_bench
 from report_fixtures import spec
 
@@ -200,10 +201,10 @@ def build_fsdp_store(path: str, ops: tuple) -> None:
     beside the all-reduce."""
     conn = store.connect(path)
     sid = store.begin_sweep(conn, "bench --gpus 1,2 --strategies fsdp", "{}", None)
-    rec = lambda sp, payload: store.record_result(conn, sid, None, sp, "ok", "", {"grad_bytes": 16e6, **payload})  # noqa: E731
+    rec = lambda sp, payload: record.record_result(conn, sid, None, sp, "ok", "", {"grad_bytes": 16e6, **payload})  # noqa: E731
     rec(spec("synthetic", "fsdp", 1), {"steps": _steps(1, 30.0), "windows": _windows(1, 30.0)})
     rec(spec("synthetic", "fsdp", 2), {"steps": _steps(2, 140.0), "windows": _windows(2, 140.0)})
-    store.record_result(conn, sid, None, spec("allreduce", "comm", 2, mode="comm"), "ok", "", {"comm": comm_rows(ops)})
+    record.record_result(conn, sid, None, spec("allreduce", "comm", 2, mode="comm"), "ok", "", {"comm": comm_rows(ops)})
     store.end_sweep(conn, sid, "completed")
     conn.close()
 
@@ -212,7 +213,7 @@ def build_store(path: str, ddp: bool = True, busbw_gbps: float = BUSBW) -> None:
     conn = store.connect(path)
     env_id = store.insert_environment(conn, {"hostname": "h", "cpu_cores": 2})
     sid = store.begin_sweep(conn, "bench --gpus 1,2", "{}", env_id)
-    rec = lambda sp, payload: store.record_result(conn, sid, env_id, sp, "ok", "", {"grad_bytes": 16e6, **payload})  # noqa: E731
+    rec = lambda sp, payload: record.record_result(conn, sid, env_id, sp, "ok", "", {"grad_bytes": 16e6, **payload})  # noqa: E731
     rec(spec("synthetic", "single", 1), {"steps": _steps(1, 30.0), "windows": _windows(1, 30.0)})
     if ddp:
         buckets = lambda n: [{"kind": "ddp", "rank": r, "step": 0, "bucket": b, "size_bytes": int(s),  # noqa: E731
@@ -225,7 +226,7 @@ def build_store(path: str, ddp: bool = True, busbw_gbps: float = BUSBW) -> None:
         comm = spec("allreduce", "comm", 2, mode="comm")
         rows = [{"scope": "world", "ranks": 2, "size_bytes": s, "time_ms": 2 * ALPHA_MS + s / (busbw_gbps * 1e6)}
                 for s in (4096, 2**16, 2**20, 2**22, 2**24)]
-        store.record_result(conn, sid, env_id, comm, "ok", "", {"comm": rows})
+        record.record_result(conn, sid, env_id, comm, "ok", "", {"comm": rows})
     store.end_sweep(conn, sid, "completed")
     conn.close()
 

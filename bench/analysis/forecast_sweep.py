@@ -2,7 +2,7 @@
 settings), what the model (bench.analysis.forecast) rests on, said in words, the forecast at any count, and the
 check against every measured count from the smaller counts alone.
 
-    sets = settings(sweep, raw)                      # sweep: bench.store.results.Sweep; raw: store.forecasts.read_inputs
+    sets = settings(sweep, raw)                      # sweep: bench.analysis.results.Sweep; raw: store.forecasts.read_inputs
     inp = inputs(s, below=None)                      # Inputs, or a str: why this setting cannot be forecast
     point(s, inp, count, net)                        # Point: step_ms, samples/s, efficiency, bound
     checks = validate(s, measured_levels, preset, explicit, created_at, own)   # [dict]: forecast from smaller counts vs measured

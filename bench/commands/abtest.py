@@ -30,7 +30,7 @@ from bench.config import ConfigError
 from bench.shared.procs import signals_deferred
 from bench.shared.spec import RunSpec
 from bench.store import store
-from bench.sweep import plan
+from bench.sweep import plan, record
 from bench.sweep.diagnose import Outcome
 from bench.sweep.launch import WORKER, Limits, run_config
 
@@ -189,7 +189,7 @@ def main(argv: list) -> int:
         for spec, spec_b in zip(specs, specs_b):
             def record(v: Variant, s: RunSpec, o: Outcome) -> None:
                 with signals_deferred():
-                    store.record_result(conn, sid_a if v.label == "a" else sid_b, env_id, s, o.status, o.reason, o.payload,
+                    record.record_result(conn, sid_a if v.label == "a" else sid_b, env_id, s, o.status, o.reason, o.payload,
                                         o.started_at, o.ended_at, o.wall_s, o.failed_rank)
                 print(f"  {v.label} {s.key} pair {s.repeat + 1}: " + (f"{throughput(o, s):.1f} samples/s" if o.status == "ok"
                                                                           else f"{o.status.upper()}: {o.reason}"), flush=True)

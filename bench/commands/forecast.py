@@ -20,8 +20,9 @@ import math
 from bench.analysis import forecast_outlook as fo
 from bench.analysis import forecast_sweep as fs
 from bench.analysis import network as nw
+from bench.analysis import results
 from bench.config import ConfigError
-from bench.store import forecasts, results, store
+from bench.store import forecasts, store
 
 DEFAULT_TO = tuple(2**k for k in range(1, 11))    # 2, 4, ... 1024
 

@@ -25,6 +25,7 @@ from bench.commands import abtest
 from bench.config import ConfigError, finite
 from bench.shared.spec import RunSpec
 from bench.store import store
+from bench.sweep import record
 from bench.sweep.diagnose import Outcome
 from bench.sweep.launch import Limits, run_config
 
@@ -124,7 +125,7 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
     def trial(options: dict) -> tuple:
         spec = with_options(base, options)
         out = run_config(spec, limits)
-        store.record_result(conn, screen_id, env_id, spec, out.status, out.reason, out.payload, out.started_at,
+        record.record_result(conn, screen_id, env_id, spec, out.status, out.reason, out.payload, out.started_at,
                             out.ended_at, out.wall_s, out.failed_rank)
         sps = abtest.throughput(out, spec)
         log(f"  {describe(options)}: " + (f"{sps:.1f} samples/s" if out.status == "ok" else f"{out.status.upper()}: {out.reason}"))
@@ -164,7 +165,7 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
     a, b = abtest.Variant("a", base), abtest.Variant("b", with_options(base, challenger))
 
     def record(v, spec, o):
-        store.record_result(conn, sid_a if v.label == "a" else sid_b, env_id, spec, o.status, o.reason, o.payload,
+        record.record_result(conn, sid_a if v.label == "a" else sid_b, env_id, spec, o.status, o.reason, o.payload,
                             o.started_at, o.ended_at, o.wall_s, o.failed_rank)
     results = abtest.run_pairs(a, b, pairs, limits, record)
     for sid in (sid_a, sid_b):

@@ -2,7 +2,7 @@
 
     python -m bench.report.report --store results/bench.sqlite [--sweep ID] [--plots-dir plots] [--report-dir results]
 
-`render()` loads the sweep (bench.store.results: the result that counts per configuration, every number
+`render()` loads the sweep (bench.analysis.results: the result that counts per configuration, every number
 recomputed from the raw rows), draws the plots (bench.report.plots) and writes one list of blocks twice
 (bench.report.pages): report.md and a self-contained report.html. The report opens with its answer
 (bench.report.recommend: what to run, what DataParallel would cost, where scaling stops paying, what bounds
@@ -23,7 +23,7 @@ from bench.report import traces as trace_report
 from bench.report.pages import fmt, to_html, to_markdown
 from bench.store import store
 
-from bench.store.results import STRATEGY_NAMES, Sweep, load, pick_sweep
+from bench.analysis.results import STRATEGY_NAMES, Sweep, load, pick_sweep
 
 # The reference experiment (ANCHORS.md): DeepLabV3-ResNet101, VOC 2012 train split, 20 epochs, on V100s.
 REFERENCE_IMAGES = 1464

@@ -21,7 +21,7 @@ from bench.config import ConfigError, SweepConfig
 from bench.shared import faults
 from bench.shared.procs import signals_deferred
 from bench.store import store
-from bench.sweep import equivalence, plan, profiling
+from bench.sweep import equivalence, plan, profiling, record
 from bench.sweep.diagnose import Outcome
 from bench.sweep.launch import Limits, run_config
 from bench.sweep.plan import RunSpec, Skip
@@ -170,7 +170,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
             if not isinstance(item, Skip) and spec.key in failed_before:
                 item = Skip(spec, failed_before[spec.key])
             if isinstance(item, Skip):
-                store.record_result(conn, sweep_id, env_id, spec, "skipped", item.reason)
+                record.record_result(conn, sweep_id, env_id, spec, "skipped", item.reason)
                 log(f"{head}: skipped: {item.reason}")
                 continue
             spec = profiling.attach(spec, cfg, sweep_id, i)  # --profile: where its traces go
@@ -179,7 +179,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
             outcome = (equivalence.run(spec, limits, shared) if spec.mode == "equivalence"
                        else run_config(spec, limits, shared, _progress(log, head)))
             with signals_deferred():  # a finished configuration is recorded, not lost to a late Ctrl-C
-                rid = store.record_result(conn, sweep_id, env_id, spec, outcome.status, outcome.reason, outcome.payload,
+                rid = record.record_result(conn, sweep_id, env_id, spec, outcome.status, outcome.reason, outcome.payload,
                                           outcome.started_at, outcome.ended_at, outcome.wall_s, outcome.failed_rank)
                 current = None
             failures += outcome.status != "ok"
@@ -199,7 +199,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
         with signals_deferred():
             if sweep_id is not None:
                 if current is not None:
-                    store.record_result(conn, sweep_id, env_id, current, "interrupted", f"sweep interrupted by {name}",
+                    record.record_result(conn, sweep_id, env_id, current, "interrupted", f"sweep interrupted by {name}",
                                         started_at=started, ended_at=store.now())
                 store.end_sweep(conn, sweep_id, "interrupted")
         log(f"interrupted by {name}: finished results are kept"
@@ -243,7 +243,7 @@ def internal_error(e: Exception, cfg: SweepConfig, conn, sweep_id, env_id, curre
         with signals_deferred():
             if sweep_id is not None and conn is not None:
                 if current is not None:
-                    store.record_result(conn, sweep_id, env_id, current, "failed",
+                    record.record_result(conn, sweep_id, env_id, current, "failed",
                                         f"internal error of the sweep: {what} (traceback: {path})", started_at=started,
                                         ended_at=store.now())
                 store.end_sweep(conn, sweep_id, "failed", path)
