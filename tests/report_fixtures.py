@@ -137,3 +137,26 @@ def build_compare_store(path: str, factors: tuple, steps_n: int = 30, repeats: i
         ids.append(sid)
     conn.close()
     return ids
+
+
+def downgrade_to_v4(path: str) -> None:
+    """Rewrite a store of this version as version 4 wrote it (no training-state columns, no optimizer, no interference
+    table, forecasts keyed by sweep alone): a store an older suite left behind."""
+    import sqlite3
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+    ALTER TABLE results DROP COLUMN optimizer;
+    ALTER TABLE memory DROP COLUMN params_mib; ALTER TABLE memory DROP COLUMN grads_mib;
+    ALTER TABLE memory DROP COLUMN optimizer_mib; ALTER TABLE memory DROP COLUMN buckets_mib;
+    ALTER TABLE memory DROP COLUMN baseline_rss_mib;
+    DROP TABLE interference;
+    DROP TABLE forecasts;
+    CREATE TABLE forecasts (sweep_id INTEGER NOT NULL, config_key TEXT NOT NULL, workload TEXT NOT NULL,
+        strategy TEXT NOT NULL, variant TEXT, device_count INTEGER NOT NULL, from_counts TEXT NOT NULL,
+        forecast_step_ms REAL, measured_step_ms REAL, error REAL, forecast_samples_per_s REAL,
+        measured_samples_per_s REAL, compute_error REAL, noise REAL, why TEXT, network TEXT, created_at TEXT NOT NULL,
+        PRIMARY KEY (sweep_id, config_key));
+    PRAGMA journal_mode = DELETE;
+    PRAGMA user_version = 4;
+    """)
+    conn.close()

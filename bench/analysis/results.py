@@ -28,6 +28,19 @@ STRATEGY_NAMES = {"single": "single device", "dp": "DataParallel", "ddp": "DDP",
 STRATEGY_ORDER = ("single", "dp", "ddp", "fsdp")
 
 
+def variant(precision: str, channels_last: bool, compiled: bool, options: dict) -> str:
+    """'fp32', 'bf16, channels_last, bucket_cap_mb=100': a configuration's precision, memory format, compilation and
+    strategy settings, as its label shows them."""
+    parts = [precision] + (["channels_last"] if channels_last else []) + (["compiled"] if compiled else [])
+    parts += [f"{k}={v}" for k, v in sorted(options.items())]
+    return ", ".join(parts)
+
+
+def row_variant(r: dict) -> str:
+    """The variant of a results row (one that did not run too)."""
+    return variant(r["precision"] or "fp32", bool(r["channels_last"]), bool(r["compiled"]), json.loads(r["options_json"] or "{}"))
+
+
 @dataclass
 class Config:
     """One configuration of a sweep (repeats pooled), with everything derived from its raw rows."""
@@ -71,9 +84,7 @@ class Config:
     @property
     def variant(self) -> str:
         """Everything but strategy and count that tells this configuration apart: precision, format, settings."""
-        parts = [self.precision] + (["channels_last"] if self.channels_last else []) + (["compiled"] if self.compiled else [])
-        parts += [f"{k}={v}" for k, v in sorted(self.options.items())]
-        return ", ".join(parts)
+        return variant(self.precision, self.channels_last, self.compiled, self.options)
 
     @property
     def series(self) -> tuple:

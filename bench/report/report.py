@@ -18,19 +18,17 @@ from collections import Counter
 from typing import Optional
 
 from bench.analysis import stats
+from bench.analysis import cost
+from bench.analysis.reference import REFERENCE_EPOCHS, REFERENCE_IMAGES, REFERENCE_V100_S, train_times  # noqa: F401
+from bench.config import ConfigError
 from bench.report import comm as comm_report
+from bench.report import cost as cost_report
+from bench.report import sidebyside
 from bench.report import traces as trace_report
 from bench.report.pages import fmt, to_html, to_markdown
 from bench.store import store
 
 from bench.analysis.results import STRATEGY_NAMES, Sweep, load, pick_sweep
-
-# The reference experiment (ANCHORS.md): DeepLabV3-ResNet101, VOC 2012 train split, 20 epochs, on V100s.
-REFERENCE_IMAGES = 1464
-REFERENCE_EPOCHS = 20
-REFERENCE_V100_S = (("1x V100", 32 * 60 + 58), ("4x V100, DP", 14 * 60 + 40), ("4x V100, DDP", 11 * 60 + 21),
-                    ("8x V100, DP", 9 * 60 + 40), ("8x V100, DDP", 9 * 60 + 8))
-
 
 # ---------------------------------------------------------------- words and numbers
 
@@ -53,17 +51,6 @@ def hms(seconds: float) -> str:
         return "–"
     s = int(round(seconds))
     return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-def train_times(configs: list) -> tuple:
-    """[(label, seconds)] for the reference experiment's 20 epochs, and how they were obtained."""
-    measured = all(c.epoch_wall_s for c in configs)
-    if measured:
-        bars = [(c.label, stats.median(c.epoch_wall_s) * REFERENCE_EPOCHS) for c in configs]
-        return bars, f"measured: median epoch wall time x {REFERENCE_EPOCHS}"
-    data = configs[0].data if configs else "synthetic"
-    bars = [(c.label, stats.train_time_s(c.samples_per_s, REFERENCE_IMAGES, REFERENCE_EPOCHS)) for c in configs]
-    return bars, f"estimate from {data}-data throughput: {REFERENCE_EPOCHS} x {REFERENCE_IMAGES} images / samples/s"
 
 
 def name(strategy: str) -> str:
@@ -199,13 +186,14 @@ def _environment_blocks(sweep: Sweep) -> list:
     return b
 
 
-def blocks(sweep: Sweep, plot_paths: dict) -> list:
+def blocks(sweep: Sweep, plot_paths: dict, prices=None) -> list:
     """The whole report as ('h', level, text) / ('p', text) / ('table', headers, rows) / ('img', path, alt):
     the recommendation first, then the evidence per workload, then communication, correctness, problems, environment."""
     from bench.report import recommend
     s = sweep.sweep
     b: list = [("h", 1, f"DataParallel vs DistributedDataParallel: sweep {s['sweep_id']}")]
     b += recommend.blocks(sweep)
+    b += cost_report.blocks(sweep, prices)  # --price-per-device-hour: the cheapest run beside the fastest
     b.append(("p", f"Sweep {s['sweep_id']}: {s['status']}, started {s['started_at']}, ended {s['ended_at'] or '–'}"
                    + (f", resumed {s['resumed']} time(s)" if s["resumed"] else "") + f". Command: {s['command_line']}"))
     for workload, configs in sweep.bench.items():
@@ -232,7 +220,8 @@ def blocks(sweep: Sweep, plot_paths: dict) -> list:
 
 # ---------------------------------------------------------------- entry points
 
-def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "plots", report_dir: str = "results") -> dict:
+def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "plots", report_dir: str = "results",
+           prices=None) -> dict:
     """Render plots into plots_dir and report.md + report.html into report_dir, from the store alone.
     sweep_id None: the latest sweep. Returns {'markdown': path, 'html': path, 'plots': [paths]}."""
     from bench.report import plots
@@ -247,7 +236,7 @@ def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "pl
                   for w, cs in sweep.bench.items()}
     plot_paths = {w: trace_report.plot_paths(p, sweep.bench[w], w, device_title(sweep, sweep.bench[w][0].device_type), plots_dir)
                   for w, p in plot_paths.items()}  # --profile: the traces' figure beside the phases plot
-    bl = blocks(sweep, plot_paths)
+    bl = blocks(sweep, plot_paths, prices)
     from bench.report import forecast
     at = next((i for i, x in enumerate(bl) if x[:3] == ("h", 2, "Environment")), len(bl))  # before the environment
     bl[at:at] = ahead = forecast.blocks(store_path, sweep, plots_dir, device_title(
@@ -263,8 +252,11 @@ def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "pl
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", default="results/bench.sqlite", help="SQLite results store to read")
-    parser.add_argument("--sweep", type=int, default=None, help="sweep id to report (default: the latest)")
+    parser.add_argument("--store", action="append", default=None, help="SQLite results store to read (default "
+                        "results/bench.sqlite); again for several machines side by side (the latest sweep of each)")
+    parser.add_argument("--sweep", default=None, help="sweep id to report (default: the latest); several (3,7): side by "
+                        "side, of one store or one per --store")
+    parser.add_argument(cost.FLAG, dest="price", default=None, help=cost.HELP)
     parser.add_argument("--plots-dir", default="plots", help="where the PNG plots are written")
     parser.add_argument("--report-dir", default="results", help="where report.md and report.html are written")
 
@@ -274,8 +266,11 @@ def main(argv: Optional[list] = None) -> int:
     add_arguments(parser)
     ns = parser.parse_args(argv)
     try:
-        out = render(ns.store, ns.sweep, ns.plots_dir, ns.report_dir)
-    except store.StoreError as e:
+        prices = cost.parse_price(ns.price)
+        pairs = sidebyside.targets(ns.store or ["results/bench.sqlite"], ns.sweep)
+        out = (sidebyside.render(sidebyside.load_targets(pairs), ns.plots_dir, ns.report_dir, prices) if len(pairs) > 1
+               else render(pairs[0][0], pairs[0][1], ns.plots_dir, ns.report_dir, prices))
+    except (store.StoreError, ConfigError) as e:
         print(f"error: {e}")
         return 2
     print(f"wrote {out['markdown']}, {out['html']} and {len(out['plots'])} plot(s) in {ns.plots_dir}")

@@ -93,6 +93,15 @@ def latest_results(conn: sqlite3.Connection, sweep_id: int) -> list:
     return sorted((dict(r) for r in store.latest_results(conn, sweep_id)), key=lambda r: r["result_id"])
 
 
+def bench_values(conn: sqlite3.Connection, column: str) -> list:
+    """The distinct values of one of the results' identity columns (workload, strategy, device_count, precision)
+    among the benchmarks of this suite's own sweeps, sorted."""
+    if column not in ("workload", "strategy", "device_count", "precision"):
+        raise ValueError(column)
+    return [r[0] for r in conn.execute(f"SELECT DISTINCT r.{column} FROM results r JOIN sweeps s USING (sweep_id) "
+                                       f"WHERE r.mode = 'bench' AND {OWN_CODE.replace('label', 's.label')} ORDER BY 1")]
+
+
 def environment(conn: sqlite3.Connection, env_id: Optional[int]) -> dict:
     """The environments row, {} when there is none."""
     row = None if env_id is None else conn.execute("SELECT * FROM environments WHERE env_id = ?", (env_id,)).fetchone()

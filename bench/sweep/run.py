@@ -147,7 +147,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
                 sweep_id = row["sweep_id"]
                 store.reopen_sweep(conn, sweep_id)
             else:
-                sweep_id = store.begin_sweep(conn, command_line, cfg.to_json(), env_id)
+                sweep_id = store.begin_sweep(conn, command_line, cfg.to_json(), env_id, label=cfg.label)
         items = plan.plan(cfg, machine or plan.detect_machine())
         done = store.ok_keys(conn, sweep_id) if resumed else set()
         if resumed:
