@@ -142,6 +142,19 @@ def test_the_pages_hold_the_summary_the_sweeps_environments_the_plot_and_a_table
     assert "torch 2.14.1 -&gt; 2.15.0" in row
 
 
+def test_at_a_price_each_sweep_of_the_history_says_what_a_million_samples_cost(upgraded, tmp_path):
+    from bench.analysis import cost
+    from test_report import md_table
+    path, h = upgraded
+    out = page.render(h, path, str(tmp_path / "p"), str(tmp_path / "r"), prices=cost.parse_price("3.0"))
+    md = open(out["markdown"]).read()
+    rows = md_table(md, "### ddp x2 synthetic")
+    assert len(rows) == 8
+    for row in rows:
+        sps = float(row["samples/s"])
+        assert float(row["cost per million samples (price units)"]) == pytest.approx(3.0 * 2 * 1e6 / sps / 3600, rel=2e-3)
+
+
 @pytest.mark.parametrize("args, expected", [
     (["--workloads", "resnet50"], "--workloads resnet50: 'resnet50' is not in the store; it holds synthetic"),
     (["--strategies", "ddp,fsdp"], "'fsdp' is not in the store; it holds ddp, single"),
@@ -185,6 +198,34 @@ def test_a_store_written_by_an_older_suite_is_read_as_it_is_and_left_untouched(u
     assert hashlib.sha256(open(old, "rb").read()).hexdigest() == before
     assert sqlite3.connect(old).execute("PRAGMA user_version").fetchone()[0] == 4
     assert sorted(os.listdir(tmp_path)) == ["p", "r", "v4.sqlite"]       # no -wal, -shm or journal left beside it
+
+
+def test_labelled_sweeps_belong_to_the_history_and_to_compares_evidence_but_ab_and_tune_sides_do_not(upgraded, tmp_path):
+    path = str(tmp_path / "labels.sqlite")
+    shutil.copy(upgraded[0], path)
+    conn = sqlite3.connect(path)
+    for sid, label in ((2, "nightly a100"), (3, "b: --bucket-cap-mb 100"), (4, "tune: screening"), (5, "a")):
+        conn.execute("UPDATE sweeps SET label = ? WHERE sweep_id = ?", (label, sid))
+    conn.commit()
+    conn.close()
+    conn = read.connect(path)
+    try:
+        h = hist.build(conn)
+        earlier = read.earlier_sweeps(conn, 7, conn.execute("SELECT hostname FROM sweeps WHERE sweep_id = 7").fetchone()[0], 10)
+    finally:
+        conn.close()
+    assert [int(s["sweep_id"]) for s in h.sweeps] == [1, 2, 5, 6, 7, 8] and earlier == [1, 2, 5, 6]
+    assert marks(h) == {(SINGLE, 7): "regression", (DDP2, 7): "regression"}
+
+
+@pytest.mark.parametrize("label, expected", [("b", "name the sweeps of ab and tune"), ("B: other code", "name the sweeps"),
+                                             ("tune: mine", "name the sweeps"), ("", "1 to 80 printable"),
+                                             ("x" * 81, "1 to 80 printable"), ("two\nlines", "1 to 80 printable")])
+def test_a_label_ab_or_tune_would_give_or_that_is_not_a_short_name_is_refused_before_the_sweep(label, expected, tmp_path, capsys):
+    code = cli.main(["--label", label, "--device", "cpu", "--store", str(tmp_path / "s.sqlite")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"--label {label!r}" in err and expected in err, err
+    assert not (tmp_path / "s.sqlite").exists()
 
 
 # ---------------------------------------------------------------- two real sweeps (the background fixture)

@@ -83,7 +83,7 @@ class Series:
 
 @dataclass
 class History:
-    sweeps: list                                  # the sweeps rows shown, oldest first, each with 'env'
+    sweeps: list                                  # the sweeps rows drawn (all read when none is), oldest first, with 'env'
     series: list                                  # [Series] of configurations in two sweeps or more
     once: list = field(default_factory=list)      # [(config key, sweep id)] of configurations measured in one sweep only
     threshold: float = 0.05
@@ -176,7 +176,9 @@ def build(conn, filters: Filters = Filters(), threshold: float = 0.05, drift: fl
         series.append(Series(key, c0.workload, c0.strategy, c0.device_count, c0.variant, points))
     order = {s: i for i, s in enumerate(results.STRATEGY_ORDER)}
     series.sort(key=lambda s: (s.workload, s.variant != "fp32", s.variant, order.get(s.strategy, 9), s.device_count))
-    return History(sweeps=list(by_id.values()), series=series, once=sorted(once), threshold=threshold, drift=drift)
+    drawn = {p.sweep_id for s in series for p in s.points}
+    return History(sweeps=[r for sid, r in by_id.items() if sid in drawn] if series else list(by_id.values()),
+                   series=series, once=sorted(once), threshold=threshold, drift=drift)
 
 
 class _Calls:

@@ -124,35 +124,47 @@ def _what(c) -> str:
     return f"{STRATEGY_NAMES.get(c.strategy, c.strategy)} x{c.device_count}"
 
 
-def _fastest(col: Column, workload: str, precision: str):
+def _fastest(col: Column, workload: str, precision: str) -> tuple:
+    """(cell, samples/s) of a sweep's fastest run of a workload at a precision; ('not run', nan) without one."""
     cs = [c for c in col.sweep.bench.get(workload, []) if c.precision == precision and not math.isnan(c.samples_per_s)]
-    return max(cs, key=lambda c: c.samples_per_s) if cs else None
+    if not cs:
+        return "not run", math.nan
+    c = max(cs, key=lambda c: c.samples_per_s)
+    settings = f" [{c.variant}]" if c.variant != precision else ""
+    eff = f", {c.efficiency:.0%} efficiency" if c.device_count > 1 and not math.isnan(c.efficiency) else ""
+    return f"{_what(c)}{settings}: {fmt(c.samples_per_s)} samples/s{eff}", c.samples_per_s
+
+
+def _cheapest(col: Column, workload: str, precision: str, prices: cost.Prices) -> tuple:
+    """(cell, cost per million samples) of a sweep's cheapest run of a workload at a precision (nan: none or no price)."""
+    price = cost_report.price_of(col.sweep, prices)
+    if price is None:
+        return "no price for this machine", math.nan
+    cs = [c for c in col.sweep.bench.get(workload, []) if c.precision == precision]
+    costs = cost.of_configs(cs, price.per_device_hour)
+    low = cost.cheapest(cs, lambda c: costs[c.key].per_million_samples)
+    if low is None:
+        return "not run", math.nan
+    value = costs[low.key].per_million_samples
+    return f"{_what(low)}: {fmt(value, '.4g')} per million samples", value
+
+
+def _best(titles: list, values: list, pick) -> str:
+    """The title of the column whose value `pick` (max or min) chooses among those known; '–' when none is."""
+    known = [(v, t) for v, t in zip(values, titles) if not math.isnan(v)]
+    return pick(known, key=lambda x: x[0])[1] if known else "–"
 
 
 def recommendation_blocks(cols: list, prices: Optional[cost.Prices]) -> list:
+    titles = [c.title for c in cols]
     keys = list(dict.fromkeys((w, c.precision) for col in cols for w, cs in col.sweep.bench.items() for c in cs))
     rows, cheap_rows = [], []
     for workload, precision in keys:
-        best = [_fastest(col, workload, precision) for col in cols]
-        cells = [f"{_what(c)}{' [' + c.variant + ']' if c.variant != precision else ''}: {fmt(c.samples_per_s)} samples/s"
-                 + (f", {c.efficiency:.0%} efficiency" if c.device_count > 1 and not math.isnan(c.efficiency) else "")
-                 if c else "not run" for c in best]
-        top = max((i for i, c in enumerate(best) if c), key=lambda i: best[i].samples_per_s, default=None)
-        rows.append([workload, precision, *cells, cols[top].title if top is not None else "–"])
+        cells, values = zip(*(_fastest(col, workload, precision) for col in cols))
+        rows.append([workload, precision, *cells, _best(titles, values, max)])
         if prices is not None:
-            cheapest = []
-            for col in cols:
-                price = cost_report.price_of(col.sweep, prices)
-                cs = [c for c in col.sweep.bench.get(workload, []) if c.precision == precision]
-                costs = cost.of_configs(cs, price.per_device_hour) if price else {}
-                low = cost.cheapest(cs, lambda c: costs[c.key].per_million_samples) if costs else None
-                cheapest.append((low, costs[low.key].per_million_samples if low else math.nan, price))
-            low_i = min((i for i, x in enumerate(cheapest) if x[0]), key=lambda i: cheapest[i][1], default=None)
-            cheap_rows.append([workload, precision, *[f"{_what(c)}: {fmt(v, '.4g')} per million samples" if c else
-                                                      ("no price for this machine" if p is None else "not run")
-                                                      for c, v, p in cheapest],
-                               cols[low_i].title if low_i is not None else "–"])
-    titles = [c.title for c in cols]
+            cells, values = zip(*(_cheapest(col, workload, precision, prices) for col in cols))
+            cheap_rows.append([workload, precision, *cells, _best(titles, values, min)])
     b: list = [("h", 2, "What to run, per sweep"),
                ("table", ["workload", "precision", *[f"fastest: {t}" for t in titles], "fastest of them"], rows)]
     if prices is not None:
@@ -166,6 +178,15 @@ def _order(i: tuple) -> tuple:
     workload, strategy, count, variant = i
     rank = results.STRATEGY_ORDER.index(strategy) if strategy in results.STRATEGY_ORDER else len(results.STRATEGY_ORDER)
     return workload, variant != "fp32", variant, rank, count
+
+
+def _cost_cell(costs: dict, c) -> str:
+    if c is None:
+        return "–"
+    if not costs:
+        return "no price for this machine"
+    k = costs[c.key]
+    return fmt(k.per_million_samples, ".4g") + (f"; {fmt(k.per_epoch, '.4g')} per reference epoch" if c.workload == "deeplabv3" else "")
 
 
 def configuration_blocks(cols: list, prices: Optional[cost.Prices]) -> list:
@@ -195,11 +216,8 @@ def configuration_blocks(cols: list, prices: Optional[cost.Prices]) -> list:
         where = "all" if len(present) == len(cols) else ("only " + ", ".join(present) if present else "none")
         rows.append([i[0], f"{STRATEGY_NAMES.get(i[1], i[1])} x{i[2]}", i[3], *cells, where])
         if prices is not None:
-            cost_rows.append([i[0], f"{STRATEGY_NAMES.get(i[1], i[1])} x{i[2]}", i[3], *[
-                "–" if c is None else "no price" if not costs[k] else
-                fmt(costs[k][c.key].per_million_samples, ".4g") + (f"; {fmt(costs[k][c.key].per_epoch, '.4g')} per "
-                                                                   "reference epoch" if i[0] == "deeplabv3" else "")
-                for k, c in enumerate(got)]])
+            cost_rows.append([i[0], f"{STRATEGY_NAMES.get(i[1], i[1])} x{i[2]}", i[3],
+                              *[_cost_cell(costs[k], c) for k, c in enumerate(got)]])
     titles = [c.title for c in cols]
     b: list = [("h", 2, "Every configuration, side by side"),
                ("p", "samples/s (scaling efficiency, and throughput against the first sweep that ran it); a configuration "
