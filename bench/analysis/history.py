@@ -102,17 +102,6 @@ def since_key(text: str) -> str:
     raise ValueError(text)
 
 
-def started(sweep: dict) -> Optional[datetime]:
-    """The sweep's start as a time on its own clock (its offset dropped), None when the store holds no date."""
-    text = str(sweep.get("started_at") or "")
-    for fmt in ("%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S"):
-        try:
-            return datetime.strptime(text, fmt).replace(tzinfo=None)
-        except ValueError:
-            continue
-    return None
-
-
 def env_value(env: dict, column: str) -> str:
     v = env.get(column)
     if v in (None, ""):

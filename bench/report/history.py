@@ -3,10 +3,10 @@ history.html with the same blocks (bench.report.pages).
 
     out = render(h, "results/bench.sqlite", plots_dir="plots", report_dir="results", prices=None)
 
-Each plot has two panels over the sweeps' dates: samples/s (log scale, so equal ratios look equal) with the band its
-processes spanned in each sweep (its repeats), and scaling efficiency; a regression that compare's rule calls is a
-red triangle down, an improvement a green triangle up, and a dotted line marks each sweep where the suite's commit
-or torch changed, labelled with the new ones.
+Each plot has two panels over the sweeps in time order (one step per sweep, ticks labelled with its id and start):
+samples/s (log scale, so equal ratios look equal) with the band its processes spanned in each sweep (its repeats),
+and scaling efficiency; a regression that compare's rule calls is a red triangle down, an improvement a green
+triangle up, and a dotted line marks each sweep where the suite's commit or torch changed, labelled with the new ones.
 """
 from __future__ import annotations
 
