@@ -97,6 +97,7 @@ class SweepConfig:
     plots_dir: str = _f("plots", "where plots are written", "str")
     report_dir: str = _f("results", "where report.md and report.html are written", "str")
     report: bool = _f(True, "render plots and the report after the sweep (--no-report: skip)", "bool")
+    label: Optional[str] = _f(None, "a name for this sweep, stored with it: the column title when sweeps are reported side by side (report --store a --store b), and a key of a --price-per-device-hour table (e.g. the cloud instance type)", "str")
     profile: bool = _f(False, "after each configuration's measured window (and DDP's probe), run a few more steps under torch.profiler on every rank and keep one gzipped trace per rank next to the store", "bool")
     profile_steps: int = _f(3, "steps traced per configuration with --profile, after 1 untraced profiler warm-up step", "int", 1)
     profile_max_mb: float = _f(200.0, "largest trace kept per rank, MB (gzipped); a larger one is cut, with a note", "float", 0.0)
@@ -135,7 +136,7 @@ GROUPS = {
     "optimizer and memory": ("optimizer", "memory_budget_gib"),
     "measurement": ("steps", "min_window_s", "warmup"),
     "faults and limits": ("timeout", "pg_timeout"),
-    "output": ("store", "plots_dir", "report_dir", "report"),
+    "output": ("store", "plots_dir", "report_dir", "report", "label"),
     "profiling (traces)": ("profile", "profile_steps", "profile_max_mb"),
 }
 
@@ -283,6 +284,18 @@ def check_values(cfg: SweepConfig) -> None:
             raise ConfigError(f"{flag(name)}: {','.join(map(str, values))} names an entry twice")
     for hook in cfg.comm_hook:
         comm_hook_parts(hook)
+    if cfg.label is not None:
+        check_label(cfg.label)
+
+
+def check_label(label: str) -> None:
+    """A sweep's --label: printable text of 1 to 80 characters, not one ab or tune gives its own sweeps."""
+    if not label.strip() or len(label) > 80 or not label.isprintable():
+        raise ConfigError(f"--label {label!r}: expected a name of 1 to 80 printable characters, e.g. --label p5.48xlarge")
+    low = label.strip().lower()
+    if low in ("a", "b") or low.startswith(("b:", "tune:")):
+        raise ConfigError(f"--label {label!r}: 'a', 'b', 'b: ...' and 'tune: ...' name the sweeps of ab and tune; "
+                          "choose another name")
 
 
 def comm_hook_parts(text: str) -> tuple:

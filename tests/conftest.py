@@ -50,7 +50,7 @@ def pytest_collection_modifyitems(config, items):
 
 def run_bench(args: list, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     """`python -m bench ARGS` in the repo root, as ./run_bench.sh runs it after its set-up, on the CPU."""
-    if args and args[0] not in ("report", "compare", "tune", "selfcheck", "migrate", "forecast") and "--device" not in args:
+    if args and args[0] not in ("report", "compare", "tune", "selfcheck", "migrate", "forecast", "history") and "--device" not in args:
         args = [*args, "--device", "cpu"]
     return subprocess.run([sys.executable, "-m", "bench", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})

@@ -1,4 +1,4 @@
-"""Stores with known raw values for the report and compare tests, written through bench.store.store.record_result.
+"""Stores with known raw values for the report and compare tests, written through bench.sweep.record.record_result.
 
 `build_sweep_store` writes one sweep with bench results of two workloads (steps, memory, epochs
 rows), a skipped, a failed (reason with HTML in it), an interrupted, a failed-then-resumed
@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 
 from bench.store import store
+from bench.sweep import record
 from bench.sweep.plan import RunSpec
 
 EVIL_REASON = "<script>alert('x')</script> rank 0 died & took <b>the rest</b> with it"
@@ -71,7 +72,7 @@ def build_sweep_store(path: str, device: str = "cpu", data: str = "synthetic", e
            "cpu_model": "Test CPU <i>9000</i>", "cpu_cores": 2, "git_commit": "abc1234"}
     env_id = store.insert_environment(conn, env)
     sid = store.begin_sweep(conn, "bench sweep --gpus 1,2", "{}", env_id)
-    rec = lambda sp, status="ok", reason="", payload=None, **kw: store.record_result(  # noqa: E731
+    rec = lambda sp, status="ok", reason="", payload=None, **kw: record.record_result(  # noqa: E731
         conn, sid, env_id, sp, status, reason, payload, **kw)
     jitter = [1.00, 1.02, 0.98, 1.04, 0.96, 1.01, 0.99, 1.03, 0.97, 1.00]
     for strategy, count, ms in (("single", 1, 100.0), ("dp", 1, 105.0), ("ddp", 1, 102.0)):
@@ -130,9 +131,32 @@ def build_compare_store(path: str, factors: tuple, steps_n: int = 30, repeats: i
             for r in range(repeats):
                 luck = 1 + rng.gauss(0, cv) if cv else 1.0
                 ms = [t * f * drift * luck for t in noisy_ms(steps_n, seed=count)]
-                store.record_result(conn, sid, None, spec("synthetic", strategy, count, repeat=r), "ok",
+                record.record_result(conn, sid, None, spec("synthetic", strategy, count, repeat=r), "ok",
                                     payload={"steps": steps(count, ms), "windows": windows(count, ms, 64)})
         store.end_sweep(conn, sid, "completed")
         ids.append(sid)
     conn.close()
     return ids
+
+
+def downgrade_to_v4(path: str) -> None:
+    """Rewrite a store of this version as version 4 wrote it (no training-state columns, no optimizer, no interference
+    table, forecasts keyed by sweep alone): a store an older suite left behind."""
+    import sqlite3
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+    ALTER TABLE results DROP COLUMN optimizer;
+    ALTER TABLE memory DROP COLUMN params_mib; ALTER TABLE memory DROP COLUMN grads_mib;
+    ALTER TABLE memory DROP COLUMN optimizer_mib; ALTER TABLE memory DROP COLUMN buckets_mib;
+    ALTER TABLE memory DROP COLUMN baseline_rss_mib;
+    DROP TABLE interference;
+    DROP TABLE forecasts;
+    CREATE TABLE forecasts (sweep_id INTEGER NOT NULL, config_key TEXT NOT NULL, workload TEXT NOT NULL,
+        strategy TEXT NOT NULL, variant TEXT, device_count INTEGER NOT NULL, from_counts TEXT NOT NULL,
+        forecast_step_ms REAL, measured_step_ms REAL, error REAL, forecast_samples_per_s REAL,
+        measured_samples_per_s REAL, compute_error REAL, noise REAL, why TEXT, network TEXT, created_at TEXT NOT NULL,
+        PRIMARY KEY (sweep_id, config_key));
+    PRAGMA journal_mode = DELETE;
+    PRAGMA user_version = 4;
+    """)
+    conn.close()

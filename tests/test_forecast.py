@@ -13,6 +13,7 @@ import pytest
 
 from bench import cli
 from bench.store import store
+from bench.sweep import record
 from conftest import FAST, bench_in_background, finished, run_bench
 from report_fixtures import spec
 
@@ -59,7 +60,7 @@ def build_store(path: str, single: bool = True, ddp_counts: tuple = (1, 2), mach
     conn = store.connect(path)
     env_id = store.insert_environment(conn, {"hostname": "h", "cpu_cores": 2})
     sid = store.begin_sweep(conn, "bench --gpus 1,2", "{}", env_id)
-    rec = lambda sp, payload: store.record_result(conn, sid, env_id, sp, "ok", "", {"grad_bytes": 16e6, **payload})  # noqa: E731
+    rec = lambda sp, payload: record.record_result(conn, sid, env_id, sp, "ok", "", {"grad_bytes": 16e6, **payload})  # noqa: E731
     if single:
         rec(spec("synthetic", "single", 1), {"steps": _steps(1, 30.0), "windows": _windows(1, 30.0)})
     measured = {1: (30.0, 29.0, 200.0), 2: (60.0, 35.0, 220.0), 4: (90.0, 38.0, 230.0)}
@@ -71,7 +72,7 @@ def build_store(path: str, single: bool = True, ddp_counts: tuple = (1, 2), mach
     if dp:
         rec(spec("synthetic", "dp", 2), {"steps": _steps(1, 40.0), "windows": _windows(1, 40.0, 128)})
     for n in machine_counts:
-        store.record_result(conn, sid, env_id, spec("allreduce", "comm", n, mode="comm"), "ok", "",
+        record.record_result(conn, sid, env_id, spec("allreduce", "comm", n, mode="comm"), "ok", "",
                             _machine(n, x4_slow if n == 4 else 1.0))
     store.end_sweep(conn, sid, "completed")
     conn.close()
@@ -148,7 +149,7 @@ def test_a_forecast_judged_by_a_later_sweep_reads_only_its_own(tmp_path, capsys)
     build_store(path, ddp_counts=(1,), dp=False)                    # sweep 1: x1 and the machine at 2
     conn = store.connect(path)
     sid = store.begin_sweep(conn, "bench --gpus 2", "{}", None)       # sweep 2: x2 measured
-    store.record_result(conn, sid, None, spec("synthetic", "ddp", 2), "ok", "",
+    record.record_result(conn, sid, None, spec("synthetic", "ddp", 2), "ok", "",
                         {"grad_bytes": 16e6, "steps": _steps(2, 60.0), "windows": _windows(2, 60.0), "memory": _memory(2, 220.0)})
     store.end_sweep(conn, sid, "completed")
     conn.close()

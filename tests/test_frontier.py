@@ -9,7 +9,9 @@ import os
 import pytest
 
 from bench.report import frontier, report, training_state
-from bench.store import results, store
+from bench.analysis import results
+from bench.store import store
+from bench.sweep import record
 from bench.sweep.plan import RunSpec
 
 GIB = 1024.0
@@ -42,7 +44,7 @@ def build(path: str, configs: list, config_json: dict = None, gpu_mib: float = N
     env_id = store.insert_environment(conn, env)
     sid = store.begin_sweep(conn, "cmd", json.dumps(config_json or {}), env_id)
     for sp, pl in configs:
-        store.record_result(conn, sid, env_id, sp, "ok", payload=pl)
+        record.record_result(conn, sid, env_id, sp, "ok", payload=pl)
     sweep = results.load(conn, sid)
     conn.close()
     return sweep

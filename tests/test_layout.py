@@ -1,7 +1,7 @@
 """The package's shape, read from its source with ast (nothing is imported or run): no import circle
 anywhere in bench/, and imports that follow the layers (what runs inside a rank never reaches back into
 the sweep, the commands or the report; the store, the analysis and the machine capture never into the
-sweep or a rank)."""
+sweep or a rank; the store reads and writes rows and never imports the analysis that derives from them)."""
 from __future__ import annotations
 
 import ast
@@ -18,11 +18,13 @@ FORBIDDEN = {
     "shared": ("sweep", "rank", "commands", "report", "analysis", "store", "workloads", "machine"),
     "workloads": ("sweep", "rank", "commands", "report", "analysis", "store"),
     "machine": ("sweep", "rank", "commands", "report", "analysis", "store", "workloads"),
-    "store": ("sweep", "rank", "commands", "report", "workloads"),
+    "store": ("sweep", "rank", "commands", "report", "workloads", "analysis"),
     "analysis": ("sweep", "rank", "commands", "report", "workloads"),
     "report": ("sweep", "rank", "commands"),
     "sweep": ("commands",),
 }
+# Known exceptions, each with the reason it is allowed for now (an entry here is a debt, not a design).
+ALLOWED: dict = {}   # (module, layer) -> why it may still import up the layers; none today
 
 
 def module_name(path: Path) -> str:
@@ -95,8 +97,11 @@ def test_no_import_circle_anywhere_in_bench():
 
 def test_imports_follow_the_layers():
     bad = [f"{m} imports {t}" for m, targets in graph().items() for t in sorted(targets)
-           if folder(t) in FORBIDDEN.get(folder(m), ())]
+           if folder(t) in FORBIDDEN.get(folder(m), ()) and (m, folder(t)) not in ALLOWED]
     assert not bad, "imports against the layers:\n" + "\n".join(bad)
+    g = graph()
+    paid = [f"{m} -> {f}" for m, f in ALLOWED if not any(folder(t) == f for t in g.get(m, ()))]
+    assert not paid, "exceptions no longer needed (remove them from ALLOWED): " + ", ".join(paid)
 
 
 def test_the_walk_finds_a_circle_and_a_wrong_direction(tmp_path):

@@ -6,6 +6,7 @@ import time
 from types import SimpleNamespace
 
 from bench.commands import machinecheck
+from bench.sweep import record
 
 
 class FakeNVML:
@@ -84,7 +85,7 @@ def test_selfcheck_fails_a_ddp_run_whose_ranks_shared_a_gpu(tmp_path):
     path = str(tmp_path / "s.sqlite")
     conn = store.connect(path)
     sid = store.begin_sweep(conn, "cmd", "{}", None)
-    store.record_result(conn, sid, None, s, "ok", payload={
+    record.record_result(conn, sid, None, s, "ok", payload={
         "steps": [], "windows": [], "memory": [], "timing_method": "cuda_window_events",
         "rank_devices": [{"rank": r, "host": "n1", "device": "00000000:07:00.0"} for r in (0, 1)]})
     store.end_sweep(conn, sid, "completed")

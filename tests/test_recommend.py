@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import re
 
+from bench.analysis import results
 from bench.report import recommend, report
-from bench.store import results, store
+from bench.store import store
+from bench.sweep import record
 from bench.sweep.plan import RunSpec
 
 
@@ -36,10 +38,10 @@ def build(path: str, configs: list, loader: dict = None) -> results.Sweep:
     env = store.insert_environment(conn, {"hostname": "h", "gpu_names": ["H100"] * 4, "cpu_cores": 8})
     sid = store.begin_sweep(conn, "cmd", "{}", env)
     for sp, pl in configs:
-        store.record_result(conn, sid, env, sp, "ok", payload=pl)
+        record.record_result(conn, sid, env, sp, "ok", payload=pl)
     for n, sps in (loader or {}).items():
         ls = spec("loader", n, mode="loader")
-        store.record_result(conn, sid, env, ls, "ok", payload={"windows": [{"kind": "loader", "rank": 0, "wall_s": 1.0,
+        record.record_result(conn, sid, env, ls, "ok", payload={"windows": [{"kind": "loader", "rank": 0, "wall_s": 1.0,
                                                                            "samples": int(sps), "steps": 10}]})
     store.end_sweep(conn, sid, "completed")
     conn.close()

@@ -16,6 +16,7 @@ from PIL import Image
 from bench.analysis import stats
 from bench.report import plots, report
 from bench.store import store
+from bench.sweep import record
 from report_fixtures import (COMM_POINTS, EVIL_REASON, GATHER_SHARE, GPU, build_compare_store, build_sweep_store, measured,
                              spec)
 
@@ -305,7 +306,7 @@ def _resumed_sweep(path: str, commits: list) -> None:
     ids = [store.insert_environment(conn, {**env, "git_commit": c}) for c in commits]
     sid = store.begin_sweep(conn, "bench sweep", "{}", ids[0])
     for repeat, env_id in enumerate(ids):
-        store.record_result(conn, sid, env_id, spec("synthetic", "single", 1, repeat=repeat),
+        record.record_result(conn, sid, env_id, spec("synthetic", "single", 1, repeat=repeat),
                             payload=measured(1, [100.0 + repeat] * 5, 64), status="ok")
     store.end_sweep(conn, sid, "completed")
     conn.close()
@@ -388,7 +389,7 @@ def test_a_sweep_with_no_ok_result_still_renders_its_failures(tmp_path):
     with pytest.raises(store.StoreError, match="no sweep"):
         report.render(path, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))
     sid = store.begin_sweep(conn, "bench sweep", "{}", None)
-    store.record_result(conn, sid, None, spec("synthetic", "ddp", 2), "failed", "worker exited with status 1", failed_rank=1)
+    record.record_result(conn, sid, None, spec("synthetic", "ddp", 2), "failed", "worker exited with status 1", failed_rank=1)
     store.end_sweep(conn, sid, "interrupted")
     conn.close()
     out = report.render(path, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from bench.sweep import record
+
 from conftest import run_bench
 
 
@@ -87,7 +89,7 @@ def _record(conn, sid, status="ok", reason=None, **spec):
     s = RunSpec(**{**dict(workload="synthetic", strategy="ddp", device_type="cuda", device_count=2, per_device_batch=8,
                           global_batch=16, image_size=0, steps=2, warmup=0, threads=1, seed=0, scaling="weak"), **spec})
     payload = {"steps": [], "windows": [], "memory": [], "timing_method": "cuda_window_events"} if status == "ok" else None
-    store.record_result(conn, sid, None, s, status, reason, payload=payload)
+    record.record_result(conn, sid, None, s, status, reason, payload=payload)
 
 
 def test_the_checks_read_every_sweep_of_the_selfcheck_and_a_skipped_step_fails_on_cuda_with_its_reason(tmp_path):
@@ -127,7 +129,7 @@ def test_the_timing_check_fails_when_window_and_steps_disagree(tmp_path):
     path = str(tmp_path / "s.sqlite")
     conn = store.connect(path)
     sid = store.begin_sweep(conn, "cmd", "{}", None)
-    store.record_result(conn, sid, None, s, "ok", payload={
+    record.record_result(conn, sid, None, s, "ok", payload={
         "steps": [{"kind": "measure", "rank": 0, "step": i, "step_ms": 10.0} for i in range(4)],
         "windows": [{"kind": "measure", "rank": 0, "wall_s": 0.080, "samples": 40, "steps": 4}],
         "memory": [{"rank": 0, "device": "cpu", "peak_rss_mib": 100.0}], "timing_method": "cpu_clock"})
@@ -155,7 +157,7 @@ def test_a_stored_nvlink_all_reduce_that_fell_short_fails_naming_the_link_of_the
     sid = store.begin_sweep(conn, "cmd", "{}", eid)
     spec = RunSpec(workload="allreduce", strategy="comm", device_type="cuda", device_count=2, per_device_batch=0,
                    global_batch=0, image_size=0, steps=0, warmup=0, threads=1, seed=0, scaling="weak", mode="comm")
-    store.record_result(conn, sid, eid, spec, "ok", payload={
+    record.record_result(conn, sid, eid, spec, "ok", payload={
         "comm": [{"scope": "world", "ranks": 2, "size_bytes": 2**28, "time_ms": 10.0, "algbw_gbps": 22.0, "busbw_gbps": 22.0}],
         "rank_devices": [{"rank": 0, "host": "n1", "device": bus[2]}, {"rank": 1, "host": "n1", "device": bus[3]}]})
     conn.close()

@@ -7,6 +7,7 @@ import sqlite3
 import pytest
 
 from bench.store import schema, store
+from bench.sweep import record
 from bench.sweep.plan import RunSpec
 
 
@@ -71,7 +72,7 @@ def test_result_and_raw_rows_are_written_together_or_not_at_all(store_path):
     sid = store.begin_sweep(conn, "cmd", "{}", None)
     bad = steps() + [{"kind": "measure", "rank": 0, "step": 0, "step_ms": 1.0}]  # duplicate primary key
     with pytest.raises(sqlite3.IntegrityError):
-        store.record_result(conn, sid, None, spec(), "ok", payload={"steps": bad})
+        record.record_result(conn, sid, None, spec(), "ok", payload={"steps": bad})
     assert conn.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 0
     assert conn.execute("SELECT COUNT(*) FROM steps").fetchone()[0] == 0
 
@@ -80,7 +81,7 @@ def test_ddp_step_time_is_the_slowest_rank_and_summary_derives_from_raw_rows(sto
     conn = store.connect(store_path)
     sid = store.begin_sweep(conn, "cmd", "{}", None)
     windows = [{"kind": "measure", "rank": r, "wall_s": 0.030 + 0.002 * r, "samples": 12, "steps": 3} for r in range(2)]
-    rid = store.record_result(conn, sid, None, spec(), "ok",
+    rid = record.record_result(conn, sid, None, spec(), "ok",
                               payload={"steps": steps(), "windows": windows, "params": 10, "grad_bytes": 40})
     r = conn.execute("SELECT * FROM results WHERE result_id = ?", (rid,)).fetchone()
     assert r["step_ms_median"] == 12.0          # per step max over ranks: 11, 13, 12 -> median 12
@@ -95,16 +96,16 @@ def test_exposed_communication_is_the_probes_synced_minus_no_sync_median(store_p
     sid = store.begin_sweep(conn, "cmd", "{}", None)
     probe = [{"kind": k, "rank": r, "step": 10 + i, "step_ms": ms} for k, ms in (("probe_sync", 15.0), ("probe_no_sync", 7.0))
              for r in range(2) for i in range(3)]
-    rid = store.record_result(conn, sid, None, spec(), "ok", payload={"steps": steps() + probe, "comm_method": "x"})
+    rid = record.record_result(conn, sid, None, spec(), "ok", payload={"steps": steps() + probe, "comm_method": "x"})
     assert conn.execute("SELECT exposed_comm_ms FROM results WHERE result_id = ?", (rid,)).fetchone()[0] == pytest.approx(8.0)
 
 
 def test_latest_results_prefers_the_ok_rerun_of_a_failed_configuration(store_path):
     conn = store.connect(store_path)
     sid = store.begin_sweep(conn, "cmd", "{}", None)
-    store.record_result(conn, sid, None, spec(), "failed", "rank 1: boom")
-    ok = store.record_result(conn, sid, None, spec(), "ok", payload={"steps": steps()})
-    store.record_result(conn, sid, None, spec("single", 1), "interrupted", "Ctrl-C")
+    record.record_result(conn, sid, None, spec(), "failed", "rank 1: boom")
+    ok = record.record_result(conn, sid, None, spec(), "ok", payload={"steps": steps()})
+    record.record_result(conn, sid, None, spec("single", 1), "interrupted", "Ctrl-C")
     latest = {r["config_key"]: r for r in store.latest_results(conn, sid)}
     assert latest[spec().key]["result_id"] == ok
     assert latest[spec("single", 1).key]["status"] == "interrupted"
@@ -115,15 +116,15 @@ def test_a_resume_runs_again_every_repeat_a_failure_skipped_and_leaves_other_ski
     conn = store.connect(store_path)
     sid = store.begin_sweep(conn, "cmd", "{}", None)
     dp2, ddp, single = spec("dp", 2), spec(), spec("single", 1)
-    store.record_result(conn, sid, None, dp2, "skipped", "DataParallel on CPU runs at count 1 only")  # the plan's
-    store.record_result(conn, sid, None, ddp, "failed", "rank 1: boom")
-    store.record_result(conn, sid, None, single, "ok", payload={"steps": steps(1)})
-    store.record_result(conn, sid, None, spec(repeat=1), "skipped", "not run again: repeat 1 of this configuration failed")
-    store.record_result(conn, sid, None, spec("single", 1, repeat=1), "ok", payload={"steps": steps(1)})
+    record.record_result(conn, sid, None, dp2, "skipped", "DataParallel on CPU runs at count 1 only")  # the plan's
+    record.record_result(conn, sid, None, ddp, "failed", "rank 1: boom")
+    record.record_result(conn, sid, None, single, "ok", payload={"steps": steps(1)})
+    record.record_result(conn, sid, None, spec(repeat=1), "skipped", "not run again: repeat 1 of this configuration failed")
+    record.record_result(conn, sid, None, spec("single", 1, repeat=1), "ok", payload={"steps": steps(1)})
     assert store.ok_keys(conn, sid) == {(dp2.key, 0), (single.key, 0), (single.key, 1)}
-    store.record_result(conn, sid, None, ddp, "ok", payload={"steps": steps()})  # the resume: repeat 1 ok, then 2
+    record.record_result(conn, sid, None, ddp, "ok", payload={"steps": steps()})  # the resume: repeat 1 ok, then 2
     assert (ddp.key, 1) not in store.ok_keys(conn, sid)
-    store.record_result(conn, sid, None, spec(repeat=1), "ok", payload={"steps": steps()})
+    record.record_result(conn, sid, None, spec(repeat=1), "ok", payload={"steps": steps()})
     assert store.ok_keys(conn, sid) == {(dp2.key, 0), (single.key, 0), (single.key, 1), (ddp.key, 0), (ddp.key, 1)}
 
 

@@ -20,6 +20,7 @@ import pytest
 from bench import cli
 from bench.analysis import traces
 from bench.store import schema, store
+from bench.sweep import record as recording
 from conftest import REPO
 
 NAP_MS = 40
@@ -285,7 +286,7 @@ def test_a_profiler_failure_is_returned_and_stored_with_its_result_not_raised(fa
     conn = store.connect(str(tmp_path / "bench.sqlite"))
     sid = store.begin_sweep(conn, "cmd", "{}", None)
     payload = {"steps": [{"kind": "measure", "rank": 0, "step": 0, "step_ms": 5.0}, *rows], "traces": [record]}
-    rid = store.record_result(conn, sid, None, spec, "ok", payload=payload)
+    rid = recording.record_result(conn, sid, None, spec, "ok", payload=payload)
     assert conn.execute("SELECT status FROM results").fetchone()[0] == "ok"
     assert conn.execute("SELECT error FROM traces WHERE result_id = ?", (rid,)).fetchone()[0] == record["error"]
     assert "profiling, rank 1: " in profiling.result_note(conn, rid)

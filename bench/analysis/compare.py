@@ -26,11 +26,12 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import dataclass
 from typing import Optional
 
-from bench.analysis import stats
+from bench.analysis import results, stats
 from bench.config import ConfigError, finite
-from bench.store import results, store
+from bench.store import read, store
 
 ALPHA = 0.05               # family-wise significance level over the configurations compared
 DEFAULT_DRIFT = 0.15       # sweeps run one after another: their means differed by 6% sd here (9% for a pair)
@@ -41,7 +42,7 @@ WIDE_BOUND = 0.30          # a bound past this is worth more processes: one dipp
 def _sweeps(conn_a, conn_b, sweep_a: Optional[int], sweep_b: Optional[int]) -> tuple:
     if conn_b is not None:
         return results.pick_sweep(conn_a, sweep_a), results.pick_sweep(conn_b, sweep_b)
-    ids = [r[0] for r in conn_a.execute("SELECT sweep_id FROM sweeps ORDER BY sweep_id")]
+    ids = read.sweep_ids(conn_a)
     if sweep_b is None:
         sweep_b = ids[-1] if ids else None
     if sweep_a is None:
@@ -83,7 +84,7 @@ def _history(conn_a, conn_b, sid_a: int, sid_b: int, row_a: dict, row_b: dict, l
     if conn_b is not None:
         sources.append((conn_b, sid_b, row_b.get("hostname")))
     for conn, before, host in sources:
-        for sid in results.earlier_sweeps(conn, before, host, limit):
+        for sid in read.earlier_sweeps(conn, before, host, limit):
             for key, sps in results.process_throughputs(conn, sid).items():
                 out.setdefault(key, []).append(sps)
     return {k: v[-limit:] for k, v in out.items()}
@@ -119,6 +120,46 @@ def verdict(pc: stats.ProcessComparison, ev: Optional[stats.Evidence], floor: fl
     return f"{change}, within the noise (p={pc.p_two_sided:.2g} before correction over configurations, {ci}; {noise})"
 
 
+@dataclass(frozen=True)
+class Call:
+    """compare's call on one configuration: the comparison, the evidence of its noise (None without), the smallest
+    change that counts (floor), its words, and whether it is a regression or an improvement by compare's rule."""
+    comparison: stats.ProcessComparison
+    evidence: Optional[stats.Evidence]
+    floor: float
+    words: str
+    regression: bool
+    improvement: bool
+
+
+def judge(samples: dict, threshold: float = 0.05, drift: float = DEFAULT_DRIFT, interleaved: bool = False) -> dict:
+    """compare's rule, on the processes alone: samples {name: (baseline's samples/s per process, candidate's, [[samples/s
+    per process] per earlier sweep of it])}, all the configurations of one comparison (their p-values are corrected
+    together, Holm). interleaved: the two lists are A/B pairs in order (earlier sweeps unused). Returns {name: Call}.
+    A regression is significant (one-sided, after the correction) and slower by more than the floor; an improvement
+    is significant (two-sided, after the correction) and faster by more than the floor. The floor is --threshold
+    with evidence of the noise or with pairs, else the larger of --threshold and --drift."""
+    evidence, pcs = {}, {}
+    for name, (a_sps, b_sps, earlier) in samples.items():
+        if interleaved:
+            pcs[name] = stats.compare_pairs(a_sps, b_sps)
+            continue
+        evidence[name] = stats.evidence(earlier, a_sps, b_sps)
+        pcs[name] = (stats.compare_with_evidence(a_sps, b_sps, evidence[name]) if evidence[name]
+                     else stats.compare_processes(a_sps, b_sps))
+    significant = stats.holm({p: pc.p_slower for p, pc in pcs.items() if pc.decidable}, ALPHA)
+    different = stats.holm({p: pc.p_two_sided for p, pc in pcs.items() if pc.decidable}, ALPHA)
+    lone = ALPHA / max(1, sum(pc.decidable for pc in pcs.values()))  # Holm's first step: one slowdown among them
+    out = {}
+    for name, pc in pcs.items():
+        floor = threshold if interleaved or evidence.get(name) else max(threshold, drift)
+        words = verdict(pc, evidence.get(name), floor, name in significant, name in different, lone)
+        out[name] = Call(pc, evidence.get(name), floor, words,
+                         regression=pc.decidable and name in significant and 1 / pc.ratio - 1 > floor,
+                         improvement=pc.decidable and name in different and pc.ratio - 1 > floor)
+    return out
+
+
 def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_b: Optional[int],
             threshold: float = 0.05, drift: float = DEFAULT_DRIFT, history: int = DEFAULT_HISTORY) -> tuple:
     """Text of the comparison and the exit status (1: a regression). store_b None: two sweeps of store_a."""
@@ -143,27 +184,20 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
                 f"{threshold:.0%} ({max(threshold, drift):.0%} with repeats but no earlier sweep); without either, no call")
     lines = [f"baseline: {store_a} sweep {sid_a}; candidate: {store_b or store_a} sweep {sid_b}; {rule}", ""]
     common = _matched(base, cand, interleaved)
-    evidence, pcs = {}, {}
+    samples = {}
     for p in common:
         a, b = base[p[0]], cand[p[1]]
         if interleaved:
             reps = sorted(set(a.by_repeat) & set(b.by_repeat))
-            pcs[p] = stats.compare_pairs([a.by_repeat[r] for r in reps], [b.by_repeat[r] for r in reps])
-            continue
-        evidence[p] = stats.evidence(earlier.get(p[0], []), a.process_sps, b.process_sps)
-        pcs[p] = (stats.compare_with_evidence(a.process_sps, b.process_sps, evidence[p]) if evidence[p]
-                  else stats.compare_processes(a.process_sps, b.process_sps))
-    significant = stats.holm({p: pc.p_slower for p, pc in pcs.items() if pc.decidable}, ALPHA)
-    different = stats.holm({p: pc.p_two_sided for p, pc in pcs.items() if pc.decidable}, ALPHA)
+            samples[p] = ([a.by_repeat[r] for r in reps], [b.by_repeat[r] for r in reps], [])
+        else:
+            samples[p] = (a.process_sps, b.process_sps, earlier.get(p[0], []))
+    calls = judge(samples, threshold, drift, interleaved)
     regressed = []
-    lone = ALPHA / max(1, sum(pc.decidable for pc in pcs.values()))  # Holm's first step: one slowdown among them
     for p in common:
-        a, b, pc = base[p[0]], cand[p[1]], pcs[p]
-        floor = threshold if interleaved or evidence.get(p) else max(threshold, drift)
-        words = verdict(pc, evidence.get(p), floor, p in significant, p in different, lone)
-        if interleaved:
-            words = words.replace("process(es)", "pairs")
-        if pc.decidable and p in significant and 1 / pc.ratio - 1 > floor:
+        a, b, call = base[p[0]], cand[p[1]], calls[p]
+        words = call.words.replace("process(es)", "pairs") if interleaved else call.words
+        if call.regression:
             regressed.append(p[1])
             words += " (REGRESSION)"
         name = p[0] if p[0] == p[1] else f"{p[0]} vs {p[1]}"
@@ -183,7 +217,7 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
         lines.append(f"{key}: only in the candidate")
     if not common:
         lines.append("no configuration has an ok result on both sides")
-    undecided = sum(not pcs[p].decidable for p in common)
+    undecided = sum(not calls[p].comparison.decidable for p in common)
     lines += ["", (f"{len(regressed)} configuration(s) regressed" if regressed else "no regression")
               + (f"; {undecided} of {len(common)} could not be decided (no evidence of their noise)" if undecided else "")]
     return "\n".join(lines) + "\n", 1 if regressed else 0

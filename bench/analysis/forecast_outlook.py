@@ -35,7 +35,7 @@ DOUBLING = tuple(2**k for k in range(1, 11))      # 2 .. 1024: past one device
 class Forecastable:
     """A stored sweep as the forecast reads it."""
     sid: int
-    sweep: object                    # bench.store.results.Sweep
+    sweep: object                    # bench.analysis.results.Sweep
     raw: dict                        # config key -> forecast_inputs.Raw
     sets: list                       # [forecast_sweep.Setting]
     runs: fk.Runs                    # its machine measurements
@@ -43,7 +43,8 @@ class Forecastable:
 
 def load(conn, sweep_id: Optional[int]) -> Forecastable:
     """The sweep (the latest for None) with its forecast inputs, read from an open store."""
-    from bench.store import forecasts, results
+    from bench.analysis import results
+    from bench.store import forecasts
     sid = results.pick_sweep(conn, sweep_id)
     sweep = results.load(conn, sid)
     raw = {k: r for k, r in ((k, fi.derive(rows)) for k, rows in forecasts.read_raw(conn, sid).items()) if r is not None}

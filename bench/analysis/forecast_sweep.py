@@ -2,7 +2,7 @@
 precision and settings), what the model (bench.analysis.forecast) rests on, said in words, and the forecast at any
 count, step time and memory per device. The check against measured counts is bench.analysis.forecast_check.
 
-    sets = settings(sweep, raw)                         # sweep: bench.store.results.Sweep; raw: {key: forecast_inputs.Raw}
+    sets = settings(sweep, raw)                         # sweep: bench.analysis.results.Sweep; raw: {key: forecast_inputs.Raw}
     inp = inputs(s, machine, below=None)                # Inputs, or a str: why this setting cannot be forecast
     point(s, inp, count, net)                           # Point: step_ms, samples/s, efficiency, bound, memory
 

@@ -1,2 +1,3 @@
 """Commands beside the sweep that drive its machinery: tune (DDP's settings within a budget), abtest (interleaved A/B
-runs) and selfcheck (the first thing to run on new GPUs). Each takes a sweep's flags through bench.options."""
+runs), selfcheck (the first thing to run on new GPUs) and history (each configuration over a store's sweeps). Each
+takes a sweep's flags through bench.options, or its own."""

@@ -33,6 +33,7 @@ from bench.store import store
 from bench.sweep import plan
 from bench.sweep.diagnose import Outcome
 from bench.sweep.launch import WORKER, Limits, run_config
+from bench.sweep.record import record_result
 
 DEFAULT_PAIRS = 16   # pairs of this shared 2-core machine differ by 12% (sd of the log ratio): 8 pairs caught an
                      # injected 10% slowdown in 5 of 8 runs, 16 pairs (runs two by two) in 3 of 3; no A/A regression
@@ -152,6 +153,8 @@ def main(argv: list) -> int:
     a_argv = _without(argv, ("--b-repo", "--b-env", "--pairs", "--b-args"))
     sweep_parser = options.run_parser()  # the sweep's flags alone: B's are checked against these
     cfg, given, machine = options.prepare(a_argv, parser=sweep_parser)
+    if cfg.label is not None:
+        raise ConfigError(f"ab: --label {cfg.label!r}: ab labels its two sweeps a and b itself; drop the flag")
     from bench.workloads import voc
     voc.download_before_runs(cfg)  # before any rank starts
     specs = [s for s in plan.bench_specs(cfg, machine) if isinstance(s, RunSpec) and s.repeat == 0]
@@ -189,7 +192,7 @@ def main(argv: list) -> int:
         for spec, spec_b in zip(specs, specs_b):
             def record(v: Variant, s: RunSpec, o: Outcome) -> None:
                 with signals_deferred():
-                    store.record_result(conn, sid_a if v.label == "a" else sid_b, env_id, s, o.status, o.reason, o.payload,
+                    record_result(conn, sid_a if v.label == "a" else sid_b, env_id, s, o.status, o.reason, o.payload,
                                         o.started_at, o.ended_at, o.wall_s, o.failed_rank)
                 print(f"  {v.label} {s.key} pair {s.repeat + 1}: " + (f"{throughput(o, s):.1f} samples/s" if o.status == "ok"
                                                                           else f"{o.status.upper()}: {o.reason}"), flush=True)

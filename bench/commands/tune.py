@@ -31,6 +31,7 @@ from bench.shared.spec import RunSpec
 from bench.store import store
 from bench.sweep.diagnose import Outcome
 from bench.sweep.launch import Limits, run_config
+from bench.sweep.record import record_result
 
 BUCKETS_MB = (1.0, 5.0, 25.0, 50.0, 100.0, 200.0)
 HOOKS = ("bf16", "fp16", "powersgd:4")
@@ -138,7 +139,7 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
     def trial(options: dict) -> tuple:
         spec = with_options(base, options)
         out = run_config(spec, limits)
-        store.record_result(conn, screen_id, env_id, spec, out.status, out.reason, out.payload, out.started_at,
+        record_result(conn, screen_id, env_id, spec, out.status, out.reason, out.payload, out.started_at,
                             out.ended_at, out.wall_s, out.failed_rank)
         sps = abtest.throughput(out, spec)
         log(f"  {describe(options)}: " + (f"{sps:.1f} samples/s" if out.status == "ok" else f"{out.status.upper()}: {out.reason}"))
@@ -178,7 +179,7 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
     a, b = abtest.Variant("a", base), abtest.Variant("b", with_options(base, challenger))
 
     def record(v, spec, o):
-        store.record_result(conn, sid_a if v.label == "a" else sid_b, env_id, spec, o.status, o.reason, o.payload,
+        record_result(conn, sid_a if v.label == "a" else sid_b, env_id, spec, o.status, o.reason, o.payload,
                             o.started_at, o.ended_at, o.wall_s, o.failed_rank)
     results = abtest.run_pairs(a, b, pairs, limits, record)
     for sid in (sid_a, sid_b):
@@ -232,7 +233,8 @@ SEARCHED = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "sync_bu
 NOT_TUNED = {"repeats": "tune runs its own interleaved pairs", "fsdp_reshard": "tune measures DDP only",
              "fsdp_mixed_precision": "tune measures DDP only", "check_equivalence": "tune measures speed only",
              "hsdp_shard_size": "tune measures DDP only (ddp or zero)", "memory_budget_gib": "tune measures speed only",
-             "resume": "a tune is not resumed; start it again"}
+             "comm_counts": "tune measures DDP's settings at its own counts", "resume": "a tune is not resumed; start it again",
+             "label": "tune labels its sweeps itself"}
 
 
 def refuse_what_tune_decides(cfg, given: frozenset) -> None:

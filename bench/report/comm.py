@@ -10,7 +10,7 @@ import math
 
 from bench.analysis import stats
 from bench.report.pages import fmt
-from bench.store.results import Sweep
+from bench.analysis.results import Sweep
 
 
 def ddp_bounds_blocks(sweep: Sweep, workload: str, configs: list, u: str) -> list:

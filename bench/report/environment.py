@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from bench.report.pages import Em
-from bench.store.results import Sweep
+from bench.analysis.results import Sweep
 
 ENV_KEYS = ("hostname", "git_commit", "python", "torch", "torchvision", "cuda", "cudnn", "nccl", "gpu_names", "gpu_driver",
             "cpu_model", "cpu_cores")

@@ -21,7 +21,7 @@ import math
 from bench.analysis import stats
 from bench.report import traces as trace_report
 from bench.report.plots import file_name
-from bench.store.results import STRATEGY_NAMES, Sweep
+from bench.analysis.results import STRATEGY_NAMES, Sweep
 
 EFFICIENCY_FLOOR = 0.75      # scaling "stops paying" below 75% efficiency
 DATA_BOUND_LOADER = 1.1      # the loader alone delivers less than 1.1x the training throughput

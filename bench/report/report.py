@@ -2,7 +2,7 @@
 
     python -m bench.report.report --store results/bench.sqlite [--sweep ID] [--plots-dir plots] [--report-dir results]
 
-`render()` loads the sweep (bench.store.results: the result that counts per configuration, every number
+`render()` loads the sweep (bench.analysis.results: the result that counts per configuration, every number
 recomputed from the raw rows), draws the plots (bench.report.plots) and writes one list of blocks twice
 (bench.report.pages): report.md and a self-contained report.html. The report opens with its answer
 (bench.report.recommend: what to run, what DataParallel would cost, where scaling stops paying, what bounds
@@ -21,20 +21,17 @@ from collections import Counter
 from typing import Optional
 
 from bench.analysis import stats
+from bench.analysis import cost
+from bench.analysis.reference import REFERENCE_EPOCHS, REFERENCE_IMAGES, REFERENCE_V100_S, train_times  # noqa: F401
+from bench.config import ConfigError
 from bench.report import comm as comm_report
-from bench.report import environment, frontier, training_state
+from bench.report import cost as cost_report
+from bench.report import environment, frontier, sidebyside, training_state
 from bench.report import traces as trace_report
 from bench.report.pages import fmt, read_origin, to_html, to_markdown
 from bench.store import store
 
-from bench.store.results import STRATEGY_NAMES, Sweep, load, pick_sweep
-
-# The reference experiment (ANCHORS.md): DeepLabV3-ResNet101, VOC 2012 train split, 20 epochs, on V100s.
-REFERENCE_IMAGES = 1464
-REFERENCE_EPOCHS = 20
-REFERENCE_V100_S = (("1x V100", 32 * 60 + 58), ("4x V100, DP", 14 * 60 + 40), ("4x V100, DDP", 11 * 60 + 21),
-                    ("8x V100, DP", 9 * 60 + 40), ("8x V100, DDP", 9 * 60 + 8))
-
+from bench.analysis.results import STRATEGY_NAMES, Sweep, load, pick_sweep
 
 # ---------------------------------------------------------------- words and numbers
 
@@ -57,17 +54,6 @@ def hms(seconds: float) -> str:
         return "–"
     s = int(round(seconds))
     return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-def train_times(configs: list) -> tuple:
-    """[(label, seconds)] for the reference experiment's 20 epochs, and how they were obtained."""
-    measured = all(c.epoch_wall_s for c in configs)
-    if measured:
-        bars = [(c.label, stats.median(c.epoch_wall_s) * REFERENCE_EPOCHS) for c in configs]
-        return bars, f"measured: median epoch wall time x {REFERENCE_EPOCHS}"
-    data = configs[0].data if configs else "synthetic"
-    bars = [(c.label, stats.train_time_s(c.samples_per_s, REFERENCE_IMAGES, REFERENCE_EPOCHS)) for c in configs]
-    return bars, f"estimate from {data}-data throughput: {REFERENCE_EPOCHS} x {REFERENCE_IMAGES} images / samples/s"
 
 
 def name(strategy: str) -> str:
@@ -192,7 +178,8 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
     return b
 
 
-def blocks(sweep: Sweep, plot_paths: dict, figures: list = (), memory_budget_gib: Optional[float] = None) -> list:
+def blocks(sweep: Sweep, plot_paths: dict, figures: list = (), memory_budget_gib: Optional[float] = None,
+           prices=None) -> list:
     """The whole report as ('h', level, text) / ('p', text) / ('table', headers, rows) / ('img', path, alt) /
     ('imgs', [(path, alt)]): the recommendation first with `figures` (one small figure per workload) right under its
     table, then the evidence per workload, then communication, correctness, problems, environment."""
@@ -201,6 +188,7 @@ def blocks(sweep: Sweep, plot_paths: dict, figures: list = (), memory_budget_gib
     b: list = [("h", 1, f"DataParallel vs DistributedDataParallel: sweep {s['sweep_id']}")]
     b += recommend.blocks(sweep, figures)
     b += frontier.blocks(sweep, *frontier.budget_mib(sweep, memory_budget_gib))  # the fastest that fits
+    b += cost_report.blocks(sweep, prices)  # --price-per-device-hour: the cheapest run beside the fastest
     b.append(("p", f"Sweep {s['sweep_id']}: {s['status']}, started {s['started_at']}, ended {s['ended_at'] or '–'}"
                    + (f", resumed {s['resumed']} time(s)" if s["resumed"] else "") + f". Command: {s['command_line']}"))
     for workload, configs in sweep.bench.items():
@@ -228,7 +216,7 @@ def blocks(sweep: Sweep, plot_paths: dict, figures: list = (), memory_budget_gib
 # ---------------------------------------------------------------- entry points
 
 def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "plots", report_dir: str = "results",
-           memory_budget_gib: Optional[float] = None) -> dict:
+           memory_budget_gib: Optional[float] = None, prices=None) -> dict:
     """Render plots into plots_dir and report.md + report.html into report_dir, from the store alone.
     sweep_id None: the latest sweep. Returns {'markdown': path, 'html': path, 'plots': [paths]}."""
     from bench.report import plots
@@ -248,7 +236,7 @@ def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "pl
                                                  plots_dir, budget)} for w, p in plot_paths.items()}
     figures = [(first_screen_figure(sweep, w, cs, plots_dir), f"{w}: throughput against device count, recommended starred")
                for w, cs in sweep.bench.items()]
-    bl = blocks(sweep, plot_paths, figures, memory_budget_gib)
+    bl = blocks(sweep, plot_paths, figures, memory_budget_gib, prices)
     from bench.report import forecast
     at = next((i for i, x in enumerate(bl) if x[:3] == ("h", 2, "Environment")), len(bl))  # before the environment
     bl[at:at] = ahead = forecast.blocks(store_path, sweep, plots_dir, device_title(
@@ -283,8 +271,11 @@ def first_screen_figure(sweep: Sweep, workload: str, configs: list, plots_dir: s
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", default="results/bench.sqlite", help="SQLite results store to read")
-    parser.add_argument("--sweep", type=int, default=None, help="sweep id to report (default: the latest)")
+    parser.add_argument("--store", action="append", default=None, help="SQLite results store to read (default "
+                        "results/bench.sqlite); again for several machines side by side (the latest sweep of each)")
+    parser.add_argument("--sweep", default=None, help="sweep id to report (default: the latest); several (3,7): side by "
+                        "side, of one store or one per --store")
+    parser.add_argument(cost.FLAG, dest="price", default=None, help=cost.HELP)
     parser.add_argument("--plots-dir", default="plots", help="where the PNG plots are written")
     parser.add_argument("--report-dir", default="results", help="where report.md and report.html are written")
     parser.add_argument("--memory-budget-gib", type=frontier.budget_arg, default=None,
@@ -302,12 +293,15 @@ def main(argv: Optional[list] = None) -> int:
     add_arguments(parser)
     ns = parser.parse_args(argv)
     try:
-        out = render(ns.store, ns.sweep, ns.plots_dir, ns.report_dir, ns.memory_budget_gib)
-    except store.StoreError as e:
+        prices = cost.parse_price(ns.price)
+        pairs = sidebyside.targets(ns.store or ["results/bench.sqlite"], ns.sweep)
+        out = (sidebyside.render(sidebyside.load_targets(pairs), ns.plots_dir, ns.report_dir, prices) if len(pairs) > 1
+               else render(pairs[0][0], pairs[0][1], ns.plots_dir, ns.report_dir, ns.memory_budget_gib, prices))
+    except (store.StoreError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"wrote {out['markdown']}, {out['html']} and {len(out['plots'])} plot(s) in {ns.plots_dir}"
-          + (f"; they replace the report of {out['replaced']}" if out["replaced"] else ""))
+          + (f"; they replace the report of {out['replaced']}" if out.get("replaced") else ""))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The report's part for --profile, from the traces table alone (bench.store.results: Config.traces).
+"""The report's part for --profile, from the traces table alone (bench.analysis.results: Config.traces).
 
 Per configuration and rank: what the traced steps held (computation, exposed communication, copies,
 idle: bench.analysis.traces), read from what (the device's kernels by HTA's method, or host operations by the

@@ -1,2 +1,3 @@
-"""The SQLite results store: its tables and migrations (schema), writing and reading rows (store), and a sweep read
-back with every number derived from its raw rows (results)."""
+"""The SQLite results store, rows in and rows out, nothing derived: its tables and migrations (schema), opening,
+checking and the sweeps' lifecycle (store), writing one result with its raw rows (write) and the one plain read
+interface (read: any schema version, rows as stored). bench.analysis derives every number from what read returns."""

@@ -1,4 +1,4 @@
-"""What the forecast reads from a stored sweep beyond bench.store.results, as stored, and where its check is written.
+"""What the forecast reads from a stored sweep beyond bench.analysis.results, as stored, and where its check is written.
 Every statistic over these rows is derived in bench.analysis.forecast_inputs.
 
     raw = read_raw(conn, sweep_id)               # {config_key: RawRows}: step, bucket and memory rows, details

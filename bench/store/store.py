@@ -18,11 +18,8 @@ import weakref
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
-from bench.analysis import stats, traces
-from bench.shared import faults
 from bench.store import schema
-from bench.store.schema import (BUCKET_COLUMNS, COMM_COLUMNS, EPOCH_COLUMNS, INTERFERENCE_COLUMNS, MEMORY_COLUMNS,
-                                SCHEMA_HISTORY, SCHEMA_VERSION, STEP_COLUMNS, TRACE_COLUMNS, WINDOW_COLUMNS)
+from bench.store.schema import SCHEMA_HISTORY, SCHEMA_VERSION
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -333,71 +330,6 @@ def ok_keys(conn: sqlite3.Connection, sweep_id: int) -> set:
             for r in conn.execute("SELECT config_key, repeat, status FROM results WHERE sweep_id = ?", (sweep_id,))]
     failed_here = {k for k, _, status in rows if status not in ("ok", "skipped")}
     return {(k, rep) for k, rep, status in rows if status == "ok" or (status == "skipped" and k not in failed_here)}
-
-
-def record_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int], spec, status: str,
-                  reason: str = "", payload: Optional[dict] = None, started_at: str = "", ended_at: str = "",
-                  wall_s: Optional[float] = None, failed_rank: Optional[int] = None) -> int:
-    """Write one configuration's result with all its raw rows in a single transaction. Returns result_id.
-
-    payload (from the worker's result file): steps, windows, memory, epochs, comm, interference, nodes, traces, buckets
-    lists of dicts;
-    params, grad_bytes, comm_method, timing_method, numerics, compile_s; any other keys go to details_json.
-    The summary columns are derived here from the raw rows by bench.analysis.stats.
-    """
-    payload = dict(payload or {})
-    rows = {name: payload.pop(name, []) for name in ("steps", "windows", "memory", "epochs", "comm", "interference", "nodes",
-                                                     "buckets")}
-    rows["traces"] = traces.derive(payload.pop("traces", []))  # --profile: read the traces before taking the lock
-    grad_bytes = payload.pop("grad_bytes", None)
-    s = stats.result_summary(rows["steps"], rows["windows"], spec.global_batch) if status == "ok" else {}
-    summary = s.get("summary")
-    row = {
-        "sweep_id": sweep_id, "env_id": env_id, "config_key": spec.key, "mode": spec.mode,
-        "workload": spec.workload, "strategy": spec.strategy, "device_type": spec.device_type,
-        "device_count": spec.device_count, "per_device_batch": spec.per_device_batch, "global_batch": spec.global_batch,
-        "image_size": spec.image_size, "scaling": spec.scaling, "data": spec.data, "repeat": spec.repeat,
-        "threads_per_process": spec.threads, "status": status, "reason": reason or None, "failed_rank": failed_rank,
-        "started_at": started_at or None, "ended_at": ended_at or None, "wall_s": wall_s,
-        "n_steps": summary.n if summary else None, "samples_per_s": s.get("samples_per_s"),
-        "step_ms_median": summary.median_ms if summary else None, "step_ms_p10": summary.p10_ms if summary else None,
-        "step_ms_p90": summary.p90_ms if summary else None, "step_ms_iqr": summary.iqr_ms if summary else None,
-        "step_ms_mean": summary.mean_ms if summary else None,
-        "step_ms_ci95_low": summary.ci95_low_ms if summary else None,
-        "step_ms_ci95_high": summary.ci95_high_ms if summary else None,
-        "unstable": int(summary.unstable) if summary else None,
-        "params": payload.pop("params", None),
-        "grad_mib": grad_bytes / 2**20 if grad_bytes is not None else None,
-        "exposed_comm_ms": s.get("exposed_comm_ms"), "comm_method": payload.pop("comm_method", None),
-        "spec_json": spec.to_json(),
-        "precision": spec.precision, "channels_last": int(spec.channels_last), "compiled": int(spec.compile),
-        "options_json": json.dumps(dict(spec.options), sort_keys=True) if spec.options else None,
-        "nodes": spec.nodes, "launcher": spec.launcher, "timing_method": payload.pop("timing_method", None),
-        "window_s": s.get("window_s"), "micro_batch": spec.micro_batch or spec.per_device_batch,
-        "loader_workers": spec.num_workers * spec.processes if spec.data == "voc" else None,
-        "compile_s": payload.pop("compile_s", None),
-        "numerics_json": json.dumps(payload.pop("numerics"), sort_keys=True) if payload.get("numerics") else None,
-        "optimizer": getattr(spec, "optimizer", "sgd"),
-        "details_json": json.dumps(payload, sort_keys=True, default=str) if payload else None,
-    }
-    rows["nodes"] = [{"node_rank": n.get("node_rank", i), "hostname": n.get("hostname"),
-                      "env_json": json.dumps(n, sort_keys=True, default=str)} for i, n in enumerate(rows["nodes"])]
-    with transaction(conn):
-        cur = conn.execute(f"INSERT INTO results ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
-        rid = int(cur.lastrowid)
-        faults.sweep_writing_result()  # tests only: BENCH_FAULT=sigkill@sweep:N kills the sweep right here
-        for table, cols in (("steps", STEP_COLUMNS), ("windows", WINDOW_COLUMNS), ("memory", MEMORY_COLUMNS),
-                            ("epochs", EPOCH_COLUMNS), ("comm", COMM_COLUMNS), ("interference", INTERFERENCE_COLUMNS),
-                            ("nodes", NODE_COLUMNS),
-                            ("traces", TRACE_COLUMNS), ("buckets", BUCKET_COLUMNS)):
-            if rows[table]:
-                conn.executemany(f"INSERT INTO {table} (result_id, {', '.join(cols)}) VALUES (?, {', '.join('?' * len(cols))})",
-                                 [[rid] + [it.get(c, DEFAULTS.get(c)) for c in cols] for it in rows[table]])
-    return rid
-
-
-NODE_COLUMNS = ("node_rank", "hostname", "env_json")
-DEFAULTS = {"kind": "measure", "scope": "world", "op": "all_reduce", "first_step": 0}
 
 
 def latest_results(conn: sqlite3.Connection, sweep_id: int) -> list:

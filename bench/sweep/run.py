@@ -21,7 +21,7 @@ from bench.config import ConfigError, SweepConfig
 from bench.shared import faults
 from bench.shared.procs import signals_deferred
 from bench.store import store
-from bench.sweep import equivalence, plan, profiling
+from bench.sweep import equivalence, plan, profiling, record
 from bench.sweep.diagnose import Outcome
 from bench.sweep.launch import Limits, run_config
 from bench.shared.spec import DDP_BASED
@@ -157,7 +157,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
                 sweep_id = row["sweep_id"]
                 store.reopen_sweep(conn, sweep_id)
             else:
-                sweep_id = store.begin_sweep(conn, command_line, cfg.to_json(), env_id)
+                sweep_id = store.begin_sweep(conn, command_line, cfg.to_json(), env_id, label=cfg.label)
         items = plan.plan(cfg, machine or plan.detect_machine())
         done = store.ok_keys(conn, sweep_id) if resumed else set()
         if resumed:
@@ -181,7 +181,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
             if not isinstance(item, Skip) and spec.key in failed_before:
                 item = Skip(spec, failed_before[spec.key])
             if isinstance(item, Skip):
-                store.record_result(conn, sweep_id, env_id, spec, "skipped", item.reason)
+                record.record_result(conn, sweep_id, env_id, spec, "skipped", item.reason)
                 log(f"{head}: skipped: {item.reason}")
                 continue
             spec = profiling.attach(spec, cfg, sweep_id, i)  # --profile: where its traces go
@@ -190,7 +190,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
             outcome = (equivalence.run(spec, limits, shared, refs) if spec.mode == "equivalence"
                        else run_config(spec, limits, shared, _progress(log, head)))
             with signals_deferred():  # a finished configuration is recorded, not lost to a late Ctrl-C
-                rid = store.record_result(conn, sweep_id, env_id, spec, outcome.status, outcome.reason, outcome.payload,
+                rid = record.record_result(conn, sweep_id, env_id, spec, outcome.status, outcome.reason, outcome.payload,
                                           outcome.started_at, outcome.ended_at, outcome.wall_s, outcome.failed_rank)
                 current = None
             failures += outcome.status != "ok"
@@ -210,7 +210,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
         with signals_deferred():
             if sweep_id is not None:
                 if current is not None:
-                    store.record_result(conn, sweep_id, env_id, current, "interrupted", f"sweep interrupted by {name}",
+                    record.record_result(conn, sweep_id, env_id, current, "interrupted", f"sweep interrupted by {name}",
                                         started_at=started, ended_at=store.now())
                 store.end_sweep(conn, sweep_id, "interrupted")
         log(f"interrupted by {name}: finished results are kept"
@@ -265,7 +265,7 @@ def internal_error(e: Exception, cfg: SweepConfig, conn, sweep_id, env_id, curre
         with signals_deferred():
             if sweep_id is not None and conn is not None:
                 if current is not None:
-                    store.record_result(conn, sweep_id, env_id, current, "failed",
+                    record.record_result(conn, sweep_id, env_id, current, "failed",
                                         f"internal error of the sweep: {what} (traceback: {path})", started_at=started,
                                         ended_at=store.now())
                 store.end_sweep(conn, sweep_id, "failed", path)

@@ -1,5 +1,6 @@
 """A sweep read back from the store: one `Config` per configuration (repeats pooled), every number
-derived from the raw rows with bench.analysis.stats (never from the summary columns of `results`).
+derived from the raw rows with bench.analysis.stats (never from the summary columns of `results`). The rows come
+through the store's plain read interface, bench.store.read.
 
     sweep = load(conn, pick_sweep(conn, None))
     sweep.bench["synthetic"]   -> [Config], sorted by series then device count, with speed-up and efficiency
@@ -20,12 +21,27 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from bench.analysis import stats
-from bench.store import store
+from bench.store import read
+from bench.store.read import pick_sweep  # noqa: F401  (readers of a sweep take both from here)
 
 STRATEGY_NAMES = {"single": "single device", "dp": "DataParallel", "ddp": "DDP", "zero": "DDP+ZeRO", "fsdp": "FSDP",
                   "hsdp": "HSDP"}
 STRATEGY_ORDER = ("single", "dp", "ddp", "zero", "fsdp", "hsdp")
 STATE_KEYS = ("params_mib", "grads_mib", "optimizer_mib", "buckets_mib")
+
+
+def variant(precision: str, channels_last: bool, compiled: bool, options: dict, optimizer: str = "sgd") -> str:
+    """'fp32', 'bf16, channels_last, bucket_cap_mb=100, adamw': a configuration's precision, memory format,
+    compilation, strategy settings and optimizer (when not SGD), as its label shows them."""
+    parts = [precision] + (["channels_last"] if channels_last else []) + (["compiled"] if compiled else [])
+    parts += [f"{k}={v}" for k, v in sorted(options.items())] + ([optimizer] if optimizer and optimizer != "sgd" else [])
+    return ", ".join(parts)
+
+
+def row_variant(r: dict) -> str:
+    """The variant of a results row (one that did not run too)."""
+    return variant(r["precision"] or "fp32", bool(r["channels_last"]), bool(r["compiled"]), json.loads(r["options_json"] or "{}"),
+                   (r["optimizer"] if "optimizer" in r.keys() else None) or "sgd")
 
 
 @dataclass
@@ -74,9 +90,7 @@ class Config:
     @property
     def variant(self) -> str:
         """Everything but strategy and count that tells this configuration apart: precision, format, settings."""
-        parts = [self.precision] + (["channels_last"] if self.channels_last else []) + (["compiled"] if self.compiled else [])
-        parts += [f"{k}={v}" for k, v in sorted(self.options.items())] + ([self.optimizer] if self.optimizer != "sgd" else [])
-        return ", ".join(parts)
+        return variant(self.precision, self.channels_last, self.compiled, self.options, self.optimizer)
 
     @property
     def series(self) -> tuple:
@@ -110,17 +124,6 @@ class Sweep:
     loader: dict = field(default_factory=dict)     # device count -> loader-alone samples/s
     nodes: list = field(default_factory=list)      # per multi-node result: (result_id, node rows)
     env_results: dict = field(default_factory=dict)  # env_id -> config keys of the results measured under it
-
-
-def pick_sweep(conn: sqlite3.Connection, sweep_id: Optional[int]) -> int:
-    """The given sweep id (checked) or the latest sweep."""
-    if sweep_id is None and conn.execute("SELECT 1 FROM sweeps LIMIT 1").fetchone() is None:
-        raise store.StoreError("the store holds no sweep yet; run a sweep first")
-    return int(store.find_sweep(conn, "last" if sweep_id is None else str(sweep_id))["sweep_id"])
-
-
-def _rows(conn: sqlite3.Connection, sql: str, *args) -> list:
-    return [dict(r) for r in conn.execute(sql, args)]
 
 
 def _memory(rows: list, device_type: str) -> tuple:
@@ -161,16 +164,16 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
     step_ms, sync_ms, nosync_ms, slowest, memory, epochs, sps, by_repeat, traces = [], [], [], [], [], [], [], {}, []
     for r in results:
         rid = r["result_id"]
-        steps = _rows(conn, "SELECT * FROM steps WHERE result_id = ?", rid)
+        steps = read.result_rows(conn, "steps", rid)
         measured = [s for s in steps if s["kind"] == "measure"]
         step_ms += stats.step_times_ms(measured)
         sync_ms += stats.step_times_ms([s for s in steps if s["kind"] == "probe_sync"])
         nosync_ms += stats.step_times_ms([s for s in steps if s["kind"] in ("probe_no_sync", "no_sync")])
         slowest += stats.slowest_rank_rows(measured)  # keeps each result's steps apart
-        memory += _rows(conn, "SELECT * FROM memory WHERE result_id = ?", rid)
-        traces += [dict(t, repeat=int(r["repeat"])) for t in _rows(conn, "SELECT * FROM traces WHERE result_id = ? ORDER BY rank", rid)]
-        epochs += [e["wall_s"] for e in _rows(conn, "SELECT wall_s FROM epochs WHERE result_id = ? ORDER BY epoch", rid)]
-        summary = stats.result_summary(steps, _rows(conn, "SELECT * FROM windows WHERE result_id = ?", rid), int(r["global_batch"]))
+        memory += read.result_rows(conn, "memory", rid)
+        traces += [dict(t, repeat=int(r["repeat"])) for t in read.result_rows(conn, "traces", rid)]
+        epochs += [e["wall_s"] for e in read.result_rows(conn, "epochs", rid)]
+        summary = stats.result_summary(steps, read.result_rows(conn, "windows", rid), int(r["global_batch"]))
         if summary.get("samples_per_s") is not None:
             sps.append(summary["samples_per_s"])
             by_repeat[int(r["repeat"])] = summary["samples_per_s"]
@@ -212,10 +215,10 @@ def _with_scaling(configs: list) -> list:
 
 def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
     """Read one sweep from the store and derive every number the report shows."""
-    sweep = dict(store.find_sweep(conn, str(sweep_id)))
-    results = sorted((dict(r) for r in store.latest_results(conn, sweep_id)), key=lambda r: r["result_id"])
+    sweep = read.sweep_row(conn, sweep_id)
+    results = read.latest_results(conn, sweep_id)
     env_ids = sorted({r["env_id"] for r in results if r["env_id"] is not None} | ({sweep["env_id"]} - {None}))
-    envs = [dict(e) for i in env_ids for e in conn.execute("SELECT * FROM environments WHERE env_id = ?", (i,))]
+    envs = [e for e in (read.environment(conn, i) for i in env_ids) if e]
     threads = sorted({r["threads_per_process"] for r in results if r["threads_per_process"] is not None})
     out = Sweep(sweep=sweep, envs=envs, threads=threads)
     for r in results:
@@ -230,18 +233,17 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
         elif r["mode"] == "bench":
             groups.setdefault(r["config_key"], []).append(r)
         elif r["mode"] == "comm":
-            out.comm.append((int(r["device_count"]), int(r["nodes"] or 1),
-                             _rows(conn, "SELECT * FROM comm WHERE result_id = ? ORDER BY scope, op, size_bytes", r["result_id"])))
+            out.comm.append((int(r["device_count"]), int(r["nodes"] or 1), read.result_rows(conn, "comm", r["result_id"])))
         elif r["mode"] == "loader":
-            windows = _rows(conn, "SELECT * FROM windows WHERE result_id = ?", r["result_id"])
+            windows = read.result_rows(conn, "windows", r["result_id"])
             out.loader.setdefault(int(r["device_count"]), []).append(stats.window_throughput(windows)[0])
-        nodes = _rows(conn, "SELECT node_rank, hostname FROM nodes WHERE result_id = ? ORDER BY node_rank", r["result_id"])
+        nodes = [{"node_rank": n["node_rank"], "hostname": n["hostname"]} for n in read.result_rows(conn, "nodes", r["result_id"])]
         if nodes:
             out.nodes.append((r, nodes))
     out.loader = {n: stats.median(v) for n, v in out.loader.items()}
     by_workload: dict = {}
     for rs in groups.values():
-        if _rows(conn, "SELECT 1 FROM steps WHERE result_id = ? AND kind = 'measure' LIMIT 1", rs[0]["result_id"]):
+        if read.has_measured_steps(conn, rs[0]["result_id"]):
             c = _config(conn, rs)
             by_workload.setdefault(c.workload, []).append(c)
     out.bench = {w: _with_scaling(cs) for w, cs in sorted(by_workload.items())}
@@ -251,19 +253,10 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
 def process_throughputs(conn: sqlite3.Connection, sweep_id: int) -> dict:
     """{config_key: [samples/s of each ok process]} of one sweep's benchmarks, from the raw windows alone."""
     out: dict = {}
-    for r in store.latest_results(conn, sweep_id):
+    for r in read.latest_results(conn, sweep_id):
         if r["mode"] != "bench" or r["status"] != "ok":
             continue
-        sps = stats.window_throughput(_rows(conn, "SELECT * FROM windows WHERE result_id = ?", r["result_id"]))[0]
+        sps = stats.window_throughput(read.result_rows(conn, "windows", r["result_id"]))[0]
         if not math.isnan(sps):
             out.setdefault(r["config_key"], []).append(sps)
     return out
-
-
-def earlier_sweeps(conn: sqlite3.Connection, before: int, hostname: Optional[str], limit: int) -> list:
-    """Ids of the `limit` most recent sweeps before `before` that ran this suite's own code on this host: plain
-    sweeps and the A side of A/B runs (variant B and tune's trials ran other code or settings), newest last."""
-    rows = conn.execute("SELECT sweep_id FROM sweeps WHERE sweep_id < ? AND (label IS NULL OR label = 'a') "
-                        "AND (? IS NULL OR hostname = ?) ORDER BY sweep_id DESC LIMIT ?",
-                        (before, hostname, hostname, limit)).fetchall()
-    return sorted(r[0] for r in rows)

@@ -1,0 +1,307 @@
+"""Several sweeps in one report, side by side: machines (a store each: `report --store a.sqlite --store b.sqlite`) or
+sweeps of one store (`report --sweep 3,7`). Which machine, or which cloud instance, to train on.
+
+    cols = columns(load_targets(targets(["a.sqlite", "b.sqlite"], None)))     # the latest sweep of each store
+    out = render(cols, plots_dir="plots", report_dir="results", prices=None)  # report.md and report.html
+
+Each sweep is a column, titled by its `--label` (given at sweep time), else by its host and devices. A configuration
+is the same across sweeps when its workload, strategy, device count and variant (precision, format, settings) are;
+one that some sweeps did not run is shown there as not run, failed or skipped with its reason, never dropped. The
+recommendation table has a column per sweep; the plots draw one line per sweep and strategy; the environment table
+shows only what differs. Stores written by older versions of the suite are read as they are (bench.store.read).
+"""
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass
+from typing import Optional
+
+import matplotlib
+
+matplotlib.use("Agg")
+from matplotlib.figure import Figure  # noqa: E402
+
+from bench.analysis import cost, results  # noqa: E402
+from bench.analysis.results import STRATEGY_NAMES, Sweep  # noqa: E402
+from bench.config import ConfigError  # noqa: E402
+from bench.report import cost as cost_report  # noqa: E402
+from bench.report.pages import fmt, to_html, to_markdown  # noqa: E402
+from bench.report.plots import STYLES, file_name  # noqa: E402
+from bench.store import read  # noqa: E402
+from bench.store.store import StoreError  # noqa: E402
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+MARKERS = {"single": "s", "dp": "^", "ddp": "o", "fsdp": "D"}
+
+
+@dataclass
+class Column:
+    store: str
+    sweep: Sweep
+    title: str = ""
+
+    @property
+    def configs(self) -> dict:
+        """identity -> Config of the configurations that ran."""
+        return {ident(c): c for cs in self.sweep.bench.values() for c in cs}
+
+    @property
+    def not_run(self) -> dict:
+        """identity -> 'failed: reason' / 'skipped: reason' of the benchmarks that did not run to the end."""
+        return {(r["workload"], r["strategy"], int(r["device_count"]), results.row_variant(r)):
+                f"{r['status']}: {r['reason'] or 'no reason recorded'}" for r in self.sweep.problems if r["mode"] == "bench"}
+
+
+def ident(c) -> tuple:
+    """What makes two sweeps' configurations the same one: (workload, strategy, device count, variant)."""
+    return (c.workload, c.strategy, c.device_count, c.variant)
+
+
+def targets(stores: list, sweep_text: Optional[str]) -> list:
+    """[(store, sweep id or None for the latest)] from the flags: --sweep 3,7 names sweeps of one store, or one per
+    --store in order; without it the latest sweep of each store. ConfigError when they do not fit together."""
+    ids: list = [None]
+    if sweep_text is not None:
+        ids = []
+        for part in str(sweep_text).split(","):
+            part = part.strip()
+            if part != "last" and not part.isdigit():
+                raise ConfigError(f"--sweep {sweep_text!r}: {part!r} is not a sweep id; expected ids such as 3 or 3,7")
+            ids.append(None if part == "last" else int(part))
+    if len(stores) == 1:
+        out = [(stores[0], i) for i in ids]
+    elif sweep_text is None:
+        out = [(s, None) for s in stores]
+    elif len(ids) == len(stores):
+        out = list(zip(stores, ids))
+    else:
+        raise ConfigError(f"--sweep {sweep_text!r} names {len(ids)} sweep(s) for {len(stores)} stores; expected one id "
+                          "per --store, in their order (or no --sweep: the latest sweep of each)")
+    keys = [(os.path.realpath(s), i) for s, i in out]
+    if len(set(keys)) != len(keys):
+        named = ", ".join(f"{s} sweep {'last' if i is None else i}" for s, i in out)
+        raise ConfigError(f"--store/--sweep name the same sweep twice ({named}); expected different sweeps")
+    return out
+
+
+def load_targets(pairs: list) -> list:
+    """[Column] of each (store, sweep id), read through bench.store.read (any schema version)."""
+    out = []
+    for path, sid in pairs:
+        conn = read.connect(path)
+        try:
+            out.append(Column(path, results.load(conn, read.pick_sweep(conn, sid))))
+        finally:
+            conn.close()
+    return columns(out)
+
+
+def devices(sweep: Sweep) -> str:
+    env = sweep.envs[0] if sweep.envs else {}
+    names = Counter(n.strip() for n in str(env.get("gpu_names") or "").split(",") if n.strip())
+    if names:
+        return ", ".join(f"{k}x {n}" for n, k in names.items())
+    return f"{env.get('cpu_model') or 'unknown CPU'}" + (f" ({env['cpu_cores']} cores)" if env.get("cpu_cores") else "")
+
+
+def columns(cols: list) -> list:
+    """Title each column: its --label, else 'host, devices'; then made unique by the sweep id and the store."""
+    for c in cols:
+        label = c.sweep.sweep.get("label")
+        env = c.sweep.envs[0] if c.sweep.envs else {}
+        c.title = label if label and label != "a" else f"{env.get('hostname') or c.sweep.sweep.get('hostname') or '?'}, {devices(c.sweep)}"
+    for extra in (lambda c: f"sweep {c.sweep.sweep['sweep_id']}", lambda c: os.path.basename(c.store)):
+        counts = Counter(c.title for c in cols)
+        for c in cols:
+            if counts[c.title] > 1:
+                c.title = f"{c.title} ({extra(c)})"
+    return cols
+
+
+def _what(c) -> str:
+    return f"{STRATEGY_NAMES.get(c.strategy, c.strategy)} x{c.device_count}"
+
+
+def _fastest(col: Column, workload: str, precision: str) -> tuple:
+    """(cell, samples/s) of a sweep's fastest run of a workload at a precision; ('not run', nan) without one."""
+    cs = [c for c in col.sweep.bench.get(workload, []) if c.precision == precision and not math.isnan(c.samples_per_s)]
+    if not cs:
+        return "not run", math.nan
+    c = max(cs, key=lambda c: c.samples_per_s)
+    settings = f" [{c.variant}]" if c.variant != precision else ""
+    eff = f", {c.efficiency:.0%} efficiency" if c.device_count > 1 and not math.isnan(c.efficiency) else ""
+    return f"{_what(c)}{settings}: {fmt(c.samples_per_s)} samples/s{eff}", c.samples_per_s
+
+
+def _cheapest(col: Column, workload: str, precision: str, prices: cost.Prices) -> tuple:
+    """(cell, cost per million samples) of a sweep's cheapest run of a workload at a precision (nan: none or no price)."""
+    price = cost_report.price_of(col.sweep, prices)
+    if price is None:
+        return "no price for this machine", math.nan
+    cs = [c for c in col.sweep.bench.get(workload, []) if c.precision == precision]
+    costs = cost.of_configs(cs, price.per_device_hour)
+    low = cost.cheapest(cs, lambda c: costs[c.key].per_million_samples)
+    if low is None:
+        return "not run", math.nan
+    value = costs[low.key].per_million_samples
+    return f"{_what(low)}: {fmt(value, '.4g')} per million samples", value
+
+
+def _best(titles: list, values: list, pick) -> str:
+    """The title of the column whose value `pick` (max or min) chooses among those known; '–' when none is."""
+    known = [(v, t) for v, t in zip(values, titles) if not math.isnan(v)]
+    return pick(known, key=lambda x: x[0])[1] if known else "–"
+
+
+def recommendation_blocks(cols: list, prices: Optional[cost.Prices]) -> list:
+    titles = [c.title for c in cols]
+    keys = list(dict.fromkeys((w, c.precision) for col in cols for w, cs in col.sweep.bench.items() for c in cs))
+    rows, cheap_rows = [], []
+    for workload, precision in keys:
+        cells, values = zip(*(_fastest(col, workload, precision) for col in cols))
+        rows.append([workload, precision, *cells, _best(titles, values, max)])
+        if prices is not None:
+            cells, values = zip(*(_cheapest(col, workload, precision, prices) for col in cols))
+            cheap_rows.append([workload, precision, *cells, _best(titles, values, min)])
+    b: list = [("h", 2, "What to run, per sweep"),
+               ("table", ["workload", "precision", *[f"fastest: {t}" for t in titles], "fastest of them"], rows)]
+    if prices is not None:
+        b += [("p", f"At the price per device-hour of each machine ({prices.origin}; {prices.unit()}): a device is a "
+                    "GPU (on CPU a gloo process) and a configuration holds all of its devices for its run."),
+              ("table", ["workload", "precision", *[f"cheapest: {t}" for t in titles], "cheapest of them"], cheap_rows)]
+    return b
+
+
+def _order(i: tuple) -> tuple:
+    workload, strategy, count, variant = i
+    rank = results.STRATEGY_ORDER.index(strategy) if strategy in results.STRATEGY_ORDER else len(results.STRATEGY_ORDER)
+    return workload, variant != "fp32", variant, rank, count
+
+
+def _cost_cell(costs: dict, c) -> str:
+    if c is None:
+        return "–"
+    if not costs:
+        return "no price for this machine"
+    k = costs[c.key]
+    return fmt(k.per_million_samples, ".4g") + (f"; {fmt(k.per_epoch, '.4g')} per reference epoch" if c.workload == "deeplabv3" else "")
+
+
+def configuration_blocks(cols: list, prices: Optional[cost.Prices]) -> list:
+    per_col = [c.configs for c in cols]
+    missing = [c.not_run for c in cols]
+    idents = list(dict.fromkeys([i for cfgs in per_col for i in cfgs] + [i for m in missing for i in m]))
+    price = [cost_report.price_of(c.sweep, prices) for c in cols]
+    costs = [{} for _ in cols]
+    for k, col in enumerate(cols):
+        if price[k]:
+            for cs in col.sweep.bench.values():
+                costs[k].update(cost.of_configs(cs, price[k].per_device_hour))
+    rows, cost_rows = [], []
+    for i in sorted(idents, key=_order):
+        got = [cfgs.get(i) for cfgs in per_col]
+        first = next((c for c in got if c is not None), None)
+        batches = {c.global_batch for c in got if c is not None}
+        cells, present = [], []
+        for k, c in enumerate(got):
+            if c is None:
+                cells.append(missing[k].get(i, "not in this sweep"))
+                continue
+            present.append(cols[k].title)
+            ratio = f", {c.samples_per_s / first.samples_per_s:.2f}x the first" if c is not first and first.samples_per_s > 0 else ""
+            cells.append(f"{fmt(c.samples_per_s)} ({fmt(c.efficiency * 100, '.0f', '%')}{ratio}"
+                         + (f", global batch {c.global_batch}" if len(batches) > 1 else "") + ")")
+        where = "all" if len(present) == len(cols) else ("only " + ", ".join(present) if present else "none")
+        rows.append([i[0], f"{STRATEGY_NAMES.get(i[1], i[1])} x{i[2]}", i[3], *cells, where])
+        if prices is not None:
+            cost_rows.append([i[0], f"{STRATEGY_NAMES.get(i[1], i[1])} x{i[2]}", i[3],
+                              *[_cost_cell(costs[k], c) for k, c in enumerate(got)]])
+    titles = [c.title for c in cols]
+    b: list = [("h", 2, "Every configuration, side by side"),
+               ("p", "samples/s (scaling efficiency, and throughput against the first sweep that ran it); a configuration "
+                     "is the same workload, strategy, device count, precision and settings."),
+               ("table", ["workload", "configuration", "precision / settings", *titles, "ran in"], rows)]
+    if prices is not None:
+        b += [("h", 3, f"Cost per million samples ({prices.unit()})"),
+              ("table", ["workload", "configuration", "precision / settings", *titles], cost_rows)]
+    return b
+
+
+def env_values(col: Column) -> dict:
+    """What the environment table compares, for one sweep: {row name: text}."""
+    s = col.sweep
+    env = s.envs[0] if s.envs else {}
+    out = {"host": env.get("hostname") or s.sweep.get("hostname"), "label": s.sweep.get("label"), "devices": devices(s)}
+    out.update({k: env.get(k) for k in read.ENV_KEYS[1:]})
+    out["threads per process"] = ", ".join(map(str, s.threads))
+    out["started"] = s.sweep.get("started_at")
+    return {k: str(v) if v not in (None, "") else "–" for k, v in out.items()}
+
+
+def environment_blocks(cols: list) -> list:
+    per_col = [env_values(c) for c in cols]
+    values = {name: [v[name] for v in per_col] for name in per_col[0]}
+    differ = [[name, *v] for name, v in values.items() if len(set(v)) > 1]
+    same = [f"{name} {v[0]}" for name, v in values.items() if len(set(v)) == 1 and v[0] != "–"]
+    return [("h", 2, "Environment: what differs"),
+            ("table", ["", *[c.title for c in cols]], differ) if differ else ("p", "Nothing differs."),
+            ("p", "The same in every sweep: " + ("; ".join(same) if same else "nothing recorded") + ".")]
+
+
+def figure(cols: list, workload: str) -> Figure:
+    """Throughput and efficiency against device count: one line per sweep and strategy (and variant)."""
+    fig = Figure(figsize=(12.0, 5.0), layout="constrained")
+    ax_t, ax_e = fig.subplots(1, 2)
+    fig.suptitle(f"Side by side: throughput and scaling efficiency against device count\n{workload}".replace("$", r"\$"))
+    counts = set()
+    for k, col in enumerate(cols):
+        cs = col.sweep.bench.get(workload, [])
+        variants = list(dict.fromkeys(c.variant for c in cs))
+        for series in dict.fromkeys(c.series for c in cs):
+            line = sorted((c for c in cs if c.series == series), key=lambda c: c.device_count)
+            counts |= {c.device_count for c in line}
+            style = dict(color=PALETTE[k % len(PALETTE)], marker=MARKERS.get(series[0], "o"),
+                         linestyle=STYLES[variants.index(series[1]) % len(STYLES)],
+                         label=(f"{col.title}: {STRATEGY_NAMES.get(series[0], series[0])}"
+                                + (f" [{series[1]}]" if series[1] != "fp32" else "")).replace("$", r"\$"))
+            ax_t.plot([c.device_count for c in line], [c.samples_per_s for c in line], **style)
+            eff = [c for c in line if not math.isnan(c.efficiency)]
+            ax_e.plot([c.device_count for c in eff], [c.efficiency * 100 for c in eff], **style)
+    ax_t.set(xlabel="device count (GPUs; on CPU gloo processes)", ylabel="throughput (samples/s)", xticks=sorted(counts))
+    ax_e.set(xlabel="device count (GPUs; on CPU gloo processes)", ylabel="scaling efficiency (%)", xticks=sorted(counts))
+    ax_e.axhline(100, linestyle="--", color="#999999")
+    ax_t.set_ylim(bottom=0)
+    ax_e.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    return fig
+
+
+def render(cols: list, plots_dir: str = "plots", report_dir: str = "results", prices: Optional[cost.Prices] = None) -> dict:
+    """report.md, report.html and <workload>_sidebyside.png of several sweeps. StoreError when they share nothing."""
+    shared = [i for i in dict.fromkeys(i for c in cols for i in c.configs) if sum(i in c.configs for c in cols) > 1]
+    if not shared:
+        ran = "; ".join(f"{c.title} ran " + (", ".join(sorted({f'{w} {STRATEGY_NAMES.get(s, s)} x{n} [{v}]' for w, s, n, v in c.configs}))
+                                              or "no benchmark") for c in cols)
+        raise StoreError(f"these sweeps share no configuration to compare ({ran})")
+    b: list = [("h", 1, "Side by side: " + " | ".join(c.title for c in cols))]
+    b.append(("table", ["column", "store", "sweep", "started", "status", "command"],
+              [[c.title, c.store, str(c.sweep.sweep["sweep_id"]), str(c.sweep.sweep["started_at"]), c.sweep.sweep["status"],
+                c.sweep.sweep["command_line"]] for c in cols]))
+    b += recommendation_blocks(cols, prices)
+    b += configuration_blocks(cols, prices)
+    os.makedirs(plots_dir, exist_ok=True)
+    paths = []
+    for workload in dict.fromkeys(w for c in cols for w in c.sweep.bench):
+        path = os.path.join(plots_dir, file_name(workload, "sidebyside"))
+        figure(cols, workload).savefig(path, dpi=100)
+        paths.append(path)
+        b.append(("img", path, f"{workload} side by side"))
+    b += environment_blocks(cols)
+    os.makedirs(report_dir, exist_ok=True)
+    md, page = os.path.join(report_dir, "report.md"), os.path.join(report_dir, "report.html")
+    with open(md, "w", encoding="utf-8") as f:
+        f.write(to_markdown(b, report_dir))
+    with open(page, "w", encoding="utf-8") as f:
+        f.write(to_html(b))
+    return {"markdown": md, "html": page, "plots": paths}
