@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,7 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    _QUICK["wanted"] = any("quick_sweep" in getattr(item, "fixturenames", ()) for item in items)
+    _EARLY["wanted"] = {name for name in EARLY_SWEEPS for item in items if name in getattr(item, "fixturenames", ())}
     if config.getoption("--run-gpu"):
         import torch
         if torch.cuda.is_available():
@@ -61,13 +62,32 @@ def store_path(tmp_path) -> str:
     return str(tmp_path / "bench.sqlite")
 
 
-# The quick sweep runs in the background from the first test of these modules on (their tests time nothing that a
-# neighbouring process would disturb; the modules before them, test_ab and test_benchmarks, do), so that its minute
-# overlaps them: most of the suite keeps one of the two cores idle (one-thread processes, imports).
-QUICK_OVERLAPS = ("test_commbench.py", "test_compare.py", "test_config.py", "test_cudacompat.py", "test_env.py",
-                  "test_equivalence.py", "test_forecast.py", "test_sweep.py")
 QUICK_ARGS = ["--config", "sweeps/quick-cpu.toml", "--no-report", "--device", "cpu"]
-_QUICK: dict = {}
+# Every per-device strategy under AdamW at 2 processes with the equivalence gate (one reference shared by the four
+# checks): the gate's test, the state-counting tests and the memory-budget report read this one store.
+SHARDED_ARGS = [*FAST, "--strategies", "ddp,zero,fsdp,hsdp", "--optimizer", "adamw", "--gpus", "2",
+                "--check-equivalence", "--no-comm-bench", "--device", "cpu"]
+# ~60M parameters (4 layers 3872 wide) under AdamW at 2 processes: DDP holds 458 MiB of AdamW state per rank, ZeRO half.
+ADAMW_60M_ARGS = [*FAST, "--synthetic-width", "3872", "--synthetic-depth", "4", "--per-device-batch", "2", "--strategies",
+                  "ddp,zero", "--optimizer", "adamw", "--gpus", "2", "--no-comm-bench", "--device", "cpu", "--warmup", "0"]
+# The forecast's held-out form as a user runs it: sweep 1 trains x1 and measures the machine at 2, sweep 2 trains x2.
+HELD_OUT_ARGS = [*FAST, "--strategies", "ddp", "--device", "cpu"]
+HELD_OUT_SWEEPS = ([*HELD_OUT_ARGS, "--gpus", "1", "--comm-counts", "2"], [*HELD_OUT_ARGS, "--gpus", "2", "--no-comm-bench"])
+
+# Session sweeps that run in the background from the first test of the listed modules on, whose tests time nothing
+# a neighbouring process would disturb (the modules that do: test_ab, test_benchmarks, test_tune, test_history's
+# marks, test_interference's stand-ins), so that their minutes overlap the rest of the suite (most of it keeps one of
+# the two cores idle: one-thread processes, imports). A test reads one through `early_sweep` (started there if no
+# module started it): its fixture name -> (the modules that start it, the sweeps it runs one after another).
+EARLY_SWEEPS = {
+    "quick_sweep": (("test_commbench.py", "test_compare.py", "test_config.py", "test_cudacompat.py", "test_env.py",
+                     "test_equivalence.py", "test_forecast.py", "test_sweep.py"), (QUICK_ARGS,)),
+    "sharded_sweep": (("test_cost.py", "test_cudacompat.py", "test_env.py", "test_equivalence.py"), (SHARDED_ARGS,)),
+    "held_out_pair": (("test_faults.py", "test_forecast.py"), HELD_OUT_SWEEPS),
+    "adamw_60m": (("test_kineto_traces.py", "test_layout.py", "test_loading.py", "test_machinecheck.py",
+                   "test_memory_state.py"), (ADAMW_60M_ARGS,)),
+}
+_EARLY: dict = {}          # fixture name -> {"proc", "path", "tmp"} once started; "wanted": the names some test uses
 
 
 def start_bench(args: list) -> subprocess.Popen:
@@ -110,46 +130,62 @@ def finished_ok(background: tuple) -> str:
     return path
 
 
-def _start_quick_sweep(folder: str) -> None:
-    path = os.path.join(folder, "bench.sqlite")
-    _QUICK.update(path=path, proc=start_bench([*QUICK_ARGS, "--store", path]))
+def _start_early(name: str, folder: str) -> None:
+    """Start EARLY_SWEEPS[name] into FOLDER/bench.sqlite with TMPDIR FOLDER/tmp: one sweep, or several one after
+    another (a shell chain: each starts when the one before ended with status 0)."""
+    path, tmp = os.path.join(folder, "bench.sqlite"), os.path.join(folder, "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    sweeps = EARLY_SWEEPS[name][1]
+    chain = " && ".join(shlex.join([sys.executable, "-m", "bench", *args, "--store", path]) for args in sweeps)
+    proc = subprocess.Popen(["bash", "-c", chain], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": tmp})
+    _EARLY[name] = {"proc": proc, "path": path, "tmp": Path(tmp)}
 
 
 def pytest_runtest_setup(item):
-    if _QUICK.get("wanted") and "proc" not in _QUICK and Path(str(item.fspath)).name in QUICK_OVERLAPS:
-        _start_quick_sweep(str(item.config._tmp_path_factory.mktemp("quick")))
+    module = Path(str(item.fspath)).name
+    for name, (modules, _) in EARLY_SWEEPS.items():
+        if name in _EARLY.get("wanted", ()) and name not in _EARLY and module in modules:
+            _start_early(name, str(item.config._tmp_path_factory.mktemp(name)))
 
 
 def pytest_sessionfinish(session, exitstatus):
-    proc = _QUICK.get("proc")
-    if proc is not None and proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    for name in EARLY_SWEEPS:
+        proc = _EARLY.get(name, {}).get("proc")
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def early_sweep(name: str, tmp_path_factory) -> tuple:
+    """(the completed process, its store path, its TMPDIR) of EARLY_SWEEPS[name], started here if no module did."""
+    if name not in _EARLY:
+        _start_early(name, str(tmp_path_factory.mktemp(name)))
+    e = _EARLY[name]
+    return finished(e["proc"], timeout=600), e["path"], e["tmp"]
 
 
 @pytest.fixture(scope="session")
 def quick_sweep(tmp_path_factory) -> tuple:
     """The shipped quick CPU sweep (sweeps/quick-cpu.toml: single, DataParallel x1, DDP x1 and x2 of the synthetic
-    MLP and DeepLabV3 at 32 px, and the all-reduce at 2), run once per test session (started in the background
-    by pytest_runtest_setup, or here): (the completed process, its store path). Tests that need a real sweep's
-    rows read this store instead of running their own."""
-    if "proc" not in _QUICK:
-        _start_quick_sweep(str(tmp_path_factory.mktemp("quick")))
-    return finished(_QUICK["proc"], timeout=600), _QUICK["path"]
-
-
-# Every per-device strategy under AdamW at 2 processes with the equivalence gate (one reference shared by the four
-# checks): the gate's test, the state-counting tests and the memory-budget report read this one store.
-SHARDED_ARGS = [*FAST, "--strategies", "ddp,zero,fsdp,hsdp", "--optimizer", "adamw", "--gpus", "2",
-                "--check-equivalence", "--no-comm-bench"]
+    MLP and DeepLabV3 at 32 px, and the all-reduce with its interference at 2), run once per test session: (the
+    completed process, its store path). Tests that need a real sweep's rows read this store instead of running their own."""
+    return early_sweep("quick_sweep", tmp_path_factory)[:2]
 
 
 @pytest.fixture(scope="session")
 def sharded_sweep(tmp_path_factory) -> tuple:
     """(the completed process, its store path, the TMPDIR it ran with) of SHARDED_ARGS, run once per session."""
-    folder = tmp_path_factory.mktemp("sharded")
-    tmp = folder / "tmp"
-    tmp.mkdir()
-    path = str(folder / "bench.sqlite")
-    p = run_bench([*SHARDED_ARGS, "--store", path], env={"TMPDIR": str(tmp)})
-    return p, path, tmp
+    return early_sweep("sharded_sweep", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def held_out_pair(tmp_path_factory) -> tuple:
+    """(the completed chain, its store path): HELD_OUT_SWEEPS one after another into one store."""
+    return early_sweep("held_out_pair", tmp_path_factory)[:2]
+
+
+@pytest.fixture(scope="session")
+def adamw_60m(tmp_path_factory) -> tuple:
+    """(the completed process, its store path) of ADAMW_60M_ARGS."""
+    return early_sweep("adamw_60m", tmp_path_factory)[:2]

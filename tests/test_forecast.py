@@ -14,7 +14,7 @@ import pytest
 from bench import cli
 from bench.store import store
 from bench.sweep import record
-from conftest import FAST, bench_in_background, finished, run_bench
+from conftest import run_bench
 from report_fixtures import spec
 
 BUCKETS = ((4e6, 0.4), (12e6, 1.0))        # bytes, ready as a fraction of backward
@@ -163,6 +163,17 @@ def test_a_forecast_judged_by_a_later_sweep_reads_only_its_own(tmp_path, capsys)
     assert rc == 2 and "--against 1: expected a sweep later than the forecast's (2)" in err
 
 
+def test_a_price_per_device_hour_says_what_each_forecast_count_costs_and_which_is_cheapest(hand_store, capsys):
+    rc, stdout, stderr = forecast(["--store", hand_store, "--to", "2,4", "--price-per-device-hour", "2.5"], capsys)
+    assert rc == 0, stderr
+    assert "price: 2.5 price units per device-hour (--price-per-device-hour 2.5)" in stdout
+    line = next(x for x in stdout.split("synthetic DataParallel")[0].splitlines() if "cost per million samples" in x)
+    for n in (2, 4):
+        sps = float(_row(stdout, "DDP", n).split()[3])
+        assert f"x{n} {2.5 * n * 1e6 / sps / 3600:.3g}" in line     # price x devices x hours for a million samples
+    assert "cheapest x2, fastest x4" in line
+
+
 def test_without_a_single_device_run_no_efficiency_is_claimed(tmp_path, capsys):
     path = str(tmp_path / "nosingle.sqlite")
     build_store(path, single=False, dp=False)
@@ -176,7 +187,8 @@ def test_without_a_single_device_run_no_efficiency_is_claimed(tmp_path, capsys):
     (["--network", "infiniband"], "'infiniband'"), (["--network", "net=0@5"], "'0'"),
     (["--network", "node=nan@1"], "'nan'"), (["--to", "16,6.5"], "'6.5'"), (["--to", "0"], "'0'"),
     (["--gpus-per-node", "0"], "'0'"), (["--sweep", "latest"], "'latest'"), (["--against", "x"], "'x'"),
-    (["--memory-budget-gib", "0"], "0"), (["--memory-budget-gib", "nan"], "'nan'")])
+    (["--memory-budget-gib", "0"], "0"), (["--memory-budget-gib", "nan"], "'nan'"),
+    (["--price-per-device-hour", "0"], "0"), (["--price-per-device-hour", "nan"], "nan")])
 def test_bad_flags_exit_2_naming_the_value_before_the_store_is_read(tmp_path, hand_store, args, named, capsys):
     missing = str(tmp_path / "nothing-here.sqlite")
     before = hashlib.sha256(open(hand_store, "rb").read()).hexdigest()
@@ -249,25 +261,9 @@ def test_a_real_two_process_sweep_stores_bucket_times_and_the_forecast_checks_it
     print(f"\nin-sweep check on this machine: DDP x2 forecast {forecast_ms} ms, measured {measured_ms} ms, error {err:+.1f}%")
 
 
-HELD_OUT = [*FAST, "--strategies", "ddp"]
-
-
-@pytest.fixture(scope="module")
-def held_out_pair(tmp_path_factory):
-    """The held-out form as a user runs it: sweep 1 trains x1 and measures the machine at 2 (--comm-counts 2), sweep 2
-    trains x2, both into one store, one after the other in the background while this file's other tests run."""
-    path = str(tmp_path_factory.mktemp("heldout") / "bench.sqlite")
-    first = [*HELD_OUT, "--gpus", "1", "--comm-counts", "2", "--store", path, "--device", "cpu"]
-    with bench_in_background(first) as p1:
-        yield p1, path
-
-
 def test_the_held_out_procedure_on_real_sweeps_prints_its_error(held_out_pair):
-    p1, path = held_out_pair
-    one = finished(p1)
-    assert one.returncode == 0, one.stdout + one.stderr
-    two = run_bench([*HELD_OUT, "--gpus", "2", "--no-comm-bench", "--store", path])
-    assert two.returncode == 0, two.stdout + two.stderr
+    p, path = held_out_pair     # x1 with the machine at 2, then x2 (conftest.HELD_OUT_SWEEPS, in the background)
+    assert p.returncode == 0, p.stdout + p.stderr
     f = run_bench(["forecast", "--store", path, "--sweep", "1", "--against", "2", "--to", "2"])
     assert f.returncode == 0, f.stderr
     m = re.search(r"x2: forecast ([\d.]+) ms from x1, measured ([\d.]+) ms: error ([+-][\d.]+)%.*\n\s+basis: later sweep", f.stdout)

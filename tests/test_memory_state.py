@@ -8,7 +8,6 @@ import torch.distributed as dist
 from torch import nn
 
 from bench.rank import memory
-from conftest import FAST, finished_ok, sweep_in_background
 
 
 def _trained(model: nn.Module, opt) -> None:
@@ -80,20 +79,12 @@ def test_zero_counts_each_ranks_share_of_the_state_and_fsdp_and_hsdp_their_shard
                 (full / 2, full / 2, full, 0.0)), strategy
 
 
-# ~60M parameters (4 layers 3872 wide) under AdamW at 2 processes: DDP holds 458 MiB of AdamW state per rank, ZeRO half.
-ADAMW_60M = [*FAST, "--synthetic-width", "3872", "--synthetic-depth", "4", "--per-device-batch", "2", "--strategies",
-             "ddp,zero", "--optimizer", "adamw", "--gpus", "2", "--no-comm-bench", "--device", "cpu", "--warmup", "0"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def adamw_60m(tmp_path_factory):
-    with sweep_in_background(tmp_path_factory.mktemp("adamw60m"), ADAMW_60M) as bg:  # from this file's first test on
-        yield bg
-
-
 @pytest.mark.timeout(300)
 def test_zero_halves_the_adamw_state_of_a_60m_model_per_rank_and_the_peak_rss_shows_it(adamw_60m):
-    rows = _state_rows(finished_ok(adamw_60m))
+    # ~60M parameters under AdamW at 2 processes (conftest.ADAMW_60M_ARGS, run in the background from earlier modules)
+    p, path = adamw_60m
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = _state_rows(path)
     ddp, zero = rows["ddp"], rows["zero"]
     assert ddp[0]["params_mib"] * 2**20 / 4 == pytest.approx(60e6, rel=0.01)
     ddp_state = max(r["optimizer_mib"] for r in ddp)

@@ -18,11 +18,13 @@ from __future__ import annotations
 import argparse
 import math
 
+from bench.analysis import cost
 from bench.analysis import forecast_check as fk
 from bench.analysis import forecast_outlook as fo
 from bench.analysis import forecast_sweep as fs
 from bench.analysis import memory_model as mm
 from bench.analysis import network as nw
+from bench.analysis.reference import REFERENCE_IMAGES
 from bench.config import ConfigError, finite
 from bench.store import forecasts, store
 
@@ -62,7 +64,9 @@ def parse(argv: list) -> argparse.Namespace:
                    "preset's, else the sweep's)")
     p.add_argument("--memory-budget-gib", default=None, help="memory per device to fit in, GiB (default: the GPU's "
                    "memory on CUDA; none on CPU)")
+    p.add_argument(cost.FLAG, dest="price", default=None, help=cost.HELP)
     ns = p.parse_args(argv)
+    ns.prices = cost.parse_price(ns.price)
     ns.to = counts(ns.to) if ns.to is not None else DEFAULT_TO
     ns.preset, ns.levels = nw.parse_network(ns.network) if ns.network is not None else (None, {})
     if ns.gpus_per_node is not None:
@@ -80,13 +84,46 @@ def parse(argv: list) -> argparse.Namespace:
 
 
 def _fmt(v: float, spec: str) -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+    """v in `spec`; a missing value as '-' in the same width."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        width = "".join(ch for ch in spec.split(".")[0] if ch.isdigit())
+        return "-".rjust(int(width) if width else 0)
+    return format(v, spec)
 
 
 def budget_mib(ns, sweep) -> float | None:
     if ns.memory_budget_gib is not None:
         return ns.memory_budget_gib * 1024
     return fo.device_memory_mib(sweep)
+
+
+def price_of(ns, sweep):
+    """The sweep's price per device-hour (--price-per-device-hour), said; None without one."""
+    if ns.prices is None:
+        return None
+    env = sweep.envs[0] if sweep.envs else {}
+    price = ns.prices.lookup(sweep.sweep.get("label"), sweep.sweep.get("hostname"), cost.machine_names(env))
+    print(f"  price: {price.per_device_hour:g} {ns.prices.unit()} per device-hour ({price.source})" if price else
+          f"  price: {ns.price} names no price for this sweep's machine (label, host, device or 'default')")
+    return price
+
+
+def cost_line(s, points: list, price, unit: str) -> str:
+    """What the forecast counts cost per million samples (and per reference epoch for deeplabv3), the cheapest named."""
+    known = [(cost.per_million_samples(price.per_device_hour, p.count, p.samples_per_s), p) for p in points if not p.refused]
+    known = [(c, p) for c, p in known if not math.isnan(c)]
+    if not known:
+        return "cost: no forecast count has a throughput"
+    parts = [f"x{p.count} {c:.3g}" for c, p in known]
+    best = min(known, key=lambda k: k[0])[1]
+    epoch = ""
+    if s.workload == "deeplabv3":
+        epoch = "; per reference epoch (VOC train, 1464 images): " + ", ".join(
+            f"x{p.count} {cost.per_epoch(price.per_device_hour, p.count, REFERENCE_IMAGES / p.samples_per_s):.3g}"
+            for _, p in known)
+    fastest = max(known, key=lambda k: k[1].samples_per_s)[1]
+    return (f"cost per million samples ({unit}): " + ", ".join(parts) + f"; cheapest x{best.count}, fastest "
+            f"x{fastest.count}{epoch}")
 
 
 def main(argv: list) -> int:
@@ -113,6 +150,7 @@ def main(argv: list) -> int:
               f"call ({'measured' if lv.measured else 'assumed'}: {lv.source})")
     print(f"  {m.inter.words()}")
     print("  memory budget: " + (f"{budget / 1024:.3g} GiB per device" if budget else "none (--memory-budget-gib)"))
+    price = price_of(ns, f.sweep)
     for s in f.sets:
         inp = fs.inputs(s, m)
         print(f"\n{s.label}")
@@ -138,6 +176,8 @@ def main(argv: list) -> int:
         print(f"  efficiency under {fo.EFFICIENT:.0%} from: " + "; ".join(
             f"{what}: {n if n else 'not up to ' + str(grid[-1])}" for what, n in moves))
         print("  " + fo.recommendation(s, fo.series(s, inp, grid, m)))
+        if price is not None:
+            print("  " + cost_line(s, pts, price, ns.prices.unit()))
         mems = [p.memory for p in fo.series(s, inp, grid, m) if p.memory is not None]
         if mems:
             print(f"  memory: {mm.fit_words(mems, budget, s.strategy)}; at {mems[-1].count}: "
