@@ -19,9 +19,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ helpers (voc_tree, report_fixtures)
 
-# A synthetic model small enough that a DDP configuration with 2 gloo processes takes seconds.
+# A synthetic model small enough that a DDP configuration with 2 gloo processes takes seconds; no interference run
+# beside the collectives microbenchmark (the forecast's tests ask for it: the quick sweep and the held-out pair).
 FAST = ["--workloads", "synthetic", "--synthetic-width", "128", "--synthetic-depth", "2",
-        "--per-device-batch", "8", "--steps", "3", "--warmup", "1", "--repeats", "1", "--no-report"]
+        "--per-device-batch", "8", "--steps", "3", "--warmup", "1", "--repeats", "1", "--no-report", "--no-interference"]
 
 
 def pytest_addoption(parser):
@@ -71,7 +72,7 @@ SHARDED_ARGS = [*FAST, "--strategies", "ddp,zero,fsdp,hsdp", "--optimizer", "ada
 ADAMW_60M_ARGS = [*FAST, "--synthetic-width", "3872", "--synthetic-depth", "4", "--per-device-batch", "2", "--strategies",
                   "ddp,zero", "--optimizer", "adamw", "--gpus", "2", "--no-comm-bench", "--device", "cpu", "--warmup", "0"]
 # The forecast's held-out form as a user runs it: sweep 1 trains x1 and measures the machine at 2, sweep 2 trains x2.
-HELD_OUT_ARGS = [*FAST, "--strategies", "ddp", "--device", "cpu"]
+HELD_OUT_ARGS = [*FAST, "--strategies", "ddp", "--device", "cpu", "--interference"]
 HELD_OUT_SWEEPS = ([*HELD_OUT_ARGS, "--gpus", "1", "--comm-counts", "2"], [*HELD_OUT_ARGS, "--gpus", "2", "--no-comm-bench"])
 
 # Session sweeps that run in the background from the first test of the listed modules on, whose tests time nothing
