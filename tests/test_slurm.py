@@ -21,7 +21,7 @@ from slurm_cluster import slurm_cluster  # noqa: F401  (the session fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--device", "cpu", "--repeats", "1", "--workloads", "synthetic", "--synthetic-width", "64", "--synthetic-depth", "2",
-        "--per-device-batch", "4", "--steps", "3", "--warmup", "1", "--gpus-per-node", "1", "--no-report"]
+        "--per-device-batch", "4", "--steps", "3", "--warmup", "1", "--gpus-per-node", "1", "--no-interference", "--no-report"]
 
 
 def bench(cluster, alloc: list, args: list, tmp: Path, env: dict | None = None, timeout: float = 400):
