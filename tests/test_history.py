@@ -251,7 +251,7 @@ def test_two_real_sweeps_side_by_side_are_titled_by_their_labels(real_sweeps, tm
     assert cli.main(["report", "--store", path, "--sweep", "1,2", "--report-dir", str(tmp_path / "r"),
                      "--plots-dir", str(tmp_path / "p")]) == 0
     md = open(tmp_path / "r" / "report.md").read()
-    assert md.startswith("# Side by side: before \\| after slow")
+    assert md.split(" -->\n", 1)[1].lstrip().startswith("# Side by side: before \\| after slow")
     row = next(x for x in md.splitlines() if x.startswith("| synthetic | single device x1 | fp32 |"))
     assert row.endswith("| all |") and "x the first" in row
 

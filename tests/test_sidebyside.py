@@ -38,7 +38,7 @@ def rendered(tmp_path, *args) -> str:
 
 def test_two_machines_side_by_side_show_every_configuration_with_a_column_each(machines, tmp_path):
     md = rendered(tmp_path, "--store", machines[0], "--store", machines[1])
-    assert md.startswith("# Side by side: bench-host, Test CPU &lt;i&gt;9000&lt;/i&gt; (2 cores) \\| bench-host, 2x NVIDIA H100")
+    assert md.split(" -->\n", 1)[1].lstrip().startswith("# Side by side: bench-host, Test CPU &lt;i&gt;9000&lt;/i&gt; (2 cores) \\| bench-host, 2x NVIDIA H100")
     rows = md_table(md, "## Every configuration, side by side")
     by = {(r["workload"], r["configuration"]): r for r in rows}
     cpu_col, gpu_col = CPU_TITLE.replace("<", "&lt;").replace(">", "&gt;"), GPU_TITLE

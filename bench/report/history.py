@@ -23,7 +23,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from bench.analysis import compare, cost, history  # noqa: E402
 from bench.analysis.history import History, Series  # noqa: E402
 from bench.report import report  # noqa: E402
-from bench.report.pages import fmt, to_html, to_markdown  # noqa: E402
+from bench.report import pages  # noqa: E402
+from bench.report.pages import fmt  # noqa: E402
 from bench.report.plots import COLORS, STYLES, file_name  # noqa: E402
 
 MARKS = {"regression": ("v", "#d62728"), "improvement": ("^", "#2ca02c"), "failed": ("X", "#d62728")}
@@ -198,10 +199,5 @@ def render(h: History, store_path: str, plots_dir: str = "plots", report_dir: st
         plot_paths[workload] = os.path.join(plots_dir, file_name(workload, "history"))
         figure(h, workload, series, where).savefig(plot_paths[workload], dpi=100)
     bl = blocks(h, store_path, plot_paths, prices, filters)
-    os.makedirs(report_dir, exist_ok=True)
-    md, page = os.path.join(report_dir, "history.md"), os.path.join(report_dir, "history.html")
-    with open(md, "w", encoding="utf-8") as f:
-        f.write(to_markdown(bl, report_dir))
-    with open(page, "w", encoding="utf-8") as f:
-        f.write(to_html(bl))
+    md, page, _ = pages.write(bl, report_dir, "history", f"history of {os.path.abspath(store_path)}")
     return {"markdown": md, "html": page, "plots": list(plot_paths.values())}

@@ -131,6 +131,21 @@ def read_origin(path: str) -> str:
     return html.unescape(m.group(1)) if m else ""
 
 
+def write(bl: list, report_dir: str, stem: str, origin: str) -> tuple:
+    """STEM.md and STEM.html of blocks `bl` in report_dir, each opening with what it reports (origin): (markdown path,
+    html path, what the pages there reported before when it was something else, '' otherwise)."""
+    os.makedirs(report_dir, exist_ok=True)
+    md, page = os.path.join(report_dir, f"{stem}.md"), os.path.join(report_dir, f"{stem}.html")
+    before = read_origin(md) or read_origin(page)
+    if not before and (os.path.exists(md) or os.path.exists(page)):
+        before = "a sweep it does not name (an older version's report, or a file this suite did not write)"
+    with open(md, "w", encoding="utf-8") as f:
+        f.write(to_markdown(bl, report_dir, origin))
+    with open(page, "w", encoding="utf-8") as f:
+        f.write(to_html(bl, origin))
+    return md, page, before if before and before != origin else ""
+
+
 def anchor(text: str) -> str:
     """The id of a heading, so a sentence can point at the table or plot behind it (#synthetic-all-configurations)."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower().split(" (")[0]).strip("-")

@@ -28,7 +28,8 @@ from bench.report import comm as comm_report
 from bench.report import cost as cost_report
 from bench.report import environment, frontier, sidebyside, training_state
 from bench.report import traces as trace_report
-from bench.report.pages import fmt, read_origin, to_html, to_markdown
+from bench.report import pages
+from bench.report.pages import fmt
 from bench.store import store
 
 from bench.analysis.results import STRATEGY_NAMES, Sweep, load, pick_sweep
@@ -242,17 +243,8 @@ def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "pl
     bl[at:at] = ahead = forecast.blocks(store_path, sweep, plots_dir, device_title(
         sweep, next(iter(sweep.bench.values()))[0].device_type) if sweep.bench else "")
     forecast_plots = [x[1] for x in ahead if x[0] == "img"]
-    os.makedirs(report_dir, exist_ok=True)
-    md, page = os.path.join(report_dir, "report.md"), os.path.join(report_dir, "report.html")
-    origin = f"sweep {sweep.sweep['sweep_id']} of {os.path.abspath(store_path)}"
-    before = read_origin(md) or read_origin(page)
-    if not before and (os.path.exists(md) or os.path.exists(page)):
-        before = "a sweep it does not name (an older version's report, or a file this suite did not write)"
-    with open(md, "w", encoding="utf-8") as f:
-        f.write(to_markdown(bl, report_dir, origin))
-    with open(page, "w", encoding="utf-8") as f:
-        f.write(to_html(bl, origin))
-    return {"markdown": md, "html": page, "replaced": before if before and before != origin else "",
+    md, page, replaced = pages.write(bl, report_dir, "report", f"sweep {sweep.sweep['sweep_id']} of {os.path.abspath(store_path)}")
+    return {"markdown": md, "html": page, "replaced": replaced,
             "plots": [x[0] for x in figures] + [p for d in plot_paths.values() for p in d.values()] + forecast_plots}
 
 

@@ -27,7 +27,8 @@ from bench.analysis import cost, results  # noqa: E402
 from bench.analysis.results import STRATEGY_NAMES, Sweep  # noqa: E402
 from bench.config import ConfigError  # noqa: E402
 from bench.report import cost as cost_report  # noqa: E402
-from bench.report.pages import fmt, to_html, to_markdown  # noqa: E402
+from bench.report import pages  # noqa: E402
+from bench.report.pages import fmt  # noqa: E402
 from bench.report.plots import STYLES, file_name  # noqa: E402
 from bench.store import read  # noqa: E402
 from bench.store.store import StoreError  # noqa: E402
@@ -298,10 +299,6 @@ def render(cols: list, plots_dir: str = "plots", report_dir: str = "results", pr
         paths.append(path)
         b.append(("img", path, f"{workload} side by side"))
     b += environment_blocks(cols)
-    os.makedirs(report_dir, exist_ok=True)
-    md, page = os.path.join(report_dir, "report.md"), os.path.join(report_dir, "report.html")
-    with open(md, "w", encoding="utf-8") as f:
-        f.write(to_markdown(b, report_dir))
-    with open(page, "w", encoding="utf-8") as f:
-        f.write(to_html(b))
-    return {"markdown": md, "html": page, "plots": paths}
+    origin = "side by side: " + ", ".join(f"sweep {c.sweep.sweep['sweep_id']} of {os.path.abspath(c.store)}" for c in cols)
+    md, page, replaced = pages.write(b, report_dir, "report", origin)
+    return {"markdown": md, "html": page, "plots": paths, "replaced": replaced}
