@@ -397,3 +397,14 @@ def test_a_sweep_with_no_ok_result_still_renders_its_failures(tmp_path):
     assert out["plots"] == [] and "Sweep 1: interrupted" in md and "No environment was recorded." in md
     assert md_table(md, "## Failed")[0]["reason"] == "worker exited with status 1"
     assert report.main(["--store", str(tmp_path / "missing.sqlite")]) == 2
+
+
+def test_a_sweep_at_one_device_speaks_of_one_gpu_not_one_gpus(tmp_path):
+    # the first GPU sweep (one H100, every strategy at 1) read "A single device step on 1 GPUs waits for data ..."
+    path = str(tmp_path / "bench.sqlite")
+    build_sweep_store(path, device="cuda", data="voc", epochs=True)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM results WHERE device_count > 1")
+    out = report.render(path, plots_dir=str(tmp_path / "plots"), report_dir=str(tmp_path / "results"))
+    md = open(out["markdown"], encoding="utf-8").read()
+    assert "step on 1 GPU waits for data" in md and "on 1 GPUs" not in md

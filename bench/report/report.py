@@ -78,6 +78,7 @@ def verdicts(configs: list) -> list:
                 s += "".join(f", {name(c.strategy)} {c.speedup:.2f}x ({_efficiency_words(c)})" for c in rest)
                 out.append(s + f", against {first.baseline}.")
         top = max(c.device_count for c in vs)
+        u_top = u if top > 1 else {"GPUs": "GPU", "processes": "process"}[u]  # "on 1 GPU", "on 1 process"
         for c in vs:
             if c.device_count != top:
                 continue
@@ -85,8 +86,8 @@ def verdicts(configs: list) -> list:
             wait = c.data_wait_ms if not math.isnan(c.data_wait_ms) else c.phases_ms.get("data_ms", math.nan)
             if not math.isnan(wait) and c.summary.median_ms > 0:
                 share = wait / c.summary.median_ms * 100
-                parts.append(f"{share:.0f}% of a {name(c.strategy)} step on {top} {u}{tag} waits for data" if share >= 1
-                             else f"A {name(c.strategy)} step on {top} {u}{tag} waits for data less than 1% of the time")
+                parts.append(f"{share:.0f}% of a {name(c.strategy)} step on {top} {u_top}{tag} waits for data" if share >= 1
+                             else f"A {name(c.strategy)} step on {top} {u_top}{tag} waits for data less than 1% of the time")
             if not math.isnan(c.exposed_comm_ms) and c.summary.median_ms > 0:
                 parts.append(f"{max(0.0, c.exposed_comm_ms) / c.summary.median_ms * 100:.0f}% is exposed communication")
             if parts:

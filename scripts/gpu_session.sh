@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The first-GPU checks in as few calls of a borrowed machine as its time allows (one GPU; NCCL at count 1):
+#   scripts/gpu_session.sh check  [LIMIT_S]  env, selfcheck, the gpu-marked tests, the default CUDA sweep
+#   scripts/gpu_session.sh sweeps [LIMIT_S]  finish the default sweep, DeepLabV3 fp32/bf16 x compile, one profiled DDP
+#   scripts/gpu_session.sh extras [LIMIT_S]  the interference microbenchmark on CUDA (a one-rank NCCL group), the
+#                                            sharded strategies under AdamW with the gate, bf16 at fewer threads
+# Every stage gets what is left of LIMIT_S (default 570 s) and is cut with `timeout`, so the command ends inside it;
+# an interrupted sweep is resumed by the next call (carry results/). Logs and results/ (stores, traces) are packed under $OUT (default results/gpu-session). On a machine whose Python already has a CUDA torch
+# and this suite's dependencies (BENCH_VENV, default /opt/torch/.venv where present) nothing is installed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what="${1:?check or sweeps}"
+limit="${2:-570}"
+OUT="${OUT:-results/gpu-session}"
+mkdir -p "$OUT" results
+log="$OUT/$what.log"
+if [ -z "${BENCH_VENV:-}" ] && [ -x /opt/torch/.venv/bin/python ]; then
+    export BENCH_VENV=/opt/torch/.venv
+    cat pyproject.toml | cksum > "$BENCH_VENV/.bench-installed"  # its packages stand in for `pip install -e .[test]`
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+STORE=results/gpu.sqlite
+
+stage() {  # stage NAME MAX_S CMD...: run CMD with at most MAX_S, and never past the limit less 25 s for packing
+    local name="$1" max="$2"; shift 2
+    local left=$((limit - SECONDS - 25))
+    [ "$left" -lt "$max" ] && max="$left"
+    if [ "$max" -lt 20 ]; then echo "=== $name: skipped, ${max}s left" | tee -a "$log"; return 0; fi
+    echo "=== $name (at ${SECONDS}s, up to ${max}s): $*" | tee -a "$log"
+    local t0=$SECONDS
+    timeout -k 10 "$max" "$@" >>"$log" 2>&1
+    local rc=$?
+    echo "=== $name: exit $rc after $((SECONDS - t0))s" | tee -a "$log"
+    return 0
+}
+
+case "$what" in
+check)
+    stage env 30 bash -c 'nvidia-smi; nproc; free -g; "$BENCH_VENV/bin/python" -c "import torch, torchvision; print(torch.__version__, torch.version.cuda, torchvision.__version__, torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0), torch.cuda.nccl.version())"'
+    stage selfcheck 240 ./run_bench.sh selfcheck
+    # the gpu-marked selfcheck test runs the command just run, into a temporary store: left out to save the lease
+    stage gpu-tests 180 ./run_tests.sh --run-gpu -m gpu -k "not selfcheck" -p no:cacheprovider
+    stage default-sweep 600 ./run_bench.sh --store "$STORE" --label h100 --no-report
+    ;;
+sweeps)
+    if [ -f "$STORE" ]; then stage default-sweep-resume 300 ./run_bench.sh --resume last --store "$STORE" --no-report; fi
+    stage profile-ddp 120 ./run_bench.sh --store "$STORE" --label h100 --workloads deeplabv3 --strategies ddp \
+        --precision bf16 --profile --no-report
+    stage deeplab-precision-compile 420 ./run_bench.sh --store "$STORE" --label h100 --workloads deeplabv3 \
+        --strategies single,ddp --precision fp32,bf16 --compile false,true --no-report
+    ;;
+extras)
+    stage interference-cuda 90 "$BENCH_VENV/bin/python" -c '
+import os, json, torch, torch.distributed as dist
+from bench.rank.interference import interference_sweep
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533", RANK="0", WORLD_SIZE="1")
+torch.cuda.set_device(0)
+dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
+for shape in (None, (256, 4096)):
+    for row in interference_sweep(torch.device("cuda", 0), [2**20, 25 * 2**20, 100 * 2**20],
+                                  ("all_reduce", "all_gather", "reduce_scatter"), shape):
+        print(json.dumps(row))
+dist.destroy_process_group()'
+    stage sharded-adamw 240 ./run_bench.sh --store results/gpu-extra.sqlite --label h100 --workloads synthetic \
+        --strategies single,ddp,zero,fsdp,hsdp --optimizer sgd,adamw --check-equivalence --no-report
+    stage bf16-threads 120 ./run_bench.sh --store results/gpu-extra.sqlite --label h100 --workloads deeplabv3 \
+        --strategies single --precision bf16 --threads-per-process 4 --repeats 2 --no-report
+    ;;
+*) echo "unknown stage set: $what (check or sweeps)" >&2; exit 2 ;;
+esac
+tar czf "$OUT/results.tar.gz" --exclude "gpu-session" results plots 2>>"$log"
+ls -la "$OUT" >>"$log"
+echo "=== done at ${SECONDS}s" | tee -a "$log"
