@@ -27,7 +27,14 @@ Drivers, one per device type, sharing everything else:
                  blocked in its wait() stamps its completion, the load on the rank's own thread (host clock)
     CudaDriver   the collective on a side stream (as DDP's NCCL work runs beside the compute stream), the load on
                  the current stream, CUDA events on both, one synchronisation per round (timing.CudaAPI: tests
-                 pass a stand-in)
+                 pass a stand-in). Every timed span starts behind a lead-in, LEAD_MS of the load queued on the
+                 current stream first: its start events fire when the lead-in ends, by when the host has issued
+                 what the span holds, so a span is device time, never the host's launch latency. Without it, on one
+                 H100 (a one-rank NCCL group) a lone all-reduce read 0.09-0.21 ms and the same beside the load
+                 0.04-0.15 ms: a "slowdown" of 0.4, the host's issue time counted alone and hidden beside the load;
+                 with it, 0.001 ms (in place: nothing to do) and 0.004-0.07 ms (the gathers' copies), and beside
+                 a (256 x 4096) load the copies 2.7-3.5x slower (they wait for SMs), beside (4096 x 4096) either
+                 as fast or a whole 2 ms chunk later (a GEMM holding every SM until it ends)
 """
 from __future__ import annotations
 
@@ -53,6 +60,7 @@ BUDGET_S = 1.5                   # per (collective, size), every round included
 MAX_DOUBLINGS = 4
 STOPPED = 100.0                  # compute_slowdown when the load made no progress while the collective ran
 PRE_MS = 5.0                     # the load before a lone collective (a step's last bucket follows backward)
+LEAD_MS = 2.0                    # CUDA: device work queued ahead of each timed span (host issue latency ~0.1 ms)
 CO_RUN_CHUNKS = 20               # at least this many chunks per co-run round...
 CO_RUN_ROUND_MS = 50.0           # ...and at least this long (one 30 ms round of a shared machine swung 1.06-1.20x)
 
@@ -86,6 +94,11 @@ class HostDriver:
         self.collective(async_op=True).wait()
         return (time.perf_counter() - t0) * 1e3
 
+    def lead_in(self, k: int) -> None:
+        """k chunks of the load, as backward before a step's last bucket (host: they run now)."""
+        for _ in range(k):
+            self.chunk()
+
     def chunks_ms(self, k: int) -> float:
         t0 = time.perf_counter()
         for _ in range(k):
@@ -113,10 +126,16 @@ class CudaDriver:
     """GPU: the collective (synchronous form) on a side stream, the load on the current stream, events on both."""
     timing = "cuda_events"
 
-    def __init__(self, collective: Callable, chunk: Callable, device: torch.device, api=None):
+    def __init__(self, collective: Callable, chunk: Callable, device: torch.device, api=None, lead: int = 2):
         self.collective, self.chunk, self.device = collective, chunk, device
         self.api = api or timing.CudaAPI()
         self.side = self.api.new_stream(device)
+        self.lead = lead   # chunks queued ahead of each timed span (interference_sweep: LEAD_MS of them)
+
+    def lead_in(self, k: int) -> None:
+        """k chunks queued on the current stream, not waited for: what follows starts on the device when they end."""
+        for _ in range(k):
+            self.chunk()
 
     def _span(self, stream, work: Callable) -> tuple:
         start, end = self.api.event(), self.api.event()
@@ -131,16 +150,19 @@ class CudaDriver:
             return self._span(self.side, work)
 
     def alone_ms(self) -> float:
+        self.lead_in(self.lead)
         start, end = self._on_side(lambda: self.collective(async_op=False))
         self.api.synchronize(self.device)
         return float(start.elapsed_time(end))
 
     def chunks_ms(self, k: int) -> float:
+        self.lead_in(self.lead)
         start, end = self._span(self.api.stream(self.device), lambda: [self.chunk() for _ in range(k)])
         self.api.synchronize(self.device)
         return float(start.elapsed_time(end))
 
     def together_ms(self, k: int) -> tuple:
+        self.lead_in(self.lead)   # both spans start on the device when it ends, together
         comm = self._on_side(lambda: self.collective(async_op=False))   # launched first: both run at once on the GPU
         load = self._span(self.api.stream(self.device), lambda: [self.chunk() for _ in range(k)])
         self.api.synchronize(self.device)
@@ -171,7 +193,7 @@ def measure(driver, chunk_ms: float, device: torch.device, group=None, rounds: i
     deadline = time.perf_counter() + budget_s
     while len(got) < rounds:
         _barrier(group)
-        driver.chunks_ms(pre)       # then the collective at once, each rank on its own, as after backward
+        driver.lead_in(pre)         # then the collective at once, each rank on its own, as after backward
         alone = driver.alone_ms()
         if not k:
             k = max(2, math.ceil(OUTLAST * _max([alone], device, group)[0] / max(chunk_ms, 1e-3)))
@@ -238,13 +260,15 @@ def interference_sweep(device: torch.device, sizes: list, ops: tuple, load_shape
     def driver_for(op: str, size: int):
         inp, out, nbytes = buffers(op, size, ranks, device)
         collective = lambda async_op: _issue(op, inp, out, group, async_op)  # noqa: E731
-        d = CudaDriver(collective, chunk, device, api) if device.type == "cuda" else HostDriver(collective, chunk)
+        d = CudaDriver(collective, chunk, device, api, lead) if device.type == "cuda" else HostDriver(collective, chunk)
         return d, nbytes
 
+    lead = 2
     base, _ = driver_for(ops[0], measured[0])
     for _ in range(3):
         chunk()  # the load's own first calls (allocation, kernel selection) are not its speed
     chunk_ms = _max([base.chunks_ms(10) / 10], device, group)[0]
+    lead = base.lead = max(2, math.ceil(LEAD_MS / max(chunk_ms, 1e-3)))
     rows = [{"scope": scope, "ranks": ranks, "load": load, "timing": base.timing,
              **co_run(base, device, group, rank, chunk_ms)}]
     for op in ops:
