@@ -95,6 +95,25 @@ def test_a_data_bound_run_names_the_loader(tmp_path):
     assert "Data-bound: the loader alone delivers 620.0 samples/s" in text(sw)
 
 
+def test_a_gpu_idle_most_of_a_measured_step_is_host_bound_from_its_kernel_traces(tmp_path):
+    # one H100, DeepLabV3 bf16 at batch 8: 23 ms of kernels in a 64 ms step, and the bound read "compute"
+    from test_kineto_traces import _kernel, _step, _write
+
+    def traced(kernel_us: float) -> list:   # two traced steps of 2 ms on the host (the profiler's own work), one kernel each
+        events = [e for k in range(2) for e in (_step(k + 1, k * 2000, 2000), _kernel("sm90_xmma_gemm_bf16", k * 2000 + 100, kernel_us))]
+        return [{"rank": 0, "device_type": "cuda", "path": _write(tmp_path, f"k{int(kernel_us)}", events)}]
+
+    def one(kernel_us: float) -> str:
+        pl = {**payload(1, 1.0), "traces": traced(kernel_us)}   # a measured step of 1 ms
+        return text(build(str(tmp_path / f"s{int(kernel_us)}.sqlite"), [(spec("single", 1), pl)]))
+
+    host = one(250.0)    # 0.25 ms of kernels per 1 ms step
+    assert "Host-bound: the GPU's kernels take 0.2 ms of a 1.0 ms step and it sits idle 75% of the time" in host
+    assert "--compile" in host and "Compute-bound" not in host
+    busy = one(900.0)    # 0.9 of 1 ms: the traced step's 2 ms would read 55% idle, the measured step 10%
+    assert "Compute-bound" in busy and "Host-bound" not in busy
+
+
 def test_fsdp_memory_and_speed_are_set_beside_ddp(tmp_path):
     sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)),
                                             (spec("ddp", 2), payload(2, 100.0, mem_mib=1000.0)),

@@ -229,6 +229,11 @@ def _bound(sweep: Sweep, workload: str, c, u: str) -> tuple:
     if lagging:
         return f"straggler (rank {lagging[0]})", (f"Held back by a straggler, rank {lagging[0]}: {trace_report.wait_words(c)} "
                                                   f"(table: {workload}: profiler traces).")
+    idle = trace_report.device_idle(c)
+    if idle and idle[0] > trace_report.HOST_BOUND_IDLE:
+        return f"host ({idle[0]:.0%} idle)", (f"Host-bound: the GPU's kernels take {idle[1]:.1f} ms of a {step:.1f} ms step and "
+                f"it sits idle {idle[0]:.0%} of the time, waiting for the host to issue work (table: {workload}: profiler "
+                f"traces); fewer, larger kernels help: --compile, a larger --per-device-batch.")
     if not math.isnan(c.exposed_comm_ms) and step > 0 and c.exposed_comm_ms / step > COMM_BOUND:
         return f"communication ({c.exposed_comm_ms / step:.0%})", (f"Communication-bound: {c.exposed_comm_ms / step:.0%} of a step is exposed communication "
                 f"(table: {workload}: DDP against the bounds of its step; `./run_bench.sh tune` searches DDP's settings).")
