@@ -29,6 +29,7 @@ from bench.report import cost as cost_report
 from bench.report import environment, frontier, sidebyside, training_state
 from bench.report import traces as trace_report
 from bench.report import pages
+from bench.report.recommend import SINGULAR
 from bench.report.pages import fmt
 from bench.store import store
 
@@ -78,7 +79,7 @@ def verdicts(configs: list) -> list:
                 s += "".join(f", {name(c.strategy)} {c.speedup:.2f}x ({_efficiency_words(c)})" for c in rest)
                 out.append(s + f", against {first.baseline}.")
         top = max(c.device_count for c in vs)
-        u_top = u if top > 1 else {"GPUs": "GPU", "processes": "process"}[u]  # "on 1 GPU", "on 1 process"
+        u_top = u if top > 1 else SINGULAR[u]  # "on 1 GPU", "on 1 process"
         for c in vs:
             if c.device_count != top:
                 continue
