@@ -7,7 +7,9 @@ import re
 
 import pytest
 
-from bench.analysis import compare, stats
+from bench import stats
+
+from bench.analysis import compare
 from bench.store import store
 from report_fixtures import build_compare_store
 

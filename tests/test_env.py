@@ -19,7 +19,6 @@ import pytest
 import torch
 
 from bench.machine import env, gpuinfo
-from bench.machine.topology import nvml_topology
 
 MIB = 2**20
 BUSES = [0x1B, 0x3B, 0x86, 0xAF]  # NVML index i sits on PCI bus BUSES[i]

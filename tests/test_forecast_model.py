@@ -8,11 +8,11 @@ import random
 
 import pytest
 
-from bench.analysis import forecast as fc
-from bench.analysis import forecast_inputs as fi
-from bench.analysis import interference as itf
-from bench.analysis import memory_model as mm
-from bench.analysis import network as nw
+from bench.forecast import step as fc
+from bench.forecast import inputs as fi
+from bench.forecast import interference as itf
+from bench.forecast import memory as mm
+from bench.forecast import network as nw
 
 COMPUTE = fc.Compute(data_ms=1.0, forward_ms=10.0, backward_ms=20.0, optimizer_ms=5.0)   # 36 ms without sync
 SERIAL = itf.assumed("cpu")          # computation stops while a collective runs: the no-overlap bound

@@ -1,7 +1,9 @@
 """The package's shape, read from its source with ast (nothing is imported or run): no import circle
 anywhere in bench/, and imports that follow the layers (what runs inside a rank never reaches back into
 the sweep, the commands or the report; the store, the analysis and the machine capture never into the
-sweep or a rank; the store reads and writes rows and never imports the analysis that derives from them)."""
+sweep or a rank; the store reads and writes rows and never imports the analysis that derives from them; the statistics
+sit under everything that derives; the forecast is pure, imported by the analysis and the report, never importing
+them or the store back)."""
 from __future__ import annotations
 
 import ast
@@ -14,11 +16,13 @@ PACKAGE = ROOT / "bench"
 
 # folder -> folders it must never import (every import counts, at the top or inside a function)
 FORBIDDEN = {
-    "rank": ("sweep", "commands", "report", "analysis", "store"),
+    "rank": ("sweep", "commands", "report", "analysis", "store", "forecast", "stats"),
     "shared": ("sweep", "rank", "commands", "report", "analysis", "store", "workloads", "machine"),
     "workloads": ("sweep", "rank", "commands", "report", "analysis", "store"),
     "machine": ("sweep", "rank", "commands", "report", "analysis", "store", "workloads"),
-    "store": ("sweep", "rank", "commands", "report", "workloads", "analysis"),
+    "store": ("sweep", "rank", "commands", "report", "workloads", "analysis", "forecast", "stats"),
+    "stats": ("sweep", "rank", "commands", "report", "workloads", "analysis", "forecast", "store", "machine"),
+    "forecast": ("sweep", "rank", "commands", "report", "workloads", "analysis", "store"),
     "analysis": ("sweep", "rank", "commands", "report", "workloads"),
     "report": ("sweep", "rank", "commands"),
     "sweep": ("commands",),
@@ -116,7 +120,7 @@ def test_the_walk_finds_a_circle_and_a_wrong_direction(tmp_path):
     assert "sweep" in FORBIDDEN[folder("bench.rank.worker")]
 
 
-@pytest.mark.parametrize("name", ["commands", "sweep", "rank", "shared", "workloads", "machine", "store", "analysis", "report"])
+@pytest.mark.parametrize("name", ["commands", "sweep", "rank", "shared", "workloads", "machine", "store", "stats", "forecast", "analysis", "report"])
 def test_every_folder_says_what_lives_there(name):
     init = PACKAGE / name / "__init__.py"
     assert init.is_file() and len(ast.get_docstring(ast.parse(init.read_text())) or "") > 40

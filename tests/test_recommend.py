@@ -203,7 +203,7 @@ def test_a_tie_within_noise_goes_to_the_simpler_configuration_and_says_why(tmp_p
 
 
 def test_an_efficiency_above_100_percent_is_capped_within_noise_and_explained_beyond_it(tmp_path):
-    from bench.analysis import stats
+    from bench import stats
     assert stats.shown_efficiency(0.87, 0.25).text() == "87%"
     assert stats.shown_efficiency(1.03, 0.25).text() == "100% (within noise: measured 103%, noise 25%)"
     beyond = stats.shown_efficiency(1.23, 0.05)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bench.analysis import stats
+from bench import stats
 from bench.report import plots, report
 from bench.store import store
 from bench.sweep import record

@@ -85,7 +85,6 @@ def test_every_argv_it_builds_is_a_valid_sweep(tmp_path):
 
 def _record(conn, sid, status="ok", reason=None, **spec):
     from bench.shared.spec import RunSpec
-    from bench.store import store
     s = RunSpec(**{**dict(workload="synthetic", strategy="ddp", device_type="cuda", device_count=2, per_device_batch=8,
                           global_batch=16, image_size=0, steps=2, warmup=0, threads=1, seed=0, scaling="weak"), **spec})
     payload = {"steps": [], "windows": [], "memory": [], "timing_method": "cuda_window_events"} if status == "ok" else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.analysis import stats
+from bench import stats
 
 
 def test_summary_of_known_values():
@@ -71,7 +71,7 @@ def test_repeat_spread_flags_processes_that_disagree():
 @pytest.mark.parametrize("df", [1, 2, 4.5, 9, 30])
 def test_student_t_is_scipys_t_without_importing_scipy_stats(df):
     from scipy import stats as st
-    from bench.analysis.stats import student_t
+    from bench.stats import student_t
     for q in (0.025, 0.5, 0.95, 0.975, 0.9875):
         assert student_t.ppf(q, df) == pytest.approx(st.t.ppf(q, df), rel=1e-9)
     for t in (-3.0, -0.5, 0.0, 1.2, 4.0):

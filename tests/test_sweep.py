@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from bench.analysis import stats
+from bench import stats
 from conftest import run_bench
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,6 @@ def test_repeats_run_in_fresh_processes_and_stray_launcher_variables_never_reach
 def test_run_bench_sh_takes_paths_and_modules_from_the_folder_it_is_run_from(tmp_path):
     # `~/suite/run_bench.sh --store mine.sqlite --workloads my_model:build` from the user's project folder:
     # the store, plots and report land there, and the module is imported from there (sweep and workers).
-    import os
     import subprocess
     import sys
     from conftest import REPO

@@ -29,7 +29,9 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
-from bench.analysis import results, stats
+from bench import stats
+
+from bench.analysis import results
 from bench.config import ConfigError, finite
 from bench.store import read, store
 

@@ -7,7 +7,7 @@ it, measured (its epochs' wall times) or estimated from its throughput.
 """
 from __future__ import annotations
 
-from bench.analysis import stats
+from bench import stats
 
 REFERENCE_IMAGES = 1464
 REFERENCE_EPOCHS = 20

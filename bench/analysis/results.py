@@ -1,5 +1,5 @@
 """A sweep read back from the store: one `Config` per configuration (repeats pooled), every number
-derived from the raw rows with bench.analysis.stats (never from the summary columns of `results`). The rows come
+derived from the raw rows with bench.stats (never from the summary columns of `results`). The rows come
 through the store's plain read interface, bench.store.read.
 
     sweep = load(conn, pick_sweep(conn, None))
@@ -20,7 +20,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Optional
 
-from bench.analysis import stats
+from bench import stats
 from bench.store import read
 from bench.store.read import pick_sweep  # noqa: F401  (readers of a sweep take both from here)
 

@@ -5,7 +5,7 @@ Sweeps run one after another on a shared machine see it at different speeds: swe
 here differed by 6% (sd of their means), twice what their processes' spread within a sweep predicts, so
 two stored sweeps cannot resolve a 10% change. Run the variants back to back instead, alternately first
 (AB BA AB ...): each pair sees the same machine and the paired ratio cancels the drift
-(bench.analysis.stats.compare_pairs). A variant is a RunSpec with an environment and a working folder: other
+(bench.stats.compare_pairs). A variant is a RunSpec with an environment and a working folder: other
 settings (`--b-args`, bench.commands.tune), another checkout (`--b-repo`), or an injected fault (`--b-env
 BENCH_FAULT=slow@0:10`). Both start with environments of one size (padded), so stack alignment is not
 the difference measured.
@@ -25,7 +25,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from bench.analysis import stats
+from bench import stats
 from bench.config import ConfigError
 from bench.shared.procs import signals_deferred
 from bench.shared.spec import RunSpec

@@ -7,9 +7,9 @@ memory per device at the counts asked, on the network named, with what limits ea
     ./run_bench.sh forecast --network node=370@3,net=50@5 --gpus-per-node 8 --sweep 4
     ./run_bench.sh forecast --sweep 1 --against 2 --to 2      # held out: sweep 1 (x1 + the machine at x2) judged by sweep 2
 
-The model and its references: bench.analysis.forecast (the step), bench.analysis.network (the collectives, the
-fit, the presets), bench.analysis.interference (collectives beside computation), bench.analysis.memory_model (memory
-per device), bench.analysis.forecast_sweep (what each forecast rests on), bench.analysis.forecast_check (the check
+The model and its references: bench.forecast.step (the step), bench.forecast.network (the collectives, the
+fit, the presets), bench.forecast.interference (collectives beside computation), bench.forecast.memory (memory
+per device), bench.forecast.settings (what each forecast rests on), bench.forecast.check (the check
 and its basis). The check is printed and stored in the store's `forecasts` table; the report draws both. Bad flags
 exit 2 naming the value before the store is read; a refusal writes nothing.
 """
@@ -19,11 +19,12 @@ import argparse
 import math
 
 from bench.analysis import cost
-from bench.analysis import forecast_check as fk
-from bench.analysis import forecast_outlook as fo
-from bench.analysis import forecast_sweep as fs
-from bench.analysis import memory_model as mm
-from bench.analysis import network as nw
+from bench.forecast import check as fk
+from bench.analysis import forecastable
+from bench.forecast import outlook as fo
+from bench.forecast import settings as fs
+from bench.forecast import memory as mm
+from bench.forecast import network as nw
 from bench.analysis.reference import REFERENCE_IMAGES
 from bench.config import ConfigError, finite
 from bench.store import forecasts, store
@@ -130,8 +131,8 @@ def main(argv: list) -> int:
     ns = parse(argv)                              # every flag checked before the store is opened
     conn = store.connect(ns.store, readonly=True)
     try:
-        f = fo.load(conn, None if ns.sweep == "last" else int(ns.sweep))
-        judged = fo.load(conn, None if ns.against == "last" else int(ns.against)) if ns.against is not None else None
+        f = forecastable.load(conn, None if ns.sweep == "last" else int(ns.sweep))
+        judged = forecastable.load(conn, None if ns.against == "last" else int(ns.against)) if ns.against is not None else None
     finally:
         conn.close()
     if judged is not None and judged.sid <= f.sid:

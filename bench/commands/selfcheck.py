@@ -27,7 +27,7 @@ import math
 import os
 import sys
 
-from bench.analysis import stats
+from bench import stats
 from bench.commands import machinecheck, selfcheck_sweeps
 from bench.store import store
 

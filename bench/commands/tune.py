@@ -24,7 +24,7 @@ import shlex
 import time
 from typing import Optional
 
-from bench.analysis import stats
+from bench import stats
 from bench.commands import abtest
 from bench.config import ConfigError, finite
 from bench.shared.spec import RunSpec

@@ -1,5 +1,5 @@
 """When each of DDP's gradient buckets becomes ready during backward, and FSDP's communication units: what the
-forecast (bench.analysis.forecast) needs to place each collective in the backward pipeline.
+forecast (bench.forecast.step) needs to place each collective in the backward pipeline.
 
     rows = record(trainer, it)     # after the measured window and DDP's probe: nothing stored before changes
 

@@ -1,5 +1,5 @@
 """Collectives beside computation: how much a collective and the computation it overlaps slow each other on this
-machine, measured apart from any training step, as the forecast's pipeline needs it (bench.analysis.interference).
+machine, measured apart from any training step, as the forecast's pipeline needs it (bench.forecast.interference).
 
     rows = interference_sweep(device, sizes, ops, load_shape)     # in the comm run, after the microbenchmark
 

@@ -15,7 +15,7 @@ had before its model was built (baseline_rss_mib: the interpreter, torch, the pr
 Beside the peaks, the training state this rank holds, counted from its tensors (`state_mib`): parameters and
 their gradients (this rank's shards under FSDP2 and HSDP), the optimizer's state tensors (this rank's share under
 ZeRO), and DDP's flat gradient buckets. These are exact on every device; the memory forecast
-(bench.analysis.memory_model) builds on them and the peaks.
+(bench.forecast.memory) builds on them and the peaks.
 """
 from __future__ import annotations
 

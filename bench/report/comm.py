@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from bench.analysis import stats
+from bench import stats
 from bench.report.pages import fmt
 from bench.analysis.results import Sweep
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 import math
 import os
 
-from bench.analysis import forecast_check as fk
-from bench.analysis import forecast_outlook as fo
-from bench.analysis import forecast_sweep as fs
-from bench.analysis import memory_model as mm
+from bench.forecast import check as fk
+from bench.analysis import forecastable
+from bench.forecast import outlook as fo
+from bench.forecast import settings as fs
+from bench.forecast import memory as mm
 from bench.config import ConfigError
 from bench.store import store
 
@@ -107,7 +108,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
     """The forecast section of the report, from the store alone; [] when the sweep has nothing to forecast."""
     conn = store.connect(store_path, readonly=True)
     try:
-        f = fo.load(conn, int(sweep.sweep["sweep_id"]))
+        f = forecastable.load(conn, int(sweep.sweep["sweep_id"]))
     finally:
         conn.close()
     try:

@@ -12,13 +12,13 @@ cost at that count; where scaling stops paying (the first count whose efficiency
 whether the run was data-bound (the loader alone barely keeps up, or steps wait for data), held back by a straggler
 (--profile's traces: the other ranks wait for one) or communication-bound (exposed communication is a large share
 of the step); FSDP's memory and speed beside DDP's; and a warning when the winner is within the noise of the
-runner-up. An efficiency above 100% is shown by bench.analysis.stats.shown_efficiency's rule.
+runner-up. An efficiency above 100% is shown by bench.stats.shown_efficiency's rule.
 """
 from __future__ import annotations
 
 import math
 
-from bench.analysis import stats
+from bench import stats
 from bench.report import traces as trace_report
 from bench.report.plots import file_name
 from bench.analysis.results import STRATEGY_NAMES, Sweep

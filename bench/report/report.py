@@ -20,7 +20,7 @@ import sys
 from collections import Counter
 from typing import Optional
 
-from bench.analysis import stats
+from bench import stats
 from bench.analysis import cost
 from bench.analysis.reference import REFERENCE_EPOCHS, REFERENCE_IMAGES, REFERENCE_V100_S, train_times  # noqa: F401
 from bench.config import ConfigError
@@ -106,7 +106,7 @@ def _efficiency_words(c, what: str = "") -> str:
 
 
 def efficiency_text(c, spec: str = ".0%") -> str:
-    """The configuration's efficiency as shown: above 100% only with why (bench.analysis.stats.shown_efficiency)."""
+    """The configuration's efficiency as shown: above 100% only with why (bench.stats.shown_efficiency)."""
     return stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count).text(spec)
 
 

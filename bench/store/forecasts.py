@@ -1,5 +1,5 @@
 """What the forecast reads from a stored sweep beyond bench.analysis.results, as stored, and where its check is written.
-Every statistic over these rows is derived in bench.analysis.forecast_inputs.
+Every statistic over these rows is derived in bench.forecast.inputs.
 
     raw = read_raw(conn, sweep_id)               # {config_key: RawRows}: step, bucket and memory rows, details
     inter = read_interference(conn, sweep_id)    # [(device_count, nodes, rows)]: the interference rows of comm runs

@@ -1,5 +1,5 @@
 """Recording one configuration's result: what the sweep derives from a worker's raw rows before the store writes
-them (the results row's summary columns by bench.analysis.stats, each --profile trace's figures by
+them (the results row's summary columns by bench.stats, each --profile trace's figures by
 bench.analysis.traces), then bench.store.write writes the row and every raw row in one transaction.
 
     rid = record_result(conn, sweep_id, env_id, spec, "ok", payload=payload)    # every command that stores a run
@@ -12,7 +12,9 @@ from __future__ import annotations
 import sqlite3
 from typing import Optional
 
-from bench.analysis import stats, traces
+from bench import stats
+
+from bench.analysis import traces
 from bench.store import write
 
 

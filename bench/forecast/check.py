@@ -21,9 +21,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from bench.analysis import forecast_sweep as fs
-from bench.analysis import interference as itf
-from bench.analysis import network as nw
+from bench.forecast import settings as fs
+from bench.forecast import interference as itf
+from bench.forecast import network as nw
 from bench.config import ConfigError
 
 CHECK_TARGET = 0.10                  # errors beyond 10% are called out, with what the model left out

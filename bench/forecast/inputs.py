@@ -16,7 +16,7 @@ from typing import Optional
 
 import numpy as np
 
-from bench.analysis import stats
+from bench import stats
 
 PHASES = {"data_ms": ("data_ms", "h2d_ms"), "forward_ms": ("forward_ms",), "backward_ms": ("backward_ms",),
           "optimizer_ms": ("optimizer_ms", "other_ms"), "buffers_ms": ("buffers_ms",)}

@@ -2,7 +2,7 @@
 forecast on, a setting's series over counts, the changes that would move it (what-ifs), the count where
 scaling efficiency falls below 75%, and the sentence that says so.
 
-    machine = machine(sweep, runs, preset=None, levels={}, gpus_per_node=None)   # forecast_sweep.Machine
+    machine = machine(sweep, runs, preset=None, levels={}, gpus_per_node=None)   # forecast.settings.Machine
     rests_on(setting, inputs, machine)                   # what the forecast rests on, measured or assumed, in words
     pts = series(setting, inputs, counts, machine)       # [forecast_sweep.Point]
     what_ifs(setting, inputs, machine, counts)           # [(what, [Point])]: this network first
@@ -14,43 +14,20 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Optional
 
-from bench.analysis import forecast as fc
-from bench.analysis import forecast_check as fk
-from bench.analysis import forecast_inputs as fi
-from bench.analysis import forecast_sweep as fs
-from bench.analysis import network as nw
-from bench.analysis import stats
+from bench.forecast import step as fc
+from bench.forecast import check as fk
+from bench.forecast import settings as fs
+from bench.forecast import network as nw
+from bench import stats
 
 EFFICIENT = 0.75                                  # below this, scaling stops paying
 WHAT_IF_NET = 4.0                                 # "a faster inter-node network": 4x its bus bandwidth
 WHAT_IF_BUCKET_MB = 100.0                         # torchtitan's bucket size
 GPU_PRESETS = (("H100", "h100"), ("H200", "h100"), ("A100", "a100"), ("V100", "v100"))
 DOUBLING = tuple(2**k for k in range(1, 11))      # 2 .. 1024: past one device
-
-
-@dataclass
-class Forecastable:
-    """A stored sweep as the forecast reads it."""
-    sid: int
-    sweep: object                    # bench.analysis.results.Sweep
-    raw: dict                        # config key -> forecast_inputs.Raw
-    sets: list                       # [forecast_sweep.Setting]
-    runs: fk.Runs                    # its machine measurements
-
-
-def load(conn, sweep_id: Optional[int]) -> Forecastable:
-    """The sweep (the latest for None) with its forecast inputs, read from an open store."""
-    from bench.analysis import results
-    from bench.store import forecasts
-    sid = results.pick_sweep(conn, sweep_id)
-    sweep = results.load(conn, sid)
-    raw = {k: r for k, r in ((k, fi.derive(rows)) for k, rows in forecasts.read_raw(conn, sid).items()) if r is not None}
-    device_type = next((c.device_type for cs in sweep.bench.values() for c in cs), "cpu")
-    runs = fk.Runs(comm=sweep.comm, inter=forecasts.read_interference(conn, sid), device_type=device_type)
-    return Forecastable(sid, sweep, raw, fs.settings(sweep, raw), runs)
 
 
 def device_memory_mib(sweep) -> Optional[float]:
@@ -61,7 +38,7 @@ def device_memory_mib(sweep) -> Optional[float]:
 
 
 def shown_efficiency(s: fs.Setting, eff: float, count: int) -> str:
-    """Efficiency as the report shows it (bench.analysis.stats.shown_efficiency): above 100% only with why; the noise
+    """Efficiency as the report shows it (bench.stats.shown_efficiency): above 100% only with why; the noise
     is the spread between the processes of the setting and of its single-device baseline."""
     if eff is None or math.isnan(eff):
         return "–"
@@ -90,7 +67,7 @@ def machine(sweep, runs: fk.Runs, preset: Optional[nw.Preset] = None, levels: Op
             given_gpus_per_node: Optional[int] = None) -> fs.Machine:
     """The forecast's machine: network levels the user typed, else measured (the sweep's all-reduce rows at every
     count), else the preset (named, or the one the sweep's GPUs name), else the other level's figures
-    (bench.analysis.network); the interference the sweep measured, else assumed."""
+    (bench.forecast.network); the interference the sweep measured, else assumed."""
     levels = levels or {}
     preset = preset or (auto_preset(sweep) if "net" not in levels else None)
     g = gpus_per_node(sweep, given_gpus_per_node, preset)

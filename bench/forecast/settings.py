@@ -1,6 +1,6 @@
 """The forecast of a stored sweep: for each DDP, FSDP (and ZeRO, HSDP) and DataParallel setting (workload, strategy,
-precision and settings), what the model (bench.analysis.forecast) rests on, said in words, and the forecast at any
-count, step time and memory per device. The check against measured counts is bench.analysis.forecast_check.
+precision and settings), what the model (bench.forecast.step) rests on, said in words, and the forecast at any
+count, step time and memory per device. The check against measured counts is bench.forecast.check.
 
     sets = settings(sweep, raw)                         # sweep: bench.analysis.results.Sweep; raw: {key: forecast_inputs.Raw}
     inp = inputs(s, machine, below=None)                # Inputs, or a str: why this setting cannot be forecast
@@ -24,12 +24,12 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from bench.analysis import forecast as fc
-from bench.analysis import forecast_inputs as fi
-from bench.analysis import interference as itf
-from bench.analysis import memory_model as mm
-from bench.analysis import network as nw
-from bench.analysis import stats
+from bench.forecast import step as fc
+from bench.forecast import inputs as fi
+from bench.forecast import interference as itf
+from bench.forecast import memory as mm
+from bench.forecast import network as nw
+from bench import stats
 
 COMPRESSED = {"fp16": 0.5, "bf16": 0.5}
 TIME_STRATEGIES = ("ddp", "zero", "fsdp", "hsdp", "dp")

@@ -9,7 +9,7 @@ The pipeline (`simulate`): a step's work after forward runs on two lanes, the de
 communication link, each task in its lane's order once what it waits for has started or ended. Alone, a task takes
 its own time; while both lanes are busy, the collective runs at 1/comm_x of its speed and the computation at
 1/compute_x of its own, the two slowdowns measured for that collective and size on this machine
-(bench.analysis.interference; Lumos, MLSys 2025, and Echo, 2024, model the same overlap slowdown). With both at 1 it
+(bench.forecast.interference; Lumos, MLSys 2025, and Echo, 2024, model the same overlap slowdown). With both at 1 it
 is the classic wait-free backpropagation pipeline; with computation stopped (compute_x large) it is the no-overlap
 bound, compute + every collective.
 
@@ -20,7 +20,7 @@ one collective at a time, each as soon as it is ready and the one before it is d
     step = data + forward + buffers + max(backward, last bucket's all-reduce) + optimizer + sync
 buffers: DDP's broadcast of the module's buffers before each forward (BatchNorm statistics), a ring broadcast.
 sync: a step is as slow as its slowest rank; the caller gives the expected excess of the slowest of N ranks over the
-median (bench.analysis.forecast_sweep: from the per-step spread the sweep measured).
+median (bench.forecast.settings: from the per-step spread the sweep measured).
 
 FSDP (FSDP2's fully_shard per block; units in forward order, the root first): every unit's parameters are
 all-gathered before its forward (the next unit's all-gather issued when a unit's forward starts: one unit of
@@ -30,7 +30,7 @@ share of forward and backward in proportion to its parameter bytes. The optimize
 its time divided by the ranks (assumed in proportion to the shard).
 
 The compute (data, forward, backward, optimizer per rank, each alone) comes from measured runs
-(bench.analysis.forecast_sweep says which); with weak scaling the same at every count, with strong scaling
+(bench.forecast.settings says which); with weak scaling the same at every count, with strong scaling
 data, forward and backward in proportion to the samples each rank holds.
 """
 from __future__ import annotations
@@ -39,8 +39,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
-from bench.analysis import interference as itf
-from bench.analysis import network as nw
+from bench.forecast import interference as itf
+from bench.forecast import network as nw
 
 FIRST_BUCKET_BYTES = 2**20          # DDP's first bucket (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES)
 BOUND_SHARE = 0.05                   # exposed communication or data wait above 5% of the step names the bound

@@ -1,0 +1,16 @@
+"""The statistics every layer above the store shares: the analysis of a sweep, the forecast, the report, the sweep's
+own summary before a result is stored, and the commands. Computed from raw values only, never stored instead of them.
+
+    steps   one run's rows: step-time summaries, throughput from timed windows, speed-up, efficiency, bandwidths
+    noise   what tells configurations apart: spread between processes, noise bounds, comparisons, shown efficiency
+
+`from bench import stats` then `stats.summarize(...)`, `stats.noise_bound(...)`: both modules' names, read here.
+"""
+from bench.stats.noise import (  # noqa: F401
+    MIN_EVIDENCE_SWEEPS, PROCESS_NOISE, UNSTABLE_REPEAT_SPREAD, Evidence, ProcessComparison, ShownEfficiency,
+    compare_pairs, compare_processes, compare_with_evidence, evidence, holm, noise_bound, repeat_spread,
+    shown_efficiency, significance)
+from bench.stats.steps import (  # noqa: F401
+    PHASES_MS, UNSTABLE_IQR_FRACTION, Summary, algbw_gbps, allreduce_ms_at, busbw_gbps, efficiency, exposed_comm_ms,
+    median, result_summary, samples_per_s, slowest_rank_rows, speedup, step_times_ms, student_t, summarize,
+    train_time_s, window_throughput)
