@@ -1,4 +1,5 @@
-"""Command line: `./run_bench.sh [run] FLAGS`, and the commands report, compare, tune, selfcheck, migrate, forecast, history.
+"""Command line: `./run_bench.sh [run] FLAGS`, and the commands report, compare, tune, selfcheck, migrate, forecast, history,
+export.
 
 Bad input exits with status 2 and a message naming the value, before any process is spawned and
 before the store is touched. No command ends in a Python traceback: an internal error prints one
@@ -13,7 +14,7 @@ import traceback
 from bench import config, options
 from bench.store import store
 
-COMMANDS = ("run", "report", "compare", "ab", "tune", "selfcheck", "migrate", "forecast", "history")
+COMMANDS = ("run", "report", "compare", "ab", "tune", "selfcheck", "migrate", "forecast", "history", "export")
 
 
 def run(argv: list) -> int:
@@ -65,6 +66,9 @@ def main(argv: list | None = None) -> int:
         if cmd == "history":
             from bench.commands import history
             return history.main(rest)
+        if cmd == "export":
+            from bench.commands import export
+            return export.main(rest)
         return run(rest)
     except (config.ConfigError, store.StoreError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -27,6 +27,7 @@ EPILOG = """examples:
   ./run_bench.sh report                            re-render plots/ and results/report.{md,html}
   ./run_bench.sh compare --store old.sqlite --against new.sqlite
   ./run_bench.sh history --strategies ddp --since 2025-06-01     each configuration over the store's sweeps
+  ./run_bench.sh export --format csv               the store's tables as files (Python: from bench import results)
   ./run_bench.sh report --store a100.sqlite --store h100.sqlite --price-per-device-hour prices.toml   side by side
   ./run_bench.sh ab --b-repo ../other-checkout         interleaved A/B of two checkouts (16 pairs: about 10%)
   ./run_bench.sh ab --strategies ddp --b-args "--bucket-cap-mb 100"    interleaved A/B of two settings

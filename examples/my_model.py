@@ -1,4 +1,4 @@
-"""Your own model in the suite: ./run_bench.sh --workloads examples/my_model.py:build (README "Your own model")."""
+"""Your own model in the suite: ./run_bench.sh --workloads examples/my_model.py:build (docs/workloads.md, "Your own model")."""
 import torch
 from torch import nn
 

@@ -44,7 +44,7 @@ def test_interleaved_compare_passes_identical_code_and_catches_an_injected_slowd
         # Identical code, by a threshold a shared host holds: once B's 3 processes all read 10-15% slower than A's
         # (p=0.006), called at the default 5%. A CI check must not fail on such a day, nor by the 5% chance
         # that a significance test at p < 0.05 gives every run: the rates at the defaults are measured on many
-        # runs instead (README, "Comparing runs"). compare on ab's own store, as `compare --threshold 0.2` reads it.
+        # runs instead (docs/comparing.md). compare on ab's own store, as `compare --threshold 0.2` reads it.
         assert p.returncode in (0, 1) and "Traceback" not in p.stderr, p.stdout + p.stderr
         from bench.analysis import compare
         text, code = compare.compare(str(tmp_path / "ab.sqlite"), None, None, None, threshold=0.2)

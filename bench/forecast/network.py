@@ -41,7 +41,7 @@ A net level's B is a node's whole injection bandwidth (one NIC per GPU: g x the 
 one ring per NIC rail and a multi-node ring's bus bandwidth is bounded by it.
 Presets: the node levels are nccl-tests all-reduce bus bandwidths published for those machines; the net levels are
 NIC line rates of the vendors' reference architectures, an upper bound a measured bus bandwidth falls short of: they
-are marked assumed, and the README cites each figure's source.
+are marked assumed, and docs/forecast.md cites each figure's source.
 """
 from __future__ import annotations
 

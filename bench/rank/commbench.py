@@ -13,7 +13,7 @@ busbw is what each rank's link carries in a ring and does not depend on n, so on
 set against the hardware and against a step's exposed communication. NCCL runs all three natively; gloo has
 had the two tensor forms since torch 2.3 (checked on 2.15), its reduce-scatter built on an all-reduce
 (pytorch#118911): on 2 CPU ranks it took 1-2.2x an all-reduce of the same S from 16 MiB up, all-gather 0.7-1.9x,
-where a ring's figure is half (README, "Collectives as nccl-tests measures them").
+where a ring's figure is half (docs/measuring.md, "Collectives as nccl-tests measures them").
 
 Timing: one code path, a timer chosen by device type (`make_timer`); the method is stored with each row (`timing`).
     cuda_events  a CUDA event on the current stream before the timed loop, one after it, one synchronisation

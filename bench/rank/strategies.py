@@ -122,7 +122,7 @@ def apply_zero(model: nn.Module, ctx: Ctx) -> nn.Module:
     ddp = apply_ddp(model, ctx)
     # The optimizer made for this model (bench.rank.optimizer.make_optimizer) is ZeroRedundancyOptimizer with these.
     # overlap_with_ddp is not offered: torch refuses it on gloo ("may meet hangs"), and on NCCL it skips the
-    # parameter update of the first 2-3 steps, which the equivalence gate would have to excuse (README).
+    # parameter update of the first 2-3 steps, which the equivalence gate would have to excuse (docs/strategies.md).
     ddp.bench_zero = {"parameters_as_bucket_view": bool(ctx.options.get("parameters_as_bucket_view", False))}
     return ddp
 

@@ -13,21 +13,34 @@ from bench.report.pages import fmt
 from bench.analysis.results import Sweep
 
 
+def has_step_bounds(c) -> bool:
+    """Whether DDP's probe and gradient size give this configuration's step its bounds."""
+    return c.strategy == "ddp" and bool(c.grad_mib) and not math.isnan(c.exposed_comm_ms)
+
+
+def step_bounds_ms(sweep: Sweep, c) -> tuple:
+    """(compute under no_sync, the microbenchmark's all-reduce of the gradients, the no-overlap bound, the full-overlap
+    bound) of a DDP step, ms; NaN where the configuration has no bounds (`has_step_bounds`) or its count no all-reduce."""
+    if not has_step_bounds(c):
+        return (math.nan,) * 4
+    comm_at = {n: [r for r in rows if r.get("scope", "world") == "world" and r.get("op", "all_reduce") == "all_reduce"]
+               for n, _, rows in sweep.comm}   # the last comm result at each count
+    cr = comm_at.get(c.device_count, [])
+    ar = stats.allreduce_ms_at(c.grad_mib * 2**20, [r["size_bytes"] for r in cr], [r["time_ms"] for r in cr])
+    compute = c.summary.median_ms - c.exposed_comm_ms
+    return compute, ar, compute + ar, max(compute, ar) if not math.isnan(ar) else math.nan
+
+
 def ddp_bounds_blocks(sweep: Sweep, workload: str, configs: list, u: str) -> list:
     """DDP against the no-overlap and full-overlap bounds of its step, from the probe and the microbenchmark."""
-    ddp = [c for c in configs if c.strategy == "ddp" and c.grad_mib and not math.isnan(c.exposed_comm_ms)]
+    ddp = [c for c in configs if has_step_bounds(c)]
     if not ddp:
         return []
-    comm_at = {n: [r for r in rows if r.get("scope", "world") == "world" and r.get("op", "all_reduce") == "all_reduce"]
-               for n, _, rows in sweep.comm}
     rows = []
     for c in ddp:
-        cr = comm_at.get(c.device_count, [])
-        ar = stats.allreduce_ms_at(c.grad_mib * 2**20, [r["size_bytes"] for r in cr], [r["time_ms"] for r in cr])
-        compute = c.summary.median_ms - c.exposed_comm_ms if not math.isnan(c.exposed_comm_ms) else math.nan
+        compute, ar, no_overlap, full_overlap = step_bounds_ms(sweep, c)
         rows.append([str(c.device_count), c.variant, fmt(c.grad_mib, ".1f"), fmt(c.summary.median_ms, ".2f"),
-                     fmt(compute, ".2f"), fmt(ar, ".2f"), fmt(compute + ar, ".2f"),
-                     fmt(max(compute, ar) if not math.isnan(ar) else math.nan, ".2f"),
+                     fmt(compute, ".2f"), fmt(ar, ".2f"), fmt(no_overlap, ".2f"), fmt(full_overlap, ".2f"),
                      fmt(c.exposed_comm_ms, ".2f")])
     return [("h", 3, f"{workload}: DDP against the bounds of its step"),
             ("table", [u, "precision / settings", "grad MiB", "median step ms", "compute ms (under no_sync)",

@@ -153,7 +153,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
                    f"({'measured' if net.node.measured else 'assumed'}: {net.node.source}); between nodes "
                    f"{net.net.busbw_gbps:.3g} GB/s, {net.net.latency_us:.3g} us ({'measured' if net.net.measured else 'assumed'}: "
                    f"{net.net.source}); {net.gpus_per_node} devices per node. {m.inter.words()}. The model, its references "
-                   f"and its assumptions: README, section \"Forecast\"; `./run_bench.sh forecast --network ...` for another network."))
+                   f"and its assumptions: docs/forecast.md; `./run_bench.sh forecast --network ...` for another network."))
     os.makedirs(plots_dir, exist_ok=True)
     from bench.report import plots
     for workload, lines in by_workload.items():

@@ -216,6 +216,12 @@ def _peak(c):
     return max(mem.values()) if mem else None
 
 
+def bound(sweep: Sweep, workload: str, c) -> tuple:
+    """(kind, sentence): what bounds configuration c's step, as the recommendation says it for the one it picks: data,
+    a straggler, the host, communication, else compute (bench.report.tables gives it for every configuration)."""
+    return _bound(sweep, workload, c, "GPUs" if c.device_type == "cuda" else "processes")
+
+
 def _bound(sweep: Sweep, workload: str, c, u: str) -> tuple:
     step = c.summary.median_ms
     wait = c.data_wait_ms if not math.isnan(c.data_wait_ms) else c.phases_ms.get("data_ms", math.nan)

@@ -36,7 +36,7 @@ DEFAULT_NUM_WORKERS = {"cuda": 2, "cpu": 1}
 DEFAULT_MIN_WINDOW_S = 1.0
 # Processes per configuration. On CPU a process is cheap, and on a shared machine about one DDP x2 process in seven
 # ran 1.5x slow throughout (measured, issue 18): one process per configuration cannot tell that from a slower
-# build, three can (compare then called 30% slowdowns of every configuration of the default CPU sweep, README).
+# build, three can (compare then called 30% slowdowns of every configuration of the default CPU sweep, docs/comparing.md).
 # On CUDA a process costs a model build and a CUDA start-up, so one, and --repeats where compare must decide.
 DEFAULT_REPEATS = {"cuda": 1, "cpu": 3}
 EQUIVALENCE_STEPS = 3

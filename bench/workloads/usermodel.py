@@ -1,6 +1,6 @@
 """The user's own model: `--workloads my_package.my_module:build` or `--workloads path/to/file.py:build`.
 
-The contract (README "Your own model"):
+The contract (docs/workloads.md, "Your own model"):
   * FUNCTION is called with no arguments, or with `image_size=` (the --image-size value, or None
     when not given) if it has a parameter of that name (or **kwargs).
   * It returns a dict (or `bench.workloads.modelspec.ModelSpec`, or any object with these attributes):

@@ -1,0 +1,149 @@
+"""A sweep as three tables of plain rows, for notebooks and other tools (bench.results makes DataFrames of them,
+`./run_bench.sh export` CSV or JSON files): the report's numbers, not a second derivation of them.
+
+    configurations(sweep, prices)   one row per configuration: every figure the report shows, each from the function
+                                    the report takes it from (bench.analysis.results' Config, bench.stats, recommend,
+                                    comm, frontier, training_state, reference, cost); configurations that failed or
+                                    were skipped too, with their status and reason
+    steps(conn, sweep_id)           every raw per-rank step row of the sweep's results, as stored, with its configuration
+    collectives(sweep)              every row of the collectives microbenchmark, as stored, with algbw and busbw
+
+Columns carry their units (samples_per_s, step_median_ms, peak_mib, busbw_gbps). A scalar field or property that
+Config gains later (utilisation, tokens/s) becomes a column of its own name without a change here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import math
+import sqlite3
+from typing import Optional
+
+from bench import stats
+from bench.analysis import cost, reference
+from bench.analysis.results import STRATEGY_NAMES, Config, Sweep
+from bench.report import comm, frontier, recommend, training_state
+from bench.report.cost import price_of
+from bench.report.report import memory_text
+from bench.store import read
+
+SCALAR = (int, float, str, bool, type(None))
+IDENTITY = ("workload", "strategy", "device_type", "device_count", "nodes", "precision", "channels_last", "compiled",
+            "optimizer", "global_batch", "scaling", "data")
+# Config's fields shown through the columns below under other names, or not one number (traces: the report's own tables)
+NOT_SCALAR = ("key", "step_ms", "summary", "process_sps", "phases_ms", "memory_mib", "epoch_wall_s", "options", "by_repeat",
+              "reserved_mib", "device_mib", "numerics", "traces", "state_mib")
+
+
+def _identity(r: dict) -> dict:
+    """A results row's identity columns (a configuration that produced no measurement)."""
+    out = {"config_key": r["config_key"], **{k: r.get(k) for k in IDENTITY}}
+    out["channels_last"], out["compiled"] = bool(out["channels_last"]), bool(out["compiled"])
+    out["precision"], out["optimizer"] = out["precision"] or "fp32", out["optimizer"] or "sgd"
+    out["nodes"] = int(out["nodes"] or 1)
+    return out
+
+
+def _config_row(sweep: Sweep, c: Config, recommended: bool, costs: Optional[cost.Cost]) -> dict:
+    row = {"config_key": c.key, **{k: getattr(c, k) for k in IDENTITY}}
+    row.update(strategy_name=STRATEGY_NAMES.get(c.strategy, c.strategy), options=json.dumps(c.options, sort_keys=True),
+               variant=c.variant, label=c.label, status="ok", reason=None, processes=len(c.process_sps) or 1,
+               samples_per_s=c.samples_per_s, speedup=c.speedup, baseline=c.baseline or None, efficiency=c.efficiency,
+               efficiency_noise=c.efficiency_noise)
+    shown = stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count)
+    row.update(efficiency_shown=shown.shown, efficiency_note=shown.note or None, efficiency_within_noise=shown.within_noise,
+               repeat_spread=c.repeat_spread, unstable=c.unstable)
+    row.update({f"step_{k}": v for k, v in c.summary.asdict().items() if k != "unstable"})
+    row.update({f"phase_{k}": v for k, v in c.phases_ms.items()})
+    row.update(exposed_comm_ms=c.exposed_comm_ms, data_wait_ms=c.data_wait_ms)
+    compute, allreduce, no_overlap, full_overlap = comm.step_bounds_ms(sweep, c)
+    row.update(compute_ms=compute, allreduce_grads_ms=allreduce, no_overlap_bound_ms=no_overlap,
+               full_overlap_bound_ms=full_overlap)
+    alloc, reserved, level = memory_text(c)
+    row.update(peak_mib=frontier.peak_mib(c), peak_allocated_mib=alloc, peak_reserved_mib=reserved,
+               device_level_mib=level)
+    rank, state = training_state.fullest(c)
+    row.update(state_rank=rank, **{f"state_{k}": state.get(k) for k in training_state.STATE_KEYS})
+    row["loader_alone_samples_per_s"] = sweep.loader.get(c.device_count)
+    kind, why = recommend.bound(sweep, c.workload, c)
+    row.update(bound=kind.split(" (")[0], bound_detail=kind, bound_why=why, recommended=recommended)
+    row["epochs"] = len(c.epoch_wall_s)
+    row["epoch_wall_s_median"] = stats.median(c.epoch_wall_s) if c.epoch_wall_s else math.nan
+    if costs is not None:
+        row.update(cost_per_million_samples=costs.per_million_samples, cost_per_epoch=costs.per_epoch)
+    for f in dataclasses.fields(c):   # fields added later (utilisation, tokens/s): under their own names
+        value = getattr(c, f.name)
+        if f.name not in row and f.name not in NOT_SCALAR and isinstance(value, SCALAR):
+            row[f.name] = value
+    for name, _ in inspect.getmembers(type(c), lambda m: isinstance(m, property)):
+        if name not in row and not name.startswith("_"):
+            value = getattr(c, name)
+            if isinstance(value, SCALAR):
+                row[name] = value
+    return row
+
+
+def configurations(sweep: Sweep, prices: Optional[cost.Prices] = None) -> list:
+    """One row per configuration of the sweep, in the report's order; those without a measurement after them."""
+    price = price_of(sweep, prices)
+    rows = []
+    for workload, configs in sweep.bench.items():
+        picks = set()
+        for precision in dict.fromkeys(c.precision for c in configs):
+            cs = [c for c in configs if c.precision == precision and not math.isnan(c.samples_per_s)]
+            if cs:
+                picks.add(id(recommend.choose(cs)[0]))
+        costs = cost.of_configs(configs, price.per_device_hour) if price else {}
+        rows += [_config_row(sweep, c, id(c) in picks, costs.get(c.key) if price else None) for c in configs]
+        if workload == "deeplabv3":
+            for row, (_, seconds) in zip(rows[-len(configs):], reference.train_times(configs)[0]):
+                row["reference_train_s"] = seconds
+    measured = {r["config_key"]: r for r in rows}
+    why: dict = {}   # config key -> {(status, reason): [repeats]}, of the results that are not ok
+    failed: dict = {}
+    for r in sweep.problems:
+        if r["mode"] == "bench":
+            why.setdefault(r["config_key"], {}).setdefault((r["status"], r["reason"] or "no reason stored"), []).append(r["repeat"])
+            name = STRATEGY_NAMES.get(r["strategy"], r["strategy"])
+            failed.setdefault(r["config_key"], {**_identity(r), "strategy_name": name, "label": f"{name} x{r['device_count']}",
+                                                "options": json.dumps(json.loads(r.get("options_json") or "{}"), sort_keys=True),
+                                                "status": r["status"], "recommended": False})
+    for key, reasons in why.items():
+        named = key in measured or len({s for s, _ in reasons}) > 1   # the status is not the row's own
+        text = "; ".join(f"{status + ': ' if named else ''}{reason} (repeat{'s' if len(reps) > 1 else ''} "
+                         f"{', '.join(map(str, reps))})" for (status, reason), reps in reasons.items())
+        if key in measured:   # another repeat of it measured: said beside its figures
+            measured[key]["reason"] = text
+        else:
+            failed[key]["reason"] = text
+    if price:
+        for row in rows:
+            row.update(price_per_device_hour=price.per_device_hour, price_source=price.source,
+                       currency=prices.unit() if prices else None)
+    return rows + [row for key, row in failed.items() if key not in measured]
+
+
+def steps(conn: sqlite3.Connection, sweep_id: int) -> list:
+    """Every stored step row (measured, probe, profiled: `kind`) of the sweep's results that count, per rank, as stored,
+    each with its result's configuration and repeat."""
+    out = []
+    for r in read.latest_results(conn, sweep_id):
+        rows = read.result_rows(conn, "steps", r["result_id"])
+        if rows:
+            head = {"config_key": r["config_key"], **_identity(r), "mode": r["mode"], "repeat": r["repeat"]}
+            out += [{**head, **s} for s in rows]
+    return out
+
+
+def collectives(sweep: Sweep) -> list:
+    """Every row of the collectives microbenchmark (bench.rank.commbench), as stored, with nccl-tests' algbw and busbw."""
+    out = []
+    for count, nodes, rows in sweep.comm:
+        for r in rows:
+            ranks = r.get("ranks") or count
+            op = r.get("op") or "all_reduce"
+            alg = stats.algbw_gbps(r["size_bytes"], r["time_ms"])
+            out.append({"device_count": count, "nodes": nodes, **r, "op": op, "ranks": ranks,
+                        "algbw_gbps": alg, "busbw_gbps": stats.busbw_gbps(alg, ranks, op)})
+    return out

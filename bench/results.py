@@ -1,0 +1,86 @@
+"""Results as pandas DataFrames, for notebooks: the numbers the report shows, read from a store.
+
+    from bench import results
+    r = results.load("results/bench.sqlite")       # the latest sweep; sweep=3 for another, sweep="all" for every one
+    r.configurations    # one row per configuration: samples/s, efficiency, step percentiles, memory, bound, ...
+    r.steps             # every raw per-rank step, as stored (step_ms and its phases)
+    r.collectives       # the collectives microbenchmark: size_bytes, time_ms, algbw_gbps, busbw_gbps
+
+A thin face over bench.report.tables (which takes every figure from bench.analysis and the report's own functions):
+nothing is derived here. Any schema version reads (an older store is migrated in a copy in memory, the file left
+as it was). `./run_bench.sh export --format csv|json` writes the same tables as files.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+import pandas as pd
+
+from bench.config import ConfigError
+from bench.store import read
+
+TABLES = ("configurations", "steps", "collectives")
+
+
+@dataclass(frozen=True, repr=False)
+class Results:
+    """The three tables of one or more sweeps of a store; every row names its sweep (`sweep_id`)."""
+    configurations: pd.DataFrame
+    steps: pd.DataFrame
+    collectives: pd.DataFrame
+    store: str
+    sweeps: tuple
+
+    def __repr__(self) -> str:
+        return (f"Results({self.store!r}, sweeps {list(self.sweeps)}: " + ", ".join(
+            f"{name} {len(getattr(self, name))} rows" for name in TABLES) + ")")
+
+
+def sweep_ids(conn, sweep: Union[int, str]) -> list:
+    """'last', 'all' or a sweep id (int or digits) -> the ids to read; ConfigError naming any other value,
+    StoreError for an id the store does not hold or a store with no sweep."""
+    if sweep == "all":
+        ids = read.sweep_ids(conn)
+        return ids or [read.pick_sweep(conn, None)]   # no sweep: refused there, with its reason
+    if sweep == "last":
+        return [read.pick_sweep(conn, None)]
+    if isinstance(sweep, bool) or not (isinstance(sweep, int) or (isinstance(sweep, str) and sweep.isdigit())):
+        raise ConfigError(f"--sweep {sweep!r}: expected 'last', 'all' or a sweep id (a whole number)")
+    return [read.pick_sweep(conn, int(sweep))]
+
+
+def _frame(rows: list, sweep_id: int) -> pd.DataFrame:
+    """The rows as a DataFrame; a column of whole numbers or of booleans keeps its type where some rows lack it
+    (pandas' nullable Int64 and boolean), instead of turning into floats or objects."""
+    frame = pd.DataFrame([{"sweep_id": sweep_id, **r} for r in rows])
+    for col in frame.columns:
+        values = [r[col] for r in rows if r.get(col) is not None] if col != "sweep_id" else []
+        if values and len(values) < len(rows) and all(isinstance(v, bool) for v in values):
+            frame[col] = frame[col].astype("boolean")
+        elif values and len(values) < len(rows) and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            frame[col] = frame[col].astype("Int64")
+    return frame
+
+
+def load(path: str = "results/bench.sqlite", sweep: Union[int, str] = "last", prices: Optional[str] = None) -> Results:
+    """The store's tables as DataFrames: `sweep` 'last' (default), a sweep id, or 'all'; `prices` as
+    --price-per-device-hour takes it (a number or a TOML file) adds cost_per_million_samples and cost_per_epoch."""
+    from bench.analysis import cost
+    from bench.analysis import results as analysis
+    from bench.report import tables
+    price_table = cost.parse_price(prices) if prices is not None else None
+    conn = read.connect(path)
+    try:
+        ids = sweep_ids(conn, sweep)
+        parts: dict = {name: [] for name in TABLES}
+        for sid in ids:
+            s = analysis.load(conn, sid)
+            parts["configurations"].append(_frame(tables.configurations(s, price_table), sid))
+            parts["steps"].append(_frame(tables.steps(conn, sid), sid))
+            parts["collectives"].append(_frame(tables.collectives(s), sid))
+    finally:
+        conn.close()
+    frames = {name: pd.concat([f for f in fs if len(f)], ignore_index=True) if any(len(f) for f in fs) else pd.DataFrame()
+              for name, fs in parts.items()}
+    return Results(store=path, sweeps=tuple(ids), **frames)

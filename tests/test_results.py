@@ -1,0 +1,171 @@
+"""Results as DataFrames (bench.results) and as files (`./run_bench.sh export`), read from the session's quick CPU sweep:
+the report's figures per configuration, the raw steps behind them, the collectives, and the refusals."""
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+
+import pandas as pd
+import pytest
+
+from bench import cli, results
+from bench.analysis import results as analysis
+from bench.analysis.results import Config
+from bench.config import ConfigError
+from bench.report import recommend, tables
+from bench.store import read
+from bench.store.store import StoreError
+from report_fixtures import build_sweep_store, downgrade_to_v4
+
+
+@pytest.fixture(scope="module")
+def quick(quick_sweep):
+    proc, path = quick_sweep
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return path, results.load(path)
+
+
+def test_configurations_hold_the_figures_the_report_shows(quick):
+    path, r = quick
+    conn = read.connect(path)
+    sweep = analysis.load(conn, read.pick_sweep(conn, None))
+    ok = r.configurations[r.configurations.status == "ok"].set_index("config_key")
+    assert len(ok) == sum(len(cs) for cs in sweep.bench.values())
+    for workload, configs in sweep.bench.items():
+        for precision in {c.precision for c in configs}:
+            row, _ = recommend.answer(sweep, workload, configs, precision)   # the report's first table, as printed
+            picked = ok[(ok.workload == workload) & (ok.precision == precision) & ok.recommended]
+            assert len(picked) == 1
+            assert row[2] == f"{picked.strategy_name.iloc[0]} x{picked.device_count.iloc[0]}"   # no settings in this sweep
+            assert f"{picked.samples_per_s.iloc[0]:.1f}" == row[3] and picked.bound_detail.iloc[0] == row[7]
+        for c in configs:
+            got = ok.loc[c.key]
+            assert got.samples_per_s == c.samples_per_s and got.step_median_ms == c.summary.median_ms
+            assert (got.step_p10_ms, got.step_p90_ms) == (c.summary.p10_ms, c.summary.p90_ms)
+    base = ok[(ok.strategy == "single") & (ok.device_count == 1)].set_index("workload").samples_per_s
+    weak = ok.samples_per_s / (ok.workload.map(base) * ok.device_count)   # efficiency, derived here independently
+    assert ((ok.efficiency - weak).abs() < 1e-9).all()
+    assert (ok.peak_mib > 0).all() and ok.bound.isin(["compute", "communication", "data", "host", "straggler"]).all()
+    assert ok.loc[ok.workload == "deeplabv3", "reference_train_s"].gt(0).all()
+    ddp2 = ok[(ok.strategy == "ddp") & (ok.device_count == 2)]
+    assert ((ddp2.compute_ms - (ddp2.step_median_ms - ddp2.exposed_comm_ms)).abs() < 1e-9).all()   # under no_sync()
+    assert ddp2.allreduce_grads_ms.gt(0).all() and ok[ok.strategy != "ddp"].compute_ms.isna().all()
+
+
+def test_a_skipped_configuration_is_a_row_with_its_reason(quick):
+    _, r = quick
+    dp2 = r.configurations[(r.configurations.strategy == "dp") & (r.configurations.device_count == 2)]
+    assert len(dp2) == 2 and (dp2.status == "skipped").all() and not dp2.recommended.any()
+    assert dp2.reason.str.contains("DataParallel parallelises over GPUs only").all() and dp2.samples_per_s.isna().all()
+
+
+def test_steps_are_the_raw_rows_behind_each_step_percentile(quick):
+    path, r = quick
+    with sqlite3.connect(path) as conn:
+        stored = conn.execute("SELECT COUNT(*) FROM steps").fetchone()[0]
+    assert len(r.steps) == stored
+    measured = r.steps[r.steps.kind == "measure"]
+    slowest = measured.groupby(["config_key", "repeat", "step"]).step_ms.max()   # a step ends when every rank is done
+    median = slowest.groupby(level="config_key").median()
+    ok = r.configurations[r.configurations.status == "ok"].set_index("config_key")
+    assert ((median - ok.step_median_ms).abs() < 1e-9).all() and set(median.index) == set(ok.index)
+
+
+def test_collectives_carry_nccl_tests_bandwidths(quick):
+    path, r = quick
+    with sqlite3.connect(path) as conn:
+        assert len(r.collectives) == conn.execute("SELECT COUNT(*) FROM comm").fetchone()[0] > 0
+    c = r.collectives
+    assert ((c.algbw_gbps - c.size_bytes / c.time_ms / 1e6).abs() < 1e-9).all()
+    ar = c[c.op == "all_reduce"]
+    assert ((ar.busbw_gbps - ar.algbw_gbps * 2 * (ar.ranks - 1) / ar.ranks).abs() < 1e-9).all()
+
+
+def test_a_field_config_gains_later_becomes_a_column(quick):
+    path, _ = quick
+    later = dataclasses.make_dataclass("Later", [("tokens_per_s", float, dataclasses.field(default=123.0))], bases=(Config,))
+    later.mfu = property(lambda c: 0.25)
+    conn = read.connect(path)
+    sweep = analysis.load(conn, read.pick_sweep(conn, None))
+    sweep.bench = {w: [later(**{f.name: getattr(c, f.name) for f in dataclasses.fields(c)}) for c in cs]
+                   for w, cs in sweep.bench.items()}
+    rows = [row for row in tables.configurations(sweep) if row["status"] == "ok"]
+    assert rows and all(row["tokens_per_s"] == 123.0 and row["mfu"] == 0.25 for row in rows)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_export_writes_the_same_tables(quick, fmt, tmp_path, capsys):
+    path, r = quick
+    assert cli.main(["export", "--store", path, "--format", fmt, "--out", str(tmp_path / "out")]) == 0
+    assert "configurations" in capsys.readouterr().out
+    for name in results.TABLES:
+        file = tmp_path / "out" / f"{name}.{fmt}"
+        back = pd.read_csv(file) if fmt == "csv" else pd.read_json(file, orient="records")
+        frame = getattr(r, name)
+        assert list(back.columns) == list(frame.columns) and len(back) == len(frame)
+    back = pd.read_csv(tmp_path / "out" / f"configurations.{fmt}") if fmt == "csv" else \
+        pd.read_json(tmp_path / "out" / f"configurations.{fmt}", orient="records")
+    assert back.samples_per_s.fillna(-1).tolist() == pytest.approx(r.configurations.samples_per_s.fillna(-1).tolist(), rel=1e-12)
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--format", "xml"], "--format 'xml': expected csv or json"),
+    (["--sweep", "banana"], "--sweep 'banana'"),
+    (["--sweep", "99"], "sweep 99 is not in the store"),
+    (["--price-per-device-hour", "-3"], "--price-per-device-hour '-3'"),
+    (["--out", "FILE"], "is a file; expected a folder"),
+])
+def test_export_refuses_bad_input_before_writing(quick, args, named, tmp_path, capsys):
+    path, _ = quick
+    (tmp_path / "FILE").write_text("")
+    args = [str(tmp_path / "FILE") if a == "FILE" else a for a in args]
+    out = [] if "--out" in args else ["--out", str(tmp_path / "out")]
+    assert cli.main(["export", "--store", path, *args, *out]) == 2
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_of_a_missing_store_exits_2(tmp_path, capsys):
+    assert cli.main(["export", "--store", str(tmp_path / "none.sqlite"), "--out", str(tmp_path / "out")]) == 2
+    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_load_takes_last_all_or_an_id(quick):
+    path, r = quick
+    assert r.sweeps == (1,) and (r.configurations.sweep_id == 1).all()
+    assert results.load(path, sweep="all").sweeps == (1,) and len(results.load(path, sweep=1).steps) == len(r.steps)
+    with pytest.raises(ConfigError, match="'latest'"):
+        results.load(path, sweep="latest")
+    with pytest.raises(StoreError, match="sweep 7 is not in the store"):
+        results.load(path, sweep=7)
+
+
+def test_a_stored_sweep_reads_as_its_report_does_also_from_an_older_store(tmp_path):
+    path = str(tmp_path / "bench.sqlite")
+    build_sweep_store(path, device="cpu")   # the report's own fixture: tests/test_report.py reads the same numbers
+    c = results.load(path).configurations
+    ddp2 = c[(c.workload == "synthetic") & (c.strategy == "ddp") & (c.device_count == 2)].iloc[0]
+    assert ddp2.status == "ok" and pd.isna(ddp2.reason)       # failed, then resumed: the result that counts
+    got = ddp2[["exposed_comm_ms", "allreduce_grads_ms", "compute_ms", "no_overlap_bound_ms", "full_overlap_bound_ms"]]
+    assert got.tolist() == pytest.approx([45.0, 13.0, 101.0, 114.0, 101.0], rel=0.01)
+    status = {(r.workload, r.strategy, r.device_count): r.status for r in c.itertuples()}
+    assert status[("deeplabv3", "dp", 1)] == "failed" and status[("deeplabv3", "ddp", 1)] == "interrupted"
+    assert status[("synthetic", "dp", 2)] == "skipped"
+    downgrade_to_v4(path)
+    before = open(path, "rb").read()
+    old = results.load(path).configurations
+    assert open(path, "rb").read() == before                  # read in a migrated copy, the file as it was
+    keep = ["config_key", "status", "samples_per_s", "step_median_ms", "efficiency", "bound", "recommended"]
+    pd.testing.assert_frame_equal(old[keep], c[keep])
+    assert (old.optimizer == "sgd").all() and old.state_params_mib.isna().all()
+
+
+def test_a_cuda_sweep_carries_device_memory_and_measured_epochs(tmp_path):
+    path = str(tmp_path / "bench.sqlite")
+    build_sweep_store(path, device="cuda", data="voc", epochs=True)
+    c = results.load(path).configurations
+    ok = c[c.status == "ok"]
+    assert ok.peak_reserved_mib.notna().all() and (ok.peak_mib == ok.peak_reserved_mib).all()   # the budget's figure
+    single = ok[(ok.workload == "deeplabv3") & (ok.strategy == "single")].iloc[0]
+    assert single.epochs == 3 and single.reference_train_s == pytest.approx(610.0 * 20)   # median epoch x 20 epochs
+    assert ok[(ok.strategy == "dp") & (ok.device_count == 2)].status.tolist() == ["ok"]
