@@ -65,7 +65,7 @@ class Raw:
     sync: Optional[dict] = None      # and for its synchronised probe blocks (the same step as measured, later)
     buckets: list = field(default_factory=list)     # [(size_bytes, ready_fraction)] of DDP's buckets, in order
     units: list = field(default_factory=list)       # [size_bytes] of FSDP's units, forward order
-    step_ms: list = field(default_factory=list)     # the measured window's steps, slowest rank, every repeat
+    step_ms: list = field(default_factory=list)     # the measured window's steps, slowest rank, every repeat (`jitter`)
     state_mib: dict = field(default_factory=dict)   # STATE -> MiB this rank holds (the largest rank, median of repeats)
     peak_mib: Optional[float] = None                # the largest rank's measured peak (median of repeats)
     peak_method: str = ""                           # how: allocator peak (CUDA) or peak RSS less the baseline (CPU)
@@ -101,6 +101,18 @@ def spread(rows: list) -> Spread:
     if k < 2:
         return Spread((stats.median(steps),), "process")
     return Spread(tuple(float(np.median(b)) for b in np.array_split(np.asarray(steps), k)), "block")
+
+
+def jitter(rows: list, central_ms: float) -> list:
+    """The steps (slowest rank) of every process, each process's over its own median times the central step: the
+    step-to-step jitter a step's ranks draw from, without the processes' differences (those are the spread between
+    processes, not a rank's tail)."""
+    out = []
+    for rs in _by_process(rows).values():
+        steps = [float(r["step_ms"]) for r in stats.slowest_rank_rows(rs)]
+        mid = stats.median(steps) if steps else 0.0
+        out += [v * central_ms / mid for v in steps] if mid > 0 else []
+    return out
 
 
 def phases(rows: list) -> Optional[dict]:
@@ -205,7 +217,7 @@ def derive(rows) -> Optional[Raw]:
     state, peaks, method, runtime = _memory(rows.memory)
     return Raw(key=rows.key, measured=measured, no_sync=phases(no_sync_rows), sync=phases(sync_rows),
                buckets=bucket_fractions(rows.buckets), units=fsdp_units(rows.buckets),
-               step_ms=[float(r["step_ms"]) for r in stats.slowest_rank_rows(_keyed(measured_rows))],
+               step_ms=jitter(measured_rows, measured["step_ms"]),
                state_mib=state, peak_mib=stats.median(peaks) if peaks else None, peak_method=method,
                buffer_bytes=float(rows.details.get("buffer_bytes") or 0.0),
                spreads={k: spread(r) for k, r in (("measured", measured_rows), ("no_sync", no_sync_rows),

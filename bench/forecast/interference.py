@@ -147,7 +147,7 @@ class Interference:
     def alone_ms(self, op: str, size_bytes: float, ranks: int, nodes: int = 1) -> Optional[float]:
         """The collective alone as a step issues it, where measured at exactly this count and node count; else None."""
         f = self._fitted(op, ranks, nodes)
-        return f.alone(size_bytes) if f is not None else None
+        return f.alone_ms(size_bytes) if f is not None else None
 
     def comm_x(self, op: str, size_bytes: float, ranks: int) -> float:
         f = self._fitted(op, ranks)
