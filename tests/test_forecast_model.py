@@ -315,3 +315,17 @@ def test_memory_inputs_take_the_rank_holding_most_and_the_rss_over_its_baseline(
              "grads_mib": 16.0, "optimizer_mib": 16.0, "buckets_mib": 16.0, "peak_allocated_mib": None} for r in range(2)]
     state, peak, method = fi.memory(rows)
     assert state["params_mib"] == 16.0 and peak == pytest.approx(210.0) and "RSS" in method
+
+
+def test_on_cuda_the_device_level_context_and_nccl_included_is_what_the_budget_holds():
+    # the allocator peaked at 1000 MiB, nvidia-smi saw the process at 1900: 900 MiB of context, NCCL and cache
+    rows = [{"result_id": 1, "rank": 0, "device": "cuda:0", "peak_allocated_mib": 1000.0, "artefact_mib": 0.0,
+             "process_used_mib": 1900.0, "params_mib": 100.0, "grads_mib": 100.0, "optimizer_mib": 100.0,
+             "buckets_mib": 100.0}]
+    state, peaks, method, runtime = fi._memory(rows)
+    assert peaks == [1000.0] and runtime == pytest.approx(900.0) and "allocator" in method
+    base = mm.base_of("ddp", 1, {}, state, 1000.0, method, [], "cuda", 64.0, runtime)
+    m = mm.per_device(base, "ddp", 8, {})
+    assert m.total_mib == pytest.approx(1000.0) and m.device_mib == pytest.approx(1900.0)
+    assert mm.fits(m, 1500.0) is False                       # the allocator's 1000 would fit; the device level does not
+    assert mm.fit_words([m], 1500.0, "ddp").startswith("does not fit")

@@ -205,8 +205,9 @@ def _check(ns, f, judged) -> int:
                  if r.get("compute_error") is not None else "")
         mem = (f"; memory {r['forecast_mem_mib']:.0f} MiB against {r['measured_mem_mib']:.0f} measured "
                f"({r['mem_error']:+.0%}, {r['mem_method']})" if r.get("mem_error") is not None else "")
-        ranged = (f" (range {r['forecast_step_ms_low']:.2f}-{r['forecast_step_ms_high']:.2f} ms)"
-                  if r.get("forecast_step_ms_low") is not None else " (no range: nothing drawn)")
+        lo, hi = r.get("forecast_step_ms_low"), r.get("forecast_step_ms_high")
+        ranged = (" (no range: no input measured twice)" if lo is None or f"{lo:.2f}" == f"{hi:.2f}" else
+                  f" (range {lo:.2f}-{hi:.2f} ms)")
         inside = {1: ", inside the range", 0: ", outside the range"}.get(r.get("in_range"), "")
         print(head + f"forecast {r['forecast_step_ms']:.2f} ms from x{r['from_counts']}{ranged}, measured "
               f"{r['measured_step_ms']:.2f} ms: error {r['error']:+.1%}{inside}{split}{mem}\n      basis: {r['basis']}"

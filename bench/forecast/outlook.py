@@ -121,17 +121,24 @@ def _num(v, spec: str) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
-def ranged(p: fs.Point, name: str, value, spec: str, scale: float = 1.0, unit: str = "") -> str:
-    """'66.4 (39.9-121)': the central value and, where drawn, its range."""
-    text = _num(None if value is None else value * scale, spec) + unit
+def bracket(p: fs.Point, name: str, show) -> str:
+    """' (39.9-121)': a figure's range as `show` writes its ends; '' where nothing was drawn or both ends read alike."""
     lo, hi = p.range_of(name)
-    return text if math.isnan(lo) or text == "–" else f"{text} ({lo * scale:{spec}}-{hi * scale:{spec}}{unit})"
+    if math.isnan(lo):
+        return ""
+    a, b = show(lo), show(hi)
+    return "" if a == b else f" ({a}-{b})"
+
+
+def ranged(p: fs.Point, name: str, value, spec: str) -> str:
+    """'66.4 (39.9-121.0)': the central value and, where drawn, its range."""
+    text = _num(value, spec)
+    return text if text == "–" else text + bracket(p, name, lambda v: format(v, spec))
 
 
 def _efficiency(s: fs.Setting, p: fs.Point) -> str:
     shown = shown_efficiency(s, p.efficiency, p.count)
-    lo, hi = p.range_of("efficiency")
-    return shown if math.isnan(lo) or shown == "–" else f"{shown} ({lo:.0%}-{hi:.0%})"
+    return shown if shown == "–" else shown + bracket(p, "efficiency", lambda v: format(v, ".0%"))
 
 
 # The forecast's table, in the terminal and the report alike: (header, cell(setting, point) -> text). A column is one
@@ -143,8 +150,8 @@ COLUMNS = [
     ("samples/s", lambda s, p: ranged(p, "samples_per_s", None if p.refused else p.samples_per_s, ".0f")),
     ("efficiency", lambda s, p: "–" if p.refused else _efficiency(s, p)),
     ("MiB/device", lambda s, p: ranged(p, "memory_mib", p.memory.device_mib if p.memory else None, ".0f")),
-    ("bound", lambda s, p: p.refused or p.bound + (f" ({p.algorithm})" if p.algorithm and p.bound == "exposed "
-                                                   "communication" else "")),
+    ("bound", lambda s, p: f"refused: {p.refused}" if p.refused else p.bound + (
+        f" ({p.algorithm})" if p.algorithm and p.bound == "exposed communication" else "")),
 ]
 
 
