@@ -85,6 +85,15 @@ def hand_store(tmp_path) -> str:
     return path
 
 
+def _rounds_script():
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "forecast_rounds.py")
+    spec_ = importlib.util.spec_from_file_location("forecast_rounds", path)
+    module = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(module)
+    return module
+
+
 def forecast(args: list, capsys) -> tuple:
     """./run_bench.sh forecast ARGS in this process (the dispatcher, its exit status): (status, stdout, stderr)."""
     rc = cli.main(["forecast", *args])
@@ -161,6 +170,12 @@ def test_a_forecast_judged_by_a_later_sweep_reads_only_its_own(tmp_path, capsys)
     assert "held-out check: sweep 1's forecast against sweep 2's measurement" in stdout
     assert f"forecast {X2_FROM_X1:.2f} ms from x1 (no range: no input measured twice), measured 60.00 ms" in stdout
     assert "basis: later sweep" in stdout
+    rounds = _rounds_script()                                      # scripts/forecast_rounds.py reads this very line
+    got = rounds.one_round.__globals__["LINE"].search(stdout)
+    assert got and float(got.group(1)) == pytest.approx(X2_FROM_X1, abs=0.01) and got.group(6) == "outside"
+    said = rounds.summary([(48.5, 40.0, 60.0, 50.0, -3.0, True)] * 4 + [(48.5, 40.0, 45.0, 60.0, -19.2, False)])
+    assert said == ("5 rounds: mean |error| 6.2%, worst 19.2%, mean error -6.2%; 4 of 5 measured inside the printed range "
+                    "(targets: mean <= 10%, worst <= 15%, at least 80% inside: not met)")
     row = sqlite3.connect(path).execute("SELECT sweep_id, judged_sweep, error FROM forecasts").fetchone()
     assert row[:2] == (1, 2) and row[2] == pytest.approx(X2_FROM_X1 / 60 - 1)
     rc, _, err = forecast(["--store", path, "--sweep", "2", "--against", "1"], capsys)

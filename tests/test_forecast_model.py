@@ -329,3 +329,22 @@ def test_on_cuda_the_device_level_context_and_nccl_included_is_what_the_budget_h
     assert m.total_mib == pytest.approx(1000.0) and m.device_mib == pytest.approx(1900.0)
     assert mm.fits(m, 1500.0) is False                       # the allocator's 1000 would fit; the device level does not
     assert mm.fit_words([m], 1500.0, "ddp").startswith("does not fit")
+
+
+def test_the_pipeline_over_draws_is_the_pipeline_run_draw_by_draw():
+    # FSDP's schedule (gathers issued on a unit's start, reduce-scatters on its end) and DDP's, with every task's time
+    # and both slowdowns drawn: numpy over the draws gives each draw's own simulation
+    rng = np.random.default_rng(1)
+    draws = 7
+    compute = fc.Compute(*(v * rng.uniform(0.8, 1.2, draws) for v in (1.0, 10.0, 20.0, 5.0)))
+    inter = itf.Interference(assumed_comm_x=2.0, assumed_compute_x=1.5)
+    units = [(5e6, 5e6), (3e6, 3e6), (8e6, 8e6)]
+    buckets = [fc.Bucket(4e6, rng.uniform(0.2, 0.5, draws)), fc.Bucket(6e6, 1.0)]
+    for run in (lambda c, b: fc.forecast_fsdp(c, units, flat(1.0), 4, inter),
+                lambda c, b: fc.forecast_ddp(c, b, flat(1.0), 4, inter, sync_ms=2.0)):
+        together = run(compute, buckets).step_ms
+        for k in range(draws):
+            one = fc.Compute(*(float(getattr(compute, f)[k]) for f in ("data_ms", "forward_ms", "backward_ms", "optimizer_ms")))
+            alone = run(one, [fc.Bucket(b.size_bytes, float(np.ravel(b.ready_fraction)[k if np.ndim(b.ready_fraction) else 0]))
+                              for b in buckets])
+            assert together[k] == pytest.approx(alone.step_ms)

@@ -1,6 +1,7 @@
 """`./run_bench.sh forecast`: past the devices the sweep had. Reads a stored sweep (no GPU, seconds) and forecasts,
 for each DDP, FSDP (ZeRO, HSDP) and DataParallel setting it measured, the step, samples/s, scaling efficiency and
-memory per device at the counts asked, on the network named, with what limits each point; then checks itself.
+memory per device at the counts asked, each with its range (bench.forecast.spread), on the network named, with what
+limits each point; then checks itself (whether each measurement fell inside the range).
 
     ./run_bench.sh forecast                                   # the latest sweep, 2..1024 devices
     ./run_bench.sh forecast --to 16,64,256,1024 --network h100

@@ -13,7 +13,9 @@ Basis of a check at count n (stored with each row, printed beside it):
                       --comm-counts 2` gives: nothing of x n's training read)
   later sweep         the forecast read only an earlier sweep (its training and its machine measurements); the
                       measurement judged is another sweep's (`forecast --against SWEEP`)
-Where no basis exists (no network below and none at x n) the row says why and holds no error.
+Where no basis exists (no network below and none at x n) the row says why and holds no error. Each row holds the
+forecast's range (bench.forecast.spread) and whether the measurement fell inside it; `assumed_words` says what a
+forecast assumed and how far it erred where the sweep measured a count.
 """
 from __future__ import annotations
 

@@ -21,6 +21,10 @@ Per strategy at n devices (s: HSDP's shard size, the devices it shards over):
     zero                P + G + O / n + Bk + A             (ZeroRedundancyOptimizer shards the optimizer state)
     fsdp                (P + G + O) / n + gathered + A
     hsdp                (P + G + O) / s + gathered + A
+On CUDA what runs out is the device level: the CUDA context, NCCL's buffers and the allocator's cache beside the
+tensors. Where nvidia-smi's process level was measured (bench.rank.memory) its excess over the allocator's peak is
+carried as it was measured (`runtime_mib`; NCCL's buffers grow with its peers, which this does not model) and the
+device level (`Memory.device_mib`) is what the budget holds; the check holds the allocator's peak to the forecast's.
 On CPU the peak RSS cannot be reset after the model is built, so a rank's RSS peak holds the whole model once
 however it is sharded later (FSDP, HSDP build it whole, then shard): the check's forecast on CPU is the larger of the
 steady state and that construction floor (P + A), said so.

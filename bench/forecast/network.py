@@ -6,6 +6,7 @@ fits per level.
     net = network_for(levels_from_comm(comm), preset, explicit, gpus_per_node=8, backend="nccl", own=own_levels(comm))
     allreduce_ms(net, size_bytes, ranks), allgather_ms(...), reduce_scatter_ms(...), broadcast_ms(...)
     collective_words(net)            # for each of all-gather and reduce-scatter: measured or assumed, in words
+    redraw(net, rng, draws)          # the range's draws of a measured level (bench.forecast.spread)
 
 The collective cost model (times in ms, S bytes, n ranks on m nodes of g ranks, B a level's bus bandwidth
 in nccl-tests' sense, a its latency per algorithm step, c its constant per call):

@@ -6,7 +6,8 @@ scaling efficiency falls below 75%, and the sentence that says so.
     rests_on(setting, inputs, machine)                   # what the forecast rests on, measured or assumed, in words
     pts = series(setting, inputs, counts, machine)       # [forecast_sweep.Point]
     what_ifs(setting, inputs, machine, counts)           # [(what, [Point])]: this network first
-    first_below(pts), recommendation(setting, pts)
+    first_below(pts), stop_range(pts), recommendation(setting, pts, what_ifs)
+    cells(setting, point)                                # the table's row (COLUMNS: one entry per column)
 No claim without its basis: where the sweep has no single-device run of the same numerics, efficiency is unknown
 and the recommendation says what is missing and what to run instead of a count.
 """

@@ -4,7 +4,8 @@ count, step time and memory per device. The check against measured counts is ben
 
     sets = settings(sweep, raw)                         # sweep: bench.analysis.results.Sweep; raw: {key: forecast_inputs.Raw}
     inp = inputs(s, machine, below=None)                # Inputs, or a str: why this setting cannot be forecast
-    point(s, inp, count, net)                           # Point: step_ms, samples/s, efficiency, bound, memory
+    point(s, inp, count, machine)                       # Point: step_ms, samples/s, efficiency, bound, memory
+    series(s, inp, counts, machine, draws=DRAWS)        # [Point], each with its range (bench.forecast.spread)
 
 Sources, nothing of a count at or above `below` (the check's judged count) read:
   compute   a run without gradient communication: DDP's no_sync() probe at its largest allowed count above 1 (plus
@@ -14,7 +15,9 @@ Sources, nothing of a count at or above `below` (the check's judged count) read:
             larger count hold their collectives, which the model adds again. Scaled to the forecast count's ranks per
             node by the measured co-run slowdown (ranks of a node computing at once).
   buckets   DDP's measured ready times at the allowed counts (bench.rank.buckets), else DDP's construction
-  spread    the slowest of N ranks: the per-step spread of the compute's own run (forecast_inputs.sync_excess_ms)
+  tail      the slowest of N ranks (straggler/jitter): the per-step spread of the compute's own run, each process's
+            steps over its own median (bench.forecast.inputs.tail_excess_ms)
+  spreads   what the range draws from: the compute run's processes, the bucket observations, the steps, the peaks
   machine   the network and the interference: the collectives microbenchmark and its interference rows, a
             measurement of the machine apart from any training step (`Machine`: which counts, said by the caller)
 """

@@ -20,7 +20,11 @@ one collective at a time, each as soon as it is ready and the one before it is d
     step = data + forward + buffers + max(backward, last bucket's all-reduce) + optimizer + sync
 buffers: DDP's broadcast of the module's buffers before each forward (BatchNorm statistics), a ring broadcast.
 sync: a step is as slow as its slowest rank; the caller gives the expected excess of the slowest of N ranks over the
-median (bench.forecast.settings: from the per-step spread the sweep measured).
+median (bench.forecast.settings: from the per-step spread the sweep measured). It is its own term and bound,
+straggler/jitter, never counted as communication (`terms`).
+
+Every figure may be an array over draws (bench.forecast.spread): `simulate_draws` runs the pipeline for all of them at
+once (numpy over the draws, one loop step per event), and the Step's figures are then arrays too.
 
 FSDP (FSDP2's fully_shard per block; units in forward order, the root first): every unit's parameters are
 all-gathered before its forward (the next unit's all-gather issued when a unit's forward starts: one unit of

@@ -3,14 +3,18 @@ preset its GPUs name for what it did not), with the check against the measured c
 
     bl = blocks(store_path, sweep, plots_dir)     # report blocks (bench.report.pages); [] with nothing to forecast
 
-Per workload two plots. <workload>_forecast.png: scaling efficiency against device count (log scale): the measured
-points; each measured count above the smallest as the check forecast it (from the smaller counts, a hollow marker
-joined to the measurement: the check table's numbers); the forecast line from the largest measured count on, with a
-band of the check's own signed errors (lowest to highest, so the band at a measured count holds the measured point);
-the 75% line and what-if lines (a faster inter-node network, bigger buckets, bf16 gradients).
-<workload>_forecast_memory.png: memory per device against count, per setting, the measured peaks, and the budget
-(the GPU's memory on CUDA) as a line. The tables: the forecast at 16, 64, 256 and 1024 devices with memory, what it
-rests on (measured or assumed), and the check with its basis and why where it missed by more than 10%.
+Per workload two plots, one colour per setting. <workload>_forecast.png: scaling efficiency against device count
+(log scale): the measured points; each measured count above the smallest as the check forecast it (from the smaller
+counts, a hollow marker joined to the measurement: the check table's numbers); the forecast line from the largest
+measured count on, with its range as a band (bench.forecast.spread: the inputs drawn from their repeated
+measurements); where it rests on an assumption (interference not measured, the network between nodes not measured)
+the legend says so and a hatched band spans how far the check erred where the sweep measured a count; the 75% line
+and what-if lines (a faster inter-node network, bigger buckets, bf16 gradients).
+<workload>_forecast_memory.png: memory per device (CUDA: the device level) against count, per setting, with its range,
+the measured peaks, and the budget (the GPU's memory on CUDA) as a line. The tables: the forecast at 16, 64, 256 and
+1024 devices (bench.forecast.outlook.COLUMNS, each figure with its range), what it rests on (measured or assumed) and
+what its range rests on, and the check with its range, whether the measurement fell inside, its basis and why where
+it missed by more than 10%.
 """
 from __future__ import annotations
 
@@ -116,7 +120,8 @@ def memory_figure(workload: str, where: str, lines: list, budget_mib):
                 ax.fill_between([n for n, _, _ in mem], [r[0] for _, _, r in mem], [r[1] for _, _, r in mem], color=color,
                                 alpha=0.18)
             xs_all += [n for n, _, _ in mem]
-        seen = [(n, s.raws[c.key].peak_mib) for n, c in s.configs.items() if c.key in s.raws and s.raws[c.key].peak_mib]
+        seen = [(n, s.raws[c.key].peak_mib + (s.raws[c.key].runtime_mib or 0.0)) for n, c in s.configs.items()
+                if c.key in s.raws and s.raws[c.key].peak_mib]  # the device level, as the line
         if seen:
             ax.plot([n for n, _ in seen], [m for _, m in seen], "o", color=color, label=f"{name} measured peak")
     if budget_mib:
