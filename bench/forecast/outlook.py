@@ -194,7 +194,7 @@ def _between(r: Optional[tuple], top: int) -> str:
     if r is None:
         return ""
     lo, hi = r
-    word = lambda n: f"beyond {top}" if n is None else ("none" if n == 0 else str(n))  # noqa: E731
+    word = lambda n: f"beyond {top}" if n is None else ("no count" if n == 0 else str(n))  # noqa: E731
     return "" if lo == hi else f" (between {word(lo)} and {word(hi)})"
 
 
@@ -233,7 +233,10 @@ def recommendation(s: fs.Setting, points: list, whatifs: Optional[list] = None) 
     sets = network_sets(whatifs or [])
     bound = next(p.bound for p in known if p.count == below)
     if not ok:
-        return f"{s.label}: below {EFFICIENT:.0%} already at {below} devices on this network{between}" + (
+        r = stop_range(known)
+        high_end = (f" (at the range's high end it pays up to {r[1] if r[1] is not None else f'beyond {top}'})"
+                    if r is not None and r[1] != 0 else "")
+        return f"{s.label}: below {EFFICIENT:.0%} already at {below} devices on this network{high_end}" + (
             f"; {sets}" if sets else "")
     return (f"{s.label}: past {max(ok)} GPU{'s' if max(ok) > 1 else ''} on this network{between}, scaling stops "
             f"paying (efficiency under {EFFICIENT:.0%} at {below}, bound there: {bound})" + (f"; {sets}" if sets else ""))
