@@ -72,6 +72,10 @@ def test_the_pipeline_simulator_orders_each_lane_and_waits_for_what_a_task_needs
     assert spans == [(0.0, 4.0), (4.0, 7.0), (4.0, 5.0), (7.0, 9.0)]
     with pytest.raises(ValueError, match="deadlock"):
         fc.simulate([fc.Task("comm", 1.0, ((1, "end"),)), fc.Task("compute", 1.0, ((0, "end"),))])
+    with pytest.raises(ValueError, match="deadlock"):   # over draws alike
+        fc.simulate_draws([fc.Task("comm", np.ones(3), ((1, "end"),)), fc.Task("compute", 1.0, ((0, "end"),))])
+    start, end = fc.simulate_draws([fc.Task(t.lane, t.work_ms * np.array([1.0, 2.0]), t.after) for t in tasks])
+    assert end[0].tolist() == [e for _, e in spans] and end[1].tolist() == [2 * e for _, e in spans]
 
 
 def test_fsdp_units_gather_ahead_reshard_all_but_the_root_and_step_their_optimizer_on_a_shard():

@@ -270,7 +270,9 @@ def tail_words(n_steps: int, where: str) -> str:
                 f"tell a tail (at least {MIN_TAIL_STEPS}; more --steps give one)")
     up = direct_up_to(n_steps)
     return (f"straggler/jitter (the slowest of N ranks, quantile 0.5^(1/N) of the steps): from {where}'s {n_steps} "
-            f"measured steps, read off them up to {up} rank{'s' if up > 1 else ''} (at least {TAIL_BEYOND} steps beyond "
+            f"measured steps, each process's over its own median (a step's jitter; a rank slow for a whole run, another "
+            f"GPU's clocks, is not measured there), read off them up to {up} rank{'s' if up > 1 else ''} (at least "
+            f"{TAIL_BEYOND} steps beyond "
             f"the quantile); past that the steps are fewer than it needs: an exponential tail fitted to the steps above "
             f"their upper quartile, robust to one outlier")
 

@@ -184,11 +184,50 @@ def simulate_draws(tasks: Sequence[Task]) -> tuple:
 def simulate(tasks: Sequence[Task]) -> list:
     """[(start_ms, end_ms)] per task: each lane runs its tasks in order, each once its `after` holds; while both lanes
     are busy, the comm task runs at 1/comm_x and the compute task at 1/compute_x (the comm task's figures). Numbers
-    where every task's figures are numbers, else arrays over the draws (`simulate_draws`)."""
+    where every task's figures are numbers (`_simulate_one`, plain Python: the what-ifs' central values), else arrays
+    over the draws (`simulate_draws`)."""
+    if all(np.ndim(v) == 0 for t in tasks for v in (t.work_ms, t.comm_x, t.compute_x)):
+        return _simulate_one(tasks)
     start, end = simulate_draws(tasks)
-    if start.shape[0] == 1 and all(np.ndim(v) == 0 for t in tasks for v in (t.work_ms, t.comm_x, t.compute_x)):
-        return [(float(a), float(z)) for a, z in zip(start[0], end[0])]
     return list(zip(start.T, end.T))
+
+
+def _simulate_one(tasks: Sequence[Task]) -> list:
+    """`simulate` for numbers: the same events, one task at a time."""
+    n = len(tasks)
+    start, end = [math.nan] * n, [math.nan] * n
+    left = [max(0.0, float(t.work_ms)) for t in tasks]
+    queues = {lane: [i for i, t in enumerate(tasks) if t.lane == lane] for lane in ("compute", "comm")}
+    active: dict = {"compute": None, "comm": None}
+    now = 0.0
+
+    def ready(i: int) -> bool:
+        return all(not math.isnan(start[j] if when == "start" else end[j]) for j, when in tasks[i].after)
+    while True:
+        changed = True
+        while changed:  # start what can start; zero-length tasks end at once
+            changed = False
+            for lane, queue in queues.items():
+                if active[lane] is None and queue and ready(queue[0]):
+                    i = queue.pop(0)
+                    start[i], active[lane], changed = now, i, True
+                    if left[i] <= _EPS:
+                        end[i], active[lane] = now, None
+        c, m = active["compute"], active["comm"]
+        if c is None and m is None:
+            if any(queues.values()):
+                raise ValueError("pipeline deadlock: a task waits for one that never runs")
+            return list(zip(start, end))
+        rate_c = (1.0 / tasks[m].compute_x if m is not None else 1.0) if c is not None else 0.0
+        rate_m = (1.0 / tasks[m].comm_x if c is not None else 1.0) if m is not None else 0.0
+        dt = min(left[c] / rate_c if c is not None and rate_c > 0 else math.inf,
+                 left[m] / rate_m if m is not None and rate_m > 0 else math.inf)
+        now += dt
+        for i, rate, lane in ((c, rate_c, "compute"), (m, rate_m, "comm")):
+            if i is not None:
+                left[i] -= dt * rate
+                if left[i] <= _EPS * max(1.0, tasks[i].work_ms):
+                    end[i], active[lane] = now, None
 
 
 def default_buckets(grad_bytes: float, bucket_cap_mb: float) -> list:
