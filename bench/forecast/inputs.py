@@ -52,8 +52,9 @@ class Spread:
         if self.per == "block":
             return (f"one process ({self.n} blocks of its window: {shown} {unit}; the spread between processes is "
                     "not measured, --repeats 3 measures it)")
-        return f"{self.n} {self.per}{'es' if self.per == 'process' and self.n != 1 else 's' if self.n != 1 else ''} " \
-               f"({shown} {unit})"
+        if self.n == 1:
+            return f"one {self.per} ({shown} {unit})"
+        return f"{self.n} {self.per}{'es' if self.per == 'process' else 's'} ({shown} {unit})"
 
 
 @dataclass

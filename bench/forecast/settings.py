@@ -296,7 +296,7 @@ def point(s: Setting, inp: Inputs, count: int, machine: Machine) -> Point:
     base = math.nan
     if s.single is not None and s.single.summary.median_ms > 0:  # steps against steps (the forecast has no windows)
         base = s.single.global_batch / (s.single.summary.median_ms / 1e3)
-    eff = fc.efficiency(1.0, base, count, scaling) * sps if not math.isnan(base) else np.full(np.shape(sps), np.nan)
+    eff = np.asarray(sps) / (count * base) if base > 0 else np.full(np.shape(sps), np.nan)   # weak or strong alike: throughput is the measure
     p.samples_per_s, p.efficiency = fc.central(sps), fc.central(eff)
     figures = {"step_ms": step_ms, "samples_per_s": sps, "efficiency": eff}
     if p.memory is not None and np.ndim(inp.memory_x):

@@ -367,11 +367,3 @@ def bound_of(step: Step) -> str:
     compute."""
     big = [(v, name) for name, v in terms(step).items() if v > BOUND_SHARE * central(step.step_ms)]
     return max(big)[1] if big else "compute"
-
-
-def efficiency(samples_per_s: float, baseline_samples_per_s: float, count: int, scaling: str) -> float:
-    """Weak: throughput over count x the baseline's; strong: the same (the global batch is fixed, so throughput
-    is the measure either way)."""
-    if not baseline_samples_per_s or math.isnan(baseline_samples_per_s) or count <= 0:
-        return math.nan
-    return samples_per_s / (count * baseline_samples_per_s)
