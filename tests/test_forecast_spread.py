@@ -183,6 +183,9 @@ def test_where_scaling_stops_paying_is_said_with_the_range_of_counts_the_draws_g
     text = fo.recommendation(s, pts)
     assert f"past 8 GPUs on this network (between {lo} and {hi}), scaling stops paying" in text
     assert "bound there: straggler/jitter" in text
+    paying = [fs.Point(count=n, nodes=1, efficiency=0.9, draws={"efficiency": np.full(spread.DRAWS, 0.9)}) for n in (2, 4)]
+    assert fo.stop_range(paying) == (None, None)                    # no draw stops paying: beyond the counts
+    assert "(at the range's low end" not in fo.recommendation(s, paying)
 
 
 def test_what_ifs_that_all_land_on_the_same_count_say_the_network_does_not_set_it():

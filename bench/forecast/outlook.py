@@ -175,8 +175,8 @@ def stop_range(points: list, threshold: float = EFFICIENT) -> Optional[tuple]:
         return None
     effs = np.stack([p.draws["efficiency"] for p in known])            # (counts, draws)
     below = effs < threshold
-    first = np.where(below.any(axis=0), below.argmax(axis=0), len(known))  # index of the first count below, per draw
-    counts = np.array([0] + [p.count for p in known] + [np.inf])       # last ok: counts[first] (0 none, inf all)
+    first = np.where(below.any(axis=0), below.argmax(axis=0), len(known) + 1)  # the first count below, per draw
+    counts = np.array([0] + [p.count for p in known] + [np.inf])       # the last that pays: counts[first] (0: none)
     last = counts[first]
     lo, hi = (float(np.quantile(last, q, method=how)) for q, how in ((spread.LOW, "lower"), (spread.HIGH, "higher")))
     return tuple(None if math.isinf(v) else int(v) for v in (lo, hi))
