@@ -226,3 +226,30 @@ def test_every_forecast_series_of_a_plot_has_its_own_colour_and_an_assumption_is
     assert any("forecast, this network (interference assumed)" in t for t in labels)
     assert any("interference assumed, erred -20% to +0% where measured" in t for t in labels)
     assert any("range from the inputs' spreads" in t for t in labels)
+
+
+def test_a_version_5_store_migrates_and_its_interference_reads_with_its_spread_unknown(tmp_path):
+    from bench.store import forecasts, schema
+    path = str(tmp_path / "v5.sqlite")
+    v5 = (schema.SCHEMA.replace(", rounds_json TEXT", "")
+          .replace("forecast_step_ms_low REAL, forecast_step_ms_high REAL, in_range INTEGER,", ""))
+    assert v5 != schema.SCHEMA and "rounds_json" not in v5 and "in_range" not in v5
+    conn = sqlite3.connect(path)
+    conn.executescript(v5 + ";PRAGMA user_version = 5;")
+    conn.execute("INSERT INTO sweeps (sweep_id, started_at, status, command_line, config_json) VALUES (1, 't', "
+                 "'completed', 'bench', '{}')")
+    conn.execute("INSERT INTO results (result_id, sweep_id, config_key, mode, workload, strategy, device_type, "
+                 "device_count, per_device_batch, global_batch, status, spec_json) VALUES (1, 1, 'c', 'comm', "
+                 "'allreduce', 'comm', 'cpu', 2, 1, 2, 'ok', '{}')")
+    conn.execute("INSERT INTO interference (result_id, ranks, op, size_bytes, comm_alone_ms, comm_contended_ms, "
+                 "compute_slowdown, rounds) VALUES (1, 2, 'all_reduce', 1048576, 2.0, 6.0, 2.0, 5)")
+    conn.commit()
+    conn.close()
+    conn = store.connect(path)                                    # migrates to 6
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 6
+    ((count, nodes, rows),) = forecasts.read_interference(conn, 1)
+    conn.close()
+    assert rows[0]["rounds_json"] is None
+    inter = itf.from_rows(rows, "cpu")
+    assert inter.comm_x("all_reduce", 2**20, 2) == pytest.approx(3.0)
+    assert "spread unknown (its rounds were not stored: a store before version 6)" in itf.spread_words(inter)
