@@ -7,8 +7,13 @@ Each round, into a store of its own: sweep 1 trains single and DDP at 1 device a
 (`--comm-counts 2`: the collectives and their interference, no training there); sweep 2 trains DDP at 2; then
 `forecast --sweep 1 --against 2 --to 2` judges sweep 1's forecast by sweep 2's measurement (stored with basis
 "later sweep"). With --slurm the 2 are 2 nodes of 1 process (`--gpus-per-node 1`; run it inside a 2-node
-allocation). Flags after `--` go to both sweeps. It prints each round's line and the mean and worst |error|.
-Nothing here is part of the test command: a round takes one to several minutes.
+allocation). Flags after `--` go to both sweeps. It prints each round's line (the forecast's central value, its printed
+range, the measurement) and, over the rounds, what the forecast is judged on (issue 43): the mean and worst |error| of
+the central value (targets: mean <= 10%, worst <= 15%) and how many measurements fell inside the printed range
+(target: at least 4 of 5). Nothing here is part of the test command: a round takes one to several minutes.
+
+    .venv/bin/python scripts/forecast_rounds.py --rounds 5 -- --workloads synthetic
+    .venv/bin/python scripts/forecast_rounds.py --rounds 5 -- --workloads deeplabv3 --image-size 64 --per-device-batch 2
 """
 from __future__ import annotations
 
@@ -21,7 +26,9 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LINE = re.compile(r"x2: forecast ([\d.]+) ms from x1, measured ([\d.]+) ms: error ([+-][\d.]+)%")
+LINE = re.compile(r"x2: forecast ([\d.]+) ms from x1 \((?:range ([\d.]+)-([\d.]+) ms|no range[^)]*)\), measured "
+                  r"([\d.]+) ms: error ([+-][\d.]+)%, (inside|outside) the range")
+TARGETS = {"mean": 10.0, "worst": 15.0, "inside": 0.8}    # % of the measured step; share of rounds inside the range
 
 
 def bench(args: list) -> str:
@@ -41,7 +48,20 @@ def one_round(store: str, flags: list, slurm: bool) -> tuple:
     m = LINE.search(out)
     if not m:
         raise SystemExit(f"no held-out line in the forecast's output:\n{out}")
-    return float(m.group(1)), float(m.group(2)), float(m.group(3))
+    low, high = (float(v) if v else float("nan") for v in (m.group(2), m.group(3)))
+    return float(m.group(1)), low, high, float(m.group(4)), float(m.group(5)), m.group(6) == "inside"
+
+
+def summary(rounds: list) -> str:
+    """Over the rounds [(forecast, low, high, measured, error %, inside)]: the central value's mean and worst |error|,
+    its mean signed error, and how many measurements fell inside the printed range, against the targets."""
+    errors = [r[4] for r in rounds]
+    mean, worst = statistics.mean(abs(e) for e in errors), max(abs(e) for e in errors)
+    inside = sum(r[5] for r in rounds)
+    met = (mean <= TARGETS["mean"] and worst <= TARGETS["worst"] and inside >= TARGETS["inside"] * len(rounds))
+    return (f"{len(rounds)} rounds: mean |error| {mean:.1f}%, worst {worst:.1f}%, mean error {statistics.mean(errors):+.1f}%; "
+            f"{inside} of {len(rounds)} measured inside the printed range (targets: mean <= {TARGETS['mean']:g}%, worst <= "
+            f"{TARGETS['worst']:g}%, at least {TARGETS['inside']:.0%} inside: {'met' if met else 'not met'})")
 
 
 def main(argv: list) -> int:
@@ -55,16 +75,16 @@ def main(argv: list) -> int:
     p.add_argument("--folder", default=None, help="where the rounds' stores go (default: a new temporary folder)")
     ns = p.parse_args(argv)
     folder = ns.folder or tempfile.mkdtemp(prefix="forecast-rounds-")
-    errors = []
+    rounds = []
     for k in range(ns.rounds):
         store = os.path.join(folder, f"round{k + 1}.sqlite")
-        forecast_ms, measured_ms, err = one_round(store, flags, ns.slurm)
-        errors.append(err)
-        print(f"round {k + 1}: forecast {forecast_ms:.2f} ms, measured {measured_ms:.2f} ms, error {err:+.1f}% ({store})",
-              flush=True)
-    if errors:
-        print(f"{len(errors)} rounds: mean |error| {statistics.mean(abs(e) for e in errors):.1f}%, worst "
-              f"{max(abs(e) for e in errors):.1f}%, mean error {statistics.mean(errors):+.1f}%")
+        r = one_round(store, flags, ns.slurm)
+        rounds.append(r)
+        forecast_ms, low, high, measured_ms, err, inside = r
+        print(f"round {k + 1}: forecast {forecast_ms:.2f} ms (range {low:.2f}-{high:.2f}), measured {measured_ms:.2f} ms, "
+              f"error {err:+.1f}%, {'inside' if inside else 'outside'} the range ({store})", flush=True)
+    if rounds:
+        print(summary(rounds))
     return 0
 
 

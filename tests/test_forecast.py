@@ -85,6 +85,15 @@ def hand_store(tmp_path) -> str:
     return path
 
 
+def _rounds_script():
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "forecast_rounds.py")
+    spec_ = importlib.util.spec_from_file_location("forecast_rounds", path)
+    module = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(module)
+    return module
+
+
 def forecast(args: list, capsys) -> tuple:
     """./run_bench.sh forecast ARGS in this process (the dispatcher, its exit status): (status, stdout, stderr)."""
     rc = cli.main(["forecast", *args])
@@ -106,7 +115,10 @@ X2_FROM_X1 = 1.5 + 9 + 33.5 + 4.5
 def test_the_check_forecasts_x2_from_x1_on_the_machine_measured_at_x2_and_stores_its_basis(hand_store, capsys):
     rc, stdout, stderr = forecast(["--store", hand_store, "--to", "2,4"], capsys)
     assert rc == 0, stderr
-    assert f"forecast {X2_FROM_X1:.2f} ms from x1, measured 60.00 ms: error {X2_FROM_X1 / 60 - 1:+.1%}" in stdout
+    # one process of equal steps, rounds not kept: nothing measured twice, no range (said), and 60 ms outside it
+    assert (f"forecast {X2_FROM_X1:.2f} ms from x1 (no range: no input measured twice), measured 60.00 ms: error "
+            f"{X2_FROM_X1 / 60 - 1:+.1%}, outside the range") in stdout
+    assert "0 of 1 measured inside the range" in stdout
     assert "compute -8%" in stdout            # x1's 30 ms against x2's own 35 ms under no_sync, over 60 ms
     assert "basis: machine at x2" in stdout and "nothing of x2's training read" in stdout
     assert "memory 200 MiB against 220 measured (-9%" in stdout
@@ -156,7 +168,14 @@ def test_a_forecast_judged_by_a_later_sweep_reads_only_its_own(tmp_path, capsys)
     rc, stdout, stderr = forecast(["--store", path, "--sweep", "1", "--against", "2", "--to", "2"], capsys)
     assert rc == 0, stderr
     assert "held-out check: sweep 1's forecast against sweep 2's measurement" in stdout
-    assert f"forecast {X2_FROM_X1:.2f} ms from x1, measured 60.00 ms" in stdout and "basis: later sweep" in stdout
+    assert f"forecast {X2_FROM_X1:.2f} ms from x1 (no range: no input measured twice), measured 60.00 ms" in stdout
+    assert "basis: later sweep" in stdout
+    rounds = _rounds_script()                                      # scripts/forecast_rounds.py reads this very line
+    got = rounds.one_round.__globals__["LINE"].search(stdout)
+    assert got and float(got.group(1)) == pytest.approx(X2_FROM_X1, abs=0.01) and got.group(6) == "outside"
+    said = rounds.summary([(48.5, 40.0, 60.0, 50.0, -3.0, True)] * 4 + [(48.5, 40.0, 45.0, 60.0, -19.2, False)])
+    assert said == ("5 rounds: mean |error| 6.2%, worst 19.2%, mean error -6.2%; 4 of 5 measured inside the printed range "
+                    "(targets: mean <= 10%, worst <= 15%, at least 80% inside: not met)")
     row = sqlite3.connect(path).execute("SELECT sweep_id, judged_sweep, error FROM forecasts").fetchone()
     assert row[:2] == (1, 2) and row[2] == pytest.approx(X2_FROM_X1 / 60 - 1)
     rc, _, err = forecast(["--store", path, "--sweep", "2", "--against", "1"], capsys)
@@ -211,18 +230,21 @@ def test_a_store_without_a_network_is_refused_before_anything_is_printed_and_lef
     assert rc == 0 and "basis: held out: nothing of x2 or above (the network typed" in out
 
 
-def test_the_report_draws_the_forecast_and_its_check_with_the_checks_own_band(hand_store, tmp_path):
+def test_the_report_draws_the_forecast_with_its_range_and_its_check(hand_store, tmp_path):
     from bench.report import report
     out = report.render(hand_store, plots_dir=str(tmp_path / "plots"), report_dir=str(tmp_path / "rep"))
     md = open(out["markdown"]).read()
     section = md.split("## Forecast past the measured counts")[1].split("\n## ")[0]
     err = X2_FROM_X1 / 60 - 1
-    assert f"checked at x2 with errors {err:+.0%} to +0%" in section
+    assert f"checked at x2 with errors {err:+.0%}, 0 of 1 inside the range" in section
     for name in ("synthetic_forecast.png", "synthetic_forecast_memory.png"):
         assert os.path.isfile(tmp_path / "plots" / name) and name in section
-    assert f"| synthetic DDP [fp32] | 2 | 1 | {X2_FROM_X1:.2f} | 60.00 | {err:+.1%} | -9% | machine at x2" in section
-    assert "| synthetic DDP [fp32] | 1024 | 512 |" in section
-    assert "| synthetic DataParallel [fp32] | 1024 | 512 | – | – | – | – | DataParallel is one process driving" in section
+    assert (f"| synthetic DDP [fp32] | 2 | 1 | {X2_FROM_X1:.2f} | {X2_FROM_X1:.2f}-{X2_FROM_X1:.2f} | 60.00 | {err:+.1%} | "
+            "no | -9% | machine at x2") in section
+    assert "| synthetic DDP [fp32] | 1024 | 512 |" in section and "| setting | devices | nodes | step ms |" in section
+    assert ("| synthetic DataParallel [fp32] | 1024 | 512 | – | – | – | – | refused: DataParallel is one process driving"
+            in section)
+    assert "range (5%-95% of 400 draws, seed 0)" in section and "one process" in section
 
 
 # ---------------------------------------------------------------- real sweeps
@@ -248,9 +270,10 @@ def test_a_real_two_process_sweep_stores_bucket_times_and_the_forecast_checks_it
     assert all(p == pytest.approx(n * 4 / 2**20) and o == p and 0 < b < peak for p, o, b, peak, n in state)
     f = run_bench(["forecast", "--store", path, "--to", "4,16"])
     assert f.returncode == 0, f.stderr
-    m = re.search(r"synthetic ddp \[fp32\] x2: forecast ([\d.]+) ms from x1, measured ([\d.]+) ms: error ([+-][\d.]+)%", f.stdout)
+    m = re.search(r"synthetic ddp \[fp32\] x2: forecast ([\d.]+) ms from x1 \(.*?\), measured ([\d.]+) ms: error "
+                  r"([+-][\d.]+)%, (inside|outside) the range", f.stdout)
     assert m, f.stdout
-    forecast_ms, measured_ms, err = map(float, m.groups())
+    forecast_ms, measured_ms, err = map(float, m.groups()[:3])
     rounding = 100 * forecast_ms / measured_ms * (0.005 / forecast_ms + 0.005 / measured_ms)  # both printed to 0.01 ms
     assert err == pytest.approx((forecast_ms / measured_ms - 1) * 100, abs=0.1 + rounding)
     assert "basis: machine at x2" in f.stdout and "interference measured (at 2 ranks)" in f.stdout
@@ -266,7 +289,12 @@ def test_the_held_out_procedure_on_real_sweeps_prints_its_error(held_out_pair):
     assert p.returncode == 0, p.stdout + p.stderr
     f = run_bench(["forecast", "--store", path, "--sweep", "1", "--against", "2", "--to", "2"])
     assert f.returncode == 0, f.stderr
-    m = re.search(r"x2: forecast ([\d.]+) ms from x1, measured ([\d.]+) ms: error ([+-][\d.]+)%.*\n\s+basis: later sweep", f.stdout)
+    m = re.search(r"x2: forecast ([\d.]+) ms from x1 \(range ([\d.]+)-([\d.]+) ms\), measured ([\d.]+) ms: error "
+                  r"([+-][\d.]+)%, (inside|outside) the range.*\n\s+basis: later sweep", f.stdout)
     assert m, f.stdout
+    forecast_ms, low, high, measured_ms = map(float, m.groups()[:4])
+    assert low <= forecast_ms <= high and (m.group(6) == "inside") == (low <= measured_ms <= high)
     assert "interference measured (at 2 ranks)" in f.stdout
+    # v6 keeps the interference's rounds: the range rests on them (the x1 run's 3 steps tell no spread)
+    assert re.search(r"interference's spread: each size's [\d-]+ rounds resampled", f.stdout)
     print(f"\nheld-out on this machine (x1 + the machine at 2, judged by a later x2): {m.group(0).splitlines()[0].strip()}")

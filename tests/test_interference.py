@@ -2,6 +2,7 @@
 driver's events against a stand-in device API, and the real rows of the session's quick sweep."""
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -64,6 +65,8 @@ def test_the_microbenchmark_recovers_known_slowdowns_from_a_stand_in(comm_x, com
     chunk_ms = driver.chunks_ms(5) / 5
     row = ri.measure(driver, chunk_ms, torch.device("cpu"), rounds=3, budget_s=6.0)
     assert row["rounds"] == 3
+    kept = json.loads(row["rounds_json"])          # every valid round's raw times, the forecast's spread (store v6)
+    assert len(kept) == 3 and sorted(r[0] for r in kept)[1] == pytest.approx(row["comm_alone_ms"])
     assert row["comm_alone_ms"] == pytest.approx(100.0, rel=0.15)
     assert row["comm_slowdown"] == pytest.approx(comm_x, rel=0.15)
     assert row["compute_slowdown"] == pytest.approx(compute_x, rel=0.15)

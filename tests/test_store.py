@@ -250,7 +250,7 @@ def test_a_version_4_store_gains_the_state_columns_optimizer_interference_and_he
     """)
     conn.close()
     conn = store.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 6
     assert tuple(conn.execute("SELECT optimizer FROM results").fetchone()) == ("sgd",)
     assert tuple(conn.execute("SELECT peak_rss_mib, params_mib, baseline_rss_mib FROM memory").fetchone()) == (700.0, None, None)
     # an old check judged its own sweep; a held-out check of a later sweep is a row of its own

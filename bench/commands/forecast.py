@@ -1,6 +1,7 @@
 """`./run_bench.sh forecast`: past the devices the sweep had. Reads a stored sweep (no GPU, seconds) and forecasts,
 for each DDP, FSDP (ZeRO, HSDP) and DataParallel setting it measured, the step, samples/s, scaling efficiency and
-memory per device at the counts asked, on the network named, with what limits each point; then checks itself.
+memory per device at the counts asked, each with its range (bench.forecast.spread), on the network named, with what
+limits each point; then checks itself (whether each measurement fell inside the range).
 
     ./run_bench.sh forecast                                   # the latest sweep, 2..1024 devices
     ./run_bench.sh forecast --to 16,64,256,1024 --network h100
@@ -25,6 +26,7 @@ from bench.forecast import outlook as fo
 from bench.forecast import settings as fs
 from bench.forecast import memory as mm
 from bench.forecast import network as nw
+from bench.forecast import spread
 from bench.analysis.reference import REFERENCE_IMAGES
 from bench.config import ConfigError, finite
 from bench.store import forecasts, store
@@ -84,12 +86,11 @@ def parse(argv: list) -> argparse.Namespace:
     return ns
 
 
-def _fmt(v: float, spec: str) -> str:
-    """v in `spec`; a missing value as '-' in the same width."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        width = "".join(ch for ch in spec.split(".")[0] if ch.isdigit())
-        return "-".rjust(int(width) if width else 0)
-    return format(v, spec)
+def table(headers: list, rows: list) -> str:
+    """Columns right-aligned to their widest cell, the last (words) left-aligned, each line indented by two."""
+    widths = [max(len(str(r[i])) for r in [headers] + rows) for i in range(len(headers))]
+    line = lambda r: "  " + " ".join(str(c).rjust(w) for c, w in zip(r[:-1], widths)) + "  " + str(r[-1])  # noqa: E731
+    return "\n".join(line(r) for r in [headers] + rows)
 
 
 def budget_mib(ns, sweep) -> float | None:
@@ -159,30 +160,25 @@ def main(argv: list) -> int:
             print(f"  not forecast: {inp}")
             continue
         print("  rests on: " + "; ".join(fo.rests_on(s, inp, m)))
-        print(f"  {'devices':>7} {'nodes':>5} {'step_ms':>9} {'samples/s':>10} {'efficiency':>10} {'MiB/dev':>8}  bound")
-        for n, c in s.configs.items():
-            raw = s.raws.get(c.key)
-            print(f"  {n:>7} {c.nodes:>5} {_fmt(c.summary.median_ms, '9.1f')} {_fmt(c.samples_per_s, '10.1f')} "
-                  f"{fo.shown_efficiency(s, c.efficiency, n):>10} {_fmt(raw.peak_mib if raw else None, '8.0f')}  measured")
-        pts = fo.series(s, inp, ns.to, m)
-        for p in pts:
-            if p.refused:
-                print(f"  {p.count:>7} {p.nodes:>5} {'-':>9} {'-':>10} {'-':>10} {'-':>8}  refused: {p.refused}")
-            else:
-                mem = p.memory.total_mib if p.memory else math.nan
-                print(f"  {p.count:>7} {p.nodes:>5} {p.step_ms:9.1f} {p.samples_per_s:10.1f} "
-                      f"{fo.shown_efficiency(s, p.efficiency, p.count):>10} {_fmt(mem, '8.0f')}  {p.bound}"
-                      f"{' (' + p.algorithm + ')' if p.algorithm and p.bound == 'exposed communication' else ''}")
-        moves = [(what, fo.first_below(pts)) for what, pts in fo.what_ifs(s, inp, m, grid)]
+        print(f"  {spread.words(inp, m)}")
+        assumed = fk.assumed_words(m, fk.validate(s, f.runs, ns.preset, ns.levels, ""))
+        if assumed:
+            print(f"  {assumed}")
+        whatifs = fo.what_ifs(s, inp, m, grid)
+        pts = [p for p in whatifs[0][1] if p.count in ns.to]
+        rows = [fo.cells(s, fo.measured_point(s, n)) for n in s.configs] + [fo.cells(s, p) for p in pts]
+        print(table([h for h, _ in fo.COLUMNS], rows))
         print(f"  efficiency under {fo.EFFICIENT:.0%} from: " + "; ".join(
-            f"{what}: {n if n else 'not up to ' + str(grid[-1])}" for what, n in moves))
-        print("  " + fo.recommendation(s, fo.series(s, inp, grid, m)))
+            f"{what}: {n if n else 'not up to ' + str(grid[-1])}" for what, n in ((w, fo.first_below(p)) for w, p in whatifs)))
+        print("  " + fo.recommendation(s, whatifs[0][1], whatifs))
         if price is not None:
             print("  " + cost_line(s, pts, price, ns.prices.unit()))
-        mems = [p.memory for p in fo.series(s, inp, grid, m) if p.memory is not None]
+        mems = [p.memory for p in whatifs[0][1] if p.memory is not None]
         if mems:
             print(f"  memory: {mm.fit_words(mems, budget, s.strategy)}; at {mems[-1].count}: "
-                  + ", ".join(f"{k} {v:.0f}" for k, v in mems[-1].parts.items()) + " MiB")
+                  + ", ".join(f"{k} {v:.0f}" for k, v in mems[-1].parts.items()) + " MiB"
+                  + (f", CUDA context, NCCL and the allocator's cache {mems[-1].runtime_mib:.0f} MiB (measured at "
+                     f"x{inp.memory.count}; NCCL's buffers grow with its peers: not modelled)" if mems[-1].runtime_mib else ""))
     return _check(ns, f, judged)
 
 
@@ -210,13 +206,20 @@ def _check(ns, f, judged) -> int:
                  if r.get("compute_error") is not None else "")
         mem = (f"; memory {r['forecast_mem_mib']:.0f} MiB against {r['measured_mem_mib']:.0f} measured "
                f"({r['mem_error']:+.0%}, {r['mem_method']})" if r.get("mem_error") is not None else "")
-        print(head + f"forecast {r['forecast_step_ms']:.2f} ms from x{r['from_counts']}, measured "
-              f"{r['measured_step_ms']:.2f} ms: error {r['error']:+.1%}{split}{mem}\n      basis: {r['basis']}"
+        lo, hi = r.get("forecast_step_ms_low"), r.get("forecast_step_ms_high")
+        ranged = (" (no range: no input measured twice)" if lo is None or f"{lo:.2f}" == f"{hi:.2f}" else
+                  f" (range {lo:.2f}-{hi:.2f} ms)")
+        inside = {1: ", inside the range", 0: ", outside the range"}.get(r.get("in_range"), "")
+        print(head + f"forecast {r['forecast_step_ms']:.2f} ms from x{r['from_counts']}{ranged}, measured "
+              f"{r['measured_step_ms']:.2f} ms: error {r['error']:+.1%}{inside}{split}{mem}\n      basis: {r['basis']}"
               + (f"\n      beyond {fk.CHECK_TARGET:.0%}: {r['why']}" if r["why"] else ""))
     if done:
         errs = [abs(r["error"]) for r in done]
+        ranged = [r for r in done if r.get("in_range") is not None]
         print(f"  {len(done)} configuration(s) checked: mean |error| {sum(errs) / len(errs):.1%}, max {max(errs):.1%} "
-              f"(published: dPRO 14%, vTrain 8.4-14.7%, Lumos 3.3%); stored in the forecasts table of {ns.store}")
+              f"(published: dPRO 14%, vTrain 8.4-14.7%, Lumos 3.3%); "
+              + (f"{sum(r['in_range'] for r in ranged)} of {len(ranged)} measured inside the range; " if ranged else "")
+              + f"stored in the forecasts table of {ns.store}")
         conn = store.connect(ns.store)
         try:
             forecasts.write_validation(conn, f.sid, done)

@@ -7,6 +7,8 @@ the counts it did. Pure: it reads no store and runs no torch; bench.analysis.for
     memory        memory per device at any count, for every strategy
     inputs        a configuration's stored rows turned into the model's inputs
     settings      a stored sweep's settings (workload, strategy, precision, options) and the forecast at any count
+    spread        the range: every measured input drawn from its own repeated measurements, the model run on the draws
     check         the forecast set beside measured counts, reading nothing of the count it judges but its basis
-    outlook       what the forecast says: the network, a series over counts, what-ifs, where scaling stops paying
+    outlook       what the forecast says: the network, a series over counts, what-ifs, where scaling stops paying, the
+                  table's columns
 """

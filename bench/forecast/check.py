@@ -13,7 +13,9 @@ Basis of a check at count n (stored with each row, printed beside it):
                       --comm-counts 2` gives: nothing of x n's training read)
   later sweep         the forecast read only an earlier sweep (its training and its machine measurements); the
                       measurement judged is another sweep's (`forecast --against SWEEP`)
-Where no basis exists (no network below and none at x n) the row says why and holds no error.
+Where no basis exists (no network below and none at x n) the row says why and holds no error. Each row holds the
+forecast's range (bench.forecast.spread) and whether the measurement fell inside it; `assumed_words` says what a
+forecast assumed and how far it erred where the sweep measured a count.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from typing import Optional
 from bench.forecast import settings as fs
 from bench.forecast import interference as itf
 from bench.forecast import network as nw
+from bench.forecast import spread
 from bench.config import ConfigError
 
 CHECK_TARGET = 0.10                  # errors beyond 10% are called out, with what the model left out
@@ -65,17 +68,21 @@ def _basis(runs: Runs, n: int, explicit: dict) -> tuple:
 
 def _row(s: fs.Setting, target, inp, machine: fs.Machine, basis: str, judged_sweep, created_at: str, raw) -> dict:
     n = target.device_count
-    p = fs.point(s, inp, n, machine)
+    p = fs.series(s, inp, (n,), machine, spread.DRAWS)[0]
+    lo, hi = p.range_of("step_ms")
+    measured = target.summary.median_ms
     row = {"config_key": target.key, "workload": s.workload, "strategy": s.strategy, "variant": s.variant,
-           "device_count": n, "measured_step_ms": target.summary.median_ms, "judged_sweep": judged_sweep,
+           "device_count": n, "measured_step_ms": measured, "judged_sweep": judged_sweep,
            "measured_samples_per_s": target.samples_per_s, "created_at": created_at, "basis": basis,
            "from_counts": ",".join(map(str, inp.from_counts)), "forecast_step_ms": p.step_ms,
-           "forecast_samples_per_s": p.samples_per_s, "error": p.step_ms / target.summary.median_ms - 1,
+           "forecast_step_ms_low": None if math.isnan(lo) else lo, "forecast_step_ms_high": None if math.isnan(hi) else hi,
+           "in_range": None if math.isnan(lo) else int(lo <= measured <= hi),
+           "forecast_samples_per_s": p.samples_per_s, "error": p.step_ms / measured - 1,
            "network": f"node: {machine.net.node.source}" + (f"; net: {machine.net.net.source}" if machine.gpus_per_node < n
                                                             else "") + f"; {inp.inter.words()}"}
     mine = raw.no_sync if s.strategy in ("ddp", "zero") and raw is not None else None
     if mine:
-        compute = inp.compute.slowed(inp.inter.co_run_x(n, target.nodes) / inp.co_run_base)
+        compute = inp.compute.slowed(machine.inter.co_run_x(n, target.nodes) / inp.co_run_base)
         row["compute_error"] = (compute.total_ms - (mine["step_ms"] - mine.get("buffers_ms", 0.0))) / target.summary.median_ms
     again = raw.sync if raw is not None and s.strategy in ("ddp", "zero") else None
     row["noise"] = again["step_ms"] / target.summary.median_ms - 1 if again else None
@@ -152,6 +159,27 @@ def why(row: dict, inp: fs.Inputs, own: Optional[dict]) -> str:
 
 
 def band(rows: list) -> tuple:
-    """(lowest, highest) signed error of the checked rows, each side at least 0: the forecast line's band."""
+    """(lowest, highest) signed error of the checked rows, each side at least 0: how far the forecast erred where the
+    sweep measured a count, which is all that is known of an assumption's error (interference not measured, a level
+    not measured): the band drawn beside the range for such a forecast."""
     errs = [r["error"] for r in rows if r.get("error") is not None and not math.isnan(r["error"])]
     return (min(0.0, min(errs)), max(0.0, max(errs))) if errs else (math.nan, math.nan)
+
+
+def assumed_words(machine: fs.Machine, rows: list) -> str:
+    """For a forecast resting on an assumption (interference not measured, the network between nodes not measured):
+    what it is, which way it errs, and how far the forecast erred where this sweep measured a count; '' for none."""
+    what = []
+    if not machine.inter.measured:
+        what.append("interference " + ("none" if machine.inter.assumed_compute_x == 1.0 else "serial"))
+    if not machine.net.net.measured and any(r.get("device_count", 0) > machine.gpus_per_node for r in rows):
+        what.append("the network between nodes")
+    if not what:
+        return ""
+    checked = [r for r in rows if r.get("error") is not None and not math.isnan(r["error"])]
+    lo, hi = band(checked)
+    where = (f"where this sweep measured x{','.join(str(r['device_count']) for r in checked)} the forecast erred "
+             f"{min(r['error'] for r in checked):+.0%} to {max(r['error'] for r in checked):+.0%} (drawn as its band, "
+             f"{lo:+.0%} to {hi:+.0%})" if checked else "not checked: this sweep measured no count to hold it to, so "
+             "how far it errs is unknown here")
+    return f"assumed, not measured: {' and '.join(what)}: outside the range; {where}"

@@ -18,13 +18,19 @@ residuals in log space with a soft-L1 loss: scipy's least_squares), so that no s
 comm_x = contended / alone and compute_x = contended / (contended - lost). A rank count not measured takes the
 nearest measured one's slowdowns (said so); there the collective's own time is the network model's. Not measured at
 all: on GPUs assumed none (1.0: NCCL's kernels share SMs and memory bandwidth with backward, a cost this
-assumption leaves out), on CPU assumed serial (the collective at full speed, computation stopped while it runs:
-the old no-overlap bound), both named "assumed" in the forecast's words.
+assumption leaves out: it errs fast), on CPU assumed serial (the collective at its lone speed, computation stopped
+while it runs); both are named "assumed" in the forecast's words, never a bound, and the check says how far they
+erred where the sweep measured a count (bench.forecast.check).
+
+The spread (`redraw`): each row keeps its valid rounds (rounds_json); a draw resamples each size's rounds, takes their
+medians and carries their deviation from the rounds' own medians onto the robust lines (linear in log size between
+measured sizes); the co-run slowdown likewise from its rounds. Row 0 of a drawn copy is the measured central.
 """
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
@@ -61,19 +67,56 @@ def fit_line(points: list) -> Optional[Line]:
 
 @dataclass(frozen=True)
 class Fitted:
-    """One (collective, ranks): its lines and the sizes they were fitted over."""
+    """One (collective, ranks): its lines, the sizes they were fitted over, each size's rounds (alone, contended, lost
+    per valid round, where stored) and, in a drawn copy (`redraw`), each draw's deviation from the rounds' medians."""
     alone: Line
     contended: Line
     lost: Line
     sizes: tuple
+    rounds: tuple = ()               # per size (in `sizes` order): ((alone, contended, lost), ...) per round
+    deviation: Optional[np.ndarray] = None   # (draws, sizes, 3): a draw's medians less the rounds' medians
 
-    def comm_x(self, size: float) -> float:
-        return max(1.0, self.contended(size) / max(self.alone(size), 1e-9))
+    def _at(self, size: float) -> tuple:
+        """(alone, contended, lost) ms at `size`: the lines, plus a drawn copy's deviation interpolated between sizes."""
+        a, c, lost = self.alone(size), self.contended(size), self.lost(size)
+        if self.deviation is None:
+            return a, c, lost
+        xs, x = np.log(np.maximum(np.asarray(self.sizes, dtype=float), 1.0)), math.log(max(size, 1.0))
+        if len(xs) > 1:  # linear in log size between the two measured sizes around it, flat past the ends
+            i = int(np.clip(np.searchsorted(xs, x), 1, len(xs) - 1))
+            w = float(np.clip((x - xs[i - 1]) / (xs[i] - xs[i - 1]), 0.0, 1.0)) if xs[i] > xs[i - 1] else 1.0
+            d = (1 - w) * self.deviation[:, i - 1, :] + w * self.deviation[:, i, :]
+        else:
+            d = self.deviation[:, 0, :]
+        a = np.maximum(a + d[:, 0], 1e-6)
+        c = np.maximum(c + d[:, 1], 1e-6)
+        return a, c, np.clip(lost + d[:, 2], 0.0, None)
 
-    def compute_x(self, size: float) -> float:
-        c = self.contended(size)
-        lost = min(self.lost(size), c * (1 - 1 / STOPPED))
-        return max(1.0, c / (c - lost))
+    def alone_ms(self, size: float):
+        return self._at(size)[0]
+
+    def comm_x(self, size: float):
+        a, c, _ = self._at(size)
+        return np.maximum(1.0, c / np.maximum(a, 1e-9))
+
+    def compute_x(self, size: float):
+        _, c, lost = self._at(size)
+        lost = np.minimum(lost, c * (1 - 1 / STOPPED))
+        return np.maximum(1.0, c / (c - lost))
+
+
+def round_values(row: dict) -> list:
+    """A stored interference row's valid rounds as (alone, contended, lost) ms (rounds_json; [] where not stored):
+    lost, the load's time lost while the collective ran, from that round's own slowdown (bench.rank.interference)."""
+    out = []
+    for r in json.loads(row.get("rounds_json") or "[]"):
+        if len(r) != 4:
+            continue
+        alone, comm, load, load_alone = (float(v) for v in r)
+        extra = load - load_alone
+        x = comm / (comm - extra) if comm > extra else STOPPED
+        out.append((alone, comm, comm * (1 - 1 / min(max(1.0, x), STOPPED))))
+    return out
 
 
 @dataclass(frozen=True)
@@ -84,6 +127,7 @@ class Interference:
     assumed_compute_x: float = 1.0
     assumption: str = ""
     source: str = ""                              # where the measured figures come from (counts, load)
+    co_rounds: dict = field(default_factory=dict)  # (ranks, nodes) -> the co-run's slowdown per round
 
     @property
     def measured(self) -> bool:
@@ -103,7 +147,7 @@ class Interference:
     def alone_ms(self, op: str, size_bytes: float, ranks: int, nodes: int = 1) -> Optional[float]:
         """The collective alone as a step issues it, where measured at exactly this count and node count; else None."""
         f = self._fitted(op, ranks, nodes)
-        return f.alone(size_bytes) if f is not None else None
+        return f.alone_ms(size_bytes) if f is not None else None
 
     def comm_x(self, op: str, size_bytes: float, ranks: int) -> float:
         f = self._fitted(op, ranks)
@@ -145,35 +189,86 @@ class Interference:
 
 
 def assumed(device_type: str) -> Interference:
+    """Not measured: an assumption, said as one, never as a bound (which way it errs in words; by how much where the
+    suite measured it is the check's: bench.forecast.check)."""
     if device_type == "cuda":
         return Interference(assumption="interference assumed none (not measured: collectives and backward taken not "
-                                       "to slow each other; a sweep with --interference measures it)")
-    return Interference(assumed_compute_x=math.inf, assumption="interference assumed serial (not measured: on CPU the "
-                        "collectives were taken to stop backward while they run, the no-overlap bound; a sweep with "
-                        "--interference measures it)")
+                                       "to slow each other, which errs fast wherever they share the GPU's SMs and "
+                                       "memory; not a bound; a sweep with --interference measures it)")
+    return Interference(assumed_compute_x=math.inf, assumption="interference assumed serial (not measured: computation "
+                        "taken to stop while a collective runs, the collective at its lone speed; not a bound: beside "
+                        "computation collectives also run slower and ranks slow each other, so it errs either way; a "
+                        "sweep with --interference measures it)")
 
 
 def from_rows(rows: list, device_type: str, source: str = "") -> Interference:
     """The lookup from interference rows {op, ranks, nodes, size_bytes, comm_alone_ms, comm_contended_ms,
-    compute_slowdown} (nodes: of the comm run the row came from, 1 where absent)."""
+    compute_slowdown, rounds_json} (nodes: of the comm run the row came from, 1 where absent)."""
     points: dict = {}
+    rounds: dict = {}
     co_run: dict = {}
+    co_rounds: dict = {}
     for r in rows:
         x = r.get("compute_slowdown")
         if r.get("op") == "co_run":
             if x is not None:
-                co_run[(int(r["ranks"]), int(r.get("nodes") or 1))] = max(1.0, float(x))
+                key = (int(r["ranks"]), int(r.get("nodes") or 1))
+                co_run[key] = max(1.0, float(x))
+                ratios = [t / s for s, t in (json.loads(r.get("rounds_json") or "[]")) if s and s > 0]
+                if ratios:
+                    co_rounds[key] = tuple(ratios)
             continue
         if x is None or not r.get("comm_alone_ms") or not r.get("comm_contended_ms"):
             continue
         contended = float(r["comm_contended_ms"])
-        points.setdefault((r["op"], int(r["ranks"]), int(r.get("nodes") or 1)), []).append(
+        key = (r["op"], int(r["ranks"]), int(r.get("nodes") or 1))
+        points.setdefault(key, []).append(
             (float(r["size_bytes"]), float(r["comm_alone_ms"]), contended, contended * (1 - 1 / max(1.0, float(x)))))
+        rounds.setdefault(key, {})[float(r["size_bytes"])] = tuple(round_values(r))
     table = {}
     for key, pts in points.items():
         lost = fit_line([(s, l) for s, _, _, l in pts if l > 0]) or Line(0.0, 0.0)
+        sizes = tuple(sorted(s for s, _, _, _ in pts))
+        kept = tuple(rounds[key].get(size, ()) for size in sizes)
         table[key] = Fitted(fit_line([(s, a) for s, a, _, _ in pts]), fit_line([(s, c) for s, _, c, _ in pts]), lost,
-                            tuple(sorted(s for s, _, _, _ in pts)))
+                            sizes, kept if all(kept) else ())
     if not table:
         return assumed(device_type)
-    return Interference(table=table, co_run=co_run, source=source)
+    return Interference(table=table, co_run=co_run, source=source, co_rounds=co_rounds)
+
+
+def _medians(values: np.ndarray, rng: np.random.Generator, draws: int) -> np.ndarray:
+    """(draws + 1, ...) medians of `values` (rounds first) resampled with replacement; row 0 their own median."""
+    n = values.shape[0]
+    picks = values[rng.integers(0, n, size=(draws, n))]
+    return np.concatenate([np.median(values, axis=0)[None], np.median(picks, axis=1)])
+
+
+def redraw(inter: Interference, rng: np.random.Generator, draws: int) -> Interference:
+    """A copy whose figures are arrays over draws + 1 (row 0 the measured central): each size's rounds resampled, their
+    medians' deviation from the rounds' own carried onto the fitted lines; the co-run slowdown the median of its
+    resampled rounds. A measurement without stored rounds keeps its figures (its spread unknown: `spread_words`)."""
+    table = {}
+    for key, f in inter.table.items():
+        if not f.rounds:
+            table[key] = f
+            continue
+        dev = np.stack([(lambda m: m - m[0])(_medians(np.asarray(r, dtype=float), rng, draws)) for r in f.rounds], axis=1)
+        table[key] = replace(f, deviation=dev)
+    co = dict(inter.co_run)
+    for key, ratios in inter.co_rounds.items():
+        m = _medians(np.asarray(ratios, dtype=float), rng, draws)
+        co[key] = np.maximum(1.0, inter.co_run[key] * m / m[0])
+    return replace(inter, table=table, co_run=co)
+
+
+def spread_words(inter: Interference) -> str:
+    """What the interference's spread rests on."""
+    if not inter.measured:
+        return ""
+    kept = [f for f in inter.table.values() if f.rounds]
+    if not kept:
+        return "interference's spread unknown (its rounds were not stored: a store before version 6)"
+    n = sorted({len(r) for f in kept for r in f.rounds})
+    return (f"interference's spread: each size's {n[0]}{'-' + str(n[-1]) if n[-1] != n[0] else ''} rounds resampled"
+            + (f", the co-run's {len(next(iter(inter.co_rounds.values())))} rounds" if inter.co_rounds else ""))

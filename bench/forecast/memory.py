@@ -21,6 +21,10 @@ Per strategy at n devices (s: HSDP's shard size, the devices it shards over):
     zero                P + G + O / n + Bk + A             (ZeroRedundancyOptimizer shards the optimizer state)
     fsdp                (P + G + O) / n + gathered + A
     hsdp                (P + G + O) / s + gathered + A
+On CUDA what runs out is the device level: the CUDA context, NCCL's buffers and the allocator's cache beside the
+tensors. Where nvidia-smi's process level was measured (bench.rank.memory) its excess over the allocator's peak is
+carried as it was measured (`runtime_mib`; NCCL's buffers grow with its peers, which this does not model) and the
+device level (`Memory.device_mib`) is what the budget holds; the check holds the allocator's peak to the forecast's.
 On CPU the peak RSS cannot be reset after the model is built, so a rank's RSS peak holds the whole model once
 however it is sharded later (FSDP, HSDP build it whole, then shard): the check's forecast on CPU is the larger of the
 steady state and that construction floor (P + A), said so.
@@ -48,6 +52,8 @@ class Base:
     method: str = ""
     device_type: str = "cpu"
     samples: float = 0.0             # samples per rank at the measured count (strong scaling scales A)
+    peak_mib: float = 0.0            # the measured peak the rest was read from
+    runtime_mib: Optional[float] = None   # CUDA: the device level beyond the allocator's peak (context, NCCL, cache)
 
 
 @dataclass
@@ -55,10 +61,17 @@ class Memory:
     count: int
     parts: dict = field(default_factory=dict)        # term -> MiB
     floor_mib: float = 0.0                           # CPU: the whole model once, before sharding (RSS peak)
+    runtime_mib: float = 0.0                         # CUDA: the context, NCCL's buffers, the allocator's cache
 
     @property
     def total_mib(self) -> float:
+        """The allocator's steady state (CPU: the RSS over the baseline): what the check holds the measured peak to."""
         return sum(self.parts.values())
+
+    @property
+    def device_mib(self) -> float:
+        """The device level (CUDA: the CUDA context and NCCL's buffers included): what runs out, held to the budget."""
+        return self.total_mib + self.runtime_mib
 
     @property
     def checked_mib(self) -> float:
@@ -76,7 +89,7 @@ def shards(strategy: str, count: int, options: dict) -> int:
 
 
 def base_of(strategy: str, count: int, options: dict, state: dict, peak_mib: Optional[float], method: str,
-            units_bytes: list, device_type: str, samples: float) -> Optional[Base]:
+            units_bytes: list, device_type: str, samples: float, runtime_mib: Optional[float] = None) -> Optional[Base]:
     """The Base of a configuration from its counted state and measured peak; None without both."""
     if not state or peak_mib is None or not all(k in state for k in ("params_mib", "grads_mib", "optimizer_mib")):
         return None
@@ -87,7 +100,7 @@ def base_of(strategy: str, count: int, options: dict, state: dict, peak_mib: Opt
     gathered = _gathered([u / 2**20 for u in units_bytes], p, g, k, options) if strategy in ("fsdp", "hsdp") else 0.0
     counted = state["params_mib"] + state["grads_mib"] + state["optimizer_mib"] + bk + gathered
     return Base(count, strategy, p, g, o, bk, max(0.0, peak_mib - counted), tuple(u / 2**20 for u in units_bytes),
-                method, device_type, samples)
+                method, device_type, samples, peak_mib, runtime_mib)
 
 
 def _gathered(units_mib: list, params_mib: float, grads_mib: float, k: int, options: dict) -> float:
@@ -115,18 +128,18 @@ def per_device(base: Base, strategy: str, count: int, options: dict, scaling: st
         parts["gathered units"] = _gathered(list(base.units_mib), base.params_mib, base.grads_mib, k, options)
     parts["activations and the rest (measured)"] = rest
     floor = base.params_mib + rest if base.device_type == "cpu" and k > 1 else 0.0
-    return Memory(count, parts, floor)
+    return Memory(count, parts, floor, base.runtime_mib or 0.0)
 
 
 def fits(memory: Memory, budget_mib: Optional[float]) -> Optional[bool]:
-    return None if budget_mib is None or math.isnan(budget_mib) else memory.total_mib <= budget_mib
+    return None if budget_mib is None or math.isnan(budget_mib) else memory.device_mib <= budget_mib
 
 
 def fit_words(points: list, budget_mib: Optional[float], strategy: str) -> str:
     """'fits at every count' / 'fits from N devices' / 'does not fit up to N', over [Memory] in count order."""
     if budget_mib is None:
         return "no memory budget: --memory-budget-gib (CUDA: the device's memory) sets one"
-    ok = [m.count for m in points if m.total_mib <= budget_mib]
+    ok = [m.count for m in points if m.device_mib <= budget_mib]
     if not ok:
         return f"does not fit in {budget_mib / 1024:.3g} GiB at any count up to {points[-1].count}"
     if len(ok) == len(points):

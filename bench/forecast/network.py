@@ -6,6 +6,7 @@ fits per level.
     net = network_for(levels_from_comm(comm), preset, explicit, gpus_per_node=8, backend="nccl", own=own_levels(comm))
     allreduce_ms(net, size_bytes, ranks), allgather_ms(...), reduce_scatter_ms(...), broadcast_ms(...)
     collective_words(net)            # for each of all-gather and reduce-scatter: measured or assumed, in words
+    redraw(net, rng, draws)          # the range's draws of a measured level (bench.forecast.spread)
 
 The collective cost model (times in ms, S bytes, n ranks on m nodes of g ranks, B a level's bus bandwidth
 in nccl-tests' sense, a its latency per algorithm step, c its constant per call):
@@ -72,6 +73,7 @@ class Level:
     measured: bool = False
     rms_error: float = math.nan      # the fit's root-mean-square relative error over its rows
     call_us: float = 0.0             # a fixed cost per collective, whatever the ranks
+    rows: int = 0                    # the rows a measured level was fitted over
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,7 @@ class Network:
     gpus_per_node: int
     backend: str = "nccl"            # nccl: ring or tree, whichever is cheaper; gloo: ring
     own: tuple = ()                  # ((collective, level name, Level), ...): OWN_FIT collectives' own measured fits
+    x: tuple = ()                    # ((level name, factor), ...): a draw's times per level (`redraw`), else as fitted
 
     def assumed(self) -> list:
         return [name for name, lv in (("node", self.node), ("net", self.net)) if not lv.measured]
@@ -171,7 +174,7 @@ def broadcast_ms(net: Network, size_bytes: float, ranks: int) -> float:
     nodes = math.ceil(ranks / net.gpus_per_node)
     level = net.node if nodes == 1 else min((net.node, net.net), key=lambda lv: lv.busbw_gbps)
     lat_us = (ranks - nodes) * net.node.latency_us + (nodes - 1) * net.net.latency_us + level.call_us
-    return size_bytes / (level.busbw_gbps * 1e9) * 1e3 + lat_us / 1e3
+    return (size_bytes / (level.busbw_gbps * 1e9) * 1e3 + lat_us / 1e3) * _x(net, ranks)
 
 
 def allreduce_algorithm(net: Network, size_bytes: float, ranks: int) -> str:
@@ -181,20 +184,48 @@ def allreduce_algorithm(net: Network, size_bytes: float, ranks: int) -> str:
     return "tree" if _tree_ms(net, size_bytes, ranks) < _ring_ms(net, size_bytes, ranks) else "ring"
 
 
+def _x(net: Network, ranks: int):
+    """A draw's factor on a collective's time: the level it crosses (between nodes where it spans several), else 1."""
+    if not net.x:
+        return 1.0
+    return dict(net.x).get("node" if ranks <= net.gpus_per_node else "net", 1.0)
+
+
 def allreduce_ms(net: Network, size_bytes: float, ranks: int) -> float:
     if allreduce_algorithm(net, size_bytes, ranks) == "tree":
-        return _tree_ms(net, size_bytes, ranks)
-    return _ring_ms(net, size_bytes, ranks)
+        return _tree_ms(net, size_bytes, ranks) * _x(net, ranks)
+    return _ring_ms(net, size_bytes, ranks) * _x(net, ranks)
 
 
 def allgather_ms(net: Network, size_bytes: float, ranks: int) -> float:
     """All-gather of a tensor of size_bytes in all (each rank holds size_bytes / ranks before)."""
-    return _ring_ms(net, size_bytes, ranks, "all_gather")
+    return _ring_ms(net, size_bytes, ranks, "all_gather") * _x(net, ranks)
 
 
 def reduce_scatter_ms(net: Network, size_bytes: float, ranks: int) -> float:
     """Reduce-scatter of a tensor of size_bytes in all (each rank keeps size_bytes / ranks)."""
-    return _ring_ms(net, size_bytes, ranks, "reduce_scatter")
+    return _ring_ms(net, size_bytes, ranks, "reduce_scatter") * _x(net, ranks)
+
+
+def redraw(net: Network, rng: np.random.Generator, draws: int) -> Network:
+    """A copy whose times per measured level carry a factor over draws + 1 (row 0: 1, as fitted): lognormal, of the
+    fit's rms relative error over the square root of its rows (the fitted line's own uncertainty from its rows'
+    scatter; the microbenchmark keeps one mean per size, so its rows are the repeated measurement). A level assumed
+    (preset, typed, the other level's) carries none: `spread_words` says so."""
+    x = []
+    for name, lv in (("node", net.node), ("net", net.net)):
+        if lv.measured and lv.rows >= 3 and math.isfinite(lv.rms_error):
+            x.append((name, np.concatenate([[1.0], np.exp(rng.normal(0.0, lv.rms_error / math.sqrt(lv.rows), draws))])))
+    return replace(net, x=tuple(x))
+
+
+def spread_words(net: Network) -> str:
+    parts = [f"{name} level: the fit's {lv.rms_error:.0%} rms error over its {lv.rows} rows" for name, lv in
+             (("node", net.node), ("net", net.net)) if lv.measured and lv.rows >= 3 and math.isfinite(lv.rms_error)]
+    none = [name for name, lv in (("node", net.node), ("net", net.net)) if not (lv.measured and lv.rows >= 3)]
+    return ("network's spread: " + "; ".join(parts) if parts else "network's spread: none") + (
+        f" ({' and '.join(none)} level{'s' if len(none) > 1 else ''} assumed or too few rows: no spread, outside "
+        "the range)" if none else "")
 
 
 def collective_words(net: Network) -> list:
@@ -260,7 +291,7 @@ def fit_level(rows: Sequence[dict], source: str, node: Optional[Level] = None, o
              "at two counts)")
     return Level(busbw_gbps=1.0 / inv_bw / 1e6, latency_us=lat * 1e3, call_us=call * 1e3,
                  source=f"{source}: fit of {len(pts)} {NAMES[op]} rows at {counts} ranks (rms error {rms:.0%}{note}{split})",
-                 measured=True, rms_error=rms)
+                 measured=True, rms_error=rms, rows=len(pts))
 
 
 def levels_from_comm(comm: Sequence[tuple], gpus_per_node: Optional[int] = None, op: str = "all_reduce") -> dict:

@@ -6,7 +6,8 @@ scaling efficiency falls below 75%, and the sentence that says so.
     rests_on(setting, inputs, machine)                   # what the forecast rests on, measured or assumed, in words
     pts = series(setting, inputs, counts, machine)       # [forecast_sweep.Point]
     what_ifs(setting, inputs, machine, counts)           # [(what, [Point])]: this network first
-    first_below(pts), recommendation(setting, pts)
+    first_below(pts), stop_range(pts), recommendation(setting, pts, what_ifs)
+    cells(setting, point)                                # the table's row (COLUMNS: one entry per column)
 No claim without its basis: where the sweep has no single-device run of the same numerics, efficiency is unknown
 and the recommendation says what is missing and what to run instead of a count.
 """
@@ -20,8 +21,12 @@ from typing import Optional
 from bench.forecast import step as fc
 from bench.forecast import check as fk
 from bench.forecast import settings as fs
+from bench.forecast import memory as mm
 from bench.forecast import network as nw
+from bench.forecast import spread
 from bench import stats
+
+import numpy as np
 
 EFFICIENT = 0.75                                  # below this, scaling stops paying
 WHAT_IF_NET = 4.0                                 # "a faster inter-node network": 4x its bus bandwidth
@@ -79,13 +84,15 @@ def rests_on(s: fs.Setting, inp: fs.Inputs, m: fs.Machine) -> list:
     return inp.words + (nw.collective_words(m.net) if s.strategy in ("fsdp", "hsdp") else [])
 
 
-def series(s: fs.Setting, inp: fs.Inputs, counts: tuple, m: fs.Machine) -> list:
-    return [fs.point(s, inp, n, m) for n in counts]
+def series(s: fs.Setting, inp: fs.Inputs, counts: tuple, m: fs.Machine, draws: int = 0) -> list:
+    """[Point] at each count; with draws (bench.forecast.spread.DRAWS) each with its range."""
+    return fs.series(s, inp, counts, m, draws)
 
 
-def what_ifs(s: fs.Setting, inp: fs.Inputs, m: fs.Machine, counts: tuple) -> list:
-    """[(what, points)]: this network, then each change that could move the 75% count."""
-    out = [("this network", series(s, inp, counts, m))]
+def what_ifs(s: fs.Setting, inp: fs.Inputs, m: fs.Machine, counts: tuple, draws: int = spread.DRAWS) -> list:
+    """[(what, points)]: this network (with its range over `draws`), then each change that could move the 75% count
+    (central values only)."""
+    out = [("this network", series(s, inp, counts, m, draws))]
     if s.strategy == "dp":
         return out
     faster = replace(m, net=nw.faster_net(m.net, WHAT_IF_NET, "what-if"))
@@ -101,10 +108,78 @@ def what_ifs(s: fs.Setting, inp: fs.Inputs, m: fs.Machine, counts: tuple) -> lis
     return out
 
 
+def measured_point(s: fs.Setting, count: int) -> fs.Point:
+    """A measured configuration as a Point (its median step, throughput, efficiency, peak), for the same table."""
+    c = s.configs[count]
+    raw = s.raws.get(c.key)
+    mem = (mm.Memory(count, {"measured peak": raw.peak_mib}, runtime_mib=raw.runtime_mib or 0.0)
+           if raw is not None and raw.peak_mib is not None else None)
+    return fs.Point(count=count, nodes=c.nodes, step_ms=c.summary.median_ms, samples_per_s=c.samples_per_s,
+                    efficiency=c.efficiency, bound="measured", memory=mem)
+
+
+def _num(v, spec: str) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def bracket(p: fs.Point, name: str, show) -> str:
+    """' (39.9-121)': a figure's range as `show` writes its ends; '' where nothing was drawn or both ends read alike."""
+    lo, hi = p.range_of(name)
+    if math.isnan(lo):
+        return ""
+    a, b = show(lo), show(hi)
+    return "" if a == b else f" ({a}-{b})"
+
+
+def ranged(p: fs.Point, name: str, value, spec: str) -> str:
+    """'66.4 (39.9-121.0)': the central value and, where drawn, its range."""
+    text = _num(value, spec)
+    return text if text == "–" else text + bracket(p, name, lambda v: format(v, spec))
+
+
+def _efficiency(s: fs.Setting, p: fs.Point) -> str:
+    shown = shown_efficiency(s, p.efficiency, p.count)
+    return shown if shown == "–" else shown + bracket(p, "efficiency", lambda v: format(v, ".0%"))
+
+
+# The forecast's table, in the terminal and the report alike: (header, cell(setting, point) -> text). A column is one
+# entry here (the range, where drawn, in brackets after the central value: bench.forecast.spread).
+COLUMNS = [
+    ("devices", lambda s, p: str(p.count)),
+    ("nodes", lambda s, p: str(p.nodes)),
+    ("step ms", lambda s, p: ranged(p, "step_ms", None if p.refused else p.step_ms, ".1f")),
+    ("samples/s", lambda s, p: ranged(p, "samples_per_s", None if p.refused else p.samples_per_s, ".0f")),
+    ("efficiency", lambda s, p: "–" if p.refused else _efficiency(s, p)),
+    ("MiB/device", lambda s, p: ranged(p, "memory_mib", p.memory.device_mib if p.memory else None, ".0f")),
+    ("bound", lambda s, p: f"refused: {p.refused}" if p.refused else p.bound + (
+        f" ({p.algorithm})" if p.algorithm and p.bound == "exposed communication" else "")),
+]
+
+
+def cells(s: fs.Setting, p: fs.Point) -> list:
+    return [cell(s, p) for _, cell in COLUMNS]
+
+
 def first_below(points: list, threshold: float = EFFICIENT) -> Optional[int]:
     """The first count whose efficiency is known and under the threshold."""
     return next((p.count for p in points if not p.refused and not math.isnan(p.efficiency) and p.efficiency < threshold),
                 None)
+
+
+def stop_range(points: list, threshold: float = EFFICIENT) -> Optional[tuple]:
+    """(N1, N2): the 5th and 95th percentile over the draws of the last count before efficiency falls under the
+    threshold (None for a percentile whose draws stay above it at every count; 0: under it already at the first);
+    None without draws."""
+    known = [p for p in points if not p.refused and "efficiency" in p.draws]
+    if not known:
+        return None
+    effs = np.stack([p.draws["efficiency"] for p in known])            # (counts, draws)
+    below = effs < threshold
+    first = np.where(below.any(axis=0), below.argmax(axis=0), len(known) + 1)  # the first count below, per draw
+    counts = np.array([0] + [p.count for p in known] + [np.inf])       # the last that pays: counts[first] (0: none)
+    last = counts[first]
+    lo, hi = (float(np.quantile(last, q, method=how)) for q, how in ((spread.LOW, "lower"), (spread.HIGH, "higher")))
+    return tuple(None if math.isinf(v) else int(v) for v in (lo, hi))
 
 
 def missing_baseline(s: fs.Setting) -> str:
@@ -115,20 +190,53 @@ def missing_baseline(s: fs.Setting) -> str:
             f"hold the throughput against (run with --strategies single,{s.strategy} --gpus 1,...)")
 
 
-def recommendation(s: fs.Setting, points: list) -> str:
-    """'past N GPUs on this network, scaling stops paying' where the forecast crosses 75%; never a claim from a
-    missing value."""
+def _between(r: Optional[tuple], top: int) -> str:
+    if r is None:
+        return ""
+    lo, hi = r
+    word = lambda n: f"beyond {top}" if n is None else ("no count" if n == 0 else str(n))  # noqa: E731
+    return "" if lo == hi else f" (between {word(lo)} and {word(hi)})"
+
+
+def network_sets(whatifs: list) -> str:
+    """Whether the network sets the 75% count: '' when a what-if moves it; else what does, in words."""
+    if len(whatifs) < 2:
+        return ""
+    base = first_below(whatifs[0][1])
+    if base is None or any(first_below(pts) != base for _, pts in whatifs[1:]):
+        return ""
+    bound = next(p.bound for p in whatifs[0][1] if p.count == base)
+    every = f"every what-if ({', '.join(w for w, _ in whatifs[1:])}) falls under {EFFICIENT:.0%} at {base} too"
+    if bound == "exposed communication":
+        return f"no what-if moves it: {every}"
+    return f"the network does not set it: {every}; {bound} does"
+
+
+def recommendation(s: fs.Setting, points: list, whatifs: Optional[list] = None) -> str:
+    """'past N GPUs on this network (between N1 and N2), scaling stops paying' where the forecast crosses 75%, the
+    range from the draws; never a claim from a missing value; with the what-ifs, whether the network sets N."""
     missing = missing_baseline(s)
     if missing:
         return f"{s.label}: {missing}"
     known = [p for p in points if not p.refused and not math.isnan(p.efficiency)]
     if not known:
         return f"{s.label}: no count forecast"
+    top = max(p.count for p in known)
+    between = _between(stop_range(known), top)
     below = first_below(known)
     if below is None:
-        return f"{s.label}: efficiency stays at or above {EFFICIENT:.0%} up to {max(p.count for p in known)} devices on this network"
+        r = stop_range(known)
+        low_end = (f" (at the range's low end it stops paying past {r[0] or 'none'})" if r is not None and r[0] is not None
+                   else "")
+        return f"{s.label}: efficiency stays at or above {EFFICIENT:.0%} up to {top} devices on this network{low_end}"
     ok = [p.count for p in known if p.count < below]
+    sets = network_sets(whatifs or [])
+    bound = next(p.bound for p in known if p.count == below)
     if not ok:
-        return f"{s.label}: below {EFFICIENT:.0%} already at {below} devices on this network"
-    return (f"{s.label}: past {max(ok)} GPU{'s' if max(ok) > 1 else ''} on this network, scaling stops paying "
-            f"(efficiency under {EFFICIENT:.0%} at {below})")
+        r = stop_range(known)
+        high_end = (f" (at the range's high end it pays up to {r[1] if r[1] is not None else f'beyond {top}'})"
+                    if r is not None and r[1] != 0 else "")
+        return f"{s.label}: below {EFFICIENT:.0%} already at {below} devices on this network{high_end}" + (
+            f"; {sets}" if sets else "")
+    return (f"{s.label}: past {max(ok)} GPU{'s' if max(ok) > 1 else ''} on this network{between}, scaling stops "
+            f"paying (efficiency under {EFFICIENT:.0%} at {below}, bound there: {bound})" + (f"; {sets}" if sets else ""))

@@ -4,7 +4,8 @@ count, step time and memory per device. The check against measured counts is ben
 
     sets = settings(sweep, raw)                         # sweep: bench.analysis.results.Sweep; raw: {key: forecast_inputs.Raw}
     inp = inputs(s, machine, below=None)                # Inputs, or a str: why this setting cannot be forecast
-    point(s, inp, count, net)                           # Point: step_ms, samples/s, efficiency, bound, memory
+    point(s, inp, count, machine)                       # Point: step_ms, samples/s, efficiency, bound, memory
+    series(s, inp, counts, machine, draws=DRAWS)        # [Point], each with its range (bench.forecast.spread)
 
 Sources, nothing of a count at or above `below` (the check's judged count) read:
   compute   a run without gradient communication: DDP's no_sync() probe at its largest allowed count above 1 (plus
@@ -14,7 +15,9 @@ Sources, nothing of a count at or above `below` (the check's judged count) read:
             larger count hold their collectives, which the model adds again. Scaled to the forecast count's ranks per
             node by the measured co-run slowdown (ranks of a node computing at once).
   buckets   DDP's measured ready times at the allowed counts (bench.rank.buckets), else DDP's construction
-  spread    the slowest of N ranks: the per-step spread of the compute's own run (forecast_inputs.sync_excess_ms)
+  tail      the slowest of N ranks (straggler/jitter): the per-step spread of the compute's own run, each process's
+            steps over its own median (bench.forecast.inputs.tail_excess_ms)
+  spreads   what the range draws from: the compute run's processes, the bucket observations, the steps, the peaks
   machine   the network and the interference: the collectives microbenchmark and its interference rows, a
             measurement of the machine apart from any training step (`Machine`: which counts, said by the caller)
 """
@@ -29,7 +32,10 @@ from bench.forecast import inputs as fi
 from bench.forecast import interference as itf
 from bench.forecast import memory as mm
 from bench.forecast import network as nw
+from bench.forecast import spread
 from bench import stats
+
+import numpy as np
 
 COMPRESSED = {"fp16": 0.5, "bf16": 0.5}
 TIME_STRATEGIES = ("ddp", "zero", "fsdp", "hsdp", "dp")
@@ -68,6 +74,14 @@ class Inputs:
     memory: Optional[mm.Base] = None
     words: list = field(default_factory=list)         # what was measured and what assumed
     from_counts: tuple = ()
+    # the spreads a range draws from (bench.forecast.spread), and a drawn copy's factors (1.0: the central)
+    compute_spread: fi.Spread = field(default_factory=fi.Spread)
+    ready_obs: list = field(default_factory=list)     # [[fraction per bucket]] per (repeat, rank, step)
+    dp_spreads: dict = field(default_factory=dict)    # count -> fi.Spread of DataParallel's step
+    peak_spread: fi.Spread = field(default_factory=fi.Spread)
+    co_run_at: tuple = (1, 1)                         # (count, nodes) the compute was measured at
+    process_x: object = 1.0                           # a fresh run's luck on the whole step
+    memory_x: object = 1.0                            # on the measured peak
 
 
 @dataclass
@@ -83,6 +97,12 @@ class Point:
     algorithm: str = ""
     refused: str = ""
     memory: Optional[mm.Memory] = None
+    terms: dict = field(default_factory=dict)        # the step's terms beyond computation (ms): fc.terms
+    ranges: dict = field(default_factory=dict)       # 'step_ms' | 'samples_per_s' | 'efficiency' | 'memory_mib' -> (lo, hi)
+    draws: dict = field(default_factory=dict)        # the same names -> the draws' values (central left out)
+
+    def range_of(self, name: str) -> tuple:
+        return self.ranges.get(name, (math.nan, math.nan))
 
 
 def settings(sweep, raw: dict) -> list:
@@ -136,9 +156,12 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
         if len(pts) < 2:
             return f"DataParallel's step is read off a line through two measured counts; {len(pts)} below {below or 'any'}"
         base = allowed[max(allowed)] if allowed else s.single
+        configs = {**({1: s.single} if s.single is not None and 1 not in allowed else {}), **allowed}
         return Inputs(fc.Compute(0, 0, 0, 0), base.global_batch / base.device_count, dp_points=pts,
                       words=[f"step: a line through the measured steps at {','.join(map(str, sorted(pts)))} device(s)"],
-                      from_counts=tuple(sorted(pts)))
+                      from_counts=tuple(sorted(pts)),
+                      dp_spreads={n: s.raws[c.key].spreads.get("measured", fi.Spread()) for n, c in configs.items()
+                                  if c.key in s.raws})
     base, ph, said = _source(s, allowed)
     if base is None:
         return said
@@ -153,9 +176,11 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
     inter = machine.inter
     inp = Inputs(compute, base.global_batch / base.device_count, inter=inter, step_ms=raw.step_ms,
                  buffer_bytes=raw.buffer_bytes if s.strategy in ("ddp", "zero") else 0.0,
-                 co_run_base=inter.co_run_x(base.device_count, base.nodes), words=words, from_counts=(base.device_count,))
+                 co_run_base=inter.co_run_x(base.device_count, base.nodes), words=words, from_counts=(base.device_count,),
+                 compute_spread=raw.spreads.get("no_sync" if ph is raw.no_sync else "measured", fi.Spread()),
+                 co_run_at=(base.device_count, base.nodes))
     inp.words.append(inter.words())
-    inp.words.append(f"slowest of N ranks: the spread of x{base.device_count}'s {len(raw.step_ms)} measured steps")
+    inp.words.append(fi.tail_words(len(raw.step_ms), f"x{base.device_count}"))
     grad_bytes = (s.any.grad_mib or 0) * 2**20
     opts = s.any.options
     if s.strategy in ("ddp", "zero"):
@@ -167,6 +192,8 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
         factor = COMPRESSED.get(hook, 1.0)
         if stored:
             inp.buckets = [fc.Bucket(size * factor, fr) for size, fr in stored]
+            inp.ready_obs = next(s.raws[c.key].ready for c in [base] + [allowed[n] for n in sorted(allowed, reverse=True)]
+                                 if c.key in s.raws and s.raws[c.key].buckets)
             inp.words.append(f"buckets: {len(stored)} measured (" + ", ".join(f"{sz / 2**20:.1f} MiB at {fr:.0%}" for sz, fr in stored)
                              + " of backward)")
         else:
@@ -194,8 +221,16 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
         r = s.raws[c.key]
         units = next((x.units for x in s.raws.values() if x.units), [])
         inp.memory = mm.base_of(s.strategy, c.device_count, opts, r.state_mib, r.peak_mib, r.peak_method, units,
-                                c.device_type, c.global_batch / c.device_count)
+                                c.device_type, c.global_batch / c.device_count, r.runtime_mib)
+        inp.peak_spread = r.peaks
     return inp
+
+
+def series(s: Setting, inp: Inputs, counts: tuple, machine: Machine, draws: int = 0) -> list:
+    """[Point] at each count; with draws, each with its range (bench.forecast.spread: the same draws at every count)."""
+    if draws:
+        inp, machine = spread.draw(inp, machine, draws)
+    return [point(s, inp, n, machine) for n in counts]
 
 
 @dataclass
@@ -212,6 +247,8 @@ class Machine:
 
 
 def point(s: Setting, inp: Inputs, count: int, machine: Machine) -> Point:
+    """The forecast at `count`: its central figures, and where inp and machine are drawn (bench.forecast.spread) the
+    range of each over the draws."""
     net = machine.net
     nodes = math.ceil(count / net.gpus_per_node)
     p = Point(count=count, nodes=nodes)
@@ -227,35 +264,49 @@ def point(s: Setting, inp: Inputs, count: int, machine: Machine) -> Point:
             return p
         step = fc.Step(count, fc.linear_in_count(inp.dp_points)(count), fc.Compute(0, 0, 0, 0), 0.0, 0.0)
     else:
-        compute = compute.slowed(inp.inter.co_run_x(count, nodes) / inp.co_run_base)
-        # the slowest of N ranks: the measured spread, relative to its own median step, on this compute
-        sync = fi.sync_excess_ms(inp.step_ms, count) * compute.total_ms / stats.median(inp.step_ms) if inp.step_ms else 0.0
+        compute = compute.slowed(machine.inter.co_run_x(count, nodes) / inp.co_run_base)
+        # the slowest of N ranks: the measured spread's tail, relative to its own median step, on this compute
+        steps = np.asarray(inp.step_ms, dtype=float)
+        sync = (fi.tail_excess_ms(steps, count) * compute.total_ms / np.median(steps, axis=-1)) if steps.size else 0.0
         opts = s.any.options
+        inter = machine.inter
         if s.strategy in ("ddp", "zero"):
             if s.strategy == "zero":  # the optimizer on this rank's shard, then every rank's shard broadcast
                 compute = replace(compute, optimizer_ms=compute.optimizer_ms / count)
-            step = fc.forecast_ddp(compute, inp.buckets, net, count, inp.inter, sync, inp.buffer_bytes)
+            step = fc.forecast_ddp(compute, inp.buckets, net, count, inter, sync, inp.buffer_bytes)
             if s.strategy == "zero" and count > 1:
                 extra = nw.allgather_ms(net, (s.any.params or 0) * 4, count)
-                step.step_ms += extra
-                step.exposed_comm_ms += extra
+                step.step_ms = step.step_ms + extra
+                step.exposed_comm_ms = step.exposed_comm_ms + extra
         else:
             shard = int(opts.get("shard_size") or count) if s.strategy == "hsdp" else count
-            step = fc.forecast_fsdp(compute, inp.units, net, min(shard, count), inp.inter, bool(opts.get("reshard", True)), sync)
+            step = fc.forecast_fsdp(compute, inp.units, net, min(shard, count), inter, bool(opts.get("reshard", True)), sync)
             if s.strategy == "hsdp" and count > shard:  # the shards' gradients all-reduced across the replicas
                 extra = nw.allreduce_ms(net, sum(r for _, r in inp.units) / shard, count // shard)
-                step.step_ms += extra
-                step.exposed_comm_ms += extra
-        p.sync_ms = step.sync_ms
+                step.step_ms = step.step_ms + extra
+                step.exposed_comm_ms = step.exposed_comm_ms + extra
         if inp.memory is not None:
             p.memory = mm.per_device(inp.memory, s.strategy, count, opts, scaling, samples)
-    p.step_ms, p.exposed_comm_ms, p.algorithm = step.step_ms, step.exposed_comm_ms, step.algorithm
+    step_ms = step.step_ms * inp.process_x
+    p.terms = fc.terms(step)
+    p.step_ms, p.exposed_comm_ms, p.algorithm = fc.central(step_ms), fc.central(step.exposed_comm_ms), step.algorithm
+    p.sync_ms = fc.central(step.sync_ms)
     p.bound = "DataParallel: linear in the count" if s.strategy == "dp" else fc.bound_of(step)
-    p.samples_per_s = samples * count / (step.step_ms / 1e3) if step.step_ms > 0 else math.nan
+    sps = np.where(step_ms > 0, samples * count / (np.asarray(step_ms, dtype=float) / 1e3), np.nan)
     base = math.nan
     if s.single is not None and s.single.summary.median_ms > 0:  # steps against steps (the forecast has no windows)
         base = s.single.global_batch / (s.single.summary.median_ms / 1e3)
-    p.efficiency = fc.efficiency(p.samples_per_s, base, count, scaling)
+    eff = np.asarray(sps) / (count * base) if base > 0 else np.full(np.shape(sps), np.nan)   # weak or strong alike: throughput is the measure
+    p.samples_per_s, p.efficiency = fc.central(sps), fc.central(eff)
+    figures = {"step_ms": step_ms, "samples_per_s": sps, "efficiency": eff}
+    if p.memory is not None and np.ndim(inp.memory_x):
+        rest = inp.memory.rest_mib
+        share = p.memory.parts["activations and the rest (measured)"] / rest if rest else 1.0
+        figures["memory_mib"] = p.memory.device_mib + inp.memory.peak_mib * (np.asarray(inp.memory_x) - 1) * share
+    for name, v in figures.items():
+        if np.ndim(v) and np.shape(v)[0] > 2:
+            p.ranges[name] = spread.interval(v)
+            p.draws[name] = np.asarray(v, dtype=float)[1:]
     return p
 
 

@@ -19,8 +19,9 @@ speed after (k x chunk of work in all):  T = t_c + (k chunk - t_c / s), so
     comm_slowdown       = t_c / alone
 A round whose collective outlasted the load tells neither; it does not count and k doubles. The figures are the
 slowest rank's (each round's times reduced with MAX: a step waits for its slowest rank); a row is the median of
-its rounds. Co-run (op 'co_run', size 0): the load on every rank at once against rank 0's alone while the others
-wait in a barrier (ranks of a node sharing its cores, caches and memory bandwidth).
+its rounds, and keeps every valid round's raw times (`rounds_json`: the forecast draws from their spread).
+Co-run (op 'co_run', size 0): the load on every rank at once against rank 0's alone while the others wait in a
+barrier (ranks of a node sharing its cores, caches and memory bandwidth).
 
 Drivers, one per device type, sharing everything else:
     HostDriver   the collective asynchronous (gloo runs it on its own threads, as DDP's reducer does), a thread
@@ -38,6 +39,7 @@ Drivers, one per device type, sharing everything else:
 """
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import threading
@@ -213,7 +215,8 @@ def measure(driver, chunk_ms: float, device: torch.device, group=None, rounds: i
     return {"comm_alone_ms": med([r.comm_alone_ms for r in got]), "comm_contended_ms": comm_c,
             "compute_alone_ms": chunk_ms, "compute_contended_ms": load_c,
             "comm_slowdown": med([c for c, _ in ratios]), "compute_slowdown": med([s for _, s in ratios]),
-            "rounds": len(got)}
+            "rounds": len(got), "rounds_json": json.dumps([[r.comm_alone_ms, r.comm_ms, r.load_ms, r.load_alone_ms]
+                                                           for r in got])}
 
 
 def load_chunk(shape: tuple, device: torch.device) -> Callable:
@@ -243,7 +246,8 @@ def co_run(driver, device: torch.device, group=None, rank: int = 0, chunk_ms: fl
         togethers.append(together)
     ratio = statistics.median(t / s for s, t in zip(solos, togethers) if s > 0) if any(solos) else None
     return {"op": "co_run", "size_bytes": 0, "compute_alone_ms": statistics.median(solos),
-            "compute_contended_ms": statistics.median(togethers), "compute_slowdown": ratio, "rounds": rounds}
+            "compute_contended_ms": statistics.median(togethers), "compute_slowdown": ratio, "rounds": rounds,
+            "rounds_json": json.dumps([[s, t] for s, t in zip(solos, togethers)])}
 
 
 def interference_sweep(device: torch.device, sizes: list, ops: tuple, load_shape: Optional[tuple] = None,

@@ -3,14 +3,18 @@ preset its GPUs name for what it did not), with the check against the measured c
 
     bl = blocks(store_path, sweep, plots_dir)     # report blocks (bench.report.pages); [] with nothing to forecast
 
-Per workload two plots. <workload>_forecast.png: scaling efficiency against device count (log scale): the measured
-points; each measured count above the smallest as the check forecast it (from the smaller counts, a hollow marker
-joined to the measurement: the check table's numbers); the forecast line from the largest measured count on, with a
-band of the check's own signed errors (lowest to highest, so the band at a measured count holds the measured point);
-the 75% line and what-if lines (a faster inter-node network, bigger buckets, bf16 gradients).
-<workload>_forecast_memory.png: memory per device against count, per setting, the measured peaks, and the budget
-(the GPU's memory on CUDA) as a line. The tables: the forecast at 16, 64, 256 and 1024 devices with memory, what it
-rests on (measured or assumed), and the check with its basis and why where it missed by more than 10%.
+Per workload two plots, one colour per setting. <workload>_forecast.png: scaling efficiency against device count
+(log scale): the measured points; each measured count above the smallest as the check forecast it (from the smaller
+counts, a hollow marker joined to the measurement: the check table's numbers); the forecast line from the largest
+measured count on, with its range as a band (bench.forecast.spread: the inputs drawn from their repeated
+measurements); where it rests on an assumption (interference not measured, the network between nodes not measured)
+the legend says so and a hatched band spans how far the check erred where the sweep measured a count; the 75% line
+and what-if lines (a faster inter-node network, bigger buckets, bf16 gradients).
+<workload>_forecast_memory.png: memory per device (CUDA: the device level) against count, per setting, with its range,
+the measured peaks, and the budget (the GPU's memory on CUDA) as a line. The tables: the forecast at 16, 64, 256 and
+1024 devices (bench.forecast.outlook.COLUMNS, each figure with its range), what it rests on (measured or assumed) and
+what its range rests on, and the check with its range, whether the measurement fell inside, its basis and why where
+it missed by more than 10%.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from bench.analysis import forecastable
 from bench.forecast import outlook as fo
 from bench.forecast import settings as fs
 from bench.forecast import memory as mm
+from bench.forecast import spread
 from bench.config import ConfigError
 from bench.store import store
 
@@ -39,13 +44,25 @@ def _ticks(ax, counts: list) -> None:
     ax.set_xticks(ticks, [str(n) for n in ticks])
 
 
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
+
+
+def colors(settings: list) -> dict:
+    """One colour per setting of a plot (two settings of one strategy never share one): (strategy, variant) -> colour."""
+    return {(s.strategy, s.variant): PALETTE[i % len(PALETTE)] for i, s in enumerate(settings)}
+
+
 def figure(workload: str, where: str, lines: list):
-    """lines: [(setting, what_ifs, checks, (lo, hi))] -> a matplotlib Figure (Agg, no pyplot)."""
+    """lines: [(setting, what_ifs, checks, assumed)] -> a matplotlib Figure (Agg, no pyplot). The band around each
+    forecast line is its range (bench.forecast.spread); where the forecast rests on an assumption (`assumed`, the
+    check's band: how far it erred where the sweep measured a count) a hatched band beside it, and its legend says
+    what is assumed."""
     from bench.report import plots
     fig, ax = plots._figure("Forecast: scaling efficiency past the measured counts", where, workload, width=9.0)
     xs_all = []
-    for s, whatifs, checks, (lo, hi) in lines:
-        color = plots.COLORS.get(s.strategy)
+    palette = colors([line[0] for line in lines])
+    for s, whatifs, checks, assumed in lines:
+        color = palette[(s.strategy, s.variant)]
         name = f"{plots.NAMES.get(s.strategy, s.strategy)} [{s.variant}]"
         measured = [(n, c.efficiency) for n, c in s.configs.items() if not math.isnan(c.efficiency)]
         if measured:
@@ -64,19 +81,26 @@ def figure(workload: str, where: str, lines: list):
                 continue
             xs, ys = [p.count for p in pts], [p.efficiency * 100 for p in pts]
             xs_all += xs
-            if i == 0:
-                ax.plot(xs, ys, "-", color=color, label=f"{name} forecast, this network")
-                if not math.isnan(lo):  # step error e: efficiency / (1 + e); lo..hi of the checked counts
-                    ax.fill_between(xs, [y / (1 + hi) for y in ys], [y / (1 + lo) for y in ys], color=color, alpha=0.15,
-                                    label=f"{name}: the check's errors {lo:+.0%} to {hi:+.0%}")
-            else:
+            if i > 0:
                 ax.plot(xs, ys, WHAT_IF_STYLES[(i - 1) % len(WHAT_IF_STYLES)], color=color, alpha=0.6, label=f"{name}: {what}")
+                continue
+            what_assumed, (lo, hi) = assumed
+            ax.plot(xs, ys, "-", color=color, label=f"{name} forecast, this network"
+                    + (f" ({what_assumed} assumed)" if what_assumed else ""))
+            ranges = [p.range_of("efficiency") for p in pts]
+            if not any(math.isnan(r[0]) for r in ranges):
+                ax.fill_between(xs, [r[0] * 100 for r in ranges], [r[1] * 100 for r in ranges], color=color, alpha=0.18,
+                                label=f"{name}: range from the inputs' spreads (5-95% of the draws)")
+            if what_assumed and not math.isnan(lo):  # step error e: efficiency / (1 + e)
+                ax.fill_between(xs, [y / (1 + hi) for y in ys], [y / (1 + lo) for y in ys], facecolor="none",
+                                edgecolor=color, hatch="//", alpha=0.5, label=f"{name}: {what_assumed} assumed, erred "
+                                f"{lo:+.0%} to {hi:+.0%} where measured")
         xs_all += list(s.configs)
     ax.axhline(fo.EFFICIENT * 100, color="#999999", linestyle="--", label=f"{fo.EFFICIENT:.0%}: scaling stops paying")
     _ticks(ax, xs_all)
     ax.set(xlabel="device count (log scale)", ylabel="scaling efficiency (%)")
     ax.set_ylim(0, 110)
-    ax.legend(fontsize="small")
+    fig.legend(fontsize="small", loc="outside lower center", ncols=2)
     return fig
 
 
@@ -85,22 +109,27 @@ def memory_figure(workload: str, where: str, lines: list, budget_mib):
     from bench.report import plots
     fig, ax = plots._figure("Forecast: memory per device", where, workload, width=9.0)
     xs_all = []
+    palette = colors([s for s, _ in lines])
     for s, pts in lines:
-        color = plots.COLORS.get(s.strategy)
+        color = palette[(s.strategy, s.variant)]
         name = f"{plots.NAMES.get(s.strategy, s.strategy)} [{s.variant}]"
-        mem = [(p.count, p.memory.total_mib) for p in pts if p.memory is not None]
+        mem = [(p.count, p.memory.device_mib, p.range_of("memory_mib")) for p in pts if p.memory is not None]
         if mem:
-            ax.plot([n for n, _ in mem], [m for _, m in mem], "-", color=color, label=f"{name} forecast")
-            xs_all += [n for n, _ in mem]
-        seen = [(n, s.raws[c.key].peak_mib) for n, c in s.configs.items() if c.key in s.raws and s.raws[c.key].peak_mib]
+            ax.plot([n for n, _, _ in mem], [m for _, m, _ in mem], "-", color=color, label=f"{name} forecast")
+            if not any(math.isnan(r[0]) for _, _, r in mem):
+                ax.fill_between([n for n, _, _ in mem], [r[0] for _, _, r in mem], [r[1] for _, _, r in mem], color=color,
+                                alpha=0.18)
+            xs_all += [n for n, _, _ in mem]
+        seen = [(n, s.raws[c.key].peak_mib + (s.raws[c.key].runtime_mib or 0.0)) for n, c in s.configs.items()
+                if c.key in s.raws and s.raws[c.key].peak_mib]  # the device level, as the line
         if seen:
             ax.plot([n for n, _ in seen], [m for _, m in seen], "o", color=color, label=f"{name} measured peak")
     if budget_mib:
         ax.axhline(budget_mib, color="#c0392b", linestyle="--", label=f"budget {budget_mib / 1024:.3g} GiB per device")
     _ticks(ax, xs_all or [2])
-    ax.set(xlabel="device count (log scale)", ylabel="memory per device (MiB)")
+    ax.set(xlabel="device count (log scale)", ylabel="memory per device (MiB; CUDA: the device level)")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize="small")
+    fig.legend(fontsize="small", loc="outside lower center", ncols=2)
     return fig
 
 
@@ -125,27 +154,33 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
     for s, inp in sets:
         ws = fo.what_ifs(s, inp, m, fo.DOUBLING)
         check = fk.validate(s, f.runs, None, {}, "")
-        lo, hi = fk.band(check)
-        by_workload.setdefault(s.workload, []).append((s, ws, check, (lo, hi)))
+        assumed = fk.assumed_words(m, check)
+        what_assumed = " and ".join(w for w, on in (("interference", not m.inter.measured),
+                                                    ("network between nodes", not m.net.net.measured)) if on)
+        by_workload.setdefault(s.workload, []).append((s, ws, check, (what_assumed, fk.band(check))))
         mem_lines.setdefault(s.workload, []).append((s, ws[0][1]))
         checked = [r for r in check if r.get("error") is not None]
+        inside = [r for r in checked if r.get("in_range") is not None]
         mems = [p.memory for p in ws[0][1] if p.memory is not None]
-        sentences.append(fo.recommendation(s, ws[0][1])
-                         + (f"; checked at x{','.join(str(r['device_count']) for r in checked)} with errors {lo:+.0%} to "
-                            f"{hi:+.0%}" if checked else "; not checked (one measured count)")
+        sentences.append(fo.recommendation(s, ws[0][1], ws)
+                         + (f"; checked at x{','.join(str(r['device_count']) for r in checked)} with errors "
+                            f"{', '.join(format(r['error'], '+.0%') for r in checked)}"
+                            + (f", {sum(r['in_range'] for r in inside)} of {len(inside)} inside the range" if inside else "")
+                            if checked else "; not checked (one measured count)")
                          + (f"; memory: {mm.fit_words(mems, budget, s.strategy)}" if mems else ""))
         moves = "; ".join(f"{what}: {fo.first_below(pts) or 'not up to 1024'}" for what, pts in ws[1:])
-        for p in fo.series(s, inp, TABLE_COUNTS, m):
-            rows.append([s.label, str(p.count), str(p.nodes), _text(p.step_ms, ".1f"), _text(p.samples_per_s, ".0f"),
-                         fo.shown_efficiency(s, p.efficiency, p.count),
-                         _text(p.memory.total_mib if p.memory else None, ".0f"),
-                         p.refused or p.bound])
-        rows.append([s.label, "rests on", "", "", "", "", "", "; ".join(fo.rests_on(s, inp, m))
-                     + (f". Under 75% from: {moves}" if moves else "")])
+        for p in (p for p in ws[0][1] if p.count in TABLE_COUNTS):
+            rows.append([s.label] + fo.cells(s, p))
+        rows.append([s.label, "rests on"] + [""] * (len(fo.COLUMNS) - 2) + ["; ".join(
+            fo.rests_on(s, inp, m) + [spread.words(inp, m)] + ([assumed] if assumed else []))
+            + (f". Under 75% from: {moves}" if moves else "")])
         for r in check:
+            ranged = (f"{r['forecast_step_ms_low']:.2f}-{r['forecast_step_ms_high']:.2f}"
+                      if r.get("forecast_step_ms_low") is not None else "–")
             checks.append([s.label, str(r["device_count"]), r.get("from_counts") or "–",
-                           _text(r.get("forecast_step_ms"), ".2f"), _text(r["measured_step_ms"], ".2f"),
-                           _text(r.get("error"), "+.1%"), _text(r.get("mem_error"), "+.0%"), r.get("basis") or "–",
+                           _text(r.get("forecast_step_ms"), ".2f"), ranged, _text(r["measured_step_ms"], ".2f"),
+                           _text(r.get("error"), "+.1%"), {1: "yes", 0: "no"}.get(r.get("in_range"), "–"),
+                           _text(r.get("mem_error"), "+.0%"), r.get("basis") or "–",
                            r.get("why") or ("within 10%" if r.get("error") is not None else "–")])
     b += [("p", s + ".") for s in sentences]
     net = m.net
@@ -164,11 +199,14 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
             path = os.path.join(plots_dir, plots.file_name(workload, "forecast_memory"))
             memory_figure(workload, where, mem_lines[workload], budget).savefig(path, dpi=100)
             b.append(("img", path, f"{workload}: forecast memory per device"))
-    b.append(("table", ["setting", "devices", "nodes", "step ms", "samples/s", "efficiency", "MiB/device", "bound"], rows))
+    b.append(("p", f"Each figure is the forecast on the inputs as measured (robust: medians of processes, rounds and "
+                   f"steps) and, in brackets, its range: {spread.LOW:.0%} to {spread.HIGH:.0%} of {spread.DRAWS} draws of "
+                   f"the inputs from their own repeated measurements (README, section \"Forecast\")."))
+    b.append(("table", ["setting"] + [h for h, _ in fo.COLUMNS], rows))
     if checks:
         b.append(("p", "The check: each measured count forecast from what its basis allows (held out: nothing of that "
                        "count; machine at xN: its collectives measured apart from training, nothing of its training), "
                        "beside the measurement; memory against the measured peak."))
-        b.append(("table", ["setting", "devices", "from", "forecast ms", "measured ms", "error", "memory error", "basis",
-                            "beyond 10%: why"], checks))
+        b.append(("table", ["setting", "devices", "from", "forecast ms", "range ms", "measured ms", "error", "inside",
+                            "memory error", "basis", "beyond 10%: why"], checks))
     return b

@@ -32,17 +32,19 @@
     interference  the collectives beside computation (bench.rank.interference): per scope, collective and size, the
                   collective's time alone and while every rank computes a fixed load, and the load's time alone and
                   while the collective runs (ms), their ratios (comm_slowdown, compute_slowdown), the load's shape and
-                  the rounds taken; op 'co_run' is the load on every rank at once against one rank alone (size 0)
+                  the rounds taken, each valid round's raw times (rounds_json); op 'co_run' is the load on every rank
+                  at once against one rank alone (size 0)
     forecasts     the forecast's check against the truth: each measured count forecast from what the check may read
                   (basis: nothing of the judged count, or only the machine's own measurements there), beside the
                   measurement of its sweep or of a later one (judged_sweep), step time and memory per device, with
-                  the errors (bench.commands.forecast)
+                  the errors, the range the inputs' spreads give the step and whether the measurement fell inside it
+                  (bench.commands.forecast)
 """
 from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SCHEMA_HISTORY = {
     1: "first version: environments, sweeps, results, steps, memory, epochs, comm",
     2: "GPU-true timing and new axes: results gain precision, channels_last, compiled, options_json, nodes, launcher, "
@@ -64,6 +66,11 @@ SCHEMA_HISTORY = {
        "memory check (forecast_mem_mib, measured_mem_mib, mem_error, mem_method), keyed (sweep_id, judged_sweep, config_key); "
        "traces gain method (how the trace was read: device_kernels or host_ops; older rows host_ops on CPU, else empty) and "
        "wait_match (how collectives were matched across ranks: seq, order or seq+order; older rows order)",
+    6: "the forecast's inputs keep their spread and its check its range: interference gains rounds_json (each valid "
+       "round's raw times, ms: [comm_alone, comm_contended, load_contended, load_alone], co_run [solo, together] per "
+       "chunk; older rows none: their spread unknown); forecasts gain forecast_step_ms_low and forecast_step_ms_high "
+       "(the range the inputs' spreads give the forecast step) and in_range (the measured step inside it: 1 or 0; "
+       "older rows none)",
 }
 
 SCHEMA = """
@@ -177,7 +184,7 @@ CREATE TABLE IF NOT EXISTS interference (
     result_id INTEGER NOT NULL REFERENCES results(result_id),
     scope TEXT NOT NULL DEFAULT 'world', ranks INTEGER, op TEXT NOT NULL, size_bytes INTEGER NOT NULL,
     comm_alone_ms REAL, comm_contended_ms REAL, compute_alone_ms REAL, compute_contended_ms REAL,
-    comm_slowdown REAL, compute_slowdown REAL, load TEXT, rounds INTEGER, timing TEXT,
+    comm_slowdown REAL, compute_slowdown REAL, load TEXT, rounds INTEGER, timing TEXT, rounds_json TEXT,
     PRIMARY KEY (result_id, scope, op, size_bytes)
 );
 CREATE TABLE IF NOT EXISTS forecasts (
@@ -190,6 +197,7 @@ CREATE TABLE IF NOT EXISTS forecasts (
     forecast_samples_per_s REAL, measured_samples_per_s REAL,
     compute_error REAL, noise REAL, why TEXT, network TEXT, created_at TEXT NOT NULL,
     basis TEXT, forecast_mem_mib REAL, measured_mem_mib REAL, mem_error REAL, mem_method TEXT,
+    forecast_step_ms_low REAL, forecast_step_ms_high REAL, in_range INTEGER,
     PRIMARY KEY (sweep_id, judged_sweep, config_key)
 );
 """
@@ -209,11 +217,13 @@ TRACE_COLUMNS = ("rank", "path", "trace_bytes", "json_bytes", "steps", "first_st
                  "wait_match")
 BUCKET_COLUMNS = ("kind", "rank", "step", "bucket", "size_bytes", "ready_ms", "backward_ms")
 INTERFERENCE_COLUMNS = ("scope", "ranks", "op", "size_bytes", "comm_alone_ms", "comm_contended_ms", "compute_alone_ms",
-                        "compute_contended_ms", "comm_slowdown", "compute_slowdown", "load", "rounds", "timing")
+                        "compute_contended_ms", "comm_slowdown", "compute_slowdown", "load", "rounds", "timing",
+                        "rounds_json")
 FORECAST_COLUMNS = ("judged_sweep", "config_key", "workload", "strategy", "variant", "device_count", "from_counts",
                     "forecast_step_ms", "measured_step_ms", "error", "forecast_samples_per_s", "measured_samples_per_s",
                     "compute_error", "noise", "why", "network", "created_at", "basis", "forecast_mem_mib",
-                    "measured_mem_mib", "mem_error", "mem_method")
+                    "measured_mem_mib", "mem_error", "mem_method", "forecast_step_ms_low", "forecast_step_ms_high",
+                    "in_range")
 
 
 def create(conn: sqlite3.Connection) -> None:
@@ -277,5 +287,12 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
                          "(SELECT result_id FROM results WHERE device_type = 'cpu')")  # a CPU trace holds no kernels
             conn.execute("UPDATE traces SET wait_match = 'order' WHERE wait_ms IS NOT NULL")  # the only way then
         version = 5
+    if version == 5:  # the forecast's spreads: older interference rows kept no rounds, older checks no range
+        for table, cols in (("interference", ("rounds_json TEXT",)),
+                            ("forecasts", ("forecast_step_ms_low REAL", "forecast_step_ms_high REAL", "in_range INTEGER"))):
+            for col in cols:  # a store of version 1 or 2 had these tables made with today's columns above
+                if col.split()[0] not in _columns(conn, table):
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {col}")
+        version = 6
     conn.execute("PRAGMA legacy_alter_table = OFF")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

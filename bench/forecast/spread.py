@@ -1,0 +1,131 @@
+"""The forecast's range: every measured input redrawn from its own repeated measurements, the forecast run on all the
+draws at once (numpy over them), the range their 5th to 95th percentile. The central value is the forecast on the
+inputs as measured, each a robust estimate (the median of processes, rounds, steps): one slow round or process moves
+it by a fraction of the machine's spread, not by all of it.
+
+    dinp, dm = draw(inp, machine, draws=DRAWS, seed=SEED)   # Inputs and Machine whose figures are arrays over
+                                                            # draws + 1 (row 0: the central); settings.point takes them
+    low, high = interval(values)                            # of such an array (row 0 left out)
+    words(inp, machine)                                     # what the range rests on and what it leaves out
+
+What a draw takes, input by input (each a spread from repeated measurement, each stored):
+  compute          the spread between its run's processes (their median steps; `inputs.Spread`): the log of a draw's
+                   factor is Student-t with P - 1 degrees of freedom, scale sd * sqrt(1/P) (P processes, sd the sample
+                   standard deviation of their logs): the central's own uncertainty. With one process its window's
+                   blocks stand in, said so.
+  a fresh run      a measurement at the forecast count is itself one sweep's processes: their luck, the same t with scale
+                   sd * sqrt(1/P), multiplies the whole step (the prediction interval of a new mean of P). With one
+                   process it is not measured: left out, said so (the range is then too narrow).
+  buckets          DDP's ready times: the per-bucket medians of the (repeat, rank, step) observations resampled
+  straggler/jitter the tail (bench.forecast.inputs.tail_excess_ms) of the steps resampled with replacement
+  interference     each size's rounds resampled (bench.forecast.interference.redraw); the co-run's rounds likewise
+  network          a measured level's fit: lognormal, its rms relative error over the root of its rows
+  memory           the peak per process, as compute (the central's uncertainty and a fresh run's)
+  DataParallel     each measured count's processes, as compute
+What is assumed (a preset or typed level, interference not measured) has no spread: it is outside the range and the
+forecast says so (bench.forecast.check says how far such an assumption erred where the sweep measured a count).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from bench.forecast import inputs as fi
+from bench.forecast import interference as itf
+from bench.forecast import network as nw
+from bench.forecast import step as fc
+
+DRAWS = 400                      # draws per forecast (with the central: 401 rows)
+SEED = 0                         # the draws are the same every run: a rerun prints the same range
+LOW, HIGH = 0.05, 0.95           # the range: a 90% interval of the draws
+
+
+def interval(values) -> tuple:
+    """(low, high) of an array over draws + 1 (row 0, the central, left out), always holding the central; (nan, nan)
+    for a number (nothing drawn)."""
+    v = np.asarray(values, dtype=float)
+    if v.ndim == 0 or v.shape[0] < 3:
+        return (math.nan, math.nan)
+    rest = v[1:][np.isfinite(v[1:])]
+    if not rest.size:
+        return (math.nan, math.nan)
+    lo, hi = np.quantile(rest, [LOW, HIGH])
+    return (float(min(lo, v[0])), float(max(hi, v[0])))
+
+
+def _t(rng: np.random.Generator, df: int, draws: int) -> np.ndarray:
+    return rng.standard_t(df, draws) if df >= 1 else np.zeros(draws)
+
+
+def factors(sp: fi.Spread, rng: np.random.Generator, draws: int) -> tuple:
+    """(the central's factor, a fresh run's factor), each an array over draws + 1 with row 0 equal to 1: Student-t
+    in log space from the spread's values (module docstring). A fresh run's is 1 unless the values are processes."""
+    ones = np.ones(draws + 1)
+    vals = [v for v in sp.values if v and v > 0]
+    if len(vals) < 2:
+        return ones, ones
+    logs = np.log(vals)
+    sd, df = float(np.std(logs, ddof=1)), len(vals) - 1
+    central = np.concatenate([[1.0], np.exp(_t(rng, df, draws) * sd * math.sqrt(1 / len(vals)))])
+    if sp.per != "process":
+        return central, ones
+    fresh = np.concatenate([[1.0], np.exp(_t(rng, df, draws) * sd * math.sqrt(1 / len(vals)))])
+    return central, fresh
+
+
+def _ready(inp, rng: np.random.Generator, draws: int) -> list:
+    """The buckets with ready fractions over draws + 1: each bucket's median of resampled observations."""
+    obs = np.asarray(inp.ready_obs, dtype=float)
+    if obs.ndim != 2 or obs.shape[0] < 2 or obs.shape[1] != len(inp.buckets):
+        return list(inp.buckets)
+    picks = obs[rng.integers(0, obs.shape[0], size=(draws, obs.shape[0]))]
+    med = np.median(picks, axis=1)                                   # (draws, K)
+    dev = med - np.median(obs, axis=0)
+    return [fc.Bucket(b.size_bytes, np.concatenate([[b.ready_fraction], np.clip(b.ready_fraction + dev[:, k], 0.0, 1.0)]))
+            for k, b in enumerate(inp.buckets)]
+
+
+def draw(inp, machine, draws: int = DRAWS, seed: int = SEED) -> tuple:
+    """(Inputs, Machine) whose measured figures are arrays over draws + 1, row 0 the central (module docstring)."""
+    rng = np.random.default_rng(seed)
+    central_x, fresh_x = factors(inp.compute_spread, rng, draws)
+    c = inp.compute
+    compute = fc.Compute(c.data_ms * central_x, c.forward_ms * central_x, c.backward_ms * central_x,
+                         c.optimizer_ms * central_x)
+    steps = np.asarray(inp.step_ms, dtype=float)
+    if steps.size >= 2:
+        steps = np.concatenate([steps[None], steps[rng.integers(0, steps.size, size=(draws, steps.size))]])
+    m = replace(machine, net=nw.redraw(machine.net, rng, draws), inter=itf.redraw(machine.inter, rng, draws))
+    dp = {}
+    for n, ms in inp.dp_points.items():
+        a, b = factors(inp.dp_spreads.get(n, fi.Spread()), rng, draws)
+        dp[n] = ms * a * b
+    mem_a, mem_b = factors(inp.peak_spread, rng, draws)
+    drawn = replace(inp, compute=compute, step_ms=steps, buckets=_ready(inp, rng, draws), dp_points=dp,
+                    process_x=fresh_x, memory_x=mem_a * mem_b,
+                    co_run_base=m.inter.co_run_x(*inp.co_run_at))
+    return drawn, m
+
+
+def words(inp, machine) -> str:
+    """What the range rests on, input by input, and what it leaves out."""
+    if inp.dp_points:
+        said = "; ".join(f"x{n}: {inp.dp_spreads[n].words()}" for n in sorted(inp.dp_spreads))
+        return f"range ({LOW:.0%}-{HIGH:.0%} of {DRAWS} draws): DataParallel's measured steps, {said}"
+    sp = inp.compute_spread
+    parts = [f"compute: {sp.words()}"]
+    if sp.per == "process" and sp.n >= 2:
+        parts.append("a fresh run's own processes: the same spread")
+    else:
+        parts.append("a fresh run's spread between processes: not measured, left out (the range is too narrow by it)")
+    obs = len(inp.ready_obs)
+    if inp.ready_obs and obs >= 2:
+        parts.append(f"bucket ready times: {obs} observations (repeats x ranks x steps) resampled")
+    parts.append(f"straggler/jitter: {len(inp.step_ms)} steps resampled" if len(inp.step_ms) >= fi.MIN_TAIL_STEPS
+                 else "straggler/jitter: none (too few steps)")
+    parts += [w for w in (itf.spread_words(machine.inter), nw.spread_words(machine.net)) if w]
+    if not machine.inter.measured:
+        parts.append("interference: assumed, no spread (outside the range)")
+    return f"range ({LOW:.0%}-{HIGH:.0%} of {DRAWS} draws, seed {SEED}): " + "; ".join(parts)

@@ -1,0 +1,255 @@
+"""The forecast's range on stand-ins with known spreads: the propagation from the inputs' repeated measurements to the
+step (Student-t over processes, resampled rounds), the robust central value, the check's range stored and counted,
+where scaling stops paying with its range, what an assumption is called, and the v6 store it reads."""
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+
+import numpy as np
+import pytest
+
+from bench.analysis import forecastable
+from bench.forecast import check as fk
+from bench.forecast import interference as itf
+from bench.forecast import outlook as fo
+from bench.forecast import settings as fs
+from bench.forecast import spread
+from bench.store import store
+from bench.sweep import record
+from report_fixtures import spec
+
+FRACTIONS = {"data_ms": 0.05, "forward_ms": 0.3, "backward_ms": 0.5, "optimizer_ms": 0.15}
+SIZES = (2**16, 2**20, 2**22, 2**24)
+
+
+def _steps(count: int, step_ms: float, n: int = 6) -> list:
+    return [{"kind": "measure", "rank": r, "step": i, "step_ms": step_ms, "loss": 1.0,
+             **{k: f * step_ms for k, f in FRACTIONS.items()}} for r in range(count) for i in range(n)]
+
+
+def _windows(count: int, step_ms: float, n: int = 6) -> list:
+    return [{"kind": "measure", "rank": r, "wall_s": n * step_ms / 1e3, "samples": 64 * n, "steps": n} for r in range(count)]
+
+
+def _memory(count: int, peak: float = 200.0) -> list:
+    return [{"rank": r, "device": "cpu", "peak_rss_mib": 500.0 + peak, "baseline_rss_mib": 500.0, "params_mib": 16.0,
+             "grads_mib": 16.0, "optimizer_mib": 16.0, "buckets_mib": 16.0} for r in range(count)]
+
+
+def _machine(rounds_spread: float = 0.0) -> dict:
+    """The all-reduce at 2 ranks (100 us per step, 1 GB/s) and its interference: beside the load 3x as long, the load
+    at half speed; with rounds_spread, five rounds per size whose lone times spread by that fraction about the row's."""
+    t = lambda s: 2 * 0.1 + s / 1e6  # noqa: E731
+    comm = [{"scope": "world", "ranks": 2, "size_bytes": s, "time_ms": t(s)} for s in SIZES]
+    inter = []
+    for s in SIZES:
+        row = {"scope": "world", "ranks": 2, "op": "all_reduce", "size_bytes": s, "comm_alone_ms": t(s),
+               "comm_contended_ms": 3 * t(s), "comm_slowdown": 3.0, "compute_slowdown": 2.0, "rounds": 5}
+        if rounds_spread:  # load_alone 10 t, load 11.5 t: the load lost 1.5 t of the 3 t the collective ran: 2x
+            row["rounds_json"] = json.dumps([[t(s) * (1 + rounds_spread * k), 3 * t(s), 11.5 * t(s), 10 * t(s)]
+                                             for k in (-1, -0.5, 0, 0.5, 1)])
+        inter.append(row)
+    return {"comm": comm, "interference": inter}
+
+
+def build(path: str, x1_ms: list, x2_ms: list = (), rounds_spread: float = 0.0) -> None:
+    """Sweep 1: single and DDP x1, one process per value of x1_ms (each step that long), the machine at 2; DDP x2,
+    one process per value of x2_ms."""
+    conn = store.connect(path)
+    env_id = store.insert_environment(conn, {"hostname": "h", "cpu_cores": 2})
+    sid = store.begin_sweep(conn, "bench --gpus 1,2", "{}", env_id)
+    rec = lambda sp, payload: record.record_result(conn, sid, env_id, sp, "ok", "", {"grad_bytes": 16e6, **payload})  # noqa: E731
+    buckets = [{"kind": "ddp", "rank": 0, "step": 0, "bucket": b, "size_bytes": int(sz), "ready_ms": f * 10,
+                "backward_ms": 10.0} for b, (sz, f) in enumerate(((4e6, 0.4), (12e6, 1.0)))]
+    for k, ms in enumerate(x1_ms):
+        rec(spec("synthetic", "single", 1, repeat=k), {"steps": _steps(1, ms), "windows": _windows(1, ms)})
+        rec(spec("synthetic", "ddp", 1, repeat=k), {"steps": _steps(1, ms), "windows": _windows(1, ms),
+                                                    "buckets": buckets, "memory": _memory(1)})
+    for k, ms in enumerate(x2_ms):
+        rec(spec("synthetic", "ddp", 2, repeat=k), {"steps": _steps(2, ms), "windows": _windows(2, ms), "memory": _memory(2)})
+    record.record_result(conn, sid, env_id, spec("allreduce", "comm", 2, mode="comm"), "ok", "", _machine(rounds_spread))
+    store.end_sweep(conn, sid, "completed")
+    conn.close()
+
+
+def ddp(path: str):
+    conn = store.connect(path, readonly=True)
+    f = forecastable.load(conn, None)
+    conn.close()
+    m = fo.machine(f.sweep, f.runs)
+    s = next(s for s in f.sets if s.strategy == "ddp")
+    return f, s, fs.inputs(s, m), m
+
+
+def _log_standard(n: int) -> np.ndarray:
+    z = np.linspace(-1.0, 1.0, n)
+    return z / np.std(z, ddof=1)        # mean 0, median 0, sample sd 1
+
+
+# ---------------------------------------------------------------- the propagation
+
+@pytest.mark.parametrize("sigma", [0.1, 0.2])
+def test_the_step_range_is_the_t_prediction_from_the_processes_known_spread(tmp_path, sigma):
+    # 41 processes at x1 whose log median steps have sample sd sigma: a fresh run's mean of 41 processes lies within
+    # sigma / sqrt(41) x (T1 + T2) of the central (the central's own t and the fresh run's, each t with 40 degrees of
+    # freedom): 90% of the draws within 1.645 x sqrt(2 x 40/38) of that scale. Nothing else was measured twice.
+    path = str(tmp_path / f"known{sigma}.sqlite")
+    build(path, list(30.0 * np.exp(sigma * _log_standard(41))))
+    _, s, inp, m = ddp(path)
+    p = fs.series(s, inp, (1,), m, spread.DRAWS)[0]
+    assert p.step_ms == pytest.approx(30.0)                        # the median process
+    lo, hi = p.range_of("step_ms")
+    half = 1.645 * math.sqrt(2 * 40 / 38) * sigma / math.sqrt(41)
+    assert math.log(hi / 30.0) == pytest.approx(half, rel=0.2)
+    assert math.log(30.0 / lo) == pytest.approx(half, rel=0.2)
+    assert "41 processes" in spread.words(inp, m) and "a fresh run's own processes" in spread.words(inp, m)
+
+
+def test_nothing_measured_twice_gives_no_range_and_the_words_say_what_is_missing(tmp_path):
+    path = str(tmp_path / "once.sqlite")
+    build(path, [30.0])                                            # one process of 6 equal steps, rounds not kept
+    _, s, inp, m = ddp(path)
+    p = fs.series(s, inp, (2,), m, spread.DRAWS)[0]
+    lo, hi = p.range_of("step_ms")
+    assert lo == pytest.approx(p.step_ms) and hi == pytest.approx(p.step_ms)
+    words = spread.words(inp, m)
+    assert "one process" in words and "not measured, left out" in words
+    assert "interference's spread unknown (its rounds were not stored" in words
+
+
+def test_interference_rounds_widen_the_range_in_proportion_to_their_spread(tmp_path):
+    widths = []
+    for k, spread_of_rounds in enumerate((0.2, 0.4)):
+        path = str(tmp_path / f"rounds{k}.sqlite")
+        build(path, [30.0] * 3, rounds_spread=spread_of_rounds)
+        _, s, inp, m = ddp(path)
+        p = fs.series(s, inp, (2,), m, spread.DRAWS)[0]
+        lo, hi = p.range_of("step_ms")
+        assert lo < p.step_ms < hi
+        widths.append(hi - lo)
+    assert widths[1] == pytest.approx(2 * widths[0], rel=0.35)
+    assert "each size's 5 rounds resampled" in spread.words(inp, m)
+
+
+def test_a_drawn_interference_keeps_its_central_in_row_zero():
+    rows = [{**r, "ranks": 2} for r in _machine(0.3)["interference"]]
+    inter = itf.from_rows(rows, "cpu")
+    drawn = itf.redraw(inter, np.random.default_rng(0), 50)
+    for size in (3e5, 4e6):
+        assert drawn.comm_x("all_reduce", size, 2)[0] == pytest.approx(inter.comm_x("all_reduce", size, 2))
+        assert drawn.compute_x("all_reduce", size, 2)[0] == pytest.approx(inter.compute_x("all_reduce", size, 2))
+        assert np.ptp(drawn.alone_ms("all_reduce", size, 2)) > 0
+
+
+def test_one_slow_process_does_not_move_the_central_value_by_its_spread(tmp_path):
+    path = str(tmp_path / "slow.sqlite")
+    build(path, [30.0, 31.0, 45.0])
+    _, s, inp, m = ddp(path)
+    p = fs.series(s, inp, (1,), m, spread.DRAWS)[0]
+    assert p.step_ms == pytest.approx(31.0)                        # the median process, not the pooled steps' mean
+    lo, hi = p.range_of("step_ms")
+    assert lo < 31.0 < 45.0 < hi                                   # the slow one is in the range, not in the centre
+
+
+# ---------------------------------------------------------------- the check, and what the forecast says
+
+def test_the_check_stores_its_range_and_whether_the_measurement_fell_inside(tmp_path):
+    path = str(tmp_path / "check.sqlite")
+    build(path, list(30.0 * np.exp(0.1 * _log_standard(5))), x2_ms=[58.0, 60.0, 62.0], rounds_spread=0.3)
+    f, s, inp, m = ddp(path)
+    (row,) = fk.validate(s, f.runs, None, {}, "now")
+    lo, hi = row["forecast_step_ms_low"], row["forecast_step_ms_high"]
+    assert lo < row["forecast_step_ms"] < hi
+    assert row["in_range"] == int(lo <= 60.0 <= hi) and row["measured_step_ms"] == 60.0
+    from bench.store import forecasts
+    conn = store.connect(path)
+    forecasts.write_validation(conn, 1, [row])
+    conn.close()
+    got = sqlite3.connect(path).execute("SELECT forecast_step_ms_low, forecast_step_ms_high, in_range FROM forecasts").fetchone()
+    assert got == (pytest.approx(lo), pytest.approx(hi), row["in_range"])
+
+
+def test_where_scaling_stops_paying_is_said_with_the_range_of_counts_the_draws_give():
+    s = type("S", (), {"label": "w DDP [fp32]", "single": object(), "strategy": "ddp", "variant": "fp32"})()
+    rng = np.random.default_rng(0)
+    pts = []
+    for n, eff in ((2, 0.95), (4, 0.85), (8, 0.78), (16, 0.70), (32, 0.60)):
+        draws = eff * np.exp(0.08 * rng.standard_normal(spread.DRAWS))
+        pts.append(fs.Point(count=n, nodes=1, efficiency=eff, bound="straggler/jitter", draws={"efficiency": draws}))
+    lo, hi = fo.stop_range(pts)
+    assert lo < 8 < hi and lo in (2, 4) and hi in (16, 32)
+    text = fo.recommendation(s, pts)
+    assert f"past 8 GPUs on this network (between {lo} and {hi}), scaling stops paying" in text
+    assert "bound there: straggler/jitter" in text
+    paying = [fs.Point(count=n, nodes=1, efficiency=0.9, draws={"efficiency": np.full(spread.DRAWS, 0.9)}) for n in (2, 4)]
+    assert fo.stop_range(paying) == (None, None)                    # no draw stops paying: beyond the counts
+    assert "(at the range's low end" not in fo.recommendation(s, paying)
+
+
+def test_what_ifs_that_all_land_on_the_same_count_say_the_network_does_not_set_it():
+    mk = lambda effs, bound="straggler/jitter": [fs.Point(count=n, nodes=n // 8 or 1, efficiency=e, bound=bound)  # noqa: E731
+                                                 for n, e in zip((16, 32, 64), effs)]
+    same = [("this network", mk((0.9, 0.8, 0.7))), ("4x faster inter-node network", mk((0.92, 0.81, 0.72))),
+            ("100 MiB buckets", mk((0.9, 0.8, 0.71)))]
+    assert fo.network_sets(same).startswith("the network does not set it: every what-if")
+    assert fo.network_sets(same).endswith("straggler/jitter does")
+    moved = same[:1] + [("4x faster inter-node network", mk((0.95, 0.9, 0.8)))]
+    assert fo.network_sets(moved) == ""
+
+
+def test_an_unmeasured_interference_is_called_an_assumption_never_a_bound_with_how_far_it_erred():
+    for device in ("cpu", "cuda"):
+        words = itf.assumed(device).words()
+        assert "assumed" in words and "not a bound" in words and "no-overlap bound" not in words
+    assert "errs fast" in itf.assumed("cuda").words()
+    m = fs.Machine(fo.nw.network_for({}, fo.nw.PRESETS["h100"], {}, 8, "nccl"), itf.assumed("cuda"))
+    rows = [{"device_count": 2, "error": -0.23}, {"device_count": 4, "error": -0.27}]
+    said = fk.assumed_words(m, rows)
+    assert "assumed, not measured: interference none" in said and "erred -27% to -23%" in said
+    assert "how far it errs is unknown here" in fk.assumed_words(m, [])
+
+
+def test_every_forecast_series_of_a_plot_has_its_own_colour_and_an_assumption_is_marked_on_it(tmp_path):
+    from bench.report import forecast as rf
+    path = str(tmp_path / "plot.sqlite")
+    build(path, [30.0, 31.0, 29.0])
+    f, s, inp, m = ddp(path)
+    variants = [fs.Setting(s.workload, "ddp", v, s.configs, s.raws, s.single) for v in ("fp32", "bf16", "fp32, compiled",
+                                                                                        "bf16, compiled")]
+    assert len(set(rf.colors(variants).values())) == 4          # four DDP settings: four colours (not DDP's one)
+    assumed = fs.Machine(m.net, itf.assumed("cpu"), m.counts)
+    ws = fo.what_ifs(s, inp, assumed, (1, 2, 4))
+    fig = rf.figure("synthetic", "here", [(s, ws, [], ("interference", (-0.2, 0.0)))])
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any("forecast, this network (interference assumed)" in t for t in labels)
+    assert any("interference assumed, erred -20% to +0% where measured" in t for t in labels)
+    assert any("range from the inputs' spreads" in t for t in labels)
+
+
+def test_a_version_5_store_migrates_and_its_interference_reads_with_its_spread_unknown(tmp_path):
+    from bench.store import forecasts, schema
+    path = str(tmp_path / "v5.sqlite")
+    v5 = (schema.SCHEMA.replace(", rounds_json TEXT", "")
+          .replace("forecast_step_ms_low REAL, forecast_step_ms_high REAL, in_range INTEGER,", ""))
+    assert v5 != schema.SCHEMA and "rounds_json" not in v5 and "in_range" not in v5
+    conn = sqlite3.connect(path)
+    conn.executescript(v5 + ";PRAGMA user_version = 5;")
+    conn.execute("INSERT INTO sweeps (sweep_id, started_at, status, command_line, config_json) VALUES (1, 't', "
+                 "'completed', 'bench', '{}')")
+    conn.execute("INSERT INTO results (result_id, sweep_id, config_key, mode, workload, strategy, device_type, "
+                 "device_count, per_device_batch, global_batch, status, spec_json) VALUES (1, 1, 'c', 'comm', "
+                 "'allreduce', 'comm', 'cpu', 2, 1, 2, 'ok', '{}')")
+    conn.execute("INSERT INTO interference (result_id, ranks, op, size_bytes, comm_alone_ms, comm_contended_ms, "
+                 "compute_slowdown, rounds) VALUES (1, 2, 'all_reduce', 1048576, 2.0, 6.0, 2.0, 5)")
+    conn.commit()
+    conn.close()
+    conn = store.connect(path)                                    # migrates to 6
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 6
+    ((count, nodes, rows),) = forecasts.read_interference(conn, 1)
+    conn.close()
+    assert rows[0]["rounds_json"] is None
+    inter = itf.from_rows(rows, "cpu")
+    assert inter.comm_x("all_reduce", 2**20, 2) == pytest.approx(3.0)
+    assert "spread unknown (its rounds were not stored: a store before version 6)" in itf.spread_words(inter)
