@@ -344,7 +344,10 @@ def test_zero_takes_ddps_settings_hsdp_a_shard_size_and_the_optimizer_is_an_axis
     # one node of 2 processes: the shard group is the count (x1: 1, x2: 2), so replicate 1: FSDP, and said so
     assert {(r.device_count, r.option("shard_size")) for r in runs if r.strategy == "hsdp"} == {(1, 1), (2, 2)}
     lines = plan.describe_resolved(cfg, set())
-    assert "hsdp mesh: x1 replicate 1 x shard 1 (one shard group: this is FSDP" in "\n".join(lines)
+    # what one shard group still runs beyond FSDP's sharding (an all-reduce over a replicate group of one), not "FSDP"
+    assert "hsdp mesh: x1 replicate 1 x shard 1 (one shard group: FSDP's sharding on HSDP's 2-D mesh, which still " \
+           "all-reduces every gradient shard over a replicate group of one rank; not FSDP" in "\n".join(lines)
+    assert "this is FSDP" not in "\n".join(lines)
     gate = plan.plan(dataclasses.replace(cfg, check_equivalence=True), CPU2)
     assert {r.strategy for r in gate if isinstance(r, plan.RunSpec) and r.mode == "equivalence"} == {"ddp", "zero", "hsdp"}
     comm = [r for r in gate if isinstance(r, plan.RunSpec) and r.mode == "comm"]

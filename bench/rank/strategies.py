@@ -10,7 +10,8 @@
                               bench.rank.optimizer builds it; ctx.options: parameters_as_bucket_view)
     apply_fsdp(model, ctx)    FSDP2 `fully_shard` per block, then the root (bench.rank.fsdp)
     apply_hsdp(model, ctx)    FSDP2 on a 2-D mesh (replicate, shard): sharded within groups of ctx.options
-                              shard_size ranks, replicated across them (replicate 1: FSDP)
+                              shard_size ranks, replicated across them (replicate 1: FSDP's sharding,
+                              still HSDP's all-reduce over a group of one: bench.shared.spec.ONE_SHARD_GROUP)
 
 Adding a strategy means adding one function here and one entry in STRATEGIES.
 """
