@@ -212,8 +212,8 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
             model = prepare(wl.model, spec, ctx)
             t = Trainer(spec=spec, model=model, opt=make_optimizer(model, cuda, spec.optimizer), wl=wl, device=device,
                         clock=lambda: timing.make_clock(device, devices), rank=rank,
-                        replicas=spec.device_count if spec.strategy == "dp" else (spec.emulate_ranks if spec.strategy == "single" else 1),
-                        split_replicas=spec.mode == "equivalence" and spec.strategy == "single" and spec.emulate_ranks > 1
+                        replicas=spec.device_count if spec.strategy == "dp" else spec.emulate_ranks,
+                        split_replicas=spec.mode == "equivalence" and spec.emulate_ranks > 1
                                        and not (spec.sync_bn and cuda),
                         scaler=precision.grad_scaler(spec.precision, spec.device_type), beat=beat.beat,
                         fault=faults.hook(rank), distributed=distributed)
