@@ -18,7 +18,7 @@ Adding a strategy means adding one function here and one entry in STRATEGIES.
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -30,24 +30,42 @@ def apply_single(model: nn.Module, ctx: Ctx) -> nn.Module:
     return model.to(ctx.device)
 
 
+# torch 2.3 (pyproject's floor) asks autocast's state per device with functions of their own; torch 2.4 added the
+# device-type argument (pytorch#124359) and deprecates those.
+_LEGACY_AUTOCAST = {"cuda": ("is_autocast_enabled", "get_autocast_gpu_dtype"),
+                    "cpu": ("is_autocast_cpu_enabled", "get_autocast_cpu_dtype")}
+
+
+def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
+    """The dtype of the caller's autocast on `device_type`, None when it is off, on torch 2.3 as on 2.4 and later."""
+    try:
+        on = torch.is_autocast_enabled(device_type)
+        return torch.get_autocast_dtype(device_type) if on else None
+    except (TypeError, AttributeError):  # torch < 2.4: no device-type argument, no get_autocast_dtype
+        enabled, dtype = (getattr(torch, name) for name in _LEGACY_AUTOCAST[device_type])
+        return dtype() if enabled() else None
+
+
 class _InAutocast:
     """A replica called inside the caller's autocast: torch's parallel_apply passes its replica threads
     only whether autocast is on, not its dtype, so bf16 would silently run as fp16 on GPUs 1..N-1."""
 
-    def __init__(self, module: nn.Module, dtype: torch.dtype):
-        self.module, self.dtype = module, dtype
+    def __init__(self, module: nn.Module, dtype: torch.dtype, device_type: str = "cuda"):
+        self.module, self.dtype, self.device_type = module, dtype, device_type
 
     def __call__(self, *args, **kwargs):
-        with torch.autocast("cuda", dtype=self.dtype):
+        with torch.autocast(self.device_type, dtype=self.dtype):
             return self.module(*args, **kwargs)
 
 
 class AutocastDataParallel(nn.DataParallel):
+    autocast_device = "cuda"   # whose autocast the replicas' threads inherit (tests: "cpu", with a stand-in apply)
+
     def parallel_apply(self, replicas, inputs, kwargs):
-        if not torch.is_autocast_enabled("cuda"):
+        dtype = autocast_dtype(self.autocast_device)
+        if dtype is None:
             return super().parallel_apply(replicas, inputs, kwargs)
-        dtype = torch.get_autocast_dtype("cuda")
-        return super().parallel_apply([_InAutocast(r, dtype) for r in replicas], inputs, kwargs)
+        return super().parallel_apply([_InAutocast(r, dtype, self.autocast_device) for r in replicas], inputs, kwargs)
 
 
 def apply_dp(model: nn.Module, ctx: Ctx) -> nn.Module:
