@@ -94,3 +94,47 @@ def test_without_the_wrapper_torchs_replica_threads_lose_the_dtype():
     with torch.autocast("cpu", dtype=torch.float16):
         parallel_apply_as_torch_does(replicas, [torch.ones(1), torch.ones(1)])
     assert [r.seen for r in replicas] == [[torch.bfloat16], [torch.bfloat16]]
+
+
+def broadcast_flattened(devices, *tensors):
+    """comm.broadcast_coalesced on the CPU, as NCCL's does it: the source device keeps the tensors themselves, every
+    other device gets them flattened into one buffer and unflattened (contiguous, NCHW). Differentiable, as Broadcast is."""
+    out = list(tensors)
+    for _ in devices[1:]:
+        out += torch._utils._unflatten_dense_tensors(torch._utils._flatten_dense_tensors(tensors), tensors)
+    return tuple(out)
+
+
+def broadcast_coalesced(tensors, devices, buffer_size=None):
+    """comm.broadcast_coalesced (the buffers' path, detached): the same, one list per device."""
+    flat = broadcast_flattened(devices, *[t.detach() for t in tensors])
+    return [list(flat[i:i + len(tensors)]) for i in range(0, len(flat), len(tensors))]
+
+
+def conv_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3)).to(
+        memory_format=torch.channels_last)
+
+
+def weights(replica) -> list:
+    return [getattr(m, "weight") for m in replica.modules() if isinstance(m, nn.Conv2d)]
+
+
+def test_every_dataparallel_replica_keeps_the_channels_last_weights_of_the_source(monkeypatch):
+    from torch.nn.parallel._functions import Broadcast
+    from torch.nn.parallel import comm
+    monkeypatch.setattr(Broadcast, "apply", staticmethod(broadcast_flattened))
+    monkeypatch.setattr(comm, "broadcast_coalesced", broadcast_coalesced)
+    model = conv_net()
+    plain = nn.DataParallel.replicate(None, model, [0, 1, 2])   # torch's replicate with the stand-in: the bias is there
+    assert [w.is_contiguous(memory_format=torch.channels_last) for r in plain for w in weights(r)] == [True] * 2 + [False] * 4
+    replicas = strategies.AutocastDataParallel(nn.Identity()).replicate(model, [0, 1, 2])
+    assert all(w.is_contiguous(memory_format=torch.channels_last) for r in replicas for w in weights(r))
+    assert all(torch.equal(a, b) for a, b in zip(weights(replicas[2]), weights(model)))
+    x = torch.randn(2, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+    replicas[1](x).sum().backward()   # the gradient flows back through the copy and the broadcast to the source
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()
+    assert all(torch.allclose(g, p.grad) for g, p in zip(got, model.parameters()))

@@ -58,8 +58,32 @@ class _InAutocast:
             return self.module(*args, **kwargs)
 
 
+def keep_memory_format(module: nn.Module, replicas: list) -> list:
+    """The replicas of `module`, each 4-D parameter in the memory format the source's has. replicate() copies the
+    parameters to devices 1..N-1 flattened into one buffer and unflattened (comm.broadcast_coalesced), so there they
+    are contiguous NCHW whatever the source's format (pytorch#37484): channels_last DataParallel would convolve with
+    channels_last weights on GPU 0 only, and convert layouts on the others every step. A replica's weight is made
+    channels_last again by a copy inside autograd (its gradient flows back through it to the broadcast), on devices
+    1..N-1 only, every step: a cost DataParallel's channels_last step now carries, as it must to convolve alike."""
+    for src, *copies in zip(module.modules(), *(r.modules() for r in replicas)):
+        for name, p in src._parameters.items():
+            if p is None or p.dim() != 4 or p.is_contiguous() or not p.is_contiguous(memory_format=torch.channels_last):
+                continue
+            for replica in copies:
+                t = getattr(replica, name)
+                if not t.is_contiguous(memory_format=torch.channels_last):
+                    t = t.contiguous(memory_format=torch.channels_last)
+                    setattr(replica, name, t)
+                    replica._former_parameters[name] = t  # what DDP-style readers of a replica see (torch's replicate)
+    return replicas
+
+
 class AutocastDataParallel(nn.DataParallel):
+    """nn.DataParallel whose replicas run under the caller's autocast dtype and keep the parameters' memory format."""
     autocast_device = "cuda"   # whose autocast the replicas' threads inherit (tests: "cpu", with a stand-in apply)
+
+    def replicate(self, module, device_ids):
+        return keep_memory_format(module, super().replicate(module, device_ids))
 
     def parallel_apply(self, replicas, inputs, kwargs):
         dtype = autocast_dtype(self.autocast_device)
