@@ -120,6 +120,7 @@ class Sweep:
     bench: dict = field(default_factory=dict)      # workload -> [Config]
     problems: list = field(default_factory=list)   # results rows that are not ok
     comm: list = field(default_factory=list)       # (device_count, nodes, comm rows, each with its op) per comm result
+    comm_notes: list = field(default_factory=list)  # (device_count, why its interference stage failed) per comm result
     equivalence: list = field(default_factory=list)
     loader: dict = field(default_factory=dict)     # device count -> loader-alone samples/s
     nodes: list = field(default_factory=list)      # per multi-node result: (result_id, node rows)
@@ -238,6 +239,9 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
             groups.setdefault(r["config_key"], []).append(r)
         elif r["mode"] == "comm":
             out.comm.append((int(r["device_count"]), int(r["nodes"] or 1), read.result_rows(conn, "comm", r["result_id"])))
+            failed = json.loads(r["details_json"] or "{}").get("interference_error")
+            if failed:
+                out.comm_notes.append((int(r["device_count"]), failed))
         elif r["mode"] == "loader":
             windows = read.result_rows(conn, "windows", r["result_id"])
             out.loader.setdefault(int(r["device_count"]), []).append(stats.window_throughput(windows)[0])

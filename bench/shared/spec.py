@@ -10,6 +10,9 @@ from dataclasses import dataclass
 PER_DEVICE = ("ddp", "zero", "fsdp", "hsdp")
 DDP_BASED = ("ddp", "zero")     # DistributedDataParallel underneath: DDP's settings, probe and buckets apply
 FSDP_BASED = ("fsdp", "hsdp")   # FSDP2 fully_shard underneath: its settings and collectives apply
+# The comm run's bandwidth rows, written by its rank 0 to the run folder before the interference stage (bench.rank.commrun):
+# what the sweep keeps of a comm run that failed in that stage (bench.sweep.launch).
+COMM_ROWS_FILE = "comm-rows.json"
 # HSDP whose one shard group holds every rank: FSDP's sharding, but on HSDP's 2-D mesh, so FSDP2 still all-reduces each
 # unit's reduced gradient shard over the replicate dimension (a group of one rank) on a stream of its own, every step
 # (torch's _fsdp_collectives.foreach_reduce: all_reduce_group is set for any HSDP mesh). Measured, not free: on one
