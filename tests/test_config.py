@@ -381,3 +381,31 @@ def test_bad_optimizer_shard_size_and_budget_exit_2_before_anything_runs(args, e
     assert cli.main([*args, "--device", "cpu", "--store", str(tmp_path / "s.sqlite")]) == 2
     assert expected in capsys.readouterr().err
     assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_a_container_dev_shm_too_small_for_nccls_segments_is_refused_before_any_rank_starts(monkeypatch):
+    # Docker's default 64 MiB: NCCL's segments (7.0 MiB per connection to another rank of the node) need 84 MiB at x4
+    # and 392 MiB at x8 for DDP, while DataParallel's one process needs none
+    monkeypatch.delenv("NCCL_SHM_DISABLE", raising=False)
+    docker = dataclasses.replace(GPU8, shm_free_bytes=64 * 2**20)
+    cfg = SweepConfig(gpus=(1, 4, 8), workloads=("synthetic",), strategies=("dp", "ddp"), interference=False)
+    with pytest.raises(ConfigError) as e:
+        resolve(cfg, docker)
+    msg = str(e.value)
+    assert msg.startswith("/dev/shm has 64 MiB free, but ddp on 8 GPU(s) would need about 392 MiB there") or \
+        msg.startswith("/dev/shm has 64 MiB free, but the collectives on 8 GPU(s) would need about 392 MiB there"), msg
+    assert "(8 rank(s), each connected to 7 other rank(s) in the default group: 392 MiB" in msg and "torchtitan#853" in msg
+    assert "--shm-size=1g" in msg and "--ipc=host" in msg and "NCCL_SHM_DISABLE=1" in msg and "(--gpus 1)" in msg
+    resolve(dataclasses.replace(cfg, strategies=("dp",)), docker)                     # no NCCL group: nothing needed
+    resolve(dataclasses.replace(cfg, gpus=(1, 2)), docker)                            # x2: 2 x 1 x 7.0 = 14 MiB
+    resolve(cfg, dataclasses.replace(GPU8, shm_free_bytes=2**30))                     # --shm-size=1g
+    resolve(dataclasses.replace(cfg, device="cpu", gpus=(1, 2)), dataclasses.replace(CPU2, shm_free_bytes=2**20))  # gloo
+    monkeypatch.setenv("NCCL_SHM_DISABLE", "1")
+    resolve(cfg, docker)
+    # HSDP and the comm run's interference stage connect further groups, counted too
+    from bench.sweep import shm
+    monkeypatch.delenv("NCCL_SHM_DISABLE")
+    items = plan.plan(resolve(dataclasses.replace(cfg, strategies=("hsdp",), interference=True),
+                              dataclasses.replace(GPU8, shm_free_bytes=2**30)), GPU8)
+    need = {(s.strategy, s.device_count): shm.nccl_bytes(s) // shm.NCCL_SEGMENT_BYTES for s in items if isinstance(s, plan.RunSpec)}
+    assert need[("hsdp", 8)] == 8 * (7 + 7) and need[("comm", 8)] == 8 * (7 + 7) and need[("hsdp", 1)] == 0

@@ -172,7 +172,7 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
                                                     if cuda and machine.gpu_memory_bytes else None))
     settings.check_hsdp(resolved)  # every count in whole HSDP shard groups
     items = plan(resolved, machine)  # impossible batch splits and user models fail here, before anything runs
-    # the prefetched batches of every configuration fit in /dev/shm
+    # the prefetched batches and NCCL's segments of every configuration fit in /dev/shm
     shm.check([s for s in items if isinstance(s, RunSpec)], machine.shm_free_bytes, resolved.num_workers)
     return resolved
 
