@@ -14,6 +14,7 @@ Ending a configuration cancels its step by id (`scancel JOB.STEP`), so nothing i
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,36 @@ def allocation_nodes() -> int:
         if os.environ.get(var, "").isdigit():
             return int(os.environ[var])
     return 1
+
+
+# What says an allocation holds GPUs (sbatch/salloc/srun's output variables): GPU ids, counts ([type:]count), TRES
+GPU_ID_VARS = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS")
+GPU_COUNT_VARS = ("SLURM_GPUS_ON_NODE", "SLURM_GPUS", "SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK")
+TRES_VARS = ("SLURM_TRES_PER_NODE", "SLURM_TRES_PER_TASK", "SLURM_JOB_GRES")
+
+
+def _gpus_in(item: str) -> int:
+    """GPUs of one '[type:]count' or TRES item ('8', 'a100:8', 'gres/gpu:a100:2', 'gres/gpu=2'; a type alone: 1)."""
+    tail = re.split(r"[:=]", item.strip())[-1]
+    return int(tail) if tail.isdigit() else (1 if tail else 0)
+
+
+def allocation_gpus(env=None) -> str | None:
+    """'NAME=VALUE' of the first variable saying that the SLURM allocation this process runs in holds GPUs; None
+    outside an allocation or in one without GPUs (--gpus-per-node=0)."""
+    env = os.environ if env is None else env
+    if "SLURM_JOB_ID" not in env:
+        return None
+    for name in GPU_ID_VARS:
+        if env.get(name, "").strip() not in ("", "(null)", "N/A"):
+            return f"{name}={env[name]}"
+    for name in GPU_COUNT_VARS:
+        if env.get(name, "").strip() and _gpus_in(env[name]) > 0:
+            return f"{name}={env[name]}"
+    for name in TRES_VARS:
+        if any("gpu" in item and _gpus_in(item) > 0 for item in env.get(name, "").split(",")):
+            return f"{name}={env[name]}"
+    return None
 
 
 def refuse_task_copies() -> None:
