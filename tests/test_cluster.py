@@ -40,3 +40,54 @@ def test_device_auto_on_a_login_node_of_a_gpu_allocation_refuses_instead_of_plan
     assert "sbatch slurm/bench.sbatch" in msg and "--device cpu" in msg
     assert resolve(SweepConfig(workloads=("synthetic",), device="cpu", gpus=(1,)), login).device == "cpu"  # on purpose
     assert resolve(SweepConfig(workloads=("synthetic",), gpus=(1,)), LOGIN).device == "cpu"   # a CPU allocation
+
+
+def fake_srun(folder, script: str) -> str:
+    """A `srun` on PATH: bash SCRIPT with srun's arguments; returns the folder to put first on PATH."""
+    folder.mkdir(exist_ok=True)
+    path = folder / "srun"
+    path.write_text("#!/bin/bash\n" + script)
+    path.chmod(0o755)
+    return str(folder)
+
+
+def test_each_multi_node_step_gets_the_allocations_cpus_per_task_which_srun_no_longer_inherits(tmp_path, monkeypatch):
+    import os
+    from bench.shared.spec import RunSpec
+    from bench.sweep.launch import Limits, run_config
+    calls = tmp_path / "srun-args"
+    bin_dir = fake_srun(tmp_path / "bin", f'printf "%s\\n" "$@" > {calls}\nexit 1\n')
+    monkeypatch.setenv("PATH", bin_dir + os.pathsep + os.environ["PATH"])
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("SRUN_CPUS_PER_TASK", raising=False)
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "32")   # salloc/sbatch --cpus-per-task=32
+    spec = RunSpec(workload="synthetic", strategy="ddp", device_type="cpu", device_count=2, per_device_batch=4,
+                   global_batch=8, image_size=0, steps=2, warmup=0, threads=1, seed=0, scaling="weak", nodes=2,
+                   launcher="slurm", pg_timeout_s=30.0)
+    out = run_config(spec, Limits(fixed_s=60.0), shared_dir=str(tmp_path / "runs"))
+    args = calls.read_text().split()
+    assert out.status == "failed" and args[:4] == ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=32"]
+    assert slurm.cpus_per_task({}) == [] and slurm.cpus_per_task({"SLURM_CPUS_PER_TASK": "8", "SRUN_CPUS_PER_TASK": "8"}) == []
+
+
+def test_the_report_warns_where_a_nodes_cores_were_fewer_than_its_ranks_need(tmp_path):
+    from bench.analysis import results
+    from bench.report import report
+    from bench.shared.spec import RunSpec
+    from bench.store import store
+    from bench.sweep import record
+    conn = store.connect(str(tmp_path / "s.sqlite"))
+    env = store.insert_environment(conn, {"hostname": "n1", "cpu_cores": 32})
+    sid = store.begin_sweep(conn, "cmd", "{}", env)
+    spec = RunSpec(workload="synthetic", strategy="ddp", device_type="cuda", device_count=16, per_device_batch=8,
+                   global_batch=128, image_size=0, steps=2, warmup=0, threads=4, seed=0, scaling="weak", nodes=2,
+                   launcher="slurm")
+    # node 0's task kept its 32 cores, node 1's srun task got 1 (no --cpus-per-task): 8 ranks x 4 threads need 32
+    record.record_result(conn, sid, env, spec, "ok", payload={"nodes": [
+        {"node_rank": 0, "hostname": "n1", "cpu_cores": 32}, {"node_rank": 1, "hostname": "n2", "cpu_cores": 1}]})
+    sweep = results.load(conn, sid)
+    conn.close()
+    warned = [b[1] for b in report.blocks(sweep, {}) if b[0] == "p" and b[1].startswith("Warning:")]
+    assert len(warned) == 1, warned
+    assert "node 1 (n2) had 1 CPU core(s) for 8 rank(s) that need 32 (8 x (4 torch thread(s) + 0 loader worker(s)))" in warned[0]
+    assert "had 32)" in warned[0] and "--cpus-per-task" in warned[0]

@@ -245,7 +245,9 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
         elif r["mode"] == "loader":
             windows = read.result_rows(conn, "windows", r["result_id"])
             out.loader.setdefault(int(r["device_count"]), []).append(stats.window_throughput(windows)[0])
-        nodes = [{"node_rank": n["node_rank"], "hostname": n["hostname"]} for n in read.result_rows(conn, "nodes", r["result_id"])]
+        nodes = [{"node_rank": n["node_rank"], "hostname": n["hostname"],
+                  "cpu_cores": json.loads(n["env_json"] or "{}").get("cpu_cores")}  # as the node's srun task saw them
+                 for n in read.result_rows(conn, "nodes", r["result_id"])]
         if nodes:
             out.nodes.append((r, nodes))
     out.loader = {n: stats.median(v) for n, v in out.loader.items()}

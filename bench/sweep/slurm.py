@@ -3,7 +3,7 @@
 The sweep runs once, as a plain process on the allocation's first node (the batch script, or the
 salloc shell). A configuration spanning K nodes becomes one `srun` step over K nodes, one task per
 node, each task a torchrun that rendezvouses with the others through c10d (bench.sweep.launch):
-    srun --nodes K --ntasks-per-node 1 --kill-on-bad-exit=1 --job-name bench-run-XXXX \\
+    srun --nodes K --ntasks-per-node 1 --cpus-per-task C --kill-on-bad-exit=1 --job-name bench-run-XXXX \\
         python -m bench.sweep.torchrun --nnodes K --nproc-per-node G --rdzv-backend c10d \\
         --rdzv-endpoint RUN_DIR/rendezvous --rdzv-conf store_type=file --rdzv-id bench-run-XXXX ...
 Results, errors, heartbeats and the rendezvous travel through the run folder next to the store, on a
@@ -86,11 +86,21 @@ def step_name(spec) -> str:
     return "bench-" + os.path.basename(spec.out_dir.rstrip("/"))
 
 
+def cpus_per_task(env=None) -> list:
+    """srun's --cpus-per-task for a step's one task per node: the allocation's SLURM_CPUS_PER_TASK. Since Slurm 22.05
+    srun no longer inherits it from salloc/sbatch, so where cores are confined each node's torchrun, its ranks, NCCL's
+    proxies and the loaders would share one CPU while the sweep's one-node configurations had them all: the 1 -> 2
+    node step would be the launcher's. Nothing where it is unset, or where SRUN_CPUS_PER_TASK tells srun itself."""
+    env = os.environ if env is None else env
+    cpus = env.get("SLURM_CPUS_PER_TASK", "")
+    return [f"--cpus-per-task={cpus}"] if cpus.isdigit() and int(cpus) > 0 and not env.get("SRUN_CPUS_PER_TASK") else []
+
+
 def command(spec, spec_path: str, rendezvous: list, worker: str, torchrun: str) -> list:
     per_node = spec.device_count // spec.nodes
-    return ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-            f"--wait={STEP_WAIT_S}", "--immediate=60", f"--job-name={step_name(spec)}", "--export=ALL",
-            f"--chdir={os.getcwd()}",
+    return ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1", *cpus_per_task(),
+            "--kill-on-bad-exit=1", f"--wait={STEP_WAIT_S}", "--immediate=60", f"--job-name={step_name(spec)}",
+            "--export=ALL", f"--chdir={os.getcwd()}",
             sys.executable, "-m", torchrun, f"--nnodes={spec.nodes}", f"--nproc-per-node={per_node}",
             *rendezvous, f"--log-dir={os.path.join(spec.out_dir, 'torchrun')}", "-m", worker, spec_path]
 
