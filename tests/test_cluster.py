@@ -91,3 +91,57 @@ def test_the_report_warns_where_a_nodes_cores_were_fewer_than_its_ranks_need(tmp
     assert len(warned) == 1, warned
     assert "node 1 (n2) had 1 CPU core(s) for 8 rank(s) that need 32 (8 x (4 torch thread(s) + 0 loader worker(s)))" in warned[0]
     assert "had 32)" in warned[0] and "--cpus-per-task" in warned[0]
+
+
+NODES_SRUN = r"""nodes=1; cmd=()
+for a in "$@"; do
+  if [ ${#cmd[@]} -eq 0 ] && [[ "$a" == --* ]]; then [[ "$a" == --nodes=* ]] && nodes=${a#--nodes=}; continue; fi
+  cmd+=("$a")
+done
+last=$((${#cmd[@]} - 1)); token="${cmd[$last]}"
+for i in $(seq 1 "$nodes"); do
+  path="$token"
+  if [ "$i" -gt 1 ]; then NODE_PATH; fi
+  SLURMD_NODENAME=n$i "${cmd[@]:0:$last}" "$path"
+done
+"""
+
+
+@pytest.mark.parametrize("node2, expected", [
+    (":", None),                                                       # one shared filesystem, locks shared: passes
+    ('cp "$token" "$token.n$i"; path="$token.n$i"', "are not shared across nodes: node(s) n2 took the lock this node holds"),
+    ('path="$token.nowhere"', "is not visible from all 2 nodes of the allocation (node(s) n2 cannot open it)"),
+])
+def test_the_shared_folder_check_needs_every_node_to_see_it_and_share_its_locks(node2, expected, tmp_path, monkeypatch):
+    # node 2's view through a fake srun: the same file (the lock the sweep holds is seen), a copy of it (a lock local
+    # to each node: Lustre's localflock, where torch's FileStore rendezvous corrupts silently), or nothing
+    import os
+    bin_dir = fake_srun(tmp_path / "bin", NODES_SRUN.replace("NODE_PATH", node2))
+    monkeypatch.setenv("PATH", bin_dir + os.pathsep + os.environ["PATH"])
+    folder = str(tmp_path / "results")
+    if expected is None:
+        slurm.check_shared_folder(folder, 2)
+    else:
+        with pytest.raises(ConfigError) as e:
+            slurm.check_shared_folder(folder, 2)
+        assert expected in str(e.value), str(e.value)
+        if "locks" in expected:
+            assert "flock(2)" in str(e.value) and "-o localflock locks within one node only" in str(e.value)
+    assert not [n for n in os.listdir(folder) if n.startswith(".bench-shared-") and not n.endswith(".n2")]  # token gone
+
+
+def test_a_folder_without_file_locks_is_refused_naming_the_mount_option(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOSYS, "Function not implemented")   # Lustre mounted without -o flock
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    with pytest.raises(ConfigError) as e:
+        slurm.check_shared_folder(str(tmp_path / "results"), 2)
+    msg = str(e.value)
+    assert "gives no file locks here (Function not implemented)" in msg and "Lustre: -o flock" in msg
+    mounts = tmp_path / "mounts"
+    mounts.write_text("/dev/sda1 / ext4 rw 0 0\n10.0.0.1@tcp:/fs /lustre lustre rw,localflock 0 0\n")
+    assert slurm.mount_of("/lustre/home/me/results", str(mounts)) == "lustre at /lustre (options rw,localflock)"
+    assert slurm.mount_of("/home/me", str(mounts)) == "ext4 at / (options rw)"

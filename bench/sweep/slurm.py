@@ -13,6 +13,7 @@ Ending a configuration cancels its step by id (`scancel JOB.STEP`), so nothing i
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -128,23 +129,88 @@ def cancel(spec) -> None:
             ids = step_ids(step_name(spec))
 
 
+# Run on every node by check_shared_folder: does the node see the token, and is the lock the sweep holds on it held
+# there too? One line per node: '<host> held' (yes), 'taken' (the lock is per node), 'missing', 'error <errno> <why>'.
+FLOCK_CHECK = r"""
+import errno, fcntl, os, socket, sys
+host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+try:
+    fd = os.open(sys.argv[1], os.O_RDWR)
+except OSError as e:
+    print(host, "missing", e.strerror)
+    sys.exit(0)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except BlockingIOError:
+    print(host, "held")
+except OSError as e:
+    print(host, "error", errno.errorcode.get(e.errno, e.errno), e.strerror)
+else:
+    print(host, "taken")
+"""
+LOCKS_NEEDED = ("torch's FileStores in the run folder (torchrun's rendezvous, every process group's init) lock their "
+                "file with flock(2) on every node")
+
+
+def mount_of(path: str, mounts: str = "/proc/mounts") -> str:
+    """'TYPE at MOUNTPOINT (options OPTS)' of the filesystem holding `path`, '' where /proc/mounts cannot say."""
+    best = ("", "", "")
+    try:
+        with open(mounts) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 4 and (path + "/").startswith(parts[1].rstrip("/") + "/") and len(parts[1]) >= len(best[0]):
+                    best = (parts[1], parts[2], parts[3])
+    except OSError:
+        return ""
+    return f"{best[1]} at {best[0]} (options {best[2]})" if best[0] else ""
+
+
+def _lock_advice(folder: str) -> str:
+    where = mount_of(os.path.realpath(folder))
+    return ((f"; the folder is on {where}" if where else "") + ". Mount it with flock across nodes (Lustre: -o flock; "
+            "-o localflock locks within one node only and lets the rendezvous corrupt silently and hang to the timeout; "
+            "NFS: without nolock or local_lock=flock), or put --store on a filesystem that has it")
+
+
 def check_shared_folder(folder: str, nodes: int) -> None:
-    """Every node must see the store's folder: results and heartbeats travel through it. ConfigError if not."""
+    """Every node must see the store's folder (results and heartbeats travel through it) and share its locks (the
+    rendezvous and the process groups' init go through FileStores there): the sweep holds a flock on a token there
+    while every node, through srun, opens it and tries the same lock. ConfigError if a node cannot see it, cannot lock
+    it, or takes the lock the sweep holds (locks local to each node: Lustre's localflock)."""
     if nodes < 2:
         return
     os.makedirs(folder, exist_ok=True)
     fd, token = tempfile.mkstemp(prefix=".bench-shared-", dir=folder)
-    os.close(fd)
     try:
-        proc = subprocess.run(["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--immediate=60",
-                               "--job-name=bench-fscheck", "test", "-f", token], capture_output=True, text=True,
-                              timeout=SRUN_CHECK_S)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise ConfigError(f"could not check that {nodes} nodes share {folder!r} (srun: {e})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            raise ConfigError(f"the store's folder {folder!r} gives no file locks here ({e.strerror}): {LOCKS_NEEDED}"
+                              + _lock_advice(folder)) from None
+        try:
+            proc = subprocess.run(["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--immediate=60",
+                                   "--job-name=bench-fscheck", sys.executable, "-c", FLOCK_CHECK, token],
+                                  capture_output=True, text=True, timeout=SRUN_CHECK_S)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise ConfigError(f"could not check that {nodes} nodes share {folder!r} (srun: {e})") from None
     finally:
+        os.close(fd)
         os.unlink(token)
-    if proc.returncode != 0:
+    answers = [line.split(None, 2) for line in proc.stdout.splitlines() if len(line.split()) >= 2]
+    missing = [a[0] for a in answers if a[1] == "missing"]
+    if proc.returncode != 0 or missing or len(answers) < nodes:
+        why = (f"node(s) {', '.join(missing)} cannot open it" if missing else
+               proc.stderr.strip()[-300:] or f"exit {proc.returncode}, {len(answers)} of {nodes} node(s) answered")
         raise ConfigError(f"the store's folder {folder!r} is not visible from all {nodes} nodes of the allocation "
-                          f"(srun test -f failed: {proc.stderr.strip()[-300:] or 'exit ' + str(proc.returncode)}); "
-                          "multi-node results travel through the filesystem the store lives on: put --store on a "
-                          "shared filesystem (e.g. your home or project folder)")
+                          f"({why}); multi-node results travel through the filesystem the store lives on: put --store on "
+                          "a shared filesystem (e.g. your home or project folder)")
+    failed = [f"{a[0]} ({a[2] if len(a) > 2 else 'error'})" for a in answers if a[1] == "error"]
+    if failed:
+        raise ConfigError(f"the store's folder {folder!r} gives no file locks on node(s) {', '.join(failed)}: {LOCKS_NEEDED}"
+                          + _lock_advice(folder))
+    taken = [a[0] for a in answers if a[1] == "taken"]
+    if taken:
+        raise ConfigError(f"file locks on the store's folder {folder!r} are not shared across nodes: node(s) "
+                          f"{', '.join(taken)} took the lock this node holds, as if it were free: {LOCKS_NEEDED}"
+                          + _lock_advice(folder))
