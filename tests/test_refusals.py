@@ -132,6 +132,7 @@ def test_every_commands_help_introduces_it_as_the_user_calls_it(command, capsys)
 
 
 @pytest.mark.parametrize("argv", [["run", "--device", "cpu"], ["report"], ["compare"], ["history"], ["forecast"], ["migrate"],
+                                  ["export"],
                                   ["tune", "--device", "cpu"], ["selfcheck", "--device", "cpu"],
                                   ["ab", "--b-env", "X=1", "--device", "cpu"], ["report", "--store", "old.sqlite"],
                                   ["compare", "--store", "old.sqlite", "--against"]])
