@@ -29,7 +29,7 @@ def migrate(argv: list) -> int:
     ns = p.parse_args(argv)
     store.check_path(ns.store)
     if not os.path.isfile(ns.store):
-        raise store.StoreError(f"--store {ns.store!r} does not exist")
+        raise store.StoreError(store.missing(ns.store, "--store"))
     store.connect(ns.store).close()
     print(f"{ns.store}: schema version {store.SCHEMA_VERSION}")
     return 0

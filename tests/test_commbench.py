@@ -3,6 +3,7 @@ iteration count per size, the CUDA-event timer (through a stand-in device API on
 which collectives the plan asks for. Two real gloo ranks measure all three in tests/test_fsdp.py."""
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -131,3 +132,61 @@ def test_a_sweep_with_fsdp_measures_all_gather_and_reduce_scatter_and_one_withou
         return comm[0].comm_ops
     assert ops(("ddp",)) == ("all_reduce",)
     assert ops(("ddp", "fsdp")) == cb.OPS
+
+
+def comm_spec(out_dir) -> RunSpec:
+    return RunSpec(workload="allreduce", strategy="comm", device_type="cpu", device_count=1, per_device_batch=0,
+                   global_batch=0, image_size=0, steps=0, warmup=0, threads=1, seed=0, scaling="weak", mode="comm",
+                   comm_max_bytes=4096, comm_ops=("all_reduce",), interference=True, out_dir=str(out_dir))
+
+
+def test_an_exception_in_the_interference_stage_keeps_the_bandwidth_rows_and_says_why(one_rank, monkeypatch, tmp_path):
+    import json
+    from bench.rank import commrun, interference
+    from bench.shared.spec import COMM_ROWS_FILE
+    groups = []
+
+    def out_of_memory(device, sizes, ops, load_shape=None, scope="world", group=None, api=None):
+        groups.append(group)
+        raise RuntimeError("CUDA out of memory. Tried to allocate 64.00 MiB\nmore lines")
+    monkeypatch.setattr(interference, "interference_sweep", out_of_memory)
+    out = commrun.comm_run(comm_spec(tmp_path), CPU, world=1, rank=0)
+    assert [(r["op"], r["size_bytes"]) for r in out["comm"]] == [("all_reduce", 4096)] and out["comm"][0]["busbw_gbps"] >= 0
+    assert out["interference_error"] == "rank 0: RuntimeError: CUDA out of memory. Tried to allocate 64.00 MiB"
+    assert "interference" not in out
+    assert groups[0] is not None and groups[0] != dist.group.WORLD   # a group of its own: never matched with the gather
+    assert json.loads((tmp_path / COMM_ROWS_FILE).read_text()) == out["comm"]   # on disk before the stage began
+    assert (tmp_path / commrun.STAGE_ERROR.format(rank=0)).read_text() == out["interference_error"]
+
+
+def test_a_comm_run_that_failed_in_its_interference_stage_is_kept_with_its_bandwidth_rows(tmp_path):
+    import json
+    from bench.shared.spec import COMM_ROWS_FILE
+    from bench.sweep.diagnose import Outcome
+    from bench.sweep.launch import kept_comm_rows
+    spec = comm_spec(tmp_path)
+    died = Outcome("failed", "rank 1: killed by signal 6 (SIGABRT)", {"log_tail": "watchdog"}, failed_rank=1)
+    assert kept_comm_rows(spec, died) is died   # nothing written yet: the microbenchmark itself failed
+    rows = [{"scope": "world", "ranks": 2, "op": "all_reduce", "size_bytes": 4096, "time_ms": 0.1, "busbw_gbps": 0.04}]
+    (tmp_path / COMM_ROWS_FILE).write_text(json.dumps(rows))
+    kept = kept_comm_rows(spec, died)
+    assert kept.status == "ok" and kept.payload["comm"] == rows
+    assert kept.payload["interference_error"] == "the run failed in it: rank 1: killed by signal 6 (SIGABRT)"
+    (tmp_path / "interference-error-rank1.txt").write_text("rank 1: RuntimeError: CUDA out of memory")  # its own, first
+    assert kept_comm_rows(spec, died).payload["interference_error"] == (
+        "rank 1: RuntimeError: CUDA out of memory; then the run failed in it: rank 1: killed by signal 6 (SIGABRT)")
+    bench = RunSpec(**{**spec.__dict__, "mode": "bench", "workload": "synthetic", "strategy": "ddp"})
+    assert kept_comm_rows(bench, died) is died
+    # stored ok with its rows; the report says the stage failed beside the bandwidth tables
+    from bench.analysis import results
+    from bench.report import comm
+    from bench.store import store
+    from bench.sweep import record
+    conn = store.connect(str(tmp_path / "s.sqlite"))
+    sid = store.begin_sweep(conn, "cmd", "{}", None)
+    record.record_result(conn, sid, None, dataclasses.replace(spec, device_count=2), "ok", payload=dict(kept.payload))
+    sweep = results.load(conn, sid)
+    conn.close()
+    assert [n for n, _, r in sweep.comm if r] == [2] and sweep.comm_notes == [(2, kept.payload["interference_error"])]
+    text = " ".join(b[1] for b in comm.microbenchmark_blocks(sweep) if b[0] == "p")
+    assert "The interference stage (collectives beside computation) at 2 failed: the run failed in it: rank 1" in text

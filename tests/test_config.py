@@ -344,7 +344,10 @@ def test_zero_takes_ddps_settings_hsdp_a_shard_size_and_the_optimizer_is_an_axis
     # one node of 2 processes: the shard group is the count (x1: 1, x2: 2), so replicate 1: FSDP, and said so
     assert {(r.device_count, r.option("shard_size")) for r in runs if r.strategy == "hsdp"} == {(1, 1), (2, 2)}
     lines = plan.describe_resolved(cfg, set())
-    assert "hsdp mesh: x1 replicate 1 x shard 1 (one shard group: this is FSDP" in "\n".join(lines)
+    # what one shard group still runs beyond FSDP's sharding (an all-reduce over a replicate group of one), not "FSDP"
+    assert "hsdp mesh: x1 replicate 1 x shard 1 (one shard group: FSDP's sharding on HSDP's 2-D mesh, which still " \
+           "all-reduces every gradient shard over a replicate group of one rank; not FSDP" in "\n".join(lines)
+    assert "this is FSDP" not in "\n".join(lines)
     gate = plan.plan(dataclasses.replace(cfg, check_equivalence=True), CPU2)
     assert {r.strategy for r in gate if isinstance(r, plan.RunSpec) and r.mode == "equivalence"} == {"ddp", "zero", "hsdp"}
     comm = [r for r in gate if isinstance(r, plan.RunSpec) and r.mode == "comm"]
@@ -378,3 +381,31 @@ def test_bad_optimizer_shard_size_and_budget_exit_2_before_anything_runs(args, e
     assert cli.main([*args, "--device", "cpu", "--store", str(tmp_path / "s.sqlite")]) == 2
     assert expected in capsys.readouterr().err
     assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_a_container_dev_shm_too_small_for_nccls_segments_is_refused_before_any_rank_starts(monkeypatch):
+    # Docker's default 64 MiB: NCCL's segments (7.0 MiB per connection to another rank of the node) need 84 MiB at x4
+    # and 392 MiB at x8 for DDP, while DataParallel's one process needs none
+    monkeypatch.delenv("NCCL_SHM_DISABLE", raising=False)
+    docker = dataclasses.replace(GPU8, shm_free_bytes=64 * 2**20)
+    cfg = SweepConfig(gpus=(1, 4, 8), workloads=("synthetic",), strategies=("dp", "ddp"), interference=False)
+    with pytest.raises(ConfigError) as e:
+        resolve(cfg, docker)
+    msg = str(e.value)
+    assert msg.startswith("/dev/shm has 64 MiB free, but ddp on 8 GPU(s) would need about 392 MiB there") or \
+        msg.startswith("/dev/shm has 64 MiB free, but the collectives on 8 GPU(s) would need about 392 MiB there"), msg
+    assert "(8 rank(s), each connected to 7 other rank(s) in the default group: 392 MiB" in msg and "torchtitan#853" in msg
+    assert "--shm-size=1g" in msg and "--ipc=host" in msg and "NCCL_SHM_DISABLE=1" in msg and "(--gpus 1)" in msg
+    resolve(dataclasses.replace(cfg, strategies=("dp",)), docker)                     # no NCCL group: nothing needed
+    resolve(dataclasses.replace(cfg, gpus=(1, 2)), docker)                            # x2: 2 x 1 x 7.0 = 14 MiB
+    resolve(cfg, dataclasses.replace(GPU8, shm_free_bytes=2**30))                     # --shm-size=1g
+    resolve(dataclasses.replace(cfg, device="cpu", gpus=(1, 2)), dataclasses.replace(CPU2, shm_free_bytes=2**20))  # gloo
+    monkeypatch.setenv("NCCL_SHM_DISABLE", "1")
+    resolve(cfg, docker)
+    # HSDP and the comm run's interference stage connect further groups, counted too
+    from bench.sweep import shm
+    monkeypatch.delenv("NCCL_SHM_DISABLE")
+    items = plan.plan(resolve(dataclasses.replace(cfg, strategies=("hsdp",), interference=True),
+                              dataclasses.replace(GPU8, shm_free_bytes=2**30)), GPU8)
+    need = {(s.strategy, s.device_count): shm.nccl_bytes(s) // shm.NCCL_SEGMENT_BYTES for s in items if isinstance(s, plan.RunSpec)}
+    assert need[("hsdp", 8)] == 8 * (7 + 7) and need[("comm", 8)] == 8 * (7 + 7) and need[("hsdp", 1)] == 0

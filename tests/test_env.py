@@ -314,3 +314,22 @@ def test_torchvision_version_is_torchvisions_own_build_string_read_without_impor
                          cwd=Path(__file__).resolve().parents[1]).stdout.split()
     import torchvision
     assert got == [torchvision.__version__, "False"]
+
+
+def test_a_container_images_nccl_version_is_recorded_apart_and_never_shown_as_a_setting(monkeypatch):
+    from types import SimpleNamespace
+    from bench.report.environment import _environment_rows
+    for k in [k for k in os.environ if "NCCL" in k]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("NCCL_VERSION", "2.21.5-1")   # NVIDIA's CUDA/NGC images set it: the system libnccl they ship
+    monkeypatch.setenv("NCCL_P2P_DISABLE", "1")
+    assert env.nccl_env() == {"NCCL_P2P_DISABLE": "1"}
+    e = env.capture()
+    assert e["image_nccl_version"] == "2.21.5-1" and "NCCL_VERSION" not in e["nccl_env"]
+    sweep = SimpleNamespace(threads=[1])
+    for stored in ({"nccl_env": e["nccl_env"], "image_nccl_version": "2.21.5-1"},
+                   {"nccl_env": {"NCCL_P2P_DISABLE": "1", "NCCL_VERSION": "2.21.5-1"}}):   # a store of before
+        rows = dict(map(tuple, _environment_rows(sweep, {"nccl": "2.27.3", "json": json.dumps(stored)})[0]))
+        assert rows["NCCL settings"] == "NCCL_P2P_DISABLE=1"
+        image = rows["NCCL_VERSION (container image)"]
+        assert image.startswith("2.21.5-1: the image's label") and "not a setting" in image and "(2.27.3)" in image

@@ -131,3 +131,31 @@ def test_strategies_at_one_count_share_one_reference_run(monkeypatch):
     assert launched == ["single", "single"]  # one reference per optimizer, shared by the 5 strategies
     assert all(o.reason == "reference (single process, global batch) failed: stopped here" for o in outcomes)
     assert not refs.done  # each released after its last check
+
+
+def test_fsdp_bf16_mixed_precision_at_fp32_is_held_to_bf16s_tolerance_not_fp32s(monkeypatch, tmp_path):
+    # FSDP's bf16 policy computes in bf16 parameters whatever --precision says: its reference computes through the same
+    # policy (FSDP2 on one rank, feeding both replicas), and a candidate a bf16 rounding away passes; fp32 FSDP does not
+    from bench.sweep import launch
+    from bench.sweep.diagnose import Outcome
+    w = torch.linspace(-1, 1, 64)
+
+    def fake_run_config(s, limits, shared_dir=None, keep=False, **kw):
+        out = tmp_path / f"{s.strategy}-{len(os.listdir(tmp_path))}"
+        out.mkdir()
+        torch.save({"w": w if s.emulate_ranks > 1 else w + 1e-3}, out / "params.pt")  # the reference: w
+        return Outcome("ok", payload={"losses": [1.0]}, out_dir=str(out))
+
+    monkeypatch.setattr(launch, "run_config", fake_run_config)
+    mixed = dataclasses.replace(spec("fsdp", 2), mode="equivalence", options=(("mixed_precision", "bf16"),))
+    assert equivalence.gate_precision(mixed) == ("bf16", "FSDP's bf16 mixed-precision policy at --precision fp32")
+    ref, _ = equivalence.specs(mixed)
+    assert (ref.strategy, ref.device_count, ref.emulate_ranks, ref.options) == ("fsdp", 1, 2, (("mixed_precision", "bf16"),))
+    assert equivalence.specs(dataclasses.replace(mixed, options=()))[0].strategy == "single"
+    out = equivalence.run(mixed, LIMITS)
+    assert out.status == "ok", out.reason
+    assert out.payload["precision"] == "bf16" and "FSDP's bf16 mixed-precision policy" in out.payload["tolerance"]
+    plain = dataclasses.replace(mixed, options=(("mixed_precision", "none"),))
+    assert equivalence.gate_precision(plain) == ("fp32", "")
+    out = equivalence.run(plain, LIMITS)
+    assert out.status == "failed" and "for fp32" in out.reason

@@ -114,7 +114,8 @@ def test_state_per_rank_shows_zeros_uneven_shares_and_says_hsdp_on_one_node_is_f
     rows = {r[0]: r for r in table[2]}
     assert rows["DDP x2 [adamw]"][2:] == ["100.0", "100.0", "200.0", "100.0", "500.0", "600.0"]
     assert rows["DDP+ZeRO x2 [adamw]"][4] == "96.00–104.0" and rows["DDP+ZeRO x2 [adamw]"][6] == "404.0"
-    assert any(b[0] == "p" and "replicate 1 x shard 2 (one shard group: this is FSDP)" in b[1] for b in bl)
+    assert any(b[0] == "p" and "replicate 1 x shard 2 (one shard group: FSDP's sharding on HSDP's 2-D mesh" in b[1]
+               and "not FSDP (one H100 stepped 53% slower than fsdp)" in b[1] for b in bl)
     fig = training_state.state_figure(sweep.bench["synthetic"], "synthetic", "cpu")
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()][:3] == ["parameters", "gradients", "optimizer state"]
 
@@ -134,7 +135,7 @@ def test_the_report_of_the_sharded_sweep_names_the_fastest_within_a_budget_and_b
     assert "### Fastest within the memory budget" in md and f"Memory budget: {budget_gib:g} GiB per device" in md
     row = next(ln for ln in md.splitlines() if ln.startswith("| synthetic | fp32, adamw |"))
     assert "by " in row.split("|")[-2]  # the configurations over the budget are named, by how much
-    assert "### synthetic: training state per rank" in md and "this is FSDP" in md
+    assert "### synthetic: training state per rank" in md and "one shard group: FSDP's sharding on HSDP's 2-D mesh" in md
     for question in ("frontier", "memory_state"):
         assert os.path.isfile(tmp_path / "plots" / f"synthetic_{question}.png")
     assert not math.isnan(max(c.samples_per_s for c in configs))

@@ -332,3 +332,11 @@ def test_shard_blocks_falls_back_to_repeated_layers_of_an_unknown_model():
 def test_fully_shard_accepts_the_units_chosen_for_vit_and_deeplabv3(ranks):
     assert [r["units"] for r in scenario(ranks, "vit_meta")] == [12 + 1] * WORLD
     assert [r["units"] for r in scenario(ranks, "deeplabv3_meta")] == [33 + 1] * WORLD
+
+
+def test_hsdp_at_one_shard_group_says_what_it_still_runs_and_is_not_called_fsdp():
+    from bench.rank import fsdp
+    note = fsdp.mesh_words(1, 2)["note"]
+    assert note.startswith("replicate 1: one shard group") and "all-reduces every gradient shard" in note
+    assert "not FSDP" in note and "53% slower" in note and "this is FSDP" not in note
+    assert "note" not in fsdp.mesh_words(2, 1)   # replicated across groups: HSDP proper

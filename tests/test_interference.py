@@ -221,3 +221,44 @@ def test_the_quick_sweep_stores_interference_rows_the_forecast_reads(quick_sweep
     assert all(r[2] > 0 and r[3] > 0 and r[6] >= ri.MIN_ROUNDS for r in measured if r[4] is not None)
     assert any(r[4] is not None for r in measured)
     assert all("GEMM (2 x 128)" in r[7] for r in rows)      # the quick sweep's MLP layer: batch 2 x width 128
+
+
+class TwoRanks:
+    """Two ranks on virtual clocks, rank 1's chunks `skew` slower (a slower GPU: they drift apart over any lead-in),
+    nothing contending: the true slowdowns are 1. A collective completes comm_ms after the later rank issues it; the
+    driver's figures are rank 0's, the one that waits (the slowest rank's figure, as measure's MAX takes it)."""
+
+    def __init__(self, chunk_ms: float, comm_ms: float, skew: float):
+        self.chunk_ms, self.comm_ms, self.speed, self.t = chunk_ms, comm_ms, (1.0, 1.0 + skew), [0.0, 0.0]
+        self.timing = "virtual"
+
+    def barrier(self, group=None) -> None:
+        self.t = [max(self.t)] * 2
+
+    def lead_in(self, k: int) -> None:
+        self.t = [t + k * self.chunk_ms * f for t, f in zip(self.t, self.speed)]
+
+    def chunks_ms(self, k: int) -> float:
+        self.lead_in(k)
+        return k * self.chunk_ms
+
+    def alone_ms(self) -> float:
+        issued, done = self.t[0], max(self.t) + self.comm_ms
+        self.t = [done, done]
+        return done - issued
+
+    def together_ms(self, k: int) -> tuple:
+        issued, done = list(self.t), max(self.t) + self.comm_ms
+        self.t = [max(done, t + k * self.chunk_ms * f) for t, f in zip(issued, self.speed)]
+        return done - issued[0], k * self.chunk_ms
+
+
+def test_alone_and_together_are_measured_behind_the_same_lead_in_so_rank_skew_reads_as_no_slowdown(monkeypatch):
+    # 8 GPUs drift apart over the lead-in: when only "alone" had it, the collective read 3 ms alone and 2 ms beside
+    # the load (a slowdown of 0.67, clamped to none); behind the same lead-in both hold the same wait
+    ranks = TwoRanks(chunk_ms=1.0, comm_ms=2.0, skew=0.2)
+    monkeypatch.setattr(ri, "_barrier", ranks.barrier)
+    row = ri.measure(ranks, chunk_ms=1.0, device=torch.device("cpu"), rounds=3)
+    assert row["rounds"] == 3
+    assert row["comm_alone_ms"] == pytest.approx(3.0)   # 2 ms + rank 1's 1 ms of drift over the 5 ms lead-in
+    assert row["comm_slowdown"] == pytest.approx(1.0) and row["compute_slowdown"] == pytest.approx(1.0)

@@ -30,12 +30,35 @@ class FakeNVML:
     def nvmlSystemGetProcessName(self, pid):
         return b"python"
 
+    def nvmlDeviceGetHandleByPciBusId(self, bus_id):  # NVML index i sits at bus 0x10 + i
+        return int(bus_id.split(":")[1], 16) - 0x10
+
+    def nvmlDeviceGetIndex(self, handle):
+        return handle
+
+
+def torch_sees(*nvml_indices) -> list:
+    """torch's device properties under CUDA_VISIBLE_DEVICES=<nvml_indices> (PCI ids: NVML index i at bus 0x10 + i)."""
+    return [SimpleNamespace(pci_domain_id=0, pci_bus_id=0x10 + i, pci_device_id=0, uuid=f"u{i}") for i in nvml_indices]
+
 
 def test_other_processes_on_the_gpus_fail_the_check_and_are_listed():
     ok, detail = machinecheck.other_gpu_processes(FakeNVML([[(100, 10)], [(4242, 5120), (100, 10)]]), own_pids=(100,))
     assert not ok and "GPU 1: pid 4242 (python, 5120 MiB)" in detail and "pid 100" not in detail
     assert machinecheck.other_gpu_processes(FakeNVML([[(100, 10)], []]), own_pids=(100,))[0]
     assert not machinecheck.other_gpu_processes(None)[0]  # cannot tell: not a pass
+
+
+def test_only_the_gpus_this_sweep_sees_are_checked_for_other_processes_in_torchs_numbering():
+    # a shared node: another job on NVML GPUs 0 and 2; this sweep runs with CUDA_VISIBLE_DEVICES=3,1
+    nvml = FakeNVML([[(4242, 5120)], [], [(777, 100)], []])
+    ok, detail = machinecheck.other_gpu_processes(nvml, own_pids=(100,), devices=torch_sees(3, 1))
+    assert ok and detail == "no other process on the 2 GPU(s) this sweep uses"
+    ok, detail = machinecheck.other_gpu_processes(nvml, own_pids=(100,), devices=torch_sees(2, 1))
+    assert not ok and detail.startswith("GPU 0 (NVML 2): pid 777") and "4242" not in detail   # torch's GPU 0 is NVML's 2
+    lost = [SimpleNamespace(name="x")]   # neither a PCI bus id nor a UUID NVML knows: cannot tell, not a pass
+    assert machinecheck.other_gpu_processes(nvml, devices=lost) == (
+        False, "GPU 0 (torch's numbering) not found in NVML by PCI bus id or UUID: cannot tell whether other processes use them")
 
 
 def test_two_ranks_on_one_gpu_fail_the_check():

@@ -129,3 +129,16 @@ def test_every_commands_help_introduces_it_as_the_user_calls_it(command, capsys)
     expected = "usage: ./run_bench.sh" + ("" if command == "run" else f" {command}")
     assert usage.startswith(expected + " "), usage.splitlines()[:2]
     assert "python -m" not in usage
+
+
+@pytest.mark.parametrize("argv", [["run", "--device", "cpu"], ["report"], ["compare"], ["history"], ["forecast"], ["migrate"],
+                                  ["export"],
+                                  ["tune", "--device", "cpu"], ["selfcheck", "--device", "cpu"],
+                                  ["ab", "--b-env", "X=1", "--device", "cpu"], ["report", "--store", "old.sqlite"],
+                                  ["compare", "--store", "old.sqlite", "--against"]])
+def test_a_folder_given_as_the_store_is_called_a_folder_by_every_command(argv, sandbox, capsys):
+    (sandbox / "results").mkdir()
+    said = _refused([*argv, "--store", "results"] if argv[-1] != "--against" else [*argv, "results"], capsys)
+    assert "'results' is a folder" in said or "results' is a folder" in said, said
+    assert "does not exist" not in said, said
+    (sandbox / "results").rmdir()

@@ -408,3 +408,14 @@ def test_a_sweep_at_one_device_speaks_of_one_gpu_not_one_gpus(tmp_path):
     out = report.render(path, plots_dir=str(tmp_path / "plots"), report_dir=str(tmp_path / "results"))
     md = open(out["markdown"], encoding="utf-8").read()
     assert "step on 1 GPU waits for data" in md and "on 1 GPUs" not in md
+
+
+def test_memory_of_a_two_node_run_is_kept_per_node_not_merged_by_device_name():
+    from bench.analysis.results import _memory
+    # 2 nodes x 2 ranks: every node's GPUs are cuda:0 and cuda:1; node 1's cuda:0 holds more than node 0's
+    rows = [{"rank": r, "device": f"cuda:{r % 2}", "peak_allocated_mib": 1000.0 + 100 * r, "peak_reserved_mib": 1200.0 + 100 * r,
+             "device_used_mib": 1500.0 + 100 * r, "artefact_mib": 0.0, "peak_rss_mib": 900.0} for r in range(4)]
+    alloc, reserved, level = _memory(rows, "cuda", per_node=2)
+    assert alloc == {"node 0 cuda:0": 1000.0, "node 0 cuda:1": 1100.0, "node 1 cuda:0": 1200.0, "node 1 cuda:1": 1300.0}
+    assert reserved["node 1 cuda:1"] == 1500.0 and level["node 0 cuda:0"] == 1500.0
+    assert _memory(rows[:2], "cuda")[0] == {"cuda:0": 1000.0, "cuda:1": 1100.0}   # one node: the GPU's own name

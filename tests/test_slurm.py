@@ -77,7 +77,8 @@ def test_the_batch_script_runs_a_whole_sweep_through_srun_and_torchrun_into_the_
     assert hsdp2["status"] == "ok" and hsdp2["nodes"] == 2 and hsdp2["launcher"] == "slurm", out
     mesh = json.loads(hsdp2["details_json"])["strategy_settings"]
     assert mesh["mesh"] == "replicate 2 x shard 1" and "note" not in mesh  # a shard group per node, replicated across
-    assert json.loads(hsdp1["details_json"])["strategy_settings"]["note"].startswith("replicate 1")  # one node: FSDP
+    one_group = json.loads(hsdp1["details_json"])["strategy_settings"]["note"]  # one node: FSDP's sharding, HSDP's mesh
+    assert one_group.startswith("replicate 1: one shard group") and "not FSDP" in one_group
     state = rows(store, f"SELECT * FROM memory WHERE result_id = {hsdp2['result_id']} ORDER BY rank")
     whole = rows(store, f"SELECT params_mib FROM memory WHERE result_id = {ddp2['result_id']}")[0]["params_mib"]
     assert [m["params_mib"] for m in state] == [pytest.approx(whole)] * 2  # shard 1: each node holds it all

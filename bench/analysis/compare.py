@@ -166,7 +166,11 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
             threshold: float = 0.05, drift: float = DEFAULT_DRIFT, history: int = DEFAULT_HISTORY) -> tuple:
     """Text of the comparison and the exit status (1: a regression). store_b None: two sweeps of store_a."""
     conn_a = store.connect(store_a, readonly=True)
-    conn_b = store.connect(store_b, readonly=True) if store_b else None
+    try:  # a refused second store leaves the first as it was (no -wal/-shm of an open reader beside it)
+        conn_b = store.connect(store_b, readonly=True) if store_b else None
+    except BaseException:
+        conn_a.close()
+        raise
     try:
         sid_a, sid_b = _sweeps(conn_a, conn_b, sweep_a, sweep_b)
         base, _, row_a = _configs(conn_a, sid_a)

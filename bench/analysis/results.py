@@ -120,21 +120,25 @@ class Sweep:
     bench: dict = field(default_factory=dict)      # workload -> [Config]
     problems: list = field(default_factory=list)   # results rows that are not ok
     comm: list = field(default_factory=list)       # (device_count, nodes, comm rows, each with its op) per comm result
+    comm_notes: list = field(default_factory=list)  # (device_count, why its interference stage failed) per comm result
     equivalence: list = field(default_factory=list)
     loader: dict = field(default_factory=dict)     # device count -> loader-alone samples/s
     nodes: list = field(default_factory=list)      # per multi-node result: (result_id, node rows)
     env_results: dict = field(default_factory=dict)  # env_id -> config keys of the results measured under it
 
 
-def _memory(rows: list, device_type: str) -> tuple:
-    """(allocated, reserved, device level) per device label, net of artefacts, max over repeats. CPU: RSS per rank."""
+def _memory(rows: list, device_type: str, per_node: int = 0) -> tuple:
+    """(allocated, reserved, device level) per device label, net of artefacts, max over repeats. CPU: RSS per rank.
+    per_node: ranks per node of a multi-node run (0: one node). Every node numbers its GPUs cuda:0.., so there a label
+    is 'node K cuda:i', node K holding ranks K*per_node.. (torchrun numbers ranks node by node): never one node's
+    cuda:0 merged with another's."""
     alloc: dict = {}
     reserved: dict = {}
     level: dict = {}
     for m in rows:
         net = float(m.get("artefact_mib") or 0.0)
         if device_type == "cuda" and str(m["device"]).startswith("cuda") and m["peak_allocated_mib"] is not None:
-            d = str(m["device"])
+            d = f"node {int(m['rank']) // per_node} {m['device']}" if per_node else str(m["device"])
             alloc[d] = max(alloc.get(d, 0.0), float(m["peak_allocated_mib"]) - net)
             if m.get("peak_reserved_mib") is not None:
                 reserved[d] = max(reserved.get(d, 0.0), float(m["peak_reserved_mib"]) - net)
@@ -177,7 +181,8 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         if summary.get("samples_per_s") is not None:
             sps.append(summary["samples_per_s"])
             by_repeat[int(r["repeat"])] = summary["samples_per_s"]
-    alloc, reserved, level = _memory(memory, r0["device_type"])
+    nodes = int(r0["nodes"] or 1)
+    alloc, reserved, level = _memory(memory, r0["device_type"], int(r0["device_count"]) // nodes if nodes > 1 else 0)
     return Config(
         key=r0["config_key"], workload=r0["workload"], strategy=r0["strategy"], device_type=r0["device_type"],
         device_count=int(r0["device_count"]), global_batch=int(r0["global_batch"]), scaling=r0["scaling"] or "weak",
@@ -234,10 +239,15 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
             groups.setdefault(r["config_key"], []).append(r)
         elif r["mode"] == "comm":
             out.comm.append((int(r["device_count"]), int(r["nodes"] or 1), read.result_rows(conn, "comm", r["result_id"])))
+            failed = json.loads(r["details_json"] or "{}").get("interference_error")
+            if failed:
+                out.comm_notes.append((int(r["device_count"]), failed))
         elif r["mode"] == "loader":
             windows = read.result_rows(conn, "windows", r["result_id"])
             out.loader.setdefault(int(r["device_count"]), []).append(stats.window_throughput(windows)[0])
-        nodes = [{"node_rank": n["node_rank"], "hostname": n["hostname"]} for n in read.result_rows(conn, "nodes", r["result_id"])]
+        nodes = [{"node_rank": n["node_rank"], "hostname": n["hostname"],
+                  "cpu_cores": json.loads(n["env_json"] or "{}").get("cpu_cores")}  # as the node's srun task saw them
+                 for n in read.result_rows(conn, "nodes", r["result_id"])]
         if nodes:
             out.nodes.append((r, nodes))
     out.loader = {n: stats.median(v) for n, v in out.loader.items()}

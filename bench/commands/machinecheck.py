@@ -1,6 +1,7 @@
 """What `selfcheck` asks of the machine itself, beside the sweep it runs (bench.commands.selfcheck):
 
-    other_gpu_processes(nvml, own_pids)   before the sweep: nothing else computes on the GPUs (NVML's list)
+    other_gpu_processes(nvml, own_pids, devices)   before the sweep: nothing else computes on the visible GPUs
+                                          (NVML's list, each GPU found by its PCI bus id)
     own_devices(details)                  after it: each rank of a run on a GPU of its own (PCI bus ids)
     clock_agreement(api, work_s)          after it: CUDA events timed against the host's clock around a
                                           known amount of device work (a spin of work_s at the SM clock)
@@ -19,14 +20,38 @@ from bench.machine import linkspeed
 CLOCK_AGREEMENT = 0.10   # events may fall short of the host's span by launch and sync overhead, no more
 
 
-def other_gpu_processes(nvml, own_pids: tuple = ()) -> tuple:
-    """(passed, detail): every process NVML lists on any GPU (compute and graphics), other than own_pids."""
+def _visible(nvml, devices) -> tuple:
+    """([(label, NVML handle)] of the GPUs to look at, [labels of visible GPUs NVML does not know]). devices: torch's
+    properties of the GPUs this process sees, found in NVML by PCI bus id (else UUID): NVML numbers every GPU of the
+    machine, CUDA only those CUDA_VISIBLE_DEVICES leaves, in its own order (with CUDA_VISIBLE_DEVICES=3,1 torch's GPU 0 is
+    NVML's 3). None: every GPU NVML lists, in its numbering."""
+    from bench.machine.gpuinfo import call, nvml_handle
+    if devices is None:
+        return [(f"GPU {i}", call(nvml, "nvmlDeviceGetHandleByIndex", i)) for i in range(call(nvml, "nvmlDeviceGetCount") or 0)], []
+    found, lost = [], []
+    for i, props in enumerate(devices):
+        handle = nvml_handle(nvml, props)
+        if handle is None:
+            lost.append(f"GPU {i}")
+            continue
+        index = call(nvml, "nvmlDeviceGetIndex", handle)
+        found.append((f"GPU {i}" + (f" (NVML {index})" if index is not None and index != i else ""), handle))
+    return found, lost
+
+
+def other_gpu_processes(nvml, own_pids: tuple = (), devices=None) -> tuple:
+    """(passed, detail): every process NVML lists on the GPUs this process sees (`devices`: torch's properties of them;
+    see _visible), compute and graphics, other than own_pids. A process on a GPU CUDA_VISIBLE_DEVICES hides shares
+    nothing with the measurements (a shared node's other jobs), and is not counted."""
     from bench.machine.gpuinfo import call, text
     if nvml is None:
         return False, "NVML unavailable (pip install nvidia-ml-py): cannot tell whether other processes use the GPUs"
+    gpus, lost = _visible(nvml, devices)
+    if lost:
+        return False, (f"{', '.join(lost)} (torch's numbering) not found in NVML by PCI bus id or UUID: cannot tell "
+                       "whether other processes use them")
     found = []
-    for i in range(call(nvml, "nvmlDeviceGetCount") or 0):
-        handle = call(nvml, "nvmlDeviceGetHandleByIndex", i)
+    for i, handle in gpus:
         seen = set()
         for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
             for p in call(nvml, fn, handle) or []:
@@ -36,10 +61,10 @@ def other_gpu_processes(nvml, own_pids: tuple = ()) -> tuple:
                 seen.add(pid)
                 used = getattr(p, "usedGpuMemory", None)
                 name = text(call(nvml, "nvmlSystemGetProcessName", pid)) or "?"
-                found.append(f"GPU {i}: pid {pid} ({name}, {used / 2**20:.0f} MiB)" if isinstance(used, int)
-                             else f"GPU {i}: pid {pid} ({name})")
+                found.append(f"{i}: pid {pid} ({name}, {used / 2**20:.0f} MiB)" if isinstance(used, int)
+                             else f"{i}: pid {pid} ({name})")
     return (not found), ("; ".join(found) + ": their work would share the GPUs with every measurement") if found \
-        else "no other process on the GPUs"
+        else f"no other process on the {len(gpus)} GPU(s) this sweep uses"
 
 
 def own_devices(config_key: str, rank_devices: list) -> tuple:

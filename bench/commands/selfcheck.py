@@ -180,7 +180,8 @@ def main(argv: list) -> int:
     before = []
     if ns.device == "cuda":  # NVML only: no CUDA context in this, the sweeps', process before the sweeps
         from bench.machine import gpuinfo
-        before.append(("no other process on the GPUs", *machinecheck.other_gpu_processes(gpuinfo.load_nvml(), (os.getpid(),))))
+        before.append(("no other process on the GPUs", *machinecheck.other_gpu_processes(
+            gpuinfo.load_nvml(), (os.getpid(),), gpuinfo.torch_devices())))  # torch is initialised (detect_machine)
     first = _last_sweep_id(path) + 1
     for title, args in planned:
         print(f"\nselfcheck, {title}: ./run_bench.sh " + " ".join(args))

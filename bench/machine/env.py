@@ -21,6 +21,10 @@ from bench.machine import gpuinfo
 from bench.machine.topology import nvml_topology
 
 NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
+# Variables of that form that NCCL does not read: NVIDIA's CUDA and NGC container images set NCCL_VERSION to the
+# version of the system libnccl they ship (`ENV NCCL_VERSION 2.21.5-1`), a label; torch's wheels bring their own NCCL
+# (the `nccl` field: torch.cuda.nccl.version()). Recorded apart (image_nccl_version), never shown as a setting.
+NOT_SETTINGS = ("NCCL_VERSION",)
 
 
 def _run(cmd: list, cwd: str | None = None) -> str:
@@ -50,8 +54,8 @@ def git_commit() -> str:
 
 
 def nccl_env() -> dict:
-    """Every NCCL_* and TORCH_NCCL_* environment variable: they change what NCCL measures."""
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(NCCL_PREFIXES)}
+    """Every NCCL_* and TORCH_NCCL_* environment variable that is a setting: they change what NCCL measures."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(NCCL_PREFIXES) and k not in NOT_SETTINGS}
 
 
 def hardware(props: list, nvml) -> dict:
@@ -120,6 +124,7 @@ def capture() -> dict:
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "cuda_device_order": os.environ.get("CUDA_DEVICE_ORDER"),
         "nccl_env": nccl_env(),
+        "image_nccl_version": os.environ.get("NCCL_VERSION"),  # a container image's label, not torch's NCCL
     }
     # NVML is loaded only when torch sees a GPU: on a CPU machine that costs nothing.
     env.update(hardware(props, gpuinfo.load_nvml() if props else None))

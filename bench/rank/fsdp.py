@@ -100,10 +100,11 @@ def replicas_of(world: int, shard: int) -> int:
 
 
 def mesh_words(replicate: int, shard: int) -> dict:
-    """HSDP's mesh as stored with the result, saying where it is plain FSDP (one shard group)."""
+    """HSDP's mesh as stored with the result, saying what one shard group still runs (bench.shared.spec.ONE_SHARD_GROUP)."""
+    from bench.shared.spec import ONE_SHARD_GROUP
     out = {"mesh": f"replicate {replicate} x shard {shard}", "replicate": replicate, "shard_size": shard}
     if replicate == 1:
-        out["note"] = "replicate 1: one shard group holds every rank, so this is FSDP (full sharding)"
+        out["note"] = f"replicate 1: {ONE_SHARD_GROUP}"
     return out
 
 

@@ -10,9 +10,12 @@ and size, rounds on every rank at once, each of:
                load, then issues it on its own (no barrier between): its time from issue to completion, the wait for
                a later rank included (a lone 12 MiB gloo all-reduce took 9.6 ms so against 7.5 after a barrier,
                and 9.7-10.5 ms as DDP's last bucket)
-    together   the collective started, then k chunks of the load, k sized so that the load outlasts the collective
-               (k x chunk >= OUTLAST x the collective alone); the collective's time from its start to its completion,
-               and the k chunks' time
+    together   behind the same PRE_MS of load, the collective started, then k chunks of the load, k sized so that
+               the load outlasts the collective (k x chunk >= OUTLAST x the collective alone); the collective's time
+               from its start to its completion, and the k chunks' time. Both behind one lead-in: ranks drift apart
+               over it (a GPU a few % slower, a later start), and a lead-in before "alone" only put that drift, a wait
+               for the later rank, in "alone" alone: at 4-8 GPUs collectives read faster beside computation than
+               alone, clamped to "no interference"
 With the collective in flight for t_c of the chunks' time T, the load at 1/s of its own speed meanwhile and at full
 speed after (k x chunk of work in all):  T = t_c + (k chunk - t_c / s), so
     compute_slowdown  s = t_c / (t_c - (T - k chunk))      (no progress at all while it ran: s = STOPPED)
@@ -200,6 +203,7 @@ def measure(driver, chunk_ms: float, device: torch.device, group=None, rounds: i
         if not k:
             k = max(2, math.ceil(OUTLAST * _max([alone], device, group)[0] / max(chunk_ms, 1e-3)))
         _barrier(group)
+        driver.lead_in(pre)         # the same lead-in: the ranks' skew over it is in both figures, not in one
         comm, load = driver.together_ms(k)
         r = Round(*_max([alone, comm, load, k * chunk_ms], device, group))
         if r.slowdowns() is not None:

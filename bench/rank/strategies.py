@@ -10,14 +10,15 @@
                               bench.rank.optimizer builds it; ctx.options: parameters_as_bucket_view)
     apply_fsdp(model, ctx)    FSDP2 `fully_shard` per block, then the root (bench.rank.fsdp)
     apply_hsdp(model, ctx)    FSDP2 on a 2-D mesh (replicate, shard): sharded within groups of ctx.options
-                              shard_size ranks, replicated across them (replicate 1: FSDP)
+                              shard_size ranks, replicated across them (replicate 1: FSDP's sharding,
+                              still HSDP's all-reduce over a group of one: bench.shared.spec.ONE_SHARD_GROUP)
 
 Adding a strategy means adding one function here and one entry in STRATEGIES.
 """
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -29,24 +30,66 @@ def apply_single(model: nn.Module, ctx: Ctx) -> nn.Module:
     return model.to(ctx.device)
 
 
+# torch 2.3 (pyproject's floor) asks autocast's state per device with functions of their own; torch 2.4 added the
+# device-type argument (pytorch#124359) and deprecates those.
+_LEGACY_AUTOCAST = {"cuda": ("is_autocast_enabled", "get_autocast_gpu_dtype"),
+                    "cpu": ("is_autocast_cpu_enabled", "get_autocast_cpu_dtype")}
+
+
+def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
+    """The dtype of the caller's autocast on `device_type`, None when it is off, on torch 2.3 as on 2.4 and later."""
+    try:
+        on = torch.is_autocast_enabled(device_type)
+        return torch.get_autocast_dtype(device_type) if on else None
+    except (TypeError, AttributeError):  # torch < 2.4: no device-type argument, no get_autocast_dtype
+        enabled, dtype = (getattr(torch, name) for name in _LEGACY_AUTOCAST[device_type])
+        return dtype() if enabled() else None
+
+
 class _InAutocast:
     """A replica called inside the caller's autocast: torch's parallel_apply passes its replica threads
     only whether autocast is on, not its dtype, so bf16 would silently run as fp16 on GPUs 1..N-1."""
 
-    def __init__(self, module: nn.Module, dtype: torch.dtype):
-        self.module, self.dtype = module, dtype
+    def __init__(self, module: nn.Module, dtype: torch.dtype, device_type: str = "cuda"):
+        self.module, self.dtype, self.device_type = module, dtype, device_type
 
     def __call__(self, *args, **kwargs):
-        with torch.autocast("cuda", dtype=self.dtype):
+        with torch.autocast(self.device_type, dtype=self.dtype):
             return self.module(*args, **kwargs)
 
 
+def keep_memory_format(module: nn.Module, replicas: list) -> list:
+    """The replicas of `module`, each 4-D parameter in the memory format the source's has. replicate() copies the
+    parameters to devices 1..N-1 flattened into one buffer and unflattened (comm.broadcast_coalesced), so there they
+    are contiguous NCHW whatever the source's format (pytorch#37484): channels_last DataParallel would convolve with
+    channels_last weights on GPU 0 only, and convert layouts on the others every step. A replica's weight is made
+    channels_last again by a copy inside autograd (its gradient flows back through it to the broadcast), on devices
+    1..N-1 only, every step: a cost DataParallel's channels_last step now carries, as it must to convolve alike."""
+    for src, *copies in zip(module.modules(), *(r.modules() for r in replicas)):
+        for name, p in src._parameters.items():
+            if p is None or p.dim() != 4 or p.is_contiguous() or not p.is_contiguous(memory_format=torch.channels_last):
+                continue
+            for replica in copies:
+                t = getattr(replica, name)
+                if not t.is_contiguous(memory_format=torch.channels_last):
+                    t = t.contiguous(memory_format=torch.channels_last)
+                    setattr(replica, name, t)
+                    replica._former_parameters[name] = t  # what DDP-style readers of a replica see (torch's replicate)
+    return replicas
+
+
 class AutocastDataParallel(nn.DataParallel):
+    """nn.DataParallel whose replicas run under the caller's autocast dtype and keep the parameters' memory format."""
+    autocast_device = "cuda"   # whose autocast the replicas' threads inherit (tests: "cpu", with a stand-in apply)
+
+    def replicate(self, module, device_ids):
+        return keep_memory_format(module, super().replicate(module, device_ids))
+
     def parallel_apply(self, replicas, inputs, kwargs):
-        if not torch.is_autocast_enabled("cuda"):
+        dtype = autocast_dtype(self.autocast_device)
+        if dtype is None:
             return super().parallel_apply(replicas, inputs, kwargs)
-        dtype = torch.get_autocast_dtype("cuda")
-        return super().parallel_apply([_InAutocast(r, dtype) for r in replicas], inputs, kwargs)
+        return super().parallel_apply([_InAutocast(r, dtype, self.autocast_device) for r in replicas], inputs, kwargs)
 
 
 def apply_dp(model: nn.Module, ctx: Ctx) -> nn.Module:

@@ -6,7 +6,8 @@ Launched by bench.sweep.launch, never by hand:
     srun -N K torchrun --nnodes K --rdzv-backend c10d ... -m bench.rank.worker OUT_DIR/spec.json   # several nodes
 Modes: 'bench' runs warm-up steps, the measured window and, under DDP, the communication probe
 (bench.rank.loop), then with --profile a few traced steps (bench.rank.profile); 'equivalence' trains k steps and saves the final parameters; 'comm' runs the collectives
-microbenchmark (all-reduce, all-gather, reduce-scatter: bench.rank.commbench); 'loader' times the data loader alone. Every rank publishes its progress
+microbenchmark (all-reduce, all-gather, reduce-scatter: bench.rank.commbench) and the interference stage
+(bench.rank.commrun); 'loader' times the data loader alone. Every rank publishes its progress
 (bench.shared.heartbeat), its raw rows are gathered to rank 0, which alone writes OUT_DIR/result.json
 (atomically). A rank that fails writes OUT_DIR/error-rank<R>.json first, so the sweep can say which
 rank failed and why. OUT_DIR is on a filesystem every node reaches.
@@ -39,7 +40,6 @@ from bench.shared.spec import DDP_BASED, PER_DEVICE, RunSpec
 from bench.workloads.registry import builder
 
 PROBE_BLOCKS = 2
-BUCKET_REACH = 1.5     # a DDP-only sweep's interference: sizes up to 1.5x its largest bucket (no collective is larger)
 
 
 def batch_stream(wl):
@@ -189,17 +189,9 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
         from bench.machine import env
         payload["node"] = {**env.capture(), "node_rank": int(os.environ.get("GROUP_RANK", 0)), "hostname": payload["host"],
                            "machine_hostname": socket.gethostname()}
-    if spec.mode == "comm":
-        from bench.rank.commbench import collective_sweep
-        payload["comm"] = collective_sweep(device, spec.comm_max_bytes, extra_sizes=spec.comm_extra_bytes,
-                                           local_world=int(os.environ.get("LOCAL_WORLD_SIZE", world)), ops=spec.comm_ops)
-        if spec.interference:
-            from bench.rank.commbench import message_sizes
-            from bench.rank.interference import interference_sweep
-            sizes = message_sizes(spec.comm_max_bytes, extra=spec.comm_extra_bytes)
-            if spec.comm_ops == ("all_reduce",) and spec.comm_extra_bytes:  # DDP sends one bucket at a time
-                sizes = [s for s in sizes if s <= BUCKET_REACH * max(spec.comm_extra_bytes)] or sizes[:1]
-            payload["interference"] = interference_sweep(device, sizes, spec.comm_ops, spec.comm_load or None)
+    if spec.mode == "comm":  # the microbenchmark, then the interference stage, whose failure costs only itself
+        from bench.rank.commrun import comm_run
+        payload.update(comm_run(spec, device, world, rank))
     else:
         baseline_rss_mib = memory.rss_mib()  # the process before its model: the memory forecast's check starts here
         torch.manual_seed(spec.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
@@ -212,8 +204,8 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
             model = prepare(wl.model, spec, ctx)
             t = Trainer(spec=spec, model=model, opt=make_optimizer(model, cuda, spec.optimizer), wl=wl, device=device,
                         clock=lambda: timing.make_clock(device, devices), rank=rank,
-                        replicas=spec.device_count if spec.strategy == "dp" else (spec.emulate_ranks if spec.strategy == "single" else 1),
-                        split_replicas=spec.mode == "equivalence" and spec.strategy == "single" and spec.emulate_ranks > 1
+                        replicas=spec.device_count if spec.strategy == "dp" else spec.emulate_ranks,
+                        split_replicas=spec.mode == "equivalence" and spec.emulate_ranks > 1
                                        and not (spec.sync_bn and cuda),
                         scaler=precision.grad_scaler(spec.precision, spec.device_type), beat=beat.beat,
                         fault=faults.hook(rank), distributed=distributed)
@@ -256,6 +248,9 @@ def merge(payloads: list) -> dict:
     for key in ("steps", "memory", "windows", "traces", "rank_devices", "buckets"):  # every rank's own rows
         if key in out:
             out[key] = [row for p in payloads for row in p.get(key, [])]
+    errors = list(dict.fromkeys(p["interference_error"] for p in payloads if p.get("interference_error")))
+    if errors:  # every rank's, once each (rank 0's alone may be the others' echo: a timeout)
+        out["interference_error"] = "; ".join(errors)
     out["nodes"] = [p["node"] for p in payloads if p.get("node")]
     out.pop("node", None)
     out["hosts"] = sorted({p.get("host") for p in payloads if p.get("host")})

@@ -21,7 +21,12 @@ def _environment_rows(sweep: Sweep, e: dict) -> tuple:
     rows = [[k, str(e[k]) if e.get(k) not in (None, "") else "–"] for k in ENV_KEYS]
     extra = json.loads(e.get("json") or "{}")
     rows.append(["CUDA_VISIBLE_DEVICES", str(extra.get("cuda_visible_devices") or "–")])
-    rows.append(["NCCL settings", ", ".join(f"{k}={v}" for k, v in (extra.get("nccl_env") or {}).items()) or "–"])
+    settings = dict(extra.get("nccl_env") or {})
+    image = extra.get("image_nccl_version") or settings.get("NCCL_VERSION")  # older stores kept it among the settings
+    rows.append(["NCCL settings", ", ".join(f"{k}={v}" for k, v in settings.items() if k != "NCCL_VERSION") or "–"])
+    if image:
+        rows.append(["NCCL_VERSION (container image)", f"{image}: the image's label for the system NCCL it ships, not a "
+                     f"setting; torch runs the NCCL it was built with ({e.get('nccl') or 'nccl above'})"])
     for g in extra.get("gpus") or []:
         rows.append([f"GPU {g.get('index')}", f"{g.get('name')} {g.get('uuid') or ''} bus {g.get('pci_bus_id') or '–'}, "
                      f"SM max {g.get('sm_clock_max_mhz') or '–'} MHz, power limit {g.get('power_limit_w') or '–'} W"])

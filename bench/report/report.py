@@ -22,6 +22,7 @@ from typing import Optional
 
 from bench import stats
 from bench.analysis import cost
+from bench.analysis.nodes import starved_nodes
 from bench.analysis.reference import REFERENCE_EPOCHS, REFERENCE_IMAGES, REFERENCE_V100_S, train_times  # noqa: F401
 from bench.config import ConfigError
 from bench.report import comm as comm_report
@@ -194,6 +195,7 @@ def blocks(sweep: Sweep, plot_paths: dict, figures: list = (), memory_budget_gib
     b += cost_report.blocks(sweep, prices)  # --price-per-device-hour: the cheapest run beside the fastest
     b.append(("p", f"Sweep {s['sweep_id']}: {s['status']}, started {s['started_at']}, ended {s['ended_at'] or '–'}"
                    + (f", resumed {s['resumed']} time(s)" if s["resumed"] else "") + f". Command: {s['command_line']}"))
+    b += [("p", f"Warning: {w}") for w in starved_nodes(sweep)]  # a node with fewer cores than its ranks need
     for workload, configs in sweep.bench.items():
         b += _workload_blocks(sweep, workload, configs, plot_paths.get(workload, {}))
     if sweep.comm:

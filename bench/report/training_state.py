@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from bench.report import plots
 from bench.report.pages import fmt
 from bench.analysis.results import STATE_KEYS
+from bench.shared.spec import ONE_SHARD_GROUP
 
 PARTS = {"params_mib": "parameters", "grads_mib": "gradients", "optimizer_mib": "optimizer state",
          "buckets_mib": "DDP buckets"}
@@ -32,12 +33,12 @@ def label(c) -> str:
 
 
 def hsdp_mesh(c) -> str:
-    """HSDP's mesh from its count and shard size, and where it is plain FSDP ('' for other strategies)."""
+    """HSDP's mesh from its count and shard size, and what one shard group still runs ('' for other strategies)."""
     if c.strategy != "hsdp" or not c.options.get("shard_size"):
         return ""
     shard = int(c.options["shard_size"])
     return (f"{label(c)}: replicate {c.device_count // shard} x shard {shard}"
-            + (" (one shard group: this is FSDP)" if shard == c.device_count else ""))
+            + (f" ({ONE_SHARD_GROUP})" if shard == c.device_count else ""))
 
 
 def counted_mib(state: dict) -> float:

@@ -10,6 +10,15 @@ from dataclasses import dataclass
 PER_DEVICE = ("ddp", "zero", "fsdp", "hsdp")
 DDP_BASED = ("ddp", "zero")     # DistributedDataParallel underneath: DDP's settings, probe and buckets apply
 FSDP_BASED = ("fsdp", "hsdp")   # FSDP2 fully_shard underneath: its settings and collectives apply
+# The comm run's bandwidth rows, written by its rank 0 to the run folder before the interference stage (bench.rank.commrun):
+# what the sweep keeps of a comm run that failed in that stage (bench.sweep.launch).
+COMM_ROWS_FILE = "comm-rows.json"
+# HSDP whose one shard group holds every rank: FSDP's sharding, but on HSDP's 2-D mesh, so FSDP2 still all-reduces each
+# unit's reduced gradient shard over the replicate dimension (a group of one rank) on a stream of its own, every step
+# (torch's _fsdp_collectives.foreach_reduce: all_reduce_group is set for any HSDP mesh). Measured, not free: on one
+# H100 (examples/h100-2026-11-24), replicate 1 x shard 1 stepped 26.6 ms against FSDP's 17.4 ms (53% slower).
+ONE_SHARD_GROUP = ("one shard group: FSDP's sharding on HSDP's 2-D mesh, which still all-reduces every gradient shard "
+                   "over a replicate group of one rank; not FSDP (one H100 stepped 53% slower than fsdp)")
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ def connect(path: str) -> sqlite3.Connection:
     (bench.store.schema's migrations). StoreError for a missing file, a file that is not a results store, a store
     of a newer version or one that holds nothing yet."""
     if not os.path.isfile(path):
-        raise StoreError(f"store {path!r} does not exist")
+        raise StoreError(store.missing(path))
     try:
         src = store._reader(path)
         try:

@@ -54,7 +54,7 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
     """
     if readonly:
         if not os.path.isfile(path):
-            raise StoreError(f"store {path!r} does not exist")
+            raise StoreError(missing(path))
         conn = _reader(path)
     else:
         d = os.path.dirname(os.path.abspath(path))
@@ -111,6 +111,14 @@ def close_all() -> int:
         except sqlite3.Error:
             pass
     return len(conns)
+
+
+def missing(path: str, flag: str = "store") -> str:
+    """Why there is no store to read at `path`: a folder (the path of a file inside it was meant), or nothing."""
+    if os.path.isdir(path):
+        return (f"{flag} {path!r} is a folder; expected the path of a SQLite results store "
+                f"(e.g. {os.path.join(path, 'bench.sqlite')})")
+    return f"{flag} {path!r} does not exist"
 
 
 def check_path(path: str) -> None:

@@ -18,6 +18,7 @@ no process of the configuration is left running when it returns (or re-raises).
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 import shutil
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from bench.shared import heartbeat, procs
-from bench.shared.spec import PER_DEVICE, RunSpec
+from bench.shared.spec import COMM_ROWS_FILE, PER_DEVICE, RunSpec
 from bench.sweep import agent
 from bench.sweep.diagnose import Outcome, diagnose
 
@@ -184,7 +185,7 @@ def run_config(spec: RunSpec, limits: Limits, shared_dir: Optional[str] = None,
                 else:
                     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             env=env, start_new_session=True, cwd=cwd, preexec_fn=procs.child_setup)
-            outcome = supervise(proc, spec, spec_path, log_path, limits, t0, on_progress)
+            outcome = kept_comm_rows(spec, supervise(proc, spec, spec_path, log_path, limits, t0, on_progress))
     except BaseException:
         if proc is not None:
             _end(proc, spec, spec_path)
@@ -244,6 +245,26 @@ def supervise(proc: subprocess.Popen, spec: RunSpec, spec_path: str, log_path: s
     if orphans:
         out.reason += f" ({len(orphans)} orphaned worker process(es) killed)"
     return out
+
+
+def kept_comm_rows(spec: RunSpec, outcome: Outcome) -> Outcome:
+    """A comm run that failed after its rank 0 had written the bandwidth rows (in its interference stage: bench.rank.
+    commrun): ok with those rows, the failure kept as the stage's error. Any other outcome as it is."""
+    path = os.path.join(spec.out_dir, COMM_ROWS_FILE)
+    if spec.mode != "comm" or outcome.status != "failed" or not os.path.isfile(path):
+        return outcome
+    try:
+        with open(path) as f:
+            rows = json.load(f)
+    except (OSError, ValueError):
+        return outcome
+    first = []  # the ranks' own exceptions in the stage, before the others timed out waiting for them
+    for name in sorted(glob.glob(os.path.join(spec.out_dir, "interference-error-rank*.txt"))):
+        with open(name, errors="replace") as f:
+            first.append(f.read().strip())
+    why = "; ".join(first) + "; then " if first else ""
+    return Outcome("ok", payload={"comm": rows, "interference_error": f"{why}the run failed in it: {outcome.reason}",
+                                  "interference_failure": outcome.payload})
 
 
 def _end(proc: subprocess.Popen, spec: RunSpec, spec_path: str) -> None:

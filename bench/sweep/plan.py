@@ -55,6 +55,7 @@ class Machine:
     gpus_unusable: Optional[str] = None  # why torch sees no GPU although the driver shows some (None: it can)
     shm_free_bytes: Optional[int] = None  # free /dev/shm, where loader workers' batches wait (None: not checked)
     gpu_memory_bytes: tuple = ()        # total memory per GPU, as CUDA sees it (the default memory budget)
+    slurm_gpus: Optional[str] = None    # 'NAME=VALUE' saying the SLURM allocation holds GPUs (None: no GPU allocation)
 
 
 def detect_machine() -> Machine:
@@ -67,7 +68,8 @@ def detect_machine() -> Machine:
     return Machine(cuda_devices=n, cpu_cores=cores, gpu_names=names, gpu_capabilities=caps,
                    gpu_memory_bytes=tuple(torch.cuda.get_device_properties(i).total_memory for i in range(n)),
                    slurm_nodes=slurm.allocation_nodes(), arch_list=tuple(torch.cuda.get_arch_list()) if n else (),
-                   gpus_unusable=None if n else cudacompat.why_torch_cannot_use_gpus(torch), shm_free_bytes=shm.free_bytes())
+                   gpus_unusable=None if n else cudacompat.why_torch_cannot_use_gpus(torch), shm_free_bytes=shm.free_bytes(),
+                   slurm_gpus=slurm.allocation_gpus())
 
 
 # ---------------------------------------------------------------- defaults and machine checks
@@ -92,6 +94,13 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
     if machine.gpus_unusable and cfg.device in ("cuda", "auto"):
         raise ConfigError(f"--device {cfg.device}: this machine's driver shows NVIDIA GPU(s), but {machine.gpus_unusable}. "
                           f"No GPU sweep becomes a CPU sweep: fix the install, or pass --device cpu to measure the CPU on purpose")
+    if cfg.device == "auto" and machine.cuda_devices == 0 and machine.slurm_gpus:
+        import socket  # salloc's shell runs where salloc was typed (a login node) unless the cluster starts a step
+        raise ConfigError(f"--device auto: this sweep runs inside a SLURM allocation with GPUs ({machine.slurm_gpus}), "
+                          f"but no GPU is visible here on {socket.gethostname()} (torch.cuda.device_count() == 0): a "
+                          "login node, or a shell outside the allocation's GPUs. No GPU sweep becomes a CPU sweep: run "
+                          "it on the allocation's first node (sbatch slurm/bench.sbatch), or from a shell there "
+                          "(srun --pty bash, then ./run_bench.sh), or pass --device cpu to measure this machine's CPU")
     if cfg.device == "cuda" and machine.cuda_devices == 0:
         raise ConfigError("--device cuda: this machine has 0 CUDA GPUs visible (torch.cuda.device_count() == 0); "
                           "use --device cpu or auto")
@@ -172,7 +181,7 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
                                                     if cuda and machine.gpu_memory_bytes else None))
     settings.check_hsdp(resolved)  # every count in whole HSDP shard groups
     items = plan(resolved, machine)  # impossible batch splits and user models fail here, before anything runs
-    # the prefetched batches of every configuration fit in /dev/shm
+    # the prefetched batches and NCCL's segments of every configuration fit in /dev/shm
     shm.check([s for s in items if isinstance(s, RunSpec)], machine.shm_free_bytes, resolved.num_workers)
     return resolved
 

@@ -71,7 +71,9 @@ def _summary_line(conn, rid: int, outcome: Outcome) -> str:
                  f"each tensor's largest element)") if v.get("state_tensors") else ""
         return f"ok, parameters match (max |diff| {v['max_abs_diff']:.2g}, {v['tolerance']}){state}"
     if r["mode"] == "comm":
-        return "ok" + peak_busbw(outcome.payload.get("comm", []))
+        failed = outcome.payload.get("interference_error")
+        return "ok" + peak_busbw(outcome.payload.get("comm", [])) + (
+            f"; the interference stage FAILED ({failed[:300]}): its rows are missing, the bandwidth rows are kept" if failed else "")
     if r["mode"] == "loader":
         return f"ok, the loader alone delivers {r['samples_per_s']:.1f} samples/s"
     flag = "  [unstable: IQR > 10% of median]" if r["unstable"] else ""

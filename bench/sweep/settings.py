@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 
 from bench.config import ConfigError, SweepConfig
+from bench.shared.spec import ONE_SHARD_GROUP
 
 DDP_DEFAULTS = {"bucket_cap_mb": None, "gradient_as_bucket_view": False, "static_graph": False, "sync_buffers": True,
                 "comm_hook": "none"}
@@ -58,12 +59,12 @@ def check_hsdp(cfg: SweepConfig) -> None:
 
 
 def hsdp_lines(cfg: SweepConfig) -> list:
-    """'hsdp mesh: x1 replicate 1 x shard 1 (FSDP: one shard group), x4 replicate 2 x shard 2' for the sweep's start."""
+    """'hsdp mesh: x1 replicate 1 x shard 1 (one shard group: ...), x4 replicate 2 x shard 2' for the sweep's start."""
     if "hsdp" not in cfg.strategies:
         return []
     parts = []
     for n in cfg.gpus:
         for shard in hsdp_shard_sizes(cfg, n):
             parts.append(f"x{n} replicate {n // shard} x shard {shard}"
-                         + (" (one shard group: this is FSDP; HSDP replicates across groups, e.g. nodes)" if n == shard else ""))
+                         + (f" ({ONE_SHARD_GROUP}; HSDP replicates across groups, e.g. nodes)" if n == shard else ""))
     return ["hsdp mesh: " + ", ".join(parts)]

@@ -3,7 +3,7 @@
 The sweep runs once, as a plain process on the allocation's first node (the batch script, or the
 salloc shell). A configuration spanning K nodes becomes one `srun` step over K nodes, one task per
 node, each task a torchrun that rendezvouses with the others through c10d (bench.sweep.launch):
-    srun --nodes K --ntasks-per-node 1 --kill-on-bad-exit=1 --job-name bench-run-XXXX \\
+    srun --nodes K --ntasks-per-node 1 --cpus-per-task C --kill-on-bad-exit=1 --job-name bench-run-XXXX \\
         python -m bench.sweep.torchrun --nnodes K --nproc-per-node G --rdzv-backend c10d \\
         --rdzv-endpoint RUN_DIR/rendezvous --rdzv-conf store_type=file --rdzv-id bench-run-XXXX ...
 Results, errors, heartbeats and the rendezvous travel through the run folder next to the store, on a
@@ -13,7 +13,9 @@ Ending a configuration cancels its step by id (`scancel JOB.STEP`), so nothing i
 """
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +43,36 @@ def allocation_nodes() -> int:
     return 1
 
 
+# What says an allocation holds GPUs (sbatch/salloc/srun's output variables): GPU ids, counts ([type:]count), TRES
+GPU_ID_VARS = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS")
+GPU_COUNT_VARS = ("SLURM_GPUS_ON_NODE", "SLURM_GPUS", "SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK")
+TRES_VARS = ("SLURM_TRES_PER_NODE", "SLURM_TRES_PER_TASK", "SLURM_JOB_GRES")
+
+
+def _gpus_in(item: str) -> int:
+    """GPUs of one '[type:]count' or TRES item ('8', 'a100:8', 'gres/gpu:a100:2', 'gres/gpu=2'; a type alone: 1)."""
+    tail = re.split(r"[:=]", item.strip())[-1]
+    return int(tail) if tail.isdigit() else (1 if tail else 0)
+
+
+def allocation_gpus(env=None) -> str | None:
+    """'NAME=VALUE' of the first variable saying that the SLURM allocation this process runs in holds GPUs; None
+    outside an allocation or in one without GPUs (--gpus-per-node=0)."""
+    env = os.environ if env is None else env
+    if "SLURM_JOB_ID" not in env:
+        return None
+    for name in GPU_ID_VARS:
+        if env.get(name, "").strip() not in ("", "(null)", "N/A"):
+            return f"{name}={env[name]}"
+    for name in GPU_COUNT_VARS:
+        if env.get(name, "").strip() and _gpus_in(env[name]) > 0:
+            return f"{name}={env[name]}"
+    for name in TRES_VARS:
+        if any("gpu" in item and _gpus_in(item) > 0 for item in env.get(name, "").split(",")):
+            return f"{name}={env[name]}"
+    return None
+
+
 def refuse_task_copies() -> None:
     """ConfigError when this sweep is one of several tasks of an srun step (it would run that many times)."""
     ntasks = os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or ""
@@ -55,11 +87,21 @@ def step_name(spec) -> str:
     return "bench-" + os.path.basename(spec.out_dir.rstrip("/"))
 
 
+def cpus_per_task(env=None) -> list:
+    """srun's --cpus-per-task for a step's one task per node: the allocation's SLURM_CPUS_PER_TASK. Since Slurm 22.05
+    srun no longer inherits it from salloc/sbatch, so where cores are confined each node's torchrun, its ranks, NCCL's
+    proxies and the loaders would share one CPU while the sweep's one-node configurations had them all: the 1 -> 2
+    node step would be the launcher's. Nothing where it is unset, or where SRUN_CPUS_PER_TASK tells srun itself."""
+    env = os.environ if env is None else env
+    cpus = env.get("SLURM_CPUS_PER_TASK", "")
+    return [f"--cpus-per-task={cpus}"] if cpus.isdigit() and int(cpus) > 0 and not env.get("SRUN_CPUS_PER_TASK") else []
+
+
 def command(spec, spec_path: str, rendezvous: list, worker: str, torchrun: str) -> list:
     per_node = spec.device_count // spec.nodes
-    return ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-            f"--wait={STEP_WAIT_S}", "--immediate=60", f"--job-name={step_name(spec)}", "--export=ALL",
-            f"--chdir={os.getcwd()}",
+    return ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1", *cpus_per_task(),
+            "--kill-on-bad-exit=1", f"--wait={STEP_WAIT_S}", "--immediate=60", f"--job-name={step_name(spec)}",
+            "--export=ALL", f"--chdir={os.getcwd()}",
             sys.executable, "-m", torchrun, f"--nnodes={spec.nodes}", f"--nproc-per-node={per_node}",
             *rendezvous, f"--log-dir={os.path.join(spec.out_dir, 'torchrun')}", "-m", worker, spec_path]
 
@@ -87,23 +129,88 @@ def cancel(spec) -> None:
             ids = step_ids(step_name(spec))
 
 
+# Run on every node by check_shared_folder: does the node see the token, and is the lock the sweep holds on it held
+# there too? One line per node: '<host> held' (yes), 'taken' (the lock is per node), 'missing', 'error <errno> <why>'.
+FLOCK_CHECK = r"""
+import errno, fcntl, os, socket, sys
+host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+try:
+    fd = os.open(sys.argv[1], os.O_RDWR)
+except OSError as e:
+    print(host, "missing", e.strerror)
+    sys.exit(0)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except BlockingIOError:
+    print(host, "held")
+except OSError as e:
+    print(host, "error", errno.errorcode.get(e.errno, e.errno), e.strerror)
+else:
+    print(host, "taken")
+"""
+LOCKS_NEEDED = ("torch's FileStores in the run folder (torchrun's rendezvous, every process group's init) lock their "
+                "file with flock(2) on every node")
+
+
+def mount_of(path: str, mounts: str = "/proc/mounts") -> str:
+    """'TYPE at MOUNTPOINT (options OPTS)' of the filesystem holding `path`, '' where /proc/mounts cannot say."""
+    best = ("", "", "")
+    try:
+        with open(mounts) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 4 and (path + "/").startswith(parts[1].rstrip("/") + "/") and len(parts[1]) >= len(best[0]):
+                    best = (parts[1], parts[2], parts[3])
+    except OSError:
+        return ""
+    return f"{best[1]} at {best[0]} (options {best[2]})" if best[0] else ""
+
+
+def _lock_advice(folder: str) -> str:
+    where = mount_of(os.path.realpath(folder))
+    return ((f"; the folder is on {where}" if where else "") + ". Mount it with flock across nodes (Lustre: -o flock; "
+            "-o localflock locks within one node only and lets the rendezvous corrupt silently and hang to the timeout; "
+            "NFS: without nolock or local_lock=flock), or put --store on a filesystem that has it")
+
+
 def check_shared_folder(folder: str, nodes: int) -> None:
-    """Every node must see the store's folder: results and heartbeats travel through it. ConfigError if not."""
+    """Every node must see the store's folder (results and heartbeats travel through it) and share its locks (the
+    rendezvous and the process groups' init go through FileStores there): the sweep holds a flock on a token there
+    while every node, through srun, opens it and tries the same lock. ConfigError if a node cannot see it, cannot lock
+    it, or takes the lock the sweep holds (locks local to each node: Lustre's localflock)."""
     if nodes < 2:
         return
     os.makedirs(folder, exist_ok=True)
     fd, token = tempfile.mkstemp(prefix=".bench-shared-", dir=folder)
-    os.close(fd)
     try:
-        proc = subprocess.run(["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--immediate=60",
-                               "--job-name=bench-fscheck", "test", "-f", token], capture_output=True, text=True,
-                              timeout=SRUN_CHECK_S)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise ConfigError(f"could not check that {nodes} nodes share {folder!r} (srun: {e})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            raise ConfigError(f"the store's folder {folder!r} gives no file locks here ({e.strerror}): {LOCKS_NEEDED}"
+                              + _lock_advice(folder)) from None
+        try:
+            proc = subprocess.run(["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--immediate=60",
+                                   "--job-name=bench-fscheck", sys.executable, "-c", FLOCK_CHECK, token],
+                                  capture_output=True, text=True, timeout=SRUN_CHECK_S)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise ConfigError(f"could not check that {nodes} nodes share {folder!r} (srun: {e})") from None
     finally:
+        os.close(fd)
         os.unlink(token)
-    if proc.returncode != 0:
+    answers = [line.split(None, 2) for line in proc.stdout.splitlines() if len(line.split()) >= 2]
+    missing = [a[0] for a in answers if a[1] == "missing"]
+    if proc.returncode != 0 or missing or len(answers) < nodes:
+        why = (f"node(s) {', '.join(missing)} cannot open it" if missing else
+               proc.stderr.strip()[-300:] or f"exit {proc.returncode}, {len(answers)} of {nodes} node(s) answered")
         raise ConfigError(f"the store's folder {folder!r} is not visible from all {nodes} nodes of the allocation "
-                          f"(srun test -f failed: {proc.stderr.strip()[-300:] or 'exit ' + str(proc.returncode)}); "
-                          "multi-node results travel through the filesystem the store lives on: put --store on a "
-                          "shared filesystem (e.g. your home or project folder)")
+                          f"({why}); multi-node results travel through the filesystem the store lives on: put --store on "
+                          "a shared filesystem (e.g. your home or project folder)")
+    failed = [f"{a[0]} ({a[2] if len(a) > 2 else 'error'})" for a in answers if a[1] == "error"]
+    if failed:
+        raise ConfigError(f"the store's folder {folder!r} gives no file locks on node(s) {', '.join(failed)}: {LOCKS_NEEDED}"
+                          + _lock_advice(folder))
+    taken = [a[0] for a in answers if a[1] == "taken"]
+    if taken:
+        raise ConfigError(f"file locks on the store's folder {folder!r} are not shared across nodes: node(s) "
+                          f"{', '.join(taken)} took the lock this node holds, as if it were free: {LOCKS_NEEDED}"
+                          + _lock_advice(folder))

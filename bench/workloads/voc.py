@@ -244,7 +244,7 @@ def workload(spec, rank: int, model, loss_fn, details: dict):
     """The deeplabv3 workload on VOC 2012 train for this process (bench.workloads.registry calls it)."""
     from bench.workloads.workload import Workload, chunks_fed
     dataset = VOCTrain(spec.voc_root, image_set="train", image_size=spec.image_size, seed=spec.seed)
-    replicas = spec.device_count if spec.strategy != "single" else spec.emulate_ranks
+    replicas = spec.emulate_ranks if spec.emulate_ranks > 1 else spec.device_count
     sampler = StepSampler(len(dataset), replicas, chunks_fed(spec, rank), spec.per_device_batch, spec.seed)
     loader = make_loader(dataset, sampler, num_workers=spec.num_workers, pin_memory=spec.pin_memory,
                          persistent_workers=spec.persistent_workers)

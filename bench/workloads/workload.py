@@ -47,7 +47,9 @@ class WorkloadInfo:
 
 
 def chunks_fed(spec, rank: int) -> list:
-    """Which replica chunks this process feeds each step."""
+    """Which replica chunks this process feeds each step (an equivalence reference: every replica's, emulate_ranks)."""
+    if spec.emulate_ranks > 1:
+        return list(range(spec.emulate_ranks))
     if spec.strategy in PER_DEVICE or (spec.strategy == "loader" and spec.loaders > 1):
         return [rank]
     if spec.strategy in ("dp", "loader"):  # one loader alone loads the whole global batch
