@@ -254,7 +254,7 @@ def build_h100_store(path: str, process_noise: float = None, traced: bool = True
         trace_rows = pl.pop("_traces", [])
         write.write_result(conn, sid, env_id, h100_spec("deeplabv3", key[0], key[1], key[2]), "ok", "", pl,
                            derived=record.summary_columns(pl["steps"], pl["windows"], 8), traces=trace_rows)
-    luck = (1.0,) if process_noise is None else (1.0, 1.0 + process_noise / 2, 1.0 + process_noise)
+    luck = (1.0,) if process_noise is None else (1.0, 1.0, 1.0 / (1.0 + process_noise))  # throughputs spread by it
     for r, f in enumerate(luck):
         ms = [H100_SYNTHETIC_MS * f * j for j in (1.0, 1.001, 0.999, 1.002, 0.998) * 19]
         pl = {"steps": [{"kind": "measure", "rank": 0, "step": i, "step_ms": t} for i, t in enumerate(ms)],

@@ -26,7 +26,8 @@ def train_times(configs: list) -> tuple:
     measured throughput (bf16 compiled on one H100: 3m00s at its throughput, 84 s of compilation on top)."""
     measured = all(c.epoch_wall_s for c in configs)
     if measured:
-        bars = [(c.label, stats.median(c.epoch_wall_s) * REFERENCE_EPOCHS + (c.compile_s or 0.0)) for c in configs]
+        bars = [(c.label, stats.median(c.epoch_wall_s) * REFERENCE_EPOCHS
+                 + (c.compile_s if c.compile_s is not None and not math.isnan(c.compile_s) else 0.0)) for c in configs]
         return bars, f"measured: median epoch wall time x {REFERENCE_EPOCHS}, plus compilation before the first epoch"
     data = configs[0].data if configs else "synthetic"
     bars = [(c.label, job_s(c, REFERENCE_IMAGES * REFERENCE_EPOCHS)) for c in configs]

@@ -5,14 +5,18 @@ the table or plot behind it.
                      small figure per workload, then one short paragraph per workload and precision with the claims
     choose(configs)  -> (recommended, fastest, tie): the configuration to run, and why when it is not the fastest
 
-For each: the recommended configuration (strategy, settings, device count) and its efficiency: the fastest, unless
-a simpler one is within the noise of it (`choose`: fewer devices; at equal devices single, then DDP, then FSDP and
-the rest, DataParallel only where it is strictly faster; then fewer settings changed); what DataParallel would
+For each: the recommended configuration (its one name, bench.analysis.results.label) and its efficiency: the fastest,
+unless a simpler one is within the noise of it (`choose`: fewer devices; at equal devices single, then DDP, then FSDP
+and the rest, DataParallel only where it is strictly faster; then fewer settings changed); what DataParallel would
 cost at that count; where scaling stops paying (the first count whose efficiency falls below EFFICIENCY_FLOOR);
-whether the run was data-bound (the loader alone barely keeps up, or steps wait for data), held back by a straggler
-(--profile's traces: the other ranks wait for one) or communication-bound (exposed communication is a large share
-of the step); FSDP's memory and speed beside DDP's; and a warning when the winner is within the noise of the
-runner-up. An efficiency above 100% is shown by bench.stats.shown_efficiency's rule.
+what bounds its step, with the evidence (`_bound`): data (the loader alone barely keeps up, or steps wait for data),
+a straggler (the traces: the same rank waits least in every traced step, beyond the steps' jitter), and on CUDA the
+GPU's busy share from its kernels (computation and copies, collectives left out; bench.report.traces.busy):
+compute-bound at COMPUTE_BOUND_BUSY or more, else host-bound or communication-bound by what fills the rest, "not
+measured" without kernel traces; on CPU what is measured (data, exposed communication) and that the rest is not
+split; FSDP's memory and speed beside DDP's; and the runner-up, told apart or not by the noise, which the report
+names with its source (`_apart`: bench.stats.pair_noise, never a figure of another device). An efficiency above
+100% is shown by bench.stats.shown_efficiency's rule.
 """
 from __future__ import annotations
 
@@ -24,17 +28,13 @@ from bench import stats
 from bench.report import comm as comm_report
 from bench.report import traces as trace_report
 from bench.report.plots import file_name
-from bench.analysis.results import STRATEGY_NAMES, Sweep
+from bench.analysis.results import Sweep
 
 EFFICIENCY_FLOOR = 0.75      # scaling "stops paying" below 75% efficiency
 DATA_BOUND_LOADER = 1.1      # the loader alone delivers less than 1.1x the training throughput
 DATA_BOUND_WAIT = 0.10       # or steps wait for data more than 10% of the time
 COMM_BOUND = 0.20            # exposed communication above 20% of the step
 SINGULAR = {"GPUs": "GPU", "processes": "process"}
-
-
-def _name(s: str) -> str:
-    return STRATEGY_NAMES.get(s, s)
 
 
 def _where(workload: str, what: str) -> str:

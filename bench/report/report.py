@@ -30,7 +30,6 @@ from bench.report import cost as cost_report
 from bench.report import environment, frontier, sidebyside, training_state
 from bench.report import traces as trace_report
 from bench.report import pages
-from bench.report.recommend import SINGULAR
 from bench.report.pages import fmt
 from bench.store import store
 

@@ -172,11 +172,10 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         raise ConfigError("--warmup 0 with --compile: compilation happens in the first step; expected --warmup >= 1 "
                           "so that it stays out of the measured steps")
     profile = DEFAULT_PROFILE[dev] if cfg.profile is None else cfg.profile
-    defaults = SweepConfig.__dataclass_fields__
-    if not profile and cfg.profile is None and (cfg.profile_steps != defaults["profile_steps"].default
-                                                or cfg.profile_max_mb != defaults["profile_max_mb"].default):
-        raise ConfigError("--profile-steps/--profile-max-mb: traces are off on CPU unless --profile; add --profile, or "
-                          "leave them out")
+    for name in ("profile_steps", "profile_max_mb"):  # set, but no trace would be taken: refused, never ignored
+        if not profile and getattr(cfg, name) != SweepConfig.__dataclass_fields__[name].default:
+            raise ConfigError(f"--{name.replace('_', '-')}: takes effect with --profile only (on {dev} traces are off "
+                              f"unless --profile); add --profile, or leave --{name.replace('_', '-')} out")
     timeout = cfg.timeout
     pg = cfg.pg_timeout or (min(DEFAULT_PG_TIMEOUT_S[dev], timeout / 2) if timeout else DEFAULT_PG_TIMEOUT_S[dev])
     resolved = dataclasses.replace(
