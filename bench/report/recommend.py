@@ -262,8 +262,9 @@ def _bound(sweep: Sweep, workload: str, c, u: str) -> tuple:
         if not math.isnan(comm) and comm > COMM_BOUND:
             return f"communication ({comm:.0%})", _comm_sentence(c, comm, workload)
         data = "" if math.isnan(wait) or step <= 0 else f"steps wait for data {_share(wait / step)} of the time"
+        probed = c.device_count > 1 and not math.isnan(c.exposed_comm_ms)
         return (f"CPU work ({'data ' + _share(wait / step) if data else 'data not measured'}"
-                f"{', comm ' + _share(comm) if not math.isnan(comm) else ''})",
+                + (f", comm {_share(comm) if not math.isnan(comm) else 'not resolved'}" if probed else "") + ")",
                 f"On CPU, measured: {data or 'the data wait is not recorded'}{comm_words}; the rest of the step is the "
                 f"processes' own work on the cores, which is not split into computation and the host's overhead on CPU "
                 f"(no device sits idle waiting for it) {_where(workload, 'phases')}.")
