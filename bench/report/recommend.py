@@ -235,9 +235,19 @@ def _peak(c):
     return max(mem.values()) if mem else None
 
 
+BOUND_CATEGORIES = {"compute-bound": "compute", "host-bound": "host", "CPU work": "cpu"}
+
+
+def bound_category(kind: str) -> str:
+    """A bound's category, for a table's column: compute, host, communication, data, straggler, cpu or not measured."""
+    head = kind.split(" (")[0]
+    return BOUND_CATEGORIES.get(head, head)
+
+
 def bound(sweep: Sweep, workload: str, c) -> tuple:
-    """(kind, sentence): what bounds configuration c's step, as the recommendation says it for the one it picks: data,
-    a straggler, the host, communication, else compute (bench.report.tables gives it for every configuration)."""
+    """(kind, sentence): what bounds configuration c's step, as the recommendation says it for the one it picks, with
+    its evidence: data, a straggler, on CUDA the GPU's busy share (compute-bound, host-bound, communication, or not
+    measured without kernel traces), on CPU what was measured (bench.report.tables gives it for every configuration)."""
     return _bound(sweep, workload, c, "GPUs" if c.device_type == "cuda" else "processes")
 
 
