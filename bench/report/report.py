@@ -199,10 +199,10 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
         for c in configs:
             alone = sweep.loader.get(c.device_count)
             if alone:
-                rows.append([c.label, c.variant, fmt(c.samples_per_s), fmt(alone), str(c.loader_workers or "–"),
+                rows.append([c.label, fmt(c.samples_per_s), fmt(alone), str(c.loader_workers or "–"),
                              "data-bound" if alone < 1.1 * c.samples_per_s else "no"])
         b.append(("h", 3, f"{workload}: the data loader alone"))
-        b.append(("table", ["configuration", "precision / settings", "training samples/s", "loader alone samples/s",
+        b.append(("table", ["configuration", "training samples/s", "loader alone samples/s",
                             "loader workers in all", "data-bound (loader < 1.1x training)"], rows))
     b += training_state.blocks(workload, configs)  # parameters, gradients, optimizer state per rank
     b += comm_report.ddp_bounds_blocks(sweep, workload, configs, u)
