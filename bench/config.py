@@ -62,6 +62,7 @@ class SweepConfig:
     pg_timeout: Optional[float] = _f(None, "collective timeout, s; a rank making no progress for this long is named (default: 300 on CUDA, 120 on CPU)", "float", 1.0)
     threads_per_process: Optional[int] = _f(None, "torch threads per process, every strategy (default: cores // processes per node at the largest count)", "int", 1)
     repeats: Optional[int] = _f(None, "run each configuration this many times, each in fresh processes (the independent samples of compare; default: 3 on CPU, 1 on CUDA)", "int", 1)
+    noise_repeats: Optional[int] = _f(None, "processes the sweep's cheapest configuration runs in (at least --repeats), to measure how far fresh processes differ on this device: the noise the report holds every single-process comparison against (default: 3 on CUDA; 1 on CPU, where --repeats 3 already repeats every configuration)", "int", 1)
     seed: int = _f(0, "seed for weights and synthetic data", "int", 0)
     synthetic_width: Optional[int] = _f(None, "synthetic MLP hidden width (default: 4096 on CUDA, 1024 on CPU; parameters ~ depth x width^2)", "int", 1)
     synthetic_depth: Optional[int] = _f(None, "synthetic MLP hidden layers (default: 8 on CUDA, 4 on CPU)", "int", 1)
@@ -98,7 +99,7 @@ class SweepConfig:
     report_dir: str = _f("results", "where report.md and report.html are written", "str")
     report: bool = _f(True, "render plots and the report after the sweep (--no-report: skip)", "bool")
     label: Optional[str] = _f(None, "a name for this sweep, stored with it: the column title when sweeps are reported side by side (report --store a --store b), and a key of a --price-per-device-hour table (e.g. the cloud instance type)", "str")
-    profile: bool = _f(False, "after each configuration's measured window (and DDP's probe), run a few more steps under torch.profiler on every rank and keep one gzipped trace per rank next to the store", "bool")
+    profile: Optional[bool] = _f(None, "after each configuration's measured window (and DDP's probe), run a few more steps under torch.profiler on every rank and keep one gzipped trace per rank next to the store (default: on with CUDA, where the GPU's busy share is what the recommendation's bound rests on; off on CPU)", "bool")
     profile_steps: int = _f(3, "steps traced per configuration with --profile, after 1 untraced profiler warm-up step", "int", 1)
     profile_max_mb: float = _f(200.0, "largest trace kept per rank, MB (gzipped); a larger one is cut, with a note", "float", 0.0)
 
@@ -123,7 +124,7 @@ class SweepConfig:
 
 # --help shows the flags in these groups, in this order; every SweepConfig field is in exactly one.
 GROUPS = {
-    "what to run": ("strategies", "workloads", "repeats", "check_equivalence", "comm_bench", "comm_counts", "interference",
+    "what to run": ("strategies", "workloads", "repeats", "noise_repeats", "check_equivalence", "comm_bench", "comm_counts", "interference",
                     "loader_bench", "resume"),
     "devices and counts": ("gpus", "nodes", "gpus_per_node", "device", "launcher", "threads_per_process"),
     "workloads and data": ("per_device_batch", "scaling", "global_batch", "image_size", "synthetic_width",
@@ -233,7 +234,7 @@ def from_args(ns: argparse.Namespace) -> SweepConfig:
     cfg = SweepConfig(**kw)
     check_values(cfg)
     for name in ("profile_steps", "profile_max_mb"):
-        if name in kw and not cfg.profile:  # would silently do nothing
+        if name in kw and cfg.profile is False:  # would silently do nothing (None: on CUDA, checked in plan.resolve)
             raise ConfigError(f"{flag(name)}: takes effect with --profile only; add --profile, or leave {flag(name)} out")
     for name, strategy in (("zero_bucket_view", "zero"), ("hsdp_shard_size", "hsdp")):
         if name in kw and strategy not in cfg.strategies:

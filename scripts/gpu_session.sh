@@ -7,6 +7,10 @@
 # Every stage gets what is left of LIMIT_S (default 570 s) and is cut with `timeout`, so the command ends inside it;
 # an interrupted sweep is resumed by the next call (carry results/). Logs and results/ (stores, traces) are packed under $OUT (default results/gpu-session). On a machine whose Python already has a CUDA torch
 # and this suite's dependencies (BENCH_VENV, default /opt/torch/.venv where present) nothing is installed.
+# Every call ends by copying the stores into the example folder ($EXAMPLE, default examples/<gpu>-<date>), with
+# selfcheck's per-host process noise: a GPU example carries its store, so its report re-renders
+# (BENCH_HOST_NOISE=$EXAMPLE/host-noise.json ./run_bench.sh report --store $EXAMPLE/gpu.sqlite --sweep N) and tests can
+# hold its verdicts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what="${1:?check or sweeps}"
@@ -20,6 +24,22 @@ if [ -z "${BENCH_VENV:-}" ] && [ -x /opt/torch/.venv/bin/python ]; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 STORE=results/gpu.sqlite
+export BENCH_HOST_NOISE="${BENCH_HOST_NOISE:-$PWD/results/host-noise.json}"  # selfcheck's figure, kept with the stores
+gpu_name() { nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr 'A-Z ' 'a-z-' | tr -cd 'a-z0-9-'; }
+gpu="$(gpu_name)"
+EXAMPLE="${EXAMPLE:-examples/${gpu:-gpu}-$(date +%F)}"
+
+keep_stores() {  # a consistent copy of each store (SQLite's backup: the WAL included), and the host-noise file
+    mkdir -p "$EXAMPLE"
+    for s in "$STORE" results/selfcheck.sqlite results/gpu-extra.sqlite; do
+        [ -f "$s" ] || continue
+        "$BENCH_VENV/bin/python" -c 'import sqlite3, sys
+src, dst = sqlite3.connect(sys.argv[1]), sqlite3.connect(sys.argv[2])
+src.backup(dst); dst.close(); src.close()' "$s" "$EXAMPLE/$(basename "$s")" && echo "=== kept $s in $EXAMPLE" | tee -a "$log"
+    done
+    [ -f "$BENCH_HOST_NOISE" ] && cp "$BENCH_HOST_NOISE" "$EXAMPLE/host-noise.json"
+    return 0
+}
 
 stage() {  # stage NAME MAX_S CMD...: run CMD with at most MAX_S, and never past the limit less 25 s for packing
     local name="$1" max="$2"; shift 2
@@ -68,6 +88,7 @@ dist.destroy_process_group()'
     ;;
 *) echo "unknown stage set: $what (check or sweeps)" >&2; exit 2 ;;
 esac
-tar czf "$OUT/results.tar.gz" --exclude "gpu-session" results plots 2>>"$log"
+keep_stores
+tar czf "$OUT/results.tar.gz" --exclude "gpu-session" results plots "$EXAMPLE" 2>>"$log"
 ls -la "$OUT" >>"$log"
 echo "=== done at ${SECONDS}s" | tee -a "$log"

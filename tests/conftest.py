@@ -34,6 +34,10 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped unless pytest runs with --run-gpu on a GPU machine")
     if not config.getoption("--run-gpu"):
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before anything initialises CUDA; inherited by every child
+    # selfcheck's per-host process noise (bench.store.hostnoise) in a file of this session's, never the user's: a
+    # report falls back on it, so a figure left in ~/.cache would change what single-process tests read
+    import tempfile
+    os.environ["BENCH_HOST_NOISE"] = os.path.join(tempfile.mkdtemp(prefix="bench-host-noise-"), "host-noise.json")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -149,6 +149,10 @@ def downgrade_to_v4(path: str) -> None:
     ALTER TABLE memory DROP COLUMN params_mib; ALTER TABLE memory DROP COLUMN grads_mib;
     ALTER TABLE memory DROP COLUMN optimizer_mib; ALTER TABLE memory DROP COLUMN buckets_mib;
     ALTER TABLE memory DROP COLUMN baseline_rss_mib;
+    ALTER TABLE memory DROP COLUMN run_peak_allocated_mib; ALTER TABLE memory DROP COLUMN run_peak_reserved_mib;
+    ALTER TABLE memory DROP COLUMN run_device_used_mib;
+    ALTER TABLE traces DROP COLUMN work_ms; ALTER TABLE traces DROP COLUMN devices_json;
+    ALTER TABLE traces DROP COLUMN step_waits_json;
     DROP TABLE interference;
     DROP TABLE forecasts;
     CREATE TABLE forecasts (sweep_id INTEGER NOT NULL, config_key TEXT NOT NULL, workload TEXT NOT NULL,
@@ -160,3 +164,104 @@ def downgrade_to_v4(path: str) -> None:
     PRAGMA user_version = 4;
     """)
     conn.close()
+
+
+# ---- the first GPU run (examples/h100-2026-11-24), as a store: GPU verdicts held on CPU ---------------------------
+
+H100 = "NVIDIA H100 80GB HBM3"
+# DeepLabV3 at batch 8 on one H100 (deeplabv3-precision-compile/report.md): (strategy, precision, compiled) ->
+# (median, p10, p90 step ms, no_sync median ms of DDP's probe, first step with compilation s, allocated / reserved /
+# device-level MiB, the device's kernels (computation and copies) per traced step ms)
+H100_DEEPLAB = {
+    ("single", "fp32", False): (107.70, 107.62, 107.86, None, None, (4327, 4954, 5597), 104.9),
+    ("ddp", "fp32", False): (110.59, 110.51, 110.75, 108.58, None, (4556, 5184, 6389), 106.0),
+    ("single", "bf16", False): (60.05, 52.28, 68.98, None, None, (2559, 2658, 3301), 23.1),
+    ("single", "bf16", True): (49.05, 42.63, 55.32, None, 84.4, (2555, 2788, 3433), 19.6),
+    ("ddp", "bf16", False): (57.78, 51.32, 77.44, 58.20, None, (2784, 2924, 4131), 23.1),
+    ("ddp", "bf16", True): (67.31, 62.15, 77.11, 53.37, 93.0, (2778, 2938, 4149), 20.4),
+    ("single", "fp32", True): (99.61, 99.51, 99.73, None, 70.2, (4411, 5030, 5673), 97.0),
+    ("ddp", "fp32", True): (111.81, 111.75, 111.86, 109.74, 86.7, (4695, 5092, 6301), 98.1),
+}
+H100_SYNTHETIC_MS = 10.32     # the synthetic MLP 8 x 4096 at batch 512, single fp32: the sweep's cheapest configuration
+
+
+def spread_steps(median: float, p10: float, p90: float, n: int = 30) -> list:
+    """n step times whose 10th, 50th and 90th percentiles are about p10, median and p90 (piecewise linear quantiles,
+    tails as far beyond p10 and p90 as those are from the median over 4)."""
+    knots = ((0.0, p10 - (median - p10) / 4), (0.1, p10), (0.5, median), (0.9, p90), (1.0, p90 + (p90 - median) / 4))
+    out = []
+    for i in range(n):
+        q = i / (n - 1)
+        (q0, v0), (q1, v1) = next((a, b) for a, b in zip(knots, knots[1:]) if a[0] <= q <= b[0])
+        out.append(v0 + (v1 - v0) * (q - q0) / (q1 - q0))
+    return out
+
+
+def h100_payload(key: tuple, warmup_first_ms: float = None, traced: bool = True) -> dict:
+    median, p10, p90, nosync, compile_s, (alloc, reserved, level), work = H100_DEEPLAB[key]
+    ms = spread_steps(median, p10, p90)
+    rows = [{"kind": "measure", "rank": 0, "step": 10 + i, "step_ms": t, "data_ms": 0.01, "host_data_ms": 0.01,
+             "forward_ms": 0.3 * t, "backward_ms": 0.6 * t, "optimizer_ms": 0.1 * t} for i, t in enumerate(ms)]
+    first = compile_s * 1e3 if compile_s else (warmup_first_ms or 6 * median)   # cuDNN's search: 6x an eager step
+    rows += [{"kind": "warmup", "rank": 0, "step": i, "step_ms": first if i == 0 else median} for i in range(10)]
+    if nosync is not None:
+        rows += [{"kind": k, "rank": 0, "step": 100 + i, "step_ms": t} for k, m in (("probe_sync", median), ("probe_no_sync", nosync))
+                 for i, t in enumerate(spread_steps(m, m - (median - p10), m + (p90 - median), 8))]
+    out = {"steps": rows, "windows": [{"kind": "measure", "rank": 0, "wall_s": sum(ms) / 1e3, "samples": 8 * len(ms),
+                                      "steps": len(ms)}],
+           "memory": [{"rank": 0, "device": "cuda:0", "device_name": H100, "peak_allocated_mib": alloc,
+                       "peak_reserved_mib": reserved, "device_used_mib": level, "run_peak_allocated_mib": alloc,
+                       "run_peak_reserved_mib": reserved + 600, "run_device_used_mib": level + 600, "artefact_mib": 0.0}],
+           "grad_bytes": 234_562_000 if key[0] == "ddp" else None, "compile_s": compile_s,
+           "timing_method": "cuda_window_events",
+           "numerics": {"autocast_dtype": "bfloat16" if key[1] == "bf16" else None, "tf32_matmul": False,
+                        "tf32_cudnn": False, "float32_matmul_precision": "highest", "cudnn_benchmark": True}}
+    if nosync is not None:
+        out["comm_method"] = "probe: median step of synchronised blocks - median step of no_sync() blocks"
+    if traced:  # 3 traced steps after the window; a traced step runs slower on the host (the profiler's own work)
+        span = 3 * (median * 1.1)
+        out["_traces"] = [{"rank": 0, "path": None, "steps": 3, "profile_s": 1.5, "trace_bytes": 2_400_000,
+                           "span_ms": span, "compute_ms": 3 * work * 0.97, "copy_ms": 3 * work * 0.03, "comm_ms": 0.0,
+                           "idle_ms": span - 3 * work, "overlap_ms": 0.0, "exposed_comm_ms": 0.0, "work_ms": 3 * work,
+                           "compute_share": work * 0.97 / (median * 1.1), "comm_share": 0.0,
+                           "copy_share": work * 0.03 / (median * 1.1), "idle_share": 1 - work / (median * 1.1),
+                           "method": "device_kernels"}]
+    return out
+
+
+def h100_spec(workload: str, strategy: str, precision: str = "fp32", compiled: bool = False, repeat: int = 0,
+              batch: int = 8) -> RunSpec:
+    return RunSpec(workload=workload, strategy=strategy, device_type="cuda", device_count=1, per_device_batch=batch,
+                   global_batch=batch, image_size=256 if workload == "deeplabv3" else 0, steps=30, warmup=10, threads=16,
+                   seed=0, scaling="weak", repeat=repeat, precision=precision, compile=compiled)
+
+
+def build_h100_store(path: str, process_noise: float = None, traced: bool = True, hostname: str = "vm") -> int:
+    """The H100 run's DeepLabV3 fp32/bf16 x compile sweep (single and DDP x1), with realistic figures, and beside it the
+    synthetic MLP single x1 in 3 processes spread by `process_noise` (fraction; None: one process, nothing measured).
+    traced: the bound's evidence, 3 traced steps of each configuration (kernel figures as the sweep derives them)."""
+    from bench.store import write
+    conn = store.connect(path)
+    env = {"hostname": hostname, "python": "3.12.3", "torch": "2.11.0+cu130", "cuda": "13.0", "cudnn": "91900",
+           "nccl": "2.28.9", "gpu_names": [H100], "gpu_driver": "580.159.04", "cpu_model": "Intel(R) Xeon(R) Processor",
+           "cpu_cores": 16, "git_commit": "61e4bb3",
+           "gpus": [{"index": 0, "name": H100, "memory_total_mib": 81559}]}
+    env_id = store.insert_environment(conn, env)
+    sid = store.begin_sweep(conn, "./run_bench.sh --workloads deeplabv3,synthetic --strategies single,ddp "
+                                  "--precision fp32,bf16 --compile false,true", '{"memory_budget_gib": 79.65}', env_id)
+    for key in H100_DEEPLAB:
+        pl = h100_payload(key, traced=traced)
+        trace_rows = pl.pop("_traces", [])
+        write.write_result(conn, sid, env_id, h100_spec("deeplabv3", key[0], key[1], key[2]), "ok", "", pl,
+                           derived=record.summary_columns(pl["steps"], pl["windows"], 8), traces=trace_rows)
+    luck = (1.0,) if process_noise is None else (1.0, 1.0, 1.0 / (1.0 + process_noise))  # throughputs spread by it
+    for r, f in enumerate(luck):
+        ms = [H100_SYNTHETIC_MS * f * j for j in (1.0, 1.001, 0.999, 1.002, 0.998) * 19]
+        pl = {"steps": [{"kind": "measure", "rank": 0, "step": i, "step_ms": t} for i, t in enumerate(ms)],
+              "windows": [{"kind": "measure", "rank": 0, "wall_s": sum(ms) / 1e3, "samples": 512 * len(ms), "steps": len(ms)}],
+              "memory": [{"rank": 0, "device": "cuda:0", "device_name": H100, "peak_allocated_mib": 1618,
+                          "peak_reserved_mib": 1718, "device_used_mib": 2469}]}
+        record.record_result(conn, sid, env_id, h100_spec("synthetic", "single", repeat=r, batch=512), "ok", payload=pl)
+    store.end_sweep(conn, sid, "completed")
+    conn.close()
+    return sid

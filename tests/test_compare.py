@@ -184,3 +184,15 @@ def test_interleaved_sweeps_with_one_pair_cannot_decide_and_say_why(tmp_path):
     text, code = compare.compare(path, None, a, b)
     assert code == 0 and line_of(text, SINGLE).endswith(
         "2.00x slower: cannot decide (fewer than 2 interleaved pairs where both sides succeeded)"), text
+
+
+def test_the_drift_measured_on_cpus_is_never_applied_to_a_gpu_configuration():
+    # three processes a side, no earlier sweep: the 15% drift between sweeps was measured on 2-core CPUs
+    a, b = [100.0, 101.0, 99.0], [70.0, 70.5, 69.5]     # 30% slower, processes spread 2%
+    samples = {"cpu": (a, b, []), "gpu": (a, b, [])}
+    calls = compare.judge(samples, device_types={"cpu": "cpu", "gpu": "cuda"})
+    assert calls["cpu"].regression and calls["cpu"].floor == compare.DEFAULT_DRIFT
+    assert not calls["gpu"].regression and "cannot decide" in calls["gpu"].words
+    assert "drift between sweeps is not measured on cuda" in calls["gpu"].words and "--drift" in calls["gpu"].words
+    given = compare.judge(samples, drift=0.02, device_types={"cpu": "cpu", "gpu": "cuda"})   # --drift 0.02: the user's figure
+    assert given["gpu"].regression and given["gpu"].floor == 0.05

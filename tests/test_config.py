@@ -186,7 +186,7 @@ def test_default_counts_follow_the_machine():
 def test_the_synthetic_model_on_cuda_is_sized_to_be_compute_bound_and_says_its_flops():
     gpu = resolve(SweepConfig(workloads=("synthetic",)), GPU8)
     assert (gpu.synthetic_width, gpu.synthetic_depth) == (4096, 8)
-    (single,) = [s for s in plan.plan(gpu, GPU8) if isinstance(s, plan.RunSpec) and s.strategy == "single"]
+    (single,) = [s for s in plan.plan(gpu, GPU8) if isinstance(s, plan.RunSpec) and s.strategy == "single" and s.repeat == 0]
     assert single.per_device_batch == 512
     from bench.workloads.synthetic import flops_per_sample as synthetic_flops_per_sample
     flops = synthetic_flops_per_sample(4096, 8) * 512
@@ -313,11 +313,31 @@ def test_three_processes_per_configuration_on_cpu_one_on_cuda_unless_repeats_is_
     from bench.sweep.plan import DEFAULT_REPEATS, Machine, plan, resolve
     cpu = Machine(cuda_devices=0, cpu_cores=2)
     gpu = Machine(cuda_devices=1, cpu_cores=2, gpu_names=("NVIDIA H100",), gpu_capabilities=((9, 0),), arch_list=("sm_90",))
-    base = dict(workloads=("synthetic",), strategies=("single",), gpus=(1,), comm_bench=False)
+    base = dict(workloads=("synthetic",), strategies=("ddp",), gpus=(1,), comm_bench=False)
     for machine, given, want in ((cpu, None, DEFAULT_REPEATS["cpu"]), (gpu, None, DEFAULT_REPEATS["cuda"]), (cpu, 2, 2)):
-        cfg = resolve(SweepConfig(**base, repeats=given), machine)
+        cfg = resolve(SweepConfig(**base, repeats=given, noise_repeats=1), machine)
         assert cfg.repeats == want and sorted(s.repeat for s in plan(cfg, machine)) == list(range(want)), (machine, given)
     assert DEFAULT_REPEATS == {"cpu": 3, "cuda": 1}
+
+
+def test_on_cuda_the_cheapest_configuration_runs_in_three_processes_to_measure_the_noise_there():
+    # A single process is held against the spread of fresh processes measured on its own device, never a CPU's 25%.
+    from bench.sweep.plan import Machine, describe_resolved, plan, resolve
+    gpu = Machine(cuda_devices=2, cpu_cores=8, gpu_names=("NVIDIA H100",) * 2, gpu_capabilities=((9, 0),) * 2,
+                  arch_list=("sm_90",))
+    cfg = resolve(SweepConfig(workloads=("deeplabv3", "synthetic"), strategies=("single", "ddp"), precision=("bf16", "fp32"),
+                              comm_bench=False), gpu)
+    assert (cfg.repeats, cfg.noise_repeats, cfg.profile) == (1, 3, True)   # and the bound's traces on by default
+    runs: dict = {}
+    for s in plan(cfg, gpu):
+        runs.setdefault((s.workload, s.strategy, s.device_count, s.precision), []).append(s.repeat)
+    assert runs.pop(("synthetic", "single", 1, "bf16")) == [0, 1, 2]   # synthetic single x1, the first precision
+    assert all(r == [0] for r in runs.values()), runs
+    assert "process noise: synthetic single [bf16] runs in 3 processes" in " ".join(describe_resolved(cfg, set()))
+    cpu = resolve(SweepConfig(workloads=("synthetic",), strategies=("single",), repeats=1, comm_bench=False),
+                  Machine(cuda_devices=0, cpu_cores=2))
+    assert (cpu.noise_repeats, cpu.profile) == (1, False)   # on CPU --repeats (3 by default) repeats every configuration
+    assert [s.repeat for s in plan(cpu, Machine(cuda_devices=0, cpu_cores=2))] == [0]
 
 
 def test_repeats_run_in_rounds_so_a_slow_minute_hits_one_process_of_several_configurations():

@@ -8,6 +8,7 @@ free-space check before a trace is written, and a cut that never counts a step w
 from __future__ import annotations
 
 import gzip
+import math
 import json
 import os
 
@@ -172,3 +173,88 @@ def test_a_cut_trace_never_counts_a_step_whose_gpu_work_it_cut(tmp_path):
     # the counted steps' host annotations, then their GPU work to the end of the last one's
     assert f.steps == whole and f.span_ms * 1e3 == pytest.approx(whole * STEP_US + (KERNELS - 1) * 30 + 25, abs=0.01)
     assert f.compute_ms * 1e3 == pytest.approx(whole * KERNELS * 25, abs=0.01)
+
+
+# ---- the GPU's busy share and the straggler: the evidence of the recommendation's bound --------------------------
+
+def _config(rows: list, median_ms: float, iqr_ms: float = 0.0, device_count: int = 2):
+    """A Config as bench.analysis.results reads it, holding these traces rows (repeat 0) and a measured median step."""
+    from bench import stats
+    from bench.analysis.results import Config
+    steps = [median_ms - iqr_ms, median_ms - iqr_ms / 2, median_ms, median_ms + iqr_ms / 2, median_ms + iqr_ms]
+    return Config(key="k", workload="w", strategy="ddp", device_type="cuda", device_count=device_count, global_batch=8,
+                  scaling="weak", data="synthetic", step_ms=steps, summary=stats.summarize(steps), samples_per_s=1.0,
+                  process_sps=[1.0], phases_ms={}, exposed_comm_ms=math.nan, grad_mib=None, comm_method=None,
+                  memory_mib={}, epoch_wall_s=[], traces=[dict(r, repeat=0) for r in rows])
+
+
+def _stored(rows: list) -> list:
+    """Rows as the store gives them back: only the traces table's columns."""
+    from bench.store.schema import TRACE_COLUMNS
+    return [{k: r.get(k) for k in TRACE_COLUMNS} for r in rows]
+
+
+def test_a_collective_kernel_waiting_for_a_peer_is_not_the_gpus_work(tmp_path):
+    # Rank 1 computes 200 us of a 1000 us step and then sits 700 us in an NCCL kernel, waiting for rank 0: the kernel
+    # spans the step, but the GPU did 20% of a step's work; pooled with computation it read 90% busy.
+    def rank(gemm_us: float) -> list:
+        return [e for k in range(3) for e in (_step(k + 1, k * 1000, 1000), _kernel("sm90_gemm", k * 1000 + 50, gemm_us),
+                                              _nccl(k * 1000 + 50 + gemm_us, 900 - gemm_us, seq=k))]
+    f = traces.figures({"traceEvents": rank(200)})
+    assert f.work_ms == pytest.approx(0.6) and f.comm_ms == pytest.approx(2.1)   # 3 steps: 3 x 200 us, 3 x 700 us
+    rows = traces.derive([{"rank": r, "path": _write(tmp_path, f"w{r}", rank(us)), "steps": 3, "device_type": "cuda"}
+                          for r, us in ((0, 850), (1, 200))])
+    from bench.report import traces as trace_report
+    b = trace_report.busy(_config(_stored(rows), median_ms=1.0))
+    assert b.device == "rank 1" and b.share == pytest.approx(0.2) and b.devices["rank 0"] == pytest.approx(0.85)
+    assert b.comm_share == pytest.approx(0.7) and b.words() == "GPU busy 20% (rank 1; rank 0 85%)"
+
+
+def test_dataparallels_gpus_are_read_one_by_one_not_pooled_into_one(tmp_path):
+    # One process drives 4 GPUs: GPU 0 gathers and computes 800 us a step, GPUs 1-3 200 us each, all in parallel. Their
+    # union reads 80% busy; GPUs 1-3 starve 80% of the step.
+    events = []
+    for k in range(2):
+        events.append(_step(k + 1, k * 1000, 1000))
+        for d, us in ((0, 800), (1, 200), (2, 200), (3, 200)):
+            events.append(_ev("sm90_gemm", k * 1000 + 100, us, "kernel", pid=d, tid=7, device=d, stream=7))
+    f = traces.figures({"traceEvents": events})
+    assert f.work_ms == pytest.approx(1.6)   # the union: GPU 0's 800 us a step
+    assert {d: v["work_ms"] for d, v in f.devices.items()} == {"0": pytest.approx(1.6), "1": pytest.approx(0.4),
+                                                               "2": pytest.approx(0.4), "3": pytest.approx(0.4)}
+    rows = traces.derive([{"rank": 0, "path": _write(tmp_path, "dp", events), "steps": 2, "device_type": "cuda"}])
+    from bench.report import traces as trace_report
+    b = trace_report.busy(_config(_stored(rows), median_ms=1.0, device_count=4))
+    assert b.share == pytest.approx(0.2) and b.device == "cuda:1" and b.devices["cuda:0"] == pytest.approx(0.8)
+    assert b.words() == "GPU busy 20% (cuda:1; cuda:0 80%)"
+
+
+def test_a_straggler_is_named_only_when_the_same_rank_waits_least_in_every_traced_step():
+    # 8 ranks, 3 traced steps: which rank waits least changes from step to step (jitter): averaged over the steps
+    # one rank looked like the straggler; per step, nobody is.
+    jitter = {r: [30.0, 30.0, 30.0] for r in range(8)}
+    jitter[2][0], jitter[5][1], jitter[7][2] = 0.0, 0.0, 0.0
+    jitter[2][1] = 5.0   # rank 2 also waits less in a second step: its average is the lowest by far
+    means = {r: sum(w) / 3 for r, w in jitter.items()}
+    assert waits.straggler(means, step_ms=100.0) == 2                  # the old rule: named from the average
+    assert waits.straggler_steps(jitter, step_ms=100.0, jitter_ms=1.0) is None
+    slow = {r: [30.0, 31.0, 29.0] for r in range(8)}
+    slow[4] = [0.5, 0.2, 0.4]   # rank 4 computes 30 ms longer every step: every other rank waits for it
+    assert waits.straggler_steps(slow, step_ms=100.0, jitter_ms=1.0) == 4
+    assert waits.straggler_steps(slow, step_ms=100.0, jitter_ms=35.0) is None   # a lead inside the steps' jitter
+    assert waits.straggler_steps({r: w[:1] for r, w in slow.items()}, step_ms=100.0, jitter_ms=1.0) is None  # one step
+
+
+def test_per_step_waits_come_from_the_trace_and_carry_the_straggler_to_the_report(tmp_path):
+    # rank 0 computes 600 us longer in steps 1 and 3 but not in step 2: rank 1 waits in two steps of three
+    def rank(extra: tuple) -> list:
+        return [e for k, x in enumerate(extra) for e in (_step(k + 1, k * 2000, 2000), _kernel("sm90_gemm", k * 2000, 300 + x),
+                                                         _nccl(k * 2000 + 300 + x, 100 + (600 - x), seq=k))]
+    rows = traces.derive([{"rank": r, "path": _write(tmp_path, f"s{r}", rank(x)), "steps": 3, "device_type": "cuda"}
+                          for r, x in ((0, (600, 0, 600)), (1, (0, 0, 0)))])
+    assert json.loads(rows[1]["step_waits_json"]) == pytest.approx([0.6, 0.0, 0.6])
+    from bench.report import traces as trace_report
+    assert trace_report.straggler(_config(_stored(rows), median_ms=2.0)) is None   # not in every step
+    steady = traces.derive([{"rank": r, "path": _write(tmp_path, f"t{r}", rank(x)), "steps": 3, "device_type": "cuda"}
+                            for r, x in ((0, (600, 600, 600)), (1, (0, 0, 0)))])
+    assert trace_report.straggler(_config(_stored(steady), median_ms=2.0))[0] == 0

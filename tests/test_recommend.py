@@ -56,16 +56,28 @@ def text(sweep: results.Sweep) -> str:
     return " ".join(b[1] for b in recommend.blocks(sweep) if b[0] == "p")
 
 
+def host_noise(monkeypatch, tmp_path, spread: float) -> None:
+    """selfcheck's figure for build()'s host and GPU: three processes `spread` apart (bench.store.hostnoise)."""
+    from bench.store import hostnoise
+    monkeypatch.setenv("BENCH_HOST_NOISE", str(tmp_path / "host-noise.json"))
+    hostnoise.record({"hostname": "h", "device_type": "cuda", "device_name": "H100", "measured_at": "2026-11-24T22:50:00",
+                      "configuration": "single device x1", "process_sps": [100.0, 100.0, 100.0 * (1 + spread)],
+                      "store": "/r/selfcheck.sqlite", "sweep_id": 4})
+
+
 def test_ddp_wins_and_the_answer_says_what_dataparallel_would_cost(tmp_path):
     sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("dp", 2), payload(2, 160.0, ranks=1)),
                                             (spec("ddp", 2), payload(2, 105.0, nosync_ms=100.0))])
     t = text(sw)
-    assert "synthetic, fp32: Fastest: DDP on 2 GPUs, 609.5 samples/s, 95% scaling efficiency against single device x1" in t
+    assert "synthetic, fp32: Fastest: DDP x2, 609.5 samples/s, 95% scaling efficiency against single device x1" in t
     assert "DataParallel on 2 GPUs would give 400.0 samples/s: 1.52x slower" in t
-    assert "Compute-bound" in t and "table: synthetic: all configurations" in t
+    # no kernel traces (on CUDA they run by default): the bound is not measured, never a fall-through "compute"
+    assert ("What bounds the step is not measured: no kernel traces of DDP x2" in t and "Compute-bound" not in t
+            and "exposed communication: 5.00 ms, 5% of a step" in t and "table: synthetic: all configurations" in t)
     summary = recommend.blocks(sw)[1]   # the first thing under the heading: one row per workload and precision
     assert summary[0] == "table" and summary[1] == recommend.SUMMARY_HEADERS
-    assert summary[2] == [["synthetic", "fp32", "DDP x2", "609.5", "95%", "1.52x slower", "2", "compute", "52%"]]
+    assert summary[2] == [["synthetic", "fp32", "DDP x2", "609.5", "95%", "1.52x slower", "2",
+                           "not measured (no kernel traces)", "52% (not resolved: noise not measured)"]]
 
 
 def test_when_dataparallel_beats_ddp_the_answer_says_so(tmp_path):
@@ -73,7 +85,7 @@ def test_when_dataparallel_beats_ddp_the_answer_says_so(tmp_path):
     sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("dp", 2), payload(2, 110.0, ranks=1)),
                                             (spec("ddp", 2), payload(2, 180.0, nosync_ms=100.0))])
     t = text(sw)
-    assert "Fastest: DataParallel on 2 GPUs" in t and "would give" not in t
+    assert "Fastest: DataParallel x2" in t and "would give" not in t
     assert "Communication-bound: 44% of a step is exposed communication" not in t  # the winner (DP) has no probe
 
 
@@ -82,7 +94,7 @@ def test_where_scaling_stops_paying_and_a_communication_bound_run(tmp_path):
                                             (spec("ddp", 2), payload(2, 110.0, nosync_ms=100.0)),
                                             (spec("ddp", 4), payload(4, 150.0, nosync_ms=100.0))])
     t = text(sw)
-    assert "Fastest: DDP on 4 GPUs" in t   # 47% ahead of DDP x2: beyond the 25% a single process each can differ
+    assert "Fastest: DDP x4" in t   # 47% ahead of DDP x2: the fastest (the noise is not measured: no lead called)
     assert "Scaling stops paying past 2 GPUs: at 4 efficiency is 67%, below 75%" in t
     assert "Communication-bound: 33% of a step is exposed communication" in t and "tune" in t
     at_two = build(str(tmp_path / "two.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 150.0))])
@@ -108,10 +120,13 @@ def test_a_gpu_idle_most_of_a_measured_step_is_host_bound_from_its_kernel_traces
         return text(build(str(tmp_path / f"s{int(kernel_us)}.sqlite"), [(spec("single", 1), pl)]))
 
     host = one(250.0)    # 0.25 ms of kernels per 1 ms step
-    assert "Host-bound: the GPU's kernels take 0.2 ms of a 1.0 ms step and it sits idle 75% of the time" in host
+    assert ("Host-bound: the GPU's computation and copies take 0.2 ms of a 1.0 ms step (GPU busy 25%); it waits for "
+            "the host to issue work 75% of the time") in host
     assert "--compile" in host and "Compute-bound" not in host
     busy = one(900.0)    # 0.9 of 1 ms: the traced step's 2 ms would read 55% idle, the measured step 10%
-    assert "Compute-bound" in busy and "Host-bound" not in busy
+    assert "Compute-bound: the GPU's computation and copies fill 90% of a 1.0 ms step" in busy and "Host-bound" not in busy
+    half = one(600.0)    # busy 60%: neither idle most of the time nor compute-bound (that takes 85%)
+    assert "Host-bound" in half and "(GPU busy 60%)" in half and "Compute-bound" not in half
 
 
 def test_fsdp_memory_and_speed_are_set_beside_ddp(tmp_path):
@@ -125,7 +140,7 @@ def test_each_precision_gets_its_own_answer_and_the_environment_comes_last(tmp_p
     sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 105.0)),
                                             (spec("single", 1, "bf16"), payload(1, 50.0)), (spec("ddp", 2, "bf16"), payload(2, 60.0))])
     t = text(sw)
-    assert "synthetic, fp32: Fastest: DDP on 2 GPUs" in t and "synthetic, bf16: Fastest: DDP on 2 GPUs, 1066.7 samples/s" in t
+    assert "synthetic, fp32: Fastest: DDP x2" in t and "synthetic, bf16: Fastest: DDP x2 [bf16], 1066.7 samples/s" in t
     bl = report.blocks(sw, {})
     headings = [b[2] for b in bl if b[0] == "h"]
     assert headings[1] == "Recommendation" and headings[-1] == "Environment"
@@ -133,19 +148,20 @@ def test_each_precision_gets_its_own_answer_and_the_environment_comes_last(tmp_p
     assert {row[1] for row in table[2]} == {"fp32", "bf16"}
 
 
-def test_a_winner_within_noise_of_the_runner_up_is_flagged(tmp_path):
+def test_a_winner_within_noise_of_the_runner_up_is_flagged(tmp_path, monkeypatch):
+    host_noise(monkeypatch, tmp_path, 0.25)   # selfcheck measured 25% between processes on this host's GPU
     sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 70.0)),
                                             (spec("ddp", 2, options=(("bucket_cap_mb", 100.0),)), payload(2, 69.0))])
     t = text(sw)   # the defaults, 1% slower than bucket_cap_mb=100, are recommended: fewer settings changed
-    assert "Recommended: DDP on 2 GPUs, 914.3 samples/s" in t
-    assert ("DDP x2 (bucket_cap_mb=100.0) [fp32, bucket_cap_mb=100.0] is 1% faster, within the noise: DDP x2 is "
-            "recommended, fewer settings changed from the defaults. The noise: the 25% that fresh processes of the same "
-            "code can differ (a single process on at least one side); rerun with --repeats 5") in t
+    assert "Recommended: DDP x2, 914.3 samples/s" in t
+    assert ("DDP x2 [fp32, bucket_cap_mb=100.0] is 1% faster, within the noise: DDP x2 is recommended, fewer settings "
+            "changed from the defaults. The noise: 25%, selfcheck's spread between 3 processes of single device x1 on "
+            "host h, H100, 2026-11-24 (/r/selfcheck.sqlite sweep 4) (a single process on at least one side: --repeats 3 "
+            "measures theirs).") in t
     fast = build(str(tmp_path / "fast.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 69.0)),
                                                  (spec("ddp", 2, options=(("bucket_cap_mb", 100.0),)), payload(2, 70.0))])
-    assert ("The runner-up, DDP x2 (bucket_cap_mb=100.0) [fp32, bucket_cap_mb=100.0], is only 1% slower: within the 25% "
-            "that fresh processes of the same code can differ (a single process on at least one side); rerun with "
-            "--repeats 5") in text(fast)   # the fastest is also the simplest: it stays, the runner-up is flagged
+    assert ("The runner-up, DDP x2 [fp32, bucket_cap_mb=100.0], is only 1% slower: within 25%, selfcheck's spread "
+            "between 3 processes") in text(fast)   # the fastest is also the simplest: it stays, the runner-up is flagged
 
 
 def test_a_clear_lead_is_not_called_noise_even_when_the_winner_is_unstable(tmp_path):
@@ -155,20 +171,20 @@ def test_a_clear_lead_is_not_called_noise_even_when_the_winner_is_unstable(tmp_p
     sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), jitter), (spec("ddp", 2), payload(2, 274.0))])
     assert next(c for c in sw.bench["synthetic"] if c.strategy == "single").unstable
     t = text(sw)
-    assert "Fastest: single device on 1 GPU" in t and "runner-up" not in t, t
+    assert "Fastest: single device x1" in t and "within the noise:" not in t and "is only" not in t, t
 
 
 def test_with_repeats_the_measured_spread_between_processes_decides(tmp_path):
     rows = [(spec("single", 1, repeat=r), payload(1, ms)) for r, ms in enumerate((100.0, 108.0, 112.0))]
     near = rows + [(spec("ddp", 2, repeat=r), payload(2, ms)) for r, ms in enumerate((190.0, 200.0, 210.0))]
     t = text(build(str(tmp_path / "near.sqlite"), near))   # 320 vs 296 samples/s, processes spread 12%: not separated
-    assert ("Recommended: single device on 1 GPU, 296.3 samples/s" in t and "DDP x2 [fp32] is 8% faster, within the noise: "
-            "single device x1 is recommended, it needs fewer devices. The noise: the 12% spread between their 3 processes "
+    assert ("Recommended: single device x1, 296.3 samples/s" in t and "DDP x2 is 8% faster, within the noise: "
+            "single device x1 is recommended, it needs fewer devices. The noise: 12%, the spread between their 3 processes "
             "each.") in t, t
     tight = [(spec(s, n, repeat=r), payload(n, ms * (1 + r / 100))) for s, n, ms in (("single", 1, 100.0), ("ddp", 2, 185.0))
              for r in range(3)]
     t = text(build(str(tmp_path / "tight.sqlite"), tight))   # 9% apart, processes spread 2%: a real lead
-    assert "runner-up" not in t, t
+    assert "The runner-up, single device x1, is 8% slower: beyond the noise, 2.0%, the spread between their 3 processes each" in t, t
 
 
 def test_the_plot_a_claim_points_to_is_the_file_the_report_writes(tmp_path):
@@ -187,33 +203,36 @@ def test_a_tie_within_noise_goes_to_the_simpler_configuration_and_says_why(tmp_p
             for r in range(3)]
     sw = build(str(tmp_path / "tie.sqlite"), rows)
     best, fastest, tie = recommend.choose(sw.bench["synthetic"])
-    assert (best.strategy, fastest.strategy) == ("single", "dp") and tie[1]
+    assert (best.strategy, fastest.strategy) == ("single", "dp") and tie.within
     t = text(sw)
-    assert ("synthetic, fp32: Recommended: single device on 1 GPU, 290.9 samples/s (table: synthetic: all configurations; "
-            "plot: synthetic_throughput.png). DataParallel x1 [fp32] is 1% faster, within the noise: single device x1 is "
+    assert ("synthetic, fp32: Recommended: single device x1, 290.9 samples/s (table: synthetic: all configurations; "
+            "plot: synthetic_throughput.png). DataParallel x1 is 1% faster, within the noise: single device x1 is "
             "recommended, the simpler strategy (DataParallel is recommended only where it is strictly faster). The noise: "
-            "the 18% spread between their 3 processes each.") in t, t
+            "18%, the spread between their 3 processes each.") in t, t
     row = recommend.blocks(sw)[1][2][0]
-    assert row[2] == "single device x1" and row[8] == "tie: DataParallel x1 1% faster (within noise)"
+    assert row[2] == "single device x1" and row[8] == "tie: DataParallel x1 1% faster (within 18% noise, their repeats)"
     no_single = build(str(tmp_path / "ddp.sqlite"), [x for x in rows if x[0].strategy != "single"])
-    assert "Recommended: DDP on 1 GPU" in text(no_single)   # without single, DDP is the simpler one
+    assert "Recommended: DDP x1" in text(no_single)   # without single, DDP is the simpler one
     # Strictly faster (30%, processes spread 2%): DataParallel is recommended.
     clear = [(spec(s, 1, repeat=r), payload(1, ms * (1 + r / 100))) for s, ms in (("single", 100.0), ("dp", 70.0)) for r in range(3)]
-    assert "Fastest: DataParallel on 1 GPU" in text(build(str(tmp_path / "clear.sqlite"), clear))
+    assert "Fastest: DataParallel x1" in text(build(str(tmp_path / "clear.sqlite"), clear))
 
 
-def test_an_efficiency_above_100_percent_is_capped_within_noise_and_explained_beyond_it(tmp_path):
+def test_an_efficiency_above_100_percent_is_capped_within_noise_and_explained_beyond_it(tmp_path, monkeypatch):
     from bench import stats
     assert stats.shown_efficiency(0.87, 0.25).text() == "87%"
     assert stats.shown_efficiency(1.03, 0.25).text() == "100% (within noise: measured 103%, noise 25%)"
     beyond = stats.shown_efficiency(1.23, 0.05)
     assert (beyond.shown, beyond.within_noise) == (1.23, False) and beyond.text().startswith(
-        "123% (above the ideal by more than the 5% noise: superlinear")
+        "123% (above the ideal by more than the 5.0% noise: superlinear")
     assert stats.shown_efficiency(1.20, 0.06, device_count=1).text() == (   # DDP x1 against single x1: no scaling
-        "120% (faster than the baseline on one device by more than the 6% noise: the processes ran differently, not scaling)")
-    # single process each: DDP x2 at 2.06x of single is within the 25% they can differ; shown as 100%, the measurement beside it
+        "120% (faster than the baseline on one device by more than the 6.0% noise: the processes ran differently, not scaling)")
+    assert stats.shown_efficiency(1.03, float("nan")).text().startswith(   # nothing measured the noise: not capped
+        "103% (measured 103%; the noise between processes is not measured on this device, so not told from 100%")
+    # single process each: DDP x2 at 2.06x of single is within the 25% selfcheck measured; shown as 100%, the measurement beside it
+    host_noise(monkeypatch, tmp_path, 0.25)
     sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 97.0))])
-    assert ("Fastest: DDP on 2 GPUs, 659.8 samples/s, 100% scaling efficiency against single device x1 (within noise: "
+    assert ("Fastest: DDP x2, 659.8 samples/s, 100% scaling efficiency against single device x1 (within noise: "
             "measured 103%, noise 25%)") in text(sw)
     assert recommend.blocks(sw)[1][2][0][4] == "100% (within noise: measured 103%, noise 25%)"
     table = next(b for b in report.blocks(sw, {}) if b[0] == "table" and "precision / settings" in b[1])

@@ -106,8 +106,10 @@ def test_workload_table_numbers_equal_values_computed_from_raw_rows(which, reque
         close(row["samples/s"], exp["samples_per_s"])
         close(row["speed-up"], exp["samples_per_s"] / base["samples_per_s"])
         eff = 100 * exp["samples_per_s"] / base["samples_per_s"] / n
-        if eff > 100:   # DataParallel x2 of cuda_voc: 125%, within the 25% a single process each can differ
-            assert row["efficiency"].startswith("100.0% (within noise: measured "), row["efficiency"]
+        if n == 1 and name != "single":   # a wrapper at one device: its overhead against single, not scaling
+            assert row["efficiency"].startswith(f"wrapper overhead {100 / eff - 1:.1%}"), row["efficiency"]
+        elif eff > 100:   # DataParallel x2 of cuda_voc: 125%, one process each and no noise measured: not capped
+            assert row["efficiency"].startswith("125.0% (measured 125%; the noise between processes is not measured"), row
             close(re.search(r"measured (\d+)%", row["efficiency"]).group(1), eff)
         else:
             close(row["efficiency"], eff)
@@ -129,10 +131,11 @@ def test_verdict_sentences_state_speedup_efficiency_and_data_wait(cpu, cuda_voc)
     base = raw(path, KEYS[("single", 1)].format(d="cuda"))["samples_per_s"]
     dp = raw(path, KEYS[("DataParallel", 2)].format(d="cuda"))["samples_per_s"]
     ddp = raw(path, KEYS[("DDP", 2)].format(d="cuda"))
-    assert (f"DataParallel reaches {dp / base:.2f}x on 2 GPUs (100% efficiency; within noise: measured "
-            f"{dp / base / 2 * 100:.0f}%, noise 25%), DDP {ddp['samples_per_s'] / base:.2f}x") in md
+    assert (f"DataParallel reaches {dp / base:.2f}x on 2 GPUs ({dp / base / 2 * 100:.0f}% efficiency; measured "
+            f"{dp / base / 2 * 100:.0f}%; the noise between processes is not measured on this device, so not told from "
+            f"100%: rerun with --repeats 3), DDP {ddp['samples_per_s'] / base:.2f}x") in md
     data_ms = stats.median(r["data_ms"] for r in stats.slowest_rank_rows(ddp["rows"]))
-    assert f"{data_ms / ddp['summary'].median_ms * 100:.0f}% of a DDP step on 2 GPUs waits for data" in md
+    assert f"DDP x2: {data_ms / ddp['summary'].median_ms * 100:.0f}% of a step waits for data" in md
     assert "DDP reaches 1.37x on 2 processes (68% efficiency)" in cpu[2]
 
 
@@ -218,8 +221,9 @@ def test_throughput_and_efficiency_plots_show_each_strategy_and_the_ideal_line(c
     assert "synthetic on cuda, 2x NVIDIA H100 80GB HBM3" in fig.get_suptitle()
     eff = plots.efficiency_figure(cs, "synthetic", "x")
     assert "weak scaling" in eff.get_suptitle() and "(%)" in eff.axes[0].get_ylabel()
-    eff_lines = {ln.get_label(): list(ln.get_ydata()) for ln in eff.axes[0].get_lines()}
-    assert eff_lines["DDP"][1] == pytest.approx(100 * expected[1] / 640.0 / 2)
+    eff_lines = {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ln in eff.axes[0].get_lines()}
+    # DDP x1 against single is the wrapper's overhead, not scaling: the efficiency plot starts DDP's line at 2
+    assert eff_lines["DDP"] == ([2], [pytest.approx(100 * expected[1] / 640.0 / 2)])
 
 
 def test_memory_plot_has_one_bar_per_gpu_and_shows_dataparallel_imbalance(cuda_voc):
@@ -252,7 +256,8 @@ def test_time_to_train_is_an_estimate_on_synthetic_data_and_measured_beside_v100
     single = raw(cpu[0], "bench/deeplabv3/single/cpux1/b2/g2/i64/synthetic/fp32")["samples_per_s"]
     s = round(20 * 1464 / single)
     assert rows[0]["time"] == f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s"
-    assert rows[0]["how"].startswith("estimate from synthetic-data throughput")
+    assert rows[0]["how"].startswith("estimate: the measured warm-up steps (compilation and autotuning in them), then "
+                                      "the rest of 20 x 1464 images at the synthetic-data samples/s")
     measured = md_table(cuda_voc[2], "### Time to train")
     assert measured[1]["setup"] == "DDP x2" and measured[1]["time"] == "1h43m20s"  # median(300, 310, 320) s x 20
     assert measured[1]["how"].startswith("measured")
@@ -260,7 +265,7 @@ def test_time_to_train_is_an_estimate_on_synthetic_data_and_measured_beside_v100
     assert [r["time"] for r in v100] == ["32m58s", "14m40s", "11m21s", "9m40s", "9m08s"]
     bars, how = report.train_times(_configs(cuda_voc[0], "deeplabv3"))
     fig = plots.time_to_train_figure(bars, how, "deeplabv3", "x", report.REFERENCE_V100_S)
-    assert len(fig.axes) == 2 and "measured" in fig.get_suptitle()
+    assert len(fig.axes) == 2 and fig.axes[0].get_title() == "this run (measured, warm-up and compilation included)"
     assert [b.get_height() for b in fig.axes[1].patches] == pytest.approx([32 + 58 / 60, 14 + 40 / 60, 11 + 21 / 60, 9 + 40 / 60, 9 + 8 / 60])
 
 
@@ -284,7 +289,8 @@ def test_collective_tables_and_ddp_exposed_communication_come_from_raw_comm_rows
             close(row["busbw GB/s"], alg * factor)        # nccl-tests: 2(n-1)/n for all-reduce, (n-1)/n for all-gather
     assert md_table(section, "### all-gather")[0]["timing"] == "host_clock"
     ddp = md_table(cpu[2], "### synthetic: DDP against the bounds of its step")[0]
-    close(ddp["exposed comm ms"], 45.0)  # median step 146 ms (slowest rank) - 101 ms under no_sync()
+    # median step 146 ms (slowest rank) - 101 ms under no_sync(): inside the steps' 120-170 ms spread, not resolved
+    assert ddp["exposed comm ms"] == "not resolved (45.00 inside the 50.00 ms spread)"
     close(ddp["all-reduce of grads ms (microbenchmark)"], 13.0)  # 16 MiB was measured: 13 ms
     close(ddp["compute ms (under no_sync)"], 101.0)
     close(ddp["no-overlap bound ms"], 114.0)
@@ -407,7 +413,7 @@ def test_a_sweep_at_one_device_speaks_of_one_gpu_not_one_gpus(tmp_path):
         conn.execute("DELETE FROM results WHERE device_count > 1")
     out = report.render(path, plots_dir=str(tmp_path / "plots"), report_dir=str(tmp_path / "results"))
     md = open(out["markdown"], encoding="utf-8").read()
-    assert "step on 1 GPU waits for data" in md and "on 1 GPUs" not in md
+    assert "single device x1: " in md and "% of a step waits for data" in md and "on 1 GPUs" not in md
 
 
 def test_memory_of_a_two_node_run_is_kept_per_node_not_merged_by_device_name():
@@ -415,7 +421,7 @@ def test_memory_of_a_two_node_run_is_kept_per_node_not_merged_by_device_name():
     # 2 nodes x 2 ranks: every node's GPUs are cuda:0 and cuda:1; node 1's cuda:0 holds more than node 0's
     rows = [{"rank": r, "device": f"cuda:{r % 2}", "peak_allocated_mib": 1000.0 + 100 * r, "peak_reserved_mib": 1200.0 + 100 * r,
              "device_used_mib": 1500.0 + 100 * r, "artefact_mib": 0.0, "peak_rss_mib": 900.0} for r in range(4)]
-    alloc, reserved, level = _memory(rows, "cuda", per_node=2)
+    alloc, reserved, level, _ = _memory(rows, "cuda", per_node=2)
     assert alloc == {"node 0 cuda:0": 1000.0, "node 0 cuda:1": 1100.0, "node 1 cuda:0": 1200.0, "node 1 cuda:1": 1300.0}
     assert reserved["node 1 cuda:1"] == 1500.0 and level["node 0 cuda:0"] == 1500.0
     assert _memory(rows[:2], "cuda")[0] == {"cuda:0": 1000.0, "cuda:1": 1100.0}   # one node: the GPU's own name

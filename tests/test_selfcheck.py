@@ -25,8 +25,14 @@ def test_selfcheck_on_the_cpu_path_runs_every_check_and_they_pass(tmp_path):
     for name in ("every configuration ran", "timing agrees: bench/synthetic/ddp/cpux2", "memory recorded",
                  "equivalence: ddp x2", "equivalence gate at 2: ddp", "all-reduce busbw on 2",
                  "CPU/gloo: no link to compare", "runs one step: DDP (ddp x2)", "runs one step: FSDP (fsdp x2)",
-                 "runs one step: bf16 autocast (ddp x2)"):
+                 "runs one step: bf16 autocast (ddp x2)", "process noise measured"):
         assert name in text, name
+    # single x1 ran in 3 processes: their spread is kept as this host's process noise, for any store's report here
+    import json
+    import os
+    (entry,) = json.load(open(os.environ["BENCH_HOST_NOISE"]))["entries"]
+    assert entry["device_type"] == "cpu" and len(entry["process_sps"]) == 3 and entry["configuration"] == "single device x1"
+    assert entry["store"] == str(tmp_path / "s.sqlite") and "selfcheck's spread between 3 processes" in text
     fp16 = [l for l in lines if "runs one step: fp16 with the gradient scaler" in l]
     assert len(fp16) == 1 and fp16[0].startswith("  SKIP") and "skipped by design" in fp16[0], text
     assert "4 sweep(s)" in p.stdout and "not on the CPU path" in p.stdout  # compile and DeepLabV3: said, not hidden

@@ -253,6 +253,9 @@ def test_a_version_4_store_gains_the_state_columns_optimizer_interference_and_he
     assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 6
     assert tuple(conn.execute("SELECT optimizer FROM results").fetchone()) == ("sgd",)
     assert tuple(conn.execute("SELECT peak_rss_mib, params_mib, baseline_rss_mib FROM memory").fetchone()) == (700.0, None, None)
+    # version 6: the whole run's peak (before the post-warm-up reset) was not recorded; nor the device's own work
+    assert tuple(conn.execute("SELECT run_peak_reserved_mib, run_device_used_mib FROM memory").fetchone()) == (None, None)
+    assert {"work_ms", "devices_json", "step_waits_json"} <= {r[1] for r in conn.execute("PRAGMA table_info(traces)")}
     # an old check judged its own sweep; a held-out check of a later sweep is a row of its own
     assert tuple(conn.execute("SELECT sweep_id, judged_sweep, error FROM forecasts").fetchone()) == (1, 1, -0.25)
     conn.execute("INSERT INTO sweeps (sweep_id, started_at, status, command_line, config_json) VALUES (2, 't', 'completed', 'c', '{}')")

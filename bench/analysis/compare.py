@@ -14,7 +14,9 @@ sweeps of the store, run on the same host: a shared machine's speed drifts betwe
 inside one sweep shows). With that evidence a one-sided t-test on mean log throughput; the p-values of all
 configurations are Holm-corrected (family-wise alpha 0.05) and a regression is significant and slower by more
 than --threshold (5%). Without earlier sweeps but with repeats on both sides: Welch's t-test, and a
-regression must also pass --drift (15%, the drift between sweeps measured here once). With neither, nothing
+regression must also pass --drift (by default 15%, the drift between sweeps measured once on the CPU machines this
+suite is developed on: CPU configurations only; a figure measured on CPUs is never applied to a GPU, so a GPU
+configuration without earlier sweeps needs --drift, else compare cannot decide it). With neither, nothing
 measures the configuration's noise: compare says it cannot decide, and calls no regression. Sweeps written by
 `./run_bench.sh ab` interleave A and B process by process: compare pairs them (paired t-test on log ratios,
 the drift cancels) and a slowdown beyond --threshold is enough. A configuration ok in the baseline and failed
@@ -37,6 +39,7 @@ from bench.store import read, store
 
 ALPHA = 0.05               # family-wise significance level over the configurations compared
 DEFAULT_DRIFT = 0.15       # sweeps run one after another: their means differed by 6% sd here (9% for a pair)
+DRIFT_MEASURED_ON = "cpu"  # ... on 2-core CPUs: the default drift applies to CPU configurations only
 DEFAULT_HISTORY = 10       # earlier sweeps of each configuration that measure its noise (the machine's recent state)
 WIDE_BOUND = 0.30          # a bound past this is worth more processes: one dipped process moves a mean of 3 by a third
 
@@ -92,8 +95,16 @@ def _history(conn_a, conn_b, sid_a: int, sid_b: int, row_a: dict, row_b: dict, l
     return {k: v[-limit:] for k, v in out.items()}
 
 
-def verdict(pc: stats.ProcessComparison, ev: Optional[stats.Evidence], floor: float, slower: bool, different: bool,
-            alpha: float = ALPHA) -> str:
+def drift_for(device_type: str, drift: Optional[float]) -> Optional[float]:
+    """The drift between sweeps a configuration without earlier sweeps is held against: --drift where given, else the
+    default on the device it was measured on (CPU), else None: not measured there."""
+    if drift is not None:
+        return drift
+    return DEFAULT_DRIFT if device_type == DRIFT_MEASURED_ON else None
+
+
+def verdict(pc: stats.ProcessComparison, ev: Optional[stats.Evidence], floor: Optional[float], slower: bool,
+            different: bool, alpha: float = ALPHA, device_type: str = "cpu") -> str:
     """pyperf-style words for one configuration. slower / different: the one-sided (candidate slower) /
     two-sided test survived the correction over configurations; floor: the smallest slowdown that counts;
     alpha: the level a lone slowdown must reach after the correction (ALPHA / configurations compared)."""
@@ -106,6 +117,10 @@ def verdict(pc: stats.ProcessComparison, ev: Optional[stats.Evidence], floor: fl
                 f"configuration in the store: nothing measures its noise; keep earlier sweeps in the store, or run both "
                 f"sides with --repeats 3)")
     n = f"{pc.n_a} vs {pc.n_b} process(es)"
+    if floor is None:
+        return (f"{change}: cannot decide ({n}, no earlier sweep of this configuration, and the drift between sweeps is "
+                f"not measured on {device_type}: the {DEFAULT_DRIFT:.0%} default was measured on CPUs; keep "
+                f"{stats.MIN_EVIDENCE_SWEEPS - 1} earlier sweeps of it in the store, or give --drift)")
     if ev is not None:
         bound = max(floor, ev.bound(alpha))
         noise = (f"noise of this configuration from {ev.sweeps} sweeps: sd {math.expm1(ev.sd_diff):.0%} for this "
@@ -134,13 +149,16 @@ class Call:
     improvement: bool
 
 
-def judge(samples: dict, threshold: float = 0.05, drift: float = DEFAULT_DRIFT, interleaved: bool = False) -> dict:
+def judge(samples: dict, threshold: float = 0.05, drift: Optional[float] = None, interleaved: bool = False,
+          device_types: Optional[dict] = None) -> dict:
     """compare's rule, on the processes alone: samples {name: (baseline's samples/s per process, candidate's, [[samples/s
     per process] per earlier sweep of it])}, all the configurations of one comparison (their p-values are corrected
     together, Holm). interleaved: the two lists are A/B pairs in order (earlier sweeps unused). Returns {name: Call}.
     A regression is significant (one-sided, after the correction) and slower by more than the floor; an improvement
     is significant (two-sided, after the correction) and faster by more than the floor. The floor is --threshold
-    with evidence of the noise or with pairs, else the larger of --threshold and --drift."""
+    with evidence of the noise or with pairs, else the larger of --threshold and the drift (`drift_for`: --drift, else
+    15% for a CPU configuration; a GPU configuration without a drift cannot be decided). device_types: {name: 'cpu' or
+    'cuda'} (default cpu)."""
     evidence, pcs = {}, {}
     for name, (a_sps, b_sps, earlier) in samples.items():
         if interleaved:
@@ -154,16 +172,19 @@ def judge(samples: dict, threshold: float = 0.05, drift: float = DEFAULT_DRIFT, 
     lone = ALPHA / max(1, sum(pc.decidable for pc in pcs.values()))  # Holm's first step: one slowdown among them
     out = {}
     for name, pc in pcs.items():
-        floor = threshold if interleaved or evidence.get(name) else max(threshold, drift)
-        words = verdict(pc, evidence.get(name), floor, name in significant, name in different, lone)
-        out[name] = Call(pc, evidence.get(name), floor, words,
-                         regression=pc.decidable and name in significant and 1 / pc.ratio - 1 > floor,
-                         improvement=pc.decidable and name in different and pc.ratio - 1 > floor)
+        device = (device_types or {}).get(name, "cpu")
+        between = drift_for(device, drift)
+        floor = threshold if interleaved or evidence.get(name) else (None if between is None else max(threshold, between))
+        words = verdict(pc, evidence.get(name), floor, name in significant, name in different, lone, device)
+        decided = pc.decidable and floor is not None
+        out[name] = Call(pc, evidence.get(name), floor if floor is not None else math.nan, words,
+                         regression=decided and name in significant and 1 / pc.ratio - 1 > floor,
+                         improvement=decided and name in different and pc.ratio - 1 > floor)
     return out
 
 
 def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_b: Optional[int],
-            threshold: float = 0.05, drift: float = DEFAULT_DRIFT, history: int = DEFAULT_HISTORY) -> tuple:
+            threshold: float = 0.05, drift: Optional[float] = None, history: int = DEFAULT_HISTORY) -> tuple:
     """Text of the comparison and the exit status (1: a regression). store_b None: two sweeps of store_a."""
     conn_a = store.connect(store_a, readonly=True)
     try:  # a refused second store leaves the first as it was (no -wal/-shm of an open reader beside it)
@@ -185,9 +206,11 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
         rule = (f"interleaved A/B pairs (./run_bench.sh ab): a regression is slower by more than {threshold:.0%}, "
                 f"significant at family-wise p < {ALPHA} over pairs")
     else:
+        between = (f"{max(threshold, drift):.0%}" if drift is not None else
+                   f"{max(threshold, DEFAULT_DRIFT):.0%} on CPU, where that drift was measured; no call on a GPU without --drift")
         rule = (f"each configuration against its own noise, measured from up to {history} earlier sweeps of it on this "
                 f"host and its repeats: a regression is significant at family-wise p < {ALPHA} and slower by more than "
-                f"{threshold:.0%} ({max(threshold, drift):.0%} with repeats but no earlier sweep); without either, no call")
+                f"{threshold:.0%} ({between} with repeats but no earlier sweep); without either, no call")
     lines = [f"baseline: {store_a} sweep {sid_a}; candidate: {store_b or store_a} sweep {sid_b}; {rule}", ""]
     common = _matched(base, cand, interleaved)
     samples = {}
@@ -198,7 +221,7 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
             samples[p] = ([a.by_repeat[r] for r in reps], [b.by_repeat[r] for r in reps], [])
         else:
             samples[p] = (a.process_sps, b.process_sps, earlier.get(p[0], []))
-    calls = judge(samples, threshold, drift, interleaved)
+    calls = judge(samples, threshold, drift, interleaved, {p: base[p[0]].device_type for p in common})
     regressed = []
     for p in common:
         a, b, call = base[p[0]], cand[p[1]], calls[p]
@@ -235,9 +258,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep-a", type=int, default=None, help="baseline sweep id (default: latest, or the one before --sweep-b)")
     parser.add_argument("--sweep-b", type=int, default=None, help="candidate sweep id (default: latest)")
     parser.add_argument("--threshold", default="0.05", help="smallest slowdown that counts (0.05 = 5%%)")
-    parser.add_argument("--drift", default=str(DEFAULT_DRIFT),
+    parser.add_argument("--drift", default=None,
                         help="with repeats but no earlier sweep of a configuration: the drift between sweeps a slowdown "
-                             "must also pass (0.15 = 15%%); interleaved A/B sweeps (./run_bench.sh ab) need none")
+                             "must also pass (0.15 = 15%%; default: 15%% on CPU, where it was measured, and none on a "
+                             "GPU: there such a configuration cannot be decided without it); interleaved A/B sweeps "
+                             "(./run_bench.sh ab) need none")
     parser.add_argument("--history", default=str(DEFAULT_HISTORY),
                         help=f"earlier sweeps of each configuration (same store, same host) that measure its noise "
                              f"(default {DEFAULT_HISTORY}; 0: none)")
@@ -254,9 +279,10 @@ def main(argv: Optional[list] = None) -> int:
     add_arguments(parser)
     ns = parser.parse_args(argv)
     try:
-        fractions = [finite(getattr(ns, name), f"--{name}") for name in ("threshold", "drift")]
+        fractions = [finite(getattr(ns, name), f"--{name}") if getattr(ns, name) is not None else None
+                     for name in ("threshold", "drift")]
         for name, v in zip(("threshold", "drift"), fractions):
-            if not 0 <= v < 10:
+            if v is not None and not 0 <= v < 10:
                 raise ConfigError(f"--{name}: {v:g} is not allowed; expected a fraction such as 0.05 (5%)")
         history = finite(ns.history, "--history")
         if history < 0 or history != int(history):

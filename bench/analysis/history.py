@@ -87,7 +87,7 @@ class History:
     series: list                                  # [Series] of configurations in two sweeps or more
     once: list = field(default_factory=list)      # [(config key, sweep id)] of configurations measured in one sweep only
     threshold: float = 0.05
-    drift: float = compare.DEFAULT_DRIFT
+    drift: Optional[float] = None     # None: compare's default for each configuration's device (compare.drift_for)
 
 
 def since_key(text: str) -> str:
@@ -124,7 +124,7 @@ def _broken(sweep: results.Sweep) -> dict:
             if r["mode"] == "bench" and r["status"] in ("failed", "interrupted")}
 
 
-def build(conn, filters: Filters = Filters(), threshold: float = 0.05, drift: float = compare.DEFAULT_DRIFT,
+def build(conn, filters: Filters = Filters(), threshold: float = 0.05, drift: Optional[float] = None,
           history: int = compare.DEFAULT_HISTORY) -> History:
     """The history of every configuration the filters keep, over the store's own sweeps since filters.since."""
     rows = read.sweeps(conn)
@@ -173,7 +173,7 @@ def build(conn, filters: Filters = Filters(), threshold: float = 0.05, drift: fl
 class _Calls:
     """compare's calls on the steps between two sweeps, made once per pair over every configuration they share."""
 
-    def __init__(self, conn, ok: dict, by_id: dict, threshold: float, drift: float, history: int):
+    def __init__(self, conn, ok: dict, by_id: dict, threshold: float, drift: Optional[float], history: int):
         self.conn, self.ok, self.by_id = conn, ok, by_id
         self.threshold, self.drift, self.history = threshold, drift, history
         self.done: dict = {}
@@ -194,7 +194,8 @@ class _Calls:
                 earlier = [self._processes(e)[k] for e in earlier_ids if k in self._processes(e)][-self.history:] \
                     if self.history else []
                 samples[k] = (base[k].process_sps, cand[k].process_sps, earlier)
-            self.done[(prev, cur)] = compare.judge(samples, self.threshold, self.drift)
+            self.done[(prev, cur)] = compare.judge(samples, self.threshold, self.drift,
+                                                   device_types={k: base[k].device_type for k in samples})
         return self.done[(prev, cur)].get(key)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from bench import stats
-from bench.store import read
+from bench.store import hostnoise, read
 from bench.store.read import pick_sweep  # noqa: F401  (readers of a sweep take both from here)
 
 STRATEGY_NAMES = {"single": "single device", "dp": "DataParallel", "ddp": "DDP", "zero": "DDP+ZeRO", "fsdp": "FSDP",
@@ -36,6 +36,13 @@ def variant(precision: str, channels_last: bool, compiled: bool, options: dict, 
     parts = [precision] + (["channels_last"] if channels_last else []) + (["compiled"] if compiled else [])
     parts += [f"{k}={v}" for k, v in sorted(options.items())] + ([optimizer] if optimizer and optimizer != "sgd" else [])
     return ", ".join(parts)
+
+
+def label(strategy: str, device_count: int, variant_text: str) -> str:
+    """'single device x1', 'single device x1 [fp32, compiled]', 'DDP x2 [bf16, bucket_cap_mb=100.0]': strategy and
+    count, then everything else that tells a configuration apart (its variant) unless that is plain 'fp32' (fp32,
+    no settings changed, SGD). Every table, sentence and plot of the report names a configuration by it."""
+    return f"{STRATEGY_NAMES.get(strategy, strategy)} x{device_count}" + (f" [{variant_text}]" if variant_text != "fp32" else "")
 
 
 def row_variant(r: dict) -> str:
@@ -73,6 +80,7 @@ class Config:
     by_repeat: dict = field(default_factory=dict)      # repeat -> that process's throughput (interleaved A/B pairs)
     reserved_mib: dict = field(default_factory=dict)   # device -> peak reserved, net of artefacts
     device_mib: dict = field(default_factory=dict)     # device -> device level (nvidia-smi)
+    run_device_mib: dict = field(default_factory=dict)  # device -> device level over the whole run (warm-up, compile)
     timing_method: Optional[str] = None
     numerics: dict = field(default_factory=dict)
     compile_s: Optional[float] = None
@@ -82,10 +90,13 @@ class Config:
     speedup: float = math.nan
     efficiency: float = math.nan
     efficiency_noise: float = math.nan  # the throughput difference this and its baseline cannot be told apart within
+    noise_fallback: stats.Noise = stats.NOT_MEASURED  # the noise where this or its rival ran one process: the sweep's or host's
     baseline: str = ""
     traces: list = field(default_factory=list)   # --profile: traces rows, one per rank and repeat (with 'repeat')
     optimizer: str = "sgd"
     state_mib: dict = field(default_factory=dict)  # rank -> {params_mib, grads_mib, optimizer_mib, buckets_mib, baseline_rss_mib}
+    warmup_s: float = math.nan          # the warm-up steps' time (compilation and cuDNN's autotuning in it), median process
+    warmup_steps: int = 0
 
     @property
     def variant(self) -> str:
@@ -98,8 +109,8 @@ class Config:
 
     @property
     def label(self) -> str:
-        opts = [f"{k}={v}" for k, v in sorted(self.options.items())]
-        return f"{STRATEGY_NAMES.get(self.strategy, self.strategy)} x{self.device_count}" + (f" ({', '.join(opts)})" if opts else "")
+        """The one name of this configuration in every table, sentence and plot (`label`)."""
+        return label(self.strategy, self.device_count, self.variant)
 
     @property
     def repeat_spread(self) -> float:
@@ -125,16 +136,19 @@ class Sweep:
     loader: dict = field(default_factory=dict)     # device count -> loader-alone samples/s
     nodes: list = field(default_factory=list)      # per multi-node result: (result_id, node rows)
     env_results: dict = field(default_factory=dict)  # env_id -> config keys of the results measured under it
+    noise: stats.Noise = stats.NOT_MEASURED         # the process noise of a single process on this sweep's device (`noise`)
 
 
 def _memory(rows: list, device_type: str, per_node: int = 0) -> tuple:
-    """(allocated, reserved, device level) per device label, net of artefacts, max over repeats. CPU: RSS per rank.
+    """(allocated, reserved, device level, whole run's device level) per device label, net of artefacts, max over
+    repeats. CPU: RSS per rank. The whole run's: before the post-warm-up reset too (compilation, cuDNN's autotuning).
     per_node: ranks per node of a multi-node run (0: one node). Every node numbers its GPUs cuda:0.., so there a label
     is 'node K cuda:i', node K holding ranks K*per_node.. (torchrun numbers ranks node by node): never one node's
     cuda:0 merged with another's."""
     alloc: dict = {}
     reserved: dict = {}
     level: dict = {}
+    run_level: dict = {}
     for m in rows:
         net = float(m.get("artefact_mib") or 0.0)
         if device_type == "cuda" and str(m["device"]).startswith("cuda") and m["peak_allocated_mib"] is not None:
@@ -144,10 +158,12 @@ def _memory(rows: list, device_type: str, per_node: int = 0) -> tuple:
                 reserved[d] = max(reserved.get(d, 0.0), float(m["peak_reserved_mib"]) - net)
             if m.get("device_used_mib") is not None:
                 level[d] = max(level.get(d, 0.0), float(m["device_used_mib"]) - net)
+            if m.get("run_device_used_mib") is not None:
+                run_level[d] = max(run_level.get(d, 0.0), float(m["run_device_used_mib"]) - net)
         elif device_type != "cuda" and m["peak_rss_mib"] is not None:
             label = f"rank {m['rank']}"
             alloc[label] = max(alloc.get(label, 0.0), float(m["peak_rss_mib"]))
-    return alloc, reserved, level
+    return alloc, reserved, level, run_level
 
 
 def _state(rows: list) -> dict:
@@ -166,11 +182,16 @@ def _state(rows: list) -> dict:
 def _config(conn: sqlite3.Connection, results: list) -> Config:
     r0 = results[0]
     step_ms, sync_ms, nosync_ms, slowest, memory, epochs, sps, by_repeat, traces = [], [], [], [], [], [], [], {}, []
+    warmup_s, warmup_steps = [], []
     for r in results:
         rid = r["result_id"]
         steps = read.result_rows(conn, "steps", rid)
         measured = [s for s in steps if s["kind"] == "measure"]
         step_ms += stats.step_times_ms(measured)
+        warm = stats.step_times_ms([s for s in steps if s["kind"] == "warmup"])
+        if warm:  # the first step holds the compilation: its window's wall time where longer than its events
+            warmup_s.append((sum(warm[1:]) / 1e3 + max(warm[0] / 1e3, r["compile_s"] or 0.0)))
+            warmup_steps.append(len(warm))
         sync_ms += stats.step_times_ms([s for s in steps if s["kind"] == "probe_sync"])
         nosync_ms += stats.step_times_ms([s for s in steps if s["kind"] in ("probe_no_sync", "no_sync")])
         slowest += stats.slowest_rank_rows(measured)  # keeps each result's steps apart
@@ -182,7 +203,7 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
             sps.append(summary["samples_per_s"])
             by_repeat[int(r["repeat"])] = summary["samples_per_s"]
     nodes = int(r0["nodes"] or 1)
-    alloc, reserved, level = _memory(memory, r0["device_type"], int(r0["device_count"]) // nodes if nodes > 1 else 0)
+    alloc, reserved, level, run_level = _memory(memory, r0["device_type"], int(r0["device_count"]) // nodes if nodes > 1 else 0)
     return Config(
         key=r0["config_key"], workload=r0["workload"], strategy=r0["strategy"], device_type=r0["device_type"],
         device_count=int(r0["device_count"]), global_batch=int(r0["global_batch"]), scaling=r0["scaling"] or "weak",
@@ -191,28 +212,46 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         phases_ms={p: stats.median(s.get(p) for s in slowest) for p in stats.PHASES_MS},
         exposed_comm_ms=stats.exposed_comm_ms(sync_ms or step_ms, nosync_ms) if nosync_ms else math.nan,
         grad_mib=r0["grad_mib"], comm_method=r0["comm_method"], memory_mib=alloc, reserved_mib=reserved, device_mib=level,
+        run_device_mib=run_level,
         epoch_wall_s=epochs, precision=r0["precision"] or "fp32", channels_last=bool(r0["channels_last"]),
         compiled=bool(r0["compiled"]), options=json.loads(r0["options_json"] or "{}"), nodes=int(r0["nodes"] or 1),
         timing_method=r0["timing_method"], numerics=json.loads(r0["numerics_json"] or "{}"),
         compile_s=stats.median(r["compile_s"] for r in results), loader_workers=r0["loader_workers"],
         params=r0["params"], data_wait_ms=stats.median(s.get("host_data_ms") for s in slowest), traces=traces,
+        warmup_s=stats.median(warmup_s), warmup_steps=int(stats.median(warmup_steps)) if warmup_steps else 0,
         optimizer=r0["optimizer"] if "optimizer" in r0 and r0["optimizer"] else "sgd", state_mib=_state(memory),
     )
 
 
-def _with_scaling(configs: list) -> list:
+def noise(configs: list, envs: list) -> stats.Noise:
+    """The process noise this sweep's comparisons fall back on where a configuration ran one process: the sweep's own
+    spread between the processes of the configurations it repeated on its device, else the figure selfcheck stored
+    for the host and device the sweep ran on (bench.store.hostnoise), else NOT_MEASURED. Never another device's."""
+    if not configs:
+        return stats.NOT_MEASURED
+    device = configs[0].device_type
+    own = stats.sweep_noise([(c.label, c.process_sps) for c in configs if c.device_type == device], device)
+    if own is not None:
+        return own
+    env = envs[0] if envs else {}
+    name = str(env.get("gpu_names") or "").split(",")[0].strip() if device == "cuda" else env.get("cpu_model")
+    return stats.host_noise(hostnoise.lookup(env.get("hostname"), device, name or None)) or stats.NOT_MEASURED
+
+
+def _with_scaling(configs: list, fallback: stats.Noise = stats.NOT_MEASURED) -> list:
     """Speed-up and efficiency against single at 1 device of the same numerics and optimizer, else the series' own
-    1-device result."""
+    1-device result; `fallback` is the noise where a configuration or its baseline ran one process."""
     numerics = lambda c: (c.precision, c.channels_last, c.compiled, c.optimizer)  # noqa: E731
     singles = {numerics(c): c for c in configs if c.strategy == "single" and c.device_count == 1}
     ones = {c.series: c for c in configs if c.device_count == 1}
     for c in configs:
+        c.noise_fallback = fallback
         base = singles.get(numerics(c)) or ones.get(c.series)
         if base is not None:
-            c.baseline = base.label + (f" [{base.variant}]" if base.variant != "fp32" else "")
+            c.baseline = base.label
             c.speedup = stats.speedup(c.samples_per_s, base.samples_per_s)
             c.efficiency = stats.efficiency(c.samples_per_s, base.samples_per_s, c.device_count, c.scaling)
-            c.efficiency_noise = 0.0 if base is c else stats.noise_bound(c.process_sps, base.process_sps)
+            c.efficiency_noise = 0.0 if base is c else stats.noise_bound(c.process_sps, base.process_sps, fallback)
     order = {s: i for i, s in enumerate(STRATEGY_ORDER)}
     return sorted(configs, key=lambda c: (c.variant != "fp32", c.precision, order.get(c.strategy, len(order)),
                                           c.variant, c.device_count))
@@ -256,7 +295,8 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
         if read.has_measured_steps(conn, rs[0]["result_id"]):
             c = _config(conn, rs)
             by_workload.setdefault(c.workload, []).append(c)
-    out.bench = {w: _with_scaling(cs) for w, cs in sorted(by_workload.items())}
+    out.noise = noise([c for cs in by_workload.values() for c in cs], envs)
+    out.bench = {w: _with_scaling(cs, out.noise) for w, cs in sorted(by_workload.items())}
     return out
 
 

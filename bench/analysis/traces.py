@@ -10,6 +10,10 @@ that reading a trace pins no torch version:
     on CUDA up to the end of the last step's GPU work, which runs behind its host annotation;
   - idle time is the steps' span minus the union of every classified interval;
   - overlap is the time where communication and computation intervals intersect, over communication time.
+The device's work (`work_ms`) is its computation and copies only: a collective's kernel spends its time moving data
+and waiting for the slowest peer to arrive, so it is not counted as the device being busy; where a process drives
+several GPUs (DataParallel) each GPU's figures are kept apart (`devices`), never pooled into one union, so a
+starved GPU beside a busy one shows.
 A CPU/gloo trace has no kernels, and neither has a CUDA trace where CUPTI recorded none. Its figures are this
 suite's own adaptation of HTA's method to the profiler's host operations (HTA reads kernels only): computation
 is the time of every `cpu_op` on its thread less the communication calls on that thread (DDP's all-reduce is
@@ -26,18 +30,20 @@ here (calls: NCCL's kernels, or the host's gloo operations, with the sequence nu
 matched across ranks there.
 
     rows = derive(records)                  # the worker's trace records -> one row of figures per rank
+                                            #   (its waits per traced step too: step_waits, the straggler's evidence)
     f = figures(load(path)); calls(load(path))     # one rank's breakdown; its collectives
     straggler({rank: wait_ms_per_step}, step_ms)   -> the rank the others wait for, or None (bench.analysis.waits)
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from bisect import bisect_right
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from bench.analysis.waits import Call, match, straggler, waits_ms  # noqa: F401 (straggler, waits_ms: public here too)
+from bench.analysis.waits import Call, match, step_waits, straggler, waits_ms  # noqa: F401 (public here too)
 from bench.shared import chrometrace
 
 COMM_CALLS = ("c10d::", "record_param_comms")
@@ -59,6 +65,8 @@ class Figures:
     overlap_ms: float       # communication under computation
     exposed_comm_ms: float  # communication not under computation
     method: str = "host_ops"  # what the intervals are: 'device_kernels' or 'host_ops' (METHODS)
+    work_ms: float = math.nan  # the device's work: computation and copies, collectives left out (device_kernels only)
+    devices: dict = field(default_factory=dict)  # device -> {work_ms, comm_ms, exposed_comm_ms, idle_ms} (device_kernels)
 
     @property
     def shares(self) -> dict:
@@ -159,6 +167,7 @@ class Scan:
     """One pass over a trace's events, holding intervals (us) only: what figures() and collectives() need."""
     steps: list       # [(start, host end, end of its GPU work too)] of the host's ProfilerStep#N (chrometrace.step_spans)
     device: dict      # kind -> [(start, end)] of the device's kernels and copies
+    by_device: dict   # device index -> kind -> [(start, end)]: the same, per GPU (a DataParallel process drives several)
     host: dict        # kind -> [(tid, start, end)] of host operations
     calls: dict       # 'device' / 'host' -> [(start, name, ms, seq key or None)] of collectives
     cut_at: Optional[float] = None   # a trace cut to its size limit (bench.rank.tracefile) ends here
@@ -176,7 +185,7 @@ class Scan:
 
 def scan(events) -> Scan:
     """Classify a trace's complete ('X') events, keeping tuples rather than the events (a trace can be gigabytes)."""
-    out = Scan([], {"comm": [], "copy": [], "compute": []}, {"comm": [], "compute": []}, {"device": [], "host": []})
+    out = Scan([], {"comm": [], "copy": [], "compute": []}, {}, {"comm": [], "compute": []}, {"device": [], "host": []})
     for e in events:
         if e.get("name") == CUT_MARK and isinstance(e.get("ts"), (int, float)):
             out.cut_at = float(e["ts"])
@@ -189,6 +198,7 @@ def scan(events) -> Scan:
         if cat in DEVICE_CATEGORIES:
             kind = classify(e, True)
             out.device[kind].append((a, b))
+            out.by_device.setdefault(_device_of(e), {"comm": [], "copy": [], "compute": []})[kind].append((a, b))
             if kind == "comm" and cat == "kernel":
                 out.calls["device"].append((a, name, (b - a) / 1e3, seq_key(e)))
             continue
@@ -202,6 +212,12 @@ def scan(events) -> Scan:
             out.calls["host"].append((a, name, (b - a) / 1e3, seq_key(e)))
     out.steps = chrometrace.step_spans(out.by_name)
     return out
+
+
+def _device_of(event: dict) -> str:
+    """The GPU an event ran on: Kineto's args.device, else its pid (Kineto gives each GPU a process of its own)."""
+    args = event.get("args") or {}
+    return str(args.get("device", event.get("pid", "?")))
 
 
 def load(path: str) -> Scan:
@@ -262,22 +278,34 @@ def figures(trace) -> Figures:
     exposed = subtract(m, c)
     busy = union([*c, *m, *p])
     span = length(span_window)
+    per_device = {d: _device_figures(kinds, span_window) for d, kinds in sorted(s.by_device.items())} if device else {}
     return Figures(steps=len(counted_steps(s)), span_ms=span / 1e3, compute_ms=length(c) / 1e3, comm_ms=length(m) / 1e3,
                    copy_ms=length(subtract(p, union([*c, *m]))) / 1e3, idle_ms=(span - length(busy)) / 1e3,
-                   overlap_ms=length(intersect(m, c)) / 1e3, exposed_comm_ms=length(exposed) / 1e3, method=s.method)
+                   overlap_ms=length(intersect(m, c)) / 1e3, exposed_comm_ms=length(exposed) / 1e3, method=s.method,
+                   work_ms=length(union([*c, *p])) / 1e3 if device else math.nan, devices=per_device)
+
+
+def _device_figures(kinds: dict, span_window: list) -> dict:
+    """One GPU's figures over the traced steps (ms): its work (computation and copies), its collectives, those not
+    under its work (exposed), and the time it ran nothing (idle)."""
+    c, m, p = (intersect(union(kinds[k]), span_window) for k in ("compute", "comm", "copy"))
+    work = union([*c, *p])
+    return {"work_ms": length(work) / 1e3, "comm_ms": length(m) / 1e3, "exposed_comm_ms": length(subtract(m, work)) / 1e3,
+            "idle_ms": (length(span_window) - length(union([*work, *m]))) / 1e3}
 
 
 def calls(trace) -> list:
     """[Call] of each collective the rank took part in within the counted steps, in order: NCCL's kernels on a device
-    trace, gloo's (or NCCL's) host operations otherwise."""
+    trace, gloo's (or NCCL's) host operations otherwise; each with the traced step it started in (0, 1, ...)."""
     s = _scan(trace)
     inside = window(s)
     starts = [a for a, _ in inside]
+    step_starts = [a for a, _, _ in counted_steps(s)]
     out = []
     for a, name, ms, key in sorted(s.calls["device" if s.on_device else "host"], key=lambda c: c[0]):
         k = bisect_right(starts, a) - 1
         if k >= 0 and a < inside[k][1]:
-            out.append(Call(name, ms, key))
+            out.append(Call(name, ms, key, step=max(0, bisect_right(step_starts, a) - 1) if step_starts else None))
     return out
 
 
@@ -306,6 +334,7 @@ def derive(records: list) -> list:
                     _add_note(row, "no traced step was kept whole: no figures")
                 else:
                     row.update(asdict(f), **f.shares)
+                    row["devices_json"] = json.dumps(row.pop("devices"), sort_keys=True) if f.devices else None
                     colls[rec["rank"]], methods[rec["rank"]] = calls(trace), f.method
                     if f.method == "host_ops" and rec.get("device_type") == "cuda":
                         _add_note(row, "the profiler recorded no GPU kernels (CUPTI gave none): figures from host "
@@ -314,7 +343,7 @@ def derive(records: list) -> list:
                 _add_note(row, f"trace could not be read: {type(e).__name__}: {e}")
             row["read_s"] = time.perf_counter() - t0  # what reading it cost the sweep
         rows.append(row)
-    waits, how = {}, None
+    waits, how, by_step = {}, None, {}
     if len(set(methods.values())) > 1:  # a kernel's time and a host call's are not the same thing: not compared
         note = "ranks read by different methods (" + ", ".join(f"rank {r}: {m}" for r, m in sorted(methods.items())) \
                + "): waits in collectives not compared"
@@ -324,7 +353,10 @@ def derive(records: list) -> list:
     elif len(colls) > 1:
         waits, how = match(colls)
         waits = waits if how else {}  # no collective common to every rank: no wait to tell
+        by_step = step_waits(colls) if how else {}
     for row in rows:
         row["wait_ms"] = waits.get(row.get("rank"))
         row["wait_match"] = how if row.get("rank") in waits else None
+        waits_by_step = by_step.get(row.get("rank"))  # the wait in each traced step: the straggler's evidence
+        row["step_waits_json"] = json.dumps(waits_by_step) if waits_by_step else None
     return rows

@@ -11,7 +11,9 @@ rank misaligns every later pair of that name (gloo's operations carry no sequenc
 
     waits, how = match({rank: [Call]})          # {rank: ms waiting}, 'seq' / 'order' / 'seq+order' / None
     waits_ms({rank: [(name, ms)]})              # the same, the waits alone
+    step_waits({rank: [Call]})                  # {rank: [ms waiting in each traced step]}
     straggler({rank: wait_ms_per_step}, step_ms)   -> the rank the others wait for, or None
+    straggler_steps({rank: [ms per traced step]}, step_ms, jitter_ms)   -> the same, only where every step names it
 """
 from __future__ import annotations
 
@@ -33,20 +35,29 @@ class Call:
     name: str
     ms: float
     seq: Optional[tuple] = None
+    step: Optional[int] = None     # the traced step it started in (0, 1, ...), where the trace marks steps
+
+
+def _keys(items: list) -> list:
+    """[(key, ms, step)] of one rank's collectives, keyed as `keyed` keys them."""
+    out, seen = [], {}
+    for item in items:
+        name, ms, seq, step = ((item.name, item.ms, item.seq, item.step) if isinstance(item, Call)
+                               else (item[0], item[1], None, None))
+        if seq is None:
+            key = ("order", name, seen.get(name, 0))
+            seen[name] = seen.get(name, 0) + 1
+        else:
+            key = ("seq", *seq)
+        out.append((key, ms, step))
+    return out
 
 
 def keyed(items: list) -> dict:
     """[Call or (name, ms)] of one rank -> {key: ms}: ('seq', group, number, collective) where the trace records a
     sequence number (several kernels of one collective add up), else ('order', name, occurrence)."""
     out: dict = {}
-    seen: dict = {}
-    for item in items:
-        name, ms, seq = (item.name, item.ms, item.seq) if isinstance(item, Call) else (item[0], item[1], None)
-        if seq is None:
-            key = ("order", name, seen.get(name, 0))
-            seen[name] = seen.get(name, 0) + 1
-        else:
-            key = ("seq", *seq)
+    for key, ms, _ in _keys(items):
         out[key] = out.get(key, 0.0) + ms
     return out
 
@@ -62,10 +73,59 @@ def match(per_rank: dict) -> tuple:
     return {r: sum(ms[k] - least[k] for k in common) for r, ms in keys.items()}, how
 
 
+def step_waits(per_rank: dict) -> dict:
+    """{rank: [Call]} -> {rank: [ms waiting in each traced step]}: `match`'s waits, each added to the step the rank's
+    collective started in. A rank's wait in one step is what tells a straggler from jitter: the same rank waiting least
+    in every traced step (`straggler_steps`). Ranks whose calls carry no step: {}."""
+    keys = {r: _keys(items) for r, items in per_rank.items()}
+    if not keys or any(step is None for ks in keys.values() for _, _, step in ks):
+        return {}
+    common = set.intersection(*({k for k, _, _ in ks} for ks in keys.values()))
+    totals = {r: {} for r in keys}
+    for r, ks in keys.items():
+        for k, ms, _ in ks:
+            totals[r][k] = totals[r].get(k, 0.0) + ms
+    least = {k: min(totals[r][k] for r in keys) for k in common}
+    steps = 1 + max(step for ks in keys.values() for _, _, step in ks)
+    out = {r: [0.0] * steps for r in keys}
+    first_step = {r: {} for r in keys}
+    for r, ks in keys.items():
+        for k, _, step in ks:
+            first_step[r].setdefault(k, step)
+    for r in keys:
+        for k in common:
+            out[r][first_step[r][k]] += totals[r][k] - least[k]
+    return out
+
+
 def waits_ms(per_rank: dict) -> dict:
     """{rank: [Call or (name, ms)]} -> {rank: ms spent waiting in collectives}: for each collective matched across
     ranks (match()), a rank's time in it beyond the least any rank spent in it."""
     return match(per_rank)[0]
+
+
+MIN_STRAGGLER_STEPS = 2       # one traced step cannot tell a straggler from a slow step
+
+
+def straggler_steps(waits_by_step: dict, step_ms: float, jitter_ms: float) -> Optional[int]:
+    """The straggler, named only on evidence beyond chance: in every traced step (at least MIN_STRAGGLER_STEPS) the same
+    rank waits least, and the others' median wait exceeds its wait by more than the step-to-step jitter (jitter_ms: the
+    measured steps' spread) and by `straggler`'s margins. With 8 ranks and 3 traced steps a rank picked by chance is the
+    same in all three 1 time in 64; picked from the steps' average it is named whenever one step's noise dominates."""
+    ranks = {r: w for r, w in waits_by_step.items() if w}
+    steps = min((len(w) for w in ranks.values()), default=0)
+    if len(ranks) < 2 or steps < MIN_STRAGGLER_STEPS:
+        return None
+    named = set()
+    for k in range(steps):
+        at = {r: w[k] for r, w in ranks.items()}
+        rank = straggler(at, step_ms)
+        others = sorted(w for r, w in at.items() if r != rank)
+        typical = others[len(others) // 2] if others else 0.0
+        if rank is None or typical - at[rank] <= jitter_ms:
+            return None
+        named.add(rank)
+    return named.pop() if len(named) == 1 else None
 
 
 def straggler(wait_ms_per_step: dict, step_ms: float) -> Optional[int]:

@@ -14,6 +14,9 @@ gate at 2 devices. Then it checks what only real hardware can show:
                   recorded topology (NVLink by generation and links, PCIe by generation and width; 30% through a
                   CPU); a shortfall names the link and the NCCL settings that change the transport
     one step      each configuration above ran; a skip fails, except bf16 on GPUs without it (stated)
+    noise         the spread between the main sweep's processes of single x1, kept for this host and device
+                  (bench.store.hostnoise): a report of any store on this host falls back on it where a sweep ran a
+                  configuration in one process and measured no spread of its own
 and prints PASS, FAIL or SKIP (nothing to check there: one device has no link and no gate) with the figures;
 exit 1 if anything failed, else 0. With no GPU it says so and exits 0 having checked nothing; GPUs the installed
 torch cannot drive fail. `--device cpu` runs the checks on CPU/gloo for the suite's own tests: no link to compare,
@@ -141,6 +144,30 @@ def checks(path: str, sweep_ids: list | None = None, steps: tuple = (), gate: tu
         conn.close()
 
 
+def host_noise(path: str, sweep_id: int) -> tuple:
+    """(check, passed, detail): the spread between the processes of the main sweep's repeated configuration, stored as
+    this host and device's process noise (bench.store.hostnoise); fails where no configuration ran in two processes."""
+    from bench.analysis import results
+    from bench.store import hostnoise
+    conn = store.connect(path, readonly=True)
+    try:
+        sweep = results.load(conn, sweep_id)
+    finally:
+        conn.close()
+    repeated = [c for cs in sweep.bench.values() for c in cs if len(c.process_sps) >= 2]
+    if not repeated:
+        return "process noise measured", False, "no configuration of the main sweep ran in two processes or more"
+    c = max(repeated, key=lambda c: len(c.process_sps))
+    env = sweep.envs[0] if sweep.envs else {}
+    entry = {"hostname": env.get("hostname"), "device_type": c.device_type,
+             "device_name": (str(env.get("gpu_names") or "").split(",")[0].strip() if c.device_type == "cuda"
+                             else env.get("cpu_model")) or None,
+             "measured_at": sweep.sweep.get("started_at"), "configuration": c.label, "process_sps": list(c.process_sps),
+             "store": os.path.abspath(path), "sweep_id": sweep_id}
+    where = hostnoise.record(entry)
+    return ("process noise measured", True, f"{stats.host_noise(entry).words()}; kept for this host and device in {where}")
+
+
 def _last_sweep_id(path: str) -> int:
     conn = store.connect(path)  # creates or migrates the store, as the first sweep would
     try:
@@ -192,6 +219,8 @@ def main(argv: list) -> int:
     conn.close()
     gate = selfcheck_sweeps.gate_strategies(ns.device) if n >= selfcheck_sweeps.GATE_COUNT else ()
     rows = before + checks(path, ids, tuple(selfcheck_sweeps.steps(ns.device, n, bf16)), gate)
+    if ids:
+        rows.append(host_noise(path, ids[0]))
     if n < selfcheck_sweeps.GATE_COUNT:
         rows += [(f"equivalence gate at {selfcheck_sweeps.GATE_COUNT}", None,
                   f"not run: it compares {selfcheck_sweeps.GATE_COUNT} replicas with one process, and there is {n} device"),

@@ -6,7 +6,8 @@ ran (bench.commands.selfcheck reads them back).
 
 1. The main sweep: the synthetic model under single, DataParallel and DDP at 1 device and at all of them, fp32 (and
    bf16 where the GPUs have it in hardware) and the all-reduce microbenchmark (with the equivalence gate on up to
-   GATE_COUNT devices). The timing, memory and bus-bandwidth checks read it.
+   GATE_COUNT devices); single x1 in NOISE_PROCESSES processes. The timing, memory and bus-bandwidth checks read it,
+   and the spread between those processes is kept as this host's process noise (bench.store.hostnoise).
 2. One step (the fewest a sweep measures, ONE_STEP) of each configuration a machine must carry, at the largest count:
    DDP (the main sweep's own), FSDP, fp16 with the gradient scaler, bf16, torch.compile, DeepLabV3 in channels_last on
    synthetic images (nothing is downloaded).
@@ -32,6 +33,7 @@ SYNTHETIC = {  # the synthetic model: on CUDA its 268 MB of fp32 gradients (4 x 
     "cpu": ["--synthetic-width", "256", "--synthetic-depth", "2", "--per-device-batch", "16"],
 }
 MAIN_STEPS = {"cuda": "20", "cpu": "8"}
+NOISE_PROCESSES = 3   # the main sweep's cheapest configuration (single x1) runs in 3 processes: this host's process noise
 # DeepLabV3 at a small image; 2 samples per replica: the fewest its BatchNorm trains on (bench.workloads.registry)
 DEEPLAB = {"cuda": ["--per-device-batch", "2", "--image-size", "64"], "cpu": ["--per-device-batch", "2", "--image-size", "32"]}
 CPU_LEFT_OUT = ("torch.compile (inductor's C++ build) and DeepLabV3 (a 60M-parameter model on two gloo ranks) are not "
@@ -90,7 +92,8 @@ def main_args(device: str, count: int, bf16: bool, store: str) -> list:
     counts = ("1" if count == 1 else f"1,{count}") if device == "cuda" else str(count)  # CPU: single runs at 1 anyway
     return ["--device", device, "--gpus", counts, "--workloads", "synthetic", "--strategies", "single,dp,ddp",
             "--precision", "fp32,bf16" if bf16 and device == "cuda" else "fp32", *SYNTHETIC[device],
-            "--steps", MAIN_STEPS[device], "--warmup", "3", "--repeats", "1", *(["--check-equivalence"] if count <= GATE_COUNT else []),
+            "--steps", MAIN_STEPS[device], "--warmup", "3", "--repeats", "1", "--noise-repeats", str(NOISE_PROCESSES),
+            *(["--check-equivalence"] if count <= GATE_COUNT else []),
             "--store", store, "--no-report"]
 
 

@@ -9,7 +9,10 @@ Per GPU the worker records, after the measured window:
     artefact_mib         memory held only because the benchmark pre-generates its batches; the report
                          shows allocated and reserved figures net of it
 The allocator does not return cached memory between steps, so the device level read after the
-window is at least its peak during it. On CPU the figure is the process's peak RSS, beside the RSS the process
+window is at least its peak during it. Those are the steady state's figures: the peaks are reset after the warm-up
+(`reset_peaks`). What the whole run reached before that reset (warm-up, torch.compile, cuDNN's autotuning
+workspaces), is read just before it (`run_peaks`) and kept beside them: run_peak_allocated_mib,
+run_peak_reserved_mib, run_device_used_mib (NVML before the cache is emptied: the warm-up's cache still held). On CPU the figure is the process's peak RSS, beside the RSS the process
 had before its model was built (baseline_rss_mib: the interpreter, torch, the process group).
 
 Beside the peaks, the training state this rank holds, counted from its tensors (`state_mib`): parameters and
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import resource
 import sys
+from typing import Optional
 
 import torch
 from torch import nn
@@ -39,6 +43,26 @@ def reset_peaks(devices: list, api=torch.cuda) -> None:
         api.reset_peak_memory_stats(d)
 
 
+def run_peaks(devices: list, api=torch.cuda, level=None) -> dict:
+    """{device: {run_peak_allocated_mib, run_peak_reserved_mib, run_device_used_mib}} of the run so far, read before
+    `reset_peaks` (warm-up, compilation and cuDNN's autotuning included). api, level: torch.cuda and `device_level`,
+    or stand-ins in tests."""
+    level = level or device_level
+    return {str(d): {"run_peak_allocated_mib": api.max_memory_allocated(d) / 2**20,
+                     "run_peak_reserved_mib": api.max_memory_reserved(d) / 2**20,
+                     "run_device_used_mib": level(d.index).get("device_used_mib")} for d in devices if d.type == "cuda"}
+
+
+def with_run_peaks(row: dict, before: Optional[dict]) -> dict:
+    """A device's row with the whole run's peaks: the larger of what `run_peaks` read before the reset and the steady
+    peaks after it; without a reading (no reset: --epochs) the steady peaks are the whole run's."""
+    steady = {f"run_{k}": row.get(k) for k in ("peak_allocated_mib", "peak_reserved_mib", "device_used_mib")}
+    if not before:
+        return {**row, **steady}
+    return {**row, **{k: max(v for v in (before.get(k), steady[k]) if v is not None)
+                      if (before.get(k), steady[k]) != (None, None) else None for k in steady}}
+
+
 def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 if sys.platform != "darwin" else 2**20)
 
@@ -53,20 +77,22 @@ def device_level(index: int) -> dict:
         return {"device_used_mib": (total - free) / 2**20, "process_used_mib": None, "method": "torch.cuda.mem_get_info"}
 
 
-def peak_memory(devices: list, rank: int, artefact_bytes: int = 0) -> list:
-    """One row per device this process used (all GPUs of a DataParallel process). artefact_bytes sit on devices[0]."""
+def peak_memory(devices: list, rank: int, artefact_bytes: int = 0, run: Optional[dict] = None) -> list:
+    """One row per device this process used (all GPUs of a DataParallel process). artefact_bytes sit on devices[0].
+    run: `run_peaks` read before the peaks were reset; None where they were not (the steady peaks are the run's)."""
     rss = rss_mib()
     rows = []
     for i, d in enumerate(devices):
         if d.type != "cuda":
             continue
         level = device_level(d.index)
-        rows.append({"rank": rank, "device": str(d), "device_name": torch.cuda.get_device_name(d),
-                     "peak_allocated_mib": torch.cuda.max_memory_allocated(d) / 2**20,
-                     "peak_reserved_mib": torch.cuda.max_memory_reserved(d) / 2**20,
-                     "device_used_mib": level.get("device_used_mib"), "process_used_mib": level.get("process_used_mib"),
-                     "artefact_mib": artefact_bytes / 2**20 if i == 0 else 0.0, "method": level.get("method"),
-                     "peak_rss_mib": rss})
+        row = {"rank": rank, "device": str(d), "device_name": torch.cuda.get_device_name(d),
+               "peak_allocated_mib": torch.cuda.max_memory_allocated(d) / 2**20,
+               "peak_reserved_mib": torch.cuda.max_memory_reserved(d) / 2**20,
+               "device_used_mib": level.get("device_used_mib"), "process_used_mib": level.get("process_used_mib"),
+               "artefact_mib": artefact_bytes / 2**20 if i == 0 else 0.0, "method": level.get("method"),
+               "peak_rss_mib": rss}
+        rows.append(with_run_peaks(row, (run or {}).get(str(d))))
     if not rows:
         rows.append({"rank": rank, "device": "cpu", "device_name": "cpu", "peak_allocated_mib": None,
                      "peak_reserved_mib": None, "device_used_mib": None, "process_used_mib": None,

@@ -86,6 +86,7 @@ def prepare(model: nn.Module, spec: RunSpec, ctx: Ctx) -> nn.Module:
 def measure(spec: RunSpec, t: Trainer, devices: list, wl, beat=None, baseline_rss_mib: float = 0.0) -> dict:
     rows, epochs = [], []
     out = {}
+    run_peaks = None  # the whole run's memory peaks, where they are reset after the warm-up
     if spec.epochs:
         if spec.compile:  # before every epoch's time
             t.compile_s = epochs_mod.compile_before_epochs(t, wl, devices)
@@ -117,9 +118,10 @@ def measure(spec: RunSpec, t: Trainer, devices: list, wl, beat=None, baseline_rs
             if beat is not None:
                 beat.total = planned_steps(spec, wl.steps_per_epoch)
             out["window_calibration"] = {"steps_asked": asked, "min_window_s": spec.min_window_s, "steps": spec.steps}
+        run_peaks = memory.run_peaks(devices)  # the whole run so far: warm-up, compilation, cuDNN's autotuning
         memory.reset_peaks(devices)  # steady state: cuDNN's autotuning workspaces of the warm-up left out
         rows += t.window(it, spec.steps, "measure")["rows"]
-    out["memory"] = memory.peak_memory(devices, t.rank, wl.artefact_bytes)
+    out["memory"] = memory.peak_memory(devices, t.rank, wl.artefact_bytes, run_peaks)
     out["memory"][0].update(memory.state_mib(t.model, t.opt), baseline_rss_mib=baseline_rss_mib)
     if is_ddp(t.model):
         out["ddp_logging"] = ddp_logging(t.model, t.n)

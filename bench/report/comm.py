@@ -3,10 +3,16 @@ DDP against the bounds of its step (per workload), and the microbenchmark's tabl
 
     b += ddp_bounds_blocks(sweep, workload, configs, unit)
     b += microbenchmark_blocks(sweep)
+    resolved(c), probe_words(c)     # DDP's probe where it is told from the steps' spread, and how a sentence says it
+
+DDP's probe is a difference of two medians (synchronised steps against no_sync() steps): inside the measured steps'
+p10-p90 spread it is 'not resolved', never a clamped 0 or a share; at one rank DDP communicates nothing, so the probe
+there is DDP's own work at one rank (its bucket copies, its hooks), not exposed communication.
 """
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 from bench import stats
 from bench.report.pages import fmt
@@ -31,6 +37,34 @@ def step_bounds_ms(sweep: Sweep, c) -> tuple:
     return compute, ar, compute + ar, max(compute, ar) if not math.isnan(ar) else math.nan
 
 
+def spread_ms(c) -> float:
+    """The measured steps' p10-p90 spread, ms: what a difference of their medians must exceed to be told."""
+    return c.summary.p90_ms - c.summary.p10_ms
+
+
+def resolved(c) -> Optional[float]:
+    """DDP's probe (ms) where it exceeds the measured steps' spread; None where it is not measured or not resolved."""
+    ms = c.exposed_comm_ms
+    if ms is None or math.isnan(ms) or math.isnan(spread_ms(c)) or ms <= spread_ms(c):
+        return None
+    return ms
+
+
+def probe_words(c) -> str:
+    """'exposed communication 7%', 'exposed communication not resolved (...)', at one rank 'DDP's own work at one rank
+    (no communication): 0.82 ms, 7% of a step'; '' without a probe."""
+    ms = c.exposed_comm_ms
+    if ms is None or math.isnan(ms):
+        return ""
+    what = "DDP's own work at one rank (no communication)" if c.device_count == 1 else "exposed communication"
+    got = resolved(c)
+    if got is None:
+        return (f"{what} not resolved ({ms:.2f} ms between synchronised and no_sync() steps, inside the steps' "
+                f"{spread_ms(c):.2f} ms p10-p90 spread)")
+    share = got / c.summary.median_ms
+    return f"{what}: {got:.2f} ms, {'less than 1%' if share < 0.01 else f'{share:.0%}'} of a step"
+
+
 def ddp_bounds_blocks(sweep: Sweep, workload: str, configs: list, u: str) -> list:
     """DDP against the no-overlap and full-overlap bounds of its step, from the probe and the microbenchmark."""
     ddp = [c for c in configs if has_step_bounds(c)]
@@ -41,13 +75,22 @@ def ddp_bounds_blocks(sweep: Sweep, workload: str, configs: list, u: str) -> lis
         compute, ar, no_overlap, full_overlap = step_bounds_ms(sweep, c)
         rows.append([str(c.device_count), c.variant, fmt(c.grad_mib, ".1f"), fmt(c.summary.median_ms, ".2f"),
                      fmt(compute, ".2f"), fmt(ar, ".2f"), fmt(no_overlap, ".2f"), fmt(full_overlap, ".2f"),
-                     fmt(c.exposed_comm_ms, ".2f")])
+                     _probe_cell(c)])
     return [("h", 3, f"{workload}: DDP against the bounds of its step"),
             ("table", [u, "precision / settings", "grad MiB", "median step ms", "compute ms (under no_sync)",
                        "all-reduce of grads ms (microbenchmark)", "no-overlap bound ms", "full-overlap bound ms",
                        "exposed comm ms"], rows),
             ("p", f"No-overlap bound: compute plus an all-reduce of every gradient; full-overlap bound: the larger of the two. "
-                  f"A step near the full-overlap bound has little left to gain from DDP settings. Method: {ddp[0].comm_method or '–'}")]
+                  f"A step near the full-overlap bound has little left to gain from DDP settings. Exposed communication "
+                  f"inside the measured steps' p10-p90 spread reads 'not resolved'; at one rank DDP communicates nothing, "
+                  f"so its probe there is DDP's own work (bucket copies, hooks). Method: {ddp[0].comm_method or '–'}")]
+
+
+def _probe_cell(c) -> str:
+    got = resolved(c)
+    if got is None:
+        return f"not resolved ({c.exposed_comm_ms:.2f} inside the {spread_ms(c):.2f} ms spread)"
+    return f"{got:.2f}" + (" (DDP's own work at one rank, no communication)" if c.device_count == 1 else "")
 
 
 def microbenchmark_blocks(sweep: Sweep) -> list:

@@ -11,7 +11,7 @@ import math
 from typing import Optional
 
 from bench.analysis import cost
-from bench.analysis.results import STRATEGY_NAMES, Sweep
+from bench.analysis.results import Sweep
 from bench.report.pages import fmt
 
 
@@ -24,7 +24,7 @@ def price_of(sweep: Sweep, prices: Optional[cost.Prices]) -> Optional[cost.Price
 
 
 def _what(c) -> str:
-    return f"{STRATEGY_NAMES.get(c.strategy, c.strategy)} x{c.device_count}" + (f" [{c.variant}]" if c.variant != "fp32" else "")
+    return c.label
 
 
 def cheapest_sentence(configs: list, costs: dict, unit: str) -> str:

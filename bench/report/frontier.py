@@ -4,9 +4,11 @@
     blocks(sweep, budget, how)                      # report blocks: one row per workload, precision and optimizer
     frontier_figure(configs, workload, where, budget) -> Figure: samples/s against peak memory per device
 
-A configuration's peak memory per device (`peak_mib`): on CUDA the allocator's peak reserved on its fullest GPU
-(what it held from the driver, net of the suite's pre-generated batches; the CUDA context comes on top), on CPU its
-largest rank's peak RSS. The budget: `./run_bench.sh report --memory-budget-gib`, else the sweep's
+A configuration's peak memory per device (`peak_mib`): on CUDA the device level on its fullest GPU, what runs out
+(nvidia-smi's figure: the CUDA context and NCCL's buffers on top of the allocator's cache; 0.6-1.3 GiB above the
+reserved peak on one H100), over the whole run (the warm-up's compilation and cuDNN autotuning included), net of the
+suite's pre-generated batches; where no device level was recorded, the allocator's peak reserved, said so
+(`peak_source`). On CPU its largest rank's peak RSS. The budget: `./run_bench.sh report --memory-budget-gib`, else the sweep's
 `--memory-budget-gib`, else on CUDA the smallest GPU's memory; on CPU none unless given. Rows are per workload,
 precision and optimizer: those choose the training recipe, the rest (strategy, settings, count) is how to run it.
 """
@@ -27,9 +29,23 @@ LISTED = 8   # configurations named per row as not fitting; the rest are counted
 
 
 def peak_mib(c) -> Optional[float]:
-    """Peak memory per device of a configuration, MiB (None: not recorded)."""
-    mem = (c.reserved_mib or c.memory_mib) if c.device_type == "cuda" else c.memory_mib
-    return max(mem.values()) if mem else None
+    """Peak memory per device of a configuration, MiB (None: not recorded): see `peak_source`."""
+    return _peak(c)[0]
+
+
+def peak_source(c) -> str:
+    """What `peak_mib` holds: 'device level' (CUDA, whole run), 'reserved' (CUDA without a device level), 'RSS'."""
+    return _peak(c)[1]
+
+
+def _peak(c) -> tuple:
+    if c.device_type != "cuda":
+        return (max(c.memory_mib.values()) if c.memory_mib else None), "RSS"
+    level = {d: max(v, c.run_device_mib.get(d, 0.0)) for d, v in c.device_mib.items()}
+    if level:
+        return max(level.values()), "device level"
+    mem = c.reserved_mib or c.memory_mib
+    return (max(mem.values()) if mem else None), "reserved"
 
 
 def size(mib: Optional[float]) -> str:
@@ -82,8 +98,7 @@ def _groups(configs: list) -> dict:
 
 
 def _name(c) -> str:
-    opts = [f"{k}={v}" for k, v in sorted(c.options.items())]
-    return f"{STRATEGY_NAMES.get(c.strategy, c.strategy)} x{c.device_count}" + (f" ({', '.join(opts)})" if opts else "")
+    return c.label  # bench.analysis.results.label: a compiled configuration is never plain 'single device x1'
 
 
 def answer(workload: str, configs: list, budget: Optional[float]) -> list:
@@ -109,7 +124,9 @@ def answer(workload: str, configs: list, budget: Optional[float]) -> list:
                 text += f". The least memory: {_name(least)}, {size(peak_mib(least))} at {least.samples_per_s:.1f} samples/s"
             text += f" {where}."
         row = [workload, f"{precision}, {optimizer}", _name(best) if best else "nothing fits",
-               fmt(best.samples_per_s) if best else "–", size(peak_mib(best)) if best else "–", "; ".join(missed) or "–"]
+               fmt(best.samples_per_s) if best else "–",
+               (size(peak_mib(best)) + (" (reserved)" if peak_source(best) == "reserved" else "")) if best else "–",
+               "; ".join(missed) or "–"]
         out.append((row, f"{workload}, {precision}, {optimizer}: {text}"))
     return out
 
@@ -124,9 +141,12 @@ def blocks(sweep: Sweep, budget: Optional[float], how: str) -> list:
     if not answers:
         return []
     return [("h", 3, "Fastest within the memory budget"),
-            ("p", f"Memory budget: {how}. Peak memory per device: on CUDA the allocator's peak reserved on the fullest "
-                  "GPU, net of the suite's pre-generated batches (the CUDA context comes on top); on CPU the largest "
-                  "rank's peak RSS. Every strategy, setting and count of a workload competes; the plot shows them all."),
+            ("p", f"Memory budget: {how}. Peak memory per device: on CUDA the device level (nvidia-smi) on the fullest "
+                  "GPU over the whole run, warm-up, compilation and cuDNN's autotuning included: what runs out (the CUDA "
+                  "context and NCCL's buffers on top of the allocator's cache), net of the suite's pre-generated "
+                  "batches; where a configuration recorded no device level, its allocator peak reserved, marked "
+                  "'reserved' (the context then comes on top). On CPU the largest rank's peak RSS. Every strategy, "
+                  "setting and count of a workload competes; the plot shows them all."),
             ("table", HEADERS, [r for r, _ in answers])] + [("p", t) for _, t in answers]
 
 
@@ -140,39 +160,76 @@ def frontier(points: list) -> list:
     return out
 
 
+BUDGET_IN_VIEW = 1.3   # a budget beyond 1.3x the largest point is named at the axis' edge, not drawn far to the right
+
+
 def frontier_figure(configs: list, workload: str, where: str, budget: Optional[float]) -> Figure:
-    """samples/s against peak memory per device: one point per configuration (colour: strategy, marker: count), the
-    frontier through the points nothing beats (one per precision and optimizer), the budget as a vertical line."""
+    """samples/s against peak memory per device: one point per configuration (colour: strategy, marker: count), each
+    labelled without overprinting another (`place_labels`), the frontier through the points nothing beats (one per
+    precision and optimizer), the budget as a vertical line where it lies near the points, else named at the edge
+    (79 GiB beside points of 3-6 GiB squeezed them all into the left 6% of the width)."""
     cuda = configs[0].device_type == "cuda"
     scale, unit = (1024.0, "GiB") if cuda else (1.0, "MiB")
-    fig = Figure(figsize=(9.0, 5.5), layout="constrained")
+    fig = Figure(figsize=(10.0, 5.5), layout="constrained")
     ax = fig.subplots()
     fig.suptitle(f"Speed against peak memory per {'GPU' if cuda else 'process'}\n{workload} on {where}".replace("$", r"\$"))
     counts = sorted({c.device_count for c in configs})
     shown = [c for c in configs if not math.isnan(c.samples_per_s) and peak_mib(c) is not None]
     seen = set()
     for c in shown:
-        x = peak_mib(c) / scale
         label = STRATEGY_NAMES.get(c.strategy, c.strategy) if c.strategy not in seen else None
         seen.add(c.strategy)
-        ax.scatter([x], [c.samples_per_s], color=plots.COLORS.get(c.strategy, "#333333"),
+        ax.scatter([peak_mib(c) / scale], [c.samples_per_s], color=plots.COLORS.get(c.strategy, "#333333"),
                    marker=MARKERS[counts.index(c.device_count) % len(MARKERS)], s=50, label=label, zorder=3)
-        ax.annotate(training_state.label(c), (x, c.samples_per_s), textcoords="offset points", xytext=(4, 4), fontsize=7)
     groups = _groups(shown)  # one frontier per training recipe: precision and optimizer
     for i, ((precision, optimizer), cs) in enumerate(groups.items()):
         line = frontier([(peak_mib(c) / scale, c.samples_per_s) for c in cs])
         ax.step([p[0] for p in line], [p[1] for p in line], where="post", color="#999999", zorder=2,
                 linestyle=plots.STYLES[(i + 1) % len(plots.STYLES)],
                 label="frontier (nothing faster for less memory)" + (f" [{precision}, {optimizer}]" if len(groups) > 1 else ""))
-    if budget:
+    top = max([peak_mib(c) / scale for c in shown], default=1.0)
+    if budget and budget / scale <= BUDGET_IN_VIEW * top:
         ax.axvline(budget / scale, color="#d62728", linestyle=":", label=f"budget {size(budget)}")
+        top = max(top, budget / scale)
+    elif budget:
+        ax.annotate(f"budget {size(budget)} lies beyond this axis: every point uses at most "
+                    f"{top * scale / budget:.0%} of it \u2192", (0.99, 0.02), xycoords="axes fraction", ha="right",
+                    va="bottom", fontsize=8, color="#d62728")
+    ax.set_xlim(0, top * 1.15)
     for n in counts:
         ax.scatter([], [], color="#777777", marker=MARKERS[counts.index(n) % len(MARKERS)], label=f"x{n}")
-    ax.set(xlabel=f"peak memory per {'GPU, allocator reserved' if cuda else 'process, RSS'} ({unit})",
-           ylabel="throughput (samples/s)")
-    ax.set_ylim(bottom=0)
+    what = "GPU, device level over the whole run" if cuda and all(peak_source(c) == "device level" for c in shown) \
+        else "GPU (device level; reserved where none)" if cuda else "process, RSS"
+    ax.set(xlabel=f"peak memory per {what} ({unit})", ylabel="throughput (samples/s)")
+    ax.set_ylim(0, max([c.samples_per_s for c in shown], default=1.0) * 1.12)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    place_labels(fig, ax, [(peak_mib(c) / scale, c.samples_per_s, c.label) for c in shown])
     return fig
+
+
+LABEL_OFFSETS = ((5, 3, "left"), (5, -11, "left"), (-5, 3, "right"), (-5, -11, "right"))
+
+
+def place_labels(fig: Figure, ax, points: list, fontsize: float = 7.0) -> list:
+    """Label each (x, y, text) point where the label overlaps no label placed before it: beside the point first (four
+    places), else stepped down from it with a leader line. Returns the annotations (a test reads their extents)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    fig.draw_without_rendering()  # the layout first: the labels' extents are measured in its pixels
+    renderer = canvas.get_renderer()
+    placed, out = [], []
+    for x, y, text in sorted(points, key=lambda p: (-p[1], p[0])):
+        tries = [*LABEL_OFFSETS, *((5, -11 - 10 * k, "left") for k in range(1, 12))]
+        for i, (dx, dy, ha) in enumerate(tries):
+            a = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=fontsize, ha=ha,
+                            arrowprops={"arrowstyle": "-", "color": "#999999", "lw": 0.5} if i >= len(LABEL_OFFSETS) else None)
+            box = a.get_window_extent(renderer)
+            if not any(box.overlaps(p) for p in placed) or i == len(tries) - 1:
+                placed.append(box)
+                out.append(a)
+                break
+            a.remove()
+    return out
 
 
 def save_plots(configs: list, workload: str, where: str, plots_dir: str, budget: Optional[float]) -> dict:

@@ -160,8 +160,10 @@ def blocks(h: History, store_path: str, plot_paths: dict, prices: Optional[cost.
                    f"judged as ./run_bench.sh compare judges two sweeps: each configuration against its own noise "
                    f"(its processes, and up to {compare.DEFAULT_HISTORY} earlier sweeps of it on the same host), "
                    f"Holm-corrected over the configurations the two sweeps share; a regression or an improvement is "
-                   f"significant and beyond {h.threshold:.0%} ({max(h.threshold, h.drift):.0%} where no earlier sweep "
-                   f"measures the noise)."))
+                   f"significant and beyond {h.threshold:.0%} ("
+                   + (f"{max(h.threshold, h.drift):.0%}" if h.drift is not None else
+                      f"{max(h.threshold, compare.DEFAULT_DRIFT):.0%} on CPU, undecided on a GPU,")
+                   + " where no earlier sweep measures the noise)."))
     b.append(("h", 2, "Summary"))
     b += [("p", line) for line in history.summary_lines(h)]
     b.append(("h", 2, "Sweeps and their environment"))

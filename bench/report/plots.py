@@ -58,12 +58,12 @@ def _series_style(configs: list) -> dict:
 
 
 def _label(c) -> str:
-    return c.label + (f" [{c.variant}]" if c.variant != "fp32" else "")
+    return c.label  # bench.analysis.results.label: one name for a configuration everywhere
 
 
 def throughput_figure(configs: list, workload: str, where: str) -> Figure:
     """samples/s against device count per strategy, and the ideal line from the 1-device baseline."""
-    fig, ax = _figure("Throughput against device count", where, workload)
+    fig, ax = _figure("Throughput against device count", where, workload, width=10.0)
     counts = sorted({c.device_count for c in configs})
     style = _series_style(configs)
     for key, cs in _by_series(configs).items():
@@ -74,7 +74,7 @@ def throughput_figure(configs: list, workload: str, where: str) -> Figure:
                 label=f"ideal linear (from {_label(b)})")
     ax.set(xlabel=_devices_label(configs), ylabel="throughput (samples/s)", xticks=counts)
     ax.set_ylim(bottom=0)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")  # beside the axes: it covers no point
     return fig
 
 
@@ -102,20 +102,25 @@ def overview_figure(configs: list, workload: str, where: str, picks: list = ()) 
 
 
 def efficiency_figure(configs: list, workload: str, where: str) -> Figure:
-    """Scaling efficiency (speed-up / device count) against device count, per strategy."""
+    """Scaling efficiency (speed-up / device count) against device count, per strategy. A wrapper at one device
+    (DataParallel or DDP x1 against single) is its overhead, not scaling: the report's table says it, the plot leaves
+    those points out."""
     scaling = configs[0].scaling
     kind = "weak scaling, batch per device fixed" if scaling == "weak" else "strong scaling, global batch fixed"
-    fig, ax = _figure(f"Scaling efficiency ({kind})", where, workload)
+    fig, ax = _figure(f"Scaling efficiency ({kind})", where, workload, width=10.0)
     counts = sorted({c.device_count for c in configs})
     style = _series_style(configs)
     for key, cs in _by_series(configs).items():
-        cs = [c for c in cs if not math.isnan(c.efficiency)]
+        cs = [c for c in cs if not math.isnan(c.efficiency) and (c.device_count > 1 or c.strategy == "single")]
         if cs:
             ax.plot([c.device_count for c in cs], [c.efficiency * 100 for c in cs], marker="o", **style[key])
     ax.axhline(100, linestyle="--", color="#999999", label="ideal (100%)")
+    if max(counts) == 1:
+        ax.text(0.5, 0.5, "one device only: no scaling to show\n(a wrapper's overhead at one device is in the report's table)",
+                transform=ax.transAxes, ha="center", va="center", color="#555555")
     ax.set(xlabel=_devices_label(configs), ylabel=f"{scaling} scaling efficiency (%)", xticks=counts)
     ax.set_ylim(0, max([110.0] + [c.efficiency * 110 for c in configs if not math.isnan(c.efficiency)]))
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     return fig
 
 
@@ -125,22 +130,23 @@ def _hms(seconds: float) -> str:
 
 
 def _bars_minutes(ax, bars: list, color: str) -> None:
+    """One bar per setup at its own place: bars given by name would stack two setups of one name on one spot."""
     labels, secs = [b[0] for b in bars], [b[1] for b in bars]
-    rects = ax.bar(labels, [s / 60 for s in secs], color=color)
-    ax.bar_label(rects, labels=[_hms(s) if not math.isnan(s) else "" for s in secs])
+    rects = ax.bar(range(len(bars)), [s / 60 for s in secs], color=color)
+    ax.bar_label(rects, labels=[_hms(s) if not math.isnan(s) else "" for s in secs], fontsize="small")
+    ax.set_xticks(range(len(bars)), labels, rotation=25, ha="right", fontsize="small")
     ax.set_ylabel("time to train (minutes)")
-    ax.tick_params(axis="x", labelrotation=20)
 
 
 def time_to_train_figure(bars: list, how: str, workload: str, where: str, reference: Optional[tuple] = None,
                          epochs: int = 20) -> Figure:
     """Bars of the time to train the reference experiment's epochs per setup; the published V100
     times beside them when the data is VOC."""
-    fig, axes = _figure(f"Time to train {epochs} epochs of VOC 2012 train ({how})", where, workload,
-                        width=12.0 if reference else 8.0, ncols=2 if reference else 1)
+    fig, axes = _figure(f"Time to train {epochs} epochs of VOC 2012 train", where, workload,
+                        width=12.0 if reference else max(8.0, 1.1 * len(bars)), ncols=2 if reference else 1)
     ours = axes[0] if reference else axes
     _bars_minutes(ours, bars, "#1f77b4")
-    ours.set_title("this run (" + ("measured" if how.startswith("measured") else "estimate") + ")")
+    ours.set_title("this run (" + ("measured" if how.startswith("measured") else "estimate") + ", warm-up and compilation included)")
     if reference:
         _bars_minutes(axes[1], list(reference), "#7f7f7f")
         axes[1].set_title("published: AWS V100s (ANCHORS.md)")

@@ -5,39 +5,36 @@ the table or plot behind it.
                      small figure per workload, then one short paragraph per workload and precision with the claims
     choose(configs)  -> (recommended, fastest, tie): the configuration to run, and why when it is not the fastest
 
-For each: the recommended configuration (strategy, settings, device count) and its efficiency: the fastest, unless
-a simpler one is within the noise of it (`choose`: fewer devices; at equal devices single, then DDP, then FSDP and
-the rest, DataParallel only where it is strictly faster; then fewer settings changed); what DataParallel would
+For each: the recommended configuration (its one name, bench.analysis.results.label) and its efficiency: the fastest,
+unless a simpler one is within the noise of it (`choose`: fewer devices; at equal devices single, then DDP, then FSDP
+and the rest, DataParallel only where it is strictly faster; then fewer settings changed); what DataParallel would
 cost at that count; where scaling stops paying (the first count whose efficiency falls below EFFICIENCY_FLOOR);
-whether the run was data-bound (the loader alone barely keeps up, or steps wait for data), held back by a straggler
-(--profile's traces: the other ranks wait for one) or communication-bound (exposed communication is a large share
-of the step); FSDP's memory and speed beside DDP's; and a warning when the winner is within the noise of the
-runner-up. An efficiency above 100% is shown by bench.stats.shown_efficiency's rule.
+what bounds its step, with the evidence (`_bound`): data (the loader alone barely keeps up, or steps wait for data),
+a straggler (the traces: the same rank waits least in every traced step, beyond the steps' jitter), and on CUDA the
+GPU's busy share from its kernels (computation and copies, collectives left out; bench.report.traces.busy):
+compute-bound at COMPUTE_BOUND_BUSY or more, else host-bound or communication-bound by what fills the rest, "not
+measured" without kernel traces; on CPU what is measured (data, exposed communication) and that the rest is not
+split; FSDP's memory and speed beside DDP's; and the runner-up, told apart or not by the noise, which the report
+names with its source (`_apart`: bench.stats.pair_noise, never a figure of another device). An efficiency above
+100% is shown by bench.stats.shown_efficiency's rule.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Optional
 
 from bench import stats
+from bench.report import comm as comm_report
 from bench.report import traces as trace_report
 from bench.report.plots import file_name
-from bench.analysis.results import STRATEGY_NAMES, Sweep
+from bench.analysis.results import Sweep
 
 EFFICIENCY_FLOOR = 0.75      # scaling "stops paying" below 75% efficiency
 DATA_BOUND_LOADER = 1.1      # the loader alone delivers less than 1.1x the training throughput
 DATA_BOUND_WAIT = 0.10       # or steps wait for data more than 10% of the time
 COMM_BOUND = 0.20            # exposed communication above 20% of the step
 SINGULAR = {"GPUs": "GPU", "processes": "process"}
-
-
-def _name(s: str) -> str:
-    return STRATEGY_NAMES.get(s, s)
-
-
-def _settings(c) -> str:
-    extra = [f"{k}={v}" for k, v in sorted(c.options.items())]
-    extra += (["channels_last"] if c.channels_last else []) + (["torch.compile"] if c.compiled else [])
-    return f" with {', '.join(extra)}" if extra else ""
 
 
 def _where(workload: str, what: str) -> str:
@@ -53,32 +50,57 @@ def _simplicity(c) -> tuple:
     return c.device_count, order, len(c.options) + c.channels_last + c.compiled
 
 
-def _apart(faster, slower) -> tuple:
-    """(gap, within the noise?, noise bound, repeated on both sides?): whether `faster` is told apart from `slower`, by
-    the measured spread between repeats where both ran in several processes, else the process-to-process bound that
-    `compare` states (stats.noise_bound). A gap under 5% is never a lead: let simplicity decide."""
+LEAD_FLOOR = 0.05            # a gap under 5% is never a lead: let simplicity decide
+NOISE_SOURCE = {"repeats": "their repeats", "sweep": "this sweep", "host": "selfcheck", "none": "not measured"}
+
+
+@dataclass(frozen=True)
+class Apart:
+    """Whether `faster` is told apart from `slower`: gap = faster / slower - 1; within True (a tie: inside the noise,
+    or under LEAD_FLOOR), False (a lead), None (not told: the noise is not measured on this device); noise: the
+    figure held against, with its source (stats.pair_noise: their repeats, else the sweep's, else selfcheck's)."""
+    gap: float
+    within: Optional[bool]
+    noise: stats.Noise
+
+
+def _apart(faster, slower) -> Apart:
     gap = faster.samples_per_s / slower.samples_per_s - 1
-    bound = stats.noise_bound(faster.process_sps, slower.process_sps)
-    repeated = not any(math.isnan(c.repeat_spread) for c in (faster, slower))
-    return gap, gap < max(0.05, bound), bound, repeated
+    noise = stats.pair_noise(faster.process_sps, slower.process_sps, faster.noise_fallback)
+    if gap < LEAD_FLOOR:
+        return Apart(gap, True, noise)
+    return Apart(gap, gap < noise.fraction if noise.measured else None, noise)
 
 
 def choose(cs: list) -> tuple:
     """(recommended, fastest, tie) among measured configurations: the fastest, unless others are within the noise of it;
-    then the simplest of them (`_simplicity`). tie: `_apart(fastest, recommended)` where they differ, else None."""
+    then the simplest of them (`_simplicity`). A rival whose difference cannot be told (noise not measured) is not tied.
+    tie: `_apart(fastest, recommended)` where they differ, else None."""
     fastest = max(cs, key=lambda c: c.samples_per_s)
-    tied = [c for c in cs if c is fastest or _apart(fastest, c)[1]]
+    tied = [c for c in cs if c is fastest or _apart(fastest, c).within is True]
     pick = min(tied, key=lambda c: (_simplicity(c), -c.samples_per_s))
     return pick, fastest, (None if pick is fastest else _apart(fastest, pick))
 
 
-def _noise_words(gap: float, bound: float, repeated: bool, n: int) -> str:
-    if gap >= bound:
-        return f"the {bound:.0%} measured between processes; {gap:.0%} is beyond it but under the 5% this report calls a lead"
-    if repeated:
-        return f"the {bound:.0%} spread between their {n} processes each"
-    return (f"the {bound:.0%} that fresh processes of the same code can differ (a single process on at least one side); "
-            "rerun with --repeats 5 to separate them")
+def _noise_words(a: Apart) -> str:
+    """The noise held against a gap, and where it came from."""
+    if a.gap >= a.noise.fraction and a.noise.measured:
+        return f"{a.noise.words()}; {a.gap:.0%} is beyond it but under the {LEAD_FLOOR:.0%} this report calls a lead"
+    if not a.noise.measured:
+        return f"under the {LEAD_FLOOR:.0%} this report calls a lead; the noise itself is {a.noise.words()}"
+    return a.noise.words() + ("" if a.noise.source == "repeats" else
+                              " (a single process on at least one side: --repeats 3 measures theirs)")
+
+
+def _margin_note(a: Apart) -> str:
+    """How the summary table qualifies a gap: 'within 25% noise, selfcheck', 'beyond 0.8% noise, this sweep',
+    'not resolved: noise not measured', 'under the 5% floor'."""
+    if a.within is None:
+        return "not resolved: noise not measured"
+    if not a.noise.measured:
+        return f"under the {LEAD_FLOOR:.0%} floor"
+    src = NOISE_SOURCE.get(a.noise.source, a.noise.source)
+    return f"{'within' if a.within else 'beyond'} {stats.percent(a.noise.fraction)} noise, {src}"
 
 
 def _why_simpler(pick, fastest) -> str:
@@ -90,12 +112,10 @@ def _why_simpler(pick, fastest) -> str:
     return "fewer settings changed from the defaults"
 
 
-def _tie_sentence(pick, fastest, tie: tuple) -> str:
-    gap, _, bound, repeated = tie
-    n = min(len(pick.process_sps), len(fastest.process_sps))
-    faster = "as fast (less than 1% apart)" if gap < 0.005 else f"{gap:.0%} faster"
-    return (f"{fastest.label} [{fastest.variant}] is {faster}, within the noise: {pick.label} is recommended, "
-            f"{_why_simpler(pick, fastest)}. The noise: {_noise_words(gap, bound, repeated, n)}.")
+def _tie_sentence(pick, fastest, tie: Apart) -> str:
+    faster = "as fast (less than 1% apart)" if tie.gap < 0.005 else f"{tie.gap:.0%} faster"
+    return (f"{fastest.label} is {faster}, within the noise: {pick.label} is recommended, "
+            f"{_why_simpler(pick, fastest)}. The noise: {_noise_words(tie)}.")
 
 
 def _efficiency_words(c, with_baseline: bool = True) -> str:
@@ -110,7 +130,7 @@ def _straggler_sentence(cs: list, best, workload: str):
     for c in sorted(cs, key=lambda c: c is not best):
         s = trace_report.straggler(c)
         if s:
-            return (f"Straggler in {c.label} [{c.variant}], rank {s[0]}: {trace_report.wait_words(c)} "
+            return (f"Straggler in {c.label}, rank {s[0]}: {trace_report.wait_words(c)} "
                     f"(table: {workload}: profiler traces).")
     return None
 
@@ -128,8 +148,7 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
     u = "GPUs" if cs[0].device_type == "cuda" else "processes"
     best, fastest, tie = choose(cs)
     many = best.device_count > 1
-    out = [f"{'Fastest' if tie is None else 'Recommended'}: {_name(best.strategy)}{_settings(best)} on {best.device_count} "
-           f"{u if many else SINGULAR[u]}, {best.samples_per_s:.1f} samples/s"
+    out = [f"{'Fastest' if tie is None else 'Recommended'}: {best.label}, {best.samples_per_s:.1f} samples/s"
            + (f", {_efficiency_words(best)}" if many and not math.isnan(best.efficiency) else "")
            + f" {_where(workload, 'throughput')}."]
     if tie is not None:
@@ -141,8 +160,8 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
                    f"samples/s ({_efficiency_words(m, with_baseline=False)}).")
     rivals = sorted((c for c in cs if c is not best), key=lambda c: -c.samples_per_s)
     lead = _runner_up(best, rivals[0]) if rivals and tie is None else None
-    if lead and lead[2]:
-        out.append(lead[2])
+    if lead:
+        out.append(lead[1])
     dp_cost = "–"
     dp = [c for c in cs if c.strategy == "dp" and c.device_count == best.device_count]
     if best.strategy != "dp" and best.device_count > 1:
@@ -186,10 +205,10 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
                        f"{_where(workload, 'memory')}.")
     eff = stats.shown_efficiency(best.efficiency, best.efficiency_noise, best.device_count).text() if many and not math.isnan(best.efficiency) else "–"
     if tie is not None:
-        margin = f"tie: {fastest.label} {tie[0]:.0%} faster (within noise)"
+        margin = f"tie: {fastest.label} {tie.gap:.0%} faster ({_margin_note(tie)})"
     else:
-        margin = "–" if lead is None else f"{lead[0]:.0%}" + (" (within noise)" if lead[1] else "")
-    row = [workload, precision, f"{_name(best.strategy)}{_settings(best)} x{best.device_count}", f"{best.samples_per_s:.1f}",
+        margin = "–" if lead is None else f"{lead[0].gap:.0%} ({_margin_note(lead[0])})"
+    row = [workload, precision, best.label, f"{best.samples_per_s:.1f}",
            eff, dp_cost, scaling, kind, margin]
     return row, out
 
@@ -199,16 +218,16 @@ SUMMARY_HEADERS = ["workload", "precision", "recommended", "samples/s", "efficie
 
 
 def _runner_up(best, second) -> tuple:
-    """(lead, within the noise?, sentence or ""): whether the recommended (and fastest) configuration is told apart
-    from the runner-up (`_apart`)."""
-    gap, within, bound, repeated = _apart(best, second)
-    if not within:
-        return gap, False, ""
-    n = min(len(best.process_sps), len(second.process_sps))  # several on both sides where repeated
-    apart = "as fast (less than 1% apart)" if gap < 0.005 else f"only {gap:.0%} slower"
-    why = ("under 5%, so let other grounds (memory, simplicity) decide between them" if gap >= bound
-           else f"within {_noise_words(gap, bound, repeated, n)}")
-    return gap, gap < bound, f"The runner-up, {second.label} [{second.variant}], is {apart}: {why}."
+    """(Apart, sentence): whether the recommended (and fastest) configuration is told apart from the runner-up, and the
+    noise that says so with its source."""
+    a = _apart(best, second)
+    apart = "as fast (less than 1% apart)" if a.gap < 0.005 else f"{a.gap:.0%} slower"
+    if a.within is None:
+        return a, (f"The runner-up, {second.label}, is {apart}: not told apart, the noise between processes is "
+                   f"{a.noise.words()}; rerun with --repeats 3 to tell them apart.")
+    if a.within:
+        return a, f"The runner-up, {second.label}, is only {apart}: within {_noise_words(a)}."
+    return a, f"The runner-up, {second.label}, is {apart}: beyond the noise, {a.noise.words()}."
 
 
 def _peak(c):
@@ -216,9 +235,19 @@ def _peak(c):
     return max(mem.values()) if mem else None
 
 
+BOUND_CATEGORIES = {"compute-bound": "compute", "host-bound": "host", "CPU work": "cpu"}
+
+
+def bound_category(kind: str) -> str:
+    """A bound's category, for a table's column: compute, host, communication, data, straggler, cpu or not measured."""
+    head = kind.split(" (")[0]
+    return BOUND_CATEGORIES.get(head, head)
+
+
 def bound(sweep: Sweep, workload: str, c) -> tuple:
-    """(kind, sentence): what bounds configuration c's step, as the recommendation says it for the one it picks: data,
-    a straggler, the host, communication, else compute (bench.report.tables gives it for every configuration)."""
+    """(kind, sentence): what bounds configuration c's step, as the recommendation says it for the one it picks, with
+    its evidence: data, a straggler, on CUDA the GPU's busy share (compute-bound, host-bound, communication, or not
+    measured without kernel traces), on CPU what was measured (bench.report.tables gives it for every configuration)."""
     return _bound(sweep, workload, c, "GPUs" if c.device_type == "cuda" else "processes")
 
 
@@ -233,18 +262,54 @@ def _bound(sweep: Sweep, workload: str, c, u: str) -> tuple:
         return "data", f"Data-bound: steps wait for data {wait / step:.0%} of the time {_where(workload, 'phases')}."
     lagging = trace_report.straggler(c)
     if lagging:
-        return f"straggler (rank {lagging[0]})", (f"Held back by a straggler, rank {lagging[0]}: {trace_report.wait_words(c)} "
+        return f"straggler (rank {lagging[0]})", (f"Held back by a straggler, rank {lagging[0]}: {trace_report.wait_words(c)}; "
+                                                  f"the same rank in every traced step, by more than the steps' jitter "
                                                   f"(table: {workload}: profiler traces).")
-    idle = trace_report.device_idle(c)
-    if idle and idle[0] > trace_report.HOST_BOUND_IDLE:
-        return f"host ({idle[0]:.0%} idle)", (f"Host-bound: the GPU's kernels take {idle[1]:.1f} ms of a {step:.1f} ms step and "
-                f"it sits idle {idle[0]:.0%} of the time, waiting for the host to issue work (table: {workload}: profiler "
-                f"traces); fewer, larger kernels help: --compile, a larger --per-device-batch.")
-    if not math.isnan(c.exposed_comm_ms) and step > 0 and c.exposed_comm_ms / step > COMM_BOUND:
-        return f"communication ({c.exposed_comm_ms / step:.0%})", (f"Communication-bound: {c.exposed_comm_ms / step:.0%} of a step is exposed communication "
-                f"(table: {workload}: DDP against the bounds of its step; `./run_bench.sh tune` searches DDP's settings).")
-    share = "" if math.isnan(c.exposed_comm_ms) or step <= 0 else f"; exposed communication {max(0.0, c.exposed_comm_ms) / step:.0%}"
-    return "compute", f"Compute-bound: neither data nor communication holds the step back{share} {_where(workload, 'phases')}."
+    got = comm_report.resolved(c) if c.device_count > 1 else None  # at one rank DDP's probe is its own work
+    comm = got / step if got is not None and step > 0 else math.nan
+    comm_words = f"; {comm_report.probe_words(c)}" if comm_report.probe_words(c) else ""
+    if c.device_type != "cuda":
+        if not math.isnan(comm) and comm > COMM_BOUND:
+            return f"communication ({comm:.0%})", _comm_sentence(c, comm, workload)
+        data = "" if math.isnan(wait) or step <= 0 else f"steps wait for data {_share(wait / step)} of the time"
+        probed = c.device_count > 1 and not math.isnan(c.exposed_comm_ms)
+        return (f"CPU work ({'data ' + _share(wait / step) if data else 'data not measured'}"
+                + (f", comm {_share(comm) if not math.isnan(comm) else 'not resolved'}" if probed else "") + ")",
+                f"On CPU, measured: {data or 'the data wait is not recorded'}{comm_words}; the rest of the step is the "
+                f"processes' own work on the cores, which is not split into computation and the host's overhead on CPU "
+                f"(no device sits idle waiting for it) {_where(workload, 'phases')}.")
+    b = trace_report.busy(c)
+    if b is None:
+        if not math.isnan(comm) and comm > COMM_BOUND:
+            return f"communication ({comm:.0%})", _comm_sentence(c, comm, workload)
+        return "not measured (no kernel traces)", (
+            f"What bounds the step is not measured: no kernel traces of {c.label} (on CUDA a few traced steps run after "
+            f"every measured window unless --no-profile; a failed profiler says why in the traces' notes); measured: "
+            f"data waits {_share(wait / step) if not math.isnan(wait) else 'not recorded'}{comm_words} "
+            f"{_where(workload, 'phases')}.")
+    if b.share >= trace_report.COMPUTE_BOUND_BUSY:
+        return f"compute-bound ({b.words()})", (
+            f"Compute-bound: the GPU's computation and copies fill {b.share:.0%} of a {step:.1f} ms step "
+            f"({b.work_ms:.1f} ms from its kernel traces; {trace_report.COMPUTE_BOUND_BUSY:.0%} or more reads "
+            f"compute-bound){comm_words} (table: {workload}: profiler traces).")
+    if max(b.comm_share, 0.0 if math.isnan(comm) else comm) > max(b.idle_share, COMM_BOUND):
+        share = max(b.comm_share, 0.0 if math.isnan(comm) else comm)
+        return f"communication ({b.words()}, collectives {share:.0%})", (
+            f"Communication-bound: the GPU's own work fills {b.share:.0%} of a {step:.1f} ms step and collectives outside "
+            f"it {share:.0%} (table: {workload}: profiler traces; `./run_bench.sh tune` searches DDP's settings).")
+    return f"host-bound ({b.words()})", (
+        f"Host-bound: the GPU's computation and copies take {b.work_ms:.1f} ms of a {step:.1f} ms step ({b.words()}); "
+        f"it waits for the host to issue work {b.idle_share:.0%} of the time{comm_words} (table: {workload}: profiler "
+        f"traces); fewer, larger kernels help: --compile, a larger --per-device-batch.")
+
+
+def _share(x: float) -> str:
+    return "less than 1%" if 0 <= x < 0.01 else f"{x:.0%}"
+
+
+def _comm_sentence(c, comm: float, workload: str) -> str:
+    return (f"Communication-bound: {comm:.0%} of a step is exposed communication (table: {workload}: DDP against the "
+            f"bounds of its step; `./run_bench.sh tune` searches DDP's settings).")
 
 
 def blocks(sweep: Sweep, figures: list = ()) -> list:
@@ -265,7 +330,9 @@ def blocks(sweep: Sweep, figures: list = ()) -> list:
                 "device, then DDP, then FSDP and the rest, DataParallel only where it is strictly faster); its scaling "
                 "efficiency; how much slower DataParallel ran at that count; the largest count whose efficiency stays "
                 f"at or above {EFFICIENCY_FLOOR:.0%}; what bounds its step; and its lead over the next fastest, 'within "
-                "noise' where that cannot be told from process-to-process variation. Each claim, with the table or plot "
-                "behind it, follows.")
+                "noise' where that cannot be told from process-to-process variation, 'not resolved' where that "
+                "variation is not measured on this device, with the noise figure and where it came from (the "
+                "configurations' own repeats, this sweep's repeated configuration, or selfcheck's figure for this "
+                "host). Each claim, with the table or plot behind it, follows.")
     shown = [("imgs", list(figures))] if figures else []
     return out + ([("table", SUMMARY_HEADERS, rows), *shown, key] if rows else []) + paragraphs

@@ -23,14 +23,13 @@ from typing import Optional
 from bench import stats
 from bench.analysis import cost
 from bench.analysis.nodes import starved_nodes
-from bench.analysis.reference import REFERENCE_EPOCHS, REFERENCE_IMAGES, REFERENCE_V100_S, train_times  # noqa: F401
+from bench.analysis.reference import REFERENCE_EPOCHS, REFERENCE_IMAGES, REFERENCE_V100_S, break_even, train_times  # noqa: F401
 from bench.config import ConfigError
 from bench.report import comm as comm_report
 from bench.report import cost as cost_report
 from bench.report import environment, frontier, sidebyside, training_state
 from bench.report import traces as trace_report
 from bench.report import pages
-from bench.report.recommend import SINGULAR
 from bench.report.pages import fmt
 from bench.store import store
 
@@ -71,7 +70,6 @@ def verdicts(configs: list) -> list:
     out = []
     for variant in dict.fromkeys(c.variant for c in configs):
         vs = [c for c in configs if c.variant == variant]
-        tag = f" [{variant}]" if variant != "fp32" else ""
         for n in sorted({c.device_count for c in vs if c.device_count > 1}):
             at_n = [c for c in vs if c.device_count == n and not math.isnan(c.speedup)]
             if at_n:
@@ -80,7 +78,6 @@ def verdicts(configs: list) -> list:
                 s += "".join(f", {name(c.strategy)} {c.speedup:.2f}x ({_efficiency_words(c)})" for c in rest)
                 out.append(s + f", against {first.baseline}.")
         top = max(c.device_count for c in vs)
-        u_top = u if top > 1 else SINGULAR[u]  # "on 1 GPU", "on 1 process"
         for c in vs:
             if c.device_count != top:
                 continue
@@ -88,10 +85,10 @@ def verdicts(configs: list) -> list:
             wait = c.data_wait_ms if not math.isnan(c.data_wait_ms) else c.phases_ms.get("data_ms", math.nan)
             if not math.isnan(wait) and c.summary.median_ms > 0:
                 share = wait / c.summary.median_ms * 100
-                parts.append(f"{share:.0f}% of a {name(c.strategy)} step on {top} {u_top}{tag} waits for data" if share >= 1
-                             else f"A {name(c.strategy)} step on {top} {u_top}{tag} waits for data less than 1% of the time")
-            if not math.isnan(c.exposed_comm_ms) and c.summary.median_ms > 0:
-                parts.append(f"{max(0.0, c.exposed_comm_ms) / c.summary.median_ms * 100:.0f}% is exposed communication")
+                parts.append(f"{c.label}: {share:.0f}% of a step waits for data" if share >= 1
+                             else f"{c.label}: a step waits for data less than 1% of the time")
+            if comm_report.probe_words(c):  # 'not resolved' inside the steps' spread; at one rank DDP's own work
+                parts.append(comm_report.probe_words(c))
             if parts:
                 out.append("; ".join(parts) + ".")
             waited = trace_report.comm_and_wait(c)  # --profile: how much of it is waiting for a slower rank
@@ -107,14 +104,39 @@ def _efficiency_words(c, what: str = "") -> str:
 
 
 def efficiency_text(c, spec: str = ".0%") -> str:
-    """The configuration's efficiency as shown: above 100% only with why (bench.stats.shown_efficiency)."""
+    """The configuration's efficiency as shown: above 100% only with why (bench.stats.shown_efficiency); at one device
+    a wrapper (DataParallel, DDP, ...) against single is its overhead, not scaling (`wrapper_text`)."""
+    if c.device_count == 1 and c.strategy != "single" and not math.isnan(c.speedup) and c.baseline:
+        return wrapper_text(c)
     return stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count).text(spec)
+
+
+def wrapper_text(c) -> str:
+    """'wrapper overhead 2.7% (against single device x1)': a one-device run of a wrapper against single, as the time a
+    step takes more; 'not resolved' inside the noise between processes, which is named."""
+    over = 1 / c.speedup - 1
+    noise = c.efficiency_noise
+    if math.isnan(noise):
+        return f"wrapper overhead {over:.1%} (against {c.baseline}; the noise between processes is not measured)"
+    if abs(over) <= noise:
+        return f"wrapper overhead not resolved ({over:.1%} against {c.baseline}, within the {stats.percent(noise)} noise)"
+    return f"wrapper overhead {over:.1%} (against {c.baseline})"
 
 
 def memory_text(c) -> tuple:
     """(allocated, reserved, device level) MiB of the fullest device, net of benchmark artefacts."""
     top = lambda d: max(d.values()) if d else None  # noqa: E731
     return top(c.memory_mib), top(c.reserved_mib), top(c.device_mib)
+
+
+FP32_ON_CUDA = ("fp32 on CUDA here means full fp32: TF32 off for matrix products and for cuDNN's convolutions "
+               "(torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False). PyTorch's own "
+               "default lets cuDNN use TF32 for convolutions, so a plain script's 'fp32' convolution model can run "
+               "faster than this row; --precision tf32 measures TF32.")
+
+
+def _top(d: dict):
+    return max(d.values()) if d else None
 
 
 TIMING = {"cuda_window_events": "CUDA: window wall time between two synchronisations, steps and phases from CUDA events",
@@ -136,18 +158,23 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
                      str(c.global_batch), str(c.summary.n), str(len(c.process_sps) or 1), fmt(c.samples_per_s), fmt(c.speedup, ".2f", "x"),
                      efficiency_text(c, ".1%"), fmt(c.summary.median_ms, ".2f"), fmt(c.summary.p10_ms, ".2f"),
                      fmt(c.summary.p90_ms, ".2f"), fmt(alloc, ".0f")]
-                    + ([fmt(reserved, ".0f"), fmt(level, ".0f")] if cuda else [])
+                    + ([fmt(reserved, ".0f"), fmt(level, ".0f"), fmt(_top(c.run_device_mib), ".0f")] if cuda else [])
                     + ["unstable" if c.unstable else "stable"])
-    mem = ["peak allocated MiB (fullest GPU)", "peak reserved MiB", "device level MiB (nvidia-smi)"] if cuda else ["peak RSS MiB (largest process)"]
+    mem = ["peak allocated MiB (fullest GPU)", "peak reserved MiB", "device level MiB (nvidia-smi)",
+           "whole run, device level MiB"] if cuda else ["peak RSS MiB (largest process)"]
     b.append(("table", ["strategy", "precision / settings", u, "global batch", "steps", "repeats", "samples/s", "speed-up",
                         "efficiency", "median step ms", "p10 ms", "p90 ms", *mem, "stability"], rows))
     methods = sorted({c.timing_method for c in configs if c.timing_method})
     b.append(("p", f"Throughput is samples over the timed window's wall time ({'; '.join(TIMING.get(m, m) for m in methods) or 'median step'}), "
                    f"the median over processes; speed-up and efficiency against single device x1 with the same precision "
                    f"and settings. Each step counts with its slowest rank. Unstable: IQR > {stats.UNSTABLE_IQR_FRACTION:.0%} "
-                   f"of the median step, or repeats spread more than {stats.UNSTABLE_REPEAT_SPREAD:.0%}."
-                   + (" Memory is net of the suite's pre-generated batches." if cuda else "")))
+                   f"of the median step, or repeats spread more than {stats.UNSTABLE_REPEAT_SPREAD:.0%}. At one device a "
+                   f"wrapper (DataParallel, DDP) against single device is its overhead, not scaling."
+                   + (" Memory is net of the suite's pre-generated batches; the steady peaks are those after the warm-up "
+                      "(its peaks reset), the whole run's include it: compilation and cuDNN's autotuning." if cuda else "")))
     numerics = {c.precision: c.numerics for c in configs if c.numerics}
+    if cuda and "fp32" in numerics:
+        b.append(("p", FP32_ON_CUDA))
     if numerics:
         b.append(("table", ["precision", "autocast", "TF32 matmul / cuDNN", "float32 matmul precision", "cuDNN benchmark", "grad scaler"],
                   [[p, str(n.get("autocast_dtype") or "–"), f"{n.get('tf32_matmul')} / {n.get('tf32_cudnn')}",
@@ -155,7 +182,10 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
                    for p, n in numerics.items()]))
     compiled = [c for c in configs if c.compile_s is not None and not math.isnan(c.compile_s)]
     if compiled:
-        b.append(("table", ["configuration", "first step with compilation s"], [[f"{c.label} [{c.variant}]", fmt(c.compile_s, ".1f")] for c in compiled]))
+        b.append(("table", ["configuration", "first step with compilation s", "warm-up s (all its steps)",
+                            "compiling pays after (steps)", "that is"], [_compile_row(c, configs) for c in compiled]))
+        b.append(("p", "Compiling pays after the steps whose time saved, against the same configuration uncompiled, "
+                       "adds up to the longer warm-up it costs; the time to train below includes the warm-up."))
     if workload == "deeplabv3":
         bars, how = train_times(configs)
         b.append(("h", 3, f"Time to train the reference experiment ({REFERENCE_EPOCHS} epochs of VOC 2012 train, "
@@ -169,10 +199,10 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
         for c in configs:
             alone = sweep.loader.get(c.device_count)
             if alone:
-                rows.append([c.label, c.variant, fmt(c.samples_per_s), fmt(alone), str(c.loader_workers or "–"),
+                rows.append([c.label, fmt(c.samples_per_s), fmt(alone), str(c.loader_workers or "–"),
                              "data-bound" if alone < 1.1 * c.samples_per_s else "no"])
         b.append(("h", 3, f"{workload}: the data loader alone"))
-        b.append(("table", ["configuration", "precision / settings", "training samples/s", "loader alone samples/s",
+        b.append(("table", ["configuration", "training samples/s", "loader alone samples/s",
                             "loader workers in all", "data-bound (loader < 1.1x training)"], rows))
     b += training_state.blocks(workload, configs)  # parameters, gradients, optimizer state per rank
     b += comm_report.ddp_bounds_blocks(sweep, workload, configs, u)
@@ -180,6 +210,22 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
     for key, path in plot_paths.items():
         b.append(("img", path, f"{workload} {key.replace('_', ' ')}"))
     return b
+
+
+def _compile_row(c, configs: list) -> list:
+    """A compiled configuration: its first step, its warm-up, and after how many steps compiling has paid."""
+    got = break_even(c, configs)
+    if got is None:
+        pays, that = "– (no eager twin measured)", "–"
+    elif math.isnan(got[0]):
+        pays, that = "never", f"no faster than {got[1].label}"
+    else:
+        steps = math.ceil(got[0])
+        epoch = REFERENCE_IMAGES / c.global_batch if c.workload == "deeplabv3" else math.nan
+        pays = f"{steps}"
+        that = (f"{steps / epoch:.1f} epochs of VOC 2012 train against {got[1].label}" if not math.isnan(epoch)
+                else f"{hms(steps * c.global_batch / c.samples_per_s)} of training against {got[1].label}")
+    return [c.label, fmt(c.compile_s, ".1f"), fmt(c.warmup_s, ".1f"), pays, that]
 
 
 def blocks(sweep: Sweep, plot_paths: dict, figures: list = (), memory_budget_gib: Optional[float] = None,

@@ -67,7 +67,7 @@ def _config_row(sweep: Sweep, c: Config, recommended: bool, costs: Optional[cost
     row.update(state_rank=rank, **{f"state_{k}": state.get(k) for k in training_state.STATE_KEYS})
     row["loader_alone_samples_per_s"] = sweep.loader.get(c.device_count)
     kind, why = recommend.bound(sweep, c.workload, c)
-    row.update(bound=kind.split(" (")[0], bound_detail=kind, bound_why=why, recommended=recommended)
+    row.update(bound=recommend.bound_category(kind), bound_detail=kind, bound_why=why, recommended=recommended)
     row["epochs"] = len(c.epoch_wall_s)
     row["epoch_wall_s_median"] = stats.median(c.epoch_wall_s) if c.epoch_wall_s else math.nan
     if costs is not None:

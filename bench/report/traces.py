@@ -1,19 +1,26 @@
-"""The report's part for --profile, from the traces table alone (bench.analysis.results: Config.traces).
+"""The report's part for the traced steps (every CUDA configuration by default, --profile on CPU), from the traces
+table alone (bench.analysis.results: Config.traces).
 
 Per configuration and rank: what the traced steps held (computation, exposed communication, copies,
 idle: bench.analysis.traces), read from what (the device's kernels by HTA's method, or host operations by the
 suite's adaptation of it), how much of the communication computation hid, how long each rank waited
-in collectives (bench.analysis.waits), and a link to its trace. The rank that waits markedly less than the others is named as
-the one they wait for; the traces' exposed communication is set beside the probe's, and where they
-disagree by more than the measured steps' noise the report says so.
+in collectives (bench.analysis.waits), and a link to its trace. How busy each GPU is (`busy`): its computation and
+copies per traced step against the measured median step, collectives left out (a kernel waiting for a peer is not
+work), per GPU where one process drives several (DataParallel): the recommendation's bound rests on it. A straggler is
+named only where the same rank waits least in every traced step by more than the measured steps' jitter
+(`straggler`). The traces' exposed communication is set beside the probe's, and where they disagree by more than
+the measured steps' noise the report says so.
 
+    busy(c)                          -> Busy or None          # the bound's evidence
     figure(configs, workload, where) -> Figure or None    # drawn beside the phases plot
     blocks(configs, workload)        -> report blocks       # after the workload's tables
 """
 from __future__ import annotations
 
+import json
 import math
 import os
+from dataclasses import dataclass
 from typing import Optional
 
 from bench.analysis import waits as wait_analysis
@@ -22,7 +29,7 @@ from bench.report.plots import _figure, _label
 
 SEGMENTS = (("compute_share", "computation", "#2ca02c"), ("comm_share", "exposed communication", "#d62728"),
             ("copy_share", "memory copies", "#e377c2"), ("idle_share", "idle", "#c7c7c7"))
-HOST_BOUND_IDLE = 0.5  # the device's kernels fill less than half of a measured step: the host holds it back
+COMPUTE_BOUND_BUSY = 0.85  # the GPU's own work fills at least 85% of a measured step: compute-bound, nothing else
 NOISE_FLOOR = 0.10   # the probe is a difference of two medians of a few steps: below 10% of a step, not told apart
 HOW_TO_OPEN = ("Open a trace at https://ui.perfetto.dev (drag the .gz file in), or the sweep's traces in TensorBoard: "
                "`pip install torch-tb-profiler`, then `tensorboard --logdir {folder}`.")
@@ -50,33 +57,92 @@ def per_rank(c) -> dict:
         fig["notes"] = [t.get("error") or t.get("note") for t in rows if t.get("error") or t.get("note")]
         fig["methods"] = sorted({t["method"] for t in ok if t.get("method")})
         fig["wait_matches"] = sorted({t["wait_match"] for t in ok if t.get("wait_match")})
+        fig["devices"] = _devices(rank, ok)
         out[rank] = fig
     return out
 
 
-def straggler(c) -> Optional[tuple]:
-    """(rank, its wait ms per step, the others' median) when one rank waits markedly less, else None."""
-    ranks = per_rank(c)
-    waits = {r: f["wait_per_step_ms"] for r, f in ranks.items()}
-    step_ms = _mean(f["span_per_step_ms"] for f in ranks.values())
-    rank = wait_analysis.straggler(waits, step_ms)
-    if rank is None:
-        return None
-    others = sorted(w for r, w in waits.items() if r != rank)
-    return rank, waits[rank], others[len(others) // 2]
+def _devices(rank: int, rows: list) -> dict:
+    """'rank R' (one GPU per rank) or 'cuda:D' (a process that drives several) -> {work, comm} ms per traced step,
+    averaged over repeats; {} where the rows were read from host operations. Rows stored before the device's work was
+    (schema 5): computation plus copies outside it, from their shares."""
+    out: dict = {}
+    for t in rows:
+        if t.get("method") != "device_kernels" or not t.get("steps"):
+            continue
+        per = json.loads(t["devices_json"]) if t.get("devices_json") else {}
+        if len(per) <= 1:
+            work = t.get("work_ms")
+            if work is None:
+                work = (t.get("compute_ms") or 0.0) + (t.get("copy_ms") or 0.0)
+            per = {f"rank {rank}": {"work_ms": work, "exposed_comm_ms": t.get("exposed_comm_ms") or 0.0}}
+        else:
+            per = {f"cuda:{d}": v for d, v in per.items()}
+        for d, v in per.items():
+            got = out.setdefault(d, {"work": [], "comm": []})
+            got["work"].append(v["work_ms"] / t["steps"])
+            got["comm"].append((v.get("exposed_comm_ms") or 0.0) / t["steps"])
+    return {d: {"work_ms": _mean(v["work"]), "comm_ms": _mean(v["comm"])} for d, v in out.items()}
 
 
-def device_idle(c) -> Optional[tuple]:
-    """(share of a measured step the device sat idle, its kernels' ms per step) where the traces read the device's
-    kernels, from the busiest rank: 1 - its kernels' busy time per traced step / the measured median step (a traced
-    step is slower on the host, the profiler's own work, so its idle share overstates; the kernels' time does not
-    move); None without kernel traces. One H100, DeepLabV3 bf16 at batch 8: 23 ms of kernels in a 64 ms step."""
-    busy = [f["span_per_step_ms"] * (1 - f["idle_share"]) for f in per_rank(c).values()
-            if "device_kernels" in f["methods"] and not math.isnan(f["idle_share"]) and not math.isnan(f["span_per_step_ms"])]
+@dataclass(frozen=True)
+class Busy:
+    """How busy the GPUs are in a measured step, from their kernels in the traced steps: work (computation and copies;
+    collectives left out: a kernel waiting for a peer is not work) per traced step against the measured median step
+    (a traced step runs slower on the host, the profiler's own work; the kernels' time does not move). `share` is the
+    least busy GPU's, `devices` every GPU's; comm_share: that GPU's collectives outside its work; idle_share: the rest."""
+    share: float
+    work_ms: float
+    step_ms: float
+    device: str
+    devices: dict
+    comm_share: float
+
+    @property
+    def idle_share(self) -> float:
+        return max(0.0, 1.0 - self.share - self.comm_share)
+
+    def words(self) -> str:
+        """'GPU busy 38%', with the least and the busiest GPU where there are several."""
+        if len(self.devices) < 2:
+            return f"GPU busy {self.share:.0%}"
+        top = max(self.devices, key=self.devices.get)
+        return f"GPU busy {self.share:.0%} ({self.device}; {top} {self.devices[top]:.0%})"
+
+
+def busy(c) -> Optional[Busy]:
+    """The bound's evidence (`Busy`) where the traces read the device's kernels; None otherwise (CPU, host operations,
+    no traces). One H100, DeepLabV3 bf16 at batch 8: 23 ms of kernels in a 60 ms step, busy 38%."""
     step = c.summary.median_ms
-    if not busy or not step or math.isnan(step) or step <= 0:
+    if not step or math.isnan(step) or step <= 0:
         return None
-    return max(0.0, 1 - max(busy) / step), max(busy)
+    devs = {d: v for f in per_rank(c).values() for d, v in f["devices"].items() if not math.isnan(v["work_ms"])}
+    if not devs:
+        return None
+    shares = {d: min(1.0, v["work_ms"] / step) for d, v in devs.items()}
+    least = min(shares, key=shares.get)
+    comm = min(1.0 - shares[least], devs[least]["comm_ms"] / step) if not math.isnan(devs[least]["comm_ms"]) else 0.0
+    return Busy(shares[least], devs[least]["work_ms"], step, least, shares, max(0.0, comm))
+
+
+def straggler(c) -> Optional[tuple]:
+    """(rank, its wait ms per traced step, the others' median) when the same rank waits least in every traced step of
+    every repeat, by more than the measured steps' jitter (their IQR) and `bench.analysis.waits.straggler`'s margins;
+    else None. Without per-step waits (stores of schema 5) no straggler is named."""
+    jitter = c.summary.iqr_ms if not math.isnan(c.summary.iqr_ms) else 0.0
+    named = set()
+    for repeat in sorted({t.get("repeat", 0) for t in c.traces}):
+        rows = [t for t in c.traces if t.get("repeat", 0) == repeat and t.get("step_waits_json")]
+        if len(rows) < 2:
+            continue
+        waits = {t["rank"]: json.loads(t["step_waits_json"]) for t in rows}
+        named.add(wait_analysis.straggler_steps(waits, c.summary.median_ms, jitter))
+    if len(named) != 1 or None in named:
+        return None
+    rank = named.pop()
+    waits = {r: f["wait_per_step_ms"] for r, f in per_rank(c).items()}
+    others = sorted(w for r, w in waits.items() if r != rank and not math.isnan(w))
+    return rank, waits[rank], others[len(others) // 2] if others else math.nan
 
 
 def wait_words(c) -> Optional[str]:
@@ -131,7 +197,7 @@ def figure(configs: list, workload: str, where: str):
     with_traces = [c for c in configs if any(t.get("span_ms") is not None for t in c.traces)]
     if not with_traces:
         return None
-    fig, (left, right) = _figure("Traced steps (--profile): where each rank's time went, and overlap", where, workload,
+    fig, (left, right) = _figure("Traced steps: where each rank's time went, and overlap", where, workload,
                                  width=12.0, ncols=2)
     labels, figs = [], []
     for c in with_traces:
@@ -182,20 +248,27 @@ def blocks(configs: list, workload: str) -> list:
         return []
     rows, lines = [], []
     for c in traced:
+        b = busy(c)
         for rank, f in per_rank(c).items():
             link = Link(os.path.basename(f["paths"][-1]), f["paths"][-1]) if f["paths"] else "; ".join(f["notes"]) or "–"
             read_from = ", ".join(READ_FROM.get(m, m) for m in f["methods"]) or "–"
-            rows.append([_label(c), str(rank), read_from] + [_fmt(f[k] * 100, ".0f", "%") for k, _, _ in SEGMENTS]
+            mine = {d: v for d, v in (b.devices if b else {}).items() if d in f["devices"]}
+            gpu = ", ".join(f"{d} {v:.0%}" if len(mine) > 1 else f"{v:.0%}" for d, v in mine.items()) or "–"
+            rows.append([_label(c), str(rank), read_from, gpu] + [_fmt(f[k] * 100, ".0f", "%") for k, _, _ in SEGMENTS]
                         + [_fmt(f["overlap_share"] * 100, ".0f", "%"), _fmt(f["wait_per_step_ms"], ".2f"),
                            _fmt(f["trace_mb"], ".2f"), _fmt(f["mb_per_step"], ".3f"), _fmt(f["profile_s"], ".1f"), link])
             lines += [f"{_label(c)}, rank {rank}: {n}" for n in f["notes"]]
         s = straggler(c)
         if s:
             lines.append(f"{_label(c)}: rank {s[0]} waits {s[1]:.2f} ms per traced step in collectives, the others "
-                         f"{s[2]:.2f} ms (median): they wait for rank {s[0]}, the straggler.")
+                         f"{s[2]:.2f} ms (median), and waits least in every traced step by more than the steps' jitter: "
+                         f"they wait for rank {s[0]}, the straggler.")
         elif len({t['rank'] for t in c.traces}) > 1:
-            lines.append(f"{_label(c)}: no rank waits markedly less than the others in collectives (no straggler).")
-        agree = probe_agreement(c)
+            lines.append(f"{_label(c)}: no straggler named: no rank waits least in every traced step by more than the "
+                         f"measured steps' jitter ({c.summary.iqr_ms:.2f} ms IQR)"
+                         + ("" if any(t.get("step_waits_json") for t in c.traces) else
+                            " (these traces hold no waits per step: a store of an older version)") + ".")
+        agree = probe_agreement(c) if c.device_count > 1 else None  # at one rank there is no communication to agree on
         if agree:
             trace_ms, probe_ms, noise, rank = agree
             verdict = ("they agree within the noise" if abs(trace_ms - probe_ms) <= noise else
@@ -209,11 +282,18 @@ def blocks(configs: list, workload: str) -> list:
     matches = {t["wait_match"] for c in traced for t in c.traces if t.get("wait_match")}
     paths = [t["path"] for c in traced for t in c.traces if t.get("path")]
     folder = os.path.dirname(paths[-1]) if paths else "the traces folder beside the store"
-    return [("h", 3, f"{workload}: profiler traces (--profile)"),
+    cost_s = sum(t.get("profile_s") or 0.0 for c in traced for t in c.traces)
+    mb = sum((t.get("trace_bytes") or 0) / 1e6 for c in traced for t in c.traces)
+    return [("h", 3, f"{workload}: profiler traces"),
             ("p", "A few steps after each configuration's measured window ran under torch.profiler on every rank (never the "
-                  "measured window itself). " + method_text(methods, matches)),
-            ("table", ["configuration", "rank", "read from", "computation", "exposed communication", "copies", "idle", "comm overlapped",
-                       "waiting in collectives ms/step", "trace MB", "MB/step", "profiling s", "trace"], rows),
+                  "measured window itself; on CUDA by default, the evidence of what bounds a step; on CPU with --profile). "
+                  f"They cost {cost_s:.1f} s of profiling and {mb:.1f} MB of traces in all (--no-profile leaves them out). "
+                  "GPU busy: the GPU's computation and copies per traced step against the measured median step; its "
+                  "collectives are left out (a kernel waiting for a peer is not work), every GPU on its own. "
+                  + method_text(methods, matches)),
+            ("table", ["configuration", "rank", "read from", "GPU busy (of a measured step)", "computation",
+                       "exposed communication", "copies", "idle", "comm overlapped", "waiting in collectives ms/step",
+                       "trace MB", "MB/step", "profiling s", "trace"], rows),
             *[("p", line) for line in lines],
             ("p", HOW_TO_OPEN.format(folder=folder))]
 

@@ -26,10 +26,8 @@ PART_COLORS = ("#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd")
 
 
 def label(c) -> str:
-    """'HSDP x2 (shard_size=2) [adamw]': the configuration, and what else sets it apart (precision, optimizer, ...)."""
-    rest = ([c.precision] if c.precision != "fp32" else []) + (["channels_last"] if c.channels_last else []) \
-        + (["compiled"] if c.compiled else []) + ([c.optimizer] if c.optimizer != "sgd" else [])
-    return c.label + (f" [{', '.join(rest)}]" if rest else "")
+    """'HSDP x2 [fp32, shard_size=2, adamw]': the configuration's one name (bench.analysis.results.label)."""
+    return c.label
 
 
 def hsdp_mesh(c) -> str:

@@ -1,12 +1,19 @@
-"""What tells two configurations apart: the spread between processes (the independent samples), the noise bound a
-difference must clear, comparisons of per-process throughputs (Welch, paired, with a configuration's own evidence over
-sweeps), Holm's correction, and how an efficiency above 100% is shown.
+"""What tells two configurations apart: the spread between processes (the independent samples), the noise a
+difference must clear and where that figure came from (`Noise`), comparisons of per-process throughputs (Welch,
+paired, with a configuration's own evidence over sweeps), Holm's correction, and how an efficiency above 100% is shown.
+
+The noise of a comparison rests on evidence measured on the device it speaks of, never on another device's
+(`pair_noise`): the two configurations' own repeats where both ran in several processes; else this sweep's spread
+between the processes of the configurations it repeated on this device (`sweep_noise`: on CUDA the sweep runs its
+cheapest configuration in 3 processes for it, bench.sweep.plan); else the figure `selfcheck` measured on this host and
+device (`host_noise`, kept by bench.store.hostnoise); else it is not measured (NOT_MEASURED), and no lead and no tie
+is called on it.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -29,19 +36,24 @@ class ShownEfficiency:
         return f"{self.shown:{spec}}" + (f" ({self.note})" if self.note else "")
 
 
-def shown_efficiency(efficiency: float, noise: float, device_count: int = 0) -> ShownEfficiency:
+def shown_efficiency(efficiency: float, noise, device_count: int = 0) -> ShownEfficiency:
     """The rule for an efficiency above 100% (the report's tables and sentences and the forecast use it alike).
     efficiency: measured against the 1-device baseline of the same sweep (fraction); noise: the relative throughput
-    difference that the configuration and its baseline cannot be told apart within (`noise_bound`, fraction).
-    Up to 100%: as measured. Above, by no more than the noise: 100%, with the measured value and the noise (two
-    processes of one device read 103% and 97% of each other as often). Above by more: the measured value stands,
-    with why it can exceed the ideal (superlinear: the per-device share fits a cache; or the baseline ran slow; at
-    device_count 1, the same device's work: the processes ran differently, which is not scaling)."""
+    difference that the configuration and its baseline cannot be told apart within (a fraction or a `Noise`; nan or
+    NOT_MEASURED: not measured). Up to 100%: as measured. Above, by no more than the noise: 100%, with the measured
+    value and the noise (two processes of one device read 103% and 97% of each other as often). Above with the noise
+    not measured: as measured, saying it cannot be told from 100%. Above by more: the measured value stands, with why
+    it can exceed the ideal (superlinear: the per-device share fits a cache; or the baseline ran slow; at device_count
+    1, the same device's work: the processes ran differently, which is not scaling)."""
+    noise = noise.fraction if isinstance(noise, Noise) else noise
     if efficiency is None or math.isnan(efficiency) or efficiency <= 1.0:
         return ShownEfficiency(float("nan") if efficiency is None else efficiency,
                                float("nan") if efficiency is None else efficiency, "")
-    noise_txt = f"{noise:.0%}" if not math.isnan(noise) else "unknown"
-    if not math.isnan(noise) and efficiency - 1.0 <= noise:
+    if noise is None or math.isnan(noise):
+        return ShownEfficiency(efficiency, efficiency, f"measured {efficiency:.0%}; the noise between processes is not "
+                                                       "measured on this device, so not told from 100%: rerun with --repeats 3")
+    noise_txt = percent(noise)
+    if efficiency - 1.0 <= noise:
         return ShownEfficiency(efficiency, 1.0, f"within noise: measured {efficiency:.0%}, noise {noise_txt}", True)
     if device_count == 1:
         return ShownEfficiency(efficiency, efficiency, f"faster than the baseline on one device by more than the {noise_txt} "
@@ -50,11 +62,73 @@ def shown_efficiency(efficiency: float, noise: float, device_count: int = 0) -> 
                                                    "(each device's share fits its caches) or a slow baseline")
 
 
-def noise_bound(a_sps: Sequence[float], b_sps: Sequence[float]) -> float:
-    """The relative throughput difference (fraction) within which two configurations cannot be told apart: the larger
-    spread between their processes where both ran several (`repeat_spread`), else PROCESS_NOISE."""
+@dataclass(frozen=True)
+class Noise:
+    """The process-to-process noise a comparison is held against: a relative throughput spread (fraction; nan when not
+    measured), where it came from (`source`: 'repeats', 'sweep', 'host' or 'none') and that in words (`detail`)."""
+    fraction: float
+    source: str
+    detail: str
+
+    @property
+    def measured(self) -> bool:
+        return self.source != "none" and not math.isnan(self.fraction)
+
+    def words(self) -> str:
+        """'0.8%, this sweep's spread between the 3 processes of ...' or 'not measured (...)'."""
+        return f"{percent(self.fraction)}, {self.detail}" if self.measured else f"not measured ({self.detail})"
+
+
+def percent(fraction: float) -> str:
+    """'0.8%' under 10% (a GPU's spread is a fraction of a percent), '25%' above."""
+    return f"{fraction:.1%}" if fraction < 0.1 else f"{fraction:.0%}"
+
+
+NOT_MEASURED = Noise(float("nan"), "none", "no configuration ran in several processes on this device in this sweep, and "
+                                           "selfcheck has stored no figure for this host and device")
+
+
+def pair_noise(a_sps: Sequence[float], b_sps: Sequence[float], fallback: Noise = NOT_MEASURED) -> Noise:
+    """The noise two configurations are told apart by: the larger spread between their processes where both ran
+    several (`repeat_spread`), else `fallback` (the sweep's, the host's, or NOT_MEASURED: bench.analysis.results)."""
     spreads = [repeat_spread(a_sps), repeat_spread(b_sps)]
-    return PROCESS_NOISE if any(math.isnan(v) for v in spreads) else max(spreads)
+    if any(math.isnan(v) for v in spreads):
+        return fallback
+    return Noise(max(spreads), "repeats", f"the spread between their {min(len(a_sps), len(b_sps))} processes each")
+
+
+def noise_bound(a_sps: Sequence[float], b_sps: Sequence[float], fallback: Noise = NOT_MEASURED) -> float:
+    """The relative throughput difference (fraction) within which two configurations cannot be told apart
+    (`pair_noise`'s figure); nan where it is not measured."""
+    return pair_noise(a_sps, b_sps, fallback).fraction
+
+
+def sweep_noise(repeated: Sequence[tuple], device: str) -> Optional[Noise]:
+    """This sweep's process-to-process noise on one device: the largest spread over the configurations it ran in
+    several processes there. repeated: [(label, [samples/s per process])]; None where none ran in several."""
+    spread = [(repeat_spread(sps), label, len(sps)) for label, sps in repeated if len(sps) >= 2]
+    spread = [s for s in spread if not math.isnan(s[0])]
+    if not spread:
+        return None
+    worst = max(spread, key=lambda s: s[0])
+    others = f", the largest of the {len(spread)} configurations it repeated" if len(spread) > 1 else ""
+    where = "GPU" if device == "cuda" else device.upper()
+    return Noise(worst[0], "sweep", f"this sweep's spread between the {worst[2]} processes of {worst[1]} on this {where}{others}")
+
+
+def host_noise(entry: Optional[dict]) -> Optional[Noise]:
+    """The per-host figure selfcheck stored (bench.store.hostnoise: raw per-process throughputs and where they came
+    from) as a Noise; None without an entry of two processes or more."""
+    if not entry:
+        return None
+    spread = repeat_spread(entry.get("process_sps") or [])
+    if math.isnan(spread):
+        return None
+    where = f"{entry['store']} sweep {entry.get('sweep_id')}" if entry.get("store") else "selfcheck's store"
+    return Noise(spread, "host", f"selfcheck's spread between {len(entry['process_sps'])} processes of "
+                                 f"{entry.get('configuration') or 'one configuration'} on host {entry.get('hostname')}, "
+                                 f"{entry.get('device_name') or entry.get('device_type')}, "
+                                 f"{str(entry.get('measured_at') or '?')[:10]} ({where})")
 
 
 def significance(a_ms: Sequence[float], b_ms: Sequence[float]) -> float:
@@ -71,7 +145,6 @@ def significance(a_ms: Sequence[float], b_ms: Sequence[float]) -> float:
 # ---------------------------------------------------------------- processes as the independent samples
 
 UNSTABLE_REPEAT_SPREAD = 0.10   # repeats' throughputs spread more than 10% of their median: "may be unstable"
-PROCESS_NOISE = 0.25            # without repeats: identical code differed by up to 1.22x between fresh processes here
 
 
 def repeat_spread(values: Sequence[float]) -> float:

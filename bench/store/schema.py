@@ -70,7 +70,12 @@ SCHEMA_HISTORY = {
        "round's raw times, ms: [comm_alone, comm_contended, load_contended, load_alone], co_run [solo, together] per "
        "chunk; older rows none: their spread unknown); forecasts gain forecast_step_ms_low and forecast_step_ms_high "
        "(the range the inputs' spreads give the forecast step) and in_range (the measured step inside it: 1 or 0; "
-       "older rows none)",
+       "older rows none); "
+       "traces gain work_ms (the device's computation and copies over the traced steps, collectives left out: a "
+       "kernel waiting for a peer is not work), devices_json (the same figures per GPU: a DataParallel process drives "
+       "several) and step_waits_json (each traced step's wait in collectives: the straggler's evidence); older rows "
+       "empty. Memory gains the whole run's peaks before the post-warm-up reset (run_peak_allocated_mib, "
+       "run_peak_reserved_mib, run_device_used_mib: warm-up, compilation, cuDNN's autotuning); older rows empty",
 }
 
 SCHEMA = """
@@ -142,6 +147,7 @@ CREATE TABLE IF NOT EXISTS memory (
     peak_allocated_mib REAL, peak_reserved_mib REAL, peak_rss_mib REAL,
     device_used_mib REAL, process_used_mib REAL, artefact_mib REAL, method TEXT,
     params_mib REAL, grads_mib REAL, optimizer_mib REAL, buckets_mib REAL, baseline_rss_mib REAL,
+    run_peak_allocated_mib REAL, run_peak_reserved_mib REAL, run_device_used_mib REAL,
     PRIMARY KEY (result_id, rank, device)
 );
 CREATE TABLE IF NOT EXISTS epochs (
@@ -166,6 +172,7 @@ CREATE TABLE IF NOT EXISTS traces (
     span_ms REAL, compute_ms REAL, comm_ms REAL, copy_ms REAL, idle_ms REAL, overlap_ms REAL, exposed_comm_ms REAL,
     wait_ms REAL, compute_share REAL, comm_share REAL, copy_share REAL, idle_share REAL, overlap_share REAL,
     method TEXT, wait_match TEXT,
+    work_ms REAL, devices_json TEXT, step_waits_json TEXT,
     PRIMARY KEY (result_id, rank)
 );
 CREATE TABLE IF NOT EXISTS nodes (
@@ -206,7 +213,8 @@ STEP_COLUMNS = ("kind", "rank", "step", "step_ms", "data_ms", "h2d_ms", "forward
                 "loss", "host_data_ms", "buffers_ms", "other_ms")
 MEMORY_COLUMNS = ("rank", "device", "device_name", "peak_allocated_mib", "peak_reserved_mib", "peak_rss_mib",
                   "device_used_mib", "process_used_mib", "artefact_mib", "method", "params_mib", "grads_mib",
-                  "optimizer_mib", "buckets_mib", "baseline_rss_mib")
+                  "optimizer_mib", "buckets_mib", "baseline_rss_mib", "run_peak_allocated_mib", "run_peak_reserved_mib",
+                  "run_device_used_mib")
 EPOCH_COLUMNS = ("epoch", "wall_s", "mean_loss", "data_wait_s", "samples", "steps",
                  "images", "images_seen", "images_repeated", "images_dropped")
 COMM_COLUMNS = ("scope", "ranks", "op", "size_bytes", "time_ms", "algbw_gbps", "busbw_gbps", "iters", "timing")
@@ -214,7 +222,7 @@ WINDOW_COLUMNS = ("rank", "kind", "first_step", "wall_s", "samples", "steps")
 TRACE_COLUMNS = ("rank", "path", "trace_bytes", "json_bytes", "steps", "first_step", "profile_s", "export_s", "read_s",
                  "note", "error", "span_ms", "compute_ms", "comm_ms", "copy_ms", "idle_ms", "overlap_ms", "exposed_comm_ms",
                  "wait_ms", "compute_share", "comm_share", "copy_share", "idle_share", "overlap_share", "method",
-                 "wait_match")
+                 "wait_match", "work_ms", "devices_json", "step_waits_json")
 BUCKET_COLUMNS = ("kind", "rank", "step", "bucket", "size_bytes", "ready_ms", "backward_ms")
 INTERFERENCE_COLUMNS = ("scope", "ranks", "op", "size_bytes", "comm_alone_ms", "comm_contended_ms", "compute_alone_ms",
                         "compute_contended_ms", "comm_slowdown", "compute_slowdown", "load", "rounds", "timing",
@@ -287,9 +295,13 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
                          "(SELECT result_id FROM results WHERE device_type = 'cpu')")  # a CPU trace holds no kernels
             conn.execute("UPDATE traces SET wait_match = 'order' WHERE wait_ms IS NOT NULL")  # the only way then
         version = 5
-    if version == 5:  # the forecast's spreads: older interference rows kept no rounds, older checks no range
+    if version == 5:  # the forecast's spreads: older interference rows kept no rounds, older checks no range; nothing
+        # measured the device's work apart from its collectives, nor the whole run's memory peak
         for table, cols in (("interference", ("rounds_json TEXT",)),
-                            ("forecasts", ("forecast_step_ms_low REAL", "forecast_step_ms_high REAL", "in_range INTEGER"))):
+                            ("forecasts", ("forecast_step_ms_low REAL", "forecast_step_ms_high REAL", "in_range INTEGER")),
+                            ("traces", ("work_ms REAL", "devices_json TEXT", "step_waits_json TEXT")),
+                            ("memory", ("run_peak_allocated_mib REAL", "run_peak_reserved_mib REAL",
+                                        "run_device_used_mib REAL"))):
             for col in cols:  # a store of version 1 or 2 had these tables made with today's columns above
                 if col.split()[0] not in _columns(conn, table):
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {col}")

@@ -39,6 +39,13 @@ DEFAULT_MIN_WINDOW_S = 1.0
 # build, three can (compare then called 30% slowdowns of every configuration of the default CPU sweep, docs/comparing.md).
 # On CUDA a process costs a model build and a CUDA start-up, so one, and --repeats where compare must decide.
 DEFAULT_REPEATS = {"cuda": 1, "cpu": 3}
+# The process-to-process noise the report holds a single process against must be measured on the device it speaks
+# of (25% measured between fresh processes on 2-core CPUs, 0.2-1% on one H100): on CUDA the cheapest configuration
+# runs in 3 processes (`noise_probe`), two more model builds and CUDA start-ups; on CPU every configuration already does.
+DEFAULT_NOISE_REPEATS = {"cuda": 3, "cpu": 1}
+# The bound's evidence: on CUDA a few traced steps after every measured window (bench.rank.profile) give the GPU's
+# busy share; on CPU no device sits idle, so the traces are --profile's alone.
+DEFAULT_PROFILE = {"cuda": True, "cpu": False}
 EQUIVALENCE_STEPS = 3
 PRECISION_NEEDS_AMPERE = ("tf32", "bf16")
 
@@ -164,11 +171,17 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
     if any(cfg.compile) and cfg.warmup == 0:
         raise ConfigError("--warmup 0 with --compile: compilation happens in the first step; expected --warmup >= 1 "
                           "so that it stays out of the measured steps")
+    profile = DEFAULT_PROFILE[dev] if cfg.profile is None else cfg.profile
+    for name in ("profile_steps", "profile_max_mb"):  # set, but no trace would be taken: refused, never ignored
+        if not profile and getattr(cfg, name) != SweepConfig.__dataclass_fields__[name].default:
+            raise ConfigError(f"--{name.replace('_', '-')}: takes effect with --profile only (on {dev} traces are off "
+                              f"unless --profile); add --profile, or leave --{name.replace('_', '-')} out")
     timeout = cfg.timeout
     pg = cfg.pg_timeout or (min(DEFAULT_PG_TIMEOUT_S[dev], timeout / 2) if timeout else DEFAULT_PG_TIMEOUT_S[dev])
     resolved = dataclasses.replace(
         cfg, workloads=names, device=dev, gpus=counts, gpus_per_node=per_node,
-        steps=cfg.steps or DEFAULT_STEPS[dev], repeats=cfg.repeats or DEFAULT_REPEATS[dev],
+        steps=cfg.steps or DEFAULT_STEPS[dev], repeats=cfg.repeats or DEFAULT_REPEATS[dev], profile=profile,
+        noise_repeats=cfg.noise_repeats or DEFAULT_NOISE_REPEATS[dev],
         min_window_s=cfg.min_window_s or (DEFAULT_MIN_WINDOW_S if cfg.steps is None else None), warmup=DEFAULT_WARMUP[dev] if cfg.warmup is None else cfg.warmup,
         pg_timeout=pg, num_workers=DEFAULT_NUM_WORKERS[dev] if cfg.num_workers is None else cfg.num_workers,
         # One rule for every strategy, CPU and CUDA alike: the node's cores shared by the most processes a node
@@ -230,10 +243,20 @@ def _global_batch(cfg: SweepConfig, info: WorkloadInfo, n: int) -> int:
     return pdb * n if cfg.scaling == "weak" else (cfg.global_batch or pdb * max(cfg.gpus))
 
 
+def noise_probe(cfg: SweepConfig) -> tuple:
+    """(workload, strategy, precision, channels_last, compile, optimizer) of the configuration that runs in
+    --noise-repeats processes: the cheapest one, single at 1 device (else the first strategy at the smallest count) in the
+    first of every axis, of the synthetic MLP where the sweep trains it."""
+    wl = "synthetic" if "synthetic" in cfg.workloads else cfg.workloads[0]
+    strategy = "single" if "single" in cfg.strategies else cfg.strategies[0]
+    return wl, strategy, cfg.precision[0], cfg.channels_last[0], cfg.compile[0], cfg.optimizer[0]
+
+
 def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
     """Benchmark configurations (RunSpec or Skip) of a resolved config, in run order."""
     out = []
     cuda = cfg.device == "cuda"
+    probe = noise_probe(cfg)
     for wl in cfg.workloads:
         info = registry.info(wl, cfg)
         pdb = cfg.per_device_batch or info.default_batch
@@ -254,8 +277,10 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
                     raise ConfigError(f"{wl} with {strategy} on {n} device(s): {micro} sample(s) per replica "
                                       f"(global batch {global_b}); {wl} needs at least {info.min_replica_batch} per replica "
                                       f"(BatchNorm in training mode)")
-                for options in strategy_options(cfg, strategy, n):
-                    for r in range(cfg.repeats):
+                first = n == (1 if strategy == "single" else min(cfg.gpus))
+                noisy = first and (wl, strategy, precision, cl, comp, opt) == probe
+                for k, options in enumerate(strategy_options(cfg, strategy, n)):
+                    for r in range(max(cfg.repeats, cfg.noise_repeats or 1) if noisy and k == 0 else cfg.repeats):
                         spec = RunSpec(
                             workload=wl, strategy=strategy, device_type=cfg.device, device_count=n,
                             per_device_batch=replica, global_batch=global_b, micro_batch=micro if micro < replica else 0,
@@ -347,12 +372,19 @@ def describe_resolved(cfg: SweepConfig, given: set) -> list:
     """Lines for the start of a sweep: every value that was filled in for the user, and the choices made for them."""
     from dataclasses import fields
     lines = []
-    shown = ("gpus", "repeats", "steps", "min_window_s", "warmup", "per_device_batch", "image_size", "pg_timeout", "threads_per_process",
+    shown = ("gpus", "repeats", "noise_repeats", "steps", "min_window_s", "warmup", "per_device_batch", "image_size", "pg_timeout", "threads_per_process",
              "synthetic_width", "synthetic_depth", "num_workers", "gpus_per_node", "memory_budget_gib")
     filled = [f"--{f.name.replace('_', '-')} {_text(getattr(cfg, f.name))}" for f in fields(cfg)
               if f.name in shown and f.name not in given and getattr(cfg, f.name) is not None]
     if filled:
         lines.append("defaults for this device: " + ", ".join(filled))
+    if cfg.profile and "profile" not in given:
+        lines.append(f"traces: {cfg.profile_steps} steps under torch.profiler after every measured window, the GPU's busy "
+                     "share behind the report's bound (their cost is printed at the end; --no-profile skips them)")
+    if cfg.noise_repeats and cfg.noise_repeats > cfg.repeats:
+        wl, strategy, precision, *_ = noise_probe(cfg)
+        lines.append(f"process noise: {wl} {strategy} [{precision}] runs in {cfg.noise_repeats} processes, the spread "
+                     "every single-process comparison of this device is held against (--noise-repeats sets how many)")
     if cfg.timeout is None:
         lines.append("per-configuration limit: follows the work (start-up allowance, then 3x the time the first "
                      "measured steps project); --timeout S sets a fixed one")
