@@ -61,7 +61,7 @@ def test_the_configurations_it_runs_on_1_2_and_8_gpus_with_and_without_bf16():
             assert main[main.index("--precision") + 1] == ("fp32,bf16" if bf16 else "fp32")
             # one sweep per step the main sweep does not run, and the gate at 2 of its own only above 2 GPUs
             assert len(runs) == 1 + sum(not s.in_main for s in steps.values()) + (n > 2)
-            assert (f"equivalence gate at 2" in titles) is (n > 2)
+            assert ("equivalence gate at 2" in titles) is (n > 2)
             for title, argv in runs[1:]:
                 assert argv[argv.index("--gpus") + 1] == (str(n) if title.startswith("one step") else "2")
                 assert "--no-report" in argv and argv[argv.index("--store") + 1] == "/s.sqlite"

@@ -47,7 +47,8 @@ def shown_efficiency(s: fs.Setting, eff: float, count: int) -> str:
     is the spread between the processes of the setting and of its single-device baseline."""
     if eff is None or math.isnan(eff):
         return "–"
-    noise = stats.noise_bound(s.single.process_sps if s.single is not None else [], s.any.process_sps)
+    noise = stats.noise_bound(s.single.process_sps if s.single is not None else [], s.any.process_sps,
+                              getattr(s.any, "noise_fallback", stats.NOT_MEASURED))
     return stats.shown_efficiency(eff, noise, count).text()
 
 

@@ -33,7 +33,6 @@ from bench.forecast import interference as itf
 from bench.forecast import memory as mm
 from bench.forecast import network as nw
 from bench.forecast import spread
-from bench import stats
 
 import numpy as np
 
