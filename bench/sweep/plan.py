@@ -17,12 +17,12 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from bench.config import ConfigError, SweepConfig, comm_hook_parts
+from bench.config import ConfigError, SweepConfig, activation_checkpointing, comm_hook_parts
 from bench.machine import cudacompat
-from bench.shared.spec import FSDP_BASED, PER_DEVICE, RunSpec, Skip
+from bench.shared.spec import DDP_BASED, FSDP_BASED, PER_DEVICE, RunSpec, Skip
 from bench.sweep import settings, shm
 from bench.sweep.settings import strategy_options
-from bench.workloads import registry, synthetic
+from bench.workloads import deeplabv3, registry, synthetic, transformer
 from bench.workloads.workload import WorkloadInfo
 
 DEFAULT_STEPS = {"cuda": 30, "cpu": 8}
@@ -176,6 +176,7 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         if not profile and getattr(cfg, name) != SweepConfig.__dataclass_fields__[name].default:
             raise ConfigError(f"--{name.replace('_', '-')}: takes effect with --profile only (on {dev} traces are off "
                               f"unless --profile); add --profile, or leave --{name.replace('_', '-')} out")
+    shape = _transformer_shape(cfg, dev) if "transformer" in names else None
     timeout = cfg.timeout
     pg = cfg.pg_timeout or (min(DEFAULT_PG_TIMEOUT_S[dev], timeout / 2) if timeout else DEFAULT_PG_TIMEOUT_S[dev])
     resolved = dataclasses.replace(
@@ -189,6 +190,9 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         threads_per_process=cfg.threads_per_process or max(1, machine.cpu_cores // min(per_node, max(counts + (cfg.comm_counts or ())))),
         synthetic_width=cfg.synthetic_width or synthetic.DEFAULTS[dev]["width"],
         synthetic_depth=cfg.synthetic_depth or synthetic.DEFAULTS[dev]["depth"],
+        activation_checkpointing=tuple(activation_checkpointing(a) for a in cfg.activation_checkpointing),
+        **({"transformer_preset": cfg.transformer_preset or transformer.DEFAULTS[dev]["preset"], "transformer_layers": shape.layers,
+            "transformer_width": shape.width, "transformer_heads": shape.heads, "seq_len": shape.seq_len} if shape else {}),
         # the recommendation's memory budget: the smallest GPU's memory; on CPU none unless given
         memory_budget_gib=cfg.memory_budget_gib or (round(min(machine.gpu_memory_bytes) / 2**30, 2)
                                                     if cuda and machine.gpu_memory_bytes else None))
@@ -197,6 +201,18 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
     # the prefetched batches and NCCL's segments of every configuration fit in /dev/shm
     shm.check([s for s in items if isinstance(s, RunSpec)], machine.shm_free_bytes, resolved.num_workers)
     return resolved
+
+
+def _transformer_shape(cfg: SweepConfig, dev: str):
+    """The transformer's shape: --transformer-preset (default per device) with the dimensions given. ConfigError."""
+    preset = cfg.transformer_preset or transformer.DEFAULTS[dev]["preset"]
+    if preset not in transformer.PRESETS:
+        raise ConfigError(f"--transformer-preset {preset!r}: not a preset; expected one of {', '.join(transformer.PRESETS)}")
+    shape = transformer.shape_of(preset, cfg.transformer_layers, cfg.transformer_width, cfg.transformer_heads, cfg.seq_len)
+    why = transformer.check_shape(shape)
+    if why:
+        raise ConfigError(why)
+    return shape
 
 
 # ---------------------------------------------------------------- the plan
@@ -238,6 +254,27 @@ def _skip_reason(cfg: SweepConfig, machine: Machine, wl: str, strategy: str, n: 
     return None
 
 
+def _option_skip(cfg: SweepConfig, strategy: str, options: dict) -> Optional[str]:
+    if options.get("offload", "none") != "none" and cfg.device != "cuda":
+        return ("FSDP2's CPU offload (CPUOffloadPolicy) keeps the shards, their gradients and the optimizer step in host "
+                "memory to free the GPU's; on CPU there is no device memory to free (it runs on CUDA only)")
+    return None
+
+
+def unused_refusal(wl: str, unused: tuple, aux: str) -> str:
+    """What a DDP configuration of a model whose parameters get no gradient needs, naming them and the flag."""
+    what = f"{wl} (--deeplabv3-aux {aux})" if wl == "deeplabv3" else wl
+    names = ", ".join(unused[:6]) + (f" and {len(unused) - 6} more" if len(unused) > 6 else "")
+    return (f"{what}: {len(unused)} parameter(s) get no gradient ({names}); DDP (ddp, zero) waits for every parameter's "
+            "gradient and fails on its second step without --find-unused-parameters true (and with --static-graph true, "
+            "which does not allow unused parameters: tried on torch 2.14)")
+
+
+def _needs_unused(strategy: str, options: dict, unused: tuple) -> bool:
+    """A DDP configuration that cannot run: parameters get no gradient and find_unused_parameters is off (or static_graph on)."""
+    return bool(unused) and strategy in DDP_BASED and (not options.get("find_unused_parameters") or options.get("static_graph"))
+
+
 def _global_batch(cfg: SweepConfig, info: WorkloadInfo, n: int) -> int:
     pdb = cfg.per_device_batch or info.default_batch
     return pdb * n if cfg.scaling == "weak" else (cfg.global_batch or pdb * max(cfg.gpus))
@@ -260,8 +297,12 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
     for wl in cfg.workloads:
         info = registry.info(wl, cfg)
         pdb = cfg.per_device_batch or info.default_batch
-        for strategy, precision, cl, comp, opt in itertools.product(cfg.strategies, cfg.precision, cfg.channels_last,
-                                                                   cfg.compile, cfg.optimizer):
+        shape = (transformer.shape_of(cfg.transformer_preset, cfg.transformer_layers, cfg.transformer_width,
+                                      cfg.transformer_heads, cfg.seq_len) if wl == "transformer" else None)
+        auxes = cfg.deeplabv3_aux if wl == "deeplabv3" else ("false",)
+        for strategy, precision, cl, comp, opt, ac, aux in itertools.product(
+                cfg.strategies, cfg.precision, cfg.channels_last, cfg.compile, cfg.optimizer, cfg.activation_checkpointing, auxes):
+            unused = tuple(deeplabv3.unused_parameters(aux)) if wl == "deeplabv3" else info.unused
             for n in ((1,) if strategy == "single" else cfg.gpus):
                 nodes = max(1, n // cfg.gpus_per_node) if n > cfg.gpus_per_node else 1
                 global_b = _global_batch(cfg, info, n)
@@ -278,8 +319,12 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
                                       f"(global batch {global_b}); {wl} needs at least {info.min_replica_batch} per replica "
                                       f"(BatchNorm in training mode)")
                 first = n == (1 if strategy == "single" else min(cfg.gpus))
-                noisy = first and (wl, strategy, precision, cl, comp, opt) == probe
-                for k, options in enumerate(strategy_options(cfg, strategy, n)):
+                noisy = first and (wl, strategy, precision, cl, comp, opt) == probe and (ac, aux) == (
+                    cfg.activation_checkpointing[0], auxes[0])
+                runs = strategy_options(cfg, strategy, n)
+                if runs and all(_needs_unused(strategy, dict(o), unused) for o in runs):
+                    raise ConfigError(unused_refusal(wl, unused, aux))  # not one configuration of it could run
+                for k, options in enumerate(runs):
                     for r in range(max(cfg.repeats, cfg.noise_repeats or 1) if noisy and k == 0 else cfg.repeats):
                         spec = RunSpec(
                             workload=wl, strategy=strategy, device_type=cfg.device, device_count=n,
@@ -295,8 +340,11 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
                             pin_memory=cfg.pin_memory and cuda, persistent_workers=cfg.persistent_workers,
                             synthetic_width=cfg.synthetic_width, synthetic_depth=cfg.synthetic_depth,
                             synthetic_repeats=cfg.synthetic_repeats, weights=cfg.weights or "",
-                            sync_bn=cfg.sync_bn, pg_timeout_s=cfg.pg_timeout, optimizer=opt)
-                        reason = _skip_reason(cfg, machine, wl, strategy, n, nodes, precision, cl, comp, info)
+                            sync_bn=cfg.sync_bn, pg_timeout_s=cfg.pg_timeout, optimizer=opt, activation_checkpointing=ac,
+                            deeplabv3_aux=aux, **(_shape_fields(shape) if shape else {}))
+                        reason = (_skip_reason(cfg, machine, wl, strategy, n, nodes, precision, cl, comp, info)
+                                  or _option_skip(cfg, strategy, dict(options))
+                                  or (unused_refusal(wl, unused, aux) if _needs_unused(strategy, dict(options), unused) else None))
                         if reason and r > 0:
                             continue  # a configuration that cannot run is recorded as skipped once, not per repeat
                         out.append(Skip(spec, reason) if reason else spec)
@@ -304,6 +352,11 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
     # a slow minute of a shared machine slows one process of several configurations, not every process of one
     # (three back-to-back DataParallel processes once all ran 20% slow and widened compare's bound to 55%).
     return sorted(out, key=lambda item: (item.spec if isinstance(item, Skip) else item).repeat)
+
+
+def _shape_fields(shape) -> dict:
+    return {"transformer_layers": shape.layers, "transformer_width": shape.width, "transformer_heads": shape.heads,
+            "transformer_vocab": shape.vocab, "seq_len": shape.seq_len}
 
 
 def loader_spec(s: RunSpec, cfg: SweepConfig, runnable: list) -> RunSpec:
@@ -373,7 +426,8 @@ def describe_resolved(cfg: SweepConfig, given: set) -> list:
     from dataclasses import fields
     lines = []
     shown = ("gpus", "repeats", "noise_repeats", "steps", "min_window_s", "warmup", "per_device_batch", "image_size", "pg_timeout", "threads_per_process",
-             "synthetic_width", "synthetic_depth", "num_workers", "gpus_per_node", "memory_budget_gib")
+             "synthetic_width", "synthetic_depth", "num_workers", "gpus_per_node", "memory_budget_gib", "transformer_preset",
+             "transformer_layers", "transformer_width", "transformer_heads", "seq_len")
     filled = [f"--{f.name.replace('_', '-')} {_text(getattr(cfg, f.name))}" for f in fields(cfg)
               if f.name in shown and f.name not in given and getattr(cfg, f.name) is not None]
     if filled:

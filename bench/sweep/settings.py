@@ -16,8 +16,8 @@ from bench.config import ConfigError, SweepConfig
 from bench.shared.spec import ONE_SHARD_GROUP
 
 DDP_DEFAULTS = {"bucket_cap_mb": None, "gradient_as_bucket_view": False, "static_graph": False, "sync_buffers": True,
-                "comm_hook": "none"}
-FSDP_DEFAULTS = {"reshard": True, "mixed_precision": "none"}
+                "comm_hook": "none", "find_unused_parameters": False}
+FSDP_DEFAULTS = {"reshard": True, "mixed_precision": "none", "offload": "none"}
 
 
 def hsdp_shard_sizes(cfg: SweepConfig, n: int) -> tuple:
@@ -29,12 +29,13 @@ def strategy_options(cfg: SweepConfig, strategy: str, n: int = 1) -> list:
     """Every combination of the strategy's settings asked for at count n, as sorted (name, value) tuples."""
     if strategy in ("ddp", "zero"):
         axes = {"bucket_cap_mb": cfg.bucket_cap_mb or (None,), "gradient_as_bucket_view": cfg.gradient_as_bucket_view,
-                "static_graph": cfg.static_graph, "sync_buffers": cfg.sync_buffers, "comm_hook": cfg.comm_hook}
+                "static_graph": cfg.static_graph, "sync_buffers": cfg.sync_buffers, "comm_hook": cfg.comm_hook,
+                "find_unused_parameters": cfg.find_unused_parameters}
         defaults = dict(DDP_DEFAULTS)
         if strategy == "zero":
             axes["parameters_as_bucket_view"], defaults["parameters_as_bucket_view"] = cfg.zero_bucket_view, False
     elif strategy in ("fsdp", "hsdp"):
-        axes = {"reshard": cfg.fsdp_reshard, "mixed_precision": cfg.fsdp_mixed_precision}
+        axes = {"reshard": cfg.fsdp_reshard, "mixed_precision": cfg.fsdp_mixed_precision, "offload": cfg.fsdp_offload}
         defaults = dict(FSDP_DEFAULTS)
         if strategy == "hsdp":
             axes["shard_size"], defaults["shard_size"] = hsdp_shard_sizes(cfg, n), None  # always stored
