@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from bench import stats
+from bench.analysis import fit
 from bench.store import hostnoise, read
 from bench.store.read import pick_sweep  # noqa: F401  (readers of a sweep take both from here)
 
@@ -153,6 +154,7 @@ class Sweep:
     nodes: list = field(default_factory=list)      # per multi-node result: (result_id, node rows)
     env_results: dict = field(default_factory=dict)  # env_id -> config keys of the results measured under it
     noise: stats.Noise = stats.NOT_MEASURED         # the process noise of a single process on this sweep's device (`noise`)
+    fit: list = field(default_factory=list)        # ./run_bench.sh fit: one bench.analysis.fit.Search per configuration
 
 
 def _memory(rows: list, device_type: str, per_node: int = 0) -> tuple:
@@ -287,7 +289,11 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
         if r["env_id"] is not None:
             out.env_results.setdefault(r["env_id"], []).append(r["config_key"])
     groups: dict = {}
+    fit_rows = [r for r in results if r["mode"] == "fit"]  # trials: one that did not fit is an answer, not a problem
+    out.fit = fit.searches(fit_rows, lambda rid: read.result_rows(conn, "memory", rid), STRATEGY_NAMES)
     for r in results:
+        if r["mode"] == "fit" and fit.verdict(r["status"], r["reason"], 0.0, 1.0) != fit.ERROR:
+            continue
         if r["mode"] == "equivalence":
             out.equivalence.append(r)
         if r["status"] != "ok":

@@ -26,6 +26,7 @@ from bench.analysis.nodes import starved_nodes
 from bench.analysis.reference import REFERENCE_EPOCHS, REFERENCE_IMAGES, REFERENCE_V100_S, break_even, train_times  # noqa: F401
 from bench.config import ConfigError
 from bench.report import comm as comm_report
+from bench.report import fit as fit_report
 from bench.report import cost as cost_report
 from bench.report import environment, frontier, levers, sidebyside, training_state
 from bench.report import traces as trace_report
@@ -246,6 +247,7 @@ def blocks(sweep: Sweep, plot_paths: dict, figures: list = (), memory_budget_gib
     s = sweep.sweep
     b: list = [("h", 1, f"DataParallel vs DistributedDataParallel: sweep {s['sweep_id']}")]
     b += recommend.blocks(sweep, figures)
+    b += fit_report.blocks(sweep)  # ./run_bench.sh fit: the largest batch each configuration fits, and its speed there
     b += frontier.blocks(sweep, *frontier.budget_mib(sweep, memory_budget_gib))  # the fastest that fits
     b += levers.blocks(sweep)  # what activation checkpointing, CPU offload, find_unused_parameters saved and cost
     b += cost_report.blocks(sweep, prices)  # --price-per-device-hour: the cheapest run beside the fastest
