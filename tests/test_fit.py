@@ -93,7 +93,7 @@ def test_fit_stores_every_trial_and_says_which_fits_what_and_which_trains_fastes
     assert sentence.startswith("transformer [fp32, sgd]: DDP x8 fits 32, FSDP x8 fits 96 a GPU; at its largest batch "
                                "FSDP x8 trains 2.50x faster than DDP x8"), sentence  # 96/12 ms against 32/10 ms
     table = next(b for b in fit_report.blocks(sweep) if b[0] == "table")
-    assert table[2][0][2:5] == ["32", "2.23 GiB", "33: out of memory"]  # 1000 MiB + 32 x 40
+    assert table[2][0][2:6] == ["32", "2.23 GiB", "33: out of memory", "2.23 GiB"]  # 1000 MiB + 32 x 40
 
 
 def test_fit_on_cpu_needs_a_budget_and_refuses_what_it_cannot_honour(tmp_path, capsys, monkeypatch):

@@ -83,7 +83,8 @@ class Search:
     strategy: str
     device_type: str
     device_count: int
-    label: str                          # 'DDP x2 (ac=full) [bf16, adamw]'
+    name: str                           # 'DDP x2 (ac=full)'
+    label: str                          # 'DDP x2 (ac=full) [bf16, adamw]': the name and the recipe where not the default
     recipe: tuple                       # (precision, optimizer): what the comparison sentence groups by
     budget_mib: float
     trials: list = field(default_factory=list)   # [(batch, verdict, peak MiB or None, reason)], by batch
@@ -122,10 +123,10 @@ def searches(fit_rows: list, memory_of: Callable[[int], list], names: dict) -> l
             ac = r.get("activation_checkpointing") or "none"
             opts += [f"ac={ac}"] if ac != "none" else []
             rest = [x for x in ((r["precision"] or "fp32"), (r.get("optimizer") or "sgd")) if x not in ("fp32", "sgd")]
-            label = (f"{names.get(r['strategy'], r['strategy'])} x{r['device_count']}"
-                     + (f" ({', '.join(opts)})" if opts else "") + (f" [{', '.join(rest)}]" if rest else ""))
+            name = f"{names.get(r['strategy'], r['strategy'])} x{r['device_count']}" + (f" ({', '.join(opts)})" if opts else "")
+            label = name + (f" [{', '.join(rest)}]" if rest else "")
             s = out[d["search"]] = Search(d["search"], r["workload"], r["strategy"], r["device_type"], int(r["device_count"]),
-                                          label, (r["precision"] or "fp32", r.get("optimizer") or "sgd"),
+                                          name, label, (r["precision"] or "fp32", r.get("optimizer") or "sgd"),
                                           float(d.get("budget_mib") or math.nan))
         batch = int(r["per_device_batch"])
         peak = peak_mib(memory_of(r["result_id"]), r["device_type"]) if r["status"] == "ok" else None
