@@ -9,7 +9,6 @@ import pytest
 
 from bench.analysis import fit
 from bench.commands import fit as fit_cmd
-from bench.config import ConfigError
 from bench.sweep.diagnose import Outcome
 from conftest import run_bench
 
@@ -125,3 +124,6 @@ def test_a_real_cpu_fit_measures_each_trials_peak_rss_against_the_budget(tmp_pat
     assert [(m, b) for m, b, _, _ in rows] == [("fit", 4), ("bench", 4)]  # the trial, then the measured run
     got = json.loads(rows[0][3])["fit"]
     assert got["verdict"] == "fits" and got["peak_mib"] == rows[0][2] > 100 and got["budget_mib"] == 64 * 1024
+    from bench import cli
+    assert cli.main(["--resume", "last", "--store", path, "--device", "cpu"]) == 2  # a search is run again, not resumed
+    assert conn.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 2

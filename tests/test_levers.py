@@ -225,7 +225,7 @@ def test_ddp_without_find_unused_parameters_is_refused_naming_the_parameters_and
 
 def test_deeplabv3_aux_true_adds_its_loss_at_half_weight_and_every_parameter_gets_a_gradient():
     from bench.workloads import deeplabv3
-    assert deeplabv3.unused_parameters("true") == [] and len(deeplabv3.unused_parameters("unused")) == 5
+    assert deeplabv3.unused_parameters("true") == () and len(deeplabv3.unused_parameters("unused")) == 5
     out = {"out": torch.zeros(1, 21, 4, 4), "aux": torch.zeros(1, 21, 4, 4)}
     out["aux"][:, 3] = 5.0
     y = torch.zeros(1, 4, 4, dtype=torch.long)

@@ -273,7 +273,7 @@ def unused_refusal(wl: str, unused: tuple, aux: str) -> str:
 def unused_parameters(cfg: SweepConfig, wl: str, aux: str = "false") -> tuple:
     """The parameters of a (resolved) workload that get no gradient: deeplabv3's unused auxiliary classifier, a user
     model's unused head (found by its dry run)."""
-    return tuple(deeplabv3.unused_parameters(aux)) if wl == "deeplabv3" else registry.info(wl, cfg).unused
+    return deeplabv3.unused_parameters(aux) if wl == "deeplabv3" else registry.info(wl, cfg).unused
 
 
 def _needs_unused(strategy: str, options: dict, unused: tuple) -> bool:
@@ -308,7 +308,7 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
         auxes = cfg.deeplabv3_aux if wl == "deeplabv3" else ("false",)
         for strategy, precision, cl, comp, opt, ac, aux in itertools.product(
                 cfg.strategies, cfg.precision, cfg.channels_last, cfg.compile, cfg.optimizer, cfg.activation_checkpointing, auxes):
-            unused = tuple(deeplabv3.unused_parameters(aux)) if wl == "deeplabv3" else info.unused  # as unused_parameters
+            unused = deeplabv3.unused_parameters(aux) if wl == "deeplabv3" else info.unused  # as unused_parameters
             for n in ((1,) if strategy == "single" else cfg.gpus):
                 nodes = max(1, n // cfg.gpus_per_node) if n > cfg.gpus_per_node else 1
                 global_b = _global_batch(cfg, info, n)

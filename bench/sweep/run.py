@@ -140,6 +140,8 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
         resumed = bool(cfg.resume)
         if resumed:
             row = store.find_sweep(conn, cfg.resume)
+            if row["command_line"].split()[1:2] == ["fit"]:  # its trials are a search, not a plan to finish
+                raise store.StoreError(f"sweep {row['sweep_id']} is a ./run_bench.sh fit, which is not resumed; run it again")
             if row["status"] == "running":
                 raise store.StoreError(f"sweep {row['sweep_id']} is still running (pid {row['pid']} on {row['hostname']})")
             original = SweepConfig.from_json(row["config_json"])

@@ -8,6 +8,8 @@ experiment's) does: its parameters get no gradient, and DDP then needs find_unus
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -46,13 +48,14 @@ def loss_with_aux(out, y):
     return segmentation_loss(out, y) + AUX_WEIGHT * segmentation_loss(out["aux"], y)
 
 
-def unused_parameters(aux: str) -> list:
+@functools.lru_cache(maxsize=None)
+def unused_parameters(aux: str) -> tuple:
     """The parameters that get no gradient with this --deeplabv3-aux: the auxiliary classifier's when it is unused."""
     if aux != "unused":
-        return []
+        return ()
     with torch.device("meta"):
         model = build_model(aux=aux)[0]
-    return [n for n, _ in model.named_parameters() if n.startswith(AUX_PREFIX)]
+    return tuple(n for n, _ in model.named_parameters() if n.startswith(AUX_PREFIX))
 
 
 def workload(spec, rank: int, device: torch.device) -> Workload:
