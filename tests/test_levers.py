@@ -28,7 +28,9 @@ from conftest import early_sweep
 
 WORLD, STEPS = 2, 3
 SHAPE = T.Shape(layers=4, width=32, heads=4, seq_len=16, vocab=64)
-CASES = (("ddp", "selective:2"), ("zero", "full"), ("fsdp", "full"), ("hsdp", "selective:2"))  # each strategy, each mode
+# each strategy, each mode; and FSDP2's CPUOffloadPolicy, which planning runs on CUDA only, built here without pinning
+CASES = (("ddp", "selective:2", ()), ("zero", "full", ()), ("fsdp", "full", ()), ("hsdp", "selective:2", ()),
+         ("fsdp", "none", (("offload", "cpu"),)))
 
 
 def spec(strategy: str, ac: str = "none", **options) -> RunSpec:
@@ -68,15 +70,16 @@ def _scenarios(rank: int) -> dict:
     from bench.rank.strategies import ddp_settings
     from bench.rank.worker import prepare
     out = {}
-    for strategy, ac in CASES:
-        s = spec(strategy, ac)
+    for strategy, ac, options in CASES:
+        s = spec(strategy, ac, **dict(options))
         torch.manual_seed(0)
         details = T.details(SHAPE, s.global_batch)
-        model = prepare(T.Transformer(SHAPE), s, Ctx(torch.device("cpu"), WORLD, rank, WORLD, options={}), details)
+        model = prepare(T.Transformer(SHAPE), s, Ctx(torch.device("cpu"), WORLD, rank, WORLD, options=dict(options)), details)
         opt = make_optimizer(model, False, "adamw")
         train(model, opt, [rank])
-        out[(strategy, ac)] = {"params": full_parameters(model), "state": full_optimizer_state(model, opt, rank),
-                               "ac": details["activation_checkpointing"]}
+        out[(strategy, ac, options)] = {"params": full_parameters(model), "state": full_optimizer_state(model, opt, rank),
+                                        "ac": details.get("activation_checkpointing", {"mode": "none"}),
+                                        "settings": ddp_settings(model)}
     for find_unused in (True, False):  # the model that needs it, with it and then without it (DDP's raw error)
         try:
             from bench.rank.strategies import apply_ddp
@@ -119,7 +122,7 @@ def ranks(tmp_path_factory) -> list:
 # ---- activation checkpointing ------------------------------------------------------------------
 
 @pytest.mark.timeout(240)
-def test_every_strategy_under_activation_checkpointing_reaches_the_parameters_and_adamw_state_of_one_process(ranks):
+def test_every_strategy_under_checkpointing_or_offload_reaches_the_parameters_and_adamw_state_of_one_process(ranks):
     from bench.rank.equivalence import full_optimizer_state
     from bench.rank.optimizer import make_optimizer
     torch.manual_seed(0)
@@ -128,8 +131,8 @@ def test_every_strategy_under_activation_checkpointing_reaches_the_parameters_an
     train(reference, opt, list(range(WORLD)))
     want = {n: p.detach() for n, p in reference.named_parameters()}
     want_state = full_optimizer_state(reference, opt)
-    for strategy, ac in CASES:
-        got = ranks[0][(strategy, ac)]
+    for strategy, ac, options in CASES:
+        got = ranks[0][(strategy, ac, options)]
         assert got["params"].keys() == want.keys(), (strategy, ac)  # the wrappers' names taken out
         bad = [n for n in want if not torch.allclose(got["params"][n], want[n], rtol=1e-4, atol=1e-5)]
         assert not bad, (strategy, ac, bad[:3])
@@ -137,7 +140,9 @@ def test_every_strategy_under_activation_checkpointing_reaches_the_parameters_an
         assert all(torch.allclose(got["state"][k], want_state[k], rtol=1e-3, atol=1e-6 * want_state[k].abs().max())
                    for k in want_state), (strategy, ac)
         every = activations.mode_every(ac)
-        assert (got["ac"]["checkpointed_units"], got["ac"]["units"]) == (SHAPE.layers // every, SHAPE.layers)
+        if every:
+            assert (got["ac"]["checkpointed_units"], got["ac"]["units"]) == (SHAPE.layers // every, SHAPE.layers)
+    assert "CPUOffloadPolicy" in ranks[0][("fsdp", "none", (("offload", "cpu"),))]["settings"]["offload"]
 
 
 def saved_bytes(model: nn.Module, x, y) -> int:

@@ -93,7 +93,7 @@ def apply_fsdp(model: nn.Module, ctx: Ctx, reshard_after_forward: bool = True, m
     mesh = (init_device_mesh(ctx.device.type, (dist.get_world_size(),)) if mesh_shape is None else
             init_device_mesh(ctx.device.type, tuple(mesh_shape), mesh_dim_names=("replicate", "shard")))
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
-    offload = {"offload_policy": CPUOffloadPolicy()} if offload_to_cpu else {}
+    offload = {"offload_policy": CPUOffloadPolicy(pin_memory=ctx.cuda)} if offload_to_cpu else {}  # pinning needs CUDA
     for block in shard_blocks(model):
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp, **offload)
     # The root keeps FSDP2's own rule (None: not resharded after forward, its backward starts at once);
