@@ -119,14 +119,14 @@ def confirm_pairs(elapsed_s: float, per_trial_s: float, budget_s: float) -> int:
 
 
 def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) -> dict:
-    from bench.sweep import plan
+    from bench.sweep import plan, settings
     from bench.workloads import registry
     counts = [n for n in cfg.gpus if n > 1]
     if not counts:
         raise ConfigError(f"tune: --gpus {','.join(map(str, cfg.gpus))} has no count above 1; DDP's settings matter across devices")
     strategy = "zero" if tuple(cfg.strategies) == ("zero",) else "ddp"
     name = STRATEGY_NAMES[strategy]
-    needs_unused = bool(plan.unused_parameters(cfg, cfg.workloads[0], cfg.deeplabv3_aux[0]))
+    needs_unused = bool(settings.unused_parameters(cfg, cfg.workloads[0], cfg.deeplabv3_aux[0]))
     pinned = {"find_unused_parameters": True} if needs_unused else {}
     ddp = [s for s in plan.bench_specs(dataclasses.replace(cfg, strategies=(strategy,), repeats=1, zero_bucket_view=(False,),
                                                            find_unused_parameters=(needs_unused,)), machine)

@@ -19,10 +19,10 @@ from typing import Optional
 
 from bench.config import ConfigError, SweepConfig, activation_checkpointing, comm_hook_parts
 from bench.machine import cudacompat
-from bench.shared.spec import DDP_BASED, FSDP_BASED, PER_DEVICE, RunSpec, Skip
+from bench.shared.spec import FSDP_BASED, PER_DEVICE, RunSpec, Skip
 from bench.sweep import settings, shm
 from bench.sweep.settings import strategy_options
-from bench.workloads import deeplabv3, registry, synthetic, transformer
+from bench.workloads import registry, synthetic, transformer
 from bench.workloads.workload import WorkloadInfo
 
 DEFAULT_STEPS = {"cuda": 30, "cpu": 8}
@@ -176,7 +176,7 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         if not profile and getattr(cfg, name) != SweepConfig.__dataclass_fields__[name].default:
             raise ConfigError(f"--{name.replace('_', '-')}: takes effect with --profile only (on {dev} traces are off "
                               f"unless --profile); add --profile, or leave --{name.replace('_', '-')} out")
-    shape = _transformer_shape(cfg, dev) if "transformer" in names else None
+    shape = transformer.resolve_shape(cfg, dev) if "transformer" in names else None
     timeout = cfg.timeout
     pg = cfg.pg_timeout or (min(DEFAULT_PG_TIMEOUT_S[dev], timeout / 2) if timeout else DEFAULT_PG_TIMEOUT_S[dev])
     resolved = dataclasses.replace(
@@ -201,18 +201,6 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
     # the prefetched batches and NCCL's segments of every configuration fit in /dev/shm
     shm.check([s for s in items if isinstance(s, RunSpec)], machine.shm_free_bytes, resolved.num_workers)
     return resolved
-
-
-def _transformer_shape(cfg: SweepConfig, dev: str):
-    """The transformer's shape: --transformer-preset (default per device) with the dimensions given. ConfigError."""
-    preset = cfg.transformer_preset or transformer.DEFAULTS[dev]["preset"]
-    if preset not in transformer.PRESETS:
-        raise ConfigError(f"--transformer-preset {preset!r}: not a preset; expected one of {', '.join(transformer.PRESETS)}")
-    shape = transformer.shape_of(preset, cfg.transformer_layers, cfg.transformer_width, cfg.transformer_heads, cfg.seq_len)
-    why = transformer.check_shape(shape)
-    if why:
-        raise ConfigError(why)
-    return shape
 
 
 # ---------------------------------------------------------------- the plan
@@ -254,33 +242,6 @@ def _skip_reason(cfg: SweepConfig, machine: Machine, wl: str, strategy: str, n: 
     return None
 
 
-def _option_skip(cfg: SweepConfig, strategy: str, options: dict) -> Optional[str]:
-    if options.get("offload", "none") != "none" and cfg.device != "cuda":
-        return ("FSDP2's CPU offload (CPUOffloadPolicy) keeps the shards, their gradients and the optimizer step in host "
-                "memory to free the GPU's; on CPU there is no device memory to free (it runs on CUDA only)")
-    return None
-
-
-def unused_refusal(wl: str, unused: tuple, aux: str) -> str:
-    """What a DDP configuration of a model whose parameters get no gradient needs, naming them and the flag."""
-    what = f"{wl} (--deeplabv3-aux {aux})" if wl == "deeplabv3" else wl
-    names = ", ".join(unused[:6]) + (f" and {len(unused) - 6} more" if len(unused) > 6 else "")
-    return (f"{what}: {len(unused)} parameter(s) get no gradient ({names}); DDP (ddp, zero) waits for every parameter's "
-            "gradient and fails on its second step without --find-unused-parameters true (and with --static-graph true, "
-            "which does not allow unused parameters: tried on torch 2.14)")
-
-
-def unused_parameters(cfg: SweepConfig, wl: str, aux: str = "false") -> tuple:
-    """The parameters of a (resolved) workload that get no gradient: deeplabv3's unused auxiliary classifier, a user
-    model's unused head (found by its dry run)."""
-    return deeplabv3.unused_parameters(aux) if wl == "deeplabv3" else registry.info(wl, cfg).unused
-
-
-def _needs_unused(strategy: str, options: dict, unused: tuple) -> bool:
-    """A DDP configuration that cannot run: parameters get no gradient and find_unused_parameters is off (or static_graph on)."""
-    return bool(unused) and strategy in DDP_BASED and (not options.get("find_unused_parameters") or options.get("static_graph"))
-
-
 def _global_batch(cfg: SweepConfig, info: WorkloadInfo, n: int) -> int:
     pdb = cfg.per_device_batch or info.default_batch
     return pdb * n if cfg.scaling == "weak" else (cfg.global_batch or pdb * max(cfg.gpus))
@@ -308,7 +269,7 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
         auxes = cfg.deeplabv3_aux if wl == "deeplabv3" else ("false",)
         for strategy, precision, cl, comp, opt, ac, aux in itertools.product(
                 cfg.strategies, cfg.precision, cfg.channels_last, cfg.compile, cfg.optimizer, cfg.activation_checkpointing, auxes):
-            unused = deeplabv3.unused_parameters(aux) if wl == "deeplabv3" else info.unused  # as unused_parameters
+            unused = settings.unused_parameters(cfg, wl, aux, info)
             for n in ((1,) if strategy == "single" else cfg.gpus):
                 nodes = max(1, n // cfg.gpus_per_node) if n > cfg.gpus_per_node else 1
                 global_b = _global_batch(cfg, info, n)
@@ -328,8 +289,8 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
                 noisy = first and (wl, strategy, precision, cl, comp, opt) == probe and (ac, aux) == (
                     cfg.activation_checkpointing[0], auxes[0])
                 runs = strategy_options(cfg, strategy, n)
-                if runs and all(_needs_unused(strategy, dict(o), unused) for o in runs):
-                    raise ConfigError(unused_refusal(wl, unused, aux))  # not one configuration of it could run
+                if runs and all(settings.needs_unused(strategy, dict(o), unused) for o in runs):
+                    raise ConfigError(settings.unused_refusal(wl, unused, aux))  # not one configuration of it could run
                 for k, options in enumerate(runs):
                     for r in range(max(cfg.repeats, cfg.noise_repeats or 1) if noisy and k == 0 else cfg.repeats):
                         spec = RunSpec(
@@ -347,10 +308,9 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
                             synthetic_width=cfg.synthetic_width, synthetic_depth=cfg.synthetic_depth,
                             synthetic_repeats=cfg.synthetic_repeats, weights=cfg.weights or "",
                             sync_bn=cfg.sync_bn, pg_timeout_s=cfg.pg_timeout, optimizer=opt, activation_checkpointing=ac,
-                            deeplabv3_aux=aux, **(_shape_fields(shape) if shape else {}))
+                            deeplabv3_aux=aux, **(transformer.spec_fields(shape) if shape else {}))
                         reason = (_skip_reason(cfg, machine, wl, strategy, n, nodes, precision, cl, comp, info)
-                                  or _option_skip(cfg, strategy, dict(options))
-                                  or (unused_refusal(wl, unused, aux) if _needs_unused(strategy, dict(options), unused) else None))
+                                  or settings.option_skip(cfg, strategy, dict(options), unused, wl, aux))
                         if reason and r > 0:
                             continue  # a configuration that cannot run is recorded as skipped once, not per repeat
                         out.append(Skip(spec, reason) if reason else spec)
@@ -358,11 +318,6 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
     # a slow minute of a shared machine slows one process of several configurations, not every process of one
     # (three back-to-back DataParallel processes once all ran 20% slow and widened compare's bound to 55%).
     return sorted(out, key=lambda item: (item.spec if isinstance(item, Skip) else item).repeat)
-
-
-def _shape_fields(shape) -> dict:
-    return {"transformer_layers": shape.layers, "transformer_width": shape.width, "transformer_heads": shape.heads,
-            "transformer_vocab": shape.vocab, "seq_len": shape.seq_len}
 
 
 def loader_spec(s: RunSpec, cfg: SweepConfig, runnable: list) -> RunSpec:

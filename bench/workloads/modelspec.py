@@ -104,7 +104,7 @@ def check_spec(spec: ModelSpec, name: str, device: str = "cpu") -> dict:
     if len(unused) == len(params):
         raise ConfigError(f"{name}: no parameter received a gradient")
     # Parameters with no gradient (an unused head): DDP waits for every parameter's gradient and fails on its second
-    # step unless find_unused_parameters is on; planning names them with the flag (bench.sweep.plan.unused_refusal).
+    # step unless find_unused_parameters is on; planning names them with the flag (bench.sweep.settings.unused_refusal).
     model.zero_grad(set_to_none=True)
     return {"unused_parameters": unused, "parameters": n_params, "input_shape": list(x.shape[1:]), "target_shape": list(y.shape[1:]),
             "input_dtype": str(x.dtype).removeprefix("torch."), "target_dtype": str(y.dtype).removeprefix("torch."),

@@ -202,6 +202,26 @@ def make_batch(s: Shape, g: torch.Generator, batch: int) -> tuple:
     return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
 
+def resolve_shape(cfg, device: str) -> Shape:
+    """The shape a (checked) SweepConfig asks for: --transformer-preset (DEFAULTS per device) with the dimensions given.
+    ConfigError for an unknown preset or a shape that cannot be built."""
+    from bench.config import ConfigError
+    preset = cfg.transformer_preset or DEFAULTS[device]["preset"]
+    if preset not in PRESETS:
+        raise ConfigError(f"--transformer-preset {preset!r}: not a preset; expected one of {', '.join(PRESETS)}")
+    shape = shape_of(preset, cfg.transformer_layers, cfg.transformer_width, cfg.transformer_heads, cfg.seq_len)
+    why = check_shape(shape)
+    if why:
+        raise ConfigError(why)
+    return shape
+
+
+def spec_fields(s: Shape) -> dict:
+    """The RunSpec fields that carry a shape to the ranks."""
+    return {"transformer_layers": s.layers, "transformer_width": s.width, "transformer_heads": s.heads,
+            "transformer_vocab": s.vocab, "seq_len": s.seq_len}
+
+
 def spec_shape(spec) -> Shape:
     return Shape(layers=spec.transformer_layers, width=spec.transformer_width, heads=spec.transformer_heads,
                  seq_len=spec.seq_len, vocab=spec.transformer_vocab)
