@@ -32,7 +32,8 @@ FIT_STEPS = 1       # the measured step: the peak of a step as training runs it
 MAX_BATCH = 4096
 REFUSED = {"check_equivalence": "fit measures memory and speed; run the gate in a sweep",
            "epochs": "fit's trials take a few steps; whole epochs belong to a sweep",
-           "resume": "a fit is not resumed; start it again", "profile": "fit's trials are not profiled; profile a sweep"}
+           "resume": "a fit is not resumed; start it again", "profile": "fit's trials are not profiled; profile a sweep",
+           "noise_repeats": "fit measures each configuration in --repeats processes; the noise probe is a sweep's"}
 
 
 def trial_spec(spec: RunSpec, batch: int) -> RunSpec:
@@ -73,7 +74,7 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
     conn = store.connect(cfg.store)
     env_id = store.insert_environment(conn, env_mod.capture())
     sweep_id = store.begin_sweep(conn, command_line, cfg.to_json(), env_id, label=cfg.label)
-    items = plan.bench_specs(dataclasses.replace(cfg, repeats=1), machine)
+    items = plan.bench_specs(dataclasses.replace(cfg, repeats=1, noise_repeats=1), machine)  # one search per configuration
     u = "GPU" if cfg.device == "cuda" else "process"
     log(f"fit {sweep_id} -> {cfg.store}: the largest per-device batch within {cfg.memory_budget_gib:g} GiB per {u} "
         f"({'the allocator peak reserved' if cfg.device == 'cuda' else 'peak RSS'}), {len(items)} configuration(s), "
