@@ -1,5 +1,5 @@
-"""Command line: `./run_bench.sh [run] FLAGS`, and the commands report, compare, tune, selfcheck, migrate, forecast, history,
-export.
+"""Command line: `./run_bench.sh [run] FLAGS`, and the commands report, compare, tune, fit, selfcheck, migrate, forecast,
+history, export.
 
 Bad input exits with status 2 and a message naming the value, before any process is spawned and
 before the store is touched. No command ends in a Python traceback: an internal error prints one
@@ -14,7 +14,7 @@ import traceback
 from bench import config, options
 from bench.store import store
 
-COMMANDS = ("run", "report", "compare", "ab", "tune", "selfcheck", "migrate", "forecast", "history", "export")
+COMMANDS = ("run", "report", "compare", "ab", "tune", "fit", "selfcheck", "migrate", "forecast", "history", "export")
 
 
 def run(argv: list) -> int:
@@ -55,6 +55,9 @@ def main(argv: list | None = None) -> int:
         if cmd == "tune":
             from bench.commands import tune
             return tune.main(rest)
+        if cmd == "fit":
+            from bench.commands import fit
+            return fit.main(rest)
         if cmd == "selfcheck":
             from bench.commands import selfcheck
             return selfcheck.main(rest)

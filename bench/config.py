@@ -27,6 +27,10 @@ PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")   # powersgd takes a rank: powersgd:4
 FSDP_MIXED = ("none", "bf16")
 OPTIMIZERS = ("sgd", "adamw")
+ACTIVATION_CHECKPOINTING = ("none", "full", "selective")   # selective takes every how many blocks: selective:3
+SELECTIVE_EVERY = 2          # selective alone: every 2nd block (torchtitan's default)
+FSDP_OFFLOAD = ("none", "cpu")
+DEEPLABV3_AUX = ("false", "true", "unused")
 LAUNCHERS = ("auto", "local", "slurm")
 
 
@@ -53,7 +57,7 @@ class SweepConfig:
     steps: Optional[int] = _f(None, "measured steps per configuration (default: 30 on CUDA, 8 on CPU, more where they would fill less than --min-window-s)", "int", 2)
     min_window_s: Optional[float] = _f(None, "shortest measured window, s: the step count grows past --steps until the warm-up's step time says the window lasts this long (default: 1 when --steps is not given; with --steps alone, exactly that many steps)", "float", 0.0)
     warmup: Optional[int] = _f(None, "warm-up steps, run and discarded (default: 10 on CUDA, 2 on CPU; with --compile at least 1)", "int", 0)
-    per_device_batch: Optional[int] = _f(None, "samples per device (default: synthetic 512 on CUDA / 64 on CPU; deeplabv3 8 on CUDA as the reference experiment, 2 on CPU; torchvision models 32 / 2)", "int", 1)
+    per_device_batch: Optional[int] = _f(None, "samples per device (default: synthetic 512 on CUDA / 64 on CPU; deeplabv3 8 on CUDA as the reference experiment, 2 on CPU; transformer 8 / 2 sequences; torchvision models 32 / 2)", "int", 1)
     scaling: str = _f("weak", "weak: batch per device fixed; strong: global batch fixed", "str")
     global_batch: Optional[int] = _f(None, "global batch for --scaling strong (default: per-device batch x largest count, split into per-device micro-batches where a replica holds more)", "int", 1)
     image_size: Optional[int] = _f(None, "image side in pixels for image models (default: deeplabv3 256 on CUDA as the reference, 64 on CPU; torchvision models their natural size on CUDA, 64 on CPU)", "int", 1)
@@ -67,6 +71,12 @@ class SweepConfig:
     synthetic_width: Optional[int] = _f(None, "synthetic MLP hidden width (default: 4096 on CUDA, 1024 on CPU; parameters ~ depth x width^2)", "int", 1)
     synthetic_depth: Optional[int] = _f(None, "synthetic MLP hidden layers (default: 8 on CUDA, 4 on CPU)", "int", 1)
     synthetic_repeats: int = _f(1, "apply each synthetic layer this many times: more compute, same parameters", "int", 1)
+    transformer_preset: Optional[str] = _f(None, "transformer size preset: tiny, 134m, 374m, 1.4b, 2.7b, 6.7b (parameters; default 134m on CUDA, tiny on CPU; docs/transformer.md)", "str")
+    transformer_layers: Optional[int] = _f(None, "transformer blocks (default: the preset's)", "int", 1)
+    transformer_width: Optional[int] = _f(None, "transformer model width, a multiple of --transformer-heads (default: the preset's)", "int", 1)
+    transformer_heads: Optional[int] = _f(None, "transformer attention heads (default: the preset's)", "int", 1)
+    seq_len: Optional[int] = _f(None, "transformer sequence length, tokens per sample (default: the preset's: 1024 or 2048 on the GPU presets, 32 for tiny)", "int", 2)
+    deeplabv3_aux: tuple = _f(("false",), "deeplabv3 auxiliary classifier axis: false, true (its loss added at weight 0.5, as torchvision's segmentation reference), unused (built and run but left out of the loss: DDP then needs --find-unused-parameters true)", "names")
     weights: Optional[str] = _f(None, "local state_dict file for deeplabv3 (default: random init; nothing is downloaded)", "str")
     data: str = _f("synthetic", "deeplabv3 data: synthetic|voc", "str")
     voc_root: Optional[str] = _f(None, "folder holding VOCdevkit/VOC2012 (or VOC2012 itself) for --data voc", "str")
@@ -80,13 +90,16 @@ class SweepConfig:
     bucket_cap_mb: Optional[tuple] = _f(None, "DDP bucket sizes to sweep, MiB (default: DDP's own, 25)", "floats", 0.0)
     gradient_as_bucket_view: tuple = _f((False,), "DDP gradient_as_bucket_view axis: false,true", "bools")
     static_graph: tuple = _f((False,), "DDP static_graph axis: false,true", "bools")
+    find_unused_parameters: tuple = _f((False,), "DDP find_unused_parameters axis (ddp, zero): false,true (true: a graph traversal after every forward; needed where a parameter gets no gradient)", "bools")
     sync_buffers: tuple = _f((True,), "DDP buffer synchronisation every forward (forward_sync_buffers, formerly broadcast_buffers) axis: true,false", "bools")
     comm_hook: tuple = _f(("none",), "DDP communication hooks to sweep: none,fp16,bf16,powersgd:RANK (e.g. powersgd:4)", "names")
     fsdp_reshard: tuple = _f((True,), "FSDP reshard_after_forward axis: true,false", "bools")
+    fsdp_offload: tuple = _f(("none",), "FSDP/HSDP CPU offload axis: none, cpu (FSDP2 CPUOffloadPolicy: shards, gradients and the optimizer step on the host; CUDA only)", "names")
     fsdp_mixed_precision: tuple = _f(("none",), "FSDP/HSDP mixed-precision policy axis: none (fp32) or bf16 (bf16 parameters, fp32 gradient reduction)", "names")
     zero_bucket_view: tuple = _f((False,), "ZeroRedundancyOptimizer parameters_as_bucket_view axis: false,true (true: parameters live in flat buckets, broadcast one bucket at a time)", "bools")
     hsdp_shard_size: Optional[tuple] = _f(None, "HSDP devices per shard group, an axis (default: the devices per node, or the count below one node); every count must be a multiple of it", "ints", 1)
     optimizer: tuple = _f(("sgd",), "optimizers to sweep: sgd (momentum 0.9, lr 0.01), adamw (torch's defaults: lr 1e-3, betas 0.9/0.999, weight_decay 0.01); one implementation for every strategy", "names")
+    activation_checkpointing: tuple = _f(("none",), "activation checkpointing axis: none, full (every block), selective (every 2nd block; selective:K every K-th): the transformer's blocks, ResNet blocks, the MLP's layers; recomputed in backward", "names")
     memory_budget_gib: Optional[float] = _f(None, "memory per device the recommendation must fit, GiB (default: the GPU's memory on CUDA; on CPU none unless given, then held against each rank's peak RSS)", "float", 0.0)
     check_equivalence: bool = _f(False, "check that dp/ddp/fsdp end k steps with the same parameters as one process", "bool")
     comm_bench: bool = _f(True, "run the collectives microbenchmark (all-reduce, all-gather, reduce-scatter) at every count > 1", "bool")
@@ -128,13 +141,15 @@ GROUPS = {
                     "loader_bench", "resume"),
     "devices and counts": ("gpus", "nodes", "gpus_per_node", "device", "launcher", "threads_per_process"),
     "workloads and data": ("per_device_batch", "scaling", "global_batch", "image_size", "synthetic_width",
-                           "synthetic_depth", "synthetic_repeats", "weights", "data", "voc_root", "download", "epochs",
+                           "synthetic_depth", "synthetic_repeats", "transformer_preset", "transformer_layers",
+                           "transformer_width", "transformer_heads", "seq_len", "deeplabv3_aux", "weights", "data", "voc_root", "download", "epochs",
                            "checkpoint", "num_workers", "pin_memory", "persistent_workers", "seed"),
     "precision and compilation": ("precision", "channels_last", "compile"),
-    "DDP settings": ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "sync_buffers", "comm_hook", "sync_bn"),
-    "FSDP settings": ("fsdp_reshard", "fsdp_mixed_precision"),
+    "DDP settings": ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "find_unused_parameters", "sync_buffers",
+                     "comm_hook", "sync_bn"),
+    "FSDP settings": ("fsdp_reshard", "fsdp_mixed_precision", "fsdp_offload"),
     "ZeRO and HSDP settings": ("zero_bucket_view", "hsdp_shard_size"),
-    "optimizer and memory": ("optimizer", "memory_budget_gib"),
+    "optimizer and memory": ("optimizer", "activation_checkpointing", "memory_budget_gib"),
     "measurement": ("steps", "min_window_s", "warmup"),
     "faults and limits": ("timeout", "pg_timeout"),
     "output": ("store", "plots_dir", "report_dir", "report", "label"),
@@ -239,6 +254,16 @@ def from_args(ns: argparse.Namespace) -> SweepConfig:
     for name, strategy in (("zero_bucket_view", "zero"), ("hsdp_shard_size", "hsdp")):
         if name in kw and strategy not in cfg.strategies:
             raise ConfigError(f"{flag(name)}: takes effect with --strategies {strategy} only; add {strategy}, or leave {flag(name)} out")
+    for name, strategies in (("find_unused_parameters", ("ddp", "zero")), ("fsdp_offload", ("fsdp", "hsdp"))):
+        if name in kw and not set(strategies) & set(cfg.strategies):
+            raise ConfigError(f"{flag(name)}: takes effect with --strategies {' or '.join(strategies)} only; add one, or "
+                              f"leave {flag(name)} out")
+    for name, workload in (("transformer_preset", "transformer"), ("transformer_layers", "transformer"),
+                           ("transformer_width", "transformer"), ("transformer_heads", "transformer"),
+                           ("seq_len", "transformer"), ("deeplabv3_aux", "deeplabv3")):
+        if name in kw and workload not in cfg.workloads:
+            raise ConfigError(f"{flag(name)}: sets the {workload} workload, which --workloads does not name; add {workload}, "
+                              f"or leave {flag(name)} out")
     return cfg
 
 
@@ -273,18 +298,23 @@ def check_values(cfg: SweepConfig) -> None:
         if getattr(cfg, name) not in allowed:
             raise ConfigError(f"{flag(name)}: {getattr(cfg, name)!r} is not one of {', '.join(allowed)}")
     for name, allowed in (("strategies", STRATEGIES), ("precision", PRECISIONS), ("fsdp_mixed_precision", FSDP_MIXED),
-                          ("optimizer", OPTIMIZERS)):
+                          ("optimizer", OPTIMIZERS), ("fsdp_offload", FSDP_OFFLOAD), ("deeplabv3_aux", DEEPLABV3_AUX)):
         values = getattr(cfg, name)
         for n in values:
             if n not in allowed:
                 raise ConfigError(f"{flag(name)}: unknown name {n!r}; expected a comma-separated subset of {','.join(allowed)}")
     for name in ("strategies", "workloads", "precision", "comm_hook", "fsdp_mixed_precision", "channels_last", "compile",
-                 "gradient_as_bucket_view", "static_graph", "sync_buffers", "fsdp_reshard", "zero_bucket_view", "optimizer"):
+                 "gradient_as_bucket_view", "static_graph", "sync_buffers", "fsdp_reshard", "zero_bucket_view", "optimizer",
+                 "find_unused_parameters", "fsdp_offload", "deeplabv3_aux"):
         values = getattr(cfg, name)
         if len(set(values)) != len(values):
             raise ConfigError(f"{flag(name)}: {','.join(map(str, values))} names an entry twice")
     for hook in cfg.comm_hook:
         comm_hook_parts(hook)
+    modes = [activation_checkpointing(a) for a in cfg.activation_checkpointing]
+    if len(set(modes)) != len(modes):
+        raise ConfigError(f"--activation-checkpointing: {','.join(cfg.activation_checkpointing)} names an entry twice "
+                          f"(selective is selective:{SELECTIVE_EVERY})")
     if cfg.label is not None:
         check_label(cfg.label)
 
@@ -313,3 +343,21 @@ def comm_hook_parts(text: str) -> tuple:
             raise ConfigError(f"--comm-hook: PowerSGD rank {rank!r} in {text!r}; expected a whole number >= 1")
         return name, r
     return name, None
+
+
+def activation_checkpointing(text: str) -> str:
+    """'none' | 'full' | 'selective' | 'selective:K' -> its stored form ('selective' is 'selective:2'); ConfigError otherwise."""
+    name, _, every = text.partition(":")
+    if name not in ACTIVATION_CHECKPOINTING or (every and name != "selective"):
+        raise ConfigError(f"--activation-checkpointing: {text!r} is not one of none, full, selective, selective:K "
+                          "(every K-th block, e.g. selective:3)")
+    if name != "selective":
+        return name
+    try:
+        k = int(every or SELECTIVE_EVERY)
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise ConfigError(f"--activation-checkpointing: {text!r}: K is {every!r}; expected a whole number >= 1 "
+                          "(selective:1 is full)")
+    return f"selective:{k}"

@@ -23,6 +23,7 @@ EPILOG = """examples:
   ./run_bench.sh --nodes 1,2,4 --gpus-per-node 8   inside a SLURM allocation (see slurm/bench.sbatch)
   ./run_bench.sh --resume last                     finish an interrupted sweep
   ./run_bench.sh tune --workloads synthetic --gpus 2 --budget 600     find DDP's best settings
+  ./run_bench.sh fit --workloads transformer --strategies ddp,fsdp --gpus 8   the largest batch each fits, and its speed
   ./run_bench.sh selfcheck                         check timing, memory and equivalence on this machine's GPUs
   ./run_bench.sh report                            re-render plots/ and results/report.{md,html}
   ./run_bench.sh compare --store old.sqlite --against new.sqlite

@@ -75,6 +75,11 @@ SHARDED_ARGS = [*FAST, "--strategies", "ddp,zero,fsdp,hsdp", "--optimizer", "ada
 # ~60M parameters (4 layers 3872 wide) under AdamW at 2 processes: DDP holds 458 MiB of AdamW state per rank, ZeRO half.
 ADAMW_60M_ARGS = [*FAST, "--synthetic-width", "3872", "--synthetic-depth", "4", "--per-device-batch", "2", "--strategies",
                   "ddp,zero", "--optimizer", "adamw", "--gpus", "2", "--no-comm-bench", "--device", "cpu", "--warmup", "0"]
+# The transformer under activation checkpointing with DDP (find_unused_parameters on) at 2 processes, one launch: what
+# test_levers reads of the store and the report (the levers' numerics are checked in its own two ranks).
+LEVERS_ARGS = ["--workloads", "transformer", "--strategies", "ddp", "--gpus", "2", "--activation-checkpointing", "full",
+               "--find-unused-parameters", "true", "--optimizer", "adamw", "--per-device-batch", "2", "--steps", "3",
+               "--warmup", "1", "--repeats", "1", "--no-report", "--no-comm-bench", "--device", "cpu"]
 # The forecast's held-out form as a user runs it: sweep 1 trains x1 and measures the machine at 2, sweep 2 trains x2.
 HELD_OUT_ARGS = [*FAST, "--strategies", "ddp", "--device", "cpu", "--interference"]
 HELD_OUT_SWEEPS = ([*HELD_OUT_ARGS, "--gpus", "1", "--comm-counts", "2"], [*HELD_OUT_ARGS, "--gpus", "2", "--no-comm-bench"])
@@ -91,6 +96,7 @@ EARLY_SWEEPS = {
     "held_out_pair": (("test_faults.py", "test_forecast.py"), HELD_OUT_SWEEPS),
     "adamw_60m": (("test_kineto_traces.py", "test_layout.py", "test_loading.py", "test_machinecheck.py",
                    "test_memory_state.py"), (ADAMW_60M_ARGS,)),
+    "levers_sweep": (("test_layout.py", "test_levers.py"), (LEVERS_ARGS,)),
 }
 _EARLY: dict = {}          # fixture name -> {"proc", "path", "tmp"} once started; "wanted": the names some test uses
 

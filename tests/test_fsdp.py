@@ -301,16 +301,18 @@ def test_two_ranks_measure_all_reduce_all_gather_and_reduce_scatter_as_nccl_test
     assert scenario(ranks, "collectives")[1]["rows"] == rows
 
 
-def test_shard_blocks_picks_resnet_vit_deeplabv3_and_mlp_blocks():
+def test_shard_blocks_picks_resnet_vit_deeplabv3_transformer_and_mlp_blocks():
     from torchvision.models import resnet18, vit_b_16
     from torchvision.models.resnet import BasicBlock, Bottleneck
     from torchvision.models.segmentation import deeplabv3_resnet101
     from torchvision.models.vision_transformer import EncoderBlock
+    from bench.workloads import synthetic, transformer
     with torch.device("meta"):
         cases = [(resnet18(num_classes=10), BasicBlock, 8),
                  (vit_b_16(weights=None, image_size=32), EncoderBlock, 12),
                  (deeplabv3_resnet101(weights=None, weights_backbone=None, num_classes=21, aux_loss=False), Bottleneck, 3 + 4 + 23 + 3),
-                 (MLP(64, 3), nn.Linear, 3)]
+                 (transformer.Transformer(transformer.PRESETS["134m"]), transformer.Block, 12),
+                 (MLP(64, 3), synthetic.Layer, 3)]
     for model, cls, n in cases:
         blocks = fsdp.shard_blocks(model)
         assert len(blocks) == n and all(type(b) is cls for b in blocks), (type(model).__name__, len(blocks))

@@ -249,9 +249,6 @@ BROKEN = {
                       r"no trainable parameters"),
     "forward raises": (GOOD + "\ndef build2():\n    d = build(); d['model'] = nn.Linear(5, 3); return d\n", "build2",
                        r"forward on inputs of shape \(2, 4\) raised RuntimeError"),
-    "unused parameter": (GOOD + "\nclass Net(nn.Linear):\n    def __init__(self):\n        super().__init__(4, 3)\n        self.extra = nn.Linear(2, 2)\n"
-                         "def build2():\n    d = build(); d['model'] = Net(); return d\n",
-                         "build2", r"2 trainable parameter\(s\) got no gradient \(e.g. extra.weight\)"),
 }
 
 

@@ -251,7 +251,7 @@ def test_a_version_4_store_gains_the_state_columns_optimizer_interference_and_he
     conn.close()
     conn = store.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 6
-    assert tuple(conn.execute("SELECT optimizer FROM results").fetchone()) == ("sgd",)
+    assert tuple(conn.execute("SELECT optimizer, activation_checkpointing FROM results").fetchone()) == ("sgd", "none")
     assert tuple(conn.execute("SELECT peak_rss_mib, params_mib, baseline_rss_mib FROM memory").fetchone()) == (700.0, None, None)
     # version 6: the whole run's peak (before the post-warm-up reset) was not recorded; nor the device's own work
     assert tuple(conn.execute("SELECT run_peak_reserved_mib, run_device_used_mib FROM memory").fetchone()) == (None, None)

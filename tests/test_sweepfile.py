@@ -94,7 +94,7 @@ def test_an_empty_config_name_is_refused_not_replaced_by_the_default_sweep(value
     assert not store.exists()
 
 
-@pytest.mark.parametrize("name", ["reference.toml", "quick-cpu.toml", "ddp-settings.toml"])
+@pytest.mark.parametrize("name", ["reference.toml", "quick-cpu.toml", "ddp-settings.toml", "transformer.toml"])
 def test_the_shipped_sweeps_resolve_on_a_cpu_and_on_eight_gpus(name, tmp_path, machine):
     extra = ["--voc-root", str(tmp_path)] if name == "reference.toml" else []
     if name == "reference.toml":
@@ -107,7 +107,7 @@ def test_the_shipped_sweeps_resolve_on_a_cpu_and_on_eight_gpus(name, tmp_path, m
         assert cfg.device == "cuda" and plan.plan(cfg, m)
     machine["m"] = CPU2
     cpu_args = args + (["--gpus", "1,2", "--epochs", "1", "--per-device-batch", "2", "--image-size", "32"]
-                       if name == "reference.toml" else ["--gpus", "2"] if name == "ddp-settings.toml" else [])
+                       if name == "reference.toml" else ["--gpus", "2"] if name in ("ddp-settings.toml", "transformer.toml") else [])
     cfg, _, m = options.prepare(cpu_args + ["--device", "cpu"])
     assert cfg.device == "cpu" and plan.plan(cfg, m)
 

@@ -14,7 +14,10 @@ from conftest import run_bench
 
 def test_screening_order_is_bucket_size_first_and_skips_buckets_beyond_the_gradients():
     names = [n for n, _ in tune.stages(grad_mib=8.0, has_buffers=False)]
-    assert names == ["bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "comm_hook"]
+    assert names == ["bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "comm_hook", "find_unused_parameters"]
+    # a model with parameters that get no gradient runs every trial with find_unused_parameters, and static_graph fails
+    needs = [n for n, _ in tune.stages(grad_mib=8.0, has_buffers=False, needs_unused=True)]
+    assert needs == ["bucket_cap_mb", "gradient_as_bucket_view", "comm_hook"]
     assert tune.stages(8.0, False, zero=True)[-1] == ("parameters_as_bucket_view", [True])  # ZeRO's own, screened last
     assert tune.stages(8.0, False)[0][1] == [1.0, 5.0]  # 25 is the default; past 2 x 8 MiB it is one bucket
     assert tune.stages(8.0, True)[-1] == ("sync_buffers", [False])
@@ -71,10 +74,10 @@ def test_the_search_and_its_least_confirmation_fit_the_budget_or_only_the_defaul
 def test_the_winner_is_given_back_as_sweep_flags_that_set_exactly_those_settings():
     from bench import config, options
     settings = {"bucket_cap_mb": 100.0, "comm_hook": "powersgd:4", "static_graph": True, "sync_buffers": False,
-                "gradient_as_bucket_view": True}
+                "gradient_as_bucket_view": True, "find_unused_parameters": True}
     cfg = config.from_args(options.run_parser().parse_args(tune.as_flags(settings).split()))
-    assert (cfg.bucket_cap_mb, cfg.comm_hook, cfg.static_graph, cfg.sync_buffers, cfg.gradient_as_bucket_view) == (
-        (100.0,), ("powersgd:4",), (True,), (False,), (True,))
+    assert (cfg.bucket_cap_mb, cfg.comm_hook, cfg.static_graph, cfg.sync_buffers, cfg.gradient_as_bucket_view,
+            cfg.find_unused_parameters) == ((100.0,), ("powersgd:4",), (True,), (False,), (True,), (True,))
 
 
 @pytest.mark.parametrize("flags, says", [
@@ -86,6 +89,7 @@ def test_the_winner_is_given_back_as_sweep_flags_that_set_exactly_those_settings
     (["--precision", "fp32,bf16"], "--precision fp32,bf16: tune takes one at a time"),
     (["--bucket-cap-mb", "100"], "--bucket-cap-mb: tune searches DDP's settings itself"),
     (["--comm-hook", "bf16"], "--comm-hook: tune searches DDP's settings itself"),
+    (["--find-unused-parameters", "true"], "--find-unused-parameters: tune searches DDP's settings itself"),
     (["--compile", "true"], "--compile: tune runs without it"),
     (["--repeats", "3"], "--repeats: tune runs its own interleaved pairs"),
 ])

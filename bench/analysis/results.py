@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from bench import stats
+from bench.analysis import fit
 from bench.store import hostnoise, read
 from bench.store.read import pick_sweep  # noqa: F401  (readers of a sweep take both from here)
 
@@ -30,12 +31,14 @@ STRATEGY_ORDER = ("single", "dp", "ddp", "zero", "fsdp", "hsdp")
 STATE_KEYS = ("params_mib", "grads_mib", "optimizer_mib", "buckets_mib")
 
 
-def variant(precision: str, channels_last: bool, compiled: bool, options: dict, optimizer: str = "sgd") -> str:
-    """'fp32', 'bf16, channels_last, bucket_cap_mb=100, adamw': a configuration's precision, memory format,
-    compilation, strategy settings and optimizer (when not SGD), as its label shows them."""
+def variant(precision: str, channels_last: bool, compiled: bool, options: dict, optimizer: str = "sgd",
+            ac: str = "none") -> str:
+    """'fp32', 'bf16, channels_last, bucket_cap_mb=100, adamw, ac=full': a configuration's precision, memory format,
+    compilation, strategy settings, optimizer (when not SGD) and activation checkpointing (when on), as its label
+    shows them."""
     parts = [precision] + (["channels_last"] if channels_last else []) + (["compiled"] if compiled else [])
     parts += [f"{k}={v}" for k, v in sorted(options.items())] + ([optimizer] if optimizer and optimizer != "sgd" else [])
-    return ", ".join(parts)
+    return ", ".join(parts + ([f"ac={ac}"] if ac and ac != "none" else []))
 
 
 def label(strategy: str, device_count: int, variant_text: str) -> str:
@@ -48,7 +51,8 @@ def label(strategy: str, device_count: int, variant_text: str) -> str:
 def row_variant(r: dict) -> str:
     """The variant of a results row (one that did not run too)."""
     return variant(r["precision"] or "fp32", bool(r["channels_last"]), bool(r["compiled"]), json.loads(r["options_json"] or "{}"),
-                   (r["optimizer"] if "optimizer" in r.keys() else None) or "sgd")
+                   (r["optimizer"] if "optimizer" in r.keys() else None) or "sgd",
+                   (r["activation_checkpointing"] if "activation_checkpointing" in r.keys() else None) or "none")
 
 
 @dataclass
@@ -97,11 +101,24 @@ class Config:
     state_mib: dict = field(default_factory=dict)  # rank -> {params_mib, grads_mib, optimizer_mib, buckets_mib, baseline_rss_mib}
     warmup_s: float = math.nan          # the warm-up steps' time (compilation and cuDNN's autotuning in it), median process
     warmup_steps: int = 0
+    activation_checkpointing: str = "none"        # none | full | selective:K
+    tokens_per_sample: Optional[int] = None       # a language model's sequence length (tokens/s = samples/s x this)
 
     @property
     def variant(self) -> str:
         """Everything but strategy and count that tells this configuration apart: precision, format, settings."""
-        return variant(self.precision, self.channels_last, self.compiled, self.options, self.optimizer)
+        return variant(self.precision, self.channels_last, self.compiled, self.options, self.optimizer,
+                       self.activation_checkpointing)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Tokens per second, all devices together (samples/s x tokens per sample); nan where a sample is no sequence."""
+        return self.samples_per_s * self.tokens_per_sample if self.tokens_per_sample else math.nan
+
+    @property
+    def tokens_per_s_per_device(self) -> float:
+        """Tokens per second per device: the global figure over the devices (torchtitan reports this one)."""
+        return self.tokens_per_s / self.device_count
 
     @property
     def series(self) -> tuple:
@@ -137,6 +154,7 @@ class Sweep:
     nodes: list = field(default_factory=list)      # per multi-node result: (result_id, node rows)
     env_results: dict = field(default_factory=dict)  # env_id -> config keys of the results measured under it
     noise: stats.Noise = stats.NOT_MEASURED         # the process noise of a single process on this sweep's device (`noise`)
+    fit: list = field(default_factory=list)        # ./run_bench.sh fit: one bench.analysis.fit.Search per configuration
 
 
 def _memory(rows: list, device_type: str, per_node: int = 0) -> tuple:
@@ -220,6 +238,8 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         params=r0["params"], data_wait_ms=stats.median(s.get("host_data_ms") for s in slowest), traces=traces,
         warmup_s=stats.median(warmup_s), warmup_steps=int(stats.median(warmup_steps)) if warmup_steps else 0,
         optimizer=r0["optimizer"] if "optimizer" in r0 and r0["optimizer"] else "sgd", state_mib=_state(memory),
+        activation_checkpointing=r0.get("activation_checkpointing") or "none",
+        tokens_per_sample=json.loads(r0["details_json"] or "{}").get("workload_details", {}).get("tokens_per_sample"),
     )
 
 
@@ -269,7 +289,11 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
         if r["env_id"] is not None:
             out.env_results.setdefault(r["env_id"], []).append(r["config_key"])
     groups: dict = {}
+    fit_rows = [r for r in results if r["mode"] == "fit"]  # trials: one that did not fit is an answer, not a problem
+    out.fit = fit.searches(fit_rows, lambda rid: read.result_rows(conn, "memory", rid), STRATEGY_NAMES)
     for r in results:
+        if r["mode"] == "fit" and fit.verdict(r["status"], r["reason"], 0.0, 1.0) != fit.ERROR:
+            continue
         if r["mode"] == "equivalence":
             out.equivalence.append(r)
         if r["status"] != "ok":

@@ -8,8 +8,11 @@ parameters_as_bucket_view is screened last; `--optimizer` (one) is the optimizer
 
 The search screens one setting at a time, each trial in fresh processes, keeping the best so far:
 bucket size first (it decides how gradients meet the all-reduce), then gradient_as_bucket_view,
-static_graph, the communication hooks (fp16, bf16 compression, PowerSGD rank 4) and, for models with
-buffers, per-forward buffer synchronisation. It is a greedy path, not the full product. Then it
+static_graph, the communication hooks (fp16, bf16 compression, PowerSGD rank 4), find_unused_parameters (what its
+graph traversal costs) and, for models with buffers, per-forward buffer synchronisation. It is a greedy path, not the
+full product. A model whose parameters get no gradient (--deeplabv3-aux unused, a user model
+with an unused head) needs find_unused_parameters: every trial runs with it, and static_graph (which such a model
+breaks) is not screened. Then it
 re-measures the winner against DDP's defaults in interleaved pairs (bench.commands.abtest: A/B alternately,
 so the machine's drift cancels) and states the result with its significance, or that the defaults
 are best. Each is set against the bounds of its step: no overlap (compute under no_sync() plus an
@@ -40,11 +43,14 @@ MIN_PAIRS, MAX_PAIRS = 3, 10
 KEEP_GAIN = 0.03            # a screened setting replaces the best only when 3% faster (one process each: noisy)
 
 
-def stages(grad_mib: float, has_buffers: bool, zero: bool = False) -> list:
-    """The settings to screen, in order: [(name, [values])]; bucket sizes past twice the gradients are one bucket."""
+def stages(grad_mib: float, has_buffers: bool, zero: bool = False, needs_unused: bool = False) -> list:
+    """The settings to screen, in order: [(name, [values])]; bucket sizes past twice the gradients are one bucket.
+    needs_unused: find_unused_parameters is on in every trial, and static_graph, which fails with it, is not screened."""
     buckets = [b for b in BUCKETS_MB if b <= max(2 * grad_mib, 1.0)]
-    out = [("bucket_cap_mb", [b for b in buckets if b != 25.0]), ("gradient_as_bucket_view", [True]),
-           ("static_graph", [True]), ("comm_hook", list(HOOKS))]
+    out = [("bucket_cap_mb", [b for b in buckets if b != 25.0]), ("gradient_as_bucket_view", [True])]
+    out += [] if needs_unused else [("static_graph", [True])]
+    out.append(("comm_hook", list(HOOKS)))
+    out += [] if needs_unused else [("find_unused_parameters", [True])]  # its traversal's cost, where nothing needs it
     if has_buffers:
         out.append(("sync_buffers", [False]))
     if zero:
@@ -58,7 +64,7 @@ FLAGS = {"parameters_as_bucket_view": "zero-bucket-view"}  # settings whose flag
 
 def with_options(spec: RunSpec, options: dict) -> RunSpec:
     defaults = {"bucket_cap_mb": None, "gradient_as_bucket_view": False, "static_graph": False, "sync_buffers": True,
-                "comm_hook": "none", "parameters_as_bucket_view": False}
+                "comm_hook": "none", "parameters_as_bucket_view": False, "find_unused_parameters": False}
     return dataclasses.replace(spec, options=tuple(sorted((k, v) for k, v in options.items() if v != defaults.get(k))))
 
 
@@ -86,7 +92,8 @@ def as_flags(options: dict) -> str:
 def check_command(argv: list, base: RunSpec, options: dict) -> str:
     """`./run_bench.sh ab` that re-measures these settings against DDP's defaults in the user's own A/B run."""
     pinned = ["--workloads", base.workload, "--strategies", base.strategy, "--gpus", str(base.device_count), "--precision",
-              base.precision] + (["--optimizer", base.optimizer] if base.optimizer != "sgd" else [])
+              base.precision] + (["--optimizer", base.optimizer] if base.optimizer != "sgd" else []) \
+        + (["--find-unused-parameters", "true"] if base.option("find_unused_parameters") else [])
     dropped = ("--budget", "--store", "--workloads", "--strategies", "--gpus", "--precision", "--optimizer")
     return " ".join(["./run_bench.sh", "ab", shlex.join(abtest._without(argv, dropped) + pinned),
                      "--b-args", shlex.quote(as_flags(options))])
@@ -112,19 +119,22 @@ def confirm_pairs(elapsed_s: float, per_trial_s: float, budget_s: float) -> int:
 
 
 def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) -> dict:
-    from bench.sweep import plan
+    from bench.sweep import plan, settings
     from bench.workloads import registry
     counts = [n for n in cfg.gpus if n > 1]
     if not counts:
         raise ConfigError(f"tune: --gpus {','.join(map(str, cfg.gpus))} has no count above 1; DDP's settings matter across devices")
     strategy = "zero" if tuple(cfg.strategies) == ("zero",) else "ddp"
     name = STRATEGY_NAMES[strategy]
-    ddp = [s for s in plan.bench_specs(dataclasses.replace(cfg, strategies=(strategy,), repeats=1, zero_bucket_view=(False,)), machine)
+    needs_unused = bool(settings.unused_parameters(cfg, cfg.workloads[0], cfg.deeplabv3_aux[0]))
+    pinned = {"find_unused_parameters": True} if needs_unused else {}
+    ddp = [s for s in plan.bench_specs(dataclasses.replace(cfg, strategies=(strategy,), repeats=1, zero_bucket_view=(False,),
+                                                           find_unused_parameters=(needs_unused,)), machine)
            if isinstance(s, RunSpec) and s.device_count == max(counts) and s.precision == cfg.precision[0]
            and s.optimizer == cfg.optimizer[0] and s.workload == cfg.workloads[0] and not s.channels_last and not s.compile]
     if not ddp:
         raise ConfigError(f"tune: {name} cannot run {cfg.workloads[0]} on {max(counts)} devices here (see ./run_bench.sh --help)")
-    base = with_options(ddp[0], {})
+    base = with_options(ddp[0], pinned)
     grad_mib = registry.gradient_bytes(base) / 2**20
     limits = Limits.for_spec(base, cfg.timeout)
     conn = store.connect(cfg.store)
@@ -135,9 +145,12 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
     t0 = time.monotonic()
     log(f"tune: {base.workload} {name}" + (f" ({base.optimizer})" if base.optimizer != "sgd" else "") + f" on {base.device_count} {'GPUs' if base.device_type == 'cuda' else 'processes'}, "
         f"{grad_mib:.1f} MiB of gradients, budget {budget_s:g} s -> {cfg.store}")
+    if needs_unused:
+        log("  parameters of this model get no gradient: every trial runs with find_unused_parameters=True "
+            "(static_graph, which fails with them, is not screened)")
 
     def trial(options: dict) -> tuple:
-        spec = with_options(base, options)
+        spec = with_options(base, {**pinned, **options})
         out = run_config(spec, limits)
         record_result(conn, screen_id, env_id, spec, out.status, out.reason, out.payload, out.started_at,
                             out.ended_at, out.wall_s, out.failed_rank)
@@ -151,7 +164,7 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
     per_trial = time.monotonic() - t0
     has_buffers = bool(default_out.payload.get("strategy_settings", {}).get("buffers"))
     tried = {(): best_sps}
-    for setting, values in stages(grad_mib, has_buffers, zero=strategy == "zero"):
+    for setting, values in stages(grad_mib, has_buffers, zero=strategy == "zero", needs_unused=needs_unused):
         for v in values:
             if not may_screen(time.monotonic() - t0, per_trial, budget_s):
                 break
@@ -176,7 +189,7 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
     sid_a = store.begin_sweep(conn, line, cfg.to_json(), env_id, label="tune: defaults")
     sid_b = store.begin_sweep(conn, line, cfg.to_json(), env_id, label=f"tune: {describe(challenger)}")
     store.pair_sweeps(conn, sid_a, sid_b)
-    a, b = abtest.Variant("a", base), abtest.Variant("b", with_options(base, challenger))
+    a, b = abtest.Variant("a", base), abtest.Variant("b", with_options(base, {**pinned, **challenger}))
 
     def record(v, spec, o):
         record_result(conn, sid_a if v.label == "a" else sid_b, env_id, spec, o.status, o.reason, o.payload,
@@ -229,9 +242,11 @@ def _allreduce_ms(base: RunSpec, grad_mib: float, limits: Limits) -> float:
     return stats.allreduce_ms_at(grad_mib * 2**20, [r["size_bytes"] for r in rows], [r["time_ms"] for r in rows])
 
 
-SEARCHED = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "sync_buffers", "comm_hook", "zero_bucket_view")
+SEARCHED = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "sync_buffers", "comm_hook", "zero_bucket_view",
+            "find_unused_parameters")
 NOT_TUNED = {"repeats": "tune runs its own interleaved pairs", "fsdp_reshard": "tune measures DDP only",
-             "fsdp_mixed_precision": "tune measures DDP only", "check_equivalence": "tune measures speed only",
+             "fsdp_mixed_precision": "tune measures DDP only", "fsdp_offload": "tune measures DDP only",
+             "check_equivalence": "tune measures speed only",
              "hsdp_shard_size": "tune measures DDP only (ddp or zero)", "memory_budget_gib": "tune measures speed only",
              "comm_counts": "tune measures DDP's settings at its own counts", "resume": "a tune is not resumed; start it again",
              "label": "tune labels its sweeps itself"}
@@ -243,7 +258,7 @@ def refuse_what_tune_decides(cfg, given: frozenset) -> None:
     if "strategies" in given and tuple(cfg.strategies) not in (("ddp",), ("zero",)):
         raise ConfigError(f"tune: --strategies {','.join(cfg.strategies)}: tune searches DDP's settings under ddp or zero, "
                           "one at a time; expected --strategies ddp or --strategies zero")
-    for name in ("workloads", "precision", "optimizer"):
+    for name in ("workloads", "precision", "optimizer", "activation_checkpointing", "deeplabv3_aux"):
         if name in given and len(getattr(cfg, name)) > 1:
             raise ConfigError(f"tune: {flag(name)} {','.join(getattr(cfg, name))}: tune takes one at a time; run it once for each")
     for name in SEARCHED:

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from bench.rank.activations import public_name
 from bench.rank.strategies import unwrap
 from bench.shared.spec import RunSpec
 
@@ -45,6 +46,7 @@ def full_parameters(model: nn.Module) -> dict:
     """Every parameter in full on the CPU, named as in the user's module (FSDP's shards gathered)."""
     out = {}
     for name, p in unwrap(model).named_parameters():
+        name = public_name(name)  # activation checkpointing's wrappers: the reference runs without them
         p = p.detach()
         if hasattr(p, "full_tensor"):  # a DTensor shard of FSDP2: a collective, every rank takes part
             p = p.full_tensor()
@@ -60,7 +62,7 @@ def full_optimizer_state(model: nn.Module, opt, rank: int = 0) -> dict:
     parameter (momentum_buffer; exp_avg, exp_avg_sq), step counts left out. FSDP2/HSDP keep it as DTensor shards
     (gathered: a collective), ZeroRedundancyOptimizer keeps each parameter's state on the rank that owns it
     (consolidated to rank 0: a collective). Every rank calls this; only rank 0's result is whole under ZeRO."""
-    named = list(unwrap(model).named_parameters())
+    named = [(public_name(n), p) for n, p in unwrap(model).named_parameters()]
     if hasattr(opt, "consolidate_state_dict"):  # ZeroRedundancyOptimizer
         opt.consolidate_state_dict(to=0)
         if rank != 0:

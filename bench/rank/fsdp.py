@@ -23,64 +23,19 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 try:
-    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor import DTensor
 except ImportError as e:  # FSDP2 became public in torch 2.6; the rest of the suite runs on older versions
     raise ImportError(f"the fsdp strategy needs torch>=2.6 (FSDP2's fully_shard), this is torch {torch.__version__}") from e
 
+from bench.rank.blocks import blocks
 from bench.rank.context import Ctx
 
 
-def _known_block_types() -> tuple:
-    types = [nn.TransformerEncoderLayer, nn.TransformerDecoderLayer]
-    try:
-        from torchvision.models.resnet import BasicBlock, Bottleneck
-        from torchvision.models.vision_transformer import EncoderBlock
-        types += [BasicBlock, Bottleneck, EncoderBlock]
-    except Exception:  # absent (ImportError) or broken: a torchvision built for another torch raises RuntimeError
-        pass           # on import; the synthetic MLP and user models need none of its blocks
-    return tuple(types)
-
-
-def _has_params(m: nn.Module) -> bool:
-    return any(True for _ in m.parameters())
-
-
-def _repeated_children(model: nn.Module) -> list:
-    """Children of the container (ModuleList/Sequential) whose repeated same-class children hold the
-    most parameters: the generic guess at "the layers" of a model the suite does not know."""
-    best, best_params = [], 0
-    for m in model.modules():
-        if not isinstance(m, (nn.ModuleList, nn.Sequential)):
-            continue
-        by_type: dict = {}
-        for c in m.children():
-            if _has_params(c):
-                by_type.setdefault(type(c), []).append(c)
-        for group in by_type.values():
-            n = sum(p.numel() for c in group for p in c.parameters())
-            if len(group) >= 2 and n > best_params:
-                best, best_params = group, n
-    return best
-
-
 def shard_blocks(model: nn.Module) -> list[nn.Module]:
-    """The submodules that become FSDP units, in module order, none inside another and none the root.
-
-    Known blocks: torchvision ResNet BasicBlock/Bottleneck (also DeepLabV3's backbone), ViT
-    EncoderBlock, nn.TransformerEncoderLayer/DecoderLayer, and the suite's MLP.layers. Any other model:
-    the repeated same-class children of its largest nn.ModuleList/nn.Sequential.
-    """
-    from bench.workloads.synthetic import MLP
-    known = _known_block_types()
-    mlp_layers = {id(layer) for m in model.modules() if isinstance(m, MLP) for layer in m.layers}
-    candidates = [m for m in model.modules()
-                  if m is not model and _has_params(m) and (isinstance(m, known) or id(m) in mlp_layers)]
-    if not candidates:
-        candidates = [m for m in _repeated_children(model) if m is not model]
-    # Keep the outermost: a block inside a chosen block (a ViT layer's MLP, say) stays in its unit.
-    inside = {id(sub) for m in candidates for sub in m.modules() if sub is not m}
-    return [m for m in candidates if id(m) not in inside]
+    """The submodules that become FSDP units, in module order, none inside another and none the root
+    (bench.rank.blocks: the transformer's blocks, ResNet blocks, ViT layers, the MLP's layers, else repeated children)."""
+    return blocks(model)
 
 
 def _broadcast_from_rank0(model: nn.Module) -> None:
@@ -109,7 +64,8 @@ def mesh_words(replicate: int, shard: int) -> dict:
 
 
 def apply_fsdp(model: nn.Module, ctx: Ctx, reshard_after_forward: bool = True, mesh_shape: tuple | None = None,
-               param_dtype: torch.dtype | None = None, reduce_dtype: torch.dtype | None = None) -> nn.Module:
+               param_dtype: torch.dtype | None = None, reduce_dtype: torch.dtype | None = None,
+               offload_to_cpu: bool = False) -> nn.Module:
     """FSDP2 over all ranks: `fully_shard` on each of `shard_blocks(model)`, then on the root.
 
     mesh_shape: None, a 1-D mesh of every rank (FSDP); (replicate, shard), HSDP: rank r belongs to shard group
@@ -120,6 +76,9 @@ def apply_fsdp(model: nn.Module, ctx: Ctx, reshard_after_forward: bool = True, m
     in backward) rather than keep them until backward; the root follows FSDP2's own rule (not resharded,
     since its backward starts at once). param_dtype: dtype of the gathered parameters and of the compute (e.g. torch.bfloat16; the sharded fp32 copy is what the optimizer updates).
     reduce_dtype: dtype of the gradient reduce-scatter. None keeps the parameters' dtype.
+    offload_to_cpu: FSDP2's CPUOffloadPolicy on every unit: the sharded parameters and their gradients live in pinned
+    host memory, each unit's are copied to the GPU for its all-gather and its gradients back after the reduce-scatter,
+    and the optimizer steps on the CPU (CUDA only: on CPU there is nothing to offload, planning skips it).
     Every forward must be followed by its backward (the suite's steps are): the root, left gathered after
     forward by FSDP2's rule, stays gathered after a forward with none (even under no_grad), and later steps
     then compute with its stale parameters (seen with torch 2.15: the head off by 0.09 after 4 steps).
@@ -134,11 +93,12 @@ def apply_fsdp(model: nn.Module, ctx: Ctx, reshard_after_forward: bool = True, m
     mesh = (init_device_mesh(ctx.device.type, (dist.get_world_size(),)) if mesh_shape is None else
             init_device_mesh(ctx.device.type, tuple(mesh_shape), mesh_dim_names=("replicate", "shard")))
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+    offload = {"offload_policy": CPUOffloadPolicy(pin_memory=ctx.cuda)} if offload_to_cpu else {}  # pinning needs CUDA
     for block in shard_blocks(model):
-        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp, **offload)
     # The root keeps FSDP2's own rule (None: not resharded after forward, its backward starts at once);
     # an explicit True would all-gather the root's parameters (DeepLabV3's head, ~16 M) again for backward.
-    fully_shard(model, mesh=mesh, reshard_after_forward=None if reshard_after_forward else False, mp_policy=mp)
+    fully_shard(model, mesh=mesh, reshard_after_forward=None if reshard_after_forward else False, mp_policy=mp, **offload)
     return model
 
 

@@ -28,7 +28,7 @@ def settings(precision: str, device_type: str, mode: str = "bench") -> dict:
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
-    benchmark = mode == "bench" and device_type == "cuda"
+    benchmark = mode in ("bench", "fit") and device_type == "cuda"  # a fit trial allocates as the measured run will
     torch.backends.cudnn.benchmark = benchmark
     torch.backends.cudnn.deterministic = mode == "equivalence"
     return {"precision": precision, "autocast_dtype": str(AUTOCAST[precision]).replace("torch.", "") if precision in AUTOCAST else None,

@@ -5,10 +5,11 @@
                               wrapper has no devices and calls the module directly: its overhead)
     apply_ddp(model, ctx)     DistributedDataParallel, NCCL on GPUs and gloo on CPU, one process per
                               device, with the settings in ctx.options (bucket_cap_mb,
-                              gradient_as_bucket_view, static_graph, sync_buffers, comm_hook)
+                              gradient_as_bucket_view, static_graph, find_unused_parameters, sync_buffers, comm_hook)
     apply_zero(model, ctx)    DDP as above, its optimizer sharded over the ranks by ZeroRedundancyOptimizer (ZeRO-1:
                               bench.rank.optimizer builds it; ctx.options: parameters_as_bucket_view)
-    apply_fsdp(model, ctx)    FSDP2 `fully_shard` per block, then the root (bench.rank.fsdp)
+    apply_fsdp(model, ctx)    FSDP2 `fully_shard` per block, then the root (bench.rank.fsdp); ctx.options: reshard,
+                              mixed_precision, offload (cpu: CPUOffloadPolicy, CUDA only)
     apply_hsdp(model, ctx)    FSDP2 on a 2-D mesh (replicate, shard): sharded within groups of ctx.options
                               shard_size ranks, replicated across them (replicate 1: FSDP's sharding,
                               still HSDP's all-reduce over a group of one: bench.shared.spec.ONE_SHARD_GROUP)
@@ -111,6 +112,7 @@ def ddp_kwargs(options: dict) -> dict:
     """DistributedDataParallel keyword arguments for the settings asked for (DDP's defaults otherwise)."""
     kw = {"gradient_as_bucket_view": bool(options.get("gradient_as_bucket_view", False)),
           "static_graph": bool(options.get("static_graph", False)),
+          "find_unused_parameters": bool(options.get("find_unused_parameters", False)),
           _buffer_sync_kwarg(): bool(options.get("sync_buffers", True))}
     if options.get("bucket_cap_mb") is not None:
         kw["bucket_cap_mb"] = float(options["bucket_cap_mb"])
@@ -174,10 +176,14 @@ def apply_fsdp(model: nn.Module, ctx: Ctx, mesh_shape: tuple | None = None) -> n
     from bench.rank import fsdp
     bf16 = ctx.options.get("mixed_precision", "none") == "bf16"  # bf16 parameters, fp32 gradient reduction
     reshard = bool(ctx.options.get("reshard", True))
+    offload = ctx.options.get("offload", "none") == "cpu"  # planning runs it on CUDA only
     model = fsdp.apply_fsdp(model, ctx, reshard_after_forward=reshard, mesh_shape=mesh_shape,
-                            param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32 if bf16 else None)
+                            param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32 if bf16 else None,
+                            offload_to_cpu=offload)
     model.bench_settings = {"blocks_reshard_after_forward": reshard, "mixed_precision": "bf16" if bf16 else "none",
-                            "root_reshard_after_forward": "FSDP2's own rule: not resharded" if reshard else False}
+                            "root_reshard_after_forward": "FSDP2's own rule: not resharded" if reshard else False,
+                            **({"offload": "cpu: CPUOffloadPolicy (shards, gradients and the optimizer step on the host)"}
+                               if offload else {})}
     return model
 
 
@@ -218,5 +224,6 @@ def ddp_settings(model: nn.Module) -> dict:
     zero = getattr(ddp, "bench_zero", None)
     return {"bucket_cap_mb": ddp.bucket_bytes_cap / 2**20, "gradient_as_bucket_view": ddp.gradient_as_bucket_view,
             "static_graph": bool(ddp.static_graph), "sync_buffers": bool(ddp.broadcast_buffers),
+            "find_unused_parameters": bool(ddp.find_unused_parameters),
             "buffers": len(ddp.modules_buffers), **getattr(ddp, "bench_comm_hook", {}),
             **({"optimizer_sharded": "ZeroRedundancyOptimizer", **zero, "overlap_with_ddp": False} if zero is not None else {})}

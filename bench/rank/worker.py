@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bench.rank import buckets, calibrate, equivalence, memory, precision, timing
+from bench.rank import activations, buckets, calibrate, equivalence, memory, precision, timing
 from bench.rank.optimizer import make_optimizer, optimizer_settings, zero_options
 from bench.rank import epochs as epochs_mod
 from bench.rank.context import Ctx
@@ -73,10 +73,15 @@ def profiled_steps(spec: RunSpec) -> int:
     return spec.profile_steps + 1 if spec.profile_steps and spec.mode == "bench" else 0  # + the profiler's warm-up
 
 
-def prepare(model: nn.Module, spec: RunSpec, ctx: Ctx) -> nn.Module:
-    """Memory format, the strategy's wrapper, then torch.compile (wrapping DDP, as PyTorch recommends)."""
+def prepare(model: nn.Module, spec: RunSpec, ctx: Ctx, details: dict | None = None) -> nn.Module:
+    """Memory format, activation checkpointing, the strategy's wrapper, then torch.compile (wrapping DDP, as PyTorch
+    recommends). details: the workload's, which learn what activation checkpointing recomputes."""
     if spec.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    if spec.activation_checkpointing != "none":
+        ac = activations.apply(model, spec.activation_checkpointing)
+        if details is not None:
+            details.update(activation_checkpointing=ac, **activations.recompute_flops(ac, details))
     model = STRATEGIES[spec.strategy](model, ctx)
     if spec.compile:
         model = torch.compile(model)
@@ -203,7 +208,7 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
         if spec.mode == "loader":
             payload.update(loader_only(spec, wl, rank))
         else:
-            model = prepare(wl.model, spec, ctx)
+            model = prepare(wl.model, spec, ctx, wl.details)
             t = Trainer(spec=spec, model=model, opt=make_optimizer(model, cuda, spec.optimizer), wl=wl, device=device,
                         clock=lambda: timing.make_clock(device, devices), rank=rank,
                         replicas=spec.device_count if spec.strategy == "dp" else spec.emulate_ranks,

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 
 from bench.report import plots, training_state
 from bench.report.pages import fmt
-from bench.analysis.results import STRATEGY_NAMES, Sweep
+from bench.analysis.results import STRATEGY_NAMES, Sweep  # noqa: F401
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LISTED = 8   # configurations named per row as not fitting; the rest are counted

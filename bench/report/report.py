@@ -26,11 +26,13 @@ from bench.analysis.nodes import starved_nodes
 from bench.analysis.reference import REFERENCE_EPOCHS, REFERENCE_IMAGES, REFERENCE_V100_S, break_even, train_times  # noqa: F401
 from bench.config import ConfigError
 from bench.report import comm as comm_report
+from bench.report import fit as fit_report
 from bench.report import cost as cost_report
-from bench.report import environment, frontier, sidebyside, training_state
+from bench.report import environment, frontier, levers, sidebyside, training_state
 from bench.report import traces as trace_report
 from bench.report import pages
 from bench.report.pages import fmt
+from bench.report.recommend import SINGULAR
 from bench.store import store
 
 from bench.analysis.results import STRATEGY_NAMES, Sweep, load, pick_sweep
@@ -151,19 +153,27 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
     b: list = [("h", 2, f"{workload}: all configurations ({device_title(sweep, dev)}, {configs[0].scaling} scaling, {configs[0].data} data)")]
     b += [("p", s) for s in verdicts(configs)]
     cuda = dev == "cuda"
+    tokens = any(c.tokens_per_sample for c in configs)  # a language model: tokens/s, global and per device, beside
     rows = []
     for c in configs:
         alloc, reserved, level = memory_text(c)
         rows.append([name(c.strategy), c.variant, str(c.device_count) + (f" ({c.nodes} nodes)" if c.nodes > 1 else ""),
-                     str(c.global_batch), str(c.summary.n), str(len(c.process_sps) or 1), fmt(c.samples_per_s), fmt(c.speedup, ".2f", "x"),
+                     str(c.global_batch), str(c.summary.n), str(len(c.process_sps) or 1), fmt(c.samples_per_s)]
+                    + ([fmt(c.tokens_per_s, ".0f"), fmt(c.tokens_per_s_per_device, ".0f")] if tokens else [])
+                    + [fmt(c.speedup, ".2f", "x"),
                      efficiency_text(c, ".1%"), fmt(c.summary.median_ms, ".2f"), fmt(c.summary.p10_ms, ".2f"),
                      fmt(c.summary.p90_ms, ".2f"), fmt(alloc, ".0f")]
                     + ([fmt(reserved, ".0f"), fmt(level, ".0f"), fmt(_top(c.run_device_mib), ".0f")] if cuda else [])
                     + ["unstable" if c.unstable else "stable"])
     mem = ["peak allocated MiB (fullest GPU)", "peak reserved MiB", "device level MiB (nvidia-smi)",
            "whole run, device level MiB"] if cuda else ["peak RSS MiB (largest process)"]
-    b.append(("table", ["strategy", "precision / settings", u, "global batch", "steps", "repeats", "samples/s", "speed-up",
-                        "efficiency", "median step ms", "p10 ms", "p90 ms", *mem, "stability"], rows))
+    tok = ["tokens/s (all devices)", f"tokens/s per {SINGULAR[u]}"] if tokens else []
+    b.append(("table", ["strategy", "precision / settings", u, "global batch", "steps", "repeats", "samples/s", *tok,
+                        "speed-up", "efficiency", "median step ms", "p10 ms", "p90 ms", *mem, "stability"], rows))
+    if tokens:
+        b.append(("p", f"A sample is one sequence of {configs[0].tokens_per_sample} tokens: tokens/s (all devices) is "
+                       f"samples/s x {configs[0].tokens_per_sample}; tokens/s per {SINGULAR[u]} is that over the "
+                       f"{u} of the configuration (the figure torchtitan and most papers report)."))
     methods = sorted({c.timing_method for c in configs if c.timing_method})
     b.append(("p", f"Throughput is samples over the timed window's wall time ({'; '.join(TIMING.get(m, m) for m in methods) or 'median step'}), "
                    f"the median over processes; speed-up and efficiency against single device x1 with the same precision "
@@ -237,7 +247,9 @@ def blocks(sweep: Sweep, plot_paths: dict, figures: list = (), memory_budget_gib
     s = sweep.sweep
     b: list = [("h", 1, f"DataParallel vs DistributedDataParallel: sweep {s['sweep_id']}")]
     b += recommend.blocks(sweep, figures)
+    b += fit_report.blocks(sweep)  # ./run_bench.sh fit: the largest batch each configuration fits, and its speed there
     b += frontier.blocks(sweep, *frontier.budget_mib(sweep, memory_budget_gib))  # the fastest that fits
+    b += levers.blocks(sweep)  # what activation checkpointing, CPU offload, find_unused_parameters saved and cost
     b += cost_report.blocks(sweep, prices)  # --price-per-device-hour: the cheapest run beside the fastest
     b.append(("p", f"Sweep {s['sweep_id']}: {s['status']}, started {s['started_at']}, ended {s['ended_at'] or '–'}"
                    + (f", resumed {s['resumed']} time(s)" if s["resumed"] else "") + f". Command: {s['command_line']}"))

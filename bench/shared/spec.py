@@ -72,6 +72,13 @@ class RunSpec:
     min_window_s: float = 0.0  # bench mode, fixed steps: measure more than `steps` until the window lasts this long (0: exactly `steps`)
     loaders: int = 1           # loader mode: concurrent loader processes (the configuration's ranks on one node)
     optimizer: str = "sgd"     # sgd | adamw (bench.rank.optimizer)
+    activation_checkpointing: str = "none"  # none | full | selective:K (bench.rank.activations)
+    transformer_layers: int = 0  # the transformer workload's shape (bench.workloads.transformer); 0: not the transformer
+    transformer_width: int = 0
+    transformer_heads: int = 0
+    transformer_vocab: int = 0
+    seq_len: int = 0           # tokens per sample
+    deeplabv3_aux: str = "false"  # deeplabv3's auxiliary classifier: false | true (in the loss at 0.5) | unused
 
     @property
     def accum_steps(self) -> int:
@@ -92,7 +99,11 @@ class RunSpec:
         nodes = f"n{self.nodes}" if self.nodes > 1 else ""
         extra = "".join(("/channels_last" if self.channels_last else "", "/compiled" if self.compile else "",
                          "/" + ",".join(f"{k}={v}" for k, v in self.options) if self.options else "",
-                         f"/{self.optimizer}" if self.optimizer != "sgd" else ""))  # sgd: the keys of older stores
+                         f"/{self.optimizer}" if self.optimizer != "sgd" else "",  # sgd: the keys of older stores
+                         f"/ac={self.activation_checkpointing}" if self.activation_checkpointing != "none" else "",
+                         f"/aux={self.deeplabv3_aux}" if self.deeplabv3_aux != "false" else "",
+                         f"/L{self.transformer_layers}d{self.transformer_width}h{self.transformer_heads}v{self.transformer_vocab}"
+                         f"t{self.seq_len}" if self.transformer_layers else ""))
         return (f"{self.mode}/{self.workload}/{self.strategy}/{self.device_type}x{self.device_count}{nodes}"
                 f"/b{self.per_device_batch}/g{self.global_batch}/i{self.image_size}/{self.data}/{self.precision}{extra}")
 

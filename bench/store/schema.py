@@ -5,7 +5,8 @@
     sweeps        one row per sweep: command line, resolved config, start/end, status
                   (running/completed/failed/interrupted/died), where an internal error's traceback went
     results       one row per configuration run: identity (workload, strategy, count, nodes, precision,
-                  memory format, compilation, strategy options), status ok/failed/skipped/interrupted with
+                  memory format, compilation, strategy options, optimizer, activation checkpointing), mode (bench,
+                  equivalence, comm, loader, fit), status ok/failed/skipped/interrupted with
                   the reason, how it was timed, and a summary derived from the raw rows by bench.stats
     windows       raw timed windows per rank: wall time (s), samples and steps (throughput is derived from them)
     steps         raw per-step, per-rank times (ms) of every phase; kind warmup, measure, probe_sync,
@@ -75,7 +76,10 @@ SCHEMA_HISTORY = {
        "kernel waiting for a peer is not work), devices_json (the same figures per GPU: a DataParallel process drives "
        "several) and step_waits_json (each traced step's wait in collectives: the straggler's evidence); older rows "
        "empty. Memory gains the whole run's peaks before the post-warm-up reset (run_peak_allocated_mib, "
-       "run_peak_reserved_mib, run_device_used_mib: warm-up, compilation, cuDNN's autotuning); older rows empty",
+       "run_peak_reserved_mib, run_device_used_mib: warm-up, compilation, cuDNN's autotuning); older rows empty. "
+       "Memory levers: results gain activation_checkpointing (none, full or selective:K; older rows none), and mode may "
+       "be 'fit' (a trial of ./run_bench.sh fit: one configuration at one per-device batch, whether it fit in "
+       "details_json); find_unused_parameters (DDP, ZeRO) and offload (FSDP, HSDP) are strategy settings in options_json",
 }
 
 SCHEMA = """
@@ -124,7 +128,8 @@ CREATE TABLE IF NOT EXISTS results (
     precision TEXT NOT NULL DEFAULT 'fp32', channels_last INTEGER NOT NULL DEFAULT 0, compiled INTEGER NOT NULL DEFAULT 0,
     options_json TEXT, nodes INTEGER NOT NULL DEFAULT 1, launcher TEXT,
     timing_method TEXT, window_s REAL, micro_batch INTEGER, loader_workers INTEGER, compile_s REAL, numerics_json TEXT,
-    optimizer TEXT NOT NULL DEFAULT 'sgd'
+    optimizer TEXT NOT NULL DEFAULT 'sgd',
+    activation_checkpointing TEXT NOT NULL DEFAULT 'none'
 );
 CREATE INDEX IF NOT EXISTS results_by_sweep ON results(sweep_id, config_key);
 CREATE TABLE IF NOT EXISTS windows (
@@ -305,6 +310,9 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
             for col in cols:  # a store of version 1 or 2 had these tables made with today's columns above
                 if col.split()[0] not in _columns(conn, table):
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {col}")
+        # memory levers: every run so far kept its activations
+        if "activation_checkpointing" not in _columns(conn, "results"):  # a store of version 1 was rebuilt with it
+            conn.execute("ALTER TABLE results ADD COLUMN activation_checkpointing TEXT NOT NULL DEFAULT 'none'")
         version = 6
     conn.execute("PRAGMA legacy_alter_table = OFF")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

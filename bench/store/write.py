@@ -61,6 +61,7 @@ def write_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int],
         "compile_s": payload.pop("compile_s", None),
         "numerics_json": json.dumps(payload.pop("numerics"), sort_keys=True) if payload.get("numerics") else None,
         "optimizer": getattr(spec, "optimizer", "sgd"),
+        "activation_checkpointing": getattr(spec, "activation_checkpointing", "none"),
         "details_json": json.dumps(payload, sort_keys=True, default=str) if payload else None,
     }
     rows["nodes"] = [{"node_rank": n.get("node_rank", i), "hostname": n.get("hostname"),

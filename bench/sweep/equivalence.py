@@ -80,8 +80,9 @@ def specs(spec: RunSpec) -> tuple:
     """(reference, candidate): one process with the global batch vs the strategy over its devices, k steps."""
     cand = dataclasses.replace(spec, mode="equivalence", steps=EQUIVALENCE_STEPS, warmup=0, epochs=0, repeat=0)
     chunks = spec.device_count if spec.strategy in ("dp",) + PER_DEVICE else 1
+    # The reference recomputes nothing: a candidate under activation checkpointing must reach its parameters too.
     ref = dataclasses.replace(cand, strategy="single", device_count=1, emulate_ranks=chunks, options=(), nodes=1,
-                              launcher="local", num_workers=spec.num_workers,
+                              launcher="local", num_workers=spec.num_workers, activation_checkpointing="none",
                               sync_bn=cand.sync_bn and cand.strategy in DDP_BASED)
     if bf16_parameters(spec):
         # FSDP's bf16 policy computes forward and backward wholly in bf16 (not autocast's choice of ops): one fp32 process

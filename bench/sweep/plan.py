@@ -17,12 +17,12 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from bench.config import ConfigError, SweepConfig, comm_hook_parts
+from bench.config import ConfigError, SweepConfig, activation_checkpointing, comm_hook_parts
 from bench.machine import cudacompat
 from bench.shared.spec import FSDP_BASED, PER_DEVICE, RunSpec, Skip
 from bench.sweep import settings, shm
 from bench.sweep.settings import strategy_options
-from bench.workloads import registry, synthetic
+from bench.workloads import registry, synthetic, transformer
 from bench.workloads.workload import WorkloadInfo
 
 DEFAULT_STEPS = {"cuda": 30, "cpu": 8}
@@ -176,6 +176,7 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         if not profile and getattr(cfg, name) != SweepConfig.__dataclass_fields__[name].default:
             raise ConfigError(f"--{name.replace('_', '-')}: takes effect with --profile only (on {dev} traces are off "
                               f"unless --profile); add --profile, or leave --{name.replace('_', '-')} out")
+    shape = transformer.resolve_shape(cfg, dev) if "transformer" in names else None
     timeout = cfg.timeout
     pg = cfg.pg_timeout or (min(DEFAULT_PG_TIMEOUT_S[dev], timeout / 2) if timeout else DEFAULT_PG_TIMEOUT_S[dev])
     resolved = dataclasses.replace(
@@ -189,6 +190,9 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         threads_per_process=cfg.threads_per_process or max(1, machine.cpu_cores // min(per_node, max(counts + (cfg.comm_counts or ())))),
         synthetic_width=cfg.synthetic_width or synthetic.DEFAULTS[dev]["width"],
         synthetic_depth=cfg.synthetic_depth or synthetic.DEFAULTS[dev]["depth"],
+        activation_checkpointing=tuple(activation_checkpointing(a) for a in cfg.activation_checkpointing),
+        **({"transformer_preset": cfg.transformer_preset or transformer.DEFAULTS[dev]["preset"], "transformer_layers": shape.layers,
+            "transformer_width": shape.width, "transformer_heads": shape.heads, "seq_len": shape.seq_len} if shape else {}),
         # the recommendation's memory budget: the smallest GPU's memory; on CPU none unless given
         memory_budget_gib=cfg.memory_budget_gib or (round(min(machine.gpu_memory_bytes) / 2**30, 2)
                                                     if cuda and machine.gpu_memory_bytes else None))
@@ -260,8 +264,12 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
     for wl in cfg.workloads:
         info = registry.info(wl, cfg)
         pdb = cfg.per_device_batch or info.default_batch
-        for strategy, precision, cl, comp, opt in itertools.product(cfg.strategies, cfg.precision, cfg.channels_last,
-                                                                   cfg.compile, cfg.optimizer):
+        shape = (transformer.shape_of(cfg.transformer_preset, cfg.transformer_layers, cfg.transformer_width,
+                                      cfg.transformer_heads, cfg.seq_len) if wl == "transformer" else None)
+        auxes = cfg.deeplabv3_aux if wl == "deeplabv3" else ("false",)
+        for strategy, precision, cl, comp, opt, ac, aux in itertools.product(
+                cfg.strategies, cfg.precision, cfg.channels_last, cfg.compile, cfg.optimizer, cfg.activation_checkpointing, auxes):
+            unused = settings.unused_parameters(cfg, wl, aux, info)
             for n in ((1,) if strategy == "single" else cfg.gpus):
                 nodes = max(1, n // cfg.gpus_per_node) if n > cfg.gpus_per_node else 1
                 global_b = _global_batch(cfg, info, n)
@@ -278,8 +286,12 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
                                       f"(global batch {global_b}); {wl} needs at least {info.min_replica_batch} per replica "
                                       f"(BatchNorm in training mode)")
                 first = n == (1 if strategy == "single" else min(cfg.gpus))
-                noisy = first and (wl, strategy, precision, cl, comp, opt) == probe
-                for k, options in enumerate(strategy_options(cfg, strategy, n)):
+                noisy = first and (wl, strategy, precision, cl, comp, opt) == probe and (ac, aux) == (
+                    cfg.activation_checkpointing[0], auxes[0])
+                runs = strategy_options(cfg, strategy, n)
+                if runs and all(settings.needs_unused(strategy, dict(o), unused) for o in runs):
+                    raise ConfigError(settings.unused_refusal(wl, unused, aux))  # not one configuration of it could run
+                for k, options in enumerate(runs):
                     for r in range(max(cfg.repeats, cfg.noise_repeats or 1) if noisy and k == 0 else cfg.repeats):
                         spec = RunSpec(
                             workload=wl, strategy=strategy, device_type=cfg.device, device_count=n,
@@ -295,8 +307,10 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
                             pin_memory=cfg.pin_memory and cuda, persistent_workers=cfg.persistent_workers,
                             synthetic_width=cfg.synthetic_width, synthetic_depth=cfg.synthetic_depth,
                             synthetic_repeats=cfg.synthetic_repeats, weights=cfg.weights or "",
-                            sync_bn=cfg.sync_bn, pg_timeout_s=cfg.pg_timeout, optimizer=opt)
-                        reason = _skip_reason(cfg, machine, wl, strategy, n, nodes, precision, cl, comp, info)
+                            sync_bn=cfg.sync_bn, pg_timeout_s=cfg.pg_timeout, optimizer=opt, activation_checkpointing=ac,
+                            deeplabv3_aux=aux, **(transformer.spec_fields(shape) if shape else {}))
+                        reason = (_skip_reason(cfg, machine, wl, strategy, n, nodes, precision, cl, comp, info)
+                                  or settings.option_skip(cfg, strategy, dict(options), unused, wl, aux))
                         if reason and r > 0:
                             continue  # a configuration that cannot run is recorded as skipped once, not per repeat
                         out.append(Skip(spec, reason) if reason else spec)
@@ -373,7 +387,8 @@ def describe_resolved(cfg: SweepConfig, given: set) -> list:
     from dataclasses import fields
     lines = []
     shown = ("gpus", "repeats", "noise_repeats", "steps", "min_window_s", "warmup", "per_device_batch", "image_size", "pg_timeout", "threads_per_process",
-             "synthetic_width", "synthetic_depth", "num_workers", "gpus_per_node", "memory_budget_gib")
+             "synthetic_width", "synthetic_depth", "num_workers", "gpus_per_node", "memory_budget_gib", "transformer_preset",
+             "transformer_layers", "transformer_width", "transformer_heads", "seq_len")
     filled = [f"--{f.name.replace('_', '-')} {_text(getattr(cfg, f.name))}" for f in fields(cfg)
               if f.name in shown and f.name not in given and getattr(cfg, f.name) is not None]
     if filled:

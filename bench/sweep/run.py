@@ -47,6 +47,8 @@ def _describe(spec: RunSpec) -> str:
     axes = [spec.precision] if spec.precision != "fp32" else []
     axes += (["channels_last"] if spec.channels_last else []) + (["compiled"] if spec.compile else [])
     axes += [f"{k}={v}" for k, v in spec.options] + ([spec.optimizer] if spec.optimizer != "sgd" else [])
+    axes += ([f"ac={spec.activation_checkpointing}"] if spec.activation_checkpointing != "none" else [])
+    axes += [f"aux={spec.deeplabv3_aux}"] if spec.deeplabv3_aux != "false" else []
     nodes = f" on {spec.nodes} nodes" if spec.nodes > 1 else ""
     rep = f" (repeat {spec.repeat + 1})" if spec.repeat else ""
     return f"{what}{name}{spec.device_type} x{spec.device_count}{nodes}" + (f" [{', '.join(axes)}]" if axes else "") + rep
@@ -138,6 +140,8 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
         resumed = bool(cfg.resume)
         if resumed:
             row = store.find_sweep(conn, cfg.resume)
+            if row["command_line"].split()[1:2] == ["fit"]:  # its trials are a search, not a plan to finish
+                raise store.StoreError(f"sweep {row['sweep_id']} is a ./run_bench.sh fit, which is not resumed; run it again")
             if row["status"] == "running":
                 raise store.StoreError(f"sweep {row['sweep_id']} is still running (pid {row['pid']} on {row['hostname']})")
             original = SweepConfig.from_json(row["config_json"])

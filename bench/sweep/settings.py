@@ -1,6 +1,7 @@
 """Each strategy's settings as axes of the sweep: the combinations a configuration runs with, and HSDP's mesh.
 
     strategy_options(cfg, "ddp", n)  -> [(), (("bucket_cap_mb", 100.0),), ...]   sorted (name, value) pairs, defaults left out
+    option_skip(cfg, "fsdp", {"offload": "cpu"})  -> why these settings cannot run here (None: they can)
     check_hsdp(cfg)                  ConfigError (exit 2) where a count does not split into HSDP's shard groups
     hsdp_lines(cfg)                  HSDP's mesh at each count, printed at the start of the sweep
 
@@ -11,13 +12,15 @@ decides the mesh): by default the devices per node, or the count where it is bel
 from __future__ import annotations
 
 import itertools
+from typing import Optional
 
 from bench.config import ConfigError, SweepConfig
+from bench.shared.spec import DDP_BASED
 from bench.shared.spec import ONE_SHARD_GROUP
 
 DDP_DEFAULTS = {"bucket_cap_mb": None, "gradient_as_bucket_view": False, "static_graph": False, "sync_buffers": True,
-                "comm_hook": "none"}
-FSDP_DEFAULTS = {"reshard": True, "mixed_precision": "none"}
+                "comm_hook": "none", "find_unused_parameters": False}
+FSDP_DEFAULTS = {"reshard": True, "mixed_precision": "none", "offload": "none"}
 
 
 def hsdp_shard_sizes(cfg: SweepConfig, n: int) -> tuple:
@@ -29,12 +32,13 @@ def strategy_options(cfg: SweepConfig, strategy: str, n: int = 1) -> list:
     """Every combination of the strategy's settings asked for at count n, as sorted (name, value) tuples."""
     if strategy in ("ddp", "zero"):
         axes = {"bucket_cap_mb": cfg.bucket_cap_mb or (None,), "gradient_as_bucket_view": cfg.gradient_as_bucket_view,
-                "static_graph": cfg.static_graph, "sync_buffers": cfg.sync_buffers, "comm_hook": cfg.comm_hook}
+                "static_graph": cfg.static_graph, "sync_buffers": cfg.sync_buffers, "comm_hook": cfg.comm_hook,
+                "find_unused_parameters": cfg.find_unused_parameters}
         defaults = dict(DDP_DEFAULTS)
         if strategy == "zero":
             axes["parameters_as_bucket_view"], defaults["parameters_as_bucket_view"] = cfg.zero_bucket_view, False
     elif strategy in ("fsdp", "hsdp"):
-        axes = {"reshard": cfg.fsdp_reshard, "mixed_precision": cfg.fsdp_mixed_precision}
+        axes = {"reshard": cfg.fsdp_reshard, "mixed_precision": cfg.fsdp_mixed_precision, "offload": cfg.fsdp_offload}
         defaults = dict(FSDP_DEFAULTS)
         if strategy == "hsdp":
             axes["shard_size"], defaults["shard_size"] = hsdp_shard_sizes(cfg, n), None  # always stored
@@ -68,3 +72,40 @@ def hsdp_lines(cfg: SweepConfig) -> list:
             parts.append(f"x{n} replicate {n // shard} x shard {shard}"
                          + (f" ({ONE_SHARD_GROUP}; HSDP replicates across groups, e.g. nodes)" if n == shard else ""))
     return ["hsdp mesh: " + ", ".join(parts)]
+
+
+# ---------------------------------------------------------------- settings that cannot run here
+
+def unused_parameters(cfg: SweepConfig, wl: str, aux: str = "false", info=None) -> tuple:
+    """The parameters of a (resolved) workload that get no gradient: deeplabv3's auxiliary classifier when unused,
+    a user model's unused head (found by its dry run: registry.info, or the `info` planning has already)."""
+    from bench.workloads import deeplabv3, registry
+    if wl == "deeplabv3":
+        return deeplabv3.unused_parameters(aux)
+    return (info or registry.info(wl, cfg)).unused
+
+
+def needs_unused(strategy: str, options: dict, unused: tuple) -> bool:
+    """A DDP configuration that cannot run: parameters get no gradient and find_unused_parameters is off, or static_graph
+    is on (it fails with unused parameters, with or without find_unused_parameters: tried on torch 2.14)."""
+    return bool(unused) and strategy in DDP_BASED and (not options.get("find_unused_parameters") or options.get("static_graph"))
+
+
+def unused_refusal(wl: str, unused: tuple, aux: str) -> str:
+    """What a DDP configuration of a model whose parameters get no gradient needs, naming them and the flag."""
+    what = f"{wl} (--deeplabv3-aux {aux})" if wl == "deeplabv3" else wl
+    names = ", ".join(unused[:6]) + (f" and {len(unused) - 6} more" if len(unused) > 6 else "")
+    return (f"{what}: {len(unused)} parameter(s) get no gradient ({names}); DDP (ddp, zero) waits for every parameter's "
+            "gradient and fails on its second step without --find-unused-parameters true (and with --static-graph true, "
+            "which does not allow unused parameters: tried on torch 2.14)")
+
+
+def option_skip(cfg: SweepConfig, strategy: str, options: dict, unused: tuple = (), wl: str = "",
+                aux: str = "false") -> Optional[str]:
+    """Why a configuration with these settings cannot run here (recorded as skipped), or None."""
+    if options.get("offload", "none") != "none" and cfg.device != "cuda":
+        return ("FSDP2's CPU offload (CPUOffloadPolicy) keeps the shards, their gradients and the optimizer step in host "
+                "memory to free the GPU's; on CPU there is no device memory to free (it runs on CUDA only)")
+    if needs_unused(strategy, options, unused):
+        return unused_refusal(wl, unused, aux)
+    return None

@@ -32,7 +32,7 @@ from bench.config import ConfigError
 from bench.workloads import detection, usermodel
 from bench.workloads.modelspec import ModelSpec, check_spec, has_batchnorm
 
-SUITE_WORKLOADS = ("synthetic", "deeplabv3")        # built by bench/workloads/registry.py, not here
+SUITE_WORKLOADS = ("synthetic", "deeplabv3", "transformer")  # built by bench/workloads/registry.py, not here
 IGNORE_INDEX = 255                                  # segmentation border label, as in VOC
 AUX_WEIGHT = 0.4                                    # GoogLeNet/Inception auxiliary classifiers in train mode
 SEG_AUX_WEIGHT = 0.5                                # segmentation auxiliary head, as torchvision's references
@@ -199,7 +199,7 @@ def resolve_workload_name(name: str) -> str:
     close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise ConfigError(f"--workloads: unknown model {name!r}{hint} (any torchvision classification/segmentation/detection "
-                      "model, 'synthetic', 'deeplabv3', or MODULE:FUNCTION / path.py:FUNCTION for your own)")
+                      "model, 'synthetic', 'deeplabv3', 'transformer', or MODULE:FUNCTION / path.py:FUNCTION for your own)")
 
 
 def build_workload(name: str, image_size: Optional[int] = None, num_classes: Optional[int] = None) -> ModelSpec:

@@ -4,7 +4,8 @@ A `ModelSpec` is a model (random init, on CPU, not yet wrapped by a strategy) pl
 needs to train it: `make_batch(generator, batch) -> (inputs, targets)` and `loss_fn(output, targets)`.
 Torchvision models (bench/workloads/models.py) and the user's own (bench/workloads/usermodel.py) both become one.
 `check_spec(spec, name)` runs one training step on a small batch and raises `ConfigError` naming
-the workload and what broke; it returns the parameter count and shapes for the store.
+the workload and what broke; it returns the parameter count and shapes for the store, and the parameters that got
+no gradient (DDP then needs --find-unused-parameters true).
 """
 from __future__ import annotations
 
@@ -102,10 +103,9 @@ def check_spec(spec: ModelSpec, name: str, device: str = "cpu") -> dict:
     unused = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
     if len(unused) == len(params):
         raise ConfigError(f"{name}: no parameter received a gradient")
-    if unused:  # DDP waits for every parameter's gradient, and would hang or fail on the next step
-        raise ConfigError(f"{name}: {len(unused)} trainable parameter(s) got no gradient (e.g. {unused[0]}); "
-                          "expected every parameter to be used, or frozen with requires_grad_(False)")
+    # Parameters with no gradient (an unused head): DDP waits for every parameter's gradient and fails on its second
+    # step unless find_unused_parameters is on; planning names them with the flag (bench.sweep.settings.unused_refusal).
     model.zero_grad(set_to_none=True)
-    return {"parameters": n_params, "input_shape": list(x.shape[1:]), "target_shape": list(y.shape[1:]),
+    return {"unused_parameters": unused, "parameters": n_params, "input_shape": list(x.shape[1:]), "target_shape": list(y.shape[1:]),
             "input_dtype": str(x.dtype).removeprefix("torch."), "target_dtype": str(y.dtype).removeprefix("torch."),
             "dry_run_batch": batch, "dry_run_loss": None if device == "meta" else round(loss.item(), 6)}

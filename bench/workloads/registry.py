@@ -5,7 +5,9 @@ needs to know of each before anything is built.
                 flags; on CUDA it defaults to 8 x 4096-wide layers at batch 512 (about 0.4 TFLOP a
                 step: compute-bound on one GPU, 537 MB of gradients to all-reduce), on CPU 4 x 1024 at 64
     deeplabv3   torchvision's DeepLabV3-ResNet101, 21 classes (the reference experiment), random init
-                or a local weights file, on synthetic images and masks or on Pascal VOC 2012
+                or a local weights file, on synthetic images and masks or on Pascal VOC 2012; its auxiliary
+                classifier with --deeplabv3-aux
+    transformer a decoder-only language model in plain PyTorch on random tokens, sized by preset or flags
     <name>      any torchvision classification or segmentation model (bench.workloads.models), random init
     mod:fn      the user's own model through the contract of bench.workloads.models
 
@@ -19,7 +21,7 @@ from typing import Callable, Optional
 import torch
 
 from bench.config import ConfigError
-from bench.workloads import deeplabv3, synthetic
+from bench.workloads import deeplabv3, synthetic, transformer
 from bench.workloads.workload import Workload, WorkloadInfo, cycle, synthetic_pool
 
 MODEL_DEFAULTS = {"cuda": {"batch": 32}, "cpu": {"batch": 2, "image": 64}}
@@ -57,6 +59,8 @@ def info(name: str, cfg) -> WorkloadInfo:
     dev = cfg.device
     if name == "synthetic":
         return WorkloadInfo(False, 2, synthetic.DEFAULTS[dev]["batch"], 0, 1)
+    if name == "transformer":
+        return WorkloadInfo(False, 2, transformer.DEFAULTS[dev]["batch"], 0, 1)
     if name == "deeplabv3":
         images = 0
         if cfg.data == "voc" and not cfg.download:
@@ -66,7 +70,7 @@ def info(name: str, cfg) -> WorkloadInfo:
     d = _models().validate_workload(name, cfg.image_size or default_image_size(name, dev))  # one dry step: the contract
     rank = 1 + len(d.get("input_shape") or [0])
     return WorkloadInfo(rank == 4, rank, MODEL_DEFAULTS[dev]["batch"], int(d.get("image_size") or 0),
-                        int(d.get("min_batch_per_replica", 1)))
+                        int(d.get("min_batch_per_replica", 1)), unused=tuple(d.get("unused_parameters") or ()))
 
 
 def check_weights(path: str, names: list) -> list:
@@ -117,6 +121,7 @@ def model_workload(spec, rank: int, device: torch.device) -> Workload:
 WORKLOADS: dict = {
     "synthetic": synthetic.workload,
     "deeplabv3": deeplabv3.workload,
+    "transformer": transformer.workload,
 }
 
 
@@ -130,7 +135,9 @@ def gradient_bytes(spec) -> int:
         if spec.workload == "synthetic":
             model = synthetic.MLP(spec.synthetic_width, spec.synthetic_depth)
         elif spec.workload == "deeplabv3":
-            model = deeplabv3.build_model()[0]
+            model = deeplabv3.build_model(aux=getattr(spec, "deeplabv3_aux", "false"))[0]
+        elif spec.workload == "transformer":
+            model = transformer.Transformer(transformer.spec_shape(spec))
         else:
             model = _models().build_registry(spec.workload, spec.image_size or None, meta=True).model \
                 if spec.workload in _models().registry_names() else _models().build_workload(spec.workload, spec.image_size or None).model

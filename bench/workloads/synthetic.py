@@ -12,17 +12,30 @@ NUM_CLASSES = 10
 DEFAULTS = {"cuda": {"width": 4096, "depth": 8, "batch": 512}, "cpu": {"width": 1024, "depth": 4, "batch": 64}}
 
 
+class Layer(nn.Linear):
+    """One hidden layer, applied `repeats` times with its ReLU: the FSDP unit and the activation-checkpointing unit
+    (a checkpoint around the Linear alone would keep what the ReLU saves)."""
+
+    def __init__(self, width: int, repeats: int = 1):
+        super().__init__(width, width)
+        self.repeats = repeats
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.repeats):  # weight reuse: more compute, same parameter count
+            x = torch.relu(super().forward(x))
+        return x
+
+
 class MLP(nn.Module):
     def __init__(self, width: int, depth: int, repeats: int = 1):
         super().__init__()
-        self.layers = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+        self.layers = nn.ModuleList(Layer(width, repeats) for _ in range(depth))
         self.head = nn.Linear(width, NUM_CLASSES)
         self.repeats = repeats
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.layers:
-            for _ in range(self.repeats):  # weight reuse: more compute, same parameter count
-                x = torch.relu(layer(x))
+            x = layer(x)
         return self.head(x)
 
 
@@ -40,4 +53,5 @@ def workload(spec, rank: int, device: torch.device) -> Workload:
     return Workload(model=model, loss_fn=lambda out, y: nn.functional.cross_entropy(out, y), batches=cycle(pool),
                     on_device=True, artefact_bytes=artefact,
                     details={"flops_per_sample": flops, "flops_per_step": flops * spec.global_batch,
+                             "unit_forward_flops_per_sample": 2.0 * spec.synthetic_repeats * spec.synthetic_width ** 2,
                              "width": spec.synthetic_width, "depth": spec.synthetic_depth, "layer_repeats": spec.synthetic_repeats})

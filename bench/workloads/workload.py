@@ -44,6 +44,7 @@ class WorkloadInfo:
     default_image_size: int
     min_replica_batch: int      # BatchNorm in training mode needs 2 samples per replica
     images: int = 0             # real data: images in the split
+    unused: tuple = ()          # parameters that get no gradient: DDP needs find_unused_parameters
 
 
 def chunks_fed(spec, rank: int) -> list:

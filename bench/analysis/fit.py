@@ -1,0 +1,138 @@
+"""The largest per-device batch that fits, derived: what one trial of `./run_bench.sh fit` says (its verdict, from its
+outcome and its measured peak), how the search walks the batches, and each search's answer read back from a sweep.
+
+    verdict("ok", "", peak_mib=900, budget_mib=1024)       -> "fits"
+    verdict("failed", "rank 1: OutOfMemoryError: CUDA out of memory ...", None, 81559) -> "out of memory"
+    largest, smallest_not, tried = search(try_batch, start=1, max_batch=4096)
+    searches(sweep)                                          -> [Search], one per configuration searched
+
+A trial fits when it ran and its peak per device stayed within the budget: on CUDA the allocator's peak reserved on
+its fullest GPU (net of the suite's pre-generated batches, as the fastest-that-fits table takes it) against the GPU's
+memory or --memory-budget-gib; on CPU its largest rank's peak RSS against --memory-budget-gib. A CUDA out-of-memory
+error, or a rank the kernel killed (SIGKILL: its out-of-memory killer, the usual reason), does not fit; any other
+failure is an error, which ends that configuration's search.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+FITS, OVER, OOM, ERROR = "fits", "over the budget", "out of memory", "error"
+OOM_WORDS = ("OutOfMemoryError", "out of memory", "CUDA error: out of memory", "SIGKILL")
+
+
+def peak_mib(memory_rows: list, device_type: str) -> Optional[float]:
+    """Peak memory per device of one run: CUDA, the fullest GPU's allocator peak reserved net of the pre-generated
+    batches; CPU, the largest rank's peak RSS. None where nothing was recorded."""
+    if device_type == "cuda":
+        got = [float(m["peak_reserved_mib"]) - float(m.get("artefact_mib") or 0.0) for m in memory_rows
+               if str(m.get("device", "")).startswith("cuda") and m.get("peak_reserved_mib") is not None]
+    else:
+        got = [float(m["peak_rss_mib"]) for m in memory_rows if m.get("peak_rss_mib") is not None]
+    return max(got) if got else None
+
+
+def verdict(status: str, reason: str, peak: Optional[float], budget_mib: float) -> str:
+    """fits | over the budget | out of memory | error."""
+    if status == "ok":
+        if peak is None:
+            return ERROR
+        return FITS if peak <= budget_mib else OVER
+    return OOM if any(w in (reason or "") for w in OOM_WORDS) else ERROR
+
+
+def search(try_batch: Callable[[int], str], start: int, max_batch: int, smallest: int = 1) -> tuple:
+    """Powers of two from `start` (2x each time, at most `max_batch`) until a batch does not fit, then bisection between
+    the largest that fit and the smallest that did not, to one sample. A start that does not fit is bisected down to
+    `smallest`. try_batch(b) -> a verdict. Returns (largest that fits or None, smallest that does not or None: the cap
+    was reached, the verdicts by batch in the order tried); an error ends the search where it stands."""
+    tried: dict = {}
+
+    def trial(b: int) -> str:
+        tried[b] = try_batch(b)
+        return tried[b]
+
+    lo, hi, b = smallest - 1, None, start
+    while True:
+        v = trial(b)
+        if v == ERROR:
+            return (lo if lo >= smallest else None), hi, tried
+        if v != FITS:
+            hi = b
+            break
+        lo = b
+        if b >= max_batch:
+            return lo, None, tried
+        b = min(2 * b, max_batch)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        v = trial(mid)
+        if v == ERROR:
+            break
+        lo, hi = (mid, hi) if v == FITS else (lo, mid)
+    return (lo if lo >= smallest else None), hi, tried
+
+
+@dataclass
+class Search:
+    """One configuration's search, read back: its trials and the measured run at its largest batch."""
+    search: str                         # the configuration without its batch (details' 'search')
+    workload: str
+    strategy: str
+    device_type: str
+    device_count: int
+    name: str                           # 'DDP x2 (ac=full)'
+    label: str                          # 'DDP x2 (ac=full) [bf16, adamw]': the name and the recipe where not the default
+    recipe: tuple                       # (precision, optimizer): what the comparison sentence groups by
+    budget_mib: float
+    trials: list = field(default_factory=list)   # [(batch, verdict, peak MiB or None, reason)], by batch
+    bench_keys: dict = field(default_factory=dict)  # batch -> the config key of the measured run at that batch
+
+    @property
+    def largest(self) -> Optional[int]:
+        fits = [b for b, v, _, _ in self.trials if v == FITS]
+        return max(fits) if fits else None
+
+    @property
+    def smallest_not(self) -> Optional[tuple]:
+        """(batch, verdict, peak, reason) of the smallest batch that did not fit; None if every trial fit."""
+        out = [t for t in self.trials if t[1] in (OVER, OOM)]
+        return min(out) if out else None
+
+    @property
+    def errors(self) -> list:
+        return [t for t in self.trials if t[1] == ERROR]
+
+    def peak_at(self, batch: Optional[int]) -> Optional[float]:
+        return next((p for b, _, p, _ in self.trials if b == batch), None)
+
+
+def searches(fit_rows: list, memory_of: Callable[[int], list], names: dict) -> list:
+    """[Search] from a sweep's fit trials (results rows of mode 'fit', each with its details' 'fit'), in the order the
+    sweep searched them. memory_of(result_id) -> the trial's memory rows; names: strategy -> its name in words."""
+    out: dict = {}
+    for r in fit_rows:
+        d = json.loads(r["details_json"] or "{}").get("fit") or {}
+        if not d.get("search"):
+            continue
+        s = out.get(d["search"])
+        if s is None:
+            opts = [f"{k}={v}" for k, v in sorted(json.loads(r["options_json"] or "{}").items())]
+            ac = r.get("activation_checkpointing") or "none"
+            opts += [f"ac={ac}"] if ac != "none" else []
+            rest = [x for x in ((r["precision"] or "fp32"), (r.get("optimizer") or "sgd")) if x not in ("fp32", "sgd")]
+            name = f"{names.get(r['strategy'], r['strategy'])} x{r['device_count']}" + (f" ({', '.join(opts)})" if opts else "")
+            label = name + (f" [{', '.join(rest)}]" if rest else "")
+            s = out[d["search"]] = Search(d["search"], r["workload"], r["strategy"], r["device_type"], int(r["device_count"]),
+                                          name, label, (r["precision"] or "fp32", r.get("optimizer") or "sgd"),
+                                          float(d.get("budget_mib") or math.nan))
+        batch = int(r["per_device_batch"])
+        peak = peak_mib(memory_of(r["result_id"]), r["device_type"]) if r["status"] == "ok" else None
+        s.trials.append((batch, d.get("verdict") or verdict(r["status"], r["reason"], peak, s.budget_mib), peak,
+                         r["reason"] or ""))
+        s.bench_keys[batch] = d.get("bench_key", "")
+    for s in out.values():
+        s.trials.sort()
+    return list(out.values())

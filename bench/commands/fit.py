@@ -1,0 +1,179 @@
+"""./run_bench.sh fit: for each strategy, count and recipe, the largest per-device batch that fits, then each one's
+throughput at its own largest batch: the fair comparison when a strategy's point is a larger batch (fairscale #677,
+"DDP OOM / FSDP fits"), as Lightning's scale_batch_size(mode="binsearch") and accelerate's find_executable_batch_size
+search it for one process.
+
+    ./run_bench.sh fit --workloads transformer --strategies ddp,fsdp --gpus 8               # CUDA: the GPU's memory
+    ./run_bench.sh fit --device cpu --memory-budget-gib 2 --strategies ddp,fsdp --gpus 2    # CPU: each rank's peak RSS
+
+Each configuration of the sweep (one repeat) is tried at per-device batches 1, 2, 4, ... (from --per-device-batch if
+given, at least what BatchNorm needs) until one does not fit or --max-batch is reached, then bisected between the
+largest that fit and the smallest that did not, to one sample. A trial is one configuration at one batch in fresh
+processes, through the sweep's own launch (bench.sweep.launch.run_config): FIT_WARMUP steps and FIT_STEPS measured
+ones, its peak measured (bench.analysis.fit: CUDA, the allocator's peak reserved, and an out-of-memory error is a
+recorded answer, not a failure; CPU, the peak RSS against --memory-budget-gib, nothing estimated). Every trial is
+stored (mode 'fit', its verdict in details), then each configuration runs as a sweep measures it at its largest batch
+(mode 'bench', --steps and --repeats as given), and the report says which fits what and which trains fastest there
+(bench.report.fit). Exit status: 0, or 1 where a trial failed for another reason than memory (its search stopped).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+from bench.analysis import fit as fitting
+from bench.config import ConfigError
+from bench.shared.spec import RunSpec
+from bench.store import store
+
+FIT_WARMUP = 1      # the first step allocates the optimizer's state and the allocator's pools
+FIT_STEPS = 1       # the measured step: the peak of a step as training runs it
+MAX_BATCH = 4096
+REFUSED = {"check_equivalence": "fit measures memory and speed; run the gate in a sweep",
+           "epochs": "fit's trials take a few steps; whole epochs belong to a sweep",
+           "resume": "a fit is not resumed; start it again", "profile": "fit's trials are not profiled; profile a sweep",
+           "noise_repeats": "fit measures each configuration in --repeats processes; the noise probe is a sweep's"}
+
+
+def trial_spec(spec: RunSpec, batch: int) -> RunSpec:
+    """One trial: the configuration at `batch` per device, a warm-up step and a measured one, nothing else."""
+    return dataclasses.replace(spec, mode="fit", per_device_batch=batch, global_batch=batch * spec.device_count,
+                               micro_batch=0, warmup=FIT_WARMUP, steps=FIT_STEPS, min_window_s=0.0, repeat=0)
+
+
+def at_batch(spec: RunSpec, batch: int, repeat: int = 0) -> RunSpec:
+    """The configuration measured as a sweep measures it, at `batch` per device."""
+    return dataclasses.replace(spec, per_device_batch=batch, global_batch=batch * spec.device_count, micro_batch=0,
+                               repeat=repeat)
+
+
+def search_key(spec: RunSpec) -> str:
+    return at_batch(spec, 0).key
+
+
+def describe(spec: RunSpec) -> str:
+    extra = [x for x in (spec.precision if spec.precision != "fp32" else "", spec.optimizer if spec.optimizer != "sgd" else "",
+                         f"ac={spec.activation_checkpointing}" if spec.activation_checkpointing != "none" else "")
+             + tuple(f"{k}={v}" for k, v in spec.options) if x]
+    return f"{spec.workload} {spec.strategy} x{spec.device_count}" + (f" [{', '.join(extra)}]" if extra else "")
+
+
+def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str], None] = print,
+            run_config: Callable = None) -> int:
+    """Search every configuration, store every trial and the measured run at each largest batch; render the report.
+    run_config: bench.sweep.launch.run_config (a stand-in in tests). Returns the exit status."""
+    from bench.machine import env as env_mod
+    from bench.sweep import plan
+    from bench.sweep.launch import Limits
+    from bench.sweep.record import record_result
+    from bench.workloads import registry
+    if run_config is None:
+        from bench.sweep.launch import run_config
+    budget_mib = cfg.memory_budget_gib * 1024
+    conn = store.connect(cfg.store)
+    env_id = store.insert_environment(conn, env_mod.capture())
+    sweep_id = store.begin_sweep(conn, command_line, cfg.to_json(), env_id, label=cfg.label)
+    items = plan.bench_specs(dataclasses.replace(cfg, repeats=1, noise_repeats=1), machine)  # one search per configuration
+    u = "GPU" if cfg.device == "cuda" else "process"
+    log(f"fit {sweep_id} -> {cfg.store}: the largest per-device batch within {cfg.memory_budget_gib:g} GiB per {u} "
+        f"({'the allocator peak reserved' if cfg.device == 'cuda' else 'peak RSS'}), {len(items)} configuration(s), "
+        f"batches 1, 2, 4, ... then bisection, at most {max_batch}")
+    errors, status = 0, "interrupted"
+    try:
+        for item in items:
+            if isinstance(item, plan.Skip):
+                record_result(conn, sweep_id, env_id, item.spec, "skipped", item.reason)
+                log(f"{describe(item.spec)}: skipped: {item.reason}")
+                continue
+            spec = item
+            info_min = max(1, registry.info(spec.workload, cfg).min_replica_batch)
+            limits = Limits.for_spec(spec, cfg.timeout)
+
+            def try_batch(b: int, spec=spec, limits=limits) -> str:
+                t = trial_spec(spec, b)
+                out = run_config(t, limits)
+                peak = fitting.peak_mib(out.payload.get("memory", []), t.device_type) if out.status == "ok" else None
+                v = fitting.verdict(out.status, out.reason, peak, budget_mib)
+                payload = dict(out.payload or {}, fit={"search": search_key(spec), "verdict": v, "peak_mib": peak,
+                                                         "budget_mib": budget_mib, "bench_key": at_batch(spec, b).key})
+                record_result(conn, sweep_id, env_id, t, out.status, out.reason, payload, out.started_at, out.ended_at,
+                              out.wall_s, out.failed_rank)
+                where = f"peak {peak:.0f} MiB of {budget_mib:.0f}" if peak is not None else (out.reason or "").splitlines()[0][:160]
+                log(f"  {describe(spec)} batch {b}: {v} ({where})")
+                return v
+
+            largest, smallest_not, tried = fitting.search(try_batch, max(info_min, cfg.per_device_batch or 1), max_batch,
+                                                          smallest=info_min)
+            errors += any(v == fitting.ERROR for v in tried.values())
+            if largest is None:
+                log(f"{describe(spec)}: nothing fits" + (f" (batch {min(tried)} does not)" if tried else ""))
+                continue
+            log(f"{describe(spec)}: largest batch that fits {largest}"
+                + (f" (the cap, --max-batch {max_batch})" if smallest_not is None else f"; {smallest_not} does not")
+                + f"; measuring it ({len(tried)} trial(s))")
+            for r in range(cfg.repeats):
+                s = at_batch(spec, largest, r)
+                out = run_config(s, limits)
+                record_result(conn, sweep_id, env_id, s, out.status, out.reason, out.payload, out.started_at, out.ended_at,
+                              out.wall_s, out.failed_rank)
+                errors += out.status != "ok"
+                sps = fitting_throughput(out, s)
+                log(f"  {describe(spec)} at batch {largest}: " + (f"{sps:.1f} samples/s" if out.status == "ok"
+                                                                   else f"{out.status.upper()}: {out.reason}"))
+        status = "completed"
+    finally:
+        store.end_sweep(conn, sweep_id, status)
+        conn.close()
+    log(f"fit {sweep_id} completed" + (f": {errors} run(s) failed for another reason than memory" if errors else ""))
+    rc = 1 if errors else 0
+    if cfg.report:
+        from bench.sweep.run import render_report
+        rc = render_report(cfg, sweep_id, log) or rc
+    return rc
+
+
+def fitting_throughput(out, spec: RunSpec) -> float:
+    from bench import stats
+    if out.status != "ok":
+        return math.nan
+    got = stats.result_summary(out.payload.get("steps", []), out.payload.get("windows", []), spec.global_batch)
+    return got.get("samples_per_s") or math.nan
+
+
+def refuse(cfg, given: frozenset) -> None:
+    """What fit cannot honour is an error, before anything runs."""
+    flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
+    for name, why in REFUSED.items():
+        if name in given:
+            raise ConfigError(f"fit: {flag(name)}: {why}; drop the flag")
+    if cfg.scaling != "weak":
+        raise ConfigError("fit: --scaling strong fixes the global batch; fit searches the per-device batch (weak scaling)")
+    if cfg.memory_budget_gib is None:
+        raise ConfigError("fit on CPU needs --memory-budget-gib G: each trial's largest rank's peak RSS is held against it "
+                          "(on CUDA the GPU's memory is the default)")
+
+
+def main(argv: list) -> int:
+    from bench import options
+    from bench.commands import abtest
+    from bench.sweep.run import command_line
+    parser = options.run_parser()
+    parser.prog = "./run_bench.sh fit"
+    parser.add_argument("--max-batch", default=str(MAX_BATCH),
+                        help=f"largest per-device batch tried (default {MAX_BATCH}): the search stops there")
+    ns, rest = parser.parse_known_args(argv)
+    if rest:
+        raise ConfigError(f"unrecognised arguments: {' '.join(rest)}")
+    try:
+        max_batch = int(ns.max_batch)
+    except ValueError:
+        max_batch = 0
+    if max_batch < 1:
+        raise ConfigError(f"--max-batch: {ns.max_batch!r} is not allowed; expected a whole number >= 1")
+    cfg, given, machine = options.prepare(abtest._without(argv, ("--max-batch",)))
+    refuse(cfg, given)
+    if cfg.per_device_batch and cfg.per_device_batch > max_batch:
+        raise ConfigError(f"fit: --per-device-batch {cfg.per_device_batch} (where the search starts) is above "
+                          f"--max-batch {max_batch}")
+    return run_fit(cfg, machine, max_batch, command_line(["fit", *argv]))

@@ -1,0 +1,82 @@
+"""Activation checkpointing: a block's activations are dropped after its forward and recomputed in backward, for
+less memory at the cost of a second forward of the block.
+
+    details = apply(model, "full")           # before the strategy wraps the model (bench.rank.worker.prepare)
+    name = public_name(name)                  # a parameter's name as the model without checkpointing has it
+
+The units are the blocks FSDP shards (bench.rank.blocks): the transformer's blocks, ResNet's bottlenecks (DeepLabV3's
+backbone), the synthetic MLP's layers (each with its ReLU and repeats), else a model's repeated children.
+`full` checkpoints every unit; `selective:K` every K-th, counting from 1 (units K, 2K, ...: torchtitan's selective
+layer checkpointing; `selective` is selective:2). What stays: each checkpointed unit's input, and everything outside
+the units (embedding, head, loss).
+
+Each unit is wrapped in torch's checkpoint_wrapper (torch.utils.checkpoint, non-reentrant) in its parent's place:
+the same under every strategy. The composable `torch.distributed._composable.checkpoint` keeps the same names but
+its state on the module, which DataParallel's per-step replicas share across their threads (checked on torch 2.14:
+checkpoint.state(replica) is checkpoint.state(module)); the wrapper holds no state. Both train to the same
+parameters as no checkpointing under FSDP2's fully_shard on torch 2.14 (tried: 2 gloo ranks, 3 steps, a transformer);
+FSDP shards the block inside the wrapper. The wrapper adds `_checkpoint_wrapped_module.` to parameter names, which
+`public_name` takes out where names are compared (the equivalence gate).
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from bench.rank.blocks import blocks
+
+WRAPPED = "_checkpoint_wrapped_module."
+
+
+def mode_every(mode: str) -> int:
+    """How often a unit is checkpointed: 0 none, 1 every unit (full), K every K-th (selective:K)."""
+    if mode == "none":
+        return 0
+    if mode == "full":
+        return 1
+    name, _, k = mode.partition(":")
+    if name != "selective" or not k.isdigit() or int(k) < 1:
+        raise ValueError(f"activation checkpointing {mode!r}: expected none, full or selective:K")
+    return int(k)
+
+
+def chosen(units: list, every: int) -> list:
+    """The units checkpointed: every `every`-th, counting from 1."""
+    return [u for i, u in enumerate(units, 1) if every and i % every == 0]
+
+
+def apply(model: nn.Module, mode: str) -> dict:
+    """Checkpoint the chosen blocks of `model` in place (`mode`: none, full, selective:K). Returns what was done, for the
+    result's details: the mode, how many units of how many, their kind, and that the step recomputes their forward."""
+    every = mode_every(mode)
+    if not every:
+        return {"mode": "none"}
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    units = blocks(model)
+    picked = chosen(units, every)
+    ids = {id(u) for u in picked}
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if id(child) in ids:
+                setattr(parent, name, checkpoint_wrapper(child))  # nn.ModuleList / nn.Sequential take their index
+    kinds = sorted({type(u).__name__ for u in picked})
+    return {"mode": mode, "every": every, "checkpointed_units": len(picked), "units": len(units),
+            "unit": ", ".join(kinds) or "none found",
+            "recomputes": f"the forward of {len(picked)} of {len(units)} {'/'.join(kinds) or 'units'} runs again in backward"
+                          " (model FLOPs count it once; the hardware did it twice)"}
+
+
+def recompute_flops(ac: dict, details: dict) -> dict:
+    """FLOPs per sample the recomputation adds, where the workload knows its units' forward FLOPs
+    (details['unit_forward_flops_per_sample']: the transformer, the synthetic MLP): model FLOPs stay as they are,
+    the hardware's are model + recomputed."""
+    per_unit = details.get("unit_forward_flops_per_sample")
+    model = details.get("flops_per_sample")
+    if not ac.get("checkpointed_units") or per_unit is None or model is None:
+        return {}
+    extra = ac["checkpointed_units"] * per_unit
+    return {"recomputed_flops_per_sample": extra, "hardware_flops_per_sample": model + extra}
+
+
+def public_name(name: str) -> str:
+    """A parameter's name without the checkpoint wrappers' part: as the model has it without checkpointing."""
+    return name.replace(WRAPPED, "")

@@ -1,0 +1,129 @@
+"""./run_bench.sh fit (bench.commands.fit, bench.analysis.fit, bench.report.fit): the search over batches, each trial's
+verdict, the store and the report's sentence through a stand-in launcher, and one real run on the CPU."""
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from bench.analysis import fit
+from bench.commands import fit as fit_cmd
+from bench.sweep.diagnose import Outcome
+from conftest import run_bench
+
+CUDA_OOM = "rank 1: OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+def test_the_search_doubles_until_a_batch_does_not_fit_then_bisects_to_one_sample():
+    limit = 37
+    largest, smallest_not, tried = fit.search(lambda b: fit.FITS if b <= limit else fit.OOM, start=1, max_batch=4096)
+    assert (largest, smallest_not) == (37, 38)
+    assert list(tried)[:7] == [1, 2, 4, 8, 16, 32, 64] and list(tried)[7:] == [48, 40, 36, 38, 37]
+    assert fit.search(lambda b: fit.FITS, start=8, max_batch=20)[:2] == (20, None)  # the cap, said so
+    assert fit.search(lambda b: fit.OVER, start=1, max_batch=64)[:2] == (None, 1)   # nothing fits
+    # a start that does not fit is bisected down to the smallest batch a replica takes (BatchNorm: 2)
+    assert fit.search(lambda b: fit.FITS if b <= 5 else fit.OVER, start=16, max_batch=64, smallest=2)[:2] == (5, 6)
+    # an error ends the search where it stands, with what fit so far
+    largest, _, tried = fit.search(lambda b: fit.FITS if b < 8 else fit.ERROR, start=1, max_batch=64)
+    assert largest == 4 and tried[8] == fit.ERROR and max(tried) == 8
+
+
+@pytest.mark.parametrize("status, reason, peak, want", [
+    ("ok", "", 900.0, fit.FITS), ("ok", "", 1100.0, fit.OVER), ("failed", CUDA_OOM, None, fit.OOM),
+    ("failed", "rank 0: killed by signal 9 (SIGKILL)", None, fit.OOM),   # the kernel's out-of-memory killer
+    ("failed", "rank 0: ValueError: something else", None, fit.ERROR), ("ok", "", None, fit.ERROR)])
+def test_a_trial_fits_when_it_ran_within_the_budget_and_memory_errors_do_not_fit(status, reason, peak, want):
+    assert fit.verdict(status, reason, peak, 1024.0) == want
+
+
+def test_peak_per_device_is_the_fullest_gpus_reserved_net_of_batches_or_the_largest_ranks_rss():
+    gpu = [{"device": "cuda:0", "peak_reserved_mib": 900.0, "artefact_mib": 100.0},
+           {"device": "cuda:1", "peak_reserved_mib": 850.0, "artefact_mib": 0.0}, {"device": "cpu", "peak_rss_mib": 9e9}]
+    assert fit.peak_mib(gpu, "cuda") == 850.0
+    assert fit.peak_mib([{"peak_rss_mib": 700.0}, {"peak_rss_mib": 720.0}], "cpu") == 720.0
+
+
+def _fake_gpu_launcher(limits_per_device: dict, step_ms: dict):
+    """run_config on pretend GPUs: a trial over its strategy's limit runs out of memory, else it fits at 40 MiB a
+    sample; a measured run takes step_ms[strategy] per step."""
+    calls = []
+
+    def run(spec, limits):
+        calls.append((spec.mode, spec.strategy, spec.per_device_batch))
+        if spec.per_device_batch > limits_per_device[spec.strategy]:
+            return Outcome("failed", CUDA_OOM)
+        memory = [{"rank": r, "device": f"cuda:{r}", "peak_allocated_mib": 1.0, "artefact_mib": 0.0,
+                   "peak_reserved_mib": 1000.0 + 40.0 * spec.per_device_batch} for r in range(spec.device_count)]
+        ms, ranks = step_ms[spec.strategy], range(spec.device_count)
+        steps = [{"kind": "measure", "rank": r, "step": i, "step_ms": ms} for r in ranks for i in range(3)]
+        windows = [{"kind": "measure", "rank": r, "wall_s": 3 * ms / 1e3, "samples": 3 * spec.per_device_batch, "steps": 3}
+                   for r in ranks]
+        return Outcome("ok", payload={"steps": steps, "windows": windows, "memory": memory})
+    return run, calls
+
+
+def test_fit_stores_every_trial_and_says_which_fits_what_and_which_trains_fastest_there(tmp_path):
+    from bench import options
+    from bench.analysis.results import load
+    from bench.report import fit as fit_report
+    from bench.store import store
+    from bench.sweep import plan
+    machine = plan.Machine(cuda_devices=8, cpu_cores=16, gpu_names=("H100",) * 8, gpu_capabilities=((9, 0),) * 8,
+                           arch_list=("sm_90",), gpu_memory_bytes=(80 * 2**30,) * 8)
+    path = str(tmp_path / "fit.sqlite")
+    cfg, given, _ = options.prepare(["--device", "cuda", "--workloads", "transformer", "--strategies", "ddp,fsdp", "--gpus", "8",
+                                     "--no-report", "--no-comm-bench", "--store", path, "--memory-budget-gib", "5"], machine=machine)
+    fit_cmd.refuse(cfg, given)
+    # DDP holds everything on every GPU: room for 32 sequences; FSDP shards it: 96, at 12 ms a step against 10 ms
+    run, calls = _fake_gpu_launcher({"ddp": 32, "fsdp": 96}, {"ddp": 10.0, "fsdp": 12.0})
+    assert fit_cmd.run_fit(cfg, machine, 4096, "fit ...", log=lambda s: None, run_config=run) == 0
+    trials = [c for c in calls if c[0] == "fit"]
+    assert [b for _, s, b in trials if s == "ddp"] == [1, 2, 4, 8, 16, 32, 64, 48, 40, 36, 34, 33]
+    assert [c for c in calls if c[0] == "bench"] == [("bench", "ddp", 32), ("bench", "fsdp", 96)]
+    conn = store.connect(path, readonly=True)
+    rows = conn.execute("SELECT mode, status, per_device_batch, details_json FROM results WHERE strategy = 'ddp'").fetchall()
+    oom = [r for r in rows if r["mode"] == "fit" and r["status"] == "failed"]
+    assert {r["per_device_batch"] for r in oom} == {33, 34, 36, 40, 48, 64}
+    assert all(json.loads(r["details_json"])["fit"]["verdict"] == "out of memory" for r in oom)  # an answer, recorded
+    sweep = load(conn, conn.execute("SELECT MAX(sweep_id) FROM sweeps").fetchone()[0])
+    assert not sweep.problems  # out of memory is not a failure of the sweep
+    [sentence] = fit_report.sentences(sweep)
+    assert sentence.startswith("transformer [fp32, sgd]: DDP x8 fits 32, FSDP x8 fits 96 a GPU; at its largest batch "
+                               "FSDP x8 trains 2.50x faster than DDP x8"), sentence  # 96/12 ms against 32/10 ms
+    table = next(b for b in fit_report.blocks(sweep) if b[0] == "table")
+    assert table[2][0][2:6] == ["32", "2.23 GiB", "33: out of memory", "2.23 GiB"]  # 1000 MiB + 32 x 40
+
+
+def test_fit_on_cpu_needs_a_budget_and_refuses_what_it_cannot_honour(tmp_path, capsys, monkeypatch):
+    from bench import cli
+    from bench.sweep import launch
+    monkeypatch.setattr(launch, "run_config", lambda *a, **k: pytest.fail("fit ran a trial despite the refusal"))
+    for flags, says in ((["--memory-budget-gib", "1", "--check-equivalence"], "fit: --check-equivalence: fit measures"),
+                        ([], "fit on CPU needs --memory-budget-gib"),
+                        (["--memory-budget-gib", "1", "--scaling", "strong"], "--scaling strong fixes the global batch"),
+                        (["--memory-budget-gib", "1", "--max-batch", "0"], "--max-batch: '0' is not allowed")):
+        assert cli.main(["fit", "--device", "cpu", "--workloads", "transformer", "--strategies", "single",
+                         "--store", str(tmp_path / "s.sqlite"), *flags]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err, err
+    assert not (tmp_path / "s.sqlite").exists()
+
+
+@pytest.mark.timeout(300)
+def test_a_real_cpu_fit_measures_each_trials_peak_rss_against_the_budget(tmp_path):
+    path = str(tmp_path / "fit.sqlite")
+    p = run_bench(["fit", "--workloads", "transformer", "--strategies", "single", "--per-device-batch", "4", "--max-batch",
+                   "4", "--memory-budget-gib", "64", "--steps", "2", "--warmup", "0", "--repeats", "1", "--no-report",
+                   "--store", path])
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "largest batch that fits 4 (the cap, --max-batch 4)" in p.stdout
+    conn = sqlite3.connect(path)
+    rows = conn.execute("SELECT r.mode, r.per_device_batch, m.peak_rss_mib, r.details_json FROM results r "
+                        "JOIN memory m USING (result_id) ORDER BY r.result_id").fetchall()
+    assert [(m, b) for m, b, _, _ in rows] == [("fit", 4), ("bench", 4)]  # the trial, then the measured run
+    got = json.loads(rows[0][3])["fit"]
+    assert got["verdict"] == "fits" and got["peak_mib"] == rows[0][2] > 100 and got["budget_mib"] == 64 * 1024
+    from bench import cli
+    assert cli.main(["--resume", "last", "--store", path, "--device", "cpu"]) == 2  # a search is run again, not resumed
+    assert conn.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 2
