@@ -112,6 +112,7 @@ class SweepConfig:
     report_dir: str = _f("results", "where report.md and report.html are written", "str")
     report: bool = _f(True, "render plots and the report after the sweep (--no-report: skip)", "bool")
     label: Optional[str] = _f(None, "a name for this sweep, stored with it: the column title when sweeps are reported side by side (report --store a --store b), and a key of a --price-per-device-hour table (e.g. the cloud instance type)", "str")
+    fresh_interpreters: Optional[bool] = _f(None, "start every process of a configuration as a new Python interpreter (default: on CUDA; on CPU the processes on this node fork from a server that has imported torch once, ~1.5 s of CPU less each)", "bool")
     profile: Optional[bool] = _f(None, "after each configuration's measured window (and DDP's probe), run a few more steps under torch.profiler on every rank and keep one gzipped trace per rank next to the store (default: on with CUDA, where the GPU's busy share is what the recommendation's bound rests on; off on CPU)", "bool")
     profile_steps: int = _f(3, "steps traced per configuration with --profile, after 1 untraced profiler warm-up step", "int", 1)
     profile_max_mb: float = _f(200.0, "largest trace kept per rank, MB (gzipped); a larger one is cut, with a note", "float", 0.0)
@@ -150,7 +151,7 @@ GROUPS = {
     "FSDP settings": ("fsdp_reshard", "fsdp_mixed_precision", "fsdp_offload"),
     "ZeRO and HSDP settings": ("zero_bucket_view", "hsdp_shard_size"),
     "optimizer and memory": ("optimizer", "activation_checkpointing", "memory_budget_gib"),
-    "measurement": ("steps", "min_window_s", "warmup"),
+    "measurement": ("steps", "min_window_s", "warmup", "fresh_interpreters"),
     "faults and limits": ("timeout", "pg_timeout"),
     "output": ("store", "plots_dir", "report_dir", "report", "label"),
     "profiling (traces)": ("profile", "profile_steps", "profile_max_mb"),

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.shared import forkserver
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ helpers (voc_tree, report_fixtures)
 
@@ -30,6 +32,31 @@ def pytest_addoption(parser):
                      help="run the tests marked gpu on this machine's CUDA GPUs (the CPU suite keeps --device cpu)")
 
 
+# The CLI runs as a user runs it, `python -m bench ...`, but forked from one server that imported torch and the suite
+# once for the whole session (bench.shared.forkserver: ~1.5-2 s of CPU less for each of the ~150 commands a run
+# starts); every sweep's ranks fork from it too. Not with --run-gpu (a GPU machine has the cores, and its sweeps start
+# fresh interpreters anyway).
+_SESSION: dict = {}
+
+
+def bench_command() -> list:
+    """The command line that runs `python -m bench`: through the session's fork server where it runs."""
+    server = _SESSION.get("server")
+    if server is not None and (server.path == os.environ.get(forkserver.ENV) or server.ready()):
+        os.environ[forkserver.ENV] = server.path   # inherited by every sweep: its ranks fork from the same server
+        return [sys.executable, "-I", "-S", forkserver.CLIENT, "bench"]
+    _SESSION["server"] = None
+    os.environ.pop(forkserver.ENV, None)
+    return [sys.executable, "-m", "bench"]
+
+
+def forkserver_env() -> dict:
+    """{BENCH_FORKSERVER: the session server's socket} where it runs, else {}: for a test that starts the CLI as a new
+    interpreter itself but wants its ranks forked from the session's server (not from a server of the sweep's own)."""
+    bench_command()
+    return {forkserver.ENV: os.environ[forkserver.ENV]} if forkserver.ENV in os.environ else {}
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped unless pytest runs with --run-gpu on a GPU machine")
     if not config.getoption("--run-gpu"):
@@ -38,6 +65,8 @@ def pytest_configure(config):
     # report falls back on it, so a figure left in ~/.cache would change what single-process tests read
     import tempfile
     os.environ["BENCH_HOST_NOISE"] = os.path.join(tempfile.mkdtemp(prefix="bench-host-noise-"), "host-noise.json")
+    if not config.getoption("--run-gpu"):
+        _SESSION["server"] = forkserver.launch(forkserver.PRELOAD_CLI)   # ready by the first command
 
 
 def pytest_collection_modifyitems(config, items):
@@ -58,7 +87,7 @@ def run_bench(args: list, timeout: float = 300, env: dict | None = None) -> subp
     """`python -m bench ARGS` in the repo root, as ./run_bench.sh runs it after its set-up, on the CPU."""
     if args and args[0] not in ("report", "compare", "tune", "selfcheck", "migrate", "forecast", "history") and "--device" not in args:
         args = [*args, "--device", "cpu"]
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=REPO, capture_output=True, text=True,
+    return subprocess.run([*bench_command(), *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
@@ -103,7 +132,7 @@ _EARLY: dict = {}          # fixture name -> {"proc", "path", "tmp"} once starte
 
 def start_bench(args: list) -> subprocess.Popen:
     """`python -m bench ARGS` started in the background, for a test that reads its outcome later (`finished`)."""
-    return subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=REPO, stdout=subprocess.PIPE,
+    return subprocess.Popen([*bench_command(), *args], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -147,7 +176,7 @@ def _start_early(name: str, folder: str) -> None:
     path, tmp = os.path.join(folder, "bench.sqlite"), os.path.join(folder, "tmp")
     os.makedirs(tmp, exist_ok=True)
     sweeps = EARLY_SWEEPS[name][1]
-    chain = " && ".join(shlex.join([sys.executable, "-m", "bench", *args, "--store", path]) for args in sweeps)
+    chain = " && ".join(shlex.join([*bench_command(), *args, "--store", path]) for args in sweeps)
     proc = subprocess.Popen(["bash", "-c", chain], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "TMPDIR": tmp})
     _EARLY[name] = {"proc": proc, "path": path, "tmp": Path(tmp)}
@@ -166,6 +195,8 @@ def pytest_sessionfinish(session, exitstatus):
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
+    if _SESSION.get("server") is not None:
+        _SESSION["server"].close()
 
 
 def early_sweep(name: str, tmp_path_factory) -> tuple:

@@ -30,6 +30,7 @@ import pytest
 from bench.shared import faults, procs
 from bench.store import store
 from bench.sweep import plan
+from conftest import forkserver_env
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--workloads", "synthetic", "--synthetic-width", "128", "--synthetic-depth", "2", "--steps", "3", "--repeats", "1",
@@ -98,10 +99,12 @@ class Sweeps:
         runs = tmp / f"{name}-runs"
         runs.mkdir(exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k != "BENCH_FAULT"}
-        env.update(TMPDIR=str(runs), PYTHONUNBUFFERED="1", **({"BENCH_FAULT": fault} if fault else {}))
+        env.update(TMPDIR=str(runs), PYTHONUNBUFFERED="1", **({"BENCH_FAULT": fault} if fault else {}), **forkserver_env())
         path = store_path or str(tmp / "bench.sqlite")
         log = tmp / f"{name}.log"
         with open(log, "a") as out:
+            # A new interpreter, not the session's fork server (conftest): these tests read the sweep's own pid in the
+            # store and find its forked torchrun agent among its children. Its ranks still fork from the server.
             proc = subprocess.Popen([sys.executable, "-m", "bench", *FAST, "--store", path, *args], cwd=REPO, env=env,
                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, preexec_fn=_as_a_terminal_job)
@@ -245,8 +248,8 @@ def _children(pid: int) -> list:
 
 
 def rank_pids(s: Sweep) -> list:
-    """The worker processes themselves."""
-    return [p for p in s.leftovers() if b"bench.rank.worker" in _cmdline(p)]
+    """The worker processes themselves (forked from the fork server: not its clients, which stand in for them)."""
+    return [p for p in s.leftovers() if b"bench.rank.worker" in _cmdline(p) and b"forkclient" not in _cmdline(p)]
 
 
 def assert_store_whole(path: str) -> None:

@@ -21,7 +21,7 @@ from bench.analysis import compare
 from bench.analysis import history as hist
 from bench.report import history as page
 from bench.store import read, store
-from conftest import REPO
+from conftest import REPO, bench_command
 from report_fixtures import build_compare_store, build_sweep_store, downgrade_to_v4
 
 SINGLE = "bench/synthetic/single/cpux1/b64/g64/i0/synthetic/fp32"
@@ -37,7 +37,7 @@ def real_sweeps(tmp_path_factory):
     'before' and 'after slow', the second with every step of rank 0 sleeping 1 ms first (bench.shared.faults' nap:
     a slowdown of a fixed size; 3 warm-up steps, since with 1 the first process of a sweep ran up to 70x slow here)."""
     path = str(tmp_path_factory.mktemp("real") / "bench.sqlite")
-    bench = f"{shlex.quote(sys.executable)} -m bench {shlex.join(REAL)} --store {shlex.quote(path)}"
+    bench = f"{shlex.join(bench_command())} {shlex.join(REAL)} --store {shlex.quote(path)}"
     proc = subprocess.Popen(["sh", "-c", f"{bench} --label before && BENCH_FAULT=nap@0:1 {bench} --label 'after slow'"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

@@ -21,7 +21,7 @@ from bench import cli
 from bench.analysis import traces
 from bench.store import schema, store
 from bench.sweep import record as recording
-from conftest import REPO
+from conftest import REPO, bench_command
 
 NAP_MS = 40
 SWEEP = ["--workloads", "synthetic", "--synthetic-width", "128", "--synthetic-depth", "2", "--per-device-batch", "8",
@@ -33,7 +33,7 @@ def _start(tmp, profile: bool) -> tuple:
     args = [*SWEEP, "--store", str(tmp / "bench.sqlite"), "--plots-dir", str(tmp / "plots"), "--report-dir", str(tmp / "rep")]
     args += ["--profile"] if profile else ["--no-report"]
     env = {**os.environ, "BENCH_FAULT": f"nap@0:{NAP_MS}", "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=REPO, env=env, text=True,
+    return subprocess.Popen([*bench_command(), *args], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT), tmp
 
 

@@ -85,6 +85,8 @@ def run_pairs(a: Variant, b: Variant, pairs: int, limits: Limits,
     both variants' environments of one size (padded)."""
     env_a, env_b = padded(a.env, b.env)
     a, b = dataclasses.replace(a, env=env_a), dataclasses.replace(b, env=env_b)
+    if any(v.cwd or v.worker != WORKER for v in (a, b)):  # another checkout's worker starts fresh: then so do both
+        a, b = (dataclasses.replace(v, spec=dataclasses.replace(v.spec, process_start="fresh")) for v in (a, b))
     out = []
     for r in range(pairs):
         got = {}

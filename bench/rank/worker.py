@@ -34,7 +34,7 @@ from bench.rank import epochs as epochs_mod
 from bench.rank.context import Ctx
 from bench.rank.loop import NoMeasuredStep, Trainer
 from bench.rank.strategies import STRATEGIES, ddp_settings, is_ddp
-from bench.shared import faults, heartbeat
+from bench.shared import faults, forkserver, heartbeat
 from bench.shared.procs import die_with_parent, exit_without_teardown
 from bench.shared.spec import DDP_BASED, PER_DEVICE, RunSpec
 from bench.workloads.registry import builder
@@ -186,7 +186,8 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
     ctx = Ctx(device=device, count=spec.device_count, rank=rank, world_size=world, sync_bn=spec.sync_bn,
               options=dict(spec.options), warmup=spec.warmup)
     devices = [torch.device("cuda", i) for i in range(spec.device_count)] if cuda and spec.strategy == "dp" else [device]
-    payload: dict = {"pid": os.getpid(), "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname()}
+    payload: dict = {"pid": os.getpid(), "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
+                     "process_start": forkserver.started_as()}   # how this process began, as it ran (details)
     if cuda:  # which physical GPU this rank drove (selfcheck: each rank on its own)
         from bench.machine import gpuinfo
         props = torch.cuda.get_device_properties(device)

@@ -79,6 +79,7 @@ class RunSpec:
     transformer_vocab: int = 0
     seq_len: int = 0           # tokens per sample
     deeplabv3_aux: str = "false"  # deeplabv3's auxiliary classifier: false | true (in the loss at 0.5) | unused
+    process_start: str = "fresh"  # fresh: each process a new interpreter; forked: from the fork server (bench.shared.forkserver)
 
     @property
     def accum_steps(self) -> int:

@@ -2,7 +2,10 @@
 
 Launchers (one function each, one registry entry):
     local   single, dp, loader: `python -m bench.rank.worker SPEC`; ddp, fsdp, comm: torchrun on this node,
-            its agent forked from the sweep, which has torch loaded (bench.sweep.agent: ~2 s less a launch)
+            its agent forked from the sweep, which has torch loaded (bench.sweep.agent: ~2 s less a launch).
+            A spec with process_start "forked" (the CPU default) starts each process through the fork server
+            (bench.shared.forkserver, started at the first such launch): the same command, but its client stands
+            in for `python -m`, and the rank is forked from a process that has imported torch already
     slurm   several nodes of the SLURM allocation: `srun -N K` starting one torchrun per node (bench.sweep.slurm)
 Every torchrun rendezvouses with c10d through a FileStore in the run folder, and the workers join their
 process group through a file as well: nothing of torch's listens on a network interface, and there is
@@ -29,7 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from bench.shared import heartbeat, procs
+from bench.shared import forkserver, heartbeat, procs
 from bench.shared.spec import COMM_ROWS_FILE, PER_DEVICE, RunSpec
 from bench.sweep import agent
 from bench.sweep.diagnose import Outcome, diagnose
@@ -116,6 +119,7 @@ def launch_env(spec: RunSpec, env: dict) -> dict:
     if spec.launcher == "local":
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
         env.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    env.pop(forkserver.ENV, None)   # a fresh launch knows no server; a forked one is told its own (run_config)
     return env
 
 
@@ -125,12 +129,32 @@ def torchrun_log_args(spec: RunSpec) -> list:
     return [f"--log-dir={os.path.join(spec.out_dir, 'torchrun')}"]
 
 
+_SERVER: dict = {}    # the fork server of this process, started at its first forked launch (None: it could not start)
+
+
+def fork_server() -> Optional[str]:
+    """The socket of this process's fork server, started on first use; None where none could be started."""
+    if "server" not in _SERVER:
+        _SERVER["server"] = forkserver.start(forkserver.PRELOAD_RANK)
+    server = _SERVER["server"]
+    return server.path if server is not None else None
+
+
+def forked(spec: RunSpec, worker: str) -> bool:
+    """Whether this launch goes through the fork server: asked for by the spec, on this node, this checkout's worker
+    (another checkout's, `ab --b-repo`, starts fresh), and a server running."""
+    return (spec.process_start == "forked" and spec.launcher == "local" and worker == WORKER
+            and fork_server() is not None)
+
+
 def local_command(spec: RunSpec, spec_path: str, worker: str = WORKER) -> list:
+    # through the fork server its client is the program (torchrun: --no-python), the module its first argument
+    client = [sys.executable, "-I", "-S", forkserver.CLIENT] if forked(spec, worker) else None
     if spec.processes > 1 or spec.strategy in PER_DEVICE + ("comm",):
         return [sys.executable, "-m", TORCHRUN, "--nnodes=1", f"--nproc-per-node={spec.device_count}",
                 *rendezvous_args(spec, "bench-" + os.path.basename(spec.out_dir)), "--local-addr=127.0.0.1",
-                *torchrun_log_args(spec), "-m", worker, spec_path]
-    return [sys.executable, "-m", worker, spec_path]
+                *torchrun_log_args(spec), *(["--no-python", *client] if client else ["-m"]), worker, spec_path]
+    return [*(client or [sys.executable, "-m"]), worker, spec_path]
 
 
 def slurm_command(spec: RunSpec, spec_path: str, worker: str = WORKER) -> list:
@@ -172,13 +196,15 @@ def run_config(spec: RunSpec, limits: Limits, shared_dir: Optional[str] = None,
     env = launch_env(spec, dict(env, PYTHONUNBUFFERED="1", **(extra_env or {})))
     if spec.threads:
         env["OMP_NUM_THREADS"] = str(spec.threads)
+    command = LAUNCHERS[spec.launcher](spec, spec_path, worker)
+    if forkserver.CLIENT in command:
+        env[forkserver.ENV] = fork_server()
     started_at, t0 = _now(), time.monotonic()
     outcome = Outcome("failed", out_dir=out_dir)
     proc: Optional[subprocess.Popen] = None
     log_path = os.path.join(out_dir, "log.txt")
     try:
         with open(log_path, "w") as log:
-            command = LAUNCHERS[spec.launcher](spec, spec_path, worker)
             with procs.signals_deferred():  # an interrupt lands after the launcher starts, with proc known
                 if command[1:3] == ["-m", TORCHRUN] and spec.launcher == "local":
                     proc = agent.start(command[3:], env, log.fileno(), cwd)

@@ -184,7 +184,8 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         steps=cfg.steps or DEFAULT_STEPS[dev], repeats=cfg.repeats or DEFAULT_REPEATS[dev], profile=profile,
         noise_repeats=cfg.noise_repeats or DEFAULT_NOISE_REPEATS[dev],
         min_window_s=cfg.min_window_s or (DEFAULT_MIN_WINDOW_S if cfg.steps is None else None), warmup=DEFAULT_WARMUP[dev] if cfg.warmup is None else cfg.warmup,
-        pg_timeout=pg, num_workers=DEFAULT_NUM_WORKERS[dev] if cfg.num_workers is None else cfg.num_workers,
+        pg_timeout=pg, fresh_interpreters=cuda if cfg.fresh_interpreters is None else cfg.fresh_interpreters,
+        num_workers=DEFAULT_NUM_WORKERS[dev] if cfg.num_workers is None else cfg.num_workers,
         # One rule for every strategy, CPU and CUDA alike: the node's cores shared by the most processes a node
         # runs (torchrun would give its ranks 1 and single/DataParallel every core). Stored as threads_per_process.
         threads_per_process=cfg.threads_per_process or max(1, machine.cpu_cores // min(per_node, max(counts + (cfg.comm_counts or ())))),
@@ -371,7 +372,18 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
                                      launcher=_launcher(cfg, nodes), comm_max_bytes=max_bytes,
                                      comm_extra_bytes=tuple(buckets), comm_ops=ops, interference=cfg.interference,
                                      comm_load=load))
-    return items
+    return [_started(x, cfg) for x in items]
+
+
+def _started(item, cfg: SweepConfig):
+    """The item with how its processes start: forked from the fork server unless --fresh-interpreters (the CUDA
+    default) or it spans nodes (the server is on this one)."""
+    forked = cfg.fresh_interpreters is False and (item.spec if isinstance(item, Skip) else item).launcher == "local"
+    if not forked:
+        return item
+    if isinstance(item, Skip):
+        return Skip(dataclasses.replace(item.spec, process_start="forked"), item.reason)
+    return dataclasses.replace(item, process_start="forked")
 
 
 def _load_shape(cfg: SweepConfig, machine: Machine) -> tuple:
