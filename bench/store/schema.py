@@ -34,6 +34,9 @@
                   while the collective runs (ms), their ratios (comm_slowdown, compute_slowdown), the load's shape and
                   the rounds taken, each valid round's raw times (rounds_json); op 'co_run' is the load on every rank
                   at once against one rank alone (size 0)
+    gpu_samples   the GPU's state over the measured window, per rank and device, sampled by a thread that only calls
+                  NVML (bench.machine.gpustate): time from the window's start (ms), SM clock and its maximum (MHz),
+                  power and its enforced limit (W), temperature (C), NVML's clock event (throttle) reasons (bitmask)
     forecasts     the forecast's check against the truth: each measured count forecast from what the check may read
                   (basis: nothing of the judged count, or only the machine's own measurements there), beside the
                   measurement of its sweep or of a later one (judged_sweep), step time and memory per device, with
@@ -75,7 +78,12 @@ SCHEMA_HISTORY = {
        "kernel waiting for a peer is not work), devices_json (the same figures per GPU: a DataParallel process drives "
        "several) and step_waits_json (each traced step's wait in collectives: the straggler's evidence); older rows "
        "empty. Memory gains the whole run's peaks before the post-warm-up reset (run_peak_allocated_mib, "
-       "run_peak_reserved_mib, run_device_used_mib: warm-up, compilation, cuDNN's autotuning); older rows empty",
+       "run_peak_reserved_mib, run_device_used_mib: warm-up, compilation, cuDNN's autotuning); older rows empty; "
+       "model FLOPs utilisation and the GPU's state: results gain flops_per_sample (training FLOPs of one sample, forward and "
+       "backward, counted by FlopCounterMode on the model; NULL where not counted: older rows, repeats after the first), hw_flops_per_sample (the same with recomputation, "
+       "where activation checkpointing recomputes) and flops_json (how it was counted, per op, what the counter missed, "
+       "the workload's analytic figure); a gpu_samples table (SM clock, power, temperature and throttle reasons over the "
+       "measured window, per rank and device)",
 }
 
 SCHEMA = """
@@ -124,7 +132,8 @@ CREATE TABLE IF NOT EXISTS results (
     precision TEXT NOT NULL DEFAULT 'fp32', channels_last INTEGER NOT NULL DEFAULT 0, compiled INTEGER NOT NULL DEFAULT 0,
     options_json TEXT, nodes INTEGER NOT NULL DEFAULT 1, launcher TEXT,
     timing_method TEXT, window_s REAL, micro_batch INTEGER, loader_workers INTEGER, compile_s REAL, numerics_json TEXT,
-    optimizer TEXT NOT NULL DEFAULT 'sgd'
+    optimizer TEXT NOT NULL DEFAULT 'sgd',
+    flops_per_sample REAL, hw_flops_per_sample REAL, flops_json TEXT
 );
 CREATE INDEX IF NOT EXISTS results_by_sweep ON results(sweep_id, config_key);
 CREATE TABLE IF NOT EXISTS windows (
@@ -194,6 +203,12 @@ CREATE TABLE IF NOT EXISTS interference (
     comm_slowdown REAL, compute_slowdown REAL, load TEXT, rounds INTEGER, timing TEXT, rounds_json TEXT,
     PRIMARY KEY (result_id, scope, op, size_bytes)
 );
+CREATE TABLE IF NOT EXISTS gpu_samples (
+    result_id INTEGER NOT NULL REFERENCES results(result_id),
+    rank INTEGER NOT NULL, device TEXT NOT NULL, sample INTEGER NOT NULL, t_ms REAL NOT NULL,
+    sm_clock_mhz REAL, sm_clock_max_mhz REAL, power_w REAL, power_limit_w REAL, temperature_c REAL, reasons INTEGER,
+    PRIMARY KEY (result_id, rank, device, sample)
+);
 CREATE TABLE IF NOT EXISTS forecasts (
     sweep_id INTEGER NOT NULL REFERENCES sweeps(sweep_id),
     judged_sweep INTEGER NOT NULL REFERENCES sweeps(sweep_id),
@@ -227,6 +242,8 @@ BUCKET_COLUMNS = ("kind", "rank", "step", "bucket", "size_bytes", "ready_ms", "b
 INTERFERENCE_COLUMNS = ("scope", "ranks", "op", "size_bytes", "comm_alone_ms", "comm_contended_ms", "compute_alone_ms",
                         "compute_contended_ms", "comm_slowdown", "compute_slowdown", "load", "rounds", "timing",
                         "rounds_json")
+GPU_SAMPLE_COLUMNS = ("rank", "device", "sample", "t_ms", "sm_clock_mhz", "sm_clock_max_mhz", "power_w", "power_limit_w",
+                      "temperature_c", "reasons")
 FORECAST_COLUMNS = ("judged_sweep", "config_key", "workload", "strategy", "variant", "device_count", "from_counts",
                     "forecast_step_ms", "measured_step_ms", "error", "forecast_samples_per_s", "measured_samples_per_s",
                     "compute_error", "noise", "why", "network", "created_at", "basis", "forecast_mem_mib",
@@ -305,6 +322,11 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
             for col in cols:  # a store of version 1 or 2 had these tables made with today's columns above
                 if col.split()[0] not in _columns(conn, table):
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {col}")
+        # model FLOPs utilisation: nothing counted FLOPs or sampled the GPU before; the columns stay NULL
+        for col in ("flops_per_sample REAL", "hw_flops_per_sample REAL", "flops_json TEXT"):
+            if col.split()[0] not in _columns(conn, "results"):  # a store of version 1 had results rebuilt above
+                conn.execute(f"ALTER TABLE results ADD COLUMN {col}")
+        create(conn)  # the gpu_samples table
         version = 6
     conn.execute("PRAGMA legacy_alter_table = OFF")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
