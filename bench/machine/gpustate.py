@@ -18,8 +18,6 @@ import threading
 import time
 from typing import Callable, Optional
 
-from bench.machine import gpuinfo
-
 INTERVAL_S = 0.05
 MAX_SAMPLES = 2000          # per device: past it, every other sample goes and the interval doubles
 TEMPERATURE_GPU = 0         # nvmlTemperatureSensors_t
@@ -41,6 +39,7 @@ def reason_names(mask: Optional[int]) -> list:
 
 def read(nvml, handle) -> dict:
     """One sample of a GPU now: SM clock (MHz), power (W), temperature (C), clock event reasons (bitmask)."""
+    from bench.machine import gpuinfo  # imports torch: the report reads REASONS without it
     mw = gpuinfo.call(nvml, "nvmlDeviceGetPowerUsage", handle)
     reasons = gpuinfo.call(nvml, "nvmlDeviceGetCurrentClocksEventReasons", handle)
     if reasons is None:  # drivers before 535 name it after throttling
@@ -53,6 +52,7 @@ def read(nvml, handle) -> dict:
 
 def limits(nvml, handle) -> dict:
     """What a sample is measured against: the maximum SM clock (MHz) and the enforced power limit (W)."""
+    from bench.machine import gpuinfo
     mw = gpuinfo.call(nvml, "nvmlDeviceGetEnforcedPowerLimit", handle)
     return {"sm_clock_max_mhz": gpuinfo.call(nvml, "nvmlDeviceGetMaxClockInfo", handle, gpuinfo.CLOCK_SM),
             "power_limit_w": mw / 1000 if isinstance(mw, (int, float)) else None}
@@ -112,6 +112,7 @@ class Sampler:
 def _handles(devices: list) -> tuple:
     """(the NVML module, one handle per device: None for a CPU device or one NVML cannot find)."""
     import torch
+    from bench.machine import gpuinfo
     if not any(d.startswith("cuda") for d in devices) or not torch.cuda.is_available():
         return None, []
     nvml = gpuinfo.load_nvml()
