@@ -8,8 +8,8 @@ sampled by a thread that only calls NVML, which never touches a CUDA stream (not
 
 A sample is t_ms (from start), sm_clock_mhz, power_w, temperature_c and reasons (NVML's bitmask); every row also
 carries the device's maximum SM clock and enforced power limit, read once at start. A field NVML cannot give is None.
-Samples come every INTERVAL_S; past MAX_SAMPLES per device every other one is dropped and the interval doubles, so a
-long epoch run keeps an evenly spaced record of bounded size. Without CUDA or NVML the sampler records nothing.
+Samples come every INTERVAL_S; past MAX_SAMPLES per device every other one is dropped (the latest kept) and the
+interval doubles, so a long epoch run keeps an evenly spaced record of bounded size. Without CUDA or NVML the sampler records nothing.
 What the reasons mean, and which of them slow the clock against the user's will (THROTTLE), is in REASONS.
 """
 from __future__ import annotations
@@ -93,8 +93,9 @@ class Sampler:
         for k, h in enumerate(self.handles):
             if h is not None:
                 self.samples[k].append({"t_ms": t_ms, **read(self.nvml, h)})
-        if max(len(s) for s in self.samples) >= MAX_SAMPLES:
-            self.samples = [s[::2] for s in self.samples]  # keep them evenly spaced: every other, at twice the interval
+        if max(len(s) for s in self.samples) > MAX_SAMPLES and len(self.samples[0]) % 2:
+            # every other sample, the latest kept, and twice the interval from here: still evenly spaced
+            self.samples = [s[::2] for s in self.samples]
             self.interval_s *= 2
 
     def stop(self, rank: int) -> list:

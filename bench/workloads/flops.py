@@ -66,23 +66,33 @@ class _Seen(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _on_meta(model: nn.Module) -> Callable:
-    """The model's forward with meta copies of its parameters and buffers (the model itself untouched), or the model
-    as it is when it already lives on meta."""
-    tensors = [*model.parameters(), *model.buffers()]
-    if all(t.is_meta for t in tensors):
-        return model
-    state = {n: torch.empty_like(p, device="meta").requires_grad_(p.requires_grad) for n, p in model.named_parameters()}
-    state.update({n: torch.empty_like(b, device="meta") for n, b in model.named_buffers()})
-    return lambda x: torch.func.functional_call(model, state, (x,))
+class _Step(nn.Module):
+    """One forward and backward as a module's forward, so that functional_call swaps in meta tensors for all of it:
+    the backward too, and the forward that activation checkpointing recomputes inside it."""
 
+    def __init__(self, model: nn.Module, loss_fn: Callable, counter: FlopCounterMode):
+        super().__init__()
+        self.model, self.loss_fn, self.counter = model, loss_fn, counter
 
-def _once(forward: Callable, x, y, loss_fn) -> tuple:
-    """(total, forward, by_op, uncounted) of one forward and backward under the counter."""
-    with FlopCounterMode(display=False) as counter, _Seen() as seen:
-        loss = loss_fn(forward(x), y)
-        fwd = counter.get_total_flops()
+    def forward(self, x, y) -> int:
+        loss = self.loss_fn(self.model(x), y)
+        forward = self.counter.get_total_flops()
         loss.backward()
+        return forward
+
+
+def _once(model: nn.Module, x, y, loss_fn) -> tuple:
+    """(total, forward, by_op, uncounted) of one forward and backward under the counter. Meta inputs: with meta copies
+    of the parameters and buffers (grads land on the copies; the model's own tensors are never touched)."""
+    with FlopCounterMode(display=False) as counter, _Seen() as seen:
+        step = _Step(model, loss_fn, counter)
+        if x.device.type == "meta" and not all(t.is_meta for t in [*model.parameters(), *model.buffers()]):
+            state = {n: torch.empty_like(p, device="meta").requires_grad_(p.requires_grad)
+                     for n, p in step.named_parameters()}
+            state.update({n: torch.empty_like(b, device="meta") for n, b in step.named_buffers()})
+            fwd = torch.func.functional_call(step, state, (x, y))
+        else:
+            fwd = step(x, y)
     by_op = {str(op): int(n) for op, n in counter.get_flop_counts().get("Global", {}).items() if n}
     missed = sorted(str(op) for op in seen.ops if op not in flop_registry and HEAVY.search(str(op).split(".")[-1]))
     return int(counter.get_total_flops()), int(fwd), by_op, tuple(missed)
@@ -91,19 +101,14 @@ def _once(forward: Callable, x, y, loss_fn) -> tuple:
 def count_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: Callable,
                recompute: Optional[Callable[[nn.Module], nn.Module]] = None) -> FlopCount:
     """Forward and backward FLOPs of `model` on the batch (x, y), on x's device, in the mode the model is in: meta
-    inputs run with meta copies of the parameters (nothing of `model` changes); CPU inputs run the model itself, so
-    hand it a copy. recompute: applies activation checkpointing to a model (returning it, or a copy: for meta inputs
-    it must not move the model's tensors); the step is then counted again under it, the hardware's FLOPs."""
-    device = x.device.type
-    forward = _on_meta(model) if device == "meta" else model
-    total, fwd, by_op, missed = _once(forward, x, y, loss_fn)
-    hardware = None
-    if recompute is not None:
-        wrapped = recompute(model)
-        hardware = _once(_on_meta(wrapped) if device == "meta" else wrapped, x, y, loss_fn)[0]
-    if device != "meta":
+    inputs run with meta copies of the parameters and buffers (nothing of `model` changes); CPU inputs run the model
+    itself, so hand it a copy. recompute: returns a module that runs `model` under activation checkpointing, leaving
+    `model` as it is; the step is then counted again under it: the hardware's FLOPs, recomputation included."""
+    total, fwd, by_op, missed = _once(model, x, y, loss_fn)
+    hardware = _once(recompute(model), x, y, loss_fn)[0] if recompute is not None else None
+    if x.device.type != "meta":
         model.zero_grad(set_to_none=True)
-    return FlopCount(total, fwd, int(x.shape[0]), device, by_op, missed, hardware)
+    return FlopCount(total, fwd, int(x.shape[0]), x.device.type, by_op, missed, hardware)
 
 
 # ---------------------------------------------------------------- a configuration's workload
