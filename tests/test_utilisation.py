@@ -114,6 +114,9 @@ def test_mfu_on_an_h100_is_model_flops_times_throughput_over_its_fp32_peak(tmp_p
     ddp = by_label(sw)["DDP x2"].utilisation   # per device: the two GPUs' throughput over two peaks
     assert ddp.mfu == pytest.approx(MLP_FLOPS * 1024 / 0.011 / 2 / 1e12 / 67.0)
     assert utilisation.at(ddp, 2 * 1024 / 0.011, 4) == pytest.approx(ddp.mfu)  # the forecast's: same step at 4 GPUs
+    from bench.report import tables   # bench.results' DataFrames and ./run_bench.sh export
+    row = next(r for r in tables.configurations(sw) if r["label"] == "DDP x2")
+    assert row["mfu"] == ddp.mfu and row["peak_tflops"] == 67.0 and row["flops_per_sample"] == MLP_FLOPS
 
 
 def test_an_mfu_above_100_percent_is_an_error_in_the_peak_or_the_count_never_a_result(tmp_path):

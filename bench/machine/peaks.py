@@ -114,10 +114,3 @@ def parse_override(text: Optional[str]) -> dict:
             raise ValueError(f"--peak-tflops {text!r}: {'a bare number' if key == '*' else key} is given twice")
         out[key] = number
     return out
-
-
-def describe_override(override: dict) -> str:
-    """'bf16 989, fp32 67 TFLOP/s' or '2.5 TFLOP/s at every precision'."""
-    named = ", ".join(f"{k} {v:g}" for k, v in override.items() if k != "*")
-    rest = f"{override['*']:g} at {'the other precisions' if named else 'every precision'}" if "*" in override else ""
-    return "; ".join(x for x in (named, rest) if x) + " TFLOP/s"

@@ -6,7 +6,8 @@
                   (running/completed/failed/interrupted/died), where an internal error's traceback went
     results       one row per configuration run: identity (workload, strategy, count, nodes, precision,
                   memory format, compilation, strategy options), status ok/failed/skipped/interrupted with
-                  the reason, how it was timed, and a summary derived from the raw rows by bench.stats
+                  the reason, how it was timed, a summary derived from the raw rows by bench.stats, and the
+                  training FLOPs of one sample counted on its model (bench.workloads.flops; its first repeat)
     windows       raw timed windows per rank: wall time (s), samples and steps (throughput is derived from them)
     steps         raw per-step, per-rank times (ms) of every phase; kind warmup, measure, probe_sync,
                   probe_no_sync (DDP's communication probe), equivalence, or profile_warmup and profile

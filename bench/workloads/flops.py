@@ -8,13 +8,15 @@ Counted once per configuration by its first rank, before the strategy wraps the 
 device: the model runs with meta copies of its parameters and buffers through torch.func.functional_call, so it costs
 no memory and no compute, and nothing of the model (BatchNorm statistics, gradients, the random state) changes.
 Where the meta device cannot run the model (detection's data-dependent proposals) a CPU copy of it runs a small
-batch. The count is per sample and exact for any batch: matmuls and convolutions scale with it. The counter has formulas for matmuls, convolutions and attention kernels; an op that carries such
-work but has none (on CPU, causal `scaled_dot_product_attention` runs a flash kernel the counter does not know and
-counts 0: pytorch #134804) is listed in `uncounted`, and the analysis then takes the workload's analytic figure, or
-says the count is a lower bound. On meta attention decomposes into the matmuls it does, which are counted (the full
-T x T product, causal or not: the convention of the 12·L·H·Q·T term). `recompute` (a function that applies
-activation checkpointing to the model) counts the step again as the hardware runs it: model FLOPs plus the forward
-recomputed in backward (MFU counts the first, hardware FLOPs utilisation the second).
+batch. The count is per sample and exact for any batch: matmuls and convolutions scale with it.
+
+The counter has formulas for matmuls, convolutions and attention kernels; an op that does such work without one is
+listed in `uncounted` (on CPU, causal `scaled_dot_product_attention` runs a flash kernel the counter does not know
+and counts 0: pytorch #134804), and the analysis then takes the workload's analytic figure, or calls the count a
+lower bound. On meta, attention runs as the matmuls it does, which are counted (the whole T x T product, causal or
+not: the convention of the 12·L·H·Q·T term). `recompute` (a function that wraps the model in activation
+checkpointing) counts the step again as the hardware runs it, the recomputed forward included: MFU counts the
+first, hardware FLOPs utilisation the second.
 """
 from __future__ import annotations
 
