@@ -123,3 +123,19 @@ def test_the_report_flags_a_configuration_that_throttled_with_its_reason(tmp_pat
 def test_the_sampler_calls_functions_pynvml_has(name):
     pynvml = pytest.importorskip("pynvml")
     assert hasattr(pynvml, name) and name in open(gpustate.__file__).read()
+
+
+def test_sampling_beside_the_cuda_window_neither_synchronises_nor_reads_the_device(monkeypatch):
+    # the CUDA timing stand-in of tests/test_timing.py fails on any synchronisation or device read inside a window
+    from bench.rank import worker
+    from test_timing import FakeAPI, device_reads_counted, spec, trainer
+    nvml, real = ThrottlingNVML(free=2), gpustate.Sampler
+    monkeypatch.setattr(worker.gpustate, "Sampler", lambda devices: real(["cuda:0"], nvml=nvml, handles=[("h", 0)],
+                                                                         interval_s=0.001))
+    api = FakeAPI()
+    s = spec(device_type="cuda", steps=30)
+    t = trainer(s, api, ["gpu0"])
+    with device_reads_counted(api) as reads:
+        out = worker.measure(s, t, [worker.torch.device("cpu")], t.wl)
+    assert api.syncs_inside == [] and reads == []
+    assert len(out["gpu_samples"]) >= 2 and {r["device"] for r in out["gpu_samples"]} == {"cuda:0"}

@@ -89,7 +89,7 @@ def measure(spec: RunSpec, t: Trainer, devices: list, wl, beat=None, baseline_rs
     out = {}
     run_peaks = None  # the whole run's memory peaks, where they are reset after the warm-up
     # The GPU's clocks, power, temperature and throttle reasons over the measured window: NVML only, off the stream.
-    sampler = gpustate.Sampler(devices) if t.device.type == "cuda" else None
+    sampler = gpustate.Sampler(devices) if spec.device_type == "cuda" else None
     if spec.epochs:
         if spec.compile:  # before every epoch's time
             t.compile_s = epochs_mod.compile_before_epochs(t, wl, devices)
