@@ -131,6 +131,16 @@ def test_an_mfu_above_100_percent_is_an_error_in_the_peak_or_the_count_never_a_r
     assert any(b[0] == "p" and b[1].startswith("ERROR in single device x1 [fp32]: MFU") for b in blocks)
 
 
+def test_with_recomputation_the_hardware_flops_utilisation_stands_beside_mfu_and_is_held_to_100_percent_too(tmp_path):
+    pl = payload(1, 10.32, MLP_FLOPS)
+    pl["flops"]["hw_flops_per_sample"] = MLP_FLOPS * 4 / 3   # the forward again, in backward
+    u = build(str(tmp_path / "s.sqlite"), [(rspec("single", 1), pl)]).bench["synthetic"][0].utilisation
+    assert u.hfu == pytest.approx(u.mfu * 4 / 3) and u.mfu_cell() == f"{u.mfu:.1%} (HFU {u.hfu:.1%})"
+    pl["flops"]["hw_flops_per_sample"] = MLP_FLOPS * 2   # more than the device can do: an error, not a result
+    u = build(str(tmp_path / "t.sqlite"), [(rspec("single", 1), pl)]).bench["synthetic"][0].utilisation
+    assert u.error.startswith("HFU (recomputation included) 114% is above 100%") and u.mfu_cell() == "error: 114% > 100%"
+
+
 def test_an_unknown_gpu_has_no_mfu_and_a_line_saying_so_until_peak_tflops_adds_it(tmp_path):
     gpu = "NVIDIA GeForce RTX 4090"
     sw = build(str(tmp_path / "s.sqlite"), [(rspec("single", 1), payload(1, 10.32, MLP_FLOPS, gpu=gpu))], gpus=(gpu,))

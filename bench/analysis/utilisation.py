@@ -81,10 +81,16 @@ class Utilisation:
         """MFU as measured, even above 100% (for the error's words); nan without a peak."""
         return self.achieved_tflops / self.peak_tflops if self.peak_tflops > 0 else math.nan
 
+    @property
+    def highest(self) -> float:
+        """The larger of MFU and HFU as measured: what an error is about."""
+        hfu = self.hw_tflops / self.peak_tflops if self.peak_tflops > 0 and not math.isnan(self.hw_tflops) else math.nan
+        return max(self.measured, hfu) if not math.isnan(hfu) else self.measured
+
     def mfu_cell(self) -> str:
         """The MFU column: '38.2%', '>= 12.0%' (a lower bound), 'error: 104%' or '–'."""
         if self.error:
-            return f"error: {self.measured:.0%} > 100%"
+            return f"error: {self.highest:.0%} > 100%"
         if math.isnan(self.mfu):
             return "–"
         return ("≥ " if self.flops.lower_bound else "") + f"{self.mfu:.1%}" + (f" (HFU {self.hfu:.1%})"
@@ -145,13 +151,14 @@ def of(c, override: Optional[dict] = None, env_names: tuple = ()) -> Utilisation
     p = found[names[0]]
     text = f"{p.device}, {_key_words(key, cuda)}: {peak:.4g} TFLOP/s per device ({p.source})"
     mfu = achieved / peak
-    if mfu > 1.0:
+    hfu = hw / peak if not math.isnan(hw) else math.nan
+    if mfu > 1.0 or hfu > 1.0:
+        what = f"MFU {mfu:.0%}" if mfu > 1.0 else f"HFU (recomputation included) {hfu:.0%}"
         return Utilisation(**base, peak_tflops=peak, peak_text=text,
-                           error=(f"MFU {mfu:.0%} is above 100%, which no device reaches: the peak ({text}) or the FLOP "
+                           error=(f"{what} is above 100%, which no device reaches: the peak ({text}) or the FLOP "
                                   f"count ({_g(f.per_sample)} FLOP per sample, {f.source}) is wrong, so it is not "
                                   "reported as a result"))
-    return Utilisation(**base, peak_tflops=peak, peak_text=text, mfu=mfu,
-                       hfu=hw / peak if not math.isnan(hw) else math.nan)
+    return Utilisation(**base, peak_tflops=peak, peak_text=text, mfu=mfu, hfu=hfu)
 
 
 def at(u: Utilisation, samples_per_s: float, count: int) -> float:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import math
 import os
 
-from matplotlib.figure import Figure
-
 from bench.analysis import utilisation
 from bench.analysis.utilisation import Utilisation
 
@@ -125,8 +123,9 @@ def forecast_cells(s, p) -> list:
     return cells[:-1] + [forecast_mfu(s, p)] + cells[-1:]
 
 
-def figure(configs: list, workload: str, where: str) -> Figure:
-    """MFU (or, without a peak, achieved FLOP/s per device) against device count, one line per strategy and variant."""
+def figure(configs: list, workload: str, where: str):
+    """MFU (or, without a peak, achieved FLOP/s per device) against device count, one line per strategy and variant: a
+    matplotlib Figure (imported here: the forecast command reads this module's table helpers without drawing)."""
     from bench.report import plots
     with_mfu = any(c.utilisation and not math.isnan(c.utilisation.mfu) for c in configs)
     cuda = configs[0].device_type == "cuda"
