@@ -126,7 +126,8 @@ def of(c, override: Optional[dict] = None, env_names: tuple = ()) -> Utilisation
     cuda = c.device_type == "cuda"
     achieved = (f.per_sample * c.samples_per_s / c.device_count / 1e12
                 if f.per_sample is not None and c.samples_per_s > 0 else math.nan)
-    hw = f.hw_per_sample * c.samples_per_s / c.device_count / 1e12 if f.hw_per_sample and c.samples_per_s > 0 else math.nan
+    hw = (f.hw_per_sample * c.samples_per_s / c.device_count / 1e12 if f.hw_per_sample and c.samples_per_s > 0
+          else math.nan)
     base = dict(flops=f, achieved_tflops=achieved, hw_tflops=hw, device_type=c.device_type)
     if math.isnan(achieved):
         return Utilisation(**base, note=f"no FLOPs per sample: {f.source}")

@@ -9,7 +9,8 @@ sampled by a thread that only calls NVML, which never touches a CUDA stream (not
 A sample is t_ms (from start), sm_clock_mhz, power_w, temperature_c and reasons (NVML's bitmask); every row also
 carries the device's maximum SM clock and enforced power limit, read once at start. A field NVML cannot give is None.
 Samples come every INTERVAL_S; past MAX_SAMPLES per device every other one is dropped (the latest kept) and the
-interval doubles, so a long epoch run keeps an evenly spaced record of bounded size. Without CUDA or NVML the sampler records nothing.
+interval doubles, so a long epoch run keeps an evenly spaced record of bounded size. Without CUDA or NVML the sampler
+records nothing.
 What the reasons mean, and which of them slow the clock against the user's will (THROTTLE), is in REASONS.
 """
 from __future__ import annotations

@@ -13,7 +13,9 @@ import math
 import os
 
 from bench.analysis import utilisation
+from bench.analysis.gpustate import THROTTLED_SHARE
 from bench.analysis.utilisation import Utilisation
+from bench.machine.gpustate import INTERVAL_S
 
 
 def headers(cuda: bool) -> list:
@@ -60,13 +62,14 @@ def _flops_sentence(configs: list) -> str:
 
 
 def blocks(workload: str, configs: list) -> list:
-    """The paragraph under the configuration table: FLOPs, peaks, MFU errors and gaps; the GPU's state per configuration."""
+    """The paragraphs under the configuration table (FLOPs, peaks, MFU errors and gaps) and the GPU's state."""
     if not configs or all(c.utilisation is None for c in configs):
         return []
     out = [("p", _flops_sentence(configs))]
     peaks = sorted({c.utilisation.peak_text for c in configs if c.utilisation and c.utilisation.peak_text})
     if peaks:
-        out.append(("p", "MFU against the dense peak (no sparsity) of the precision that ran: " + "; ".join(peaks) + "."))
+        out.append(("p", "MFU against the dense peak (no sparsity) of the precision that ran: " + "; ".join(peaks)
+                    + "."))
     for c in configs:
         if c.utilisation and c.utilisation.error:
             out.append(("p", f"ERROR in {c.label} [{c.variant}]: {c.utilisation.error}."))
@@ -75,14 +78,15 @@ def blocks(workload: str, configs: list) -> list:
     sampled = [c for c in configs if c.gpu is not None]
     if sampled:
         out.append(("h", 3, f"{workload}: the GPU's state in the measured window"))
-        out.append(("table", ["configuration", "precision / settings", "SM clock (median of max)", "power W (median of limit)",
-                              "hottest °C", "throttled", "samples"],
+        out.append(("table", ["configuration", "precision / settings", "SM clock (median of max)",
+                              "power W (median of limit)", "hottest °C", "throttled", "samples"],
                     [[c.label, c.variant, c.gpu.clock_text(),
                       f"{c.gpu.power_w:.0f}" + (f" of {c.gpu.power_limit_w:.0f}" if c.gpu.power_limit_w else ""),
                       f"{c.gpu.temperature_max_c:.0f}", throttle_cell(c), str(c.gpu.samples)] for c in sampled]))
-        out.append(("p", "Sampled from NVML every 50 ms by a thread beside the measured window (it touches no CUDA stream), "
-                         "every rank's GPUs. Throttled: a throttle reason (power cap, thermal or hardware slowdown, "
-                         "power brake, sync boost, board limit) held the clock for 5% of the window or more."))
+        out.append(("p", f"Sampled from NVML every {INTERVAL_S * 1e3:.0f} ms by a thread beside the measured window (it "
+                         "touches no CUDA stream), every rank's GPUs. Throttled: a throttle reason (power cap, thermal or "
+                         "hardware slowdown, power brake, sync boost, board limit) held the clock for "
+                         f"{THROTTLED_SHARE:.0%} of the window or more."))
     return out
 
 

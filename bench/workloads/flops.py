@@ -1,7 +1,7 @@
 """The FLOPs of one training step of a workload, counted by torch.utils.flop_counter.FlopCounterMode around one
 forward and backward: what model FLOPs utilisation is computed from (bench.analysis.utilisation).
 
-    c = count_step(model, x, y, loss_fn)       # FlopCount: forward and total FLOPs of that batch, per op, what was missed
+    c = count_step(model, x, y, loss_fn)       # FlopCount: forward and total FLOPs of the batch, per op, what it missed
     per_sample = count_workload(wl, spec)       # a built workload, per sample, its analytic figure beside (the rank's)
 
 Counted once per configuration by its first rank, before the strategy wraps the model (bench.rank.worker), on the meta
@@ -121,7 +121,8 @@ def example_batch(wl, spec, n: int) -> tuple:
     if wl.example is not None:
         return wl.example(torch.Generator().manual_seed(spec.seed), n)
     if not wl.on_device:
-        raise ValueError("a workload fed by a loader needs an `example` batch maker to be counted (bench.workloads.workload)")
+        raise ValueError("a workload fed by a loader needs an `example` batch maker to be counted "
+                         "(bench.workloads.workload)")
     x, y = next(iter(wl.batches(0)))
     return x[:n], y[:n]
 
