@@ -186,7 +186,7 @@ def test_mfu_is_shown_in_the_recommendation_table_plot_side_by_side_and_history(
     ddp = by_label(sw)["DDP x2"]
     row, text = recommend.answer(sw, "synthetic", sw.bench["synthetic"], "fp32")
     assert recommend.SUMMARY_HEADERS[-1] == "MFU" and row[2] == "DDP x2" and row[-1] == ddp.utilisation.mfu_cell()
-    assert re.match(r"Fastest: DDP on 2 GPUs, [\d.]+ samples/s, \d+% scaling efficiency against single device x1, "
+    assert re.match(r"Fastest: DDP x2, [\d.]+ samples/s, \d+% scaling efficiency against single device x1, "
                     rf"{ddp.utilisation.mfu:.0%} MFU \(table", text[0]), text[0]
     out = report.render(path, plots_dir=str(tmp_path / "p"), report_dir=str(tmp_path / "r"))
     md = open(out["markdown"]).read()
