@@ -80,11 +80,12 @@ SCHEMA_HISTORY = {
        "several) and step_waits_json (each traced step's wait in collectives: the straggler's evidence); older rows "
        "empty. Memory gains the whole run's peaks before the post-warm-up reset (run_peak_allocated_mib, "
        "run_peak_reserved_mib, run_device_used_mib: warm-up, compilation, cuDNN's autotuning); older rows empty; "
-       "model FLOPs utilisation and the GPU's state: results gain flops_per_sample (training FLOPs of one sample, forward and "
-       "backward, counted by FlopCounterMode on the model; NULL where not counted: older rows, repeats after the first), hw_flops_per_sample (the same with recomputation, "
-       "where activation checkpointing recomputes) and flops_json (how it was counted, per op, what the counter missed, "
-       "the workload's analytic figure); a gpu_samples table (SM clock, power, temperature and throttle reasons over the "
-       "measured window, per rank and device)",
+       "model FLOPs utilisation and the GPU's state: results gain flops_per_sample (training FLOPs of one sample, "
+       "forward and backward, counted by FlopCounterMode on the model; NULL where not counted: older rows, repeats "
+       "after the first), hw_flops_per_sample (the same with recomputation, where activation checkpointing "
+       "recomputes) and flops_json (how it was counted, per op, what the counter missed, the workload's analytic "
+       "figure); a gpu_samples table (SM clock, power, temperature and throttle reasons over the measured window, per "
+       "rank and device)",
 }
 
 SCHEMA = """
