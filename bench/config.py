@@ -111,6 +111,7 @@ class SweepConfig:
     plots_dir: str = _f("plots", "where plots are written", "str")
     report_dir: str = _f("results", "where report.md and report.html are written", "str")
     report: bool = _f(True, "render plots and the report after the sweep (--no-report: skip)", "bool")
+    peak_tflops: Optional[str] = _f(None, "dense peak TFLOP/s per device that the report's model FLOPs utilisation (MFU) is measured against: a number for every precision, or PRECISION=TFLOPS,... (e.g. bf16=989,fp32=67); overrides the table of known GPUs (bench/machine/peaks.py) or adds this device (on CPU: MFU only with it)", "str")
     label: Optional[str] = _f(None, "a name for this sweep, stored with it: the column title when sweeps are reported side by side (report --store a --store b), and a key of a --price-per-device-hour table (e.g. the cloud instance type)", "str")
     fresh_interpreters: Optional[bool] = _f(None, "start every process of a configuration as a new Python interpreter (default: on CUDA; on CPU the processes on this node fork from a server that has imported torch once, ~1.5 s of CPU less each)", "bool")
     profile: Optional[bool] = _f(None, "after each configuration's measured window (and DDP's probe), run a few more steps under torch.profiler on every rank and keep one gzipped trace per rank next to the store (default: on with CUDA, where the GPU's busy share is what the recommendation's bound rests on; off on CPU)", "bool")
@@ -153,7 +154,7 @@ GROUPS = {
     "optimizer and memory": ("optimizer", "activation_checkpointing", "memory_budget_gib"),
     "measurement": ("steps", "min_window_s", "warmup", "fresh_interpreters"),
     "faults and limits": ("timeout", "pg_timeout"),
-    "output": ("store", "plots_dir", "report_dir", "report", "label"),
+    "output": ("store", "plots_dir", "report_dir", "report", "label", "peak_tflops"),
     "profiling (traces)": ("profile", "profile_steps", "profile_max_mb"),
 }
 
@@ -318,6 +319,12 @@ def check_values(cfg: SweepConfig) -> None:
                           f"(selective is selective:{SELECTIVE_EVERY})")
     if cfg.label is not None:
         check_label(cfg.label)
+    if cfg.peak_tflops is not None:
+        from bench.machine.peaks import parse_override
+        try:
+            parse_override(cfg.peak_tflops)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
 
 def check_label(label: str) -> None:

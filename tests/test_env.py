@@ -300,7 +300,7 @@ def test_every_nvml_function_the_code_calls_exists_in_pynvml():
     pynvml = pytest.importorskip("pynvml")  # a misspelt name would be silently None on a real GPU
     bench = Path(env.__file__).parent
     names = set()
-    for f in ("gpuinfo.py", "topology.py", "env.py"):
+    for f in ("gpuinfo.py", "topology.py", "env.py", "gpustate.py"):
         names |= set(re.findall(r'"(nvml[A-Z]\w+)"', (bench / f).read_text()))
     assert len(names) > 10 and [n for n in sorted(names) if not hasattr(pynvml, n)] == []
 

@@ -242,7 +242,7 @@ def test_the_report_draws_the_forecast_with_its_range_and_its_check(hand_store, 
     assert (f"| synthetic DDP [fp32] | 2 | 1 | {X2_FROM_X1:.2f} | {X2_FROM_X1:.2f}-{X2_FROM_X1:.2f} | 60.00 | {err:+.1%} | "
             "no | -9% | machine at x2") in section
     assert "| synthetic DDP [fp32] | 1024 | 512 |" in section and "| setting | devices | nodes | step ms |" in section
-    assert ("| synthetic DataParallel [fp32] | 1024 | 512 | – | – | – | – | refused: DataParallel is one process driving"
+    assert ("| synthetic DataParallel [fp32] | 1024 | 512 | – | – | – | – | – | refused: DataParallel is one process driving"
             in section)
     assert "range (5%-95% of 400 draws, seed 0)" in section and "one process" in section
 

@@ -12,7 +12,6 @@ import shutil
 import signal
 import sqlite3
 import subprocess
-import sys
 
 import pytest
 

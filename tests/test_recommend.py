@@ -77,7 +77,8 @@ def test_ddp_wins_and_the_answer_says_what_dataparallel_would_cost(tmp_path):
     summary = recommend.blocks(sw)[1]   # the first thing under the heading: one row per workload and precision
     assert summary[0] == "table" and summary[1] == recommend.SUMMARY_HEADERS
     assert summary[2] == [["synthetic", "fp32", "DDP x2", "609.5", "95%", "1.52x slower", "2",
-                           "not measured (no kernel traces)", "52% (not resolved: noise not measured)"]]
+                           "not measured (no kernel traces)", "52% (not resolved: noise not measured)",
+                           "–"]]  # no FLOPs stored: no MFU
 
 
 def test_when_dataparallel_beats_ddp_the_answer_says_so(tmp_path):

@@ -13,7 +13,6 @@ import re
 import sqlite3
 import statistics
 import subprocess
-import sys
 
 import pytest
 

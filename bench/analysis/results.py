@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from bench import stats
-from bench.analysis import fit
+from bench.analysis import fit, gpustate, utilisation
 from bench.store import hostnoise, read
 from bench.store.read import pick_sweep  # noqa: F401  (readers of a sweep take both from here)
 
@@ -103,6 +103,10 @@ class Config:
     warmup_steps: int = 0
     activation_checkpointing: str = "none"        # none | full | selective:K
     tokens_per_sample: Optional[int] = None       # a language model's sequence length (tokens/s = samples/s x this)
+    flops: dict = field(default_factory=dict)      # flops_per_sample, hw_flops_per_sample, how (flops_json), analytic_per_sample
+    device_names: tuple = ()                       # the GPU of each device it ran on (memory rows), for its peak
+    gpu: Optional[object] = None                   # bench.analysis.gpustate.GpuState over its measured windows
+    utilisation: Optional[object] = None           # bench.analysis.utilisation.Utilisation (set by load)
 
     @property
     def variant(self) -> str:
@@ -197,12 +201,39 @@ def _state(rows: list) -> dict:
     return out
 
 
+def _flops(results: list) -> dict:
+    """The FLOP count of a configuration (its first repeat's: counted once per configuration), and the workload's
+    analytic figure (stored with the count, or in the workload's details by older versions)."""
+    out: dict = {}
+    for r in results:
+        how = json.loads(r.get("flops_json") or "null")
+        if how and not out:
+            out = {"flops_per_sample": r.get("flops_per_sample"), "hw_flops_per_sample": r.get("hw_flops_per_sample"),
+                   "how": how, "analytic_per_sample": how.get("analytic_per_sample")}
+    if out.get("analytic_per_sample") is None:
+        for r in results:
+            figure = json.loads(r.get("details_json") or "{}").get("workload_details", {}).get("flops_per_sample")
+            if isinstance(figure, (int, float)):
+                out["analytic_per_sample"] = float(figure)
+                break
+    return out
+
+
+def _device_names(rows: list) -> tuple:
+    """The GPU name of each device the configuration used (one per rank and device), from its memory rows."""
+    names = {(m["rank"], str(m["device"])): m.get("device_name") for m in rows
+             if str(m["device"]).startswith("cuda") and m.get("device_name")}
+    return tuple(names[k] for k in sorted(names))
+
+
 def _config(conn: sqlite3.Connection, results: list) -> Config:
     r0 = results[0]
     step_ms, sync_ms, nosync_ms, slowest, memory, epochs, sps, by_repeat, traces = [], [], [], [], [], [], [], {}, []
     warmup_s, warmup_steps = [], []
+    samples = []
     for r in results:
         rid = r["result_id"]
+        samples += read.result_rows(conn, "gpu_samples", rid)
         steps = read.result_rows(conn, "steps", rid)
         measured = [s for s in steps if s["kind"] == "measure"]
         step_ms += stats.step_times_ms(measured)
@@ -240,6 +271,7 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         optimizer=r0["optimizer"] if "optimizer" in r0 and r0["optimizer"] else "sgd", state_mib=_state(memory),
         activation_checkpointing=r0.get("activation_checkpointing") or "none",
         tokens_per_sample=json.loads(r0["details_json"] or "{}").get("workload_details", {}).get("tokens_per_sample"),
+        flops=_flops(results), device_names=_device_names(memory), gpu=gpustate.summarise(samples),
     )
 
 
@@ -321,6 +353,7 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
             by_workload.setdefault(c.workload, []).append(c)
     out.noise = noise([c for cs in by_workload.values() for c in cs], envs)
     out.bench = {w: _with_scaling(cs, out.noise) for w, cs in sorted(by_workload.items())}
+    utilisation.attach(out)  # MFU against the sweep's own --peak-tflops or the table (report --peak-tflops: again)
     return out
 
 

@@ -29,6 +29,7 @@ from bench.forecast import network as nw
 from bench.forecast import spread
 from bench.analysis.reference import REFERENCE_IMAGES
 from bench.config import ConfigError, finite
+from bench.report.utilisation import forecast_cells, forecast_headers
 from bench.store import forecasts, store
 
 DEFAULT_TO = tuple(2**k for k in range(1, 11))    # 2, 4, ... 1024
@@ -166,8 +167,9 @@ def main(argv: list) -> int:
             print(f"  {assumed}")
         whatifs = fo.what_ifs(s, inp, m, grid)
         pts = [p for p in whatifs[0][1] if p.count in ns.to]
-        rows = [fo.cells(s, fo.measured_point(s, n)) for n in s.configs] + [fo.cells(s, p) for p in pts]
-        print(table([h for h, _ in fo.COLUMNS], rows))
+        rows = ([forecast_cells(s, fo.measured_point(s, n)) for n in s.configs]
+                + [forecast_cells(s, p) for p in pts])   # with each point's MFU (bench.report.utilisation)
+        print(table(forecast_headers(), rows))
         print(f"  efficiency under {fo.EFFICIENT:.0%} from: " + "; ".join(
             f"{what}: {n if n else 'not up to ' + str(grid[-1])}" for what, n in ((w, fo.first_below(p)) for w, p in whatifs)))
         print("  " + fo.recommendation(s, whatifs[0][1], whatifs))

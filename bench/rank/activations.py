@@ -20,6 +20,7 @@ FSDP shards the block inside the wrapper. The wrapper adds `_checkpoint_wrapped_
 """
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from bench.rank.blocks import blocks
@@ -63,6 +64,19 @@ def apply(model: nn.Module, mode: str) -> dict:
             "unit": ", ".join(kinds) or "none found",
             "recomputes": f"the forward of {len(picked)} of {len(units)} {'/'.join(kinds) or 'units'} runs again in backward"
                           " (model FLOPs count it once; the hardware did it twice)"}
+
+
+def checkpointed_meta_copy(model: nn.Module, mode: str) -> nn.Module:
+    """A copy of `model` on the meta device (no storage copied) with `mode`'s checkpointing applied: what the FLOP
+    counter runs to count the hardware's FLOPs, recomputation included (bench.workloads.flops.count_step)."""
+    import copy
+    memo: dict = {}
+    for t in list(model.parameters()) + list(model.buffers()):
+        meta = torch.empty_like(t, device="meta")
+        memo[id(t)] = nn.Parameter(meta, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else meta
+    twin = copy.deepcopy(model, memo)
+    apply(twin, mode)
+    return twin
 
 
 def recompute_flops(ac: dict, details: dict) -> dict:

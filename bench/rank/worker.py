@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from bench.machine import gpustate
 from bench.rank import activations, buckets, calibrate, equivalence, memory, precision, timing
 from bench.rank.optimizer import make_optimizer, optimizer_settings, zero_options
 from bench.rank import epochs as epochs_mod
@@ -92,10 +93,14 @@ def measure(spec: RunSpec, t: Trainer, devices: list, wl, beat=None, baseline_rs
     rows, epochs = [], []
     out = {}
     run_peaks = None  # the whole run's memory peaks, where they are reset after the warm-up
+    # The GPU's clocks, power, temperature and throttle reasons over the measured window: NVML only, off the stream.
+    sampler = gpustate.Sampler(devices) if spec.device_type == "cuda" else None
     if spec.epochs:
         if spec.compile:  # before every epoch's time
             t.compile_s = epochs_mod.compile_before_epochs(t, wl, devices)
         reset = []
+        if sampler:
+            sampler.start()
         for epoch in range(spec.epochs):
             save = None
             if spec.checkpoint:  # inside the epoch's time, like the reference experiment; every rank (FSDP gathers)
@@ -125,7 +130,11 @@ def measure(spec: RunSpec, t: Trainer, devices: list, wl, beat=None, baseline_rs
             out["window_calibration"] = {"steps_asked": asked, "min_window_s": spec.min_window_s, "steps": spec.steps}
         run_peaks = memory.run_peaks(devices)  # the whole run so far: warm-up, compilation, cuDNN's autotuning
         memory.reset_peaks(devices)  # steady state: cuDNN's autotuning workspaces of the warm-up left out
+        if sampler:
+            sampler.start()
         rows += t.window(it, spec.steps, "measure")["rows"]
+    if sampler:
+        out["gpu_samples"] = sampler.stop(t.rank)
     out["memory"] = memory.peak_memory(devices, t.rank, wl.artefact_bytes, run_peaks)
     out["memory"][0].update(memory.state_mib(t.model, t.opt), baseline_rss_mib=baseline_rss_mib)
     if is_ddp(t.model):
@@ -206,6 +215,11 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
         wl = builder(spec.workload)(spec, rank, device)
         beat.total = planned_steps(spec, wl.steps_per_epoch)
         params = sum(p.numel() for p in wl.model.parameters())
+        if spec.mode == "bench" and rank == 0 and spec.repeat == 0:  # once per configuration, before any wrapping
+            from bench.workloads.flops import count_workload
+            recompute = (None if spec.activation_checkpointing == "none" else  # the hardware's FLOPs beside the model's
+                         lambda m: activations.checkpointed_meta_copy(m, spec.activation_checkpointing))
+            payload["flops"] = count_workload(wl, spec, recompute)  # on meta copies: the model and random state untouched
         if spec.mode == "loader":
             payload.update(loader_only(spec, wl, rank))
         else:
@@ -253,7 +267,7 @@ def loader_only(spec: RunSpec, wl, rank: int) -> dict:
 def merge(payloads: list) -> dict:
     """Rank 0's payload with every rank's raw rows; per-epoch rows merged over ranks."""
     out = dict(payloads[0])
-    for key in ("steps", "memory", "windows", "traces", "rank_devices", "buckets"):  # every rank's own rows
+    for key in ("steps", "memory", "windows", "traces", "rank_devices", "buckets", "gpu_samples"):  # every rank's own rows
         if key in out:
             out[key] = [row for p in payloads for row in p.get(key, [])]
     errors = list(dict.fromkeys(p["interference_error"] for p in payloads if p.get("interference_error")))

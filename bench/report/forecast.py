@@ -28,6 +28,7 @@ from bench.forecast import settings as fs
 from bench.forecast import memory as mm
 from bench.forecast import spread
 from bench.config import ConfigError
+from bench.report.utilisation import forecast_cells, forecast_headers
 from bench.store import store
 
 TABLE_COUNTS = (16, 64, 256, 1024)
@@ -140,6 +141,10 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
         f = forecastable.load(conn, int(sweep.sweep["sweep_id"]))
     finally:
         conn.close()
+    shown = {c.key: c.utilisation for cs in sweep.bench.values() for c in cs}  # the report's peaks (--peak-tflops)
+    for cs in f.sweep.bench.values():
+        for c in cs:
+            c.utilisation = shown.get(c.key, c.utilisation)
     try:
         m = fo.machine(f.sweep, f.runs)
     except ConfigError as e:  # no all-reduce rows and no preset: say so rather than fail the report
@@ -170,8 +175,8 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
                          + (f"; memory: {mm.fit_words(mems, budget, s.strategy)}" if mems else ""))
         moves = "; ".join(f"{what}: {fo.first_below(pts) or 'not up to 1024'}" for what, pts in ws[1:])
         for p in (p for p in ws[0][1] if p.count in TABLE_COUNTS):
-            rows.append([s.label] + fo.cells(s, p))
-        rows.append([s.label, "rests on"] + [""] * (len(fo.COLUMNS) - 2) + ["; ".join(
+            rows.append([s.label] + forecast_cells(s, p))   # with its MFU
+        rows.append([s.label, "rests on"] + [""] * (len(forecast_headers()) - 2) + ["; ".join(
             fo.rests_on(s, inp, m) + [spread.words(inp, m)] + ([assumed] if assumed else []))
             + (f". Under 75% from: {moves}" if moves else "")])
         for r in check:
@@ -202,7 +207,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
     b.append(("p", f"Each figure is the forecast on the inputs as measured (robust: medians of processes, rounds and "
                    f"steps) and, in brackets, its range: {spread.LOW:.0%} to {spread.HIGH:.0%} of {spread.DRAWS} draws of "
                    f"the inputs from their own repeated measurements (README, section \"Forecast\")."))
-    b.append(("table", ["setting"] + [h for h, _ in fo.COLUMNS], rows))
+    b.append(("table", ["setting"] + forecast_headers(), rows))
     if checks:
         b.append(("p", "The check: each measured count forecast from what its basis allows (held out: nothing of that "
                        "count; machine at xN: its collectives measured apart from training, nothing of its training), "

@@ -130,8 +130,8 @@ def _step_text(p: history.Point) -> str:
 
 
 def series_table(s: Series, prices: Optional[cost.Prices]) -> tuple:
-    head = ["sweep", "samples/s", "processes (min–max samples/s)", "efficiency", "step from the sweep before (compare's rule)",
-            "what changed"]
+    head = ["sweep", "samples/s", "processes (min–max samples/s)", "efficiency", "MFU",
+            "step from the sweep before (compare's rule)", "what changed"]
     priced = prices is not None
     if priced:
         head.append(f"cost per million samples ({prices.unit()})")
@@ -140,10 +140,11 @@ def series_table(s: Series, prices: Optional[cost.Prices]) -> tuple:
         c = p.config
         row = [sweep_title(p.sweep)]
         if c is None:
-            row += [p.failed, "–", "–"]
+            row += [p.failed, "–", "–", "–"]
         else:
             band = f"{min(c.process_sps):.1f}–{max(c.process_sps):.1f} ({len(c.process_sps)})" if c.process_sps else "–"
-            row += [fmt(c.samples_per_s), band, fmt(c.efficiency * 100, ".1f", "%")]
+            row += [fmt(c.samples_per_s), band, fmt(c.efficiency * 100, ".1f", "%"),
+                    c.utilisation.mfu_cell() if c.utilisation else "–"]
         row += [_step_text(p), "; ".join(p.changes) or "–"]
         if priced:
             price = _price(prices, p.sweep)

@@ -27,6 +27,7 @@ from typing import Optional
 from bench import stats
 from bench.report import comm as comm_report
 from bench.report import traces as trace_report
+from bench.report import utilisation as utilisation_report
 from bench.report.plots import file_name
 from bench.analysis.results import Sweep
 
@@ -150,7 +151,7 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
     many = best.device_count > 1
     out = [f"{'Fastest' if tie is None else 'Recommended'}: {best.label}, {best.samples_per_s:.1f} samples/s"
            + (f", {_efficiency_words(best)}" if many and not math.isnan(best.efficiency) else "")
-           + f" {_where(workload, 'throughput')}."]
+           + utilisation_report.clause(best) + f" {_where(workload, 'throughput')}."]
     if tie is not None:
         out.append(_tie_sentence(best, fastest, tie))
     multi = [c for c in cs if c.device_count > 1]
@@ -187,6 +188,8 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
                    f"{_where(workload, 'efficiency')}.")
     kind, why = _bound(sweep, workload, best, u)
     out.append(why)
+    if utilisation_report.throttled_sentence(best):
+        out.append(utilisation_report.throttled_sentence(best))
     lagging = _straggler_sentence(cs, best, workload)
     if lagging and not kind.startswith("straggler"):
         out.append(lagging)
@@ -209,12 +212,12 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
     else:
         margin = "–" if lead is None else f"{lead[0].gap:.0%} ({_margin_note(lead[0])})"
     row = [workload, precision, best.label, f"{best.samples_per_s:.1f}",
-           eff, dp_cost, scaling, kind, margin]
+           eff, dp_cost, scaling, kind, margin, best.utilisation.mfu_cell() if best.utilisation else "–"]
     return row, out
 
 
 SUMMARY_HEADERS = ["workload", "precision", "recommended", "samples/s", "efficiency", "DataParallel there",
-                   f"efficiency ≥ {EFFICIENCY_FLOOR:.0%} up to", "bound", "lead over runner-up"]
+                   f"efficiency ≥ {EFFICIENCY_FLOOR:.0%} up to", "bound", "lead over runner-up", "MFU"]
 
 
 def _runner_up(best, second) -> tuple:
@@ -333,6 +336,7 @@ def blocks(sweep: Sweep, figures: list = ()) -> list:
                 "noise' where that cannot be told from process-to-process variation, 'not resolved' where that "
                 "variation is not measured on this device, with the noise figure and where it came from (the "
                 "configurations' own repeats, this sweep's repeated configuration, or selfcheck's figure for this "
-                "host). Each claim, with the table or plot behind it, follows.")
+                "host); and its model FLOPs utilisation (MFU: achieved FLOP/s against the device's dense peak, where "
+                "the peak is known). Each claim, with the table or plot behind it, follows.")
     shown = [("imgs", list(figures))] if figures else []
     return out + ([("table", SUMMARY_HEADERS, rows), *shown, key] if rows else []) + paragraphs

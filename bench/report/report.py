@@ -21,7 +21,7 @@ from collections import Counter
 from typing import Optional
 
 from bench import stats
-from bench.analysis import cost
+from bench.analysis import cost, utilisation
 from bench.analysis.nodes import starved_nodes
 from bench.analysis.reference import REFERENCE_EPOCHS, REFERENCE_IMAGES, REFERENCE_V100_S, break_even, train_times  # noqa: F401
 from bench.config import ConfigError
@@ -31,6 +31,7 @@ from bench.report import cost as cost_report
 from bench.report import environment, frontier, levers, sidebyside, training_state
 from bench.report import traces as trace_report
 from bench.report import pages
+from bench.report import utilisation as utilisation_report
 from bench.report.pages import fmt
 from bench.report.recommend import SINGULAR
 from bench.store import store
@@ -164,12 +165,13 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
                      efficiency_text(c, ".1%"), fmt(c.summary.median_ms, ".2f"), fmt(c.summary.p10_ms, ".2f"),
                      fmt(c.summary.p90_ms, ".2f"), fmt(alloc, ".0f")]
                     + ([fmt(reserved, ".0f"), fmt(level, ".0f"), fmt(_top(c.run_device_mib), ".0f")] if cuda else [])
-                    + ["unstable" if c.unstable else "stable"])
+                    + utilisation_report.cells(c) + ["unstable" if c.unstable else "stable"])
     mem = ["peak allocated MiB (fullest GPU)", "peak reserved MiB", "device level MiB (nvidia-smi)",
            "whole run, device level MiB"] if cuda else ["peak RSS MiB (largest process)"]
     tok = ["tokens/s (all devices)", f"tokens/s per {SINGULAR[u]}"] if tokens else []
     b.append(("table", ["strategy", "precision / settings", u, "global batch", "steps", "repeats", "samples/s", *tok,
-                        "speed-up", "efficiency", "median step ms", "p10 ms", "p90 ms", *mem, "stability"], rows))
+                        "speed-up", "efficiency", "median step ms", "p10 ms", "p90 ms", *mem,
+                        *utilisation_report.headers(cuda), "stability"], rows))
     if tokens:
         b.append(("p", f"A sample is one sequence of {configs[0].tokens_per_sample} tokens: tokens/s (all devices) is "
                        f"samples/s x {configs[0].tokens_per_sample}; tokens/s per {SINGULAR[u]} is that over the "
@@ -182,6 +184,7 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
                    f"wrapper (DataParallel, DDP) against single device is its overhead, not scaling."
                    + (" Memory is net of the suite's pre-generated batches; the steady peaks are those after the warm-up "
                       "(its peaks reset), the whole run's include it: compilation and cuDNN's autotuning." if cuda else "")))
+    b += utilisation_report.blocks(workload, configs)  # FLOPs, peaks, MFU errors; the GPU's clocks in the window
     numerics = {c.precision: c.numerics for c in configs if c.numerics}
     if cuda and "fp32" in numerics:
         b.append(("p", FP32_ON_CUDA))
@@ -279,15 +282,18 @@ def blocks(sweep: Sweep, plot_paths: dict, figures: list = (), memory_budget_gib
 # ---------------------------------------------------------------- entry points
 
 def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "plots", report_dir: str = "results",
-           memory_budget_gib: Optional[float] = None, prices=None) -> dict:
+           memory_budget_gib: Optional[float] = None, prices=None, peak_tflops: Optional[str] = None) -> dict:
     """Render plots into plots_dir and report.md + report.html into report_dir, from the store alone.
-    sweep_id None: the latest sweep. Returns {'markdown': path, 'html': path, 'plots': [paths]}."""
+    sweep_id None: the latest sweep. peak_tflops: report --peak-tflops (default: the sweep's own).
+    Returns {'markdown': path, 'html': path, 'plots': [paths]}."""
     from bench.report import plots
     conn = store.connect(store_path, readonly=True)
     try:
         sweep = load(conn, pick_sweep(conn, sweep_id))
     finally:
         conn.close()
+    if peak_tflops is not None:
+        utilisation.attach(sweep, peak_tflops)
     plot_paths = {w: plots.render_workload(w, cs, device_title(sweep, cs[0].device_type), plots_dir,
                                            train_times(cs) if w == "deeplabv3" else None,
                                            REFERENCE_V100_S if cs[0].data == "voc" else None)
@@ -297,6 +303,8 @@ def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "pl
     budget = frontier.budget_mib(sweep, memory_budget_gib)[0]
     plot_paths = {w: {**p, **frontier.save_plots(sweep.bench[w], w, device_title(sweep, sweep.bench[w][0].device_type),
                                                  plots_dir, budget)} for w, p in plot_paths.items()}
+    plot_paths = {w: {**p, **utilisation_report.save_plots(sweep.bench[w], w, device_title(sweep, sweep.bench[w][0].device_type),
+                                                           plots_dir)} for w, p in plot_paths.items()}
     figures = [(first_screen_figure(sweep, w, cs, plots_dir), f"{w}: throughput against device count, recommended starred")
                for w, cs in sweep.bench.items()]
     bl = blocks(sweep, plot_paths, figures, memory_budget_gib, prices)
@@ -334,6 +342,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report-dir", default="results", help="where report.md and report.html are written")
     parser.add_argument("--memory-budget-gib", type=frontier.budget_arg, default=None,
                         help="memory per device the recommendation must fit, GiB (default: the sweep's)")
+    parser.add_argument("--peak-tflops", type=peak_arg, default=None,
+                        help="dense peak TFLOP/s per device for MFU: a number, or PRECISION=TFLOPS,... (e.g. "
+                        "bf16=989,fp32=67); overrides the table of known GPUs, on every sweep shown (default: the sweep's)")
+
+
+def peak_arg(text: str) -> str:
+    """`report --peak-tflops`: checked here (argparse's error, exit 2), parsed where the report attaches it."""
+    import argparse
+    from bench.machine.peaks import parse_override
+    try:
+        parse_override(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -349,8 +371,9 @@ def main(argv: Optional[list] = None) -> int:
     try:
         prices = cost.parse_price(ns.price)
         pairs = sidebyside.targets(ns.store or ["results/bench.sqlite"], ns.sweep)
-        out = (sidebyside.render(sidebyside.load_targets(pairs), ns.plots_dir, ns.report_dir, prices) if len(pairs) > 1
-               else render(pairs[0][0], pairs[0][1], ns.plots_dir, ns.report_dir, ns.memory_budget_gib, prices))
+        out = (sidebyside.render(sidebyside.load_targets(pairs, ns.peak_tflops), ns.plots_dir, ns.report_dir, prices)
+               if len(pairs) > 1 else render(pairs[0][0], pairs[0][1], ns.plots_dir, ns.report_dir, ns.memory_budget_gib,
+                                             prices, ns.peak_tflops))
     except (store.StoreError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -23,7 +23,7 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from bench.analysis import cost, results  # noqa: E402
+from bench.analysis import cost, results, utilisation  # noqa: E402
 from bench.analysis.results import STRATEGY_NAMES, Sweep  # noqa: E402
 from bench.config import ConfigError  # noqa: E402
 from bench.report import cost as cost_report  # noqa: E402
@@ -87,8 +87,9 @@ def targets(stores: list, sweep_text: Optional[str]) -> list:
     return out
 
 
-def load_targets(pairs: list) -> list:
-    """[Column] of each (store, sweep id), read through bench.store.read (any schema version)."""
+def load_targets(pairs: list, peak_tflops: Optional[str] = None) -> list:
+    """[Column] of each (store, sweep id), read through bench.store.read (any schema version); peak_tflops (report
+    --peak-tflops) replaces each sweep's own peaks for MFU."""
     out = []
     for path, sid in pairs:
         conn = read.connect(path)
@@ -96,6 +97,8 @@ def load_targets(pairs: list) -> list:
             out.append(Column(path, results.load(conn, read.pick_sweep(conn, sid))))
         finally:
             conn.close()
+        if peak_tflops is not None:
+            utilisation.attach(out[-1].sweep, peak_tflops)
     return columns(out)
 
 
@@ -133,7 +136,15 @@ def _fastest(col: Column, workload: str, precision: str) -> tuple:
     c = max(cs, key=lambda c: c.samples_per_s)
     settings = f" [{c.variant}]" if c.variant != precision else ""
     eff = f", {c.efficiency:.0%} efficiency" if c.device_count > 1 and not math.isnan(c.efficiency) else ""
-    return f"{_what(c)}{settings}: {fmt(c.samples_per_s)} samples/s{eff}", c.samples_per_s
+    return f"{_what(c)}{settings}: {fmt(c.samples_per_s)} samples/s{eff}{_mfu(c)}", c.samples_per_s
+
+
+def _mfu(c) -> str:
+    """', 38% MFU' (or its error) where the configuration has one."""
+    u = c.utilisation
+    if u is None:
+        return ""
+    return ", MFU " + u.mfu_cell() if u.error else (", " + u.words() if u.words() else "")
 
 
 def _cheapest(col: Column, workload: str, precision: str, prices: cost.Prices) -> tuple:
@@ -213,7 +224,7 @@ def configuration_blocks(cols: list, prices: Optional[cost.Prices]) -> list:
             present.append(cols[k].title)
             ratio = f", {c.samples_per_s / first.samples_per_s:.2f}x the first" if c is not first and first.samples_per_s > 0 else ""
             cells.append(f"{fmt(c.samples_per_s)} ({fmt(c.efficiency * 100, '.0f', '%')}{ratio}"
-                         + (f", global batch {c.global_batch}" if len(batches) > 1 else "") + ")")
+                         + (f", global batch {c.global_batch}" if len(batches) > 1 else "") + _mfu(c) + ")")
         where = "all" if len(present) == len(cols) else ("only " + ", ".join(present) if present else "none")
         rows.append([i[0], f"{STRATEGY_NAMES.get(i[1], i[1])} x{i[2]}", i[3], *cells, where])
         if prices is not None:
@@ -221,7 +232,8 @@ def configuration_blocks(cols: list, prices: Optional[cost.Prices]) -> list:
                               *[_cost_cell(costs[k], c) for k, c in enumerate(got)]])
     titles = [c.title for c in cols]
     b: list = [("h", 2, "Every configuration, side by side"),
-               ("p", "samples/s (scaling efficiency, and throughput against the first sweep that ran it); a configuration "
+               ("p", "samples/s (scaling efficiency, throughput against the first sweep that ran it, and model FLOPs "
+                     "utilisation against each machine's own peak where it is known); a configuration "
                      "is the same workload, strategy, device count, precision and settings."),
                ("table", ["workload", "configuration", "precision / settings", *titles, "ran in"], rows)]
     if prices is not None:

@@ -33,7 +33,7 @@ IDENTITY = ("workload", "strategy", "device_type", "device_count", "nodes", "pre
             "optimizer", "global_batch", "scaling", "data")
 # Config's fields shown through the columns below under other names, or not one number (traces: the report's own tables)
 NOT_SCALAR = ("key", "step_ms", "summary", "process_sps", "phases_ms", "memory_mib", "epoch_wall_s", "options", "by_repeat",
-              "reserved_mib", "device_mib", "numerics", "traces", "state_mib")
+              "reserved_mib", "device_mib", "numerics", "traces", "state_mib", "flops", "device_names", "gpu", "utilisation")
 
 
 def _identity(r: dict) -> dict:
@@ -72,6 +72,13 @@ def _config_row(sweep: Sweep, c: Config, recommended: bool, costs: Optional[cost
     row["epoch_wall_s_median"] = stats.median(c.epoch_wall_s) if c.epoch_wall_s else math.nan
     if costs is not None:
         row.update(cost_per_million_samples=costs.per_million_samples, cost_per_epoch=costs.per_epoch)
+    u = c.utilisation   # bench.analysis.utilisation: FLOPs, achieved FLOP/s, MFU (nan: no peak, or an error)
+    if u is not None:
+        row.update(flops_per_sample=u.flops.per_sample, flops_source=u.flops.source, flops_check=u.flops.check or None,
+                   achieved_tflops_per_device=u.achieved_tflops, peak_tflops=u.peak_tflops, mfu=u.mfu, hfu=u.hfu,
+                   mfu_error=u.error or None, mfu_note=u.note or None)
+    row.update(gpu_sm_clock_mhz=c.gpu.sm_clock_mhz if c.gpu else None, gpu_throttled=c.gpu.throttled if c.gpu else None,
+               gpu_throttle=(c.gpu.words() or None) if c.gpu else None)
     for f in dataclasses.fields(c):   # fields added later (utilisation, tokens/s): under their own names
         value = getattr(c, f.name)
         if f.name not in row and f.name not in NOT_SCALAR and isinstance(value, SCALAR):

@@ -22,7 +22,7 @@ from bench.store.store import StoreError
 # What each raw table is ordered by when a result's rows are read (its key after result_id).
 ORDER = {"steps": "kind, rank, step", "windows": "rank, kind, first_step", "memory": "rank, device", "epochs": "epoch",
          "comm": "scope, op, size_bytes", "traces": "rank", "nodes": "node_rank", "buckets": "kind, rank, step, bucket",
-         "interference": "scope, op, size_bytes"}
+         "interference": "scope, op, size_bytes", "gpu_samples": "rank, device, sample"}
 OWN_CODE = "(label IS NULL OR (label NOT LIKE 'b:%' AND label NOT LIKE 'tune:%'))"   # SQL: plain sweeps and A sides
 ENV_KEYS = ("hostname", "git_commit", "python", "torch", "torchvision", "cuda", "cudnn", "nccl", "gpu_names",
             "gpu_driver", "cpu_model", "cpu_cores")
@@ -79,7 +79,8 @@ def sweep_row(conn: sqlite3.Connection, sweep_id: int) -> dict:
 
 
 def result_rows(conn: sqlite3.Connection, table: str, result_id: int) -> list:
-    """One result's raw rows of `table` (steps, windows, memory, epochs, comm, traces, nodes, buckets, interference)."""
+    """One result's raw rows of `table` (steps, windows, memory, epochs, comm, traces, nodes, buckets, interference,
+    gpu_samples)."""
     return [dict(r) for r in conn.execute(f"SELECT * FROM {table} WHERE result_id = ? ORDER BY {ORDER[table]}", (result_id,))]
 
 

@@ -7,7 +7,8 @@
     results       one row per configuration run: identity (workload, strategy, count, nodes, precision,
                   memory format, compilation, strategy options, optimizer, activation checkpointing), mode (bench,
                   equivalence, comm, loader, fit), status ok/failed/skipped/interrupted with
-                  the reason, how it was timed, and a summary derived from the raw rows by bench.stats
+                  the reason, how it was timed, a summary derived from the raw rows by bench.stats, and the
+                  training FLOPs of one sample counted on its model (bench.workloads.flops; its first repeat)
     windows       raw timed windows per rank: wall time (s), samples and steps (throughput is derived from them)
     steps         raw per-step, per-rank times (ms) of every phase; kind warmup, measure, probe_sync,
                   probe_no_sync (DDP's communication probe), equivalence, or profile_warmup and profile
@@ -35,6 +36,9 @@
                   while the collective runs (ms), their ratios (comm_slowdown, compute_slowdown), the load's shape and
                   the rounds taken, each valid round's raw times (rounds_json); op 'co_run' is the load on every rank
                   at once against one rank alone (size 0)
+    gpu_samples   the GPU's state over the measured window, per rank and device, sampled by a thread that only calls
+                  NVML (bench.machine.gpustate): time from the window's start (ms), SM clock and its maximum (MHz),
+                  power and its enforced limit (W), temperature (C), NVML's clock event (throttle) reasons (bitmask)
     forecasts     the forecast's check against the truth: each measured count forecast from what the check may read
                   (basis: nothing of the judged count, or only the machine's own measurements there), beside the
                   measurement of its sweep or of a later one (judged_sweep), step time and memory per device, with
@@ -79,7 +83,13 @@ SCHEMA_HISTORY = {
        "run_peak_reserved_mib, run_device_used_mib: warm-up, compilation, cuDNN's autotuning); older rows empty. "
        "Memory levers: results gain activation_checkpointing (none, full or selective:K; older rows none), and mode may "
        "be 'fit' (a trial of ./run_bench.sh fit: one configuration at one per-device batch, whether it fit in "
-       "details_json); find_unused_parameters (DDP, ZeRO) and offload (FSDP, HSDP) are strategy settings in options_json",
+       "details_json); find_unused_parameters (DDP, ZeRO) and offload (FSDP, HSDP) are strategy settings in options_json; "
+       "model FLOPs utilisation and the GPU's state: results gain flops_per_sample (training FLOPs of one sample, "
+       "forward and backward, counted by FlopCounterMode on the model; NULL where not counted: older rows, repeats "
+       "after the first), hw_flops_per_sample (the same with recomputation, where activation checkpointing "
+       "recomputes) and flops_json (how it was counted, per op, what the counter missed, the workload's analytic "
+       "figure); a gpu_samples table (SM clock, power, temperature and throttle reasons over the measured window, per "
+       "rank and device)",
 }
 
 SCHEMA = """
@@ -129,7 +139,8 @@ CREATE TABLE IF NOT EXISTS results (
     options_json TEXT, nodes INTEGER NOT NULL DEFAULT 1, launcher TEXT,
     timing_method TEXT, window_s REAL, micro_batch INTEGER, loader_workers INTEGER, compile_s REAL, numerics_json TEXT,
     optimizer TEXT NOT NULL DEFAULT 'sgd',
-    activation_checkpointing TEXT NOT NULL DEFAULT 'none'
+    activation_checkpointing TEXT NOT NULL DEFAULT 'none',
+    flops_per_sample REAL, hw_flops_per_sample REAL, flops_json TEXT
 );
 CREATE INDEX IF NOT EXISTS results_by_sweep ON results(sweep_id, config_key);
 CREATE TABLE IF NOT EXISTS windows (
@@ -199,6 +210,12 @@ CREATE TABLE IF NOT EXISTS interference (
     comm_slowdown REAL, compute_slowdown REAL, load TEXT, rounds INTEGER, timing TEXT, rounds_json TEXT,
     PRIMARY KEY (result_id, scope, op, size_bytes)
 );
+CREATE TABLE IF NOT EXISTS gpu_samples (
+    result_id INTEGER NOT NULL REFERENCES results(result_id),
+    rank INTEGER NOT NULL, device TEXT NOT NULL, sample INTEGER NOT NULL, t_ms REAL NOT NULL,
+    sm_clock_mhz REAL, sm_clock_max_mhz REAL, power_w REAL, power_limit_w REAL, temperature_c REAL, reasons INTEGER,
+    PRIMARY KEY (result_id, rank, device, sample)
+);
 CREATE TABLE IF NOT EXISTS forecasts (
     sweep_id INTEGER NOT NULL REFERENCES sweeps(sweep_id),
     judged_sweep INTEGER NOT NULL REFERENCES sweeps(sweep_id),
@@ -232,6 +249,8 @@ BUCKET_COLUMNS = ("kind", "rank", "step", "bucket", "size_bytes", "ready_ms", "b
 INTERFERENCE_COLUMNS = ("scope", "ranks", "op", "size_bytes", "comm_alone_ms", "comm_contended_ms", "compute_alone_ms",
                         "compute_contended_ms", "comm_slowdown", "compute_slowdown", "load", "rounds", "timing",
                         "rounds_json")
+GPU_SAMPLE_COLUMNS = ("rank", "device", "sample", "t_ms", "sm_clock_mhz", "sm_clock_max_mhz", "power_w", "power_limit_w",
+                      "temperature_c", "reasons")
 FORECAST_COLUMNS = ("judged_sweep", "config_key", "workload", "strategy", "variant", "device_count", "from_counts",
                     "forecast_step_ms", "measured_step_ms", "error", "forecast_samples_per_s", "measured_samples_per_s",
                     "compute_error", "noise", "why", "network", "created_at", "basis", "forecast_mem_mib",
@@ -313,6 +332,11 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
         # memory levers: every run so far kept its activations
         if "activation_checkpointing" not in _columns(conn, "results"):  # a store of version 1 was rebuilt with it
             conn.execute("ALTER TABLE results ADD COLUMN activation_checkpointing TEXT NOT NULL DEFAULT 'none'")
+        # model FLOPs utilisation: nothing counted FLOPs or sampled the GPU before; the columns stay NULL
+        for col in ("flops_per_sample REAL", "hw_flops_per_sample REAL", "flops_json TEXT"):
+            if col.split()[0] not in _columns(conn, "results"):  # a store of version 1 had results rebuilt above
+                conn.execute(f"ALTER TABLE results ADD COLUMN {col}")
+        create(conn)  # the gpu_samples table
         version = 6
     conn.execute("PRAGMA legacy_alter_table = OFF")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -12,15 +12,15 @@ import sqlite3
 from typing import Optional
 
 from bench.shared import faults
-from bench.store.schema import (BUCKET_COLUMNS, COMM_COLUMNS, EPOCH_COLUMNS, INTERFERENCE_COLUMNS, MEMORY_COLUMNS,
-                                STEP_COLUMNS, TRACE_COLUMNS, WINDOW_COLUMNS)
+from bench.store.schema import (BUCKET_COLUMNS, COMM_COLUMNS, EPOCH_COLUMNS, GPU_SAMPLE_COLUMNS, INTERFERENCE_COLUMNS,
+                                MEMORY_COLUMNS, STEP_COLUMNS, TRACE_COLUMNS, WINDOW_COLUMNS)
 from bench.store.store import transaction
 
 NODE_COLUMNS = ("node_rank", "hostname", "env_json")
 DEFAULTS = {"kind": "measure", "scope": "world", "op": "all_reduce", "first_step": 0}
 SUMMARY_COLUMNS = ("n_steps", "samples_per_s", "step_ms_median", "step_ms_p10", "step_ms_p90", "step_ms_iqr",
                    "step_ms_mean", "step_ms_ci95_low", "step_ms_ci95_high", "unstable", "exposed_comm_ms", "window_s")
-RAW_TABLES = ("steps", "windows", "memory", "epochs", "comm", "interference", "nodes", "buckets")
+RAW_TABLES = ("steps", "windows", "memory", "epochs", "comm", "interference", "nodes", "buckets", "gpu_samples")
 
 
 def write_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int], spec, status: str,
@@ -29,8 +29,9 @@ def write_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int],
                  failed_rank: Optional[int] = None) -> int:
     """Write one configuration's result with all its raw rows in a single transaction. Returns result_id.
 
-    payload (from the worker's result file): steps, windows, memory, epochs, comm, interference, nodes, buckets
-    lists of dicts; params, grad_bytes, comm_method, timing_method, numerics, compile_s; any other keys go to
+    payload (from the worker's result file): steps, windows, memory, epochs, comm, interference, nodes, buckets,
+    gpu_samples lists of dicts; params, grad_bytes, comm_method, timing_method, numerics, compile_s; flops (the
+    count of bench.workloads.flops: its per-sample figures become columns, the rest flops_json); any other keys go to
     details_json (its 'traces' are ignored: `traces` holds their rows, figures included). derived: the summary
     columns (SUMMARY_COLUMNS; missing ones stay NULL)."""
     payload = dict(payload or {})
@@ -41,6 +42,7 @@ def write_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int],
     if unknown:
         raise ValueError(f"write_result: {sorted(unknown)} are not summary columns of results")
     grad_bytes = payload.pop("grad_bytes", None)
+    flops = payload.pop("flops", None) or {}
     row = {
         "sweep_id": sweep_id, "env_id": env_id, "config_key": spec.key, "mode": spec.mode,
         "workload": spec.workload, "strategy": spec.strategy, "device_type": spec.device_type,
@@ -62,6 +64,8 @@ def write_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int],
         "numerics_json": json.dumps(payload.pop("numerics"), sort_keys=True) if payload.get("numerics") else None,
         "optimizer": getattr(spec, "optimizer", "sgd"),
         "activation_checkpointing": getattr(spec, "activation_checkpointing", "none"),
+        "flops_per_sample": flops.get("flops_per_sample"), "hw_flops_per_sample": flops.get("hw_flops_per_sample"),
+        "flops_json": json.dumps(flops, sort_keys=True) if flops else None,
         "details_json": json.dumps(payload, sort_keys=True, default=str) if payload else None,
     }
     rows["nodes"] = [{"node_rank": n.get("node_rank", i), "hostname": n.get("hostname"),
@@ -72,7 +76,7 @@ def write_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int],
         faults.sweep_writing_result()  # tests only: BENCH_FAULT=sigkill@sweep:N kills the sweep right here
         for table, cols in (("steps", STEP_COLUMNS), ("windows", WINDOW_COLUMNS), ("memory", MEMORY_COLUMNS),
                             ("epochs", EPOCH_COLUMNS), ("comm", COMM_COLUMNS), ("interference", INTERFERENCE_COLUMNS),
-                            ("nodes", NODE_COLUMNS),
+                            ("nodes", NODE_COLUMNS), ("gpu_samples", GPU_SAMPLE_COLUMNS),
                             ("traces", TRACE_COLUMNS), ("buckets", BUCKET_COLUMNS)):
             if rows[table]:
                 conn.executemany(f"INSERT INTO {table} (result_id, {', '.join(cols)}) VALUES (?, {', '.join('?' * len(cols))})",

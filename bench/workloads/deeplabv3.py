@@ -58,15 +58,21 @@ def unused_parameters(aux: str) -> tuple:
     return tuple(n for n, _ in model.named_parameters() if n.startswith(AUX_PREFIX))
 
 
+def batch_maker(side: int):
+    """make_batch(generator, batch) -> (synthetic images, per-pixel class masks) at side x side."""
+    return lambda g, b: (torch.randn(b, 3, side, side, generator=g),
+                         torch.randint(0, NUM_CLASSES, (b, side, side), generator=g))
+
+
 def workload(spec, rank: int, device: torch.device) -> Workload:
     aux = getattr(spec, "deeplabv3_aux", "false")
     model, details = build_model(spec.weights, aux)
     loss = loss_with_aux if aux == "true" else segmentation_loss
     if spec.data == "voc":
         from bench.workloads import voc
-        return voc.workload(spec, rank, model, loss, details)
-    s = spec.image_size
-    make = lambda g, b: (torch.randn(b, 3, s, s, generator=g), torch.randint(0, NUM_CLASSES, (b, s, s), generator=g))
-    pool, artefact = synthetic_pool(spec, rank, device, make)
+        wl = voc.workload(spec, rank, model, loss, details)
+        wl.example = batch_maker(spec.image_size)  # the FLOP count's batch: VOC's crops have these shapes
+        return wl
+    pool, artefact = synthetic_pool(spec, rank, device, batch_maker(spec.image_size))
     return Workload(model=model, loss_fn=loss, batches=cycle(pool), on_device=True, details=details,
                     artefact_bytes=artefact)

@@ -40,17 +40,27 @@ class MLP(nn.Module):
 
 
 def flops_per_sample(width: int, depth: int, repeats: int = 1) -> float:
-    """Training FLOPs per sample of the MLP: 2 (forward) + 4 (backward) per multiply-accumulate."""
-    return 6.0 * (depth * repeats * width * width + width * NUM_CLASSES)
+    """Training FLOPs per sample of the MLP, exactly what its step multiplies: 2 (forward) + 4 (backward: the input's
+    gradient and the weight's) per multiply-accumulate, except the first layer's first use, whose input (the batch)
+    needs no gradient: 2 + 2 there. FlopCounterMode counts the same (bench.workloads.flops; tests/test_flops.py)."""
+    macs = depth * repeats * width * width + width * NUM_CLASSES
+    return 6.0 * macs - 2.0 * width * width
+
+
+def batch_maker(width: int):
+    """make_batch(generator, batch) -> (inputs, class targets) of the MLP."""
+    return lambda g, b: (torch.randn(b, width, generator=g), torch.randint(0, NUM_CLASSES, (b,), generator=g))
+
+
+def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(out, y)
 
 
 def workload(spec, rank: int, device: torch.device) -> Workload:
     model = MLP(spec.synthetic_width, spec.synthetic_depth, spec.synthetic_repeats)
-    make = lambda g, b: (torch.randn(b, spec.synthetic_width, generator=g),
-                         torch.randint(0, NUM_CLASSES, (b,), generator=g))
-    pool, artefact = synthetic_pool(spec, rank, device, make)
+    pool, artefact = synthetic_pool(spec, rank, device, batch_maker(spec.synthetic_width))
     flops = flops_per_sample(spec.synthetic_width, spec.synthetic_depth, spec.synthetic_repeats)
-    return Workload(model=model, loss_fn=lambda out, y: nn.functional.cross_entropy(out, y), batches=cycle(pool),
+    return Workload(model=model, loss_fn=loss, batches=cycle(pool),
                     on_device=True, artefact_bytes=artefact,
                     details={"flops_per_sample": flops, "flops_per_step": flops * spec.global_batch,
                              "unit_forward_flops_per_sample": 2.0 * spec.synthetic_repeats * spec.synthetic_width ** 2,

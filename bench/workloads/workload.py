@@ -33,6 +33,7 @@ class Workload:
     n_images: int = 0                                  # real data: images in the split
     steps_per_epoch: int = 0                           # real data: full steps in an epoch
     artefact_bytes: int = 0                            # device memory held only because the batches are pre-generated
+    example: Optional[Callable[[torch.Generator, int], tuple]] = None  # real data: a batch of its shapes (FLOP count)
 
 
 @dataclass(frozen=True)

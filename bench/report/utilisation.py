@@ -1,0 +1,169 @@
+"""The report's utilisation: achieved FLOP/s and MFU beside every configuration, what the FLOPs and the peak rest on,
+what the GPU's clocks did in the measured window (throttling flagged with its reason), and a plot of MFU against
+device count per strategy. Numbers from bench.analysis.utilisation and bench.analysis.gpustate.
+
+    headers(cuda), cells(c)         # the configuration table's columns (bench.report.report)
+    blocks(workload, configs)       # the paragraph under that table, the GPU-state table, MFU errors
+    save_plots(configs, workload, where, plots_dir) -> {"utilisation": path}
+    forecast_headers(), forecast_cells(s, p)   # the forecast's table with each point's MFU (report and command)
+"""
+from __future__ import annotations
+
+import math
+import os
+
+from bench.analysis import utilisation
+from bench.analysis.gpustate import THROTTLED_SHARE
+from bench.analysis.utilisation import Utilisation
+from bench.machine.gpustate import INTERVAL_S
+
+
+def headers(cuda: bool) -> list:
+    return (["TFLOP/s per GPU", "MFU", "throttled"] if cuda else ["GFLOP/s per process", "MFU"])
+
+
+def _u(c) -> Utilisation:
+    return c.utilisation
+
+
+def throttle_cell(c) -> str:
+    if c.gpu is None:
+        return "not sampled"
+    return c.gpu.words() if c.gpu.throttled else "no"
+
+
+def cells(c) -> list:
+    u = _u(c)
+    out = [u.achieved_cell() if u else "–", u.mfu_cell() if u else "–"]
+    return out + ([throttle_cell(c)] if c.device_type == "cuda" else [])
+
+
+def flop_text(x: float) -> str:
+    """12.3 MFLOP, 45.18 GFLOP, 1.2 TFLOP."""
+    for scale, unit in ((1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1e3, "kFLOP")):
+        if abs(x) >= scale:
+            return f"{x / scale:.4g} {unit}"
+    return f"{x:.4g} FLOP"
+
+
+def _flops_sentence(configs: list) -> str:
+    """Where the FLOPs per sample come from (one workload: one model, one count per image size and batch)."""
+    seen = {}
+    for c in configs:
+        f = c.utilisation.flops if c.utilisation else None
+        if f is not None and f.per_sample is not None:
+            seen.setdefault((f.source, f.check), f.per_sample)
+    if not seen:
+        reasons = sorted({c.utilisation.flops.source for c in configs if c.utilisation})
+        return "No FLOPs per sample: " + "; ".join(reasons) + "."
+    parts = [f"{flop_text(v)} per sample, {src}" + (f"; {check}" if check else "") for (src, check), v in seen.items()]
+    return ("Training FLOPs (forward and backward, model FLOPs only): " + "; ".join(parts)
+            + ". Achieved = FLOPs per sample x samples/s / devices.")
+
+
+def blocks(workload: str, configs: list) -> list:
+    """The paragraphs under the configuration table (FLOPs, peaks, MFU errors and gaps) and the GPU's state."""
+    if not configs or all(c.utilisation is None for c in configs):
+        return []
+    out = [("p", _flops_sentence(configs))]
+    peaks = sorted({c.utilisation.peak_text for c in configs if c.utilisation and c.utilisation.peak_text})
+    if peaks:
+        out.append(("p", "MFU against the dense peak (no sparsity) of the precision that ran: " + "; ".join(peaks)
+                    + "."))
+    for c in configs:
+        if c.utilisation and c.utilisation.error:
+            out.append(("p", f"ERROR in {c.label} [{c.variant}]: {c.utilisation.error}."))
+    notes = sorted({c.utilisation.note for c in configs if c.utilisation and c.utilisation.note})
+    out += [("p", n[0].upper() + n[1:] + ".") for n in notes]
+    sampled = [c for c in configs if c.gpu is not None]
+    if sampled:
+        out.append(("h", 3, f"{workload}: the GPU's state in the measured window"))
+        out.append(("table", ["configuration", "precision / settings", "SM clock (median of max)",
+                              "power W (median of limit)", "hottest °C", "throttled", "samples"],
+                    [[c.label, c.variant, c.gpu.clock_text(),
+                      f"{c.gpu.power_w:.0f}" + (f" of {c.gpu.power_limit_w:.0f}" if c.gpu.power_limit_w else ""),
+                      f"{c.gpu.temperature_max_c:.0f}", throttle_cell(c), str(c.gpu.samples)] for c in sampled]))
+        out.append(("p", f"Sampled from NVML every {INTERVAL_S * 1e3:.0f} ms by a thread beside the measured window (it "
+                         "touches no CUDA stream), every rank's GPUs. Throttled: a throttle reason (power cap, thermal or "
+                         "hardware slowdown, power brake, sync boost, board limit) held the clock for "
+                         f"{THROTTLED_SHARE:.0%} of the window or more."))
+    return out
+
+
+def clause(c) -> str:
+    """', 38% MFU' for the recommendation's first sentence ('' without one; the error's short form with one)."""
+    u = c.utilisation
+    if u is None:
+        return ""
+    if u.error:
+        return f", MFU {u.mfu_cell()} (an error in the peak or the count: see its table)"
+    return f", {u.words()}" if u.words() else ""
+
+
+def throttled_sentence(c) -> str:
+    """For the recommendation: '' unless the configuration's GPUs throttled."""
+    if c.gpu is None or not c.gpu.throttled:
+        return ""
+    return f"Its GPUs throttled in the measured window ({c.gpu.words()}): its speed is the throttled machine's."
+
+
+def forecast_mfu(s, p) -> str:
+    """A forecast point's MFU: the setting's FLOPs per sample at the point's samples/s, against its measured peak."""
+    v = math.nan if p.refused else utilisation.at(s.any.utilisation, p.samples_per_s, p.count)
+    return "–" if math.isnan(v) else f"{v:.0%}"
+
+
+def forecast_headers() -> list:
+    """The forecast's table (bench.forecast.outlook.COLUMNS) with MFU before its last column, the bound's words."""
+    from bench.forecast import outlook
+    names = [h for h, _ in outlook.COLUMNS]
+    return names[:-1] + ["MFU"] + names[-1:]
+
+
+def forecast_cells(s, p) -> list:
+    """One forecast (or measured) point's cells under forecast_headers()."""
+    from bench.forecast import outlook
+    cells = outlook.cells(s, p)
+    return cells[:-1] + [forecast_mfu(s, p)] + cells[-1:]
+
+
+def figure(configs: list, workload: str, where: str):
+    """MFU (or, without a peak, achieved FLOP/s per device) against device count, one line per strategy and variant: a
+    matplotlib Figure (imported here: the forecast command reads this module's table helpers without drawing)."""
+    from bench.report import plots
+    with_mfu = any(c.utilisation and not math.isnan(c.utilisation.mfu) for c in configs)
+    cuda = configs[0].device_type == "cuda"
+    title = "Model FLOPs utilisation against device count" if with_mfu else "Achieved FLOP/s per device against count"
+    fig, ax = plots._figure(title, where, workload)
+    style = plots._series_style(configs)
+    for key, cs in plots._by_series(configs).items():
+        pts = [(c.device_count, _value(c, with_mfu, cuda)) for c in cs]
+        pts = [(n, v) for n, v in pts if not math.isnan(v)]
+        if pts:
+            ax.plot([n for n, _ in pts], [v for _, v in pts], marker="o", **style[key])
+    unit = "MFU (% of the dense peak)" if with_mfu else ("TFLOP/s per GPU" if cuda else "GFLOP/s per process")
+    ax.set(xlabel=plots._devices_label(configs), ylabel=unit, xticks=sorted({c.device_count for c in configs}))
+    ax.set_ylim(0, 100 if with_mfu else None)
+    if ax.get_lines():
+        ax.legend()
+    return fig
+
+
+def _value(c, with_mfu: bool, cuda: bool) -> float:
+    u = c.utilisation
+    if u is None:
+        return math.nan
+    if with_mfu:
+        return u.mfu * 100
+    return u.achieved_tflops * (1 if cuda else 1e3)
+
+
+def save_plots(configs: list, workload: str, where: str, plots_dir: str) -> dict:
+    """{'utilisation': path} where any configuration has FLOPs, else {}."""
+    if not any(c.utilisation and not math.isnan(c.utilisation.achieved_tflops) for c in configs):
+        return {}
+    from bench.report import plots
+    os.makedirs(plots_dir, exist_ok=True)
+    path = os.path.join(plots_dir, plots.file_name(workload, "utilisation"))
+    figure(configs, workload, where).savefig(path, dpi=100)
+    return {"utilisation": path}
