@@ -30,16 +30,20 @@ REAL = ["--strategies", "single", "--workloads", "synthetic", "--synthetic-width
         "--no-report", "--device", "cpu"]
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def real_sweeps(tmp_path_factory):
-    """Two real sweeps into one store, started when this file's tests start: single x1 in 3 processes each, labelled
-    'before' and 'after slow', the second with every step of rank 0 sleeping 1 ms first (bench.shared.faults' nap:
-    a slowdown of a fixed size; 3 warm-up steps, since with 1 the first process of a sweep ran up to 70x slow here)."""
+    """Two real sweeps into one store, run when the first test that reads them starts (not beside this file's other
+    tests: with ranks forked from the session's fork server the sweeps take ~4 s, and measured beside a test rendering
+    plots the first sweep read a median of 24.7k samples/s against 33k alone, and the slowdown was within its spread),
+    single x1 in 3 processes each, labelled 'before' and 'after slow', the
+    second with every step of rank 0 sleeping 1 ms first (bench.shared.faults' nap: a slowdown of a fixed size; 3
+    warm-up steps, since with 1 the first process of a sweep ran up to 70x slow here)."""
     path = str(tmp_path_factory.mktemp("real") / "bench.sqlite")
     bench = f"{shlex.join(bench_command())} {shlex.join(REAL)} --store {shlex.quote(path)}"
     proc = subprocess.Popen(["sh", "-c", f"{bench} --label before && BENCH_FAULT=nap@0:1 {bench} --label 'after slow'"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
+        proc.wait(timeout=300)
         yield proc, path
     finally:
         if proc.poll() is None:
