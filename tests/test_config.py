@@ -9,6 +9,8 @@ import sqlite3
 
 import pytest
 
+from bench.sweep.describe import describe_resolved
+
 from bench import cli
 from bench.config import ConfigError, SweepConfig, check_values
 from bench.sweep import plan
@@ -212,7 +214,7 @@ def test_strong_scaling_default_fits_deeplabv3_on_one_gpu_by_accumulating():
     specs = [s for s in plan.plan(cfg, GPU8) if isinstance(s, plan.RunSpec)]
     single = next(s for s in specs if s.strategy == "single")
     assert single.global_batch == 64 and single.micro_batch == 8 and single.accum_steps == 8
-    assert any("accumulates gradients" in line for line in plan.describe_resolved(cfg, frozenset()))
+    assert any("accumulates gradients" in line for line in describe_resolved(cfg, frozenset()))
 
 
 def test_dp_above_one_device_on_cpu_is_planned_as_skipped_with_reason():
@@ -322,7 +324,7 @@ def test_three_processes_per_configuration_on_cpu_one_on_cuda_unless_repeats_is_
 
 def test_on_cuda_the_cheapest_configuration_runs_in_three_processes_to_measure_the_noise_there():
     # A single process is held against the spread of fresh processes measured on its own device, never a CPU's 25%.
-    from bench.sweep.plan import Machine, describe_resolved, plan, resolve
+    from bench.sweep.plan import Machine, plan, resolve
     gpu = Machine(cuda_devices=2, cpu_cores=8, gpu_names=("NVIDIA H100",) * 2, gpu_capabilities=((9, 0),) * 2,
                   arch_list=("sm_90",))
     cfg = resolve(SweepConfig(workloads=("deeplabv3", "synthetic"), strategies=("single", "ddp"), precision=("bf16", "fp32"),
@@ -363,7 +365,7 @@ def test_zero_takes_ddps_settings_hsdp_a_shard_size_and_the_optimizer_is_an_axis
     assert zero == {False, True} and all(r.option("bucket_cap_mb") == 25.0 for r in runs if r.strategy == "zero")
     # one node of 2 processes: the shard group is the count (x1: 1, x2: 2), so replicate 1: FSDP, and said so
     assert {(r.device_count, r.option("shard_size")) for r in runs if r.strategy == "hsdp"} == {(1, 1), (2, 2)}
-    lines = plan.describe_resolved(cfg, set())
+    lines = describe_resolved(cfg, set())
     # what one shard group still runs beyond FSDP's sharding (an all-reduce over a replicate group of one), not "FSDP"
     assert "hsdp mesh: x1 replicate 1 x shard 1 (one shard group: FSDP's sharding on HSDP's 2-D mesh, which still " \
            "all-reduces every gradient shard over a replicate group of one rank; not FSDP" in "\n".join(lines)

@@ -394,40 +394,6 @@ def _load_shape(cfg: SweepConfig, machine: Machine) -> tuple:
     return (cfg.per_device_batch or registry.info("synthetic", cfg).default_batch, cfg.synthetic_width)
 
 
-def describe_resolved(cfg: SweepConfig, given: set) -> list:
-    """Lines for the start of a sweep: every value that was filled in for the user, and the choices made for them."""
-    from dataclasses import fields
-    lines = []
-    shown = ("gpus", "repeats", "noise_repeats", "steps", "min_window_s", "warmup", "per_device_batch", "image_size", "pg_timeout", "threads_per_process",
-             "synthetic_width", "synthetic_depth", "num_workers", "gpus_per_node", "memory_budget_gib", "transformer_preset",
-             "transformer_layers", "transformer_width", "transformer_heads", "seq_len")
-    filled = [f"--{f.name.replace('_', '-')} {_text(getattr(cfg, f.name))}" for f in fields(cfg)
-              if f.name in shown and f.name not in given and getattr(cfg, f.name) is not None]
-    if filled:
-        lines.append("defaults for this device: " + ", ".join(filled))
-    if cfg.profile and "profile" not in given:
-        lines.append(f"traces: {cfg.profile_steps} steps under torch.profiler after every measured window, the GPU's busy "
-                     "share behind the report's bound (their cost is printed at the end; --no-profile skips them)")
-    if cfg.noise_repeats and cfg.noise_repeats > cfg.repeats:
-        wl, strategy, precision, *_ = noise_probe(cfg)
-        lines.append(f"process noise: {wl} {strategy} [{precision}] runs in {cfg.noise_repeats} processes, the spread "
-                     "every single-process comparison of this device is held against (--noise-repeats sets how many)")
-    if cfg.timeout is None:
-        lines.append("per-configuration limit: follows the work (start-up allowance, then 3x the time the first "
-                     "measured steps project); --timeout S sets a fixed one")
-    if cfg.weights:
-        lines += registry.check_weights(cfg.weights, [w for w in cfg.workloads if w != "synthetic"])
-    lines += settings.hsdp_lines(cfg)
-    if cfg.scaling == "strong":
-        lines.append(f"strong scaling: global batch {cfg.global_batch or 'per-device batch x ' + str(max(cfg.gpus))}; "
-                     "a replica holding more than --per-device-batch samples accumulates gradients over micro-batches")
-    return lines
-
-
-def _text(v) -> str:
-    return ",".join(map(str, v)) if isinstance(v, tuple) else f"{v:g}" if isinstance(v, float) else str(v)
-
-
 def check_hooks(cfg: SweepConfig) -> None:
     for h in cfg.comm_hook:
         comm_hook_parts(h)

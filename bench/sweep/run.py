@@ -21,7 +21,7 @@ from bench.config import ConfigError, SweepConfig
 from bench.shared import faults
 from bench.shared.procs import signals_deferred
 from bench.store import store
-from bench.sweep import equivalence, plan, profiling, record
+from bench.sweep import describe, equivalence, plan, profiling, record
 from bench.sweep.diagnose import Outcome
 from bench.sweep.launch import Limits, run_config
 from bench.shared.spec import DDP_BASED
@@ -173,7 +173,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
                 + (f"{cfg.epochs} epoch(s) of {cfg.data}" if cfg.epochs else f"{cfg.steps} steps" + (f" or more, to fill {cfg.min_window_s:g} s," if cfg.min_window_s else "")
                    + f" after {cfg.warmup} warm-up")
                 + f", {cfg.threads_per_process} torch thread(s) per process)")
-            for line in plan.describe_resolved(cfg, given):
+            for line in describe.describe_resolved(cfg, given):
                 log(line)
         log(plan_summary(items, cfg))
         shared = os.path.join(os.path.dirname(os.path.abspath(cfg.store)), ".bench-runs")
