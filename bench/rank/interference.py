@@ -191,7 +191,7 @@ def _barrier(group) -> None:
 def measure(driver, chunk_ms: float, device: torch.device, group=None, rounds: int = ROUNDS,
             budget_s: float = BUDGET_S) -> dict:
     """{comm_alone_ms, comm_contended_ms, compute_alone_ms, compute_contended_ms, comm_slowdown, compute_slowdown,
-    rounds} of one collective: medians over the valid rounds; slowdowns None when no round was valid."""
+    rounds} of one collective: medians over the valid rounds; slowdowns None with fewer than MIN_ROUNDS valid rounds."""
     driver.alone_ms()  # buffers and connections set up: not timed
     got, k, doublings = [], 0, 0
     pre = max(2, math.ceil(PRE_MS / max(chunk_ms, 1e-3)))
@@ -214,7 +214,7 @@ def measure(driver, chunk_ms: float, device: torch.device, group=None, rounds: i
         if out_of_time and (len(got) >= MIN_ROUNDS or doublings >= MAX_DOUBLINGS):
             break
     med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
-    ratios = [r.slowdowns() for r in got]
+    ratios = [r.slowdowns() for r in got] if len(got) >= MIN_ROUNDS else []  # one round is one moment, not a rate
     comm_c, load_c = med([r.comm_ms for r in got]), med([r.load_ms / max(1, r.load_alone_ms / chunk_ms) for r in got])
     return {"comm_alone_ms": med([r.comm_alone_ms for r in got]), "comm_contended_ms": comm_c,
             "compute_alone_ms": chunk_ms, "compute_contended_ms": load_c,
