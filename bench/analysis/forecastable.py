@@ -32,5 +32,8 @@ def load(conn, sweep_id: Optional[int]) -> Forecastable:
     sweep = results.load(conn, sid)
     raw = {k: r for k, r in ((k, fi.derive(rows)) for k, rows in forecasts.read_raw(conn, sid).items()) if r is not None}
     device_type = next((c.device_type for cs in sweep.bench.values() for c in cs), "cpu")
-    runs = fk.Runs(comm=sweep.comm, inter=forecasts.read_interference(conn, sid), device_type=device_type)
+    # a rehearsal's collectives (ranks sharing one GPU over gloo) say nothing of a network: never a forecast's input
+    comm = [c for c in sweep.comm if c[0] not in sweep.rehearsal_counts]
+    inter = [i for i in forecasts.read_interference(conn, sid) if i[0] not in sweep.rehearsal_counts]
+    runs = fk.Runs(comm=comm, inter=inter, device_type=device_type)
     return Forecastable(sid, sweep, raw, fs.settings(sweep, raw), runs)

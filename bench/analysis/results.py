@@ -22,6 +22,7 @@ from typing import Optional
 
 from bench import stats
 from bench.analysis import fit, gpustate, utilisation
+from bench.shared import rehearsal
 from bench.store import hostnoise, read
 from bench.store.read import pick_sweep  # noqa: F401  (readers of a sweep take both from here)
 
@@ -159,6 +160,7 @@ class Sweep:
     env_results: dict = field(default_factory=dict)  # env_id -> config keys of the results measured under it
     noise: stats.Noise = stats.NOT_MEASURED         # the process noise of a single process on this sweep's device (`noise`)
     fit: list = field(default_factory=list)        # ./run_bench.sh fit: one bench.analysis.fit.Search per configuration
+    rehearsal_counts: set = field(default_factory=set)  # counts whose collectives ran on shared GPUs (bench.shared.rehearsal)
 
 
 def _memory(rows: list, device_type: str, per_node: int = 0) -> tuple:
@@ -333,6 +335,8 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
         elif r["mode"] == "bench":
             groups.setdefault(r["config_key"], []).append(r)
         elif r["mode"] == "comm":
+            if rehearsal.shares(json.loads(r["options_json"] or "{}")):
+                out.rehearsal_counts.add(int(r["device_count"]))
             out.comm.append((int(r["device_count"]), int(r["nodes"] or 1), read.result_rows(conn, "comm", r["result_id"])))
             failed = json.loads(r["details_json"] or "{}").get("interference_error")
             if failed:

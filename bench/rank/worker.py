@@ -35,7 +35,7 @@ from bench.rank import epochs as epochs_mod
 from bench.rank.context import Ctx
 from bench.rank.loop import NoMeasuredStep, Trainer
 from bench.rank.strategies import STRATEGIES, ddp_settings, is_ddp
-from bench.shared import faults, forkserver, heartbeat
+from bench.shared import faults, forkserver, heartbeat, rehearsal
 from bench.shared.procs import die_with_parent, exit_without_teardown
 from bench.shared.spec import DDP_BASED, PER_DEVICE, RunSpec
 from bench.workloads.registry import builder
@@ -183,14 +183,17 @@ def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: boo
     if spec.threads:
         torch.set_num_threads(spec.threads)
     cuda = spec.device_type == "cuda"
-    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    shared = cuda and rehearsal.shares(dict(spec.options))  # ranks share GPUs over gloo: a test-only rehearsal
+    device = (torch.device("cuda", rehearsal.device_index(local_rank, torch.cuda.device_count()) if shared else local_rank)
+              if cuda else torch.device("cpu"))
     if cuda:
-        torch.cuda.set_device(device)
+        torch.cuda.set_device(device)  # before any DeviceMesh, which would otherwise pick cuda:LOCAL_RANK itself
     if distributed:  # through the run folder's file (bench.sweep.launch), else torchrun's MASTER_ADDR/PORT
         init = os.environ.get("BENCH_PG_INIT")
-        dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=spec.pg_timeout_s),
+        nccl = cuda and not shared
+        dist.init_process_group("nccl" if nccl else "gloo", timeout=timedelta(seconds=spec.pg_timeout_s),
                                 **({"init_method": init, "rank": rank, "world_size": world} if init else {}),
-                                **({"device_id": device} if cuda else {}))
+                                **({"device_id": device} if nccl else {}))
     numerics = precision.settings(spec.precision, spec.device_type, spec.mode)
     ctx = Ctx(device=device, count=spec.device_count, rank=rank, world_size=world, sync_bn=spec.sync_bn,
               options=dict(spec.options), warmup=spec.warmup)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from bench.config import SweepConfig
+from bench.shared import rehearsal
 from bench.sweep import settings
 from bench.sweep.plan import noise_probe
 from bench.workloads import registry
@@ -37,6 +38,8 @@ def describe_resolved(cfg: SweepConfig, given: set) -> list:
     if cfg.weights:
         lines += registry.check_weights(cfg.weights, [w for w in cfg.workloads if w != "synthetic"])
     lines += settings.hsdp_lines(cfg)
+    if cfg.device == "cuda" and rehearsal.active():
+        lines.append(rehearsal.START_LINE)
     if cfg.scaling == "strong":
         lines.append(f"strong scaling: global batch {cfg.global_batch or 'per-device batch x ' + str(max(cfg.gpus))}; "
                      "a replica holding more than --per-device-batch samples accumulates gradients over micro-batches")

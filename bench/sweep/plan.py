@@ -19,6 +19,7 @@ from typing import Optional
 
 from bench.config import ConfigError, SweepConfig, activation_checkpointing, comm_hook_parts
 from bench.machine import cudacompat
+from bench.shared import rehearsal
 from bench.shared.spec import FSDP_BASED, PER_DEVICE, RunSpec, Skip
 from bench.sweep import settings, shm
 from bench.sweep.settings import strategy_options
@@ -143,7 +144,7 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         raise ConfigError(f"{most_nodes} nodes needed for {max(multi)} devices at {per_node} per node, but {where}")
     if cfg.launcher == "slurm" and not machine.slurm_nodes:
         raise ConfigError("--launcher slurm: this sweep does not run inside a SLURM allocation (salloc/sbatch)")
-    if local and cuda and max(local) > machine.cuda_devices:
+    if local and cuda and max(local) > machine.cuda_devices and not (rehearsal.active() and single_node):
         raise ConfigError(f"--gpus: {max(local)} GPUs asked for, but this machine has {machine.cuda_devices} CUDA GPU(s) visible")
     if local and not cuda and max(local) > machine.cpu_cores:
         raise ConfigError(f"--gpus: {max(local)} CPU processes asked for, but this machine has {machine.cpu_cores} CPU core(s); "
@@ -219,6 +220,8 @@ def _precision_skip(precision: str, cuda: bool, machine: Machine) -> Optional[st
 def _skip_reason(cfg: SweepConfig, machine: Machine, wl: str, strategy: str, n: int, nodes: int,
                  precision: str, channels_last: bool, compiled: bool, info: WorkloadInfo) -> Optional[str]:
     cuda = cfg.device == "cuda"
+    if strategy == "dp" and _shared(cfg, machine, n):
+        return rehearsal.DP_SKIP
     if strategy == "dp" and nodes > 1:
         return f"DataParallel is one process on one node; {n} devices span {nodes} nodes (use ddp, zero, fsdp or hsdp)"
     if strategy == "dp" and not cuda and n > 1:
@@ -290,6 +293,8 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
                 noisy = first and (wl, strategy, precision, cl, comp, opt) == probe and (ac, aux) == (
                     cfg.activation_checkpointing[0], auxes[0])
                 runs = strategy_options(cfg, strategy, n)
+                if strategy in PER_DEVICE and _shared(cfg, machine, n):  # labelled so in every table (bench.shared.rehearsal)
+                    runs = [tuple(sorted(o + (rehearsal.option(n, machine.cuda_devices),))) for o in runs]
                 if runs and all(settings.needs_unused(strategy, dict(o), unused) for o in runs):
                     raise ConfigError(settings.unused_refusal(wl, unused, aux))  # not one configuration of it could run
                 for k, options in enumerate(runs):
@@ -333,6 +338,11 @@ def loader_spec(s: RunSpec, cfg: SweepConfig, runnable: list) -> RunSpec:
                                nodes=1, launcher="local", optimizer="sgd")
 
 
+def _shared(cfg: SweepConfig, machine: Machine, n: int) -> bool:
+    """Whether count n runs its ranks on shared GPUs: the test-only rehearsal, above this machine's GPUs."""
+    return cfg.device == "cuda" and n > machine.cuda_devices >= 1 and rehearsal.active()
+
+
 def _launcher(cfg: SweepConfig, nodes: int) -> str:
     if cfg.launcher != "auto":
         return cfg.launcher
@@ -371,7 +381,8 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
                                      scaling=cfg.scaling, pg_timeout_s=cfg.pg_timeout, mode="comm", nodes=nodes,
                                      launcher=_launcher(cfg, nodes), comm_max_bytes=max_bytes,
                                      comm_extra_bytes=tuple(buckets), comm_ops=ops, interference=cfg.interference,
-                                     comm_load=load))
+                                     comm_load=load, options=((rehearsal.option(n, machine.cuda_devices),)
+                                                              if _shared(cfg, machine, n) else ())))
     return [_started(x, cfg) for x in items]
 
 
