@@ -89,6 +89,25 @@ def test_every_argv_it_builds_is_a_valid_sweep(tmp_path):
             assert runs, (n, title)
 
 
+def test_a_one_step_sweep_runs_each_configuration_once_untraced_on_cuda_and_only_the_main_sweep_measures_noise(tmp_path):
+    # On one H100 the one-step sweeps took the CUDA defaults (3 processes each for the noise, 3 traced steps) and the
+    # self-check outran its limit: one process proves a path runs; the main sweep alone measures the host's noise.
+    from bench import options
+    from bench.commands import selfcheck_sweeps as ss
+    from bench.sweep.plan import Machine, RunSpec, plan
+    for n in (1, 8):
+        h100 = Machine(cuda_devices=n, cpu_cores=16, gpu_names=("NVIDIA H100 80GB HBM3",) * n,
+                       gpu_capabilities=((9, 0),) * n, arch_list=("sm_90",))
+        for title, argv in ss.sweeps("cuda", n, True, str(tmp_path / "s.sqlite")):
+            cfg = options.prepare(argv, machine=h100)[0]
+            bench = [s for s in plan(cfg, h100) if isinstance(s, RunSpec) and s.mode == "bench"]
+            if title == "main sweep":
+                assert cfg.noise_repeats == ss.NOISE_PROCESSES and max(s.repeat for s in bench) == ss.NOISE_PROCESSES - 1
+                continue
+            assert [s.repeat for s in bench] == [0] * len(bench), (n, title)
+            assert not cfg.profile and all(s.profile_steps == 0 for s in bench), (n, title)
+
+
 def _record(conn, sid, status="ok", reason=None, **spec):
     from bench.shared.spec import RunSpec
     s = RunSpec(**{**dict(workload="synthetic", strategy="ddp", device_type="cuda", device_count=2, per_device_batch=8,

@@ -34,6 +34,10 @@ SYNTHETIC = {  # the synthetic model: on CUDA its 268 MB of fp32 gradients (4 x 
 }
 MAIN_STEPS = {"cuda": "20", "cpu": "8"}
 NOISE_PROCESSES = 3   # the main sweep's cheapest configuration (single x1) runs in 3 processes: this host's process noise
+# A one-step run proves a path runs, nothing more: one process, no trace. Without these a CUDA one-step sweep took the
+# device defaults (3 processes for its noise, 3 traced steps): on one H100 the self-check's one-step sweeps ran 3x as
+# many processes and the whole check outran a 240 s limit it had kept in 166 s (examples/nvidia-h100-80gb-hbm3-2026-11-26).
+ONE_PROCESS = ("--noise-repeats", "1", "--no-profile")
 # DeepLabV3 at a small image; 2 samples per replica: the fewest its BatchNorm trains on (bench.workloads.registry)
 DEEPLAB = {"cuda": ["--per-device-batch", "2", "--image-size", "64"], "cpu": ["--per-device-batch", "2", "--image-size", "32"]}
 CPU_LEFT_OUT = ("torch.compile (inductor's C++ build) and DeepLabV3 (a 60M-parameter model on two gloo ranks) are not "
@@ -101,7 +105,7 @@ def step_args(step: Step, device: str, store: str) -> list:
     size = SYNTHETIC[device] if step.workload == "synthetic" else DEEPLAB[device]
     return ["--device", device, "--gpus", str(step.count), "--workloads", step.workload, "--strategies", step.strategy,
             "--precision", step.precision, *(["--channels-last"] if step.channels_last else []),
-            *(["--compile"] if step.compile else []), *size, "--steps", str(ONE_STEP), "--repeats", "1",
+            *(["--compile"] if step.compile else []), *size, "--steps", str(ONE_STEP), "--repeats", "1", *ONE_PROCESS,
             "--warmup", "1" if step.compile else "0",  # compilation happens in a warm-up step, out of the measured one
             "--no-comm-bench", *(["--check-equivalence"] if step.gate else []), "--store", store, "--no-report"]
 
@@ -109,7 +113,8 @@ def step_args(step: Step, device: str, store: str) -> list:
 def gate_args(device: str, store: str) -> list:
     return ["--device", device, "--gpus", str(GATE_COUNT), "--workloads", "synthetic",
             "--strategies", ",".join(gate_strategies(device)), "--precision", "fp32", *SYNTHETIC[device],
-            "--steps", str(ONE_STEP), "--warmup", "0", "--repeats", "1", "--check-equivalence", "--store", store, "--no-report"]
+            "--steps", str(ONE_STEP), "--warmup", "0", "--repeats", "1", *ONE_PROCESS, "--check-equivalence", "--store", store,
+            "--no-report"]
 
 
 def sweeps(device: str, count: int, bf16: bool, store: str) -> list:
