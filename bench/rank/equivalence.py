@@ -48,10 +48,31 @@ def full_parameters(model: nn.Module) -> dict:
     for name, p in unwrap(model).named_parameters():
         name = public_name(name)  # activation checkpointing's wrappers: the reference runs without them
         p = p.detach()
-        if hasattr(p, "full_tensor"):  # a DTensor shard of FSDP2: a collective, every rank takes part
-            p = p.full_tensor()
-        out[name] = p.cpu()
+        out[name] = gathered(p).cpu()  # FSDP2's DTensor shards: a collective, every rank takes part
     return out
+
+
+_HOST_MESHES: dict = {}   # id(a DTensor's device mesh) -> a CPU mesh of the same layout (the gathers over gloo)
+
+
+def gathered(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor in full (a collective: every rank calls it, in the same order), else t itself.
+
+    Over gloo the gather runs on host copies of the shards through a CPU mesh of the same layout: gloo's all-gather of
+    CUDA tensors crashed both ranks of FSDP's gate with SIGSEGV on one H100 (two ranks sharing it, bench.shared.rehearsal;
+    gloo's coalesced all-gather has no CUDA path, pytorch#152645), where its all-reduce and FSDP's own gathers ran. On
+    the CPU the same route is taken, so the CPU suite runs it."""
+    if not hasattr(t, "full_tensor"):
+        return t
+    if dist.get_backend() != "gloo":
+        return t.full_tensor()
+    mesh = t.device_mesh
+    if id(mesh) not in _HOST_MESHES:  # built once per mesh; building one is itself a collective
+        from torch.distributed.device_mesh import init_device_mesh
+        _HOST_MESHES[id(mesh)] = init_device_mesh("cpu", tuple(mesh.shape), mesh_dim_names=mesh.mesh_dim_names)
+    host = type(t).from_local(t.to_local().detach().cpu(), _HOST_MESHES[id(mesh)], t.placements, run_check=False,
+                              shape=t.shape, stride=t.stride())
+    return host.full_tensor()
 
 
 STATE_PREFIX = "optimizer state: "
@@ -75,6 +96,5 @@ def full_optimizer_state(model: nn.Module, opt, rank: int = 0) -> dict:
     for name, p in named:  # the same order on every rank: the gathers below are collectives
         for key, v in sorted(per_param.get(id(p), {}).items()):
             if torch.is_tensor(v) and v.dim() > 0:
-                v = v.full_tensor() if hasattr(v, "full_tensor") else v
-                out[f"{STATE_PREFIX}{name}.{key}"] = v.detach().cpu()
+                out[f"{STATE_PREFIX}{name}.{key}"] = gathered(v).detach().cpu()
     return out
