@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from bench.config import ConfigError
-from bench.rank import activations
+from bench.rank import activations, precision
 from bench.rank.context import Ctx
 from bench.shared.spec import RunSpec
 from bench.workloads import synthetic
@@ -137,8 +137,13 @@ def test_every_strategy_under_checkpointing_or_offload_reaches_the_parameters_an
         bad = [n for n in want if not torch.allclose(got["params"][n], want[n], rtol=1e-4, atol=1e-5)]
         assert not bad, (strategy, ac, bad[:3])
         assert got["state"].keys() == want_state.keys()
-        assert all(torch.allclose(got["state"][k], want_state[k], rtol=1e-3, atol=1e-6 * want_state[k].abs().max())
-                   for k in want_state), (strategy, ac)
+        # the gate's own rule for state (bench.sweep.equivalence): fp32's tolerance, atol relative to each tensor's
+        # largest element. Stricter (atol 1e-6 of it) failed on torch 2.14.1 for every strategy alike: one exp_avg
+        # element of 8192 near zero, where the two reduction orders of a cancelling sum differ by ~1e-9
+        rtol, atol = precision.tolerance("fp32")
+        bad = [k for k in want_state if not torch.allclose(got["state"][k], want_state[k], rtol=rtol,
+                                                           atol=atol * want_state[k].abs().max())]
+        assert not bad, (strategy, ac, bad[:3])
         every = activations.mode_every(ac)
         if every:
             assert (got["ac"]["checkpointed_units"], got["ac"]["units"]) == (SHAPE.layers // every, SHAPE.layers)
