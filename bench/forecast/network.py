@@ -209,13 +209,14 @@ def reduce_scatter_ms(net: Network, size_bytes: float, ranks: int) -> float:
 
 def redraw(net: Network, rng: np.random.Generator, draws: int) -> Network:
     """A copy whose times per measured level carry a factor over draws + 1 (row 0: 1, as fitted): lognormal, of the
-    fit's rms relative error over the square root of its rows (the fitted line's own uncertainty from its rows'
-    scatter; the microbenchmark keeps one mean per size, so its rows are the repeated measurement). A level assumed
-    (preset, typed, the other level's) carries none: `spread_words` says so."""
+    fit's prediction error for one collective, its rms relative error x sqrt(1 + 1/rows) (the rows' scatter about the
+    line, and the line's own uncertainty from them: a step's collective is a new call, not the line's mean). A level
+    assumed (preset, typed, the other level's) carries none: `spread_words` says so."""
     x = []
     for name, lv in (("node", net.node), ("net", net.net)):
         if lv.measured and lv.rows >= 3 and math.isfinite(lv.rms_error):
-            x.append((name, np.concatenate([[1.0], np.exp(rng.normal(0.0, lv.rms_error / math.sqrt(lv.rows), draws))])))
+            sd = lv.rms_error * math.sqrt(1 + 1 / lv.rows)
+            x.append((name, np.concatenate([[1.0], np.exp(rng.normal(0.0, sd, draws))])))
     return replace(net, x=tuple(x))
 
 

@@ -19,7 +19,7 @@ What a draw takes, input by input (each a spread from repeated measurement, each
   buckets          DDP's ready times: the per-bucket medians of the (repeat, rank, step) observations resampled
   straggler/jitter the tail (bench.forecast.inputs.tail_excess_ms) of the steps resampled with replacement
   interference     each size's rounds resampled (bench.forecast.interference.redraw); the co-run's rounds likewise
-  network          a measured level's fit: lognormal, its rms relative error over the root of its rows
+  network          a measured level's fit: lognormal, its prediction error for one call (rms x sqrt(1 + 1/rows))
   memory           the peak per process, as compute (the central's uncertainty and a fresh run's)
   DataParallel     each measured count's processes, as compute
 What is assumed (a preset or typed level, interference not measured) has no spread: it is outside the range and the
