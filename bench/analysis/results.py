@@ -293,9 +293,11 @@ def noise(configs: list, envs: list) -> stats.Noise:
 
 
 def _with_scaling(configs: list, fallback: stats.Noise = stats.NOT_MEASURED) -> list:
-    """Speed-up and efficiency against single at 1 device of the same numerics and optimizer, else the series' own
-    1-device result; `fallback` is the noise where a configuration or its baseline ran one process."""
-    numerics = lambda c: (c.precision, c.channels_last, c.compiled, c.optimizer)  # noqa: E731
+    """Speed-up and efficiency against single at 1 device of the same numerics, optimizer and activation checkpointing,
+    else the series' own 1-device result; `fallback` is the noise where a configuration or its baseline ran one process.
+    (Without the checkpointing in the key, one H100's DDP x1 was held against single x1 [ac=full], 1.8x slower: 'wrapper
+    overhead -37%'.)"""
+    numerics = lambda c: (c.precision, c.channels_last, c.compiled, c.optimizer, c.activation_checkpointing)  # noqa: E731
     singles = {numerics(c): c for c in configs if c.strategy == "single" and c.device_count == 1}
     ones = {c.series: c for c in configs if c.device_count == 1}
     for c in configs:
