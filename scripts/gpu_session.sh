@@ -4,6 +4,8 @@
 #   scripts/gpu_session.sh sweeps [LIMIT_S]  finish the default sweep, DeepLabV3 fp32/bf16 x compile, one profiled DDP
 #   scripts/gpu_session.sh extras [LIMIT_S]  the interference microbenchmark on CUDA (a one-rank NCCL group), the
 #                                            sharded strategies under AdamW with the gate, bf16 at fewer threads
+#   scripts/gpu_session.sh one-call [LIMIT_S] a 15-minute lease in one call: the rehearsal of two ranks on the GPU
+#                                            beside the gpu tests, DeepLabV3's verdicts, the transformer, the self-check
 # Every stage gets what is left of LIMIT_S (default 570 s) and is cut with `timeout`, so the command ends inside it;
 # an interrupted sweep is resumed by the next call (carry results/). Logs and results/ (stores, traces) are packed under $OUT (default results/gpu-session). On a machine whose Python already has a CUDA torch
 # and this suite's dependencies (BENCH_VENV, default /opt/torch/.venv where present) nothing is installed.
@@ -31,7 +33,7 @@ EXAMPLE="${EXAMPLE:-examples/${gpu:-gpu}-$(date +%F)}"
 
 keep_stores() {  # a consistent copy of each store (SQLite's backup: the WAL included), and the host-noise file
     mkdir -p "$EXAMPLE"
-    for s in "$STORE" results/selfcheck.sqlite results/gpu-extra.sqlite; do
+    for s in "$STORE" results/selfcheck.sqlite results/gpu-extra.sqlite results/rehearsal.sqlite; do
         [ -f "$s" ] || continue
         "$BENCH_VENV/bin/python" -c 'import sqlite3, sys
 src, dst = sqlite3.connect(sys.argv[1]), sqlite3.connect(sys.argv[2])
@@ -86,9 +88,35 @@ dist.destroy_process_group()'
     stage bf16-threads 120 ./run_bench.sh --store results/gpu-extra.sqlite --label h100 --workloads deeplabv3 \
         --strategies single --precision bf16 --threads-per-process 4 --repeats 2 --no-report
     ;;
-*) echo "unknown stage set: $what (check or sweeps)" >&2; exit 2 ;;
+one-call)  # everything a 15-minute lease allows in one call, most telling first (each stage cut to what is left)
+    stage env 30 bash -c 'nvidia-smi; nproc; free -g; df -h /dev/shm; "$BENCH_VENV/bin/python" -c "import torch, torchvision; print(torch.__version__, torch.version.cuda, torchvision.__version__, torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0), torch.cuda.nccl.version())"'
+    # correctness only, so side by side: two ranks per strategy sharing the GPU over gloo (bench.shared.rehearsal),
+    # with the gate and the collectives' run; beside it the gpu-marked tests but the self-check's own
+    setsid bash -c './run_tests.sh --run-gpu -m gpu -k "not selfcheck" -p no:cacheprovider > "$1" 2>&1
+                    echo "=== gpu-tests: exit $?" >> "$1"' _ "$OUT/gpu-tests.log" &
+    tests_pid=$!  # a session of its own, so that what is left of it can be stopped whole
+    stage rehearsal 150 env BENCH_REHEARSE_ON_ONE_GPU=1 ./run_bench.sh --store results/rehearsal.sqlite --label h100-rehearsal \
+        --workloads synthetic --synthetic-width 1024 --synthetic-depth 4 --strategies ddp,zero,fsdp --gpus 2 \
+        --optimizer adamw --check-equivalence --noise-repeats 1 --steps 20 --no-report
+    stage gpu-tests-wait 60 bash -c "while kill -0 $tests_pid 2>/dev/null; do sleep 1; done"
+    kill -- -"$tests_pid" 2>/dev/null && echo "=== gpu-tests: stopped unfinished" | tee -a "$log"
+    # the verdicts on the device they speak of: noise from 3 processes, the bound from traces, MFU, clocks, memory
+    stage deeplabv3-verdicts 130 ./run_bench.sh --store "$STORE" --label h100 --workloads deeplabv3 \
+        --strategies single,ddp --precision fp32,bf16 --noise-repeats 3 --no-report
+    stage transformer 160 ./run_bench.sh --store "$STORE" --label h100 --workloads transformer \
+        --strategies single,ddp,zero,fsdp,hsdp --precision bf16 --optimizer adamw --activation-checkpointing none,full \
+        --noise-repeats 1 --no-report
+    stage transformer-offload 45 ./run_bench.sh --store "$STORE" --label h100 --workloads transformer \
+        --strategies fsdp --precision bf16 --optimizer adamw --fsdp-offload none,cpu --noise-repeats 1 --no-report
+    stage selfcheck 240 ./run_bench.sh selfcheck
+    ;;
+*) echo "unknown stage set: $what (check, sweeps, extras or one-call)" >&2; exit 2 ;;
 esac
 keep_stores
-tar czf "$OUT/results.tar.gz" --exclude "gpu-session" results plots "$EXAMPLE" 2>>"$log"
+for f in "$EXAMPLE"/*.sqlite "$EXAMPLE"/host-noise.json; do [ -f "$f" ] && cp "$f" "$OUT/"; done  # back one by one
+tar czf "$OUT/results.tar.gz" --exclude "gpu-session" --exclude "*.sqlite*" results plots 2>>"$log"
+if [ "$(stat -c %s "$OUT/results.tar.gz")" -gt $((15 * 2**20)) ]; then  # over what comes back: the traces stay behind
+    tar czf "$OUT/results.tar.gz" --exclude "gpu-session" --exclude "*.sqlite*" --exclude "*trace*" results plots 2>>"$log"
+fi
 ls -la "$OUT" >>"$log"
 echo "=== done at ${SECONDS}s" | tee -a "$log"
