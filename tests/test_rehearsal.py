@@ -62,3 +62,12 @@ def test_a_cpu_sweep_is_untouched_by_the_variable(monkeypatch):
     cpu = Machine(cuda_devices=0, cpu_cores=2)
     cfg = resolve(SweepConfig(**{**ASK, "device": "cpu"}), cpu)
     assert all(rehearsal.OPTION not in dict((x.spec if isinstance(x, Skip) else x).options) for x in plan(cfg, cpu))
+
+
+def test_the_setting_is_added_only_above_the_gpus_on_cuda_and_when_asked(monkeypatch):
+    monkeypatch.setenv(rehearsal.ENV, "1")
+    assert rehearsal.options("cuda", 2, 1) == (("rehearsal", "2 ranks on 1 GPU, gloo"),)
+    assert rehearsal.options("cuda", 8, 2) == (("rehearsal", "8 ranks on 2 GPUs, gloo"),)
+    assert rehearsal.options("cuda", 1, 1) == () and rehearsal.options("cpu", 2, 0) == () and rehearsal.options("cuda", 2, 0) == ()
+    monkeypatch.delenv(rehearsal.ENV)
+    assert rehearsal.options("cuda", 2, 1) == ()

@@ -14,7 +14,8 @@ store keeps it in options_json. DataParallel, one process driving several device
 plan skips it there with the reason (`DP_SKIP`).
 
     rehearsal.active()                  is the environment variable set (the sweep reads it once, at planning)
-    rehearsal.option(2, 1)              ('rehearsal', '2 ranks on 1 GPU, gloo'), the setting the plan adds
+    rehearsal.applies("cuda", 2, 1)     does a count of 2 share this machine's 1 GPU (cuda, asked for, above its GPUs)
+    rehearsal.options("cuda", 2, 1)     (('rehearsal', '2 ranks on 1 GPU, gloo'),): the setting the plan adds, else ()
     rehearsal.shares(options)           does a configuration's settings say its ranks share a GPU (the worker reads it)
     rehearsal.device_index(3, 1)        the GPU a rank drives: local_rank % GPUs
 """
@@ -43,6 +44,16 @@ def active(environ: Optional[Mapping[str, str]] = None) -> bool:
 def option(ranks: int, gpus: int) -> tuple:
     """The strategy setting a shared configuration carries: its label says how many ranks share how many GPUs."""
     return (OPTION, f"{ranks} ranks on {gpus} GPU{'s' if gpus != 1 else ''}, gloo")
+
+
+def applies(device: str, ranks: int, gpus: int) -> bool:
+    """Whether a configuration of `ranks` runs them on shared GPUs: asked for, on CUDA, above the machine's gpus."""
+    return device == "cuda" and ranks > gpus >= 1 and active()
+
+
+def options(device: str, ranks: int, gpus: int) -> tuple:
+    """The settings the plan adds to a configuration of `ranks`: (option(...),) where the rehearsal applies, else ()."""
+    return (option(ranks, gpus),) if applies(device, ranks, gpus) else ()
 
 
 def shares(options: Mapping) -> bool:

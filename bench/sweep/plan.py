@@ -220,7 +220,7 @@ def _precision_skip(precision: str, cuda: bool, machine: Machine) -> Optional[st
 def _skip_reason(cfg: SweepConfig, machine: Machine, wl: str, strategy: str, n: int, nodes: int,
                  precision: str, channels_last: bool, compiled: bool, info: WorkloadInfo) -> Optional[str]:
     cuda = cfg.device == "cuda"
-    if strategy == "dp" and _shared(cfg, machine, n):
+    if strategy == "dp" and rehearsal.applies(cfg.device, n, machine.cuda_devices):
         return rehearsal.DP_SKIP
     if strategy == "dp" and nodes > 1:
         return f"DataParallel is one process on one node; {n} devices span {nodes} nodes (use ddp, zero, fsdp or hsdp)"
@@ -293,8 +293,8 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
                 noisy = first and (wl, strategy, precision, cl, comp, opt) == probe and (ac, aux) == (
                     cfg.activation_checkpointing[0], auxes[0])
                 runs = strategy_options(cfg, strategy, n)
-                if strategy in PER_DEVICE and _shared(cfg, machine, n):  # labelled so in every table (bench.shared.rehearsal)
-                    runs = [tuple(sorted(o + (rehearsal.option(n, machine.cuda_devices),))) for o in runs]
+                if strategy in PER_DEVICE:  # a rehearsal's ranks sharing a GPU: labelled so (bench.shared.rehearsal)
+                    runs = [tuple(sorted(o + rehearsal.options(cfg.device, n, machine.cuda_devices))) for o in runs]
                 if runs and all(settings.needs_unused(strategy, dict(o), unused) for o in runs):
                     raise ConfigError(settings.unused_refusal(wl, unused, aux))  # not one configuration of it could run
                 for k, options in enumerate(runs):
@@ -338,11 +338,6 @@ def loader_spec(s: RunSpec, cfg: SweepConfig, runnable: list) -> RunSpec:
                                nodes=1, launcher="local", optimizer="sgd")
 
 
-def _shared(cfg: SweepConfig, machine: Machine, n: int) -> bool:
-    """Whether count n runs its ranks on shared GPUs: the test-only rehearsal, above this machine's GPUs."""
-    return cfg.device == "cuda" and n > machine.cuda_devices >= 1 and rehearsal.active()
-
-
 def _launcher(cfg: SweepConfig, nodes: int) -> str:
     if cfg.launcher != "auto":
         return cfg.launcher
@@ -381,8 +376,7 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
                                      scaling=cfg.scaling, pg_timeout_s=cfg.pg_timeout, mode="comm", nodes=nodes,
                                      launcher=_launcher(cfg, nodes), comm_max_bytes=max_bytes,
                                      comm_extra_bytes=tuple(buckets), comm_ops=ops, interference=cfg.interference,
-                                     comm_load=load, options=((rehearsal.option(n, machine.cuda_devices),)
-                                                              if _shared(cfg, machine, n) else ())))
+                                     comm_load=load, options=rehearsal.options(cfg.device, n, machine.cuda_devices)))
     return [_started(x, cfg) for x in items]
 
 
