@@ -1,6 +1,7 @@
 """The rehearsal of several ranks on one GPU (bench.shared.rehearsal, BENCH_REHEARSE_ON_ONE_GPU): planned on a
-pretend one-GPU machine, labelled in every name, DataParallel skipped with its reason, and never a forecast's input.
-Its CUDA half (two ranks driving cuda:0 over gloo) runs on a GPU machine: scripts/gpu_session.sh rehearse."""
+pretend one-GPU machine, labelled in every name, DataParallel skipped with its reason. Its CUDA half (two ranks driving
+cuda:0 over gloo) runs on a GPU machine (scripts/gpu_session.sh one-call); tests/test_gpu_example.py holds what it
+stored, and that its collectives never feed a forecast."""
 from __future__ import annotations
 
 import pytest

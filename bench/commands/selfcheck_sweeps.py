@@ -36,7 +36,7 @@ MAIN_STEPS = {"cuda": "20", "cpu": "8"}
 NOISE_PROCESSES = 3   # the main sweep's cheapest configuration (single x1) runs in 3 processes: this host's process noise
 # A one-step run proves a path runs, nothing more: one process, no trace. Without these a CUDA one-step sweep took the
 # device defaults (3 processes for its noise, 3 traced steps): on one H100 the self-check's one-step sweeps ran 3x as
-# many processes and the whole check outran a 240 s limit it had kept in 166 s (examples/nvidia-h100-80gb-hbm3-2026-11-26).
+# many processes and the whole check outran a 240 s limit it had kept in 166 s (examples/h100-2026-11-26).
 ONE_PROCESS = ("--noise-repeats", "1", "--no-profile")
 # DeepLabV3 at a small image; 2 samples per replica: the fewest its BatchNorm trains on (bench.workloads.registry)
 DEEPLAB = {"cuda": ["--per-device-batch", "2", "--image-size", "64"], "cpu": ["--per-device-batch", "2", "--image-size", "32"]}

@@ -28,8 +28,6 @@ ENV = "BENCH_REHEARSE_ON_ONE_GPU"
 OPTION = "rehearsal"
 DP_SKIP = ("DataParallel drives one device per replica from one process; a rehearsal shares one GPU between ranks "
            f"(processes), which it has none of ({ENV})")
-COMM_NOTE = ("collectives over gloo between ranks sharing one GPU: the rehearsal runs the microbenchmark's and the "
-             "interference stage's CUDA paths; its bandwidth says nothing of NCCL or the links")
 START_LINE = (f"rehearsal ({ENV}): counts above this machine's GPUs run their ranks on shared GPUs over gloo; the "
               "per-rank CUDA paths are exercised, and the figures are not scaling figures (each such configuration "
               "is labelled rehearsal=...)")
