@@ -58,11 +58,19 @@ NOISE_SOURCE = {"repeats": "their repeats", "sweep": "this sweep", "host": "self
 @dataclass(frozen=True)
 class Apart:
     """Whether `faster` is told apart from `slower`: gap = faster / slower - 1; within True (a tie: inside the noise,
-    or under LEAD_FLOOR), False (a lead), None (not told: the noise is not measured on this device); noise: the
-    figure held against, with its source (stats.pair_noise: their repeats, else the sweep's, else selfcheck's)."""
+    or under LEAD_FLOOR), False (a lead), None (not told: the noise is not measured on this device, or `why`); noise:
+    the figure held against, with its source (stats.pair_noise: their repeats, else the sweep's, else selfcheck's)."""
     gap: float
     within: Optional[bool]
     noise: stats.Noise
+    why: Optional[str] = None        # why it is not told, where the noise is measured but does not speak for a side
+
+
+def _unsteady(c) -> bool:
+    """One process whose steps spread more than stats.UNSTABLE_IQR_FRACTION of their median: the noise measured on other
+    (steady) processes does not speak for it; on one H100, a bf16 DataParallel x1 process stepping unsteadily read 69%
+    faster than its identical twin against selfcheck's 1%."""
+    return len(c.process_sps) <= 1 and bool(c.summary.unstable)
 
 
 def _apart(faster, slower) -> Apart:
@@ -70,6 +78,11 @@ def _apart(faster, slower) -> Apart:
     noise = stats.pair_noise(faster.process_sps, slower.process_sps, faster.noise_fallback)
     if gap < LEAD_FLOOR:
         return Apart(gap, True, noise)
+    shaky = [c.label for c in (faster, slower) if _unsteady(c)]
+    if noise.measured and noise.source != "repeats" and shaky:
+        return Apart(gap, None, noise, f"{' and '.join(shaky)} ran one process whose steps spread more than "
+                                       f"{stats.UNSTABLE_IQR_FRACTION:.0%} of their median (unstable), where the "
+                                       f"{stats.percent(noise.fraction)} noise was measured on steady processes")
     return Apart(gap, gap < noise.fraction if noise.measured else None, noise)
 
 
@@ -97,7 +110,7 @@ def _margin_note(a: Apart) -> str:
     """How the summary table qualifies a gap: 'within 25% noise, selfcheck', 'beyond 0.8% noise, this sweep',
     'not resolved: noise not measured', 'under the 5% floor'."""
     if a.within is None:
-        return "not resolved: noise not measured"
+        return "not resolved: " + ("one unstable process, --repeats 3" if a.why else "noise not measured")
     if not a.noise.measured:
         return f"under the {LEAD_FLOOR:.0%} floor"
     src = NOISE_SOURCE.get(a.noise.source, a.noise.source)
@@ -226,8 +239,9 @@ def _runner_up(best, second) -> tuple:
     a = _apart(best, second)
     apart = "as fast (less than 1% apart)" if a.gap < 0.005 else f"{a.gap:.0%} slower"
     if a.within is None:
-        return a, (f"The runner-up, {second.label}, is {apart}: not told apart, the noise between processes is "
-                   f"{a.noise.words()}; rerun with --repeats 3 to tell them apart.")
+        held = a.why if a.why else f"the noise between processes is {a.noise.words()}"
+        return a, (f"The runner-up, {second.label}, is {apart}: not told apart, {held}; rerun with --repeats 3 to "
+                   f"tell them apart.")
     if a.within:
         return a, f"The runner-up, {second.label}, is only {apart}: within {_noise_words(a)}."
     return a, f"The runner-up, {second.label}, is {apart}: beyond the noise, {a.noise.words()}."
