@@ -3,16 +3,15 @@ machine, measured apart from any training step, as the forecast's pipeline needs
 
     rows = interference_sweep(device, sizes, ops, load_shape)     # in the comm run, after the microbenchmark
 
-The load, one "chunk" at a time, is (kind, M, K, layers): a property of the machine measured with work like the
-model's where the suite knows the model's layers, else LOAD_DEFAULT (bench.sweep.plan chooses):
-    gemm       a GEMM (M x K) @ (K x K) in float32, preallocated: on CUDA what contends with NCCL's kernels (the SMs
-               and memory bandwidth; the H100 figures below were measured with it), and on CPU where no model sizes the
-               load (DeepLabV3's held-out forecast: 3.1% mean error with it, 8.7% and pessimistic with the next kind)
-    backward   one layer's forward and backward through autograd, F.linear of (M x K) by a (K x K) weight, the layers
-               taken in turn (a backward's working set of weights and gradients, allocating as a backward does): the
-               synthetic MLP's own layers on CPU. Beside a 4-16 MiB gloo all-reduce on 2 cores the MLP's forward and
-               backward ran 2.4-3.5x slower while one GEMM held in cache read 1.3-1.7x, and the MLP's held-out forecast
-               erred -5% to -24% with the GEMM, -3% to -12% with this (docs/forecast.md)
+The load, one "chunk" at a time, is sized like the model's layers (the synthetic MLP's batch x width x depth;
+LOAD_DEFAULT otherwise): a property of the machine, not of any model's step. Its kind follows the device (LOAD_KIND):
+    backward   (CPU) one layer's forward and backward through autograd, F.linear of (M x K) by a (K x K) weight, the
+               layers taken in turn (L of them: a backward's working set of weights and gradients, not one matrix held
+               in cache), allocating as a backward does. Beside a 4-16 MiB gloo all-reduce on 2 cores, the synthetic
+               MLP's own forward and backward ran 2.4-3.5x slower while one preallocated GEMM chunk read 1.3-1.7x, and
+               the forecast built on the GEMM erred -5% to -24% at x2 (docs/forecast.md)
+    gemm       (CUDA) a GEMM (M x K) @ (K x K) in float32: what contends with NCCL's kernels is the SMs and memory
+               bandwidth, and the H100 figures below were measured with it
 For each collective
 and size, rounds on every rank at once, each of:
     alone      the collective by itself, issued as a step issues its last bucket: each rank computes PRE_MS of the
@@ -65,7 +64,8 @@ import torch.distributed as dist
 from bench.rank import timing
 from bench.rank.commbench import buffers, run_op
 
-LOAD_DEFAULT = {"cpu": ("gemm", 64, 1024, 1), "cuda": ("gemm", 4096, 4096, 1)}   # (kind, M, K, layers): see above
+LOAD_DEFAULT = {"cpu": (64, 1024, 4), "cuda": (4096, 4096, 1)}   # (M, K, layers) where no model layer sizes it
+LOAD_KIND = {"cpu": "backward", "cuda": "gemm"}                  # see the docstring
 MIN_BYTES = 64 * 1024            # smaller collectives are all latency: the smallest measured size stands for them
 OUTLAST = 2.0                    # the load lasts this many times the collective alone
 ROUNDS = 5                       # valid rounds per (collective, size), within BUDGET_S
@@ -232,14 +232,12 @@ def measure(driver, chunk_ms: float, device: torch.device, group=None, rounds: i
                                                            for r in got])}
 
 
-def load_chunk(load: tuple, device: torch.device) -> tuple:
-    """(chunk, words): one chunk of the load (kind, M, K[, layers]) (see the module's docstring)."""
-    kind, m, k, layers = (tuple(load) + (1,))[:4]
-    if kind not in ("gemm", "backward"):
-        raise ValueError(f"interference load kind {kind!r}: expected 'gemm' or 'backward'")
+def load_chunk(shape: tuple, device: torch.device) -> tuple:
+    """(chunk, words): one chunk of the load of this device's kind (LOAD_KIND), shape (M, K[, layers])."""
+    m, k, layers = (tuple(shape) + (1,))[:3]
     g = torch.Generator(device="cpu").manual_seed(0)
     a = torch.randn(m, k, generator=g).to(device)
-    if kind == "gemm":
+    if LOAD_KIND.get(device.type, "gemm") == "gemm":
         w = torch.randn(k, k, generator=g).to(device)
         out = torch.empty(m, k, device=device)
         return (lambda: torch.mm(a, w, out=out)), f"float32 GEMM ({m} x {k}) @ ({k} x {k}) per chunk"
@@ -283,7 +281,8 @@ def interference_sweep(device: torch.device, sizes: list, ops: tuple, load_shape
     group's ranks (bench.store.schema: interference)."""
     ranks = dist.get_world_size(group) if dist.is_initialized() else 1
     rank = dist.get_rank(group) if dist.is_initialized() else 0
-    chunk, load = load_chunk(tuple(load_shape or LOAD_DEFAULT[device.type]), device)
+    shape = tuple(load_shape or LOAD_DEFAULT[device.type])
+    chunk, load = load_chunk(shape, device)
     measured = [s for s in sizes if s >= MIN_BYTES] or sorted(sizes)[-1:]
 
     def driver_for(op: str, size: int):

@@ -392,15 +392,12 @@ def _started(item, cfg: SweepConfig):
 
 
 def _load_shape(cfg: SweepConfig, machine: Machine) -> tuple:
-    """The interference load (kind, M, K, layers) (bench.rank.interference): where the sweep trains the synthetic MLP,
-    its own layers at its batch (on CPU a layer's forward and backward, its layers in turn; on CUDA their GEMM), else
-    () for the device's default."""
+    """The interference load's (M, K, layers): the synthetic MLP's (batch, width, depth) where the sweep trains it,
+    else the device's default (bench.rank.interference.LOAD_DEFAULT)."""
     if "synthetic" not in cfg.workloads:
         return ()
-    batch = cfg.per_device_batch or registry.info("synthetic", cfg).default_batch
-    if cfg.device == "cuda":
-        return ("gemm", batch, cfg.synthetic_width, 1)
-    return ("backward", batch, cfg.synthetic_width, cfg.synthetic_depth)
+    return (cfg.per_device_batch or registry.info("synthetic", cfg).default_batch, cfg.synthetic_width,
+            cfg.synthetic_depth)
 
 
 def check_hooks(cfg: SweepConfig) -> None:
