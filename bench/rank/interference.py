@@ -3,16 +3,8 @@ machine, measured apart from any training step, as the forecast's pipeline needs
 
     rows = interference_sweep(device, sizes, ops, load_shape)     # in the comm run, after the microbenchmark
 
-The load, one "chunk" at a time, is sized like the model's layers (the synthetic MLP's batch x width x depth;
-LOAD_DEFAULT otherwise): a property of the machine, not of any model's step. Its kind follows the device (LOAD_KIND):
-    backward   (CPU) one layer's forward and backward through autograd, F.linear of (M x K) by a (K x K) weight, the
-               layers taken in turn (L of them: a backward's working set of weights and gradients, not one matrix held
-               in cache), allocating as a backward does. Beside a 4-16 MiB gloo all-reduce on 2 cores, the synthetic
-               MLP's own forward and backward ran 2.4-3.5x slower while one preallocated GEMM chunk read 1.3-1.7x, and
-               the forecast built on the GEMM erred -5% to -24% at x2 (docs/forecast.md)
-    gemm       (CUDA) a GEMM (M x K) @ (K x K) in float32: what contends with NCCL's kernels is the SMs and memory
-               bandwidth, and the H100 figures below were measured with it
-For each collective
+The load is a GEMM (M x K) @ (K x K) in float32, one "chunk", sized like the model's layers (the synthetic MLP's
+batch x width; LOAD_DEFAULT otherwise): a property of the machine, not of any model's step. For each collective
 and size, rounds on every rank at once, each of:
     alone      the collective by itself, issued as a step issues its last bucket: each rank computes PRE_MS of the
                load, then issues it on its own (no barrier between): its time from issue to completion, the wait for
@@ -64,8 +56,7 @@ import torch.distributed as dist
 from bench.rank import timing
 from bench.rank.commbench import buffers, run_op
 
-LOAD_DEFAULT = {"cpu": (64, 1024, 4), "cuda": (4096, 4096, 1)}   # (M, K, layers) where no model layer sizes it
-LOAD_KIND = {"cpu": "backward", "cuda": "gemm"}                  # see the docstring
+LOAD_DEFAULT = {"cpu": (64, 1024), "cuda": (4096, 4096)}   # (M, K) of the chunk where no model layer sizes it
 MIN_BYTES = 64 * 1024            # smaller collectives are all latency: the smallest measured size stands for them
 OUTLAST = 2.0                    # the load lasts this many times the collective alone
 ROUNDS = 5                       # valid rounds per (collective, size), within BUDGET_S
@@ -232,26 +223,14 @@ def measure(driver, chunk_ms: float, device: torch.device, group=None, rounds: i
                                                            for r in got])}
 
 
-def load_chunk(shape: tuple, device: torch.device) -> tuple:
-    """(chunk, words): one chunk of the load of this device's kind (LOAD_KIND), shape (M, K[, layers])."""
-    m, k, layers = (tuple(shape) + (1,))[:3]
+def load_chunk(shape: tuple, device: torch.device) -> Callable:
+    """One chunk of the load: (M x K) @ (K x K) in float32 into a preallocated output."""
+    m, k = shape
     g = torch.Generator(device="cpu").manual_seed(0)
     a = torch.randn(m, k, generator=g).to(device)
-    if LOAD_KIND.get(device.type, "gemm") == "gemm":
-        w = torch.randn(k, k, generator=g).to(device)
-        out = torch.empty(m, k, device=device)
-        return (lambda: torch.mm(a, w, out=out)), f"float32 GEMM ({m} x {k}) @ ({k} x {k}) per chunk"
-    a.requires_grad_(True)
-    weights = [torch.randn(k, k, generator=g).to(device).requires_grad_(True) for _ in range(max(1, layers))]
-    upstream = torch.randn(m, k, generator=g).to(device)
-    turn = [0]
-
-    def chunk():
-        w = weights[turn[0]]
-        turn[0] = (turn[0] + 1) % len(weights)
-        torch.nn.functional.linear(a, w).backward(upstream)
-    return chunk, (f"float32 layer forward and backward (autograd), ({m} x {k}) by ({k} x {k}), {len(weights)} "
-                   f"layers in turn, per chunk")
+    w = torch.randn(k, k, generator=g).to(device)
+    out = torch.empty(m, k, device=device)
+    return lambda: torch.mm(a, w, out=out)
 
 
 def co_run(driver, device: torch.device, group=None, rank: int = 0, chunk_ms: float = 1.0,
@@ -282,7 +261,8 @@ def interference_sweep(device: torch.device, sizes: list, ops: tuple, load_shape
     ranks = dist.get_world_size(group) if dist.is_initialized() else 1
     rank = dist.get_rank(group) if dist.is_initialized() else 0
     shape = tuple(load_shape or LOAD_DEFAULT[device.type])
-    chunk, load = load_chunk(shape, device)
+    chunk = load_chunk(shape, device)
+    load = f"float32 GEMM ({shape[0]} x {shape[1]}) @ ({shape[1]} x {shape[1]}) per chunk"
     measured = [s for s in sizes if s >= MIN_BYTES] or sorted(sizes)[-1:]
 
     def driver_for(op: str, size: int):

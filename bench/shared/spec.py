@@ -64,7 +64,7 @@ class RunSpec:
     comm_extra_bytes: tuple = ()  # comm mode: DDP's bucket sizes, measured as well
     comm_ops: tuple = ("all_reduce",)  # comm mode: the collectives to measure (bench.rank.commbench.OPS)
     interference: bool = False  # comm mode: also each collective beside a compute load (bench.rank.interference)
-    comm_load: tuple = ()      # comm mode: the load's (M, K, layers), sized like the model's layers; () the device's default
+    comm_load: tuple = ()      # comm mode: the load's GEMM (M, K), sized like the model's layers; () the device's default
     out_dir: str = ""
     profile_steps: int = 0     # --profile: steps traced after the measured window (bench.rank.profile); 0: none
     profile_max_mb: float = 0.0  # largest gzipped trace kept per rank, MB

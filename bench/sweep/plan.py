@@ -392,12 +392,11 @@ def _started(item, cfg: SweepConfig):
 
 
 def _load_shape(cfg: SweepConfig, machine: Machine) -> tuple:
-    """The interference load's (M, K, layers): the synthetic MLP's (batch, width, depth) where the sweep trains it,
-    else the device's default (bench.rank.interference.LOAD_DEFAULT)."""
+    """The interference load's GEMM (M, K): the synthetic MLP's layer (batch x width) where the sweep trains it, else
+    the device's default (bench.rank.interference.LOAD_DEFAULT)."""
     if "synthetic" not in cfg.workloads:
         return ()
-    return (cfg.per_device_batch or registry.info("synthetic", cfg).default_batch, cfg.synthetic_width,
-            cfg.synthetic_depth)
+    return (cfg.per_device_batch or registry.info("synthetic", cfg).default_batch, cfg.synthetic_width)
 
 
 def check_hooks(cfg: SweepConfig) -> None:
