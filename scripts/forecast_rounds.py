@@ -11,9 +11,13 @@ allocation). Flags after `--` go to both sweeps. It prints each round's line (th
 range, the measurement) and, over the rounds, what the forecast is judged on (issue 43): the mean and worst |error| of
 the central value (targets: mean <= 10%, worst <= 15%) and how many measurements fell inside the printed range
 (target: at least 4 of 5). Nothing here is part of the test command: a round takes one to several minutes.
+With --interleave-with CHECKOUT each round runs in that checkout too, right after this one's: two versions of the
+forecast judged on the same minutes of the machine (sets an hour apart differed more than two loads did).
 
     .venv/bin/python scripts/forecast_rounds.py --rounds 5 -- --workloads synthetic
     .venv/bin/python scripts/forecast_rounds.py --rounds 5 -- --workloads deeplabv3 --image-size 64 --per-device-batch 2
+    git worktree add /tmp/before HEAD~1 && .venv/bin/python scripts/forecast_rounds.py --rounds 5 \
+        --interleave-with /tmp/before -- --workloads synthetic
 """
 from __future__ import annotations
 
@@ -31,20 +35,21 @@ LINE = re.compile(r"x2: forecast ([\d.]+) ms from x1 \((?:range ([\d.]+)-([\d.]+
 TARGETS = {"mean": 10.0, "worst": 15.0, "inside": 0.8}    # % of the measured step; share of rounds inside the range
 
 
-def bench(args: list) -> str:
-    p = subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, capture_output=True, text=True)
+def bench(args: list, root: str = ROOT) -> str:
+    """`python -m bench ARGS` with ROOT's package (its folder first on the path: another checkout runs its own code)."""
+    p = subprocess.run([sys.executable, "-m", "bench", *args], cwd=root, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"failed ({p.returncode}): bench {' '.join(args)}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
     return p.stdout
 
 
-def one_round(store: str, flags: list, slurm: bool) -> tuple:
+def one_round(store: str, flags: list, slurm: bool, root: str = ROOT) -> tuple:
     where = ["--gpus-per-node", "1"] if slurm else []
     bench(["--strategies", "single,ddp", "--gpus", "1", "--comm-counts", "2", "--store", store, "--no-report",
-           "--device", "cpu", *where, *flags])
+           "--device", "cpu", *where, *flags], root)
     bench(["--strategies", "ddp", "--gpus", "2", "--no-comm-bench", "--store", store, "--no-report", "--device", "cpu",
-           *where, *flags])
-    out = bench(["forecast", "--store", store, "--sweep", "1", "--against", "2", "--to", "2"])
+           *where, *flags], root)
+    out = bench(["forecast", "--store", store, "--sweep", "1", "--against", "2", "--to", "2"], root)
     m = LINE.search(out)
     if not m:
         raise SystemExit(f"no held-out line in the forecast's output:\n{out}")
@@ -73,18 +78,30 @@ def main(argv: list) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--slurm", action="store_true", help="x2 as 2 nodes of 1 process (inside a 2-node allocation)")
     p.add_argument("--folder", default=None, help="where the rounds' stores go (default: a new temporary folder)")
+    p.add_argument("--interleave-with", default=None, metavar="CHECKOUT",
+                   help="another checkout of the suite (git worktree add ../old COMMIT): each round runs there too, "
+                        "right after this one's, and each side is summed up apart (a change judged against the "
+                        "machine of the same minutes, not of another hour)")
     ns = p.parse_args(argv)
+    if ns.interleave_with and not os.path.isfile(os.path.join(ns.interleave_with, "bench", "__main__.py")):
+        p.error(f"--interleave-with {ns.interleave_with}: expected a checkout of this suite (with bench/__main__.py)")
     folder = ns.folder or tempfile.mkdtemp(prefix="forecast-rounds-")
-    rounds = []
+    sides = [("this checkout", ROOT)] + ([(ns.interleave_with, os.path.abspath(ns.interleave_with))]
+                                        if ns.interleave_with else [])
+    rounds: dict = {name: [] for name, _ in sides}
     for k in range(ns.rounds):
-        store = os.path.join(folder, f"round{k + 1}.sqlite")
-        r = one_round(store, flags, ns.slurm)
-        rounds.append(r)
-        forecast_ms, low, high, measured_ms, err, inside = r
-        print(f"round {k + 1}: forecast {forecast_ms:.2f} ms (range {low:.2f}-{high:.2f}), measured {measured_ms:.2f} ms, "
-              f"error {err:+.1f}%, {'inside' if inside else 'outside'} the range ({store})", flush=True)
-    if rounds:
-        print(summary(rounds))
+        for i, (name, root) in enumerate(sides):
+            store = os.path.join(folder, f"round{k + 1}{'-' + str(i) if i else ''}.sqlite")
+            r = one_round(store, flags, ns.slurm, root)
+            rounds[name].append(r)
+            forecast_ms, low, high, measured_ms, err, inside = r
+            who = f" [{name}]" if len(sides) > 1 else ""
+            print(f"round {k + 1}{who}: forecast {forecast_ms:.2f} ms (range {low:.2f}-{high:.2f}), measured "
+                  f"{measured_ms:.2f} ms, error {err:+.1f}%, {'inside' if inside else 'outside'} the range ({store})",
+                  flush=True)
+    for name, got in rounds.items():
+        if got:
+            print((f"{name}: " if len(sides) > 1 else "") + summary(got))
     return 0
 
 

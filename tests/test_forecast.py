@@ -298,3 +298,31 @@ def test_the_held_out_procedure_on_real_sweeps_prints_its_error(held_out_pair):
     # v6 keeps the interference's rounds: the range rests on them (the x1 run's 3 steps tell no spread)
     assert re.search(r"interference's spread: each size's [\d-]+ rounds resampled", f.stdout)
     print(f"\nheld-out on this machine (x1 + the machine at 2, judged by a later x2): {m.group(0).splitlines()[0].strip()}")
+
+
+def test_the_rounds_script_interleaves_another_checkout_round_by_round_and_sums_each_side_apart(tmp_path, capsys):
+    # Sets of rounds an hour apart on this machine differed more than two versions of the forecast did: a change is
+    # judged round by round against the other checkout, on the same minutes of the machine.
+    rounds = _rounds_script()
+    other = tmp_path / "before"
+    (other / "bench").mkdir(parents=True)
+    (other / "bench" / "__main__.py").write_text("")
+    calls = []
+
+    def one_round(store, flags, slurm, root=rounds.ROOT):
+        calls.append((os.path.basename(store), root, tuple(flags)))
+        return (45.0, 40.0, 50.0, 50.0, -10.0, False) if root == rounds.ROOT else (49.0, 45.0, 55.0, 50.0, -2.0, True)
+    rounds.one_round = one_round                               # main() reads it from its module: this copy's own
+    main = rounds.main
+    assert main(["--rounds", "2", "--folder", str(tmp_path), "--interleave-with", str(other), "--",
+                 "--workloads", "synthetic"]) == 0
+    assert [(s, r == rounds.ROOT) for s, r, _ in calls] == [("round1.sqlite", True), ("round1-1.sqlite", False),
+                                                             ("round2.sqlite", True), ("round2-1.sqlite", False)]
+    assert all(f == ("--workloads", "synthetic") for _, _, f in calls)
+    out = capsys.readouterr().out
+    assert "this checkout: 2 rounds: mean |error| 10.0%" in out and "0 of 2 measured inside" in out
+    assert f"{other}: 2 rounds: mean |error| 2.0%" in out and "2 of 2 measured inside" in out
+    with pytest.raises(SystemExit) as refused:
+        main(["--interleave-with", str(tmp_path / "nowhere")])
+    assert refused.value.code == 2
+    assert "expected a checkout of this suite" in capsys.readouterr().err
