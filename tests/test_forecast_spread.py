@@ -38,25 +38,26 @@ def _memory(count: int, peak: float = 200.0) -> list:
              "grads_mib": 16.0, "optimizer_mib": 16.0, "buckets_mib": 16.0} for r in range(count)]
 
 
-def _machine(rounds_spread: float = 0.0) -> dict:
+def _machine(rounds_spread: float = 0.0, lost: float = 1.5) -> dict:
     """The all-reduce at 2 ranks (100 us per step, 1 GB/s) and its interference: beside the load 3x as long, the load
-    at half speed; with rounds_spread, five rounds per size whose lone times spread by that fraction about the row's."""
+    at half speed (it lost `lost` t of the 3 t the collective ran: 3 / (3 - lost)); with rounds_spread, five rounds
+    per size whose lone times spread by that fraction about the row's."""
     t = lambda s: 2 * 0.1 + s / 1e6  # noqa: E731
     comm = [{"scope": "world", "ranks": 2, "size_bytes": s, "time_ms": t(s)} for s in SIZES]
     inter = []
     for s in SIZES:
         row = {"scope": "world", "ranks": 2, "op": "all_reduce", "size_bytes": s, "comm_alone_ms": t(s),
-               "comm_contended_ms": 3 * t(s), "comm_slowdown": 3.0, "compute_slowdown": 2.0, "rounds": 5}
-        if rounds_spread:  # load_alone 10 t, load 11.5 t: the load lost 1.5 t of the 3 t the collective ran: 2x
-            row["rounds_json"] = json.dumps([[t(s) * (1 + rounds_spread * k), 3 * t(s), 11.5 * t(s), 10 * t(s)]
+               "comm_contended_ms": 3 * t(s), "comm_slowdown": 3.0, "compute_slowdown": 3 / (3 - lost), "rounds": 5}
+        if rounds_spread:  # load_alone 10 t, load (10 + lost) t
+            row["rounds_json"] = json.dumps([[t(s) * (1 + rounds_spread * k), 3 * t(s), (10 + lost) * t(s), 10 * t(s)]
                                              for k in (-1, -0.5, 0, 0.5, 1)])
         inter.append(row)
     return {"comm": comm, "interference": inter}
 
 
-def build(path: str, x1_ms: list, x2_ms: list = (), rounds_spread: float = 0.0) -> None:
-    """Sweep 1: single and DDP x1, one process per value of x1_ms (each step that long), the machine at 2; DDP x2,
-    one process per value of x2_ms."""
+def build(path: str, x1_ms: list, x2_ms: list = (), rounds_spread: float = 0.0, lost: tuple = (1.5,)) -> None:
+    """Sweep 1: single and DDP x1, one process per value of x1_ms (each step that long), the machine at 2 in one comm
+    run per value of `lost` (bench.forecast.interference's runs); DDP x2, one process per value of x2_ms."""
     conn = store.connect(path)
     env_id = store.insert_environment(conn, {"hostname": "h", "cpu_cores": 2})
     sid = store.begin_sweep(conn, "bench --gpus 1,2", "{}", env_id)
@@ -69,7 +70,9 @@ def build(path: str, x1_ms: list, x2_ms: list = (), rounds_spread: float = 0.0) 
                                                     "buckets": buckets, "memory": _memory(1)})
     for k, ms in enumerate(x2_ms):
         rec(spec("synthetic", "ddp", 2, repeat=k), {"steps": _steps(2, ms), "windows": _windows(2, ms), "memory": _memory(2)})
-    record.record_result(conn, sid, env_id, spec("allreduce", "comm", 2, mode="comm"), "ok", "", _machine(rounds_spread))
+    for k, lost_t in enumerate(lost):
+        record.record_result(conn, sid, env_id, spec("allreduce", "comm", 2, mode="comm", repeat=k), "ok", "",
+                             _machine(rounds_spread, lost_t))
     store.end_sweep(conn, sid, "completed")
     conn.close()
 
@@ -131,6 +134,29 @@ def test_interference_rounds_widen_the_range_in_proportion_to_their_spread(tmp_p
         widths.append(hi - lo)
     assert widths[1] == pytest.approx(2 * widths[0], rel=0.35)
     assert "each size's 5 rounds resampled" in spread.words(inp, m)
+
+
+def test_comm_runs_in_fresh_processes_carry_their_spread_and_their_median_is_the_central(tmp_path):
+    # What all rounds of one comm run share (its load's calibration, where its ranks landed) moved the computation's
+    # slowdown beside a 16 MiB all-reduce from 1.1-1.8x to 1.5-2.2x between runs on this machine: a run's own rounds
+    # cannot carry it. Three runs whose load lost 0.5, 1.5 and 2.4 t (1.2x, 2x, 5x): the central is the middle run's,
+    # the range wider than three runs of the middle one, and one run's range says the runs' spread is left out.
+    spans, centrals = {}, {}
+    for name, lost in (("same", (1.5, 1.5, 1.5)), ("apart", (0.5, 1.5, 2.4)), ("one", (1.5,))):
+        path = str(tmp_path / f"{name}.sqlite")
+        build(path, [30.0] * 3, rounds_spread=0.2, lost=lost)
+        _, s, inp, m = ddp(path)
+        assert m.inter.compute_x("all_reduce", 2**24, 2) == pytest.approx(2.0, rel=0.05)   # the median run's 2x
+        p = fs.series(s, inp, (2,), m, spread.DRAWS)[0]
+        lo, hi = p.range_of("step_ms")
+        spans[name], centrals[name] = (lo, hi), p.step_ms
+        words = spread.words(inp, m)
+        if name == "one":
+            assert "the spread between runs not measured (one comm run: --repeats 3 runs it in three)" in words
+        else:
+            assert "interference's spread: 3 runs (fresh processes) and each size's 5 rounds in each, resampled" in words
+    assert centrals["apart"] == pytest.approx(centrals["same"], rel=0.05)
+    assert spans["apart"][1] - spans["apart"][0] > 1.5 * (spans["same"][1] - spans["same"][0])
 
 
 def test_a_drawn_interference_keeps_its_central_in_row_zero():

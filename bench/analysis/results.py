@@ -339,7 +339,8 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
         elif r["mode"] == "comm":
             if rehearsal.shares(json.loads(r["options_json"] or "{}")):
                 out.rehearsal_counts.add(int(r["device_count"]))
-            out.comm.append((int(r["device_count"]), int(r["nodes"] or 1), read.result_rows(conn, "comm", r["result_id"])))
+            out.comm.append((int(r["device_count"]), int(r["nodes"] or 1),
+                             [{**x, "repeat": r["repeat"]} for x in read.result_rows(conn, "comm", r["result_id"])]))
             failed = json.loads(r["details_json"] or "{}").get("interference_error")
             if failed:
                 out.comm_notes.append((int(r["device_count"]), failed))

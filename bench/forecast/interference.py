@@ -22,9 +22,15 @@ assumption leaves out: it errs fast), on CPU assumed serial (the collective at i
 while it runs); both are named "assumed" in the forecast's words, never a bound, and the check says how far they
 erred where the sweep measured a count (bench.forecast.check).
 
-The spread (`redraw`): each row keeps its valid rounds (rounds_json); a draw resamples each size's rounds, takes their
-medians and carries their deviation from the rounds' own medians onto the robust lines (linear in log size between
-measured sizes); the co-run slowdown likewise from its rounds. Row 0 of a drawn copy is the measured central.
+Runs: a sweep with --repeats R measures the machine in R comm runs at each count, each in fresh processes (its load
+calibrated anew, its ranks placed anew: what all rounds of one run share). The lines are fitted through each size's
+median over the runs, the co-run slowdown is the runs' median: one odd run does not move the central.
+
+The spread (`redraw`): each row keeps its valid rounds (rounds_json); a draw picks the runs with replacement, then each
+picked run's rounds with replacement, takes the median of what it picked and carries its deviation from the median of
+every round onto the robust lines (linear in log size between measured sizes); the co-run slowdown likewise from its
+rounds. With one run that is its rounds resampled: the spread between runs is then not measured (`spread_words` says
+so). Row 0 of a drawn copy is the measured central.
 """
 from __future__ import annotations
 
@@ -73,7 +79,7 @@ class Fitted:
     contended: Line
     lost: Line
     sizes: tuple
-    rounds: tuple = ()               # per size (in `sizes` order): ((alone, contended, lost), ...) per round
+    rounds: tuple = ()               # per size (in `sizes` order), per run: ((alone, contended, lost), ...) per round
     deviation: Optional[np.ndarray] = None   # (draws, sizes, 3): a draw's medians less the rounds' medians
 
     def _at(self, size: float) -> tuple:
@@ -201,74 +207,100 @@ def assumed(device_type: str) -> Interference:
                         "sweep with --interference measures it)")
 
 
+def _median(values) -> float:
+    return float(np.median(np.asarray(values, dtype=float)))
+
+
 def from_rows(rows: list, device_type: str, source: str = "") -> Interference:
     """The lookup from interference rows {op, ranks, nodes, size_bytes, comm_alone_ms, comm_contended_ms,
-    compute_slowdown, rounds_json} (nodes: of the comm run the row came from, 1 where absent)."""
-    points: dict = {}
-    rounds: dict = {}
-    co_run: dict = {}
+    compute_slowdown, rounds_json, result_id} (nodes: of the comm run the row came from, 1 where absent; result_id
+    tells the runs of one count apart, one run where absent)."""
+    points: dict = {}     # (op, ranks, nodes) -> size -> [(alone, contended, lost) per run]
+    rounds: dict = {}     # (op, ranks, nodes) -> size -> [rounds per run]
+    co_x: dict = {}
     co_rounds: dict = {}
     for r in rows:
         x = r.get("compute_slowdown")
         if r.get("op") == "co_run":
             if x is not None:
                 key = (int(r["ranks"]), int(r.get("nodes") or 1))
-                co_run[key] = max(1.0, float(x))
+                co_x.setdefault(key, []).append(max(1.0, float(x)))
                 ratios = [t / s for s, t in (json.loads(r.get("rounds_json") or "[]")) if s and s > 0]
                 if ratios:
-                    co_rounds[key] = tuple(ratios)
+                    co_rounds.setdefault(key, []).append(tuple(ratios))
             continue
         if x is None or not r.get("comm_alone_ms") or not r.get("comm_contended_ms"):
             continue
         contended = float(r["comm_contended_ms"])
-        key = (r["op"], int(r["ranks"]), int(r.get("nodes") or 1))
-        points.setdefault(key, []).append(
-            (float(r["size_bytes"]), float(r["comm_alone_ms"]), contended, contended * (1 - 1 / max(1.0, float(x)))))
-        rounds.setdefault(key, {})[float(r["size_bytes"])] = tuple(round_values(r))
+        key, size = (r["op"], int(r["ranks"]), int(r.get("nodes") or 1)), float(r["size_bytes"])
+        points.setdefault(key, {}).setdefault(size, []).append(
+            (float(r["comm_alone_ms"]), contended, contended * (1 - 1 / max(1.0, float(x)))))
+        rounds.setdefault(key, {}).setdefault(size, []).append(tuple(round_values(r)))
     table = {}
-    for key, pts in points.items():
-        lost = fit_line([(s, l) for s, _, _, l in pts if l > 0]) or Line(0.0, 0.0)
-        sizes = tuple(sorted(s for s, _, _, _ in pts))
-        kept = tuple(rounds[key].get(size, ()) for size in sizes)
-        table[key] = Fitted(fit_line([(s, a) for s, a, _, _ in pts]), fit_line([(s, c) for s, _, c, _ in pts]), lost,
-                            sizes, kept if all(kept) else ())
+    for key, by_size in points.items():
+        sizes = tuple(sorted(by_size))
+        med = {s: tuple(_median([run[i] for run in by_size[s]]) for i in range(3)) for s in sizes}  # over the runs
+        lost = fit_line([(s, med[s][2]) for s in sizes if med[s][2] > 0]) or Line(0.0, 0.0)
+        kept = tuple(tuple(run for run in rounds[key][s] if run) for s in sizes)
+        whole = all(len(k) == len(rounds[key][s]) and k for k, s in zip(kept, sizes))
+        table[key] = Fitted(fit_line([(s, med[s][0]) for s in sizes]), fit_line([(s, med[s][1]) for s in sizes]), lost,
+                            sizes, kept if whole else ())
     if not table:
         return assumed(device_type)
-    return Interference(table=table, co_run=co_run, source=source, co_rounds=co_rounds)
+    co_run = {key: _median(xs) for key, xs in co_x.items()}
+    co_kept = {key: tuple(runs) for key, runs in co_rounds.items() if len(runs) == len(co_x[key])}
+    return Interference(table=table, co_run=co_run, source=source, co_rounds=co_kept)
 
 
-def _medians(values: np.ndarray, rng: np.random.Generator, draws: int) -> np.ndarray:
-    """(draws + 1, ...) medians of `values` (rounds first) resampled with replacement; row 0 their own median."""
-    n = values.shape[0]
-    picks = values[rng.integers(0, n, size=(draws, n))]
-    return np.concatenate([np.median(values, axis=0)[None], np.median(picks, axis=1)])
+def _medians(runs: tuple, rng: np.random.Generator, draws: int) -> np.ndarray:
+    """(draws + 1, ...) medians of the runs' rounds (each run a sequence of rounds, a round a number or a row), the
+    runs picked with replacement and then each picked run's rounds with replacement; row 0 the median of every round."""
+    arrays = [np.asarray(r, dtype=float) for r in runs]
+    shape = arrays[0].shape[1:]
+    n = np.array([len(a) for a in arrays])
+    most = int(n.max())
+    padded = np.full((len(arrays), most) + shape, np.nan)
+    for i, a in enumerate(arrays):
+        padded[i, :len(a)] = a
+    picked = rng.integers(0, len(arrays), size=(draws, len(arrays)))                 # (draws, R): runs
+    k = np.floor(rng.random((draws, len(arrays), most)) * n[picked][..., None]).astype(int)   # rounds within each
+    values = padded[picked[..., None], k]                                            # (draws, R, most, ...)
+    values[np.arange(most)[None, None, :] >= n[picked][..., None]] = np.nan         # a short run: its own count
+    central = np.nanmedian(np.concatenate(arrays), axis=0)
+    return np.concatenate([central[None], np.nanmedian(values.reshape((draws, -1) + shape), axis=1)])
 
 
 def redraw(inter: Interference, rng: np.random.Generator, draws: int) -> Interference:
-    """A copy whose figures are arrays over draws + 1 (row 0 the measured central): each size's rounds resampled, their
-    medians' deviation from the rounds' own carried onto the fitted lines; the co-run slowdown the median of its
-    resampled rounds. A measurement without stored rounds keeps its figures (its spread unknown: `spread_words`)."""
+    """A copy whose figures are arrays over draws + 1 (row 0 the measured central): each size's runs and their rounds
+    resampled, the medians' deviation from every round's median carried onto the fitted lines; the co-run slowdown
+    likewise. A measurement without stored rounds keeps its figures (its spread unknown: `spread_words`)."""
     table = {}
     for key, f in inter.table.items():
         if not f.rounds:
             table[key] = f
             continue
-        dev = np.stack([(lambda m: m - m[0])(_medians(np.asarray(r, dtype=float), rng, draws)) for r in f.rounds], axis=1)
+        dev = np.stack([(lambda m: m - m[0])(_medians(runs, rng, draws)) for runs in f.rounds], axis=1)
         table[key] = replace(f, deviation=dev)
     co = dict(inter.co_run)
-    for key, ratios in inter.co_rounds.items():
-        m = _medians(np.asarray(ratios, dtype=float), rng, draws)
+    for key, runs in inter.co_rounds.items():
+        m = _medians(runs, rng, draws)
         co[key] = np.maximum(1.0, inter.co_run[key] * m / m[0])
     return replace(inter, table=table, co_run=co)
 
 
 def spread_words(inter: Interference) -> str:
-    """What the interference's spread rests on."""
+    """What the interference's spread rests on: the rounds, the runs, and whether the runs' spread was measured."""
     if not inter.measured:
         return ""
     kept = [f for f in inter.table.values() if f.rounds]
     if not kept:
         return "interference's spread unknown (its rounds were not stored: a store before version 6)"
-    n = sorted({len(r) for f in kept for r in f.rounds})
-    return (f"interference's spread: each size's {n[0]}{'-' + str(n[-1]) if n[-1] != n[0] else ''} rounds resampled"
-            + (f", the co-run's {len(next(iter(inter.co_rounds.values())))} rounds" if inter.co_rounds else ""))
+    n = sorted({len(r) for f in kept for runs in f.rounds for r in runs})
+    runs = min(len(runs) for f in kept for runs in f.rounds)
+    each = f"{n[0]}{'-' + str(n[-1]) if n[-1] != n[0] else ''} rounds"
+    co = next(iter(inter.co_rounds.values()), ())
+    co_words = f", the co-run's {sum(len(r) for r in co)} rounds" if co else ""
+    if runs >= 2:
+        return f"interference's spread: {runs} runs (fresh processes) and each size's {each} in each, resampled{co_words}"
+    return (f"interference's spread: each size's {each} resampled{co_words}; the spread between runs not measured "
+            "(one comm run: --repeats 3 runs it in three), left out")

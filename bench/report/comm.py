@@ -100,7 +100,8 @@ def microbenchmark_blocks(sweep: Sweep) -> list:
                      "array (all-gather: its output; reduce-scatter: its input); algbw = S / time; busbw = algbw x "
                      "2(n-1)/n for all-reduce, x (n-1)/n for all-gather and reduce-scatter. Time: the slowest rank's "
                      "mean over the timed iterations, by CUDA events around the loop on GPUs, the host clock on CPU. "
-                     "All-gather and reduce-scatter run when the sweep has FSDP.")]
+                     "All-gather and reduce-scatter run when the sweep has FSDP. Run: the comm run at that count (one per --repeats, "
+                     "each in fresh processes).")]
     by_op: dict = {}
     for n, nodes, cr in sweep.comm:
         for r in cr:
@@ -114,9 +115,10 @@ def microbenchmark_blocks(sweep: Sweep) -> list:
             size_text = f"{size / 2**20:.2f} MiB" if size >= 2**20 else f"{size / 2**10:.1f} KiB"
             scope = "across nodes" if r.get("scope", "world") == "world" and nodes > 1 else ("within a node" if nodes > 1 else "one node")
             rows.append([str(ranks), scope, op, size_text, fmt(r["time_ms"], ".3f"), fmt(alg), fmt(stats.busbw_gbps(alg, ranks, op)),
-                         str(r.get("iters") or "–"), r.get("timing") or "–"])
+                         str(r.get("iters") or "–"), r.get("timing") or "–", str((r.get("repeat") or 0) + 1)])
         b.append(("h", 3, op.replace("_", "-")))
-        b.append(("table", ["ranks", "scope", "op", "size", "time ms", "algbw GB/s", "busbw GB/s", "iterations", "timing"], rows))
+        b.append(("table", ["ranks", "scope", "op", "size", "time ms", "algbw GB/s", "busbw GB/s", "iterations", "timing",
+                            "run"], rows))
     for n, why in sweep.comm_notes:
         b.append(("p", f"The interference stage (collectives beside computation) at {n} failed: {why}. Its rows are missing "
                        f"(the forecast takes interference there as not measured); the bandwidth rows above were kept."))

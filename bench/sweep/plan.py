@@ -367,12 +367,13 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
         # always runs: the forecast's network levels are fitted from it
         ops = ("all_reduce",) + (("all_gather", "reduce_scatter") if set(FSDP_BASED) & set(cfg.strategies) else ())
         load = _load_shape(cfg, machine) if cfg.interference else ()
-        for n in sorted(set(cfg.gpus) | set(cfg.comm_counts or ())):
+        # one comm run per repeat, each in fresh processes: the between-run spread the forecast's range draws from
+        for r, n in [(r, n) for r in range(cfg.repeats) for n in sorted(set(cfg.gpus) | set(cfg.comm_counts or ()))]:
             if n > 1:
                 nodes = max(1, n // cfg.gpus_per_node) if n > cfg.gpus_per_node else 1
                 items.append(RunSpec(workload="allreduce", strategy="comm", device_type=cfg.device, device_count=n,
                                      per_device_batch=0, global_batch=0, image_size=0, steps=0, warmup=0,
-                                     threads=cfg.threads_per_process, seed=cfg.seed,
+                                     threads=cfg.threads_per_process, seed=cfg.seed, repeat=r,
                                      scaling=cfg.scaling, pg_timeout_s=cfg.pg_timeout, mode="comm", nodes=nodes,
                                      launcher=_launcher(cfg, nodes), comm_max_bytes=max_bytes,
                                      comm_extra_bytes=tuple(buckets), comm_ops=ops, interference=cfg.interference,
