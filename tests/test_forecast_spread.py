@@ -155,6 +155,7 @@ def test_comm_runs_in_fresh_processes_carry_their_spread_and_their_median_is_the
             assert "the spread between runs not measured (one comm run: --repeats 3 runs it in three)" in words
         else:
             assert "interference's spread: 3 runs (fresh processes) and each size's 5 rounds in each, resampled" in words
+            assert "interference measured (at 2 ranks, 3 runs each)" in m.inter.words()
     assert centrals["apart"] == pytest.approx(centrals["same"], rel=0.05)
     assert spans["apart"][1] - spans["apart"][0] > 1.5 * (spans["same"][1] - spans["same"][0])
 

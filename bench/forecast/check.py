@@ -49,8 +49,11 @@ def machine_for(runs: Runs, counts: tuple, preset, explicit: dict, gpus_per_node
                          "nccl" if runs.device_type == "cuda" else "gloo", own=nw.own_levels(comm))
     rows = [{**row, "nodes": nodes} for n, nodes, rs in runs.inter if n in counts for row in rs]
     where = ",".join(str(n) for n in sorted({n for n, _, _ in runs.inter if n in counts}))
-    inter = itf.from_rows(rows, runs.device_type, f"at {where} ranks" if where else "")
-    return fs.Machine(net, inter, tuple(sorted(counts)), f"the machine measured at x{','.join(map(str, sorted(counts)))}")
+    runs_at = [n for n, _, _ in runs.inter if n in counts]
+    each = f", {len(runs_at) // len(set(runs_at))} runs each" if runs_at and len(runs_at) > len(set(runs_at)) else ""
+    inter = itf.from_rows(rows, runs.device_type, f"at {where} ranks{each}" if where else "")
+    counts = tuple(sorted(set(counts)))
+    return fs.Machine(net, inter, counts, f"the machine measured at x{','.join(map(str, counts))}")
 
 
 def _basis(runs: Runs, n: int, explicit: dict) -> tuple:
@@ -132,7 +135,7 @@ def validate_against(s: fs.Setting, judged: fs.Setting, runs: Runs, preset, expl
         if n in s.configs:
             continue
         g = max(1, n // max(1, target.nodes))
-        machine = machine_for(runs, tuple(c for c, _, _ in runs.comm), preset, explicit, g)
+        machine = machine_for(runs, tuple(sorted({c for c, _, _ in runs.comm})), preset, explicit, g)
         inp = fs.inputs(s, machine)
         if isinstance(inp, str):
             continue
