@@ -353,6 +353,22 @@ def test_repeats_run_in_rounds_so_a_slow_minute_hits_one_process_of_several_conf
     assert order[:5] == [("single", 1, 0), ("dp", 1, 0), ("dp", 2, 0), ("ddp", 1, 0), ("ddp", 2, 0)]
 
 
+def test_the_machine_is_measured_once_per_repeat_each_comm_run_after_its_round_of_configurations():
+    # What all rounds of one comm run share moved the interference's slowdown by a third between runs: the forecast's
+    # range draws on runs in fresh processes, spread over the sweep as the training's processes are.
+    cpu = plan.Machine(cuda_devices=0, cpu_cores=2)
+    cfg = resolve(SweepConfig(workloads=("synthetic",), strategies=("single", "ddp"), gpus=(1,), comm_counts=(2,),
+                              check_equivalence=True), cpu)
+    specs = [i.spec if isinstance(i, plan.Skip) else i for i in plan.plan(cfg, cpu)]
+    order = [(s.mode, s.strategy, s.repeat) for s in specs]
+    assert order == [("bench", "single", 0), ("bench", "ddp", 0), ("comm", "comm", 0),
+                     ("bench", "single", 1), ("bench", "ddp", 1), ("comm", "comm", 1),
+                     ("bench", "single", 2), ("bench", "ddp", 2), ("comm", "comm", 2), ("equivalence", "ddp", 0)]
+    assert len({s.key for s in specs if s.mode == "comm"}) == 1          # one configuration, three processes of it
+    one = resolve(SweepConfig(workloads=("synthetic",), strategies=("ddp",), gpus=(1,), comm_counts=(2,), repeats=1), cpu)
+    assert [s.mode for s in plan.plan(one, cpu)] == ["bench", "comm"]
+
+
 def test_zero_takes_ddps_settings_hsdp_a_shard_size_and_the_optimizer_is_an_axis_keyed_only_past_sgd():
     cfg = resolve(SweepConfig(workloads=("synthetic",), strategies=("ddp", "zero", "hsdp"), gpus=(1, 2), repeats=1,
                               optimizer=("sgd", "adamw"), zero_bucket_view=(False, True), bucket_cap_mb=(25.0,)), CPU2)

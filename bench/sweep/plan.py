@@ -359,6 +359,7 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
             if s.repeat == 0 and s.device_count not in seen:
                 seen.add(s.device_count)
                 items.append(loader_spec(s, cfg, runnable))
+    comm = []
     if cfg.comm_bench and (set(PER_DEVICE) & set(cfg.strategies) or cfg.comm_counts) and runnable:
         one_per_workload = {s.workload: s for s in runnable}.values()  # building a model even on meta takes seconds
         max_bytes = max(registry.gradient_bytes(s) for s in one_per_workload)
@@ -371,14 +372,28 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
         for r, n in [(r, n) for r in range(cfg.repeats) for n in sorted(set(cfg.gpus) | set(cfg.comm_counts or ()))]:
             if n > 1:
                 nodes = max(1, n // cfg.gpus_per_node) if n > cfg.gpus_per_node else 1
-                items.append(RunSpec(workload="allreduce", strategy="comm", device_type=cfg.device, device_count=n,
+                comm.append(RunSpec(workload="allreduce", strategy="comm", device_type=cfg.device, device_count=n,
                                      per_device_batch=0, global_batch=0, image_size=0, steps=0, warmup=0,
                                      threads=cfg.threads_per_process, seed=cfg.seed, repeat=r,
                                      scaling=cfg.scaling, pg_timeout_s=cfg.pg_timeout, mode="comm", nodes=nodes,
                                      launcher=_launcher(cfg, nodes), comm_max_bytes=max_bytes,
                                      comm_extra_bytes=tuple(buckets), comm_ops=ops, interference=cfg.interference,
                                      comm_load=load, options=rehearsal.options(cfg.device, n, machine.cuda_devices)))
-    return [_started(x, cfg) for x in items]
+    return [_started(x, cfg) for x in _in_rounds(items, comm)]
+
+
+def _in_rounds(items: list, comm: list) -> list:
+    """The comm runs in the rounds of the repeats (bench_specs): repeat r's right after the configurations' round r, so
+    that the machine's runs spread over the sweep as its configurations' processes do (the forecast's range draws on
+    their spread); the checks and loader-only runs, then comm runs past the last round, at the end."""
+    rep = lambda item: (item.spec if isinstance(item, Skip) else item).repeat  # noqa: E731
+    bench = [x for x in items if (x.spec if isinstance(x, Skip) else x).mode == "bench"]
+    rest = [x for x in items if (x.spec if isinstance(x, Skip) else x).mode != "bench"]
+    rounds = sorted({rep(x) for x in bench})
+    out = []
+    for r in rounds:
+        out += [x for x in bench if rep(x) == r] + [c for c in comm if c.repeat == r]
+    return out + rest + [c for c in comm if c.repeat not in rounds]
 
 
 def _started(item, cfg: SweepConfig):
