@@ -201,3 +201,18 @@ def test_a_broken_link_or_anchor_is_found(tmp_path):
     found = [broken_link(page, t, root=tmp_path) for t in links(page)]
     assert found[0] is None and found[3] is None
     assert "no file" in found[1] and "no heading #not-a-heading" in found[2]
+
+
+def test_every_page_and_section_the_code_points_users_to_exists():
+    # The report pointed at the README's "Forecast" section for months after it moved to docs/forecast.md.
+    pointed = set()
+    for path in (REPO / "bench").rglob("*.py"):
+        text = path.read_text()
+        pointed |= {(m.group(1), m.group(2)) for m in re.finditer(r'(docs/[\w-]+\.md)(?:, \\?"([^"\\]+)\\?")?', text)}
+        assert not re.search(r"README, section", text), f"{path}: the README no longer holds the reference sections"
+    assert pointed
+    for page, section in sorted(pointed, key=str):
+        assert (REPO / page).exists(), f"{page} is named in the code but does not exist"
+        if section:  # a heading, or a bold item of a list
+            found = slug(section) in anchors(REPO / page) or f"**{section}**" in (REPO / page).read_text()
+            assert found, f"{page} has no section {section!r}"

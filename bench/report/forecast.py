@@ -206,7 +206,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
             b.append(("img", path, f"{workload}: forecast memory per device"))
     b.append(("p", f"Each figure is the forecast on the inputs as measured (robust: medians of processes, rounds and "
                    f"steps) and, in brackets, its range: {spread.LOW:.0%} to {spread.HIGH:.0%} of {spread.DRAWS} draws of "
-                   f"the inputs from their own repeated measurements (README, section \"Forecast\")."))
+                   f"the inputs from their own repeated measurements (docs/forecast.md, \"The range: what the measurement supports\")."))
     b.append(("table", ["setting"] + forecast_headers(), rows))
     if checks:
         b.append(("p", "The check: each measured count forecast from what its basis allows (held out: nothing of that "
