@@ -146,7 +146,7 @@ def test_an_exception_in_the_interference_stage_keeps_the_bandwidth_rows_and_say
     from bench.shared.spec import COMM_ROWS_FILE
     groups = []
 
-    def out_of_memory(device, sizes, ops, load_shape=None, scope="world", group=None, api=None):
+    def out_of_memory(device, sizes, ops, load_shape=None, scope="world", group=None, api=None, state_bytes=0):
         groups.append(group)
         raise RuntimeError("CUDA out of memory. Tried to allocate 64.00 MiB\nmore lines")
     monkeypatch.setattr(interference, "interference_sweep", out_of_memory)
