@@ -367,6 +367,12 @@ def test_the_machine_is_measured_once_per_repeat_each_comm_run_after_its_round_o
     assert len({s.key for s in specs if s.mode == "comm"}) == 1          # one configuration, three processes of it
     one = resolve(SweepConfig(workloads=("synthetic",), strategies=("ddp",), gpus=(1,), comm_counts=(2,), repeats=1), cpu)
     assert [s.mode for s in plan.plan(one, cpu)] == ["bench", "comm"]
+    two = resolve(SweepConfig(workloads=("synthetic", "transformer"), strategies=("ddp",), gpus=(1,), comm_counts=(2,),
+                              repeats=1), cpu)
+    (comm,) = [s for s in plan.plan(two, cpu) if s.mode == "comm"]
+    # one co-run per workload's bytes on CPU (bench.rank.interference), the largest the microbenchmark's top size
+    assert len(comm.comm_state_bytes) == 2 and max(comm.comm_state_bytes) == comm.comm_max_bytes
+    assert plan.RunSpec.from_json(comm.to_json()).comm_state_bytes == comm.comm_state_bytes
 
 
 def test_zero_takes_ddps_settings_hsdp_a_shard_size_and_the_optimizer_is_an_axis_keyed_only_past_sgd():

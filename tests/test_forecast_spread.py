@@ -160,6 +160,26 @@ def test_comm_runs_in_fresh_processes_carry_their_spread_and_their_median_is_the
     assert spans["apart"][1] - spans["apart"][0] > 1.5 * (spans["same"][1] - spans["same"][0])
 
 
+def test_each_workload_takes_the_co_run_measured_with_its_own_bytes():
+    # One comm run serves every workload of a sweep: on CPU its co-run trains layers holding each workload's bytes (the
+    # MLP's 16 MiB read 1.13-1.15x, DeepLabV3's 224 MiB 1.01-1.03x); a setting takes the nearest, the machine's own
+    # figure is the largest model's, and the words give each.
+    co = [{"op": "co_run", "ranks": 2, "size_bytes": size, "compute_slowdown": x,
+           "rounds_json": json.dumps([[10.0, 10.0 * x * f] for f in (0.98, 1.0, 1.02)])}
+          for size, x in ((16 * 2**20, 1.15), (224 * 2**20, 1.03))]
+    rows = [{**r, "ranks": 2} for r in _machine(0.3)["interference"]] + co
+    inter = itf.from_rows(rows, "cpu")
+    assert inter.co_run_x(2) == pytest.approx(1.03)
+    assert inter.for_state(17e6).co_run_x(2) == pytest.approx(1.15)
+    assert inter.for_state(5e8).co_run_x(2) == pytest.approx(1.03)
+    assert inter.for_state(0) is inter
+    drawn = itf.redraw(inter.for_state(17e6), np.random.default_rng(0), 50)
+    assert drawn.co_run_x(2)[0] == pytest.approx(1.15) and np.ptp(drawn.co_run_x(2)) > 0   # its own rounds' spread
+    assert "2 ranks computing at once: 1.1x with 16 MiB of parameters, 1x with 224 MiB of parameters" in inter.words()
+    one = itf.from_rows([{**r, "ranks": 2} for r in _machine(0.3)["interference"]] + co[:1], "cpu")
+    assert one.for_state(5e8) is one and one.co_run_x(2) == pytest.approx(1.15)      # measured once: for every model
+
+
 def test_a_drawn_interference_keeps_its_central_in_row_zero():
     rows = [{**r, "ranks": 2} for r in _machine(0.3)["interference"]]
     inter = itf.from_rows(rows, "cpu")

@@ -85,7 +85,7 @@ def _row(s: fs.Setting, target, inp, machine: fs.Machine, basis: str, judged_swe
                                                             else "") + f"; {inp.inter.words()}"}
     mine = raw.no_sync if s.strategy in ("ddp", "zero") and raw is not None else None
     if mine:
-        compute = inp.compute.slowed(machine.inter.co_run_x(n, target.nodes) / inp.co_run_base)
+        compute = inp.compute.slowed(fs.for_setting(s, machine).inter.co_run_x(n, target.nodes) / inp.co_run_base)
         row["compute_error"] = (compute.total_ms - (mine["step_ms"] - mine.get("buffers_ms", 0.0))) / target.summary.median_ms
     again = raw.sync if raw is not None and s.strategy in ("ddp", "zero") else None
     row["noise"] = again["step_ms"] / target.summary.median_ms - 1 if again else None

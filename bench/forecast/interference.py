@@ -134,6 +134,22 @@ class Interference:
     assumption: str = ""
     source: str = ""                              # where the measured figures come from (counts, load)
     co_rounds: dict = field(default_factory=dict)  # (ranks, nodes) -> the co-run's slowdown per round
+    co_sized: dict = field(default_factory=dict)   # ((ranks, nodes), model bytes) -> (slowdown, rounds): CPU, per workload
+
+    def for_state(self, state_bytes: float) -> "Interference":
+        """The co-run measured with layers holding the nearest model's bytes to `state_bytes` (on CPU a sweep's comm run
+        measures one per workload: bench.rank.interference); itself where the co-run was measured once."""
+        if not self.co_sized or not state_bytes or state_bytes <= 0:
+            return self
+        co, rounds = dict(self.co_run), dict(self.co_rounds)
+        for key in {k for k, _ in self.co_sized}:
+            best = min((s for k, s in self.co_sized if k == key), key=lambda s: abs(math.log(s / state_bytes)))
+            co[key], kept = self.co_sized[(key, best)]
+            if kept:
+                rounds[key] = kept
+            else:
+                rounds.pop(key, None)
+        return replace(self, co_run=co, co_rounds=rounds, co_sized={})
 
     @property
     def measured(self) -> bool:
@@ -189,8 +205,12 @@ class Interference:
             px = f.compute_x(size)
             parts.append(f"{op} x{n}{f' on {nodes} nodes' if nodes > 1 else ''} at {size / 2**20:.3g} MiB: collective {f.comm_x(size):.2g}x, computation "
                          + ("stopped" if px >= STOPPED else f"{px:.2g}x"))
+        sized = {}
+        for (key, size), (x, _) in self.co_sized.items():
+            sized.setdefault(key, []).append(f"{x:.2g}x with {size / 2**20:.3g} MiB of parameters")
         for (n, m), x in sorted(self.co_run.items()):
-            parts.append(f"{n} ranks{f' on {m} nodes' if m > 1 else ''} computing at once: {x:.2g}x")
+            parts.append(f"{n} ranks{f' on {m} nodes' if m > 1 else ''} computing at once: "
+                         + (", ".join(sorted(sized[(n, m)])) if len(sized.get((n, m), ())) > 1 else f"{x:.2g}x"))
         return "; ".join(parts)
 
 
@@ -217,13 +237,13 @@ def from_rows(rows: list, device_type: str, source: str = "") -> Interference:
     tells the runs of one count apart, one run where absent)."""
     points: dict = {}     # (op, ranks, nodes) -> size -> [(alone, contended, lost) per run]
     rounds: dict = {}     # (op, ranks, nodes) -> size -> [rounds per run]
-    co_x: dict = {}
+    co_x: dict = {}       # ((ranks, nodes), model bytes) -> slowdown per run
     co_rounds: dict = {}
     for r in rows:
         x = r.get("compute_slowdown")
         if r.get("op") == "co_run":
             if x is not None:
-                key = (int(r["ranks"]), int(r.get("nodes") or 1))
+                key = ((int(r["ranks"]), int(r.get("nodes") or 1)), int(r.get("size_bytes") or 0))
                 co_x.setdefault(key, []).append(max(1.0, float(x)))
                 ratios = [t / s for s, t in (json.loads(r.get("rounds_json") or "[]")) if s and s > 0]
                 if ratios:
@@ -247,9 +267,16 @@ def from_rows(rows: list, device_type: str, source: str = "") -> Interference:
                             sizes, kept if whole else ())
     if not table:
         return assumed(device_type)
-    co_run = {key: _median(xs) for key, xs in co_x.items()}
-    co_kept = {key: tuple(runs) for key, runs in co_rounds.items() if len(runs) == len(co_x[key])}
-    return Interference(table=table, co_run=co_run, source=source, co_rounds=co_kept)
+    sized = {key: (_median(xs), tuple(co_rounds[key]) if len(co_rounds.get(key, ())) == len(xs) else ())
+             for key, xs in co_x.items()}
+    largest = {}                  # the machine's own figure: the co-run of the largest model (one comm run's before)
+    for (key, size) in sized:
+        largest[key] = max(largest.get(key, size), size)
+    co_run = {key: sized[(key, size)][0] for key, size in largest.items()}
+    co_kept = {key: sized[(key, size)][1] for key, size in largest.items() if sized[(key, size)][1]}
+    several = {k for k in largest if sum(1 for kk, _ in sized if kk == k) > 1}
+    return Interference(table=table, co_run=co_run, source=source, co_rounds=co_kept,
+                        co_sized={k: v for k, v in sized.items() if k[0] in several})
 
 
 def _medians(runs: tuple, rng: np.random.Generator, draws: int) -> np.ndarray:

@@ -172,7 +172,7 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
         own = max(0.0, s.raws[one.key].sync["backward_ms"] - s.raws[one.key].no_sync["backward_ms"])
         compute = replace(compute, backward_ms=compute.backward_ms + own)
         words.append(f"DDP's own gradient work at one rank (bucket copies): {own:.2f} ms (x1's probe, measured)")
-    inter = machine.inter
+    inter = machine.inter.for_state((s.any.grad_mib or 0) * 2**20)   # the co-run of this model's bytes, where per model
     inp = Inputs(compute, base.global_batch / base.device_count, inter=inter, step_ms=raw.step_ms,
                  buffer_bytes=raw.buffer_bytes if s.strategy in ("ddp", "zero") else 0.0,
                  co_run_base=inter.co_run_x(base.device_count, base.nodes), words=words, from_counts=(base.device_count,),
@@ -227,9 +227,15 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
 
 def series(s: Setting, inp: Inputs, counts: tuple, machine: Machine, draws: int = 0) -> list:
     """[Point] at each count; with draws, each with its range (bench.forecast.spread: the same draws at every count)."""
+    machine = for_setting(s, machine)
     if draws:
         inp, machine = spread.draw(inp, machine, draws)
     return [point(s, inp, n, machine) for n in counts]
+
+
+def for_setting(s: Setting, machine: "Machine") -> "Machine":
+    """The machine with the co-run measured for this setting's model bytes (bench.forecast.interference.for_state)."""
+    return replace(machine, inter=machine.inter.for_state((s.any.grad_mib or 0) * 2**20))
 
 
 @dataclass

@@ -51,7 +51,8 @@ def comm_run(spec: RunSpec, device: torch.device, world: int, rank: int) -> dict
         from bench.rank.interference import interference_sweep
         group = dist.new_group(timeout=timedelta(seconds=spec.pg_timeout_s)) if dist.is_initialized() else None
         out["interference"] = interference_sweep(device, interference_sizes(spec), spec.comm_ops, spec.comm_load or None,
-                                                 group=group, state_bytes=spec.comm_max_bytes)
+                                                 group=group,
+                                                 state_bytes=spec.comm_state_bytes or (spec.comm_max_bytes,))
     except Exception as e:  # the bandwidth rows stand; the stage's rows are missing, and why is kept beside them
         out["interference_error"] = f"rank {rank}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
         with open(os.path.join(spec.out_dir, STAGE_ERROR.format(rank=rank)), "w") as f:  # if the run fails after all

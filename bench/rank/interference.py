@@ -23,10 +23,10 @@ speed after (k x chunk of work in all):  T = t_c + (k chunk - t_c / s), so
 A round whose collective outlasted the load tells neither; it does not count and k doubles. The figures are the
 slowest rank's (each round's times reduced with MAX: a step waits for its slowest rank); a row is the median of
 its rounds, and keeps every valid round's raw times (`rounds_json`: the forecast draws from their spread).
-Co-run (op 'co_run', size 0): the load on every rank at once against rank 0's alone while the others wait in a
-barrier (ranks of a node sharing its cores, caches and memory bandwidth). On CPU its load trains layers in turn whose
-parameters hold the model's bytes (`training_chunk`): what two ranks share there is the working set's, which one GEMM
-does not have.
+Co-run (op 'co_run'; size 0, on CPU a model's gradient bytes, a row per workload's): the load on every rank at once
+against rank 0's alone while the others wait in a barrier (ranks of a node sharing its cores, caches and memory
+bandwidth). On CPU its load trains layers in turn whose parameters hold the model's bytes (`training_chunk`): what two
+ranks share there is the working set's, which one GEMM does not have.
 
 Drivers, one per device type, sharing everything else:
     HostDriver   the collective asynchronous (gloo runs it on its own threads, as DDP's reducer does), a thread
@@ -287,7 +287,7 @@ def co_run(driver, device: torch.device, group=None, rank: int = 0, chunk_ms: fl
 
 
 def interference_sweep(device: torch.device, sizes: list, ops: tuple, load_shape: Optional[tuple] = None,
-                       scope: str = "world", group=None, api=None, state_bytes: int = 0) -> list:
+                       scope: str = "world", group=None, api=None, state_bytes: tuple = ()) -> list:
     """One row per (collective, size >= MIN_BYTES, or the largest size where none is) and one co-run row, for the
     group's ranks (bench.store.schema: interference)."""
     ranks = dist.get_world_size(group) if dist.is_initialized() else 1
@@ -309,19 +309,24 @@ def interference_sweep(device: torch.device, sizes: list, ops: tuple, load_shape
         chunk()  # the load's own first calls (allocation, kernel selection) are not its speed
     chunk_ms = _max([base.chunks_ms(10) / 10], device, group)[0]
     lead = base.lead = max(2, math.ceil(LEAD_MS / max(chunk_ms, 1e-3)))
-    if device.type == "cpu" and state_bytes > 0:  # on CPU the co-run's load trains layers holding the model's bytes
-        train, layers = training_chunk(shape, state_bytes, device)
-        trainer = HostDriver(base.collective, train)
-        for _ in range(layers + 2):
-            train()
-        train_ms = _max([trainer.chunks_ms(layers) / layers], device, group)[0]
-        m, k = shape
-        what = (f"{layers} layer(s) ({m} x {k}) @ ({k} x {k}) trained in turn (forward, both gradients, momentum SGD: "
-                f"{layers * 4 * k * k / 2**20:.3g} MiB of parameters)")
-        co = {**co_run(trainer, device, group, rank, train_ms, min_chunks=max(CO_RUN_CHUNKS, layers)), "load": what}
+    states = sorted({int(b) for b in ((state_bytes,) if isinstance(state_bytes, int) else state_bytes) if b > 0})
+    rows = []
+    if device.type == "cpu" and states:  # on CPU the co-run's load trains layers holding each model's bytes
+        for size in states:
+            train, layers = training_chunk(shape, size, device)
+            trainer = HostDriver(base.collective, train)
+            for _ in range(layers + 2):
+                train()
+            train_ms = _max([trainer.chunks_ms(layers) / layers], device, group)[0]
+            m, k = shape
+            what = (f"{layers} layer(s) ({m} x {k}) @ ({k} x {k}) trained in turn (forward, both gradients, momentum "
+                    f"SGD: {layers * 4 * k * k / 2**20:.3g} MiB of parameters)")
+            co = co_run(trainer, device, group, rank, train_ms, min_chunks=max(CO_RUN_CHUNKS, layers))
+            rows.append({"scope": scope, "ranks": ranks, "timing": base.timing, **co, "size_bytes": size, "load": what})
+            del train, trainer
     else:
-        co = {**co_run(base, device, group, rank, chunk_ms), "load": load}
-    rows = [{"scope": scope, "ranks": ranks, "timing": base.timing, **co}]
+        rows.append({"scope": scope, "ranks": ranks, "timing": base.timing, **co_run(base, device, group, rank, chunk_ms),
+                     "load": load})
     for op in ops:
         for size in measured:
             d, nbytes = driver_for(op, size)

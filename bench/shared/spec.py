@@ -62,6 +62,7 @@ class RunSpec:
     emulate_ranks: int = 1     # equivalence reference: one process feeding N replicas' batches
     comm_max_bytes: int = 0    # comm mode: largest collective message (the largest model's gradients)
     comm_extra_bytes: tuple = ()  # comm mode: DDP's bucket sizes, measured as well
+    comm_state_bytes: tuple = ()  # comm mode: each workload's gradient bytes: a CPU co-run per size (rank.interference)
     comm_ops: tuple = ("all_reduce",)  # comm mode: the collectives to measure (bench.rank.commbench.OPS)
     interference: bool = False  # comm mode: also each collective beside a compute load (bench.rank.interference)
     comm_load: tuple = ()      # comm mode: the load's GEMM (M, K), sized like the model's layers; () the device's default
@@ -116,6 +117,7 @@ class RunSpec:
         raw = json.loads(text)
         raw["options"] = tuple(tuple(p) for p in raw.get("options", ()))
         raw["comm_extra_bytes"] = tuple(raw.get("comm_extra_bytes", ()))
+        raw["comm_state_bytes"] = tuple(raw.get("comm_state_bytes", ()))
         raw["comm_ops"] = tuple(raw.get("comm_ops", ("all_reduce",)))
         raw["comm_load"] = tuple(raw.get("comm_load", ()))
         known = {f.name for f in dataclasses.fields(cls)}

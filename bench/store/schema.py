@@ -35,7 +35,7 @@
                   collective's time alone and while every rank computes a fixed load, and the load's time alone and
                   while the collective runs (ms), their ratios (comm_slowdown, compute_slowdown), the load's shape and
                   the rounds taken, each valid round's raw times (rounds_json); op 'co_run' is the load on every rank
-                  at once against one rank alone (size 0)
+                  at once against one rank alone (size 0; on CPU one row per workload, size its gradient bytes)
     gpu_samples   the GPU's state over the measured window, per rank and device, sampled by a thread that only calls
                   NVML (bench.machine.gpustate): time from the window's start (ms), SM clock and its maximum (MHz),
                   power and its enforced limit (W), temperature (C), NVML's clock event (throttle) reasons (bitmask)

@@ -362,7 +362,8 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
     comm = []
     if cfg.comm_bench and (set(PER_DEVICE) & set(cfg.strategies) or cfg.comm_counts) and runnable:
         one_per_workload = {s.workload: s for s in runnable}.values()  # building a model even on meta takes seconds
-        max_bytes = max(registry.gradient_bytes(s) for s in one_per_workload)
+        states = tuple(sorted({int(registry.gradient_bytes(s)) for s in one_per_workload}))
+        max_bytes = max(states)
         buckets = sorted({int(mb * 2**20) for mb in (cfg.bucket_cap_mb or (25.0,))} | {2**20})  # DDP's first bucket: 1 MiB
         # DDP all-reduces its gradients, FSDP all-gathers parameters and reduce-scatters gradients; the all-reduce
         # always runs: the forecast's network levels are fitted from it
@@ -376,7 +377,7 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
                                      per_device_batch=0, global_batch=0, image_size=0, steps=0, warmup=0,
                                      threads=cfg.threads_per_process, seed=cfg.seed, repeat=r,
                                      scaling=cfg.scaling, pg_timeout_s=cfg.pg_timeout, mode="comm", nodes=nodes,
-                                     launcher=_launcher(cfg, nodes), comm_max_bytes=max_bytes,
+                                     launcher=_launcher(cfg, nodes), comm_max_bytes=max_bytes, comm_state_bytes=states,
                                      comm_extra_bytes=tuple(buckets), comm_ops=ops, interference=cfg.interference,
                                      comm_load=load, options=rehearsal.options(cfg.device, n, machine.cuda_devices)))
     return [_started(x, cfg) for x in _in_rounds(items, comm)]
