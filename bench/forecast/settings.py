@@ -172,7 +172,7 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
         own = max(0.0, s.raws[one.key].sync["backward_ms"] - s.raws[one.key].no_sync["backward_ms"])
         compute = replace(compute, backward_ms=compute.backward_ms + own)
         words.append(f"DDP's own gradient work at one rank (bucket copies): {own:.2f} ms (x1's probe, measured)")
-    inter = machine.inter.for_state((s.any.grad_mib or 0) * 2**20)   # the co-run of this model's bytes, where per model
+    inter = for_setting(s, machine).inter   # the co-run of this model's bytes, where measured per model
     inp = Inputs(compute, base.global_batch / base.device_count, inter=inter, step_ms=raw.step_ms,
                  buffer_bytes=raw.buffer_bytes if s.strategy in ("ddp", "zero") else 0.0,
                  co_run_base=inter.co_run_x(base.device_count, base.nodes), words=words, from_counts=(base.device_count,),
