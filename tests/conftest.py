@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -64,7 +65,8 @@ def pytest_configure(config):
     # selfcheck's per-host process noise (bench.store.hostnoise) in a file of this session's, never the user's: a
     # report falls back on it, so a figure left in ~/.cache would change what single-process tests read
     import tempfile
-    os.environ["BENCH_HOST_NOISE"] = os.path.join(tempfile.mkdtemp(prefix="bench-host-noise-"), "host-noise.json")
+    _SESSION["host_noise"] = tempfile.mkdtemp(prefix="bench-host-noise-")   # removed at the session's end
+    os.environ["BENCH_HOST_NOISE"] = os.path.join(_SESSION["host_noise"], "host-noise.json")
     if not config.getoption("--run-gpu"):
         _SESSION["server"] = forkserver.launch(forkserver.PRELOAD_CLI)   # ready by the first command
 
@@ -201,6 +203,8 @@ def pytest_sessionfinish(session, exitstatus):
             proc.wait()
     if _SESSION.get("server") is not None:
         _SESSION["server"].close()
+    if _SESSION.get("host_noise"):
+        shutil.rmtree(_SESSION["host_noise"], ignore_errors=True)
 
 
 def early_sweep(name: str, tmp_path_factory) -> tuple:

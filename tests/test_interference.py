@@ -28,7 +28,7 @@ class Machine:
     def _work(self, ms: float, slowed: threading.Event, x: float) -> None:
         left, last = ms, time.perf_counter()
         while left > 0:
-            time.sleep(TICK_S)
+            time.sleep(min(TICK_S, left / 1e3))    # no sleeping past the work's end when the machine is quiet
             now = time.perf_counter()
             left -= (now - last) * 1e3 / (x if slowed.is_set() else 1.0)
             last = now
@@ -60,17 +60,25 @@ class Machine:
 
 @pytest.mark.parametrize("comm_x, compute_x", [(2.0, 1.5), (1.0, 3.0)])
 def test_the_microbenchmark_recovers_known_slowdowns_from_a_stand_in(comm_x, compute_x):
-    # long enough that a thread woken a few ms late on a busy machine does not move the ratios past 15%
-    m = Machine(comm_ms=100.0, chunk_ms=10.0, comm_x=comm_x, compute_x=compute_x)
+    # The stand-in keeps time with sleeps: on a loaded 2-core machine a sleep wakes milliseconds late, and each of
+    # the k chunks' late ends adds to "the load's extra time" (1 in ~11 runs beside three busy loops read 3.0x as
+    # 3.5x). Chunks of 20 ms keep k at 10; a reading outside 15% is taken again, up to three times, and every
+    # attempt is named if none holds: code that got a ratio wrong fails all three.
+    m = Machine(comm_ms=100.0, chunk_ms=20.0, comm_x=comm_x, compute_x=compute_x)
     driver = ri.HostDriver(m.collective, m.chunk)
-    chunk_ms = driver.chunks_ms(5) / 5
-    row = ri.measure(driver, chunk_ms, torch.device("cpu"), rounds=3, budget_s=6.0)
-    assert row["rounds"] == 3
-    kept = json.loads(row["rounds_json"])          # every valid round's raw times, the forecast's spread (store v6)
-    assert len(kept) == 3 and sorted(r[0] for r in kept)[1] == pytest.approx(row["comm_alone_ms"])
-    assert row["comm_alone_ms"] == pytest.approx(100.0, rel=0.15)
-    assert row["comm_slowdown"] == pytest.approx(comm_x, rel=0.15)
-    assert row["compute_slowdown"] == pytest.approx(compute_x, rel=0.15)
+    tries = []
+    for _ in range(3):
+        chunk_ms = driver.chunks_ms(5) / 5
+        row = ri.measure(driver, chunk_ms, torch.device("cpu"), rounds=3, budget_s=6.0)
+        assert row["rounds"] == 3
+        kept = json.loads(row["rounds_json"])          # every valid round's raw times, the forecast's spread (store v6)
+        assert len(kept) == 3 and sorted(r[0] for r in kept)[1] == pytest.approx(row["comm_alone_ms"])
+        got = (row["comm_alone_ms"], row["comm_slowdown"], row["compute_slowdown"])
+        tries.append(got)
+        if got == pytest.approx((100.0, comm_x, compute_x), rel=0.15):
+            return
+    pytest.fail(f"(comm alone ms, comm slowdown, compute slowdown) wanted (100, {comm_x}, {compute_x}) within 15%, "
+                f"got {tries}")
 
 
 def test_a_round_whose_collective_outlasts_the_load_does_not_count():
