@@ -18,7 +18,9 @@ from dataclasses import dataclass, field, fields
 from typing import Optional
 
 STRATEGIES = ("single", "dp", "ddp", "zero", "fsdp", "hsdp")
-DEFAULT_STRATEGIES = ("single", "dp", "ddp")
+# Per device (filled by bench.sweep.plan.resolve): without a GPU nn.DataParallel has no device to replicate to and
+# its forward calls the module (device_ids is empty), so on CPU it would time `single` again; asked for, it runs.
+DEFAULT_STRATEGIES = {"cuda": ("single", "dp", "ddp"), "cpu": ("single", "ddp")}
 DEFAULT_WORKLOADS = ("synthetic", "deeplabv3")
 DEVICES = ("auto", "cuda", "cpu")
 DATA_SOURCES = ("synthetic", "voc")
@@ -48,7 +50,7 @@ class SweepConfig:
     gpus: Optional[tuple] = _f(None, "device counts, e.g. 1,4,8 (on CPU: gloo processes); default: 1 and 4/8 where the machine has them (CPU: 1,2)", "ints", 1)
     nodes: Optional[tuple] = _f(None, "node counts inside a SLURM allocation, e.g. 1,2,4: adds N x --gpus-per-node devices per count (multi-node: ddp and fsdp)", "ints", 1)
     gpus_per_node: Optional[int] = _f(None, "devices per node for multi-node configurations (default: this node's GPUs; CPU: 1)", "int", 1)
-    strategies: tuple = _f(DEFAULT_STRATEGIES, "strategies: single,dp,ddp,zero,fsdp,hsdp (single runs at 1 device, the baseline; zero: DDP with ZeroRedundancyOptimizer; hsdp: FSDP2 sharding within --hsdp-shard-size devices, replicated across them)", "names")
+    strategies: Optional[tuple] = _f(None, "strategies: single,dp,ddp,zero,fsdp,hsdp (single runs at 1 device, the baseline; zero: DDP with ZeroRedundancyOptimizer; hsdp: FSDP2 sharding within --hsdp-shard-size devices, replicated across them; default: single,dp,ddp on CUDA, single,ddp on CPU, where DataParallel without a GPU is a pass-through that would time single again)", "names")
     workloads: tuple = _f(DEFAULT_WORKLOADS, "workloads: synthetic, deeplabv3, any torchvision classification/segmentation model name, or MODULE:FUNCTION / FILE.py:FUNCTION", "names")
     device: str = _f("auto", "auto|cuda|cpu (auto: CUDA if present, else CPU)", "str")
     precision: tuple = _f(("fp32",), "precisions to sweep: fp32 (TF32 off), tf32, bf16 (autocast), fp16 (autocast + gradient scaler)", "names")
@@ -253,11 +255,13 @@ def from_args(ns: argparse.Namespace) -> SweepConfig:
     for name in ("profile_steps", "profile_max_mb"):
         if name in kw and cfg.profile is False:  # would silently do nothing (None: on CUDA, checked in plan.resolve)
             raise ConfigError(f"{flag(name)}: takes effect with --profile only; add --profile, or leave {flag(name)} out")
+    # left to the default: the strategies every device's default has (the device is known only in plan.resolve)
+    asked = cfg.strategies or tuple(s for s in DEFAULT_STRATEGIES["cuda"] if s in DEFAULT_STRATEGIES["cpu"])
     for name, strategy in (("zero_bucket_view", "zero"), ("hsdp_shard_size", "hsdp")):
-        if name in kw and strategy not in cfg.strategies:
+        if name in kw and strategy not in asked:
             raise ConfigError(f"{flag(name)}: takes effect with --strategies {strategy} only; add {strategy}, or leave {flag(name)} out")
     for name, strategies in (("find_unused_parameters", ("ddp", "zero")), ("fsdp_offload", ("fsdp", "hsdp"))):
-        if name in kw and not set(strategies) & set(cfg.strategies):
+        if name in kw and not set(strategies) & set(asked):
             raise ConfigError(f"{flag(name)}: takes effect with --strategies {' or '.join(strategies)} only; add one, or "
                               f"leave {flag(name)} out")
     for name, workload in (("transformer_preset", "transformer"), ("transformer_layers", "transformer"),
@@ -301,14 +305,14 @@ def check_values(cfg: SweepConfig) -> None:
             raise ConfigError(f"{flag(name)}: {getattr(cfg, name)!r} is not one of {', '.join(allowed)}")
     for name, allowed in (("strategies", STRATEGIES), ("precision", PRECISIONS), ("fsdp_mixed_precision", FSDP_MIXED),
                           ("optimizer", OPTIMIZERS), ("fsdp_offload", FSDP_OFFLOAD), ("deeplabv3_aux", DEEPLABV3_AUX)):
-        values = getattr(cfg, name)
+        values = getattr(cfg, name) or ()   # strategies: None until plan.resolve knows the device
         for n in values:
             if n not in allowed:
                 raise ConfigError(f"{flag(name)}: unknown name {n!r}; expected a comma-separated subset of {','.join(allowed)}")
     for name in ("strategies", "workloads", "precision", "comm_hook", "fsdp_mixed_precision", "channels_last", "compile",
                  "gradient_as_bucket_view", "static_graph", "sync_buffers", "fsdp_reshard", "zero_bucket_view", "optimizer",
                  "find_unused_parameters", "fsdp_offload", "deeplabv3_aux"):
-        values = getattr(cfg, name)
+        values = getattr(cfg, name) or ()
         if len(set(values)) != len(values):
             raise ConfigError(f"{flag(name)}: {','.join(map(str, values))} names an entry twice")
     for hook in cfg.comm_hook:

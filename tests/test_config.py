@@ -12,7 +12,8 @@ import pytest
 from bench.sweep.describe import describe_resolved
 
 from bench import cli
-from bench.config import ConfigError, SweepConfig, check_values
+from bench.config import ConfigError, SweepConfig, check_values, from_args
+from bench.options import run_parser
 from bench.sweep import plan
 from bench.sweep.plan import Machine, resolve
 
@@ -218,12 +219,28 @@ def test_strong_scaling_default_fits_deeplabv3_on_one_gpu_by_accumulating():
 
 
 def test_dp_above_one_device_on_cpu_is_planned_as_skipped_with_reason():
-    items = plan.plan(resolve(SweepConfig(workloads=("synthetic",)), CPU2), CPU2)
+    items = plan.plan(resolve(SweepConfig(workloads=("synthetic",), strategies=("single", "dp", "ddp")), CPU2), CPU2)
     skips = [i for i in items if isinstance(i, plan.Skip)]
     assert [(s.spec.strategy, s.spec.device_count) for s in skips] == [("dp", 2)]
     assert "GPUs only" in skips[0].reason
     runs = [(i.strategy, i.device_count) for i in items if isinstance(i, plan.RunSpec) and i.mode == "bench" and i.repeat == 0]
     assert runs == [("single", 1), ("dp", 1), ("ddp", 1), ("ddp", 2)]
+
+
+def test_the_cpu_default_leaves_dataparallel_out_and_says_why_while_cuda_keeps_it():
+    # On CPU nn.DataParallel has no device to replicate to: its forward calls the module, a second `single`.
+    cpu = resolve(SweepConfig(workloads=("synthetic",)), CPU2)
+    assert cpu.strategies == ("single", "ddp")
+    assert any(line.startswith("DataParallel: left out on CPU") for line in describe_resolved(cpu, frozenset()))
+    assert any("--strategies single,ddp" in line for line in describe_resolved(cpu, frozenset()))
+    asked = resolve(SweepConfig(workloads=("synthetic",), strategies=("single", "dp")), CPU2)
+    assert asked.strategies == ("single", "dp")
+    assert not any("left out" in line for line in describe_resolved(asked, frozenset({"strategies"})))
+    assert resolve(SweepConfig(workloads=("synthetic",)), GPU4).strategies == ("single", "dp", "ddp")
+    # the flags that need a strategy are checked against what every device's default has, before the device is known
+    assert from_args(run_parser().parse_args(["--find-unused-parameters", "true"])).strategies is None
+    with pytest.raises(ConfigError, match="--zero-bucket-view: takes effect with --strategies zero only"):
+        from_args(run_parser().parse_args(["--zero-bucket-view", "true"]))
 
 
 def test_precisions_a_device_cannot_do_are_skipped_with_the_reason():

@@ -239,3 +239,14 @@ def test_an_efficiency_above_100_percent_is_capped_within_noise_and_explained_be
     table = next(b for b in report.blocks(sw, {}) if b[0] == "table" and "precision / settings" in b[1])
     eff = {row[0] + row[2]: row[8] for row in table[2]}
     assert eff == {"single device1": "100.0%", "DDP2": "100.0% (within noise: measured 103%, noise 25%)"}
+
+
+def test_a_cpu_sweep_without_dataparallel_says_why_it_is_left_out_and_a_gpu_sweep_does_not(tmp_path):
+    def cpu(strategy, n):
+        return RunSpec(**{**spec(strategy, n).__dict__, "device_type": "cpu"})
+    left_out = build(str(tmp_path / "cpu.sqlite"), [(cpu("single", 1), payload(1, 100.0)), (cpu("ddp", 2), payload(2, 110.0))])
+    assert recommend.DP_LEFT_OUT in text(left_out)
+    with_dp = build(str(tmp_path / "cpu_dp.sqlite"), [(cpu("single", 1), payload(1, 100.0)), (cpu("dp", 1), payload(1, 101.0))])
+    assert "not in this CPU sweep" not in text(with_dp)
+    gpu = build(str(tmp_path / "gpu.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 60.0))])
+    assert "not in this CPU sweep" not in text(gpu)

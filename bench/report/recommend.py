@@ -229,6 +229,19 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
     return row, out
 
 
+DP_LEFT_OUT = ("DataParallel is not in this CPU sweep: without a GPU nn.DataParallel has no device to replicate to "
+               "and its forward calls the model itself, so it would time single device again (--strategies "
+               "single,dp,ddp runs it anyway).")
+
+
+def _dp_left_out(sweep: Sweep) -> bool:
+    """A CPU sweep in which no DataParallel configuration ran or was skipped (the CPU default leaves it out)."""
+    configs = [c for cs in sweep.bench.values() for c in cs]
+    return (bool(configs) and all(c.device_type == "cpu" for c in configs)
+            and not any(c.strategy == "dp" for c in configs)
+            and not any(r["strategy"] == "dp" for r in sweep.problems))
+
+
 SUMMARY_HEADERS = ["workload", "precision", "recommended", "samples/s", "efficiency", "DataParallel there",
                    f"efficiency ≥ {EFFICIENCY_FLOOR:.0%} up to", "bound", "lead over runner-up", "MFU"]
 
@@ -351,6 +364,7 @@ def blocks(sweep: Sweep, figures: list = ()) -> list:
                 "variation is not measured on this device, with the noise figure and where it came from (the "
                 "configurations' own repeats, this sweep's repeated configuration, or selfcheck's figure for this "
                 "host); and its model FLOPs utilisation (MFU: achieved FLOP/s against the device's dense peak, where "
-                "the peak is known). Each claim, with the table or plot behind it, follows.")
+                "the peak is known). Each claim, with the table or plot behind it, follows."
+                + (" " + DP_LEFT_OUT if _dp_left_out(sweep) else ""))
     shown = [("imgs", list(figures))] if figures else []
     return out + ([("table", SUMMARY_HEADERS, rows), *shown, key] if rows else []) + paragraphs

@@ -15,13 +15,16 @@ def describe_resolved(cfg: SweepConfig, given: set) -> list:
     """Lines for the start of a sweep: every value that was filled in for the user, and the choices made for them."""
     from dataclasses import fields
     lines = []
-    shown = ("gpus", "repeats", "noise_repeats", "steps", "min_window_s", "warmup", "per_device_batch", "image_size", "pg_timeout", "threads_per_process",
+    shown = ("strategies", "gpus", "repeats", "noise_repeats", "steps", "min_window_s", "warmup", "per_device_batch", "image_size", "pg_timeout", "threads_per_process",
              "synthetic_width", "synthetic_depth", "num_workers", "gpus_per_node", "memory_budget_gib", "transformer_preset",
              "transformer_layers", "transformer_width", "transformer_heads", "seq_len")
     filled = [f"--{f.name.replace('_', '-')} {_text(getattr(cfg, f.name))}" for f in fields(cfg)
               if f.name in shown and f.name not in given and getattr(cfg, f.name) is not None]
     if filled:
         lines.append("defaults for this device: " + ", ".join(filled))
+    if "strategies" not in given and "dp" not in cfg.strategies:
+        lines.append("DataParallel: left out on CPU, where nn.DataParallel has no GPU to replicate to and its forward "
+                     "calls the model itself (it would time single again); --strategies single,dp,ddp runs it anyway")
     if cfg.profile and "profile" not in given:
         lines.append(f"traces: {cfg.profile_steps} steps under torch.profiler after every measured window, the GPU's busy "
                      "share behind the report's bound (their cost is printed at the end; --no-profile skips them)")

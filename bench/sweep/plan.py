@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from bench.config import ConfigError, SweepConfig, activation_checkpointing, comm_hook_parts
+from bench.config import DEFAULT_STRATEGIES, ConfigError, SweepConfig, activation_checkpointing, comm_hook_parts
 from bench.machine import cudacompat
 from bench.shared import rehearsal
 from bench.shared.spec import FSDP_BASED, PER_DEVICE, RunSpec, Skip
@@ -181,7 +181,7 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
     timeout = cfg.timeout
     pg = cfg.pg_timeout or (min(DEFAULT_PG_TIMEOUT_S[dev], timeout / 2) if timeout else DEFAULT_PG_TIMEOUT_S[dev])
     resolved = dataclasses.replace(
-        cfg, workloads=names, device=dev, gpus=counts, gpus_per_node=per_node,
+        cfg, workloads=names, device=dev, strategies=cfg.strategies or DEFAULT_STRATEGIES[dev], gpus=counts, gpus_per_node=per_node,
         steps=cfg.steps or DEFAULT_STEPS[dev], repeats=cfg.repeats or DEFAULT_REPEATS[dev], profile=profile,
         noise_repeats=cfg.noise_repeats or DEFAULT_NOISE_REPEATS[dev],
         min_window_s=cfg.min_window_s or (DEFAULT_MIN_WINDOW_S if cfg.steps is None else None), warmup=DEFAULT_WARMUP[dev] if cfg.warmup is None else cfg.warmup,
