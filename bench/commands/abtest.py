@@ -1,5 +1,7 @@
 """Interleaved A/B runs: two variants of each configuration run alternately, each in fresh processes,
-and compared pair by pair.
+and compared pair by pair. The processes start as a sweep's do (bench.sweep.plan: on CPU forked from the fork server,
+a variant's environment applied to its child; --fresh-interpreters, the CUDA default, or another checkout (--b-repo)
+starts each as a new interpreter): the same A/A and catch rates, measured both ways (docs/comparing.md).
 
 Sweeps run one after another on a shared machine see it at different speeds: sweeps of identical code
 here differed by 6% (sd of their means), twice what their processes' spread within a sweep predicts, so

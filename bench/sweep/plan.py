@@ -323,7 +323,8 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
     # Repeats in rounds (every configuration once, then again): a configuration's processes spread over the sweep, so
     # a slow minute of a shared machine slows one process of several configurations, not every process of one
     # (three back-to-back DataParallel processes once all ran 20% slow and widened compare's bound to 55%).
-    return sorted(out, key=lambda item: (item.spec if isinstance(item, Skip) else item).repeat)
+    # Started as the config says (forked or fresh) here, where ab, tune and fit take their configurations too.
+    return [_started(x, cfg) for x in sorted(out, key=lambda item: (item.spec if isinstance(item, Skip) else item).repeat)]
 
 
 def loader_spec(s: RunSpec, cfg: SweepConfig, runnable: list) -> RunSpec:
