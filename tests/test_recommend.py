@@ -33,12 +33,14 @@ def payload(n: int, step_ms: float, data_ms: float = 0.0, nosync_ms: float = Non
     return {"steps": rows, "windows": windows, "memory": memory, "grad_bytes": 64 * 2**20}
 
 
-def build(path: str, configs: list, loader: dict = None) -> results.Sweep:
+def build(path: str, configs: list, loader: dict = None, skipped: tuple = ()) -> results.Sweep:
     conn = store.connect(path)
     env = store.insert_environment(conn, {"hostname": "h", "gpu_names": ["H100"] * 4, "cpu_cores": 8})
     sid = store.begin_sweep(conn, "cmd", "{}", env)
     for sp, pl in configs:
         record.record_result(conn, sid, env, sp, "ok", payload=pl)
+    for sp in skipped:
+        record.record_result(conn, sid, env, sp, "skipped", "DataParallel parallelises over GPUs only")
     for n, sps in (loader or {}).items():
         ls = spec("loader", n, mode="loader")
         record.record_result(conn, sid, env, ls, "ok", payload={"windows": [{"kind": "loader", "rank": 0, "wall_s": 1.0,
@@ -250,3 +252,13 @@ def test_a_cpu_sweep_without_dataparallel_says_why_it_is_left_out_and_a_gpu_swee
     assert "not in this CPU sweep" not in text(with_dp)
     gpu = build(str(tmp_path / "gpu.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 60.0))])
     assert "not in this CPU sweep" not in text(gpu)
+
+    def dp_cell(sweep):   # the summary's "DataParallel there" where DDP x2 is recommended: never "see the skipped ..."
+        table = next(b for b in recommend.blocks(sweep) if b[0] == "table")
+        return table[2][0][table[1].index("DataParallel there")]
+    faster = build(str(tmp_path / "cpu2.sqlite"), [(cpu("single", 1), payload(1, 100.0)), (cpu("ddp", 2), payload(2, 60.0))])
+    assert dp_cell(faster) == "left out on CPU" and "did not run" not in text(faster)
+    assert dp_cell(gpu) == "not in this sweep" and "did not run" not in text(gpu)
+    asked = build(str(tmp_path / "cpu_asked.sqlite"), [(cpu("single", 1), payload(1, 100.0)), (cpu("dp", 1), payload(1, 101.0)),
+                                                       (cpu("ddp", 2), payload(2, 60.0))], skipped=(cpu("dp", 2),))
+    assert dp_cell(asked) == "did not run" and "DataParallel did not run on 2 processes (see the skipped" in text(asked)

@@ -184,9 +184,12 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
             dp_cost = f"{best.samples_per_s / d.samples_per_s:.2f}x slower"
             out.append(f"DataParallel on {best.device_count} {u} would give {d.samples_per_s:.1f} samples/s: "
                        f"{dp_cost} {_where(workload, 'efficiency')}.")
-        else:
+        elif any(r["strategy"] == "dp" and r["device_count"] == best.device_count and r["workload"] == workload
+                 for r in sweep.problems):
             dp_cost = "did not run"
             out.append(f"DataParallel did not run on {best.device_count} {u} (see the skipped configurations).")
+        else:  # not asked for (on CPU left out by default: the key paragraph says why)
+            dp_cost = "left out on CPU" if _dp_left_out(sweep) else "not in this sweep"
     series = sorted((c for c in cs if c.series == best.series and not math.isnan(c.efficiency)), key=lambda c: c.device_count)
     below = [c for c in series if c.device_count > 1 and c.efficiency < EFFICIENCY_FLOOR]
     paying = [c.device_count for c in series if 1 < c.device_count < (below[0].device_count if below else math.inf)]
