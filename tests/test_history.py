@@ -27,7 +27,7 @@ SINGLE = "bench/synthetic/single/cpux1/b64/g64/i0/synthetic/fp32"
 DDP2 = "bench/synthetic/ddp/cpux2/b64/g128/i0/synthetic/fp32"
 REAL = ["--strategies", "single", "--workloads", "synthetic", "--synthetic-width", "128", "--synthetic-depth", "2",
         "--per-device-batch", "8", "--gpus", "1", "--repeats", "3", "--warmup", "3", "--min-window-s", "0.2",
-        "--no-report", "--device", "cpu"]
+        "--threads-per-process", "1", "--no-report", "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,9 @@ def real_sweeps(tmp_path_factory):
     plots the first sweep read a median of 24.7k samples/s against 33k alone, and the slowdown was within its spread),
     single x1 in 3 processes each, labelled 'before' and 'after slow', the
     second with every step of rank 0 sleeping 1 ms first (bench.shared.faults' nap: a slowdown of a fixed size; 3
-    warm-up steps, since with 1 the first process of a sweep ran up to 70x slow here)."""
+    warm-up steps, since with 1 the first process of a sweep ran up to 70x slow here). One torch thread: at two, beside
+    one busy process on the 2 cores, the MLP read 452 samples/s (OpenMP's two threads waiting on each other across
+    time slices) and the 1 ms nap was lost inside that."""
     path = str(tmp_path_factory.mktemp("real") / "bench.sqlite")
     bench = f"{shlex.join(bench_command())} {shlex.join(REAL)} --store {shlex.quote(path)}"
     proc = subprocess.Popen(["sh", "-c", f"{bench} --label before && BENCH_FAULT=nap@0:1 {bench} --label 'after slow'"],
