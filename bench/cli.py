@@ -8,6 +8,7 @@ line naming the file the traceback went to, and exits 3.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
 
@@ -79,6 +80,10 @@ def main(argv: list | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted by SIGINT (Ctrl-C)", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # standard output's reader went away (`| head`): stop quietly, as SIGPIPE would
+        from bench.sweep.run import stdout_closed
+        stdout_closed()
+        return 128 + signal.SIGPIPE
     except Exception as e:  # never a traceback on the terminal: one line, the traceback in a file
         path = os.path.join("/tmp", f"bench-traceback-{os.getpid()}.txt")
         try:

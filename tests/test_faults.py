@@ -639,3 +639,22 @@ def test_nccl_watchdog_aborts_of_waiting_ranks_are_not_their_fault(tmp_path):
     got = diagnose.diagnose(str(out), str(log), -6, spec, w)
     assert got.failed_rank == 1 and "rank 1" in got.reason and "aborted by NCCL's watchdog" in got.reason, got.reason
     assert "on n2" in got.reason
+
+
+def test_a_sweep_whose_output_is_closed_stops_as_sigpipe_would_with_its_store_whole_and_resumable(tmp_path):
+    # `./run_bench.sh | head -2`: once head has its lines, the next one the sweep prints has no reader. It used to end
+    # as an internal error (exit 3, a traceback file, the sweep 'failed'); now the running configuration stops, the
+    # sweep is 'interrupted' and resumable, and the exit status is SIGPIPE's (141), with one line on stderr.
+    from conftest import FAST, REPO, bench_command
+    path = str(tmp_path / "s.sqlite")
+    proc = subprocess.Popen([*bench_command(), *FAST, "--strategies", "single", "--gpus", "1", "--repeats", "2",
+                             "--no-comm-bench", "--device", "cpu", "--store", path], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1", **forkserver_env()})
+    assert proc.stdout.readline().startswith(b"sweep 1 -> ")
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(120) == 141, err
+    assert "interrupted by SIGPIPE (its standard output was closed)" in err and f"--resume 1 --store {path}" in err
+    assert "Traceback" not in err and "internal error" not in err
+    assert read(path, "SELECT status FROM sweeps WHERE sweep_id = 1")[0]["status"] == "interrupted"
+    assert all(r["status"] in ("ok", "interrupted") for r in read(path, "SELECT status FROM results"))

@@ -1,8 +1,8 @@
 """A sweep: every configuration of the plan in turn, each launched in fresh processes (bench.sweep.launch),
 each result written to the store by this process alone; then the report.
 
-Ctrl-C, SIGTERM and SIGHUP stop the running configuration (all its processes), record it
-'interrupted', keep every finished result, mark the sweep 'interrupted' and return 128 + signal.
+Ctrl-C, SIGTERM and SIGHUP, and standard output closed by its reader (`| head`: SIGPIPE's exit status), stop the
+running configuration (all its processes), record it 'interrupted', keep every finished result, mark the sweep 'interrupted' and return 128 + signal.
 Anything that goes wrong inside the sweep process itself (a bug of the suite, a full disk) is recorded:
 the configuration fails with the reason, the sweep is marked 'failed', one line says where the full
 traceback was written, and the exit status is 3. Exit statuses: see EXIT_STATUS.
@@ -29,7 +29,8 @@ from bench.sweep.plan import RunSpec, Skip
 
 EXIT_STATUS = {0: "every configuration ok or skipped", 1: "a configuration failed (recorded with its reason; the sweep went on)",
                2: "bad input, refused before anything ran", 3: "internal error of the suite (traceback file named on stderr)",
-               129: "SIGHUP", 130: "Ctrl-C (SIGINT)", 143: "SIGTERM"}
+               129: "SIGHUP", 130: "Ctrl-C (SIGINT)", 141: "SIGPIPE: standard output closed (`| head`, a pager quit)",
+               143: "SIGTERM"}
 PROGRESS_EVERY_S = 30.0
 
 
@@ -211,9 +212,13 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
             log(line)
         with signals_deferred():
             store.end_sweep(conn, sweep_id, "completed")
-    except (KeyboardInterrupt, Interrupted) as e:
-        signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
-        name = "SIGINT (Ctrl-C)" if signum == signal.SIGINT else signal.Signals(signum).name
+    except (KeyboardInterrupt, Interrupted, BrokenPipeError) as e:
+        if isinstance(e, BrokenPipeError):  # stdout's reader went away (`| head`, a pager quit): stop as SIGPIPE would
+            signum, log = signal.SIGPIPE, stdout_closed()
+        else:
+            signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+        name = {signal.SIGINT: "SIGINT (Ctrl-C)", signal.SIGPIPE: "SIGPIPE (its standard output was closed)"}.get(
+            signum, signal.Signals(signum).name)
         with signals_deferred():
             if sweep_id is not None:
                 if current is not None:
@@ -299,6 +304,19 @@ def render_report(cfg: SweepConfig, sweep_id: int, log: Callable[[str], None]) -
     log(f"report: {out['markdown']}, {out['html']}; {len(out['plots'])} plot(s) in {cfg.plots_dir}/"
         + (f"; they replace the report of {out['replaced']} that was there" if out["replaced"] else ""))
     return 0
+
+
+def stdout_closed() -> Callable[[str], None]:
+    """Standard output's reader is gone: later writes go nowhere (not another BrokenPipeError, at exit either), and
+    what is left to say goes to stderr."""
+    import sys
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError):
+        pass
+    return lambda line: print(line, file=sys.stderr, flush=True)
 
 
 def _raise_interrupted(signum, frame):
