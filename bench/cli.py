@@ -81,7 +81,7 @@ def main(argv: list | None = None) -> int:
         print("interrupted by SIGINT (Ctrl-C)", file=sys.stderr)
         return 130
     except BrokenPipeError:  # standard output's reader went away (`| head`): stop quietly, as SIGPIPE would
-        from bench.sweep.run import stdout_closed
+        from bench.shared.procs import stdout_closed
         stdout_closed()
         return 128 + signal.SIGPIPE
     except Exception as e:  # never a traceback on the terminal: one line, the traceback in a file

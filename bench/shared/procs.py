@@ -68,6 +68,18 @@ def flush_std() -> None:
             pass
 
 
+def stdout_closed():
+    """Standard output's reader is gone (`| head`, a pager quit): later writes go nowhere (not another BrokenPipeError,
+    at exit either). Returns a log function that writes to stderr, for what is left to say."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError):
+        pass
+    return lambda line: print(line, file=sys.stderr, flush=True)
+
+
 def child_setup() -> None:
     """In a launcher, before exec: die with the sweep, and take signals again (the mask is inherited)."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, DEFERRED_SIGNALS)

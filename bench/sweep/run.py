@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 from bench.config import ConfigError, SweepConfig
 from bench.shared import faults
-from bench.shared.procs import signals_deferred
+from bench.shared.procs import signals_deferred, stdout_closed
 from bench.store import store
 from bench.sweep import describe, equivalence, plan, profiling, record
 from bench.sweep.diagnose import Outcome
@@ -304,19 +304,6 @@ def render_report(cfg: SweepConfig, sweep_id: int, log: Callable[[str], None]) -
     log(f"report: {out['markdown']}, {out['html']}; {len(out['plots'])} plot(s) in {cfg.plots_dir}/"
         + (f"; they replace the report of {out['replaced']} that was there" if out["replaced"] else ""))
     return 0
-
-
-def stdout_closed() -> Callable[[str], None]:
-    """Standard output's reader is gone: later writes go nowhere (not another BrokenPipeError, at exit either), and
-    what is left to say goes to stderr."""
-    import sys
-    try:
-        fd = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(fd, sys.stdout.fileno())
-        os.close(fd)
-    except (OSError, ValueError):
-        pass
-    return lambda line: print(line, file=sys.stderr, flush=True)
 
 
 def _raise_interrupted(signum, frame):
