@@ -56,7 +56,7 @@ class SweepConfig:
     precision: tuple = _f(("fp32",), "precisions to sweep: fp32 (TF32 off), tf32, bf16 (autocast), fp16 (autocast + gradient scaler)", "names")
     channels_last: tuple = _f((False,), "memory format axis for image models: false,true (bare flag: true)", "bools")
     compile: tuple = _f((False,), "torch.compile axis: false,true (bare flag: true); DDP is wrapped first, then compiled", "bools")
-    steps: Optional[int] = _f(None, "measured steps per configuration (default: 30 on CUDA, 8 on CPU, more where they would fill less than --min-window-s)", "int", 2)
+    steps: Optional[int] = _f(None, "measured steps per configuration (default: 30 on CUDA, 6 on CPU, more where they would fill less than --min-window-s)", "int", 2)
     min_window_s: Optional[float] = _f(None, "shortest measured window, s: the step count grows past --steps until the warm-up's step time says the window lasts this long (default: 1 when --steps is not given; with --steps alone, exactly that many steps)", "float", 0.0)
     warmup: Optional[int] = _f(None, "warm-up steps, run and discarded (default: 10 on CUDA, 2 on CPU; with --compile at least 1)", "int", 0)
     per_device_batch: Optional[int] = _f(None, "samples per device (default: synthetic 512 on CUDA / 64 on CPU; deeplabv3 8 on CUDA as the reference experiment, 2 on CPU; transformer 8 / 2 sequences; torchvision models 32 / 2)", "int", 1)

@@ -256,6 +256,18 @@ def test_the_cpu_co_run_trains_layers_in_turn_that_hold_the_models_bytes():
     assert row["op"] == "co_run" and row["rounds"] == 3 and row["compute_slowdown"] > 0
 
 
+def test_a_co_run_of_long_rounds_takes_fewer_of_them_and_never_fewer_than_its_minimum():
+    # DeepLabV3's 224 MiB make 56 layers of 4.9 ms: a round's half lasts 0.28 s, and 5 of them took 2.8 s a run.
+    assert ri.co_rounds(50.0) == ri.ROUNDS                                  # the MLP's short rounds: all of them
+    assert ri.co_rounds(ri.CO_RUN_MS / 4) == 4
+    assert ri.co_rounds(275.0) == ri.MIN_CO_RUN_ROUNDS == 3
+    assert ri.co_rounds(1e6) == ri.MIN_CO_RUN_ROUNDS
+    calls = []
+    chunk = lambda: calls.append(1) or time.sleep(0.002)  # noqa: E731
+    row = ri.co_run(ri.HostDriver(lambda async_op: None, chunk), torch.device("cpu"), chunk_ms=200.0, min_chunks=2)
+    assert row["rounds"] == ri.MIN_CO_RUN_ROUNDS and len(calls) == 2 * 2 * ri.MIN_CO_RUN_ROUNDS   # solo + together
+
+
 class TwoRanks:
     """Two ranks on virtual clocks, rank 1's chunks `skew` slower (a slower GPU: they drift apart over any lead-in),
     nothing contending: the true slowdowns are 1. A collective completes comm_ms after the later rank issues it; the

@@ -3,7 +3,7 @@ forecast (bench.forecast.step) needs to place each collective in the backward pi
 
     rows = record(trainer, it)     # after the measured window and DDP's probe: nothing stored before changes
 
-DDP: BUCKET_STEPS more synchronised steps, with a post-accumulate-grad hook on every parameter that notes
+DDP: BUCKET_STEPS[device type] more synchronised steps, with a post-accumulate-grad hook on every parameter that notes
 when its gradient is ready: on the host clock on CPU, as a CUDA event on the current stream on a GPU (no host
 sync in the step; the events are read after the last step). A bucket is ready when its last parameter is
 (DDP launches it then); its members and bytes come from DDP's reducer as it is after the first step's
@@ -21,7 +21,13 @@ from torch import nn
 
 from bench.rank.strategies import is_ddp
 
-BUCKET_STEPS = 3
+# CPU: 2, at 0.7-0.9 s a DeepLabV3 step; a bucket's ready fraction moved 1-3% between one run's steps at one rank
+# (the processes, 3 on CPU, are the samples that differ), and the third step cost 5 s of the default sweep.
+BUCKET_STEPS = {"cuda": 3, "cpu": 2}
+
+
+def bucket_steps(device_type: str) -> int:
+    return BUCKET_STEPS.get(device_type, BUCKET_STEPS["cuda"])
 
 
 class _BackwardClock:
@@ -86,8 +92,9 @@ def fsdp_units(model: nn.Module, rank: int) -> list:
     return rows
 
 
-def record(t, it, steps: int = BUCKET_STEPS) -> list:
-    """DDP bucket rows from `steps` more steps of trainer t (module docstring); FSDP unit rows; else []."""
+def record(t, it, steps: int = 0) -> list:
+    """DDP bucket rows from `steps` (default BUCKET_STEPS of its device) more steps of trainer t (module docstring);
+    FSDP unit rows; else []."""
     if not is_ddp(t.model):
         return fsdp_units(t.model, t.rank) if hasattr(getattr(t.model, "_orig_mod", t.model), "reshard") else []
     ddp = getattr(t.model, "_orig_mod", t.model)
@@ -95,6 +102,7 @@ def record(t, it, steps: int = BUCKET_STEPS) -> list:
     if not buckets:
         return []
     clock = _BackwardClock(t.device.type == "cuda")
+    steps = steps or bucket_steps(t.device.type)
     params = [p for p in ddp.module.parameters() if p.requires_grad]
 
     def hook(i):

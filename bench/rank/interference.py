@@ -70,6 +70,8 @@ PRE_MS = 5.0                     # the load before a lone collective (a step's l
 LEAD_MS = 2.0                    # CUDA: device work queued ahead of each timed span (host issue latency ~0.1 ms)
 CO_RUN_CHUNKS = 20               # at least this many chunks per co-run round...
 CO_RUN_ROUND_MS = 50.0           # ...and at least this long (one 30 ms round of a shared machine swung 1.06-1.20x)
+CO_RUN_MS = 500.0                # rounds (ROUNDS at most, MIN_CO_RUN_ROUNDS at least) until both halves last this long:
+MIN_CO_RUN_ROUNDS = 3            # DeepLabV3's 56 layers make a round of 2 x 0.28 s, and 3 of them take 1.7 s, not 2.8
 MAX_CO_RUN_BYTES = 2**28          # the CPU co-run's layers hold at most this many parameter bytes (x3 per rank)...
 MAX_CO_RUN_LAYERS = 512           # ...in at most this many layers
 
@@ -265,12 +267,19 @@ def training_chunk(shape: tuple, state_bytes: int, device: torch.device) -> tupl
     return chunk, layers
 
 
+def co_rounds(round_ms: float) -> int:
+    """Rounds of a co-run whose halves each last round_ms: ROUNDS of short ones, fewer (MIN_CO_RUN_ROUNDS at least)
+    where that many already last CO_RUN_MS."""
+    return max(MIN_CO_RUN_ROUNDS, min(ROUNDS, math.ceil(CO_RUN_MS / max(round_ms, 1e-3))))
+
+
 def co_run(driver, device: torch.device, group=None, rank: int = 0, chunk_ms: float = 1.0,
-           rounds: int = ROUNDS, min_chunks: int = CO_RUN_CHUNKS) -> dict:
-    """The load on every rank at once against rank 0's alone while the others wait, alternated `rounds` times, each
-    at least CO_RUN_CHUNKS chunks and CO_RUN_ROUND_MS long (medians: one slow moment of a shared machine is not the
-    rate)."""
+           rounds: Optional[int] = None, min_chunks: int = CO_RUN_CHUNKS) -> dict:
+    """The load on every rank at once against rank 0's alone while the others wait, alternated `rounds` times (default
+    `co_rounds`), each at least CO_RUN_CHUNKS chunks and CO_RUN_ROUND_MS long (medians: one slow moment of a shared
+    machine is not the rate)."""
     chunks = max(min_chunks, math.ceil(CO_RUN_ROUND_MS / max(chunk_ms, 1e-3)))
+    rounds = rounds or co_rounds(chunks * chunk_ms)
     solos, togethers = [], []
     for _ in range(rounds):
         _barrier(group)

@@ -66,7 +66,8 @@ def planned_steps(spec: RunSpec, steps_per_epoch: int = 0) -> int:
         return spec.steps
     if spec.epochs:
         return spec.epochs * steps_per_epoch + profiled_steps(spec)
-    probe = 2 * PROBE_BLOCKS * probe_block(spec) + buckets.BUCKET_STEPS if spec.strategy in DDP_BASED and spec.mode == "bench" else 0
+    ddp_bench = spec.strategy in DDP_BASED and spec.mode == "bench"
+    probe = 2 * PROBE_BLOCKS * probe_block(spec) + buckets.bucket_steps(spec.device_type) if ddp_bench else 0
     return spec.warmup + spec.steps + probe + profiled_steps(spec)
 
 

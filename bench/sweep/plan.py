@@ -26,11 +26,15 @@ from bench.sweep.settings import strategy_options
 from bench.workloads import registry, synthetic, transformer
 from bench.workloads.workload import WorkloadInfo
 
-DEFAULT_STEPS = {"cuda": 30, "cpu": 8}
+# CPU: 6, where a DeepLabV3 step at one thread takes 0.6-0.9 s: the median of a process's first 6 steps was within
+# 0-1.4% of its 8's (9 runs), inside the 2.6% its processes differ, and the probe's half-length blocks moved the
+# exposed communication 2-6%, inside its processes' spread; the 2 steps and 4 probe steps less took the default CPU
+# sweep from 3m06s to 2m26s, with the bucket and co-run cuts (docs/running.md). Faster models run more (--min-window-s).
+DEFAULT_STEPS = {"cuda": 30, "cpu": 6}
 DEFAULT_WARMUP = {"cuda": 10, "cpu": 2}
 DEFAULT_PG_TIMEOUT_S = {"cuda": 300.0, "cpu": 120.0}
 DEFAULT_NUM_WORKERS = {"cuda": 2, "cpu": 1}
-# The shortest measured window when --steps is left to the defaults: 8 CPU steps of the synthetic MLP last 0.2 s,
+# The shortest measured window when --steps is left to the defaults: 8 CPU steps of the synthetic MLP lasted 0.2 s,
 # too short to average the step-to-step swings of a shared machine (24 vs 31 ms steps within one process here),
 # so one process's throughput spread 12-20% and compare could not call a 30% slowdown from it (issue 18).
 # pyperf and pytest-benchmark calibrate loops to a minimum time in the same way.
