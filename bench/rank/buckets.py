@@ -15,6 +15,7 @@ Anything the private reducer API does not give is left out: the forecast then sa
 from __future__ import annotations
 
 import time
+from typing import Optional
 
 import torch
 from torch import nn
@@ -92,7 +93,7 @@ def fsdp_units(model: nn.Module, rank: int) -> list:
     return rows
 
 
-def record(t, it, steps: int = 0) -> list:
+def record(t, it, steps: Optional[int] = None) -> list:
     """DDP bucket rows from `steps` (default BUCKET_STEPS of its device) more steps of trainer t (module docstring);
     FSDP unit rows; else []."""
     if not is_ddp(t.model):
@@ -102,7 +103,7 @@ def record(t, it, steps: int = 0) -> list:
     if not buckets:
         return []
     clock = _BackwardClock(t.device.type == "cuda")
-    steps = steps or bucket_steps(t.device.type)
+    steps = bucket_steps(t.device.type) if steps is None else steps
     params = [p for p in ddp.module.parameters() if p.requires_grad]
 
     def hook(i):

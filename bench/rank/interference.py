@@ -279,7 +279,7 @@ def co_run(driver, device: torch.device, group=None, rank: int = 0, chunk_ms: fl
     `co_rounds`), each at least CO_RUN_CHUNKS chunks and CO_RUN_ROUND_MS long (medians: one slow moment of a shared
     machine is not the rate)."""
     chunks = max(min_chunks, math.ceil(CO_RUN_ROUND_MS / max(chunk_ms, 1e-3)))
-    rounds = rounds or co_rounds(chunks * chunk_ms)
+    rounds = co_rounds(chunks * chunk_ms) if rounds is None else rounds
     solos, togethers = [], []
     for _ in range(rounds):
         _barrier(group)
