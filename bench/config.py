@@ -1,7 +1,7 @@
 """What the user asked for: one frozen dataclass, its command-line flags, and the checks of each value.
 
 `SweepConfig` has one field per flag (`--per-device-batch` is `per_device_batch`). A field that is
-None was not given: `bench.sweep.plan.resolve` fills it with the device's default, prints it and stores it.
+None was not given: `bench.sweep.resolve.resolve` fills it with the device's default, prints it and stores it.
 A number the user types is never a sentinel: `--steps 0`, `--warmup -1` or `--timeout 0` are errors.
 Flags that are sweep axes take comma-separated lists (`--precision fp32,bf16`, `--bucket-cap-mb 25,100`).
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Optional
 
 STRATEGIES = ("single", "dp", "ddp", "zero", "fsdp", "hsdp")
-# Per device (filled by bench.sweep.plan.resolve): without a GPU nn.DataParallel has no device to replicate to and
+# Per device (filled by bench.sweep.resolve.resolve): without a GPU nn.DataParallel has no device to replicate to and
 # its forward calls the module (device_ids is empty), so on CPU it would time `single` again; asked for, it runs.
 DEFAULT_STRATEGIES = {"cuda": ("single", "dp", "ddp"), "cpu": ("single", "ddp")}
 DEFAULT_WORKLOADS = ("synthetic", "deeplabv3")
@@ -253,9 +253,9 @@ def from_args(ns: argparse.Namespace) -> SweepConfig:
     cfg = SweepConfig(**kw)
     check_values(cfg)
     for name in ("profile_steps", "profile_max_mb"):
-        if name in kw and cfg.profile is False:  # would silently do nothing (None: on CUDA, checked in plan.resolve)
+        if name in kw and cfg.profile is False:  # would silently do nothing (None: on CUDA, checked in bench.sweep.resolve)
             raise ConfigError(f"{flag(name)}: takes effect with --profile only; add --profile, or leave {flag(name)} out")
-    # left to the default: the strategies every device's default has (the device is known only in plan.resolve)
+    # left to the default: the strategies every device's default has (the device is known only in bench.sweep.resolve)
     asked = cfg.strategies or tuple(s for s in DEFAULT_STRATEGIES["cuda"] if s in DEFAULT_STRATEGIES["cpu"])
     for name, strategy in (("zero_bucket_view", "zero"), ("hsdp_shard_size", "hsdp")):
         if name in kw and strategy not in asked:
@@ -305,7 +305,7 @@ def check_values(cfg: SweepConfig) -> None:
             raise ConfigError(f"{flag(name)}: {getattr(cfg, name)!r} is not one of {', '.join(allowed)}")
     for name, allowed in (("strategies", STRATEGIES), ("precision", PRECISIONS), ("fsdp_mixed_precision", FSDP_MIXED),
                           ("optimizer", OPTIMIZERS), ("fsdp_offload", FSDP_OFFLOAD), ("deeplabv3_aux", DEEPLABV3_AUX)):
-        values = getattr(cfg, name) or ()   # strategies: None until plan.resolve knows the device
+        values = getattr(cfg, name) or ()   # strategies: None until bench.sweep.resolve knows the device
         for n in values:
             if n not in allowed:
                 raise ConfigError(f"{flag(name)}: unknown name {n!r}; expected a comma-separated subset of {','.join(allowed)}")

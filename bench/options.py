@@ -12,7 +12,7 @@ import sys
 
 from bench import config, sweepfile
 from bench.store import store
-from bench.sweep import plan
+from bench.sweep import plan, resolve
 
 EPILOG = """examples:
   ./run_bench.sh                                   default sweep for this machine
@@ -86,7 +86,7 @@ def prepare(argv: list, parser: argparse.ArgumentParser | None = None, machine=N
     if cfg.resume:
         store.check_resumable(cfg.store, cfg.resume)
     else:
-        cfg = plan.resolve(cfg, machine)
+        cfg = resolve.resolve(cfg, machine)
         if any(s.launcher == "slurm" for s in plan.plan(cfg, machine) if isinstance(s, plan.RunSpec)):
             slurm.check_shared_folder(os.path.dirname(os.path.abspath(cfg.store)), max(cfg.gpus) // cfg.gpus_per_node)
     return cfg, given, machine

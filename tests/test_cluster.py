@@ -10,7 +10,8 @@ import pytest
 
 from bench.config import ConfigError, SweepConfig
 from bench.sweep import slurm
-from bench.sweep.plan import Machine, resolve
+from bench.sweep.plan import Machine
+from bench.sweep.resolve import resolve
 
 LOGIN = Machine(cuda_devices=0, cpu_cores=8, slurm_nodes=2)
 

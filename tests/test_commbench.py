@@ -122,7 +122,8 @@ def test_host_clock_rows_say_so(one_rank):
 
 def test_a_sweep_with_fsdp_measures_all_gather_and_reduce_scatter_and_one_without_only_all_reduce():
     from bench.config import SweepConfig
-    from bench.sweep.plan import Machine, plan, resolve
+    from bench.sweep.plan import Machine, plan
+    from bench.sweep.resolve import resolve
     gpu2 = Machine(cuda_devices=2, cpu_cores=8, gpu_names=("H100",) * 2, gpu_capabilities=((9, 0),) * 2)
 
     def ops(strategies):

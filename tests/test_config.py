@@ -15,7 +15,8 @@ from bench import cli
 from bench.config import ConfigError, SweepConfig, check_values, from_args
 from bench.options import run_parser
 from bench.sweep import plan
-from bench.sweep.plan import Machine, resolve
+from bench.sweep.plan import Machine
+from bench.sweep.resolve import resolve
 
 CPU2 = Machine(cuda_devices=0, cpu_cores=2)
 GPU8 = Machine(cuda_devices=8, cpu_cores=64, gpu_names=("H100",) * 8, gpu_capabilities=((9, 0),) * 8)
@@ -329,7 +330,8 @@ def test_progress_of_a_long_configuration_is_shown_at_a_sensible_rate(monkeypatc
 
 def test_three_processes_per_configuration_on_cpu_one_on_cuda_unless_repeats_is_given():
     # On CPU one process cannot carry a compare verdict (issue 18: one DDP x2 process in seven ran 1.5x slow); three can.
-    from bench.sweep.plan import DEFAULT_REPEATS, Machine, plan, resolve
+    from bench.sweep.plan import Machine, plan
+    from bench.sweep.resolve import DEFAULT_REPEATS, resolve
     cpu = Machine(cuda_devices=0, cpu_cores=2)
     gpu = Machine(cuda_devices=1, cpu_cores=2, gpu_names=("NVIDIA H100",), gpu_capabilities=((9, 0),), arch_list=("sm_90",))
     base = dict(workloads=("synthetic",), strategies=("ddp",), gpus=(1,), comm_bench=False)
@@ -341,7 +343,8 @@ def test_three_processes_per_configuration_on_cpu_one_on_cuda_unless_repeats_is_
 
 def test_on_cuda_the_cheapest_configuration_runs_in_three_processes_to_measure_the_noise_there():
     # A single process is held against the spread of fresh processes measured on its own device, never a CPU's 25%.
-    from bench.sweep.plan import Machine, plan, resolve
+    from bench.sweep.plan import Machine, plan
+    from bench.sweep.resolve import resolve
     gpu = Machine(cuda_devices=2, cpu_cores=8, gpu_names=("NVIDIA H100",) * 2, gpu_capabilities=((9, 0),) * 2,
                   arch_list=("sm_90",))
     cfg = resolve(SweepConfig(workloads=("deeplabv3", "synthetic"), strategies=("single", "ddp"), precision=("bf16", "fp32"),

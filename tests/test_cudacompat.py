@@ -10,7 +10,8 @@ from bench import cli
 from bench.config import ConfigError, SweepConfig
 from bench.machine import cudacompat, gpuinfo
 from bench.sweep import plan
-from bench.sweep.plan import Machine, resolve
+from bench.sweep.plan import Machine
+from bench.sweep.resolve import resolve
 
 CUDA13 = ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120")  # torch 2.15's default wheel, as installed here
 CUDA126 = ("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90")

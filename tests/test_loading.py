@@ -7,7 +7,8 @@ import pytest
 from bench.config import SweepConfig
 from bench.shared.spec import RunSpec
 from bench.sweep import launch
-from bench.sweep.plan import Machine, plan, resolve
+from bench.sweep.plan import Machine, plan
+from bench.sweep.resolve import resolve
 from voc_tree import make_voc_tree
 
 CPU2 = Machine(cuda_devices=0, cpu_cores=2)

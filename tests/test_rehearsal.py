@@ -9,7 +9,8 @@ import pytest
 from bench.config import ConfigError, SweepConfig
 from bench.shared import rehearsal
 from bench.shared.spec import RunSpec, Skip
-from bench.sweep.plan import Machine, plan, resolve
+from bench.sweep.plan import Machine, plan
+from bench.sweep.resolve import resolve
 
 ONE_GPU = Machine(cuda_devices=1, cpu_cores=16, gpu_names=("NVIDIA H100 80GB HBM3",), gpu_capabilities=((9, 0),),
                   arch_list=("sm_90",), gpu_memory_bytes=(80 * 2**30,))

@@ -180,7 +180,8 @@ def test_probe_broadcasts_buffers_once_per_step_under_gradient_accumulation(monk
 
 def test_every_strategy_gets_the_same_cpu_threads_per_process_on_cuda():
     from bench.config import SweepConfig
-    from bench.sweep.plan import Machine, plan, resolve
+    from bench.sweep.plan import Machine, plan
+    from bench.sweep.resolve import resolve
     gpu8 = Machine(cuda_devices=8, cpu_cores=64, gpu_names=("H100",) * 8, gpu_capabilities=((9, 0),) * 8)
     cfg = resolve(SweepConfig(workloads=("synthetic",), strategies=("single", "dp", "ddp", "fsdp"), gpus=(1, 8)), gpu8)
     assert cfg.threads_per_process == 8  # 64 cores shared by the 8 ranks of the largest count

@@ -166,9 +166,9 @@ def test_the_store_says_which_method_timed_each_result_and_a_default_window_fill
     from conftest import FAST, run_bench
     path = str(tmp_path / "s.sqlite")
     no_steps = [a for i, a in enumerate(FAST) if a != "--steps" and FAST[i - 1] != "--steps"]
-    # No --steps: the default CPU steps (bench.sweep.plan.DEFAULT_STEPS) of this tiny MLP (a few ms) last far less
+    # No --steps: the default CPU steps (bench.sweep.resolve.DEFAULT_STEPS) of this tiny MLP (a few ms) last far less
     # than --min-window-s, so more run, as many on every rank of DDP x2.
-    from bench.sweep.plan import DEFAULT_STEPS
+    from bench.sweep.resolve import DEFAULT_STEPS
     asked = DEFAULT_STEPS["cpu"]
     p = run_bench(no_steps + ["--strategies", "single,ddp", "--gpus", "2", "--min-window-s", "0.1", "--no-comm-bench",
                               "--store", path])
@@ -197,7 +197,8 @@ def test_the_window_grows_to_its_minimum_from_the_warmup_step_and_no_further():
 
 def test_only_a_defaulted_step_count_gets_the_default_minimum_window():
     from bench.config import SweepConfig
-    from bench.sweep.plan import DEFAULT_MIN_WINDOW_S, Machine, plan, resolve
+    from bench.sweep.plan import Machine, plan
+    from bench.sweep.resolve import DEFAULT_MIN_WINDOW_S, resolve
     m = Machine(cuda_devices=0, cpu_cores=2)
     base = dict(workloads=("synthetic",), strategies=("single",), gpus=(1,), comm_bench=False)
     for given, window in (({}, DEFAULT_MIN_WINDOW_S), ({"steps": 5}, None), ({"steps": 5, "min_window_s": 2.0}, 2.0)):

@@ -1,0 +1,169 @@
+"""Every default of a SweepConfig filled in for the device it runs on, and checked against the machine.
+
+    machine = detect_machine()                 # bench.sweep.plan
+    cfg = resolve(cfg, machine)                # ConfigError (exit 2) on what this machine cannot run
+    items = plan(cfg, machine)                 # bench.sweep.plan
+
+A field the user left out (None) gets the device's default below; the sweep prints each value filled in and stores
+it. resolve also plans once, so that an impossible batch split or user model fails here, before anything runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from bench.config import DEFAULT_STRATEGIES, ConfigError, SweepConfig, activation_checkpointing
+from bench.machine import cudacompat
+from bench.shared import rehearsal
+from bench.shared.spec import RunSpec
+from bench.sweep import settings, shm
+from bench.sweep.plan import Machine, plan
+from bench.workloads import registry, synthetic, transformer
+
+# CPU: 6, where a DeepLabV3 step at one thread takes 0.6-0.9 s: the median of a process's first 6 steps was within
+# 0-1.4% of its 8's (9 runs), inside the 2.6% its processes differ, and the probe's half-length blocks moved the
+# exposed communication 2-6%, inside its processes' spread; the 2 steps and 4 probe steps less took the default CPU
+# sweep from 3m06s to 2m26s, with the bucket and co-run cuts (docs/running.md). Faster models run more (--min-window-s).
+DEFAULT_STEPS = {"cuda": 30, "cpu": 6}
+DEFAULT_WARMUP = {"cuda": 10, "cpu": 2}
+DEFAULT_PG_TIMEOUT_S = {"cuda": 300.0, "cpu": 120.0}
+DEFAULT_NUM_WORKERS = {"cuda": 2, "cpu": 1}
+# The shortest measured window when --steps is left to the defaults: 8 CPU steps of the synthetic MLP lasted 0.2 s,
+# too short to average the step-to-step swings of a shared machine (24 vs 31 ms steps within one process here),
+# so one process's throughput spread 12-20% and compare could not call a 30% slowdown from it (issue 18).
+# pyperf and pytest-benchmark calibrate loops to a minimum time in the same way.
+DEFAULT_MIN_WINDOW_S = 1.0
+# Processes per configuration. On CPU a process is cheap, and on a shared machine about one DDP x2 process in seven
+# ran 1.5x slow throughout (measured, issue 18): one process per configuration cannot tell that from a slower
+# build, three can (compare then called 30% slowdowns of every configuration of the default CPU sweep, docs/comparing.md).
+# On CUDA a process costs a model build and a CUDA start-up, so one, and --repeats where compare must decide.
+DEFAULT_REPEATS = {"cuda": 1, "cpu": 3}
+# The process-to-process noise the report holds a single process against must be measured on the device it speaks
+# of (25% measured between fresh processes on 2-core CPUs, 0.2-1% on one H100): on CUDA the cheapest configuration
+# runs in 3 processes (`noise_probe`), two more model builds and CUDA start-ups; on CPU every configuration already does.
+DEFAULT_NOISE_REPEATS = {"cuda": 3, "cpu": 1}
+# The bound's evidence: on CUDA a few traced steps after every measured window (bench.rank.profile) give the GPU's
+# busy share; on CPU no device sits idle, so the traces are --profile's alone.
+DEFAULT_PROFILE = {"cuda": True, "cpu": False}
+
+
+def device_type(cfg: SweepConfig, machine: Machine) -> str:
+    if cfg.device == "auto":
+        return "cuda" if machine.cuda_devices > 0 else "cpu"
+    return cfg.device
+
+
+def _default_counts(cuda: bool, machine: Machine) -> tuple:
+    if cuda:
+        counts = {1} | {n for n in (4, 8) if n <= machine.cuda_devices}
+        if machine.cuda_devices in (2, 3, 5, 6, 7):
+            counts.add(machine.cuda_devices)
+        return tuple(sorted(counts))
+    return (1, 2) if machine.cpu_cores >= 2 else (1,)
+
+
+def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
+    """Every device-dependent default filled in and checked against the machine. Raises ConfigError."""
+    if machine.gpus_unusable and cfg.device in ("cuda", "auto"):
+        raise ConfigError(f"--device {cfg.device}: this machine's driver shows NVIDIA GPU(s), but {machine.gpus_unusable}. "
+                          f"No GPU sweep becomes a CPU sweep: fix the install, or pass --device cpu to measure the CPU on purpose")
+    if cfg.device == "auto" and machine.cuda_devices == 0 and machine.slurm_gpus:
+        import socket  # salloc's shell runs where salloc was typed (a login node) unless the cluster starts a step
+        raise ConfigError(f"--device auto: this sweep runs inside a SLURM allocation with GPUs ({machine.slurm_gpus}), "
+                          f"but no GPU is visible here on {socket.gethostname()} (torch.cuda.device_count() == 0): a "
+                          "login node, or a shell outside the allocation's GPUs. No GPU sweep becomes a CPU sweep: run "
+                          "it on the allocation's first node (sbatch slurm/bench.sbatch), or from a shell there "
+                          "(srun --pty bash, then ./run_bench.sh), or pass --device cpu to measure this machine's CPU")
+    if cfg.device == "cuda" and machine.cuda_devices == 0:
+        raise ConfigError("--device cuda: this machine has 0 CUDA GPUs visible (torch.cuda.device_count() == 0); "
+                          "use --device cpu or auto")
+    dev = device_type(cfg, machine)
+    cuda = dev == "cuda"
+    missing = cudacompat.unsupported_gpus(machine.gpu_names, machine.gpu_capabilities, machine.arch_list) if cuda else []
+    if missing:
+        raise ConfigError("no kernel image for this machine's GPUs in the installed torch (every CUDA configuration "
+                          "would fail): " + "; ".join(missing))
+    names = tuple(registry.canonical(w) for w in cfg.workloads)
+    per_node = cfg.gpus_per_node or (machine.cuda_devices if cuda else machine.cpu_cores)
+    if cuda and per_node > machine.cuda_devices:
+        raise ConfigError(f"--gpus-per-node: {per_node} asked for, but this node has {machine.cuda_devices} CUDA GPU(s)")
+    counts = set(cfg.gpus or (() if cfg.nodes else _default_counts(cuda, machine)))
+    counts |= {k * per_node for k in (cfg.nodes or ())}
+    if cfg.comm_counts and not cfg.comm_bench:
+        raise ConfigError(f"--comm-counts {','.join(map(str, cfg.comm_counts))}: measures the collectives there, which "
+                          "--no-comm-bench turns off; leave one of the two out")
+    trained = tuple(sorted(counts))
+    counts = tuple(sorted(counts | set(cfg.comm_counts or ())))  # every count this sweep starts processes at
+    # Outside SLURM, with no node flags, every count runs on this machine (and must fit it).
+    single_node = not machine.slurm_nodes and cfg.nodes is None and cfg.gpus_per_node is None
+    local = list(counts) if single_node else [n for n in counts if n <= per_node]
+    multi = [n for n in counts if n not in local]
+    for n in multi:
+        if n % per_node:
+            raise ConfigError(f"--gpus: {n} devices do not fill whole nodes of {per_node} (--gpus-per-node); "
+                              f"expected a multiple of {per_node} above one node")
+    most_nodes = max([n // per_node for n in multi], default=1)
+    if most_nodes > 1 and machine.slurm_nodes < most_nodes:
+        where = (f"this SLURM allocation has {machine.slurm_nodes} node(s)" if machine.slurm_nodes
+                 else "this sweep does not run inside a SLURM allocation (salloc/sbatch)")
+        raise ConfigError(f"{most_nodes} nodes needed for {max(multi)} devices at {per_node} per node, but {where}")
+    if cfg.launcher == "slurm" and not machine.slurm_nodes:
+        raise ConfigError("--launcher slurm: this sweep does not run inside a SLURM allocation (salloc/sbatch)")
+    if local and cuda and max(local) > machine.cuda_devices and not (rehearsal.active() and single_node):
+        raise ConfigError(f"--gpus: {max(local)} GPUs asked for, but this machine has {machine.cuda_devices} CUDA GPU(s) visible")
+    if local and not cuda and max(local) > machine.cpu_cores:
+        raise ConfigError(f"--gpus: {max(local)} CPU processes asked for, but this machine has {machine.cpu_cores} CPU core(s); "
+                          f"on CPU each count is a gloo process with at least one core, so at most {machine.cpu_cores}")
+    if single_node:
+        per_node = max(counts)
+    counts = trained
+    if cfg.epochs and cfg.data != "voc":
+        raise ConfigError(f"--epochs {cfg.epochs}: whole epochs need a real data set; use --data voc or --steps")
+    if cfg.checkpoint and not cfg.epochs:
+        raise ConfigError("--checkpoint: saves once per epoch; it needs --epochs N")
+    if cfg.data == "voc":
+        if cfg.workloads != ("deeplabv3",):
+            raise ConfigError(f"--data voc: trains deeplabv3 only; got --workloads {','.join(cfg.workloads)} (use --workloads deeplabv3)")
+        if not cfg.voc_root:
+            raise ConfigError("--data voc: needs --voc-root PATH (the folder holding VOCdevkit/VOC2012)")
+        if not cfg.download:
+            from bench.workloads import voc
+            voc.check_tree(cfg.voc_root)
+    if cfg.sync_bn and not cuda:
+        raise ConfigError("--sync-bn: SyncBatchNorm runs on CUDA only; on CPU DDP keeps per-process BatchNorm "
+                          "(the equivalence check then normalises per replica on both sides)")
+    if cfg.weights:
+        registry.check_weights(cfg.weights, [w for w in cfg.workloads if w != "synthetic"])
+    if any(cfg.compile) and cfg.warmup == 0:
+        raise ConfigError("--warmup 0 with --compile: compilation happens in the first step; expected --warmup >= 1 "
+                          "so that it stays out of the measured steps")
+    profile = DEFAULT_PROFILE[dev] if cfg.profile is None else cfg.profile
+    for name in ("profile_steps", "profile_max_mb"):  # set, but no trace would be taken: refused, never ignored
+        if not profile and getattr(cfg, name) != SweepConfig.__dataclass_fields__[name].default:
+            raise ConfigError(f"--{name.replace('_', '-')}: takes effect with --profile only (on {dev} traces are off "
+                              f"unless --profile); add --profile, or leave --{name.replace('_', '-')} out")
+    shape = transformer.resolve_shape(cfg, dev) if "transformer" in names else None
+    timeout = cfg.timeout
+    pg = cfg.pg_timeout or (min(DEFAULT_PG_TIMEOUT_S[dev], timeout / 2) if timeout else DEFAULT_PG_TIMEOUT_S[dev])
+    resolved = dataclasses.replace(
+        cfg, workloads=names, device=dev, strategies=cfg.strategies or DEFAULT_STRATEGIES[dev], gpus=counts, gpus_per_node=per_node,
+        steps=cfg.steps or DEFAULT_STEPS[dev], repeats=cfg.repeats or DEFAULT_REPEATS[dev], profile=profile,
+        noise_repeats=cfg.noise_repeats or DEFAULT_NOISE_REPEATS[dev],
+        min_window_s=cfg.min_window_s or (DEFAULT_MIN_WINDOW_S if cfg.steps is None else None), warmup=DEFAULT_WARMUP[dev] if cfg.warmup is None else cfg.warmup,
+        pg_timeout=pg, fresh_interpreters=cuda if cfg.fresh_interpreters is None else cfg.fresh_interpreters,
+        num_workers=DEFAULT_NUM_WORKERS[dev] if cfg.num_workers is None else cfg.num_workers,
+        # One rule for every strategy, CPU and CUDA alike: the node's cores shared by the most processes a node
+        # runs (torchrun would give its ranks 1 and single/DataParallel every core). Stored as threads_per_process.
+        threads_per_process=cfg.threads_per_process or max(1, machine.cpu_cores // min(per_node, max(counts + (cfg.comm_counts or ())))),
+        synthetic_width=cfg.synthetic_width or synthetic.DEFAULTS[dev]["width"],
+        synthetic_depth=cfg.synthetic_depth or synthetic.DEFAULTS[dev]["depth"],
+        activation_checkpointing=tuple(activation_checkpointing(a) for a in cfg.activation_checkpointing),
+        **({"transformer_preset": cfg.transformer_preset or transformer.DEFAULTS[dev]["preset"], "transformer_layers": shape.layers,
+            "transformer_width": shape.width, "transformer_heads": shape.heads, "seq_len": shape.seq_len} if shape else {}),
+        # the recommendation's memory budget: the smallest GPU's memory; on CPU none unless given
+        memory_budget_gib=cfg.memory_budget_gib or (round(min(machine.gpu_memory_bytes) / 2**30, 2)
+                                                    if cuda and machine.gpu_memory_bytes else None))
+    settings.check_hsdp(resolved)  # every count in whole HSDP shard groups
+    items = plan(resolved, machine)  # impossible batch splits and user models fail here, before anything runs
+    # the prefetched batches and NCCL's segments of every configuration fit in /dev/shm
+    shm.check([s for s in items if isinstance(s, RunSpec)], machine.shm_free_bytes, resolved.num_workers)
+    return resolved
