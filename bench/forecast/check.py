@@ -20,7 +20,7 @@ forecast assumed and how far it erred where the sweep measured a count.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from bench.forecast import settings as fs
@@ -85,7 +85,9 @@ def _row(s: fs.Setting, target, inp, machine: fs.Machine, basis: str, judged_swe
                                                             else "") + f"; {inp.inter.words()}"}
     mine = raw.no_sync if s.strategy in ("ddp", "zero") and raw is not None else None
     if mine:
-        compute = inp.compute.slowed(fs.for_setting(s, machine).inter.co_run_x(n, target.nodes) / inp.co_run_base)
+        # like for like: the target's no_sync() step skips DDP's own gradient work, which the forecast's compute holds
+        own_less = replace(inp.compute, backward_ms=inp.compute.backward_ms - inp.own_ms)
+        compute = own_less.slowed(fs.for_setting(s, machine).inter.co_run_x(n, target.nodes) / inp.co_run_base)
         row["compute_error"] = (compute.total_ms - (mine["step_ms"] - mine.get("buffers_ms", 0.0))) / target.summary.median_ms
     again = raw.sync if raw is not None and s.strategy in ("ddp", "zero") else None
     row["noise"] = again["step_ms"] / target.summary.median_ms - 1 if again else None
@@ -149,8 +151,11 @@ def why(row: dict, inp: fs.Inputs, own: Optional[dict]) -> str:
     target's own compute under no_sync (DDP)."""
     parts = []
     if own and row.get("compute_error") is not None:
+        less = (f" (less DDP's own gradient work, {inp.own_ms:.1f} ms of bucket copies from x1's probe, which "
+                "no_sync() skips too)" if inp.own_ms > 0 else "")
         parts.append(f"compute without gradient sync was {own['step_ms']:.1f} ms at x{row['device_count']}; the "
-                     f"forecast's compute {row['compute_error']:+.0%} of the step off it (the ranks share this machine)")
+                     f"forecast's compute{less} {row['compute_error']:+.0%} of the step off it (the ranks share this "
+                     "machine)")
         parts.append(f"communication and waiting: {row['error'] - row['compute_error']:+.0%} of the step off the "
                      "measurement")
     if row.get("noise") is not None and abs(row["noise"]) > CHECK_TARGET / 2:

@@ -70,6 +70,8 @@ class Inputs:
     step_ms: list = field(default_factory=list)       # the compute's run's steps (the slowest-rank spread)
     buffer_bytes: float = 0.0
     co_run_base: float = 1.0                          # the co-run slowdown already inside the compute
+    own_ms: float = 0.0                               # DDP's own gradient work inside the compute (bucket copies, x1's
+                                                      # probe): what a no_sync() step leaves out
     memory: Optional[mm.Base] = None
     words: list = field(default_factory=list)         # what was measured and what assumed
     from_counts: tuple = ()
@@ -168,8 +170,10 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
     compute = _compute(ph)
     words = [said]
     one = allowed.get(1)
-    if ph is raw.no_sync and one is not None and s.raws[one.key].sync and s.raws[one.key].no_sync:
+    own = None   # DDP's own gradient work at one rank: x1's probe, synchronised blocks against no_sync() ones
+    if one is not None and s.raws[one.key].sync and s.raws[one.key].no_sync:
         own = max(0.0, s.raws[one.key].sync["backward_ms"] - s.raws[one.key].no_sync["backward_ms"])
+    if ph is raw.no_sync and own is not None:
         compute = replace(compute, backward_ms=compute.backward_ms + own)
         words.append(f"DDP's own gradient work at one rank (bucket copies): {own:.2f} ms (x1's probe, measured)")
     inter = for_setting(s, machine).inter   # the co-run of this model's bytes, where measured per model
@@ -177,7 +181,8 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
                  buffer_bytes=raw.buffer_bytes if s.strategy in ("ddp", "zero") else 0.0,
                  co_run_base=inter.co_run_x(base.device_count, base.nodes), words=words, from_counts=(base.device_count,),
                  compute_spread=raw.spreads.get("no_sync" if ph is raw.no_sync else "measured", fi.Spread()),
-                 co_run_at=(base.device_count, base.nodes))
+                 co_run_at=(base.device_count, base.nodes),
+                 own_ms=own if own is not None and (ph is raw.no_sync or base is one) else 0.0)
     inp.words.append(inter.words())
     inp.words.append(fi.tail_words(len(raw.step_ms), f"x{base.device_count}"))
     grad_bytes = (s.any.grad_mib or 0) * 2**20
