@@ -87,7 +87,7 @@ def _row(s: fs.Setting, target, inp, machine: fs.Machine, basis: str, judged_swe
     if mine:
         # like for like: the target's no_sync() step skips DDP's own gradient work, which the forecast's compute holds
         own_less = replace(inp.compute, backward_ms=inp.compute.backward_ms - inp.own_ms)
-        compute = own_less.slowed(fs.for_setting(s, machine).inter.co_run_x(n, target.nodes) / inp.co_run_base)
+        compute = own_less.slowed(inp.inter.co_run_x(n, target.nodes) / inp.co_run_base)   # inp.inter: this model's
         row["compute_error"] = (compute.total_ms - (mine["step_ms"] - mine.get("buffers_ms", 0.0))) / target.summary.median_ms
     again = raw.sync if raw is not None and s.strategy in ("ddp", "zero") else None
     row["noise"] = again["step_ms"] / target.summary.median_ms - 1 if again else None

@@ -297,8 +297,8 @@ def co_run(driver, device: torch.device, group=None, rank: int = 0, chunk_ms: fl
 
 def interference_sweep(device: torch.device, sizes: list, ops: tuple, load_shape: Optional[tuple] = None,
                        scope: str = "world", group=None, api=None, state_bytes: tuple = ()) -> list:
-    """One row per (collective, size >= MIN_BYTES, or the largest size where none is) and one co-run row, for the
-    group's ranks (bench.store.schema: interference)."""
+    """One row per (collective, size >= MIN_BYTES, or the largest size where none is) and the co-run's rows (on CPU one
+    per model's bytes in state_bytes, else one), for the group's ranks (bench.store.schema: interference)."""
     ranks = dist.get_world_size(group) if dist.is_initialized() else 1
     rank = dist.get_rank(group) if dist.is_initialized() else 0
     shape = tuple(load_shape or LOAD_DEFAULT[device.type])
@@ -318,7 +318,7 @@ def interference_sweep(device: torch.device, sizes: list, ops: tuple, load_shape
         chunk()  # the load's own first calls (allocation, kernel selection) are not its speed
     chunk_ms = _max([base.chunks_ms(10) / 10], device, group)[0]
     lead = base.lead = max(2, math.ceil(LEAD_MS / max(chunk_ms, 1e-3)))
-    states = sorted({int(b) for b in ((state_bytes,) if isinstance(state_bytes, int) else state_bytes) if b > 0})
+    states = sorted({int(b) for b in state_bytes if b > 0})
     rows = []
     if device.type == "cpu" and states:  # on CPU the co-run's load trains layers holding each model's bytes
         for size in states:

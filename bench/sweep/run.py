@@ -2,7 +2,8 @@
 each result written to the store by this process alone; then the report.
 
 Ctrl-C, SIGTERM and SIGHUP, and standard output closed by its reader (`| head`: SIGPIPE's exit status), stop the
-running configuration (all its processes), record it 'interrupted', keep every finished result, mark the sweep 'interrupted' and return 128 + signal.
+running configuration (all its processes), record it 'interrupted', keep every finished result, mark the sweep
+'interrupted' and return 128 + signal.
 Anything that goes wrong inside the sweep process itself (a bug of the suite, a full disk) is recorded:
 the configuration fails with the reason, the sweep is marked 'failed', one line says where the full
 traceback was written, and the exit status is 3. Exit statuses: see EXIT_STATUS.
