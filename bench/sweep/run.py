@@ -98,6 +98,10 @@ def _progress(log: Callable, head: str) -> Callable:
     return show
 
 
+COMM_RUN_S = {False: 8.0, True: 30.0}  # a collectives run with its interference stage (CPU: 25 s for 3 measured; CUDA: unmeasured)
+BUCKET_STEPS_GUESS = 2  # DDP's bucket-timing steps (bench/rank/buckets.py: 2 on CPU, 3 on CUDA)
+
+
 def plan_summary(items: list, cfg: SweepConfig) -> str:
     runs = [i for i in items if isinstance(i, RunSpec)]
     skips = len(items) - len(runs)
@@ -106,20 +110,26 @@ def plan_summary(items: list, cfg: SweepConfig) -> str:
     if skips:
         parts.append(f"{skips} skipped (reasons recorded)")
     est = estimate_s(runs, cfg)
-    rough = f"{est:.0f} s" if est < 90 else f"{est / 60:.0f} min"
+    rough = f"{est:.0f} s" if est < 90 else f"{est / 60:.1f} min" if est < 600 else f"{est / 60:.0f} min"
     return "plan: " + ", ".join(parts) + (f"; roughly {rough} (process start-up and steps; a first guess)" if est else "")
 
 
 def estimate_s(runs: list, cfg: SweepConfig) -> float:
-    """A first guess of the sweep's length: start-up per configuration (on CPU ~6 s a new interpreter, ~2 s forked from
-    the fork server: the default sweep's 27 configurations took 150 s, guessed 152) plus steps at a per-device guess."""
-    per_step = {"synthetic": 0.02 if cfg.device == "cuda" else 0.05, "deeplabv3": 0.5}
+    """A first guess of the sweep's length: start-up per configuration (on CPU ~6 s a new interpreter, under 1 s forked
+    from the fork server), steps at a per-device guess (a DDP run times its window twice, synchronised and under
+    no_sync(), and its buckets for a few steps more), and a collectives run as a whole. Calibrated on the default CPU
+    sweep: 138 s of configurations measured (2026-11-27), 142 s guessed."""
+    per_step = {"synthetic": 0.02 if cfg.device == "cuda" else 0.05, "deeplabv3": 0.5 if cfg.device == "cuda" else 0.7}
     total = 0.0
     for r in runs:
-        per_start = 15.0 if cfg.device == "cuda" else 2.0 if r.process_start == "forked" else 6.0
+        if r.mode == "comm":
+            total += COMM_RUN_S[cfg.device == "cuda"]
+            continue
+        per_start = 15.0 if cfg.device == "cuda" else 1.0 if r.process_start == "forked" else 6.0
         step_s = per_step.get(r.workload, 0.2) * (2 if r.mode == "equivalence" else 1)
         window_s = max(r.steps * step_s, r.min_window_s)
-        total += per_start + r.warmup * step_s + window_s * (2 if r.strategy in DDP_BASED else 1)
+        ddp = r.strategy in DDP_BASED
+        total += per_start + r.warmup * step_s + window_s * (2 if ddp else 1) + (BUCKET_STEPS_GUESS * step_s if ddp else 0)
     return total
 
 
