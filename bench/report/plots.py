@@ -17,6 +17,8 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
+from bench.report import comm as comm_report  # noqa: E402
+
 COLORS = {"single": "#555555", "dp": "#d62728", "ddp": "#1f77b4", "zero": "#9467bd", "fsdp": "#2ca02c", "hsdp": "#ff7f0e"}
 NAMES = {"single": "single device", "dp": "DataParallel", "ddp": "DDP", "zero": "DDP+ZeRO", "fsdp": "FSDP", "hsdp": "HSDP"}
 STYLES = ("-", "--", ":", "-.")
@@ -153,11 +155,25 @@ def time_to_train_figure(bars: list, how: str, workload: str, where: str, refere
     return fig
 
 
+def exposed_ms(c) -> Optional[float]:
+    """The exposed communication a bar draws (ms), judged as the report's text judges it (bench.report.comm.resolved):
+    DDP's probe where it exceeds the steps' p10-p90 spread, at more than one rank (at one, DDP communicates nothing:
+    the probe is its own work, part of backward); None where it is not resolved (a negative probe included)."""
+    return comm_report.resolved(c) if c.device_count > 1 else None
+
+
+def unresolved(c) -> bool:
+    """Whether c has a communication probe at several ranks that the text calls 'not resolved': its bar says so."""
+    probe = c.exposed_comm_ms
+    return c.device_count > 1 and probe is not None and not math.isnan(probe) and exposed_ms(c) is None
+
+
 def phase_segments_ms(c) -> dict:
-    """The median step split into stacked segments (ms). DDP's backward phase includes the
-    all-reduce, so the exposed communication is taken out of it; 'other' is the rest of the median step."""
+    """The median step split into stacked segments (ms). DDP's backward phase includes the all-reduce, so the exposed
+    communication is taken out of it where the probe resolves it (`exposed_ms`); an unresolved probe stays in backward,
+    never a red segment of noise or a negative one. 'other' is the rest of the median step."""
     p = {k: (0.0 if math.isnan(v) else v) for k, v in c.phases_ms.items()}
-    exposed = 0.0 if math.isnan(c.exposed_comm_ms) else c.exposed_comm_ms
+    exposed = exposed_ms(c) or 0.0
     seg = dict(zip(SEGMENTS, (p.get("data_ms", 0.0), p.get("h2d_ms", 0.0), p.get("forward_ms", 0.0),
                               max(0.0, p.get("backward_ms", 0.0) - exposed), exposed, p.get("optimizer_ms", 0.0))))
     seg["other"] = max(0.0, c.summary.median_ms - sum(seg.values()))
@@ -167,7 +183,7 @@ def phase_segments_ms(c) -> dict:
 def phases_figure(configs: list, workload: str, where: str) -> Figure:
     """Stacked bars: where the median step's time goes, per strategy and count (slowest rank)."""
     fig, ax = _figure("Step broken into phases (medians, slowest rank per step)", where, workload, width=10.0)
-    labels = [_label(c) for c in configs]
+    labels = [_label(c) + ("\n(exposed comm.\nnot resolved)" if unresolved(c) else "") for c in configs]
     segs = [phase_segments_ms(c) for c in configs]
     bottom = [0.0] * len(configs)
     for name, color in zip(SEGMENTS, SEGMENT_COLORS):
