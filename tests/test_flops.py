@@ -1,6 +1,7 @@
 """The FLOPs of a training step, counted by FlopCounterMode on the meta device (bench.workloads.flops), against counts by
-hand: the synthetic MLP's exact formula, DeepLabV3's convolutions read off its layers, causal attention's 12·H·Q·T per
-token; what the counter misses on the CPU; the count changes nothing of the model it counts."""
+hand: the synthetic MLP's exact formula, DeepLabV3's convolutions read off its layers, grouped and depthwise
+convolutions' backward (twice their forward), causal attention's 12·H·Q·T per token; what the counter misses on the
+CPU; the count changes nothing of the model it counts."""
 from __future__ import annotations
 
 import copy
@@ -58,6 +59,43 @@ def test_deeplabv3_counts_every_convolution_forward_and_backward():
     # backward: each convolution's input and weight gradients, twice its forward, but the first has no input gradient
     assert got["flops_per_sample"] * 2 == 3 * sum(convs) - convs[0]
     assert got["flops_per_sample"] * 2 == 45_184_647_168  # ../shared/ANCHORS.md: 45.2 GFLOP at 64 px, batch 2
+
+
+def conv_by_hand(n: int, c_in: int, c_out: int, groups: int, k: int, out_side: int) -> int:
+    """A convolution's forward FLOPs: 2 per multiply-accumulate, each output element over Cin/groups x k x k inputs."""
+    return 2 * n * c_out * out_side * out_side * (c_in // groups) * k * k
+
+
+@pytest.mark.parametrize("c_in,c_out,groups", [(32, 32, 32), (32, 64, 4), (16, 16, 1)],
+                         ids=["depthwise", "grouped", "dense"])
+def test_a_grouped_or_depthwise_convolutions_backward_is_twice_its_forward(c_in, c_out, groups):
+    model = nn.Conv2d(c_in, c_out, 3, padding=1, groups=groups, bias=False)
+    x = torch.empty(2, c_in, 32, 32, device="meta", requires_grad=True)  # so backward computes the input's gradient
+    got = flops.count_step(model, x, torch.empty(2, c_out, 32, 32, device="meta"), F.mse_loss)
+    forward = conv_by_hand(2, c_in, c_out, groups, 3, 32)
+    assert got.by_op["aten.convolution"] == got.forward == forward
+    # the input's gradient and the weight's each do the forward's multiply-accumulates, whatever the groups
+    assert got.by_op["aten.convolution_backward"] == 2 * forward and got.total == 3 * forward
+
+
+def test_a_grouped_transposed_convolutions_backward_is_twice_its_forward():
+    model = nn.ConvTranspose2d(32, 64, 2, stride=2, groups=4, bias=False)
+    x = torch.empty(2, 32, 16, 16, device="meta", requires_grad=True)
+    got = flops.count_step(model, x, torch.empty(2, 64, 32, 32, device="meta"), F.mse_loss)
+    forward = 2 * 2 * 16 * 16 * 32 * (64 // 4) * 2 * 2  # each input element meets Cout/groups x k x k weights
+    assert got.forward == forward and got.by_op["aten.convolution_backward"] == 2 * forward
+
+
+def test_mobilenet_v3_small_trains_at_three_times_its_forward_not_thirty():
+    import torchvision
+    with torch.device("meta"):
+        model = torchvision.models.mobilenet_v3_small()  # depthwise blocks throughout
+    x, y = torch.empty(2, 3, 64, 64, device="meta"), torch.zeros(2, dtype=torch.long, device="meta")
+    got = flops.count_step(model, x, y, F.cross_entropy)
+    # every matmul and convolution costs its forward again for each gradient, except the stem's input gradient (the
+    # image needs none): a 3 -> 16 convolution, 3 x 3, stride 2, 32 x 32 out
+    assert got.total == 3 * got.forward - conv_by_hand(2, 3, 16, 1, 3, 32)
+    assert 2.8 < got.total / got.forward <= 3
 
 
 class CausalAttention(nn.Module):
