@@ -11,6 +11,7 @@ To keep the file short in time, the faulty and interrupted sweeps all start at o
 from __future__ import annotations
 
 import glob
+import json
 import os
 import random
 import re
@@ -658,3 +659,22 @@ def test_a_sweep_whose_output_is_closed_stops_as_sigpipe_would_with_its_store_wh
     assert "Traceback" not in err and "internal error" not in err
     assert read(path, "SELECT status FROM sweeps WHERE sweep_id = 1")[0]["status"] == "interrupted"
     assert all(r["status"] in ("ok", "interrupted") for r in read(path, "SELECT status FROM results"))
+
+
+def test_ddps_unused_parameter_error_at_run_time_names_the_flag_to_add(tmp_path):
+    # A parameter unused only in later steps passes the plan's dry run; DDP's own error then reaches the report with
+    # the suite's flag named, not only DDP's keyword.
+    from bench.sweep import diagnose
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "error-rank1.json").write_text(json.dumps({
+        "rank": 1, "time": 1.0, "type": "RuntimeError", "traceback": "",
+        "message": "Expected to have finished reduction in the prior iteration before starting a new one. This error "
+                   "indicates that your module has parameters that were not used in producing loss."}))
+    log = out / "log0.txt"
+    log.write_text("")
+    spec = plan.RunSpec(workload="synthetic", strategy="ddp", device_type="cpu", device_count=2, per_device_batch=1,
+                        global_batch=2, image_size=0, steps=3, warmup=0, threads=0, seed=0, scaling="weak")
+    got = diagnose.diagnose(str(out), str(log), 1, spec)
+    assert got.failed_rank == 1 and got.reason.startswith("rank 1: RuntimeError: Expected to have finished")
+    assert got.reason.endswith("--find-unused-parameters true"), got.reason

@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 TIMEOUT_WORDS = re.compile(r"timed out|timeout|watchdog", re.I)
+# DDP's error when a parameter got no gradient in a step the plan's dry run did not see (a branch taken only later):
+# the plan refuses what the dry run finds (bench.sweep.settings.unused_refusal); this names the flag for the rest.
+DDP_UNUSED_WORDS = re.compile(r"Expected to have finished reduction in the prior iteration")
+DDP_UNUSED_HINT = ("; a parameter got no gradient in a step (a branch the planning dry run did not take): run it with "
+                   "--find-unused-parameters true")
 
 
 @dataclass
@@ -93,7 +98,9 @@ def diagnose(out_dir: str, log_path: str, rc: Optional[int], spec=None, watch=No
                            f"waiting for it, --pg-timeout); first error: {error_text(errors[0])}", details,
                            failed_rank=silent[0])
     if errors:
-        return Outcome("failed", error_text(errors[0]), details, failed_rank=errors[0]["rank"])
+        text = error_text(errors[0])
+        return Outcome("failed", text + (DDP_UNUSED_HINT if DDP_UNUSED_WORDS.search(text) else ""), details,
+                       failed_rank=errors[0]["rank"])
     if root:
         rank, code, why = int(root.group(1)), int(root.group(2)), root.group(3).strip()
         return Outcome("failed", f"rank {rank}: exit code {code}" + (f" ({signal_name(-code)})" if code < 0 else "")
