@@ -42,7 +42,12 @@ def test_a_device_the_table_does_not_name_whole_gets_no_peak_never_a_neighbours(
 def test_the_precision_that_ran_picks_the_peak_fsdp_bf16_parameters_run_the_matmuls_in_bf16():
     assert peaks.precision_key("fp32") == "fp32" and peaks.precision_key("fp16", {}) == "fp16"
     assert peaks.precision_key("fp32", {"mixed_precision": "bf16", "reshard": True}) == "bf16"
-    assert peaks.lookup("Tesla V100-SXM2-16GB", "bf16") is None and peaks.lookup("Tesla V100-SXM2-16GB", "tf32") is None
+    assert peaks.lookup("Tesla V100-SXM2-16GB", "bf16") is None  # no BF16 unit: no peak to hold it to
+
+
+def test_tf32_asked_of_a_gpu_without_tf32_is_held_to_the_fp32_units_it_ran_on_and_says_so():
+    p = peaks.lookup("Tesla V100-SXM2-16GB", "tf32")
+    assert p.tflops == 15.7 and "no TF32 unit" in p.source and "FP32 units" in p.source
 
 
 def test_peak_tflops_overrides_or_adds_a_device_and_refuses_bad_values_naming_them():

@@ -10,7 +10,7 @@ A device is recognised by its exact name as torch reports it (`torch.cuda.get_de
 an H100 NVL or a V100S is not an H100 SXM or a V100, and an unknown device gets no peak at all, never a neighbour's
 (a missing device once fell back to another's peak and showed 200% MFU: torchtitan PR #1201). `--peak-tflops` adds
 a device or overrides the table. Precisions: fp32 here keeps TF32 off, so its peak is the FP32 one without tensor
-cores; tf32 is the TF32 tensor peak; bf16 and fp16 (autocast) the 16-bit tensor peak.
+cores; tf32 is the TF32 tensor peak (the FP32 one on a GPU without TF32, a V100, where it ran on those); bf16 and fp16 (autocast) the 16-bit tensor peak.
 """
 from __future__ import annotations
 
@@ -86,6 +86,8 @@ def lookup(name: str, precision: str, override: Optional[dict] = None) -> Option
         if value is not None:
             return Peak(value, name or "this device", "--peak-tflops")
     d = device_entry(name)
+    if d is not None and precision == "tf32" and d.tf32 is None:  # TF32 asked of a GPU without it (V100): FP32 ran
+        return Peak(d.fp32, d.name, d.source + "; no TF32 unit, so --precision tf32 ran on the FP32 units: their peak")
     value = getattr(d, precision, None) if d is not None and precision in PRECISIONS else None
     return Peak(value, d.name, d.source) if value else None
 
