@@ -10,7 +10,8 @@ A device is recognised by its exact name as torch reports it (`torch.cuda.get_de
 an H100 NVL or a V100S is not an H100 SXM or a V100, and an unknown device gets no peak at all, never a neighbour's
 (a missing device once fell back to another's peak and showed 200% MFU: torchtitan PR #1201). `--peak-tflops` adds
 a device or overrides the table. Precisions: fp32 here keeps TF32 off, so its peak is the FP32 one without tensor
-cores; tf32 is the TF32 tensor peak (the FP32 one on a GPU without TF32, a V100, where it ran on those); bf16 and fp16 (autocast) the 16-bit tensor peak.
+cores; tf32 is the TF32 tensor peak (the FP32 one on a GPU without TF32, a V100, where it ran on those); bf16 and
+fp16 (autocast) the 16-bit tensor peak.
 """
 from __future__ import annotations
 
