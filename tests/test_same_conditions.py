@@ -112,7 +112,7 @@ def test_the_whole_runs_peak_is_read_before_the_reset_and_kept_beside_the_steady
     steady = {"peak_allocated_mib": 2500.0, "peak_reserved_mib": 2600.0, "device_used_mib": 3300.0}
     row = memory.with_run_peaks(steady, got["cuda:0"])
     assert (row["peak_reserved_mib"], row["run_peak_reserved_mib"], row["run_device_used_mib"]) == (2600.0, 5000.0, 5700.0)
-    assert memory.with_run_peaks(steady, None)["run_peak_reserved_mib"] == 2600.0   # no reset (--epochs): the same
+    assert memory.with_run_peaks(steady, None)["run_peak_reserved_mib"] == 2600.0   # no reading: the steady ones
 
 
 class Epochs:
@@ -162,6 +162,25 @@ def test_epoch_mode_resets_peaks_after_the_warmup_and_compiles_outside_every_epo
     assert all(e["wall_s"] < SlowFirstCall.COMPILE_S for e in out["epochs"]), out["epochs"]
     assert [r["step"] for r in out["steps"]] == list(range(6))  # the compiling step is not counted
     assert all(torch.equal(a, b) for a, b in zip(before, model.buffers()))
+
+
+def test_epoch_mode_keeps_the_whole_runs_peak_read_before_the_reset(monkeypatch):
+    # VOC's --epochs runs reset the peaks inside the first epoch: the warm-up's (and compilation's) peak is read first
+    s = spec(epochs=2, warmup=2, data="voc")
+    torch.manual_seed(0)
+    wl = Epochs(builder(s.workload)(s, 0, CPU))
+    t = trainer(s, wl=wl)
+    calls = []
+    warmup_peak = {"run_peak_allocated_mib": 3000.0, "run_peak_reserved_mib": 5000.0, "run_device_used_mib": 5700.0}
+    steady = {"device": "cuda:0", "peak_allocated_mib": 2500.0, "peak_reserved_mib": 2600.0, "device_used_mib": 3300.0}
+    monkeypatch.setattr(memory, "run_peaks", lambda devices: calls.append(("read", t.n)) or {"cuda:0": warmup_peak})
+    monkeypatch.setattr(memory, "reset_peaks", lambda devices: calls.append(("reset", t.n)))
+    monkeypatch.setattr(memory, "peak_memory", lambda devices, rank, artefact_bytes, run:
+                        [memory.with_run_peaks(dict(steady), (run or {}).get("cuda:0"))])
+    out = worker.measure(s, t, [CPU], wl)
+    assert calls == [("read", s.warmup), ("reset", s.warmup)]
+    row = out["memory"][0]
+    assert (row["peak_reserved_mib"], row["run_peak_reserved_mib"], row["run_device_used_mib"]) == (2600.0, 5000.0, 5700.0)
 
 
 # ---- the probe's buffers ------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Whole epochs as the worker times them (--epochs): each epoch's batches with the memory peaks reset after
-the warm-up, and torch.compile's compilation run before any epoch's window.
+the warm-up (the whole run's peaks read just before), and torch.compile's compilation run before any epoch's window.
 
     t.compile_s = compile_before_epochs(t, wl, devices)          # with --compile, before epoch 0
-    t.window(started_inside(wl, epoch, t, warmup, devices, reset), None, f"epoch{epoch}")
+    t.window(started_inside(wl, epoch, t, warmup, devices, reset, run), None, f"epoch{epoch}")
 """
 from __future__ import annotations
 
@@ -15,12 +15,15 @@ from bench.rank.loop import Trainer
 from bench.rank.strategies import unwrap
 
 
-def started_inside(wl, epoch: int, t: Trainer, warmup: int, devices: list, reset: list):
+def started_inside(wl, epoch: int, t: Trainer, warmup: int, devices: list, reset: list, run: dict):
     """The epoch's batches, its loader started at the first next(): inside the window that times the epoch.
     The peaks are reset (cache emptied) as the first step after the warm-up takes its batch, once (`reset`):
-    steady-state memory, as in fixed-step runs; in the epoch that holds the warm-up steps anyway."""
+    steady-state memory, as in fixed-step runs; in the epoch that holds the warm-up steps anyway. Just before, the
+    whole run's peaks so far (compilation, the warm-up, cuDNN's autotuning) are read into `run` (memory.run_peaks),
+    which the reset would lose."""
     for batch in wl.batches(epoch):
         if not reset and t.n >= warmup:
+            run.update(memory.run_peaks(devices))
             memory.reset_peaks(devices)
             reset.append(t.n)
         yield batch

@@ -55,7 +55,8 @@ def run_peaks(devices: list, api=torch.cuda, level=None) -> dict:
 
 def with_run_peaks(row: dict, before: Optional[dict]) -> dict:
     """A device's row with the whole run's peaks: the larger of what `run_peaks` read before the reset and the steady
-    peaks after it; without a reading (no reset: --epochs) the steady peaks are the whole run's."""
+    peaks after it (fixed-step and --epochs runs both read it); without a reading for the device the steady peaks stand
+    in for the whole run's."""
     steady = {f"run_{k}": row.get(k) for k in ("peak_allocated_mib", "peak_reserved_mib", "device_used_mib")}
     if not before:
         return {**row, **steady}

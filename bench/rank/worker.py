@@ -99,7 +99,7 @@ def measure(spec: RunSpec, t: Trainer, devices: list, wl, beat=None, baseline_rs
     if spec.epochs:
         if spec.compile:  # before every epoch's time
             t.compile_s = epochs_mod.compile_before_epochs(t, wl, devices)
-        reset = []
+        reset, run_peaks = [], {}
         if sampler:
             sampler.start()
         for epoch in range(spec.epochs):
@@ -107,7 +107,7 @@ def measure(spec: RunSpec, t: Trainer, devices: list, wl, beat=None, baseline_rs
             if spec.checkpoint:  # inside the epoch's time, like the reference experiment; every rank (FSDP gathers)
                 from bench.rank.checkpoint import save_full
                 save = lambda: save_full(t.model, os.path.join(spec.out_dir, "checkpoint.pt"), t.rank)
-            batches = epochs_mod.started_inside(wl, epoch, t, spec.warmup, devices, reset)
+            batches = epochs_mod.started_inside(wl, epoch, t, spec.warmup, devices, reset, run_peaks)
             got = t.window(batches, None, f"epoch{epoch}", before_close=save)
             for r in got["rows"]:
                 r["kind"] = "warmup" if r["step"] < spec.warmup else "measure"
