@@ -1,6 +1,7 @@
 """The GPU's state in the measured window (bench.machine.gpustate, bench.analysis.gpustate): a sampling thread over a
 fake NVML whose throttle reasons change mid-window, its rows through the store, and the report flagging the
-configuration that throttled with the reason, the clock it left and for how much of the window."""
+configuration that throttled with the reason, the GPU, the clock it left and for how much of that GPU's window (judged
+per GPU: one of eight capped is not averaged away)."""
 from __future__ import annotations
 
 import re
@@ -11,7 +12,7 @@ import pytest
 from bench.analysis import gpustate as state
 from bench.machine import gpustate
 from bench.report import pages, recommend, report
-from test_utilisation import MLP_FLOPS, build, payload, rspec
+from test_utilisation import H100, MLP_FLOPS, build, payload, rspec
 
 POWER_CAP, IDLE, APP_CLOCKS = 0x4, 0x1, 0x2
 
@@ -106,16 +107,39 @@ def test_the_report_flags_a_configuration_that_throttled_with_its_reason(tmp_pat
                       (rspec("ddp", 2), payload(2, 10.4, MLP_FLOPS, gpu_samples=hot + [dict(r, rank=1, device="cuda:1")
                                                                                          for r in cool]))])
     ddp = next(c for c in sw.bench["synthetic"] if c.strategy == "ddp")
-    assert ddp.gpu.samples == 100 and ddp.gpu.words() == "power cap: SM clock 1410 of 1980 MHz for 20% of the window"
+    # judged on the GPU that throttled (40% of its window), not on both pooled (20%)
+    words = "power cap on rank 0 (cuda:0), 1 of 2 GPUs: SM clock 1410 of 1980 MHz for 40% of the window"
+    assert ddp.gpu.samples == 100 and ddp.gpu.gpus == 2 and ddp.gpu.words() == words
     text = recommend.answer(sw, "synthetic", sw.bench["synthetic"], "fp32")[1]
-    assert ("Its GPUs throttled in the measured window (power cap: SM clock 1410 of 1980 MHz for 20% of the window): "
-            "its speed is the throttled machine's.") in text
+    assert f"It throttled in the measured window ({words}): its speed is the throttled machine's." in text
     md = pages.to_markdown(report.blocks(sw, {}), str(tmp_path))   # the report's blocks, no plots drawn
     table = md[md.index("| strategy | precision / settings | GPUs"):]
-    assert re.search(r"\| DDP \| fp32 \| 2 \|.*\| power cap: SM clock 1410 of 1980 MHz for 20% of the window \|", table)
+    assert re.search(r"\| DDP \| fp32 \| 2 \|.*\| " + re.escape(words) + r" \|", table)
     assert re.search(r"\| single device \| fp32 \| 1 \|.*\| no \|", table)
     assert "### synthetic: the GPU's state in the measured window" in md
-    assert "| DDP x2 | fp32 | 1980 of 1980 MHz | 600 of 700 | 72 | power cap: SM clock 1410" in md
+    assert "| DDP x2 | fp32 | 1980 of 1980 MHz | 600 of 700 | 72 | power cap on rank 0 (cuda:0)" in md
+    assert "held one GPU's clock for 5% of its window or more, judged per GPU" in md
+
+
+def eight_gpus(throttled: dict) -> list:
+    """An 8-GPU DDP run's samples, rank r on cuda:r, power-capped for the share of its window `throttled` gives it."""
+    return [dict(r, rank=k, device=f"cuda:{k}") for k in range(8) for r in rows_with(throttled.get(k, 0.0))]
+
+
+def test_one_gpu_of_eight_capped_for_30_percent_is_flagged_and_named_not_pooled_away(tmp_path):
+    rows = eight_gpus({5: 0.3})
+    s = state.summarise(rows)
+    pooled = sum(1 for r in rows if r["reasons"]) / len(rows)
+    assert pooled < state.THROTTLED_SHARE   # 3.75%: pooled, the throttle would pass unseen
+    assert s.throttled and s.gpus == 8 and s.samples == 400
+    assert s.words() == "power cap on rank 5 (cuda:5), 1 of 8 GPUs: SM clock 1410 of 1980 MHz for 30% of the window"
+    two = state.summarise(eight_gpus({5: 0.3, 2: 0.1, 7: 0.02}))   # the 2% one stays under the threshold
+    assert two.words() == ("power cap on 2 of 8 GPUs, longest rank 5 (cuda:5): SM clock 1410 of 1980 MHz for 30% of "
+                           "the window")
+    path = str(tmp_path / "s.sqlite")
+    sw = build(path, [(rspec("ddp", 8), payload(8, 10.4, MLP_FLOPS, gpu_samples=rows))], gpus=(H100,) * 8)
+    md = pages.to_markdown(report.blocks(sw, {}), str(tmp_path))
+    assert "| DDP x8 | fp32 | 1980 of 1980 MHz |" in md and "power cap on rank 5 (cuda:5), 1 of 8 GPUs" in md
 
 
 @pytest.mark.parametrize("name", ["nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons",

@@ -85,8 +85,10 @@ def blocks(workload: str, configs: list) -> list:
                       f"{c.gpu.temperature_max_c:.0f}", throttle_cell(c), str(c.gpu.samples)] for c in sampled]))
         out.append(("p", f"Sampled from NVML every {INTERVAL_S * 1e3:.0f} ms by a thread beside the measured window (it "
                          "touches no CUDA stream), every rank's GPUs. Throttled: a throttle reason (power cap, thermal or "
-                         "hardware slowdown, power brake, sync boost, board limit) held the clock for "
-                         f"{THROTTLED_SHARE:.0%} of the window or more."))
+                         "hardware slowdown, power brake, sync boost, board limit) held one GPU's clock for "
+                         f"{THROTTLED_SHARE:.0%} of its window or more, judged per GPU and named by its rank and "
+                         "device (a step runs at its slowest GPU's pace); clock, power and temperature: all GPUs "
+                         "together."))
     return out
 
 
@@ -101,10 +103,10 @@ def clause(c) -> str:
 
 
 def throttled_sentence(c) -> str:
-    """For the recommendation: '' unless the configuration's GPUs throttled."""
+    """For the recommendation: '' unless a GPU of the configuration throttled."""
     if c.gpu is None or not c.gpu.throttled:
         return ""
-    return f"Its GPUs throttled in the measured window ({c.gpu.words()}): its speed is the throttled machine's."
+    return f"It throttled in the measured window ({c.gpu.words()}): its speed is the throttled machine's."
 
 
 def forecast_mfu(s, p) -> str:
