@@ -74,7 +74,7 @@ class Raw:
     spreads: dict = field(default_factory=dict)     # 'measured' | 'no_sync' | 'sync' -> Spread of the median step
     ready: list = field(default_factory=list)       # one observation per (repeat, rank, step): [fraction per bucket]
     peaks: Spread = field(default_factory=Spread)   # the largest rank's peak per process (MiB)
-    runtime_mib: Optional[float] = None             # CUDA: the device level beyond the allocator's peak (context, NCCL)
+    runtime_mib: Optional[float] = None             # CUDA: the process's level beyond the allocator's peak, whole run
 
 
 def _keyed(rows: list) -> list:
@@ -181,9 +181,24 @@ def memory(rows: list) -> tuple:
     return state, (stats.median(peaks) if peaks else None), method
 
 
+def _held_mib(r: dict) -> Optional[float]:
+    """What the process held on its GPU at most (MiB), as far as its row says: nvidia-smi's process level after the
+    window, and over the whole run (bench.rank.memory.run_peaks: compilation, the warm-up, cuDNN's autotuning, read
+    before the peaks were reset) the device level less what other processes held there after the window, and the
+    allocator's reserved peak. None where the row has none of them (no NVML, an older store)."""
+    others = (max(0.0, r["device_used_mib"] - r["process_used_mib"])
+              if r.get("device_used_mib") is not None and r.get("process_used_mib") is not None else 0.0)
+    held = [r.get("process_used_mib"), r.get("run_peak_reserved_mib"),
+            r["run_device_used_mib"] - others if r.get("run_device_used_mib") is not None else None]
+    held = [v for v in held if v is not None]
+    return max(held) if held else None
+
+
 def _memory(rows: list) -> tuple:
-    """(state, [peak per process], method, runtime MiB or None): runtime, on CUDA where nvidia-smi's process level is
-    known, that level beyond the allocator's peak (the CUDA context, NCCL's buffers, the allocator's cache)."""
+    """(state, [peak per process], method, runtime MiB or None): runtime, on CUDA where the process's level is known
+    (`_held_mib`), that level beyond the allocator's steady peak: the CUDA context, NCCL's buffers, the allocator's cache,
+    and where the whole run went higher (compilation, autotuning) that too: the forecast's device level at the measured
+    count is the whole run's, not the measured window's alone."""
     states, peaks, method, runtime = {k: [] for k in STATE}, [], "", []
     for rs in _by_process(rows).values():
         for k in STATE:
@@ -193,8 +208,8 @@ def _memory(rows: list) -> tuple:
         alloc = [r["peak_allocated_mib"] - (r.get("artefact_mib") or 0.0) for r in rs if r.get("peak_allocated_mib") is not None]
         rss = [r["peak_rss_mib"] - r["baseline_rss_mib"] for r in rs
                if r.get("peak_rss_mib") is not None and r.get("baseline_rss_mib") is not None]
-        level = [r["process_used_mib"] - r["peak_allocated_mib"] for r in rs
-                 if r.get("process_used_mib") is not None and r.get("peak_allocated_mib") is not None]
+        level = [_held_mib(r) - r["peak_allocated_mib"] for r in rs
+                 if _held_mib(r) is not None and r.get("peak_allocated_mib") is not None]
         if alloc:
             peaks.append(max(alloc))
             method = "the allocator's peak (torch.cuda.max_memory_allocated), net of the suite's batches"
