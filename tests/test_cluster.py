@@ -52,23 +52,81 @@ def fake_srun(folder, script: str) -> str:
     return str(folder)
 
 
-def test_each_multi_node_step_gets_the_allocations_cpus_per_task_which_srun_no_longer_inherits(tmp_path, monkeypatch):
+def test_each_multi_node_step_gets_its_nodes_cpus_which_srun_no_longer_inherits(tmp_path, monkeypatch):
     import os
     from bench.shared.spec import RunSpec
     from bench.sweep.launch import Limits, run_config
     calls = tmp_path / "srun-args"
     bin_dir = fake_srun(tmp_path / "bin", f'printf "%s\\n" "$@" > {calls}\nexit 1\n')
     monkeypatch.setenv("PATH", bin_dir + os.pathsep + os.environ["PATH"])
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    monkeypatch.delenv("SRUN_CPUS_PER_TASK", raising=False)
-    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "32")   # salloc/sbatch --cpus-per-task=32
+    for name in [v for v in os.environ if v.startswith(("SLURM_", "SRUN_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SLURM_JOB_CPUS_PER_NODE", "96(x2)")   # salloc -N2 --ntasks-per-node=8 --cpus-per-task=12
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "12")
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "8")
     spec = RunSpec(workload="synthetic", strategy="ddp", device_type="cpu", device_count=2, per_device_batch=4,
                    global_batch=8, image_size=0, steps=2, warmup=0, threads=1, seed=0, scaling="weak", nodes=2,
                    launcher="slurm", pg_timeout_s=30.0)
     out = run_config(spec, Limits(fixed_s=60.0), shared_dir=str(tmp_path / "runs"))
     args = calls.read_text().split()
-    assert out.status == "failed" and args[:4] == ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=32"]
-    assert slurm.cpus_per_task({}) == [] and slurm.cpus_per_task({"SLURM_CPUS_PER_TASK": "8", "SRUN_CPUS_PER_TASK": "8"}) == []
+    assert out.status == "failed" and args[:4] == ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=96"]
+
+
+# The allocation's shape, as salloc/sbatch set SLURM's variables for it, and the --cpus-per-task each step's one task
+# per node (torchrun, all of the node's ranks) needs: the node's CPUs in the allocation, never one rank's figure.
+NODE_CPUS = [
+    ({"SLURM_JOB_CPUS_PER_NODE": "96(x2)", "SLURM_CPUS_PER_TASK": "12", "SLURM_NTASKS_PER_NODE": "8",
+      "SLURM_TASKS_PER_NODE": "8(x2)", "SRUN_CPUS_PER_TASK": "12"}, 96),      # --ntasks-per-node=8 --cpus-per-task=12
+    ({"SLURM_CPUS_PER_TASK": "12", "SLURM_NTASKS_PER_NODE": "8"}, 96),       # the same, no per-node count
+    ({"SLURM_CPUS_PER_TASK": "12", "SLURM_TASKS_PER_NODE": "8(x2)"}, 96),    # tasks per node from the layout
+    ({"SLURM_CPUS_PER_TASK": "32"}, 32),                                    # one task per node
+    ({"SLURM_JOB_CPUS_PER_NODE": "96(x2)", "SLURM_CPUS_PER_GPU": "12", "SLURM_GPUS_PER_NODE": "h100:8"}, 96),
+    ({"SLURM_CPUS_PER_GPU": "12", "SLURM_GPUS_PER_NODE": "h100:8"}, 96),     # --gpus-per-node=h100:8 --cpus-per-gpu=12
+    ({"SLURM_CPUS_PER_GPU": "12", "SLURM_GPUS_ON_NODE": "4"}, 48),
+    ({"SLURM_JOB_CPUS_PER_NODE": "128(x4)", "SLURM_TASKS_PER_NODE": "1(x4)"}, 128),   # --exclusive: whole nodes
+    ({"SLURM_CPUS_ON_NODE": "64"}, 64),                                     # the batch step's node only
+    ({"SLURM_JOB_CPUS_PER_NODE": "96(x2),48", "SLURM_CPUS_ON_NODE": "96"}, 48),   # unequal nodes: the smallest
+    ({"SLURM_JOB_CPUS_PER_NODE": "72,36(x3)"}, 36),
+]
+
+
+@pytest.mark.parametrize("env, cpus", NODE_CPUS)
+def test_a_multi_node_step_asks_srun_for_the_nodes_cpus_in_every_allocation_shape(env, cpus):
+    assert slurm.cpus_per_task({"SLURM_JOB_ID": "42", **env}) == [f"--cpus-per-task={cpus}"]
+
+
+@pytest.mark.parametrize("env", [{}, {"SRUN_CPUS_PER_TASK": "8"}, {"SLURM_JOB_CPUS_PER_NODE": "garbled"},
+                                 {"SLURM_CPUS_PER_GPU": "12"}])   # no GPUs said: nothing to multiply
+def test_a_multi_node_step_passes_no_cpus_where_no_variable_says_the_nodes(env):
+    assert slurm.cpus_per_task({"SLURM_JOB_ID": "42", **env}) == []
+
+
+def test_slurms_per_node_counts_are_read_in_their_compressed_form():
+    assert slurm.per_node_counts("96(x2),48") == [96, 96, 48]
+    assert slurm.per_node_counts("8") == [8]
+    assert slurm.per_node_counts("") == [] and slurm.per_node_counts("96(x2") == []
+
+
+def test_an_allocation_made_with_cpus_per_gpu_runs_the_step_without_it_beside_cpus_per_task(tmp_path, monkeypatch):
+    # srun reads SLURM_CPUS_PER_GPU as its own --cpus-per-gpu, which it refuses beside --cpus-per-task on one line
+    import os
+    import subprocess
+    from bench.shared.spec import RunSpec
+    calls = tmp_path / "srun-args"
+    bin_dir = fake_srun(tmp_path / "bin", f'echo "${{SLURM_CPUS_PER_GPU-unset}} $*" > {calls}\n')
+    monkeypatch.setenv("PATH", bin_dir + os.pathsep + os.environ["PATH"])
+    for name in [v for v in os.environ if v.startswith(("SLURM_", "SRUN_"))]:
+        monkeypatch.delenv(name)
+    for name, value in {"SLURM_JOB_ID": "42", "SLURM_CPUS_PER_GPU": "12", "SLURM_GPUS_PER_NODE": "8",
+                        "SLURM_JOB_CPUS_PER_NODE": "96(x2)"}.items():   # salloc -N2 --gpus-per-node=8 --cpus-per-gpu=12
+        monkeypatch.setenv(name, value)
+    spec = RunSpec(workload="synthetic", strategy="ddp", device_type="cuda", device_count=16, per_device_batch=4,
+                   global_batch=64, image_size=0, steps=2, warmup=0, threads=1, seed=0, scaling="weak", nodes=2,
+                   launcher="slurm", out_dir=str(tmp_path))
+    subprocess.run(slurm.command(spec, "spec.json", [], "bench.rank.worker", "bench.sweep.torchrun"), check=True)
+    seen = calls.read_text().split()
+    assert seen[0] == "unset" and "--cpus-per-task=96" in seen
+    assert slurm.without_cpus_per_gpu({"SLURM_CPUS_PER_TASK": "12"}) == []
 
 
 def test_the_report_warns_where_a_nodes_cores_were_fewer_than_its_ranks_need(tmp_path):

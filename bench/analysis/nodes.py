@@ -9,8 +9,9 @@ process could run on, as its srun step confined it. The ranks on a node need at 
 
 cores: the budget the sweep gave every configuration (threads_per_process is the sweep's node's cores shared by
 its ranks). With fewer, ranks share cores, and a 1 -> 2 node step measures the launcher's confinement as much as
-the network: since Slurm 22.05 srun does not inherit --cpus-per-task from salloc/sbatch (bench.sweep.slurm passes
-SLURM_CPUS_PER_TASK on; an allocation without it gives each step's task what SLURM's defaults give, often 1 CPU).
+the network. bench.sweep.slurm gives each srun step's one task per node the node's CPUs in the allocation (srun
+inherits no --cpus-per-task since Slurm 22.05); fewer remain where the allocation itself holds fewer, or where no
+SLURM variable said how many it holds.
 """
 from __future__ import annotations
 
@@ -35,6 +36,6 @@ def starved_nodes(sweep) -> list:
                            f"worker(s))): its ranks shared cores, so this figure measures the launcher's confinement as "
                            f"much as the network" + (f" (the sweep's own node, where the one-node configurations ran, "
                                                      f"had {here})" if here else "")
-                           + ". Allocate with --cpus-per-task (the sweep passes SLURM_CPUS_PER_TASK to each srun step; "
-                           "since Slurm 22.05 srun does not inherit it)")
+                           + ". Allocate more CPUs per node (--cpus-per-task with --ntasks-per-node, --cpus-per-gpu, or "
+                           "--exclusive): each srun step is given its node's CPUs in the allocation")
     return out

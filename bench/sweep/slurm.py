@@ -6,6 +6,7 @@ node, each task a torchrun that rendezvouses with the others through c10d (bench
     srun --nodes K --ntasks-per-node 1 --cpus-per-task C --kill-on-bad-exit=1 --job-name bench-run-XXXX \\
         python -m bench.sweep.torchrun --nnodes K --nproc-per-node G --rdzv-backend c10d \\
         --rdzv-endpoint RUN_DIR/rendezvous --rdzv-conf store_type=file --rdzv-id bench-run-XXXX ...
+C is the CPUs the allocation holds on a node (`node_cpus`): the one task is torchrun with all of the node's ranks.
 Results, errors, heartbeats and the rendezvous travel through the run folder next to the store, on a
 filesystem every node must reach: `check_shared_folder` verifies that up front. c10d picks node
 ranks itself, so global rank 0 may run on any node; it writes the result file there for the sweep.
@@ -87,19 +88,65 @@ def step_name(spec) -> str:
     return "bench-" + os.path.basename(spec.out_dir.rstrip("/"))
 
 
-def cpus_per_task(env=None) -> list:
-    """srun's --cpus-per-task for a step's one task per node: the allocation's SLURM_CPUS_PER_TASK. Since Slurm 22.05
-    srun no longer inherits it from salloc/sbatch, so where cores are confined each node's torchrun, its ranks, NCCL's
-    proxies and the loaders would share one CPU while the sweep's one-node configurations had them all: the 1 -> 2
-    node step would be the launcher's. Nothing where it is unset, or where SRUN_CPUS_PER_TASK tells srun itself."""
+def per_node_counts(value: str) -> list:
+    """SLURM's per-node counts, '96(x2),48' -> [96, 96, 48] (SLURM_JOB_CPUS_PER_NODE, SLURM_TASKS_PER_NODE); [] where
+    the value is empty or not in that form."""
+    out = []
+    for item in value.split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", item)
+        if not m:
+            return []
+        out += [int(m.group(1))] * int(m.group(2) or 1)
+    return out
+
+
+def _count(env, name: str) -> int:
+    value = env.get(name, "").strip()
+    return int(value) if value.isdigit() else 0
+
+
+def node_cpus(env=None) -> int:
+    """The CPUs the allocation holds on each of its nodes, 0 where no variable says. The smallest over the allocation's
+    nodes: srun picks a step's nodes, and each must give its task that many. In order: SLURM_JOB_CPUS_PER_NODE
+    ('96(x2),48'), SLURM_CPUS_ON_NODE (this node's), SLURM_CPUS_PER_TASK x the tasks per node (SLURM_NTASKS_PER_NODE,
+    else SLURM_TASKS_PER_NODE, else 1), SLURM_CPUS_PER_GPU x the GPUs per node."""
     env = os.environ if env is None else env
-    cpus = env.get("SLURM_CPUS_PER_TASK", "")
-    return [f"--cpus-per-task={cpus}"] if cpus.isdigit() and int(cpus) > 0 and not env.get("SRUN_CPUS_PER_TASK") else []
+    counts = per_node_counts(env.get("SLURM_JOB_CPUS_PER_NODE", ""))
+    if counts and min(counts) > 0:
+        return min(counts)
+    if _count(env, "SLURM_CPUS_ON_NODE"):
+        return _count(env, "SLURM_CPUS_ON_NODE")
+    if _count(env, "SLURM_CPUS_PER_TASK"):
+        tasks = _count(env, "SLURM_NTASKS_PER_NODE") or min(per_node_counts(env.get("SLURM_TASKS_PER_NODE", "")) or [1])
+        return _count(env, "SLURM_CPUS_PER_TASK") * max(1, tasks)
+    gpus = next((_gpus_in(env[v]) for v in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE") if env.get(v, "").strip()), 0)
+    return _count(env, "SLURM_CPUS_PER_GPU") * gpus
+
+
+def cpus_per_task(env=None) -> list:
+    """srun's --cpus-per-task for a step's one task per node: the node's CPUs in the allocation (node_cpus), since that
+    task is torchrun, which starts all of the node's ranks (with NCCL's proxies and the loaders). srun would give it
+    less: since Slurm 22.05 it does not inherit --cpus-per-task from salloc/sbatch (one CPU where cores are confined),
+    and where it does (SRUN_CPUS_PER_TASK; SLURM_CPUS_PER_TASK again from 23.11) that is one rank's figure, 12 of a
+    node's 96 under --ntasks-per-node=8 --cpus-per-task=12, while the sweep's one-node configurations had all 96: the
+    1 -> 2 node step would be the launcher's. Nothing where no variable says (the report warns after the fact:
+    bench.analysis.nodes)."""
+    cpus = node_cpus(env)
+    return [f"--cpus-per-task={cpus}"] if cpus else []
+
+
+def without_cpus_per_gpu(env=None) -> list:
+    """`env -u SLURM_CPUS_PER_GPU` before srun where the step passes --cpus-per-task and the allocation was made with
+    --cpus-per-gpu: srun reads the variable as its own --cpus-per-gpu, which Slurm refuses beside --cpus-per-task on
+    one command line; from the environment newer sruns drop it, 22.05's sends both."""
+    env = os.environ if env is None else env
+    return ["env", "-u", "SLURM_CPUS_PER_GPU"] if env.get("SLURM_CPUS_PER_GPU") and cpus_per_task(env) else []
 
 
 def command(spec, spec_path: str, rendezvous: list, worker: str, torchrun: str) -> list:
     per_node = spec.device_count // spec.nodes
-    return ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1", *cpus_per_task(),
+    return [*without_cpus_per_gpu(), "srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",
+            *cpus_per_task(),
             "--kill-on-bad-exit=1", f"--wait={STEP_WAIT_S}", "--immediate=60", f"--job-name={step_name(spec)}",
             "--export=ALL", f"--chdir={os.getcwd()}",
             sys.executable, "-m", torchrun, f"--nnodes={spec.nodes}", f"--nproc-per-node={per_node}",
