@@ -54,17 +54,18 @@ def _machine(ranks: int, slow: float = 1.0) -> dict:
 
 
 def build_store(path: str, single: bool = True, ddp_counts: tuple = (1, 2), machine_counts: tuple = (2,),
-                x4_slow: float = 1.0, x4_buckets: float = 1.0, dp: bool = True, x1_sync_ms: float = 0.0) -> None:
-    """single x1 (30 ms), DDP x1 (30 ms), x2 (60 ms; 35 under no_sync) [, x4 (90 ms)], DataParallel x2 (40 ms), and
-    the machine (all-reduce rows and interference) at machine_counts. x1_sync_ms: DDP x1's probe also has synchronised
-    blocks of that step (their backward over its no_sync() blocks' is DDP's own gradient work)."""
+                x4_slow: float = 1.0, x4_buckets: float = 1.0, dp: bool = True, x1_sync_ms: float = 0.0,
+                ddp_x1_ms: float = 30.0) -> None:
+    """single x1 (30 ms), DDP x1 (ddp_x1_ms, 30), x2 (60 ms; 35 under no_sync) [, x4 (90 ms)], DataParallel x2 (40 ms),
+    and the machine (all-reduce rows and interference) at machine_counts. x1_sync_ms: DDP x1's probe also has
+    synchronised blocks of that step (their backward over its no_sync() blocks' is DDP's own gradient work)."""
     conn = store.connect(path)
     env_id = store.insert_environment(conn, {"hostname": "h", "cpu_cores": 2})
     sid = store.begin_sweep(conn, "bench --gpus 1,2", "{}", env_id)
     rec = lambda sp, payload: record.record_result(conn, sid, env_id, sp, "ok", "", {"grad_bytes": 16e6, **payload})  # noqa: E731
     if single:
         rec(spec("synthetic", "single", 1), {"steps": _steps(1, 30.0), "windows": _windows(1, 30.0)})
-    measured = {1: (30.0, 29.0, 200.0), 2: (60.0, 35.0, 220.0), 4: (90.0, 38.0, 230.0)}
+    measured = {1: (ddp_x1_ms, 29.0, 200.0), 2: (60.0, 35.0, 220.0), 4: (90.0, 38.0, 230.0)}
     for n in ddp_counts:
         step, no_sync, peak = measured[n]
         buckets = [{**b, "ready_ms": b["ready_ms"] * (x4_buckets if n == 4 else 1.0)} for b in _buckets(n)]
@@ -159,6 +160,21 @@ def test_the_forecast_past_the_measured_counts_prices_collectives_beside_backwar
     assert "memory:" in stdout and "activations and the rest (measured)" in stdout
     assert "40.0" in _row(stdout, "DataParallel", 2)
     assert "refused: DataParallel is one process" in _row(stdout, "DataParallel", 4)
+
+
+def test_ddp_at_one_device_prints_its_wrapper_overhead_not_a_scaling_efficiency(tmp_path, capsys):
+    # DDP x1 at 40 ms against single's 30: 75% of single's throughput, which is the wrapper's overhead (a step 33% longer)
+    # on the same one device, not scaling; x2 against single x1 is scaling (30 ms of single's work in 60 ms: 50%)
+    path = str(tmp_path / "x1.sqlite")
+    build_store(path, ddp_x1_ms=40.0, dp=False)
+    rc, stdout, stderr = forecast(["--store", path, "--to", "2"], capsys)
+    assert rc == 0, stderr
+    block = stdout.split("synthetic DDP")[1].split("\n\n")[0]
+    x1 = next(line for line in block.splitlines() if re.match(r"\s+1\s", line))
+    assert x1.split()[2:5] == ["40.0", "1600", "–"], x1         # its step and samples/s; no efficiency
+    assert "75%" not in x1 and "wrapper overhead 33.3% (against single device x1" in x1
+    x2 = next(line for line in block.splitlines() if re.match(r"\s+2\s", line) and "measured" in line)
+    assert x2.split()[4] == "50%"
 
 
 def test_the_check_reads_nothing_of_the_count_it_judges(tmp_path, capsys):

@@ -109,14 +109,33 @@ def what_ifs(s: fs.Setting, inp: fs.Inputs, m: fs.Machine, counts: tuple, draws:
     return out
 
 
+def wrapper_overhead(c) -> str:
+    """'wrapper overhead 2.7% (against single device x1)': a wrapper (DDP, FSDP, DataParallel) at one device against
+    single is the time its step takes more, not scaling; 'not resolved' inside the noise between processes. The
+    report's wording for the same row (bench.report.report.wrapper_text); '' without a single-device baseline."""
+    if math.isnan(c.speedup) or not c.baseline:
+        return ""
+    over = 1 / c.speedup - 1
+    noise = c.efficiency_noise
+    if math.isnan(noise):
+        return f"wrapper overhead {over:.1%} (against {c.baseline}; the noise between processes is not measured)"
+    if abs(over) <= noise:
+        return f"wrapper overhead not resolved ({over:.1%} against {c.baseline}, within the {stats.percent(noise)} noise)"
+    return f"wrapper overhead {over:.1%} (against {c.baseline})"
+
+
 def measured_point(s: fs.Setting, count: int) -> fs.Point:
-    """A measured configuration as a Point (its median step, throughput, efficiency, peak), for the same table."""
+    """A measured configuration as a Point (its median step, throughput, efficiency, peak), for the same table. At one
+    device there is no scaling: no efficiency, and its bound column says the wrapper's overhead against single."""
     c = s.configs[count]
     raw = s.raws.get(c.key)
     mem = (mm.Memory(count, {"measured peak": raw.peak_mib}, runtime_mib=raw.runtime_mib or 0.0)
            if raw is not None and raw.peak_mib is not None else None)
+    one = count == 1 and c.strategy != "single"
+    overhead = wrapper_overhead(c) if one else ""
     return fs.Point(count=count, nodes=c.nodes, step_ms=c.summary.median_ms, samples_per_s=c.samples_per_s,
-                    efficiency=c.efficiency, bound="measured", memory=mem)
+                    efficiency=math.nan if one else c.efficiency, bound="measured" + (f"; {overhead}" if overhead else ""),
+                    memory=mem)
 
 
 def _num(v, spec: str) -> str:
