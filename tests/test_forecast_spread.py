@@ -269,7 +269,7 @@ def test_every_forecast_series_of_a_plot_has_its_own_colour_and_an_assumption_is
     assumed = fs.Machine(m.net, itf.assumed("cpu"), m.counts)
     ws = fo.what_ifs(s, inp, assumed, (1, 2, 4))
     fig = rf.figure("synthetic", "here", [(s, ws, [], ("interference", (-0.2, 0.0)))])
-    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    labels = [" ".join(t.get_text().split()) for t in fig.legends[0].get_texts()]   # labels wrap to fit the figure
     assert any("forecast, this network (interference assumed)" in t for t in labels)
     assert any("interference assumed, erred -20% to +0% where measured" in t for t in labels)
     assert any("range from the inputs' spreads" in t for t in labels)

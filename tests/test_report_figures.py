@@ -43,3 +43,83 @@ def test_the_phases_plot_draws_exposed_communication_only_where_the_text_resolve
     assert bars["exposed communication"] == [12.0, 0.0, 0.0, 0.0]
     labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert ["not resolved" in t for t in labels] == [False, True, True, False]   # one rank: nothing to resolve
+
+
+# ---------------------------------------------------------------- the forecast's plot
+
+def _forecast_lines(tmp_path, machine=None, variants=("fp32",)) -> tuple:
+    """The report's forecast plot's lines for test_forecast's hand store (single and DDP x1 30 ms, DDP x2 60 ms, the
+    machine at 2), each DDP variant a setting of its own, on `machine` (default: what the sweep measured)."""
+    from test_forecast import build_store
+    from bench.analysis import forecastable
+    from bench.forecast import check as fk
+    from bench.forecast import outlook as fo
+    from bench.forecast import settings as fs
+    from bench.report import forecast as rf
+    from bench.store import store
+    path = str(tmp_path / "hand.sqlite")
+    build_store(path)
+    conn = store.connect(path, readonly=True)
+    f = forecastable.load(conn, None)
+    conn.close()
+    m = machine or fo.machine(f.sweep, f.runs)
+    s = next(s for s in f.sets if s.strategy == "ddp")
+    lines = []
+    for v in variants:
+        sv = fs.Setting(s.workload, "ddp", v, s.configs, s.raws, s.single)
+        check = fk.validate(sv, f.runs, None, {}, "")
+        lines.append((sv, fo.what_ifs(sv, fs.inputs(sv, m), m, fo.DOUBLING), check,
+                      (rf.assumed_words(m), fk.band(check))))
+    return s, m, lines
+
+
+def test_the_forecast_plot_shows_no_one_device_wrapper_as_scaling_efficiency(tmp_path):
+    from bench.report import forecast as rf
+    s, _, lines = _forecast_lines(tmp_path)
+    assert not math.isnan(s.configs[1].efficiency)          # DDP x1 against single: its overhead, measured
+    ax = rf.figure("synthetic", "cpu", lines).axes[0]
+    measured = [ln for ln in ax.get_lines() if ln.get_label().endswith(" measured")]
+    assert measured and all(1 not in list(ln.get_xdata()) for ln in measured)
+    assert [list(ln.get_xdata()) for ln in measured] == [[2]]   # the count that scaled stays
+
+
+def test_the_forecast_plot_marks_the_network_inside_a_node_assumed_where_a_preset_gave_it(tmp_path):
+    from bench.forecast import interference as itf
+    from bench.forecast import network as nw
+    from bench.forecast import settings as fs
+    from bench.report import forecast as rf
+    _, measured_x2, _ = _forecast_lines(tmp_path)     # the sweep measured the all-reduce and interference at x2
+    assert measured_x2.net.node.measured and not measured_x2.net.net.measured
+    assert rf.assumed_words(measured_x2) == "network between nodes"
+    # a one-GPU sweep on an H100: both levels of its network are the preset's, and interference is not measured
+    one_gpu = fs.Machine(nw.network_for({}, nw.PRESETS["h100"], {}, 8, "nccl"), itf.assumed("cuda"))
+    said = rf.assumed_words(one_gpu)
+    assert said == "interference and network inside a node and network between nodes"
+    _, _, lines = _forecast_lines(tmp_path / "one", machine=one_gpu)
+    labels = [" ".join(t.get_text().split()) for t in rf.figure("synthetic", "cuda", lines).legends[0].get_texts()]
+    assert any("network inside a node" in t and "assumed" in t for t in labels), labels
+
+
+def _inside(fig) -> None:
+    """Every legend of fig lies inside the figure's own extent once drawn (a clipped legend hides its labels' ends)."""
+    fig.canvas.draw()
+    page = fig.bbox
+    for legend in fig.legends:
+        box = legend.get_window_extent()
+        assert (box.x0 >= page.x0 and box.x1 <= page.x1 and box.y0 >= page.y0 and box.y1 <= page.y1), (box, page)
+
+
+def test_the_forecast_plots_legends_fit_inside_their_figures(tmp_path):
+    from bench.forecast import interference as itf
+    from bench.forecast import network as nw
+    from bench.forecast import settings as fs
+    from bench.report import forecast as rf
+    one_gpu = fs.Machine(nw.network_for({}, nw.PRESETS["h100"], {}, 8, "nccl"), itf.assumed("cuda"))
+    # the committed H100 examples' longest labels: every assumption named, two and four settings of DDP
+    for variants in (("fp32", "bf16"), ("fp32", "bf16", "fp32, compiled", "bf16, compiled")):
+        _, _, lines = _forecast_lines(tmp_path / str(len(variants)), machine=one_gpu, variants=variants)
+        fig = rf.figure("deeplabv3", "cuda, NVIDIA H100 80GB HBM3", lines)
+        assert len(fig.legends[0].get_texts()) >= 7 * len(variants)
+        _inside(fig)
+        _inside(rf.memory_figure("deeplabv3", "cuda, NVIDIA H100 80GB HBM3",
+                                 [(s, ws[0][1]) for s, ws, _, _ in lines], 80 * 1024))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 
 from bench.forecast import check as fk
 from bench.analysis import forecastable
@@ -53,19 +54,44 @@ def colors(settings: list) -> dict:
     return {(s.strategy, s.variant): PALETTE[i % len(PALETTE)] for i, s in enumerate(settings)}
 
 
+LEGEND_WRAP = 56          # characters per line of a legend's label: two columns fit a 10-inch figure
+LEGEND_LINE_IN = 0.17     # inches a legend's line of small text takes: the figure grows by its tallest column
+
+
+def _legend(fig, ax) -> None:
+    """The legend below the axes in two columns, each label wrapped to LEGEND_WRAP characters and the figure made taller
+    by the legend's lines, so that every label lies whole inside the figure (a one-line legend of two columns under a
+    fixed 9-inch figure was clipped at both ends)."""
+    handles, labels = ax.get_legend_handles_labels()
+    labels = [textwrap.fill(t, LEGEND_WRAP) for t in labels]
+    rows = math.ceil(len(labels) / 2)                      # a legend fills its first column, then the second
+    tallest = max((sum(t.count("\n") + 1 for t in col) for col in (labels[:rows], labels[rows:])), default=0)
+    fig.set_figheight(fig.get_figheight() + LEGEND_LINE_IN * tallest)
+    fig.legend(handles, labels, fontsize="small", loc="outside lower center", ncols=2)
+
+
+def assumed_words(m) -> str:
+    """What the forecast's machine assumed rather than measured, for the plot's legend: 'interference and the network
+    inside a node and the network between nodes' (a one-GPU sweep forecast on its GPU's preset); '' for nothing."""
+    return " and ".join(w for w, on in (("interference", not m.inter.measured),
+                                        ("network inside a node", not m.net.node.measured),
+                                        ("network between nodes", not m.net.net.measured)) if on)
+
+
 def figure(workload: str, where: str, lines: list):
     """lines: [(setting, what_ifs, checks, assumed)] -> a matplotlib Figure (Agg, no pyplot). The band around each
     forecast line is its range (bench.forecast.spread); where the forecast rests on an assumption (`assumed`, the
     check's band: how far it erred where the sweep measured a count) a hatched band beside it, and its legend says
     what is assumed."""
     from bench.report import plots
-    fig, ax = plots._figure("Forecast: scaling efficiency past the measured counts", where, workload, width=9.0)
+    fig, ax = plots._figure("Forecast: scaling efficiency past the measured counts", where, workload, width=10.0)
     xs_all = []
     palette = colors([line[0] for line in lines])
     for s, whatifs, checks, assumed in lines:
         color = palette[(s.strategy, s.variant)]
         name = f"{plots.NAMES.get(s.strategy, s.strategy)} [{s.variant}]"
-        measured = [(n, c.efficiency) for n, c in s.configs.items() if not math.isnan(c.efficiency)]
+        # at one device a wrapper against single is its overhead (the report's table says it), not scaling
+        measured = [(n, c.efficiency) for n, c in s.configs.items() if n > 1 and not math.isnan(c.efficiency)]
         if measured:
             ax.plot([n for n, _ in measured], [e * 100 for _, e in measured], "o", color=color, label=f"{name} measured")
         for r in checks:
@@ -96,19 +122,19 @@ def figure(workload: str, where: str, lines: list):
                 ax.fill_between(xs, [y / (1 + hi) for y in ys], [y / (1 + lo) for y in ys], facecolor="none",
                                 edgecolor=color, hatch="//", alpha=0.5, label=f"{name}: {what_assumed} assumed, erred "
                                 f"{lo:+.0%} to {hi:+.0%} where measured")
-        xs_all += list(s.configs)
+        xs_all += [n for n in s.configs if n > 1]
     ax.axhline(fo.EFFICIENT * 100, color="#999999", linestyle="--", label=f"{fo.EFFICIENT:.0%}: scaling stops paying")
     _ticks(ax, xs_all)
     ax.set(xlabel="device count (log scale)", ylabel="scaling efficiency (%)")
     ax.set_ylim(0, 110)
-    fig.legend(fontsize="small", loc="outside lower center", ncols=2)
+    _legend(fig, ax)
     return fig
 
 
 def memory_figure(workload: str, where: str, lines: list, budget_mib):
     """lines: [(setting, [Point])] -> memory per device against count, the measured peaks, the budget."""
     from bench.report import plots
-    fig, ax = plots._figure("Forecast: memory per device", where, workload, width=9.0)
+    fig, ax = plots._figure("Forecast: memory per device", where, workload, width=10.0)
     xs_all = []
     palette = colors([s for s, _ in lines])
     for s, pts in lines:
@@ -125,12 +151,13 @@ def memory_figure(workload: str, where: str, lines: list, budget_mib):
                 if c.key in s.raws and s.raws[c.key].peak_mib]  # the device level, as the line
         if seen:
             ax.plot([n for n, _ in seen], [m for _, m in seen], "o", color=color, label=f"{name} measured peak")
+            xs_all += [n for n, _ in seen]
     if budget_mib:
         ax.axhline(budget_mib, color="#c0392b", linestyle="--", label=f"budget {budget_mib / 1024:.3g} GiB per device")
     _ticks(ax, xs_all or [2])
     ax.set(xlabel="device count (log scale)", ylabel="memory per device (MiB; CUDA: the device level)")
     ax.set_ylim(bottom=0)
-    fig.legend(fontsize="small", loc="outside lower center", ncols=2)
+    _legend(fig, ax)
     return fig
 
 
@@ -160,8 +187,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
         ws = fo.what_ifs(s, inp, m, fo.DOUBLING)
         check = fk.validate(s, f.runs, None, {}, "")
         assumed = fk.assumed_words(m, check)
-        what_assumed = " and ".join(w for w, on in (("interference", not m.inter.measured),
-                                                    ("network between nodes", not m.net.net.measured)) if on)
+        what_assumed = assumed_words(m)
         by_workload.setdefault(s.workload, []).append((s, ws, check, (what_assumed, fk.band(check))))
         mem_lines.setdefault(s.workload, []).append((s, ws[0][1]))
         checked = [r for r in check if r.get("error") is not None]
