@@ -17,8 +17,20 @@ checkpoint.state(replica) is checkpoint.state(module)); the wrapper holds no sta
 parameters as no checkpointing under FSDP2's fully_shard on torch 2.14 (tried: 2 gloo ranks, 3 steps, a transformer);
 FSDP shards the block inside the wrapper. The wrapper adds `_checkpoint_wrapped_module.` to parameter names, which
 `public_name` takes out where names are compared (the equivalence gate).
+
+BatchNorm inside a checkpointed block (ResNet's bottlenecks) would update its running statistics and batch count twice a
+step: its forward runs again in backward, in training mode. The recomputation puts them back as the first forward left
+them (`_recomputing`, through checkpoint's context_fn; each BatchNorm's copies taken by a forward pre-hook, so
+DataParallel's replicas each keep their own, in their own autograd thread). Switching track_running_stats off for the
+recomputation instead would save fewer tensors than the first forward (no running statistics), which non-reentrant
+checkpointing refuses (CheckpointError, torch 2.14). Under torch.compile neither is installed: AOTAutograd applies a
+forward's buffer updates once however much it recomputes (checked: one update a step), and a compiled checkpoint
+takes a context_fn of TorchDispatchModes only.
 """
 from __future__ import annotations
+
+import threading
+from contextlib import contextmanager, nullcontext
 
 import torch
 from torch import nn
@@ -45,20 +57,59 @@ def chosen(units: list, every: int) -> list:
     return [u for i, u in enumerate(units, 1) if every and i % every == 0]
 
 
-def apply(model: nn.Module, mode: str) -> dict:
+_RECOMPUTE = threading.local()   # .kept: [(a BatchNorm's statistic, its copy)] while this thread recomputes a block
+
+
+@contextmanager
+def _recomputing():
+    """A checkpointed block's second forward, in backward: BatchNorm's statistics put back afterwards."""
+    outer = getattr(_RECOMPUTE, "kept", None)
+    _RECOMPUTE.kept = kept = []
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for live, saved in kept:
+                live.copy_(saved)
+        _RECOMPUTE.kept = outer
+
+
+def _contexts() -> tuple:
+    """checkpoint's context_fn: nothing around the first forward, `_recomputing` around the second."""
+    return nullcontext(), _recomputing()
+
+
+def _keep_statistics(bn: nn.Module, args) -> None:
+    """A BatchNorm's forward pre-hook inside a checkpointed block: while recomputing, copies of what it will update."""
+    kept = getattr(_RECOMPUTE, "kept", None)
+    if kept is not None and bn.training and bn.track_running_stats:
+        kept += [(t, t.clone()) for t in (bn.running_mean, bn.running_var, bn.num_batches_tracked) if t is not None]
+
+
+def _wrapped(block: nn.Module, compiled: bool) -> nn.Module:
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    norms = [m for m in block.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if compiled or not norms:
+        return checkpoint_wrapper(block)
+    for m in norms:
+        m.register_forward_pre_hook(_keep_statistics)
+    return checkpoint_wrapper(block, context_fn=_contexts)  # passed on to torch.utils.checkpoint
+
+
+def apply(model: nn.Module, mode: str, compiled: bool = False) -> dict:
     """Checkpoint the chosen blocks of `model` in place (`mode`: none, full, selective:K). Returns what was done, for the
-    result's details: the mode, how many units of how many, their kind, and that the step recomputes their forward."""
+    result's details: the mode, how many units of how many, their kind, and that the step recomputes their forward.
+    compiled: the model will run under torch.compile (BatchNorm's statistics are then updated once without help)."""
     every = mode_every(mode)
     if not every:
         return {"mode": "none"}
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
     units = blocks(model)
     picked = chosen(units, every)
     ids = {id(u) for u in picked}
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if id(child) in ids:
-                setattr(parent, name, checkpoint_wrapper(child))  # nn.ModuleList / nn.Sequential take their index
+                setattr(parent, name, _wrapped(child, compiled))  # nn.ModuleList / nn.Sequential take their index
     kinds = sorted({type(u).__name__ for u in picked})
     return {"mode": mode, "every": every, "checkpointed_units": len(picked), "units": len(units),
             "unit": ", ".join(kinds) or "none found",

@@ -81,7 +81,7 @@ def prepare(model: nn.Module, spec: RunSpec, ctx: Ctx, details: dict | None = No
     if spec.channels_last:
         model = model.to(memory_format=torch.channels_last)
     if spec.activation_checkpointing != "none":
-        ac = activations.apply(model, spec.activation_checkpointing)
+        ac = activations.apply(model, spec.activation_checkpointing, compiled=spec.compile)
         if details is not None:
             details.update(activation_checkpointing=ac, **activations.recompute_flops(ac, details))
     model = STRATEGIES[spec.strategy](model, ctx)
