@@ -163,6 +163,7 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         memory_budget_gib=cfg.memory_budget_gib or (round(min(machine.gpu_memory_bytes) / 2**30, 2)
                                                     if cuda and machine.gpu_memory_bytes else None))
     settings.check_hsdp(resolved)  # every count in whole HSDP shard groups
+    settings.check_torch(resolved)  # a strategy's rank code needs a newer torch than the suite's floor
     items = plan(resolved, machine)  # impossible batch splits and user models fail here, before anything runs
     # the prefetched batches and NCCL's segments of every configuration fit in /dev/shm
     shm.check([s for s in items if isinstance(s, RunSpec)], machine.shm_free_bytes, resolved.num_workers)

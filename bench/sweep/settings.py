@@ -3,6 +3,7 @@
     strategy_options(cfg, "ddp", n)  -> [(), (("bucket_cap_mb", 100.0),), ...]   sorted (name, value) pairs, defaults left out
     option_skip(cfg, "fsdp", {"offload": "cpu"})  -> why these settings cannot run here (None: they can)
     check_hsdp(cfg)                  ConfigError (exit 2) where a count does not split into HSDP's shard groups
+    check_torch(cfg)                 ConfigError (exit 2) where the installed torch is older than a strategy needs
     hsdp_lines(cfg)                  HSDP's mesh at each count, printed at the start of the sweep
 
 ddp and zero share DDP's settings (zero is DDP whose optimizer state ZeroRedundancyOptimizer shards) and zero adds
@@ -12,6 +13,7 @@ decides the mesh): by default the devices per node, or the count where it is bel
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Optional
 
 from bench.config import ConfigError, SweepConfig
@@ -60,6 +62,45 @@ def check_hsdp(cfg: SweepConfig) -> None:
                 raise ConfigError(f"--hsdp-shard-size {shard}: {n} device(s) do not split into HSDP shard groups of {shard} "
                                   f"(the count must be a multiple of the shard size); choose --gpus that are multiples of "
                                   f"{shard}, or leave --hsdp-shard-size out (one node's devices)")
+
+
+# The oldest torch a strategy's rank code runs on, where it is above pyproject's floor (torch>=2.3, every other
+# strategy and lever): FSDP2's fully_shard, MixedPrecisionPolicy and CPUOffloadPolicy became public in
+# torch.distributed.fsdp in 2.6 (bench.rank.fsdp imports them there). bench.rank.fsdp gives the root module
+# reshard_after_forward=None under --fsdp-reshard true (FSDP2's own rule: not resharded, its backward starts at once),
+# which fully_shard refuses before 2.8 (a ValueError: "should be a bool or an int"; read in torch 2.7.1 and 2.8.0).
+TORCH_FLOOR = {"fsdp": (2, 6), "hsdp": (2, 6)}
+TORCH_FLOOR_ROOT_RULE = (2, 8)
+
+
+def torch_release(version: str) -> tuple:
+    """(major, minor) of a torch version string: '2.5.1+cu121' -> (2, 5); a pre-release counts as its release."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def check_torch(cfg: SweepConfig, version: Optional[str] = None) -> None:
+    """ConfigError where the installed torch (or `version`) is older than a strategy asked for needs: every one of its
+    configurations would fail inside its ranks, after the processes had started."""
+    if version is None:
+        import torch
+        version = torch.__version__
+    have = torch_release(version)
+    for strategy in cfg.strategies:
+        need = TORCH_FLOOR.get(strategy)
+        if need and have < need:
+            want = ".".join(map(str, need))
+            raise ConfigError(f"--strategies {strategy}: needs torch>={want} (FSDP2's fully_shard in torch.distributed.fsdp), "
+                              f"but this is torch {version}: every {strategy} configuration would fail in its ranks with "
+                              f"an ImportError. Install torch>={want}, or leave {strategy} out")
+        if need and True in cfg.fsdp_reshard and have < TORCH_FLOOR_ROOT_RULE:
+            floor = ".".join(map(str, TORCH_FLOOR_ROOT_RULE))
+            default = " (the default)" if tuple(cfg.fsdp_reshard) == (True,) else ""
+            raise ConfigError(f"--strategies {strategy} with --fsdp-reshard true{default}: needs torch>={floor}, "
+                              f"but this is torch {version}: the root module is given reshard_after_forward=None "
+                              f"(FSDP2's own rule for the root), which fully_shard refuses before torch {floor}, so "
+                              f"every such configuration would fail in its ranks. Install torch>={floor}, or pass "
+                              f"--fsdp-reshard false (runs from torch {'.'.join(map(str, need))})")
 
 
 def hsdp_lines(cfg: SweepConfig) -> list:
