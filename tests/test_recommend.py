@@ -262,3 +262,40 @@ def test_a_cpu_sweep_without_dataparallel_says_why_it_is_left_out_and_a_gpu_swee
     asked = build(str(tmp_path / "cpu_asked.sqlite"), [(cpu("single", 1), payload(1, 100.0)), (cpu("dp", 1), payload(1, 101.0)),
                                                        (cpu("ddp", 2), payload(2, 60.0))], skipped=(cpu("dp", 2),))
     assert dp_cell(asked) == "did not run" and "DataParallel did not run on 2 processes (see the skipped" in text(asked)
+
+
+def _paragraph(sw: results.Sweep) -> str:
+    """The answer's paragraph for synthetic at fp32 (the key paragraph under the table left out)."""
+    return next(b[1] for b in recommend.blocks(sw) if b[0] == "p" and b[1].startswith("synthetic, fp32:"))
+
+
+def test_a_gap_under_the_floor_beyond_the_noise_is_not_called_within_the_noise(tmp_path, monkeypatch):
+    # bucket_cap_mb=100 3% faster than the defaults against selfcheck's 1% noise: told apart by the noise, tied only
+    # because the suite calls no gap under 5% a difference; "within 1.0% noise" would be false
+    host_noise(monkeypatch, tmp_path, 0.01)
+    bucket = spec("ddp", 2, options=(("bucket_cap_mb", 100.0),))
+    sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 70.0)),
+                                            (bucket, payload(2, 68.0))])
+    t, row = _paragraph(sw), recommend.blocks(sw)[1][2][0]
+    assert row[2] == "DDP x2" and row[8] == ("tie: DDP x2 [fp32, bucket_cap_mb=100.0] 3% faster (under the 5% floor the "
+                                             "suite calls a difference; noise 1.0%, selfcheck)")
+    assert ("DDP x2 [fp32, bucket_cap_mb=100.0] is 3% faster, under the 5% floor the suite calls a difference: DDP x2 "
+            "is recommended, fewer settings changed from the defaults. The noise: 1.0%, selfcheck's spread") in t
+    assert "the gap is beyond it." in t and "within the noise" not in t and "within 1.0%" not in t
+    # the fastest is the simplest: it stays, and the runner-up's 3% reads the same way
+    sw = build(str(tmp_path / "lead.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 68.0)),
+                                               (bucket, payload(2, 70.0))])
+    t, row = _paragraph(sw), recommend.blocks(sw)[1][2][0]
+    assert row[8] == "3% (under the 5% floor the suite calls a difference; noise 1.0%, selfcheck)"
+    assert ("The runner-up, DDP x2 [fp32, bucket_cap_mb=100.0], is only 3% slower: under the 5% floor the suite calls a "
+            "difference (the noise: 1.0%, selfcheck's spread") in t and "within" not in t
+
+
+def test_a_gap_under_the_floor_with_the_noise_not_measured_says_so_never_within_the_noise(tmp_path, monkeypatch):
+    monkeypatch.setenv("BENCH_HOST_NOISE", str(tmp_path / "none.json"))   # no selfcheck figure, one process each
+    sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 70.0)),
+                                            (spec("ddp", 2, options=(("bucket_cap_mb", 100.0),)), payload(2, 68.0))])
+    t, row = _paragraph(sw), recommend.blocks(sw)[1][2][0]
+    assert row[8].endswith("3% faster (under the 5% floor the suite calls a difference; noise not measured)"), row[8]
+    assert "is 3% faster, under the 5% floor the suite calls a difference: DDP x2 is recommended" in t
+    assert "The noise: not measured (" in t and "--repeats 3 measures it." in t and "within the noise" not in t

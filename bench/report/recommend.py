@@ -96,24 +96,35 @@ def choose(cs: list) -> tuple:
     return pick, fastest, (None if pick is fastest else _apart(fastest, pick))
 
 
+def _by_floor(a: Apart) -> bool:
+    """A tie that only the floor makes: a gap under LEAD_FLOOR beyond the measured noise, or with the noise not
+    measured. Never "within the noise" then: the noise does not hide it, the suite just does not call it a difference."""
+    return a.within is True and not (a.noise.measured and a.gap < a.noise.fraction)
+
+
+def _floor_words() -> str:
+    return f"under the {LEAD_FLOOR:.0%} floor the suite calls a difference"
+
+
 def _noise_words(a: Apart) -> str:
-    """The noise held against a gap, and where it came from."""
-    if a.gap >= a.noise.fraction and a.noise.measured:
-        return f"{a.noise.words()}; {a.gap:.0%} is beyond it but under the {LEAD_FLOOR:.0%} this report calls a lead"
+    """The noise held against a gap, and where it came from; where it was not measured, that and how to measure it."""
     if not a.noise.measured:
-        return f"under the {LEAD_FLOOR:.0%} this report calls a lead; the noise itself is {a.noise.words()}"
+        return f"{a.noise.words()}; --repeats 3 measures it"
+    if a.gap >= a.noise.fraction:
+        return f"{a.noise.words()}; the gap is beyond it"
     return a.noise.words() + ("" if a.noise.source == "repeats" else
                               " (a single process on at least one side: --repeats 3 measures theirs)")
 
 
 def _margin_note(a: Apart) -> str:
     """How the summary table qualifies a gap: 'within 25% noise, selfcheck', 'beyond 0.8% noise, this sweep',
-    'not resolved: noise not measured', 'under the 5% floor'."""
+    'not resolved: noise not measured', 'under the 5% floor the suite calls a difference; noise 1.0%, this sweep'."""
     if a.within is None:
         return "not resolved: " + ("one unstable process, --repeats 3" if a.why else "noise not measured")
-    if not a.noise.measured:
-        return f"under the {LEAD_FLOOR:.0%} floor"
     src = NOISE_SOURCE.get(a.noise.source, a.noise.source)
+    if _by_floor(a):
+        return f"{_floor_words()}; " + (f"noise {stats.percent(a.noise.fraction)}, {src}" if a.noise.measured
+                                        else "noise not measured")
     return f"{'within' if a.within else 'beyond'} {stats.percent(a.noise.fraction)} noise, {src}"
 
 
@@ -128,7 +139,8 @@ def _why_simpler(pick, fastest) -> str:
 
 def _tie_sentence(pick, fastest, tie: Apart) -> str:
     faster = "as fast (less than 1% apart)" if tie.gap < 0.005 else f"{tie.gap:.0%} faster"
-    return (f"{fastest.label} is {faster}, within the noise: {pick.label} is recommended, "
+    why = _floor_words() if _by_floor(tie) else "within the noise"
+    return (f"{fastest.label} is {faster}, {why}: {pick.label} is recommended, "
             f"{_why_simpler(pick, fastest)}. The noise: {_noise_words(tie)}.")
 
 
@@ -258,6 +270,8 @@ def _runner_up(best, second) -> tuple:
         held = a.why if a.why else f"the noise between processes is {a.noise.words()}"
         return a, (f"The runner-up, {second.label}, is {apart}: not told apart, {held}; rerun with --repeats 3 to "
                    f"tell them apart.")
+    if a.within and _by_floor(a):
+        return a, f"The runner-up, {second.label}, is only {apart}: {_floor_words()} (the noise: {_noise_words(a)})."
     if a.within:
         return a, f"The runner-up, {second.label}, is only {apart}: within {_noise_words(a)}."
     return a, f"The runner-up, {second.label}, is {apart}: beyond the noise, {a.noise.words()}."
@@ -363,7 +377,9 @@ def blocks(sweep: Sweep, figures: list = ()) -> list:
                 "device, then DDP, then FSDP and the rest, DataParallel only where it is strictly faster); its scaling "
                 "efficiency; how much slower DataParallel ran at that count; the largest count whose efficiency stays "
                 f"at or above {EFFICIENCY_FLOOR:.0%}; what bounds its step; and its lead over the next fastest, 'within "
-                "noise' where that cannot be told from process-to-process variation, 'not resolved' where that "
+                "noise' where that cannot be told from process-to-process variation, 'under the "
+                f"{LEAD_FLOOR:.0%} floor' where it is beyond the noise but smaller than the {LEAD_FLOOR:.0%} the suite "
+                "calls a difference (or the noise is not measured), 'not resolved' where that "
                 "variation is not measured on this device, with the noise figure and where it came from (the "
                 "configurations' own repeats, this sweep's repeated configuration, or selfcheck's figure for this "
                 "host); and its model FLOPs utilisation (MFU: achieved FLOP/s against the device's dense peak, where "
