@@ -61,12 +61,19 @@ def gathered(t: torch.Tensor) -> torch.Tensor:
     Over gloo the gather runs on host copies of the shards through a CPU mesh of the same layout: gloo's all-gather of
     CUDA tensors crashed both ranks of FSDP's gate with SIGSEGV on one H100 (two ranks sharing it, bench.shared.rehearsal;
     gloo's coalesced all-gather has no CUDA path, pytorch#152645), where its all-reduce and FSDP's own gathers ran. On
-    the CPU the same route is taken, so the CPU suite runs it."""
+    the CPU the same route is taken, so the CPU suite runs it.
+
+    Over NCCL the gather runs on the mesh's device: under FSDP's CPU offload (--fsdp-offload cpu) the shards live in
+    host memory, which NCCL cannot gather, so they are copied onto the mesh's device (its current one) first."""
     if not hasattr(t, "full_tensor"):
         return t
-    if dist.get_backend() != "gloo":
-        return t.full_tensor()
     mesh = t.device_mesh
+    if dist.get_backend() != "gloo":
+        local = t.to_local()
+        if local.device.type != mesh.device_type:
+            t = type(t).from_local(local.detach().to(mesh.device_type), mesh, t.placements, run_check=False,
+                                   shape=t.shape, stride=t.stride())
+        return t.full_tensor()
     if id(mesh) not in _HOST_MESHES:  # built once per mesh; building one is itself a collective
         from torch.distributed.device_mesh import init_device_mesh
         _HOST_MESHES[id(mesh)] = init_device_mesh("cpu", tuple(mesh.shape), mesh_dim_names=mesh.mesh_dim_names)
