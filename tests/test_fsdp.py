@@ -21,6 +21,7 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from bench.rank import fsdp
+from bench.rank.equivalence import full_parameters
 from bench.rank.context import Ctx
 from bench.workloads.synthetic import MLP
 
@@ -77,14 +78,14 @@ def _scenarios(rank: int, ctx: Ctx) -> dict:
     def equivalence(kind, make, **kw):
         model = fsdp.apply_fsdp(make(), ctx, **kw)
         train(model, lambda i: [batch(kind, rank, i)])
-        return {"params": fsdp.full_parameters(model)}
+        return {"params": full_parameters(model)}
 
     def mlp():
         model = fsdp.apply_fsdp(make_mlp(seed=rank), ctx)  # rank 1 starts from other weights: broadcast
-        out = {"initial": fsdp.full_parameters(model), "full_bytes": sum(p.numel() * 4 for p in make_mlp().parameters()),
+        out = {"initial": full_parameters(model), "full_bytes": sum(p.numel() * 4 for p in make_mlp().parameters()),
                "local_bytes": fsdp.sharded_parameter_bytes(model)}
         train(model, lambda i: [batch("mlp", rank, i)])
-        return {**out, "params": fsdp.full_parameters(model)}
+        return {**out, "params": full_parameters(model)}
 
     def accumulate():
         probe = fsdp.apply_fsdp(make_mlp(), ctx)
@@ -96,7 +97,7 @@ def _scenarios(rank: int, ctx: Ctx) -> dict:
         reduced_after = [isinstance(p.grad, DTensor) for p in probe.parameters()]
         model = fsdp.apply_fsdp(make_mlp(), ctx)
         train(model, lambda i: [batch("mlp", 2 * rank, i), batch("mlp", 2 * rank + 1, i)], no_sync_first=True)
-        return {"params": fsdp.full_parameters(model), "reduced_inside": reduced_inside, "reduced_after": reduced_after}
+        return {"params": full_parameters(model), "reduced_inside": reduced_inside, "reduced_after": reduced_after}
 
     def resharded_after_forward(flag: bool):
         model = fsdp.apply_fsdp(make_mlp(), ctx, reshard_after_forward=flag)
@@ -134,7 +135,7 @@ def _scenarios(rank: int, ctx: Ctx) -> dict:
         losses = train(model, lambda i: [batch("mlp", rank, i)])
         hook.remove()
         out_dtype = seen[0]
-        return {"output_dtype": out_dtype, "losses": losses, "params": fsdp.full_parameters(model),
+        return {"output_dtype": out_dtype, "losses": losses, "params": full_parameters(model),
                 "master_dtypes": {p.dtype for p in model.parameters()}}
 
     def on_meta(build):
@@ -342,3 +343,22 @@ def test_hsdp_at_one_shard_group_says_what_it_still_runs_and_is_not_called_fsdp(
     assert note.startswith("replicate 1: one shard group") and "all-reduces every gradient shard" in note
     assert "not FSDP" in note and "53% slower" in note and "this is FSDP" not in note
     assert "note" not in fsdp.mesh_words(2, 1)   # replicated across groups: HSDP proper
+
+
+def test_each_unit_is_moved_to_the_device_just_before_it_is_sharded_never_the_whole_model_first(tmp_path, monkeypatch):
+    # The GPU must hold one block unsharded at a time beside the shards (FSDP's whole-run peak, and what fits), not the
+    # whole model: each unit's tensors go onto the device and are broadcast from rank 0 right before its fully_shard.
+    events = []
+    onto, shard = fsdp._onto_device, fsdp.fully_shard
+    monkeypatch.setattr(fsdp, "_onto_device", lambda m, d: (events.append(("onto", m)), onto(m, d))[1])
+    monkeypatch.setattr(fsdp, "fully_shard", lambda m, **kw: (events.append(("shard", m)), shard(m, **kw))[1])
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        model = make_mlp()
+        units = [*fsdp.shard_blocks(model), model]
+        fsdp.apply_fsdp(model, Ctx(torch.device("cpu"), 1))
+        moved_again = [p for p in model.parameters() if not isinstance(p, DTensor)]
+    finally:
+        dist.destroy_process_group()
+    assert events == [(kind, u) for u in units for kind in ("onto", "shard")]
+    assert not moved_again  # the root's pass left the blocks' shards alone

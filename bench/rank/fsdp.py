@@ -5,7 +5,6 @@ consecutive ranks (one node's devices by default), the groups replicas of each o
     model = apply_fsdp(model, ctx)                 # after init_process_group, before the optimizer
     opt = make_optimizer(model)                    # sees the sharded (DTensor) parameters
     with no_sync(model): loss.backward()           # accumulate without reduce-scatter
-    params = full_parameters(model)                # collective: every rank calls it
     local_bytes = sharded_parameter_bytes(model)   # this rank's share of the parameters
 
 Each block found by `shard_blocks` becomes one communication unit (an all-gather before its forward, again
@@ -38,13 +37,26 @@ def shard_blocks(model: nn.Module) -> list[nn.Module]:
     return blocks(model)
 
 
-def _broadcast_from_rank0(model: nn.Module) -> None:
-    # DDP starts every rank from rank 0's weights and buffers; fully_shard keeps each rank's own copy
-    # and takes its shard from it. Broadcasting first gives FSDP the same starting point.
+def _onto_device(module: nn.Module, device: torch.device) -> None:
+    """Copies the module's parameters and buffers that no FSDP unit holds yet (not DTensors, not on the meta device)
+    onto `device`, and broadcasts each from rank 0 (in module order: every rank the same). DDP starts every rank from
+    rank 0's weights and buffers; fully_shard keeps each rank's own copy and takes its shard from it, so broadcasting
+    first gives FSDP the same starting point. Called per unit just before it is sharded, so the GPU holds one block
+    unsharded at a time beside the shards, never the whole model (the whole run's memory peak is FSDP's own)."""
     with torch.no_grad():
-        for t in [*model.parameters(), *model.buffers()]:
-            if t.device.type != "meta":
-                dist.broadcast(t, src=0)
+        for m in module.modules():
+            for p in m._parameters.values():
+                if p is None or isinstance(p, DTensor) or p.is_meta:
+                    continue
+                if p.device != device:
+                    p.data = p.data.to(device)
+                dist.broadcast(p.data, src=0)
+            for name, b in m._buffers.items():
+                if b is None or isinstance(b, DTensor) or b.is_meta:
+                    continue
+                if b.device != device:
+                    m._buffers[name] = b = b.to(device)
+                dist.broadcast(b, src=0)
 
 
 def replicas_of(world: int, shard: int) -> int:
@@ -87,17 +99,16 @@ def apply_fsdp(model: nn.Module, ctx: Ctx, reshard_after_forward: bool = True, m
     """
     if not dist.is_initialized():
         raise RuntimeError("apply_fsdp needs an initialised process group (torch.distributed.init_process_group)")
-    if not any(t.is_meta for t in model.parameters()):  # a meta model stays there: to_empty() and init after
-        model = model.to(ctx.device)
-    _broadcast_from_rank0(model)
     mesh = (init_device_mesh(ctx.device.type, (dist.get_world_size(),)) if mesh_shape is None else
             init_device_mesh(ctx.device.type, tuple(mesh_shape), mesh_dim_names=("replicate", "shard")))
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     offload = {"offload_policy": CPUOffloadPolicy(pin_memory=ctx.cuda)} if offload_to_cpu else {}  # pinning needs CUDA
-    for block in shard_blocks(model):
+    for block in shard_blocks(model):  # a meta model stays there (to_empty() and init after); the rest unit by unit
+        _onto_device(block, ctx.device)
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp, **offload)
     # The root keeps FSDP2's own rule (None: not resharded after forward, its backward starts at once);
     # an explicit True would all-gather the root's parameters (DeepLabV3's head, ~16 M) again for backward.
+    _onto_device(model, ctx.device)  # what the blocks left over (stem, heads): the root's unit
     fully_shard(model, mesh=mesh, reshard_after_forward=None if reshard_after_forward else False, mp_policy=mp, **offload)
     return model
 
@@ -114,16 +125,6 @@ def no_sync(model: nn.Module) -> Iterator[None]:
         yield
     finally:
         model.set_requires_gradient_sync(True)
-
-
-def full_parameters(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Every parameter gathered whole (detached, on the CPU), named as in the unwrapped module's
-    named_parameters(). A collective: every rank must call it; every rank gets the full tensors."""
-    out = {}
-    for name, p in model.named_parameters():
-        t = p.full_tensor() if isinstance(p, DTensor) else p
-        out[name] = t.detach().cpu()
-    return out
 
 
 def sharded_parameter_bytes(model: nn.Module) -> int:
