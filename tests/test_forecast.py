@@ -55,14 +55,18 @@ def _machine(ranks: int, slow: float = 1.0) -> dict:
 
 def build_store(path: str, single: bool = True, ddp_counts: tuple = (1, 2), machine_counts: tuple = (2,),
                 x4_slow: float = 1.0, x4_buckets: float = 1.0, dp: bool = True, x1_sync_ms: float = 0.0,
-                ddp_x1_ms: float = 30.0) -> None:
+                ddp_x1_ms: float = 30.0, flops_per_sample: float = None) -> None:
     """single x1 (30 ms), DDP x1 (ddp_x1_ms, 30), x2 (60 ms; 35 under no_sync) [, x4 (90 ms)], DataParallel x2 (40 ms),
     and the machine (all-reduce rows and interference) at machine_counts. x1_sync_ms: DDP x1's probe also has
-    synchronised blocks of that step (their backward over its no_sync() blocks' is DDP's own gradient work)."""
+    synchronised blocks of that step (their backward over its no_sync() blocks' is DDP's own gradient work).
+    flops_per_sample: the model FLOPs every configuration counted (none without)."""
     conn = store.connect(path)
     env_id = store.insert_environment(conn, {"hostname": "h", "cpu_cores": 2})
     sid = store.begin_sweep(conn, "bench --gpus 1,2", "{}", env_id)
-    rec = lambda sp, payload: record.record_result(conn, sid, env_id, sp, "ok", "", {"grad_bytes": 16e6, **payload})  # noqa: E731
+    flops = {"flops": {"flops_per_sample": flops_per_sample, "device": "meta", "batch": 64, "uncounted": []}
+             } if flops_per_sample else {}
+    rec = lambda sp, payload: record.record_result(conn, sid, env_id, sp, "ok", "",  # noqa: E731
+                                                   {"grad_bytes": 16e6, **flops, **payload})
     if single:
         rec(spec("synthetic", "single", 1), {"steps": _steps(1, 30.0), "windows": _windows(1, 30.0)})
     measured = {1: (ddp_x1_ms, 29.0, 200.0), 2: (60.0, 35.0, 220.0), 4: (90.0, 38.0, 230.0)}
@@ -177,6 +181,48 @@ def test_ddp_at_one_device_prints_its_wrapper_overhead_not_a_scaling_efficiency(
     assert x2.split()[4] == "50%"
 
 
+def _mfu_cells(out: str, strategy: str = "DDP") -> dict:
+    """{(devices, 'measured' or 'forecast'): the MFU column} of one setting's table. Its cells are right-aligned under
+    their headers, so the MFU cell lies between the end of the header before it and the end of "MFU"."""
+    block = out.split(f"synthetic {strategy}")[1].split("\n\n")[0].splitlines()
+    header = next(line for line in block if line.split()[:2] == ["devices", "nodes"])
+    start, end = header.index("MiB/device") + len("MiB/device"), header.index(" MFU") + len(" MFU")
+    return {(int(line.split()[0]), "measured" if "measured" in line[end:] else "forecast"): line[start:end].strip()
+            for line in block[block.index(header) + 1:] if re.match(r"\s+\d+\s", line)}
+
+
+def test_forecast_peak_tflops_gives_the_mfu_column_a_peak_and_an_mfu_over_100_percent_reads_as_an_error(tmp_path,
+                                                                                                        capsys):
+    # 1 GFLOP per sample; DDP x2 steps 64 samples per rank in 60 ms: 1067 samples/s per device, 1.07 TFLOP/s
+    path = str(tmp_path / "flops.sqlite")
+    build_store(path, flops_per_sample=1e9, dp=False)
+    rc, stdout, stderr = forecast(["--store", path, "--to", "2,4"], capsys)
+    assert rc == 0, stderr
+    assert set(_mfu_cells(stdout).values()) == {"–"}              # a CPU has no table of peaks
+    rc, stdout, stderr = forecast(["--store", path, "--to", "2,4", "--peak-tflops", "10"], capsys)
+    assert rc == 0, stderr
+    cells = _mfu_cells(stdout)
+    assert cells[(2, "measured")] == f"{1067e9 / 1e12 / 10:.0%}" and cells[(1, "measured")] == f"{2133e9 / 1e12 / 10:.0%}"
+    assert all(v.endswith("%") and not v.startswith("error") for v in cells.values()), cells
+    # a peak of 1.5 TFLOP/s: DDP x1's 2133 samples/s at 1 GFLOP is 142%, which no device reaches: an error in the peak
+    # or the count, on its row and on every forecast that rests on it, never a silent '–'
+    rc, stdout, stderr = forecast(["--store", path, "--to", "2,4", "--peak-tflops", "1.5"], capsys)
+    assert rc == 0, stderr
+    cells = _mfu_cells(stdout)
+    assert cells[(1, "measured")] == "error: 142% > 100%", cells
+    assert cells[(4, "forecast")] == "error: measured 142% > 100%", cells
+    assert "MFU: MFU 142% is above 100%, which no device reaches: the peak (cpu, fp32: 1.5 TFLOP/s" in stdout
+
+
+def test_a_forecast_points_mfu_past_100_percent_is_an_error_not_a_dash():
+    from bench.analysis import utilisation
+    u = utilisation.Utilisation(flops=utilisation.Flops(1e12), achieved_tflops=0.5, peak_tflops=1.0, mfu=0.5)
+    assert utilisation.at_cell(u, 0.5, 1) == "50%"                  # as measured: 1 TFLOP x 0.5/s against 1 TFLOP/s
+    assert utilisation.at_cell(u, 3.0, 2) == "error: 150% > 100%"   # a point at 1.5 TFLOP/s per device
+    assert utilisation.at_cell(utilisation.Utilisation(flops=utilisation.Flops(None), achieved_tflops=math.nan),
+                               3.0, 2) == "–"
+
+
 def test_the_check_reads_nothing_of_the_count_it_judges(tmp_path, capsys):
     # x4 judged from x1 and x2 (the machine at x2): x4's own machine rows and bucket times must not move its check
     outs = []
@@ -241,7 +287,8 @@ def test_without_a_single_device_run_no_efficiency_is_claimed(tmp_path, capsys):
     (["--network", "node=nan@1"], "'nan'"), (["--to", "16,6.5"], "'6.5'"), (["--to", "0"], "'0'"),
     (["--gpus-per-node", "0"], "'0'"), (["--sweep", "latest"], "'latest'"), (["--against", "x"], "'x'"),
     (["--memory-budget-gib", "0"], "0"), (["--memory-budget-gib", "nan"], "'nan'"),
-    (["--price-per-device-hour", "0"], "0"), (["--price-per-device-hour", "nan"], "nan")])
+    (["--price-per-device-hour", "0"], "0"), (["--price-per-device-hour", "nan"], "nan"),
+    (["--peak-tflops", "bf16=zero"], "'zero'"), (["--peak-tflops", "0"], "'0'"), (["--peak-tflops", "fp64=9"], "'fp64'")])
 def test_bad_flags_exit_2_naming_the_value_before_the_store_is_read(tmp_path, hand_store, args, named, capsys):
     missing = str(tmp_path / "nothing-here.sqlite")
     before = hashlib.sha256(open(hand_store, "rb").read()).hexdigest()

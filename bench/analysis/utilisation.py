@@ -5,6 +5,7 @@
                                     # sweep's own --peak-tflops, else the table)
     u = c.utilisation               # Utilisation: flops, achieved_tflops, peak, mfu, hfu, error, note
     at(u, samples_per_s, count)     # MFU at another throughput and count (the forecast's)
+    at_cell(u, samples_per_s, count)  # the same as the forecast's MFU column shows it: above 100% an error
 
 Model FLOPs per sample: the count FlopCounterMode made on the model (bench.workloads.flops), checked against the
 workload's analytic figure where it gives one; the analytic figure where the counter missed work (an op it has no
@@ -169,6 +170,18 @@ def at(u: Utilisation, samples_per_s: float, count: int) -> float:
         return math.nan
     mfu = u.flops.per_sample * samples_per_s / count / 1e12 / u.peak_tflops
     return mfu if mfu <= 1.0 else math.nan
+
+
+def at_cell(u: Utilisation, samples_per_s: float, count: int) -> str:
+    """A forecast point's MFU column: '38%'; 'error: 104% > 100%' where it would pass 100% (the peak or the FLOP count
+    is wrong, as the report says of a measured one: never a result, never a silent '–'); 'error: measured 104% >
+    100%' where the measured configuration it rests on already read above; '–' without a peak or FLOPs."""
+    if u is None or u.flops.per_sample is None or not u.peak_tflops > 0 or not samples_per_s > 0:
+        return "–"
+    mfu = u.flops.per_sample * samples_per_s / count / 1e12 / u.peak_tflops
+    if mfu > 1.0:
+        return f"error: {mfu:.0%} > 100%"
+    return f"error: measured {u.highest:.0%} > 100%" if u.error else f"{mfu:.0%}"
 
 
 def override_of(sweep, text: Optional[str] = None) -> dict:

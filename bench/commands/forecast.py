@@ -7,6 +7,7 @@ limits each point; then checks itself (whether each measurement fell inside the 
     ./run_bench.sh forecast --to 16,64,256,1024 --network h100
     ./run_bench.sh forecast --network node=370@3,net=50@5 --gpus-per-node 8 --sweep 4
     ./run_bench.sh forecast --sweep 1 --against 2 --to 2      # held out: sweep 1 (x1 + the machine at x2) judged by sweep 2
+    ./run_bench.sh forecast --peak-tflops fp32=1.2            # MFU against this peak (CPU, or a GPU the table lacks)
 
 The model and its references: bench.forecast.step (the step), bench.forecast.network (the collectives, the
 fit, the presets), bench.forecast.interference (collectives beside computation), bench.forecast.memory (memory
@@ -19,7 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from bench.analysis import cost
+from bench.analysis import cost, utilisation
 from bench.forecast import check as fk
 from bench.analysis import forecastable
 from bench.forecast import outlook as fo
@@ -29,6 +30,7 @@ from bench.forecast import network as nw
 from bench.forecast import spread
 from bench.analysis.reference import REFERENCE_IMAGES
 from bench.config import ConfigError, finite
+from bench.machine import peaks
 from bench.report.utilisation import forecast_cells, forecast_headers
 from bench.store import forecasts, store
 
@@ -69,7 +71,15 @@ def parse(argv: list) -> argparse.Namespace:
     p.add_argument("--memory-budget-gib", default=None, help="memory per device to fit in, GiB (default: the GPU's "
                    "memory on CUDA; none on CPU)")
     p.add_argument(cost.FLAG, dest="price", default=None, help=cost.HELP)
+    p.add_argument("--peak-tflops", default=None, help="dense peak TFLOP/s per device for the MFU column: a number, or "
+                   "PRECISION=TFLOPS,... (e.g. bf16=989,fp32=67); overrides the table of known GPUs (default: the "
+                   "sweep's own --peak-tflops, else the table; on CPU no MFU without it)")
     ns = p.parse_args(argv)
+    if ns.peak_tflops is not None:
+        try:
+            peaks.parse_override(ns.peak_tflops)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     ns.prices = cost.parse_price(ns.price)
     ns.to = counts(ns.to) if ns.to is not None else DEFAULT_TO
     ns.preset, ns.levels = nw.parse_network(ns.network) if ns.network is not None else (None, {})
@@ -129,6 +139,18 @@ def cost_line(s, points: list, price, unit: str) -> str:
             f"x{fastest.count}{epoch}")
 
 
+def _mfu_error(s, rows: list) -> str:
+    """Why the MFU column reads 'error' ('' where it does not): above 100%, which no device reaches, the peak or the FLOP
+    count is wrong (bench.analysis.utilisation), as the report says of a measured configuration."""
+    at = forecast_headers().index("MFU")
+    if not any(r[at].startswith("error") for r in rows):
+        return ""
+    u = s.any.utilisation
+    return u.error or (f"a forecast count reaches above 100% of the peak ({u.peak_text}), which no device does: the peak "
+                       f"or the FLOP count ({u.flops.per_sample:.4g} FLOP per sample, {u.flops.source}) is wrong "
+                       "(--peak-tflops gives the peak)")
+
+
 def main(argv: list) -> int:
     ns = parse(argv)                              # every flag checked before the store is opened
     conn = store.connect(ns.store, readonly=True)
@@ -137,6 +159,8 @@ def main(argv: list) -> int:
         judged = forecastable.load(conn, None if ns.against == "last" else int(ns.against)) if ns.against is not None else None
     finally:
         conn.close()
+    if ns.peak_tflops is not None:                # the peaks typed here, as report --peak-tflops gives them
+        utilisation.attach(f.sweep, ns.peak_tflops)
     if judged is not None and judged.sid <= f.sid:
         raise ConfigError(f"--against {judged.sid}: expected a sweep later than the forecast's ({f.sid}): a later "
                           "measurement judges it")
@@ -170,6 +194,9 @@ def main(argv: list) -> int:
         rows = ([forecast_cells(s, fo.measured_point(s, n)) for n in s.configs]
                 + [forecast_cells(s, p) for p in pts])   # with each point's MFU (bench.report.utilisation)
         print(table(forecast_headers(), rows))
+        mfu_words = _mfu_error(s, rows)
+        if mfu_words:
+            print(f"  MFU: {mfu_words}")
         print(f"  efficiency under {fo.EFFICIENT:.0%} from: " + "; ".join(
             f"{what}: {n if n else 'not up to ' + str(grid[-1])}" for what, n in ((w, fo.first_below(p)) for w, p in whatifs)))
         print("  " + fo.recommendation(s, whatifs[0][1], whatifs))

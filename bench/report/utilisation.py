@@ -110,9 +110,9 @@ def throttled_sentence(c) -> str:
 
 
 def forecast_mfu(s, p) -> str:
-    """A forecast point's MFU: the setting's FLOPs per sample at the point's samples/s, against its measured peak."""
-    v = math.nan if p.refused else utilisation.at(s.any.utilisation, p.samples_per_s, p.count)
-    return "–" if math.isnan(v) else f"{v:.0%}"
+    """A forecast point's MFU: the setting's FLOPs per sample at the point's samples/s, against its measured peak; above
+    100% an error (bench.analysis.utilisation.at_cell)."""
+    return "–" if p.refused else utilisation.at_cell(s.any.utilisation, p.samples_per_s, p.count)
 
 
 def forecast_headers() -> list:
