@@ -25,10 +25,10 @@ def _bars(fig) -> dict:
 
 
 def test_the_phases_plot_draws_exposed_communication_only_where_the_text_resolves_it():
-    told = config(2, 12.0)                               # 12 ms beyond a 2 ms spread: resolved, as the text says
-    inside = config(2, 11.0, p10_ms=90.0, p90_ms=105.0, label="DDP x2 [bf16]")   # inside a 15 ms spread: the text says "not resolved"
-    negative = config(2, -0.42, label="DDP x2 [fp16]")                         # a negative difference of medians: never a negative segment
-    one_rank = config(1, 11.0)                           # one rank communicates nothing: DDP's own work, in backward
+    told = config(2, 12.0)                      # 12 ms beyond a 2 ms spread: resolved, as the text says
+    inside = config(2, 11.0, p10_ms=90.0, p90_ms=105.0, label="DDP x2 [bf16]")   # inside 15 ms: "not resolved"
+    negative = config(2, -0.42, label="DDP x2 [fp16]")   # a negative difference of medians: never a negative segment
+    one_rank = config(1, 11.0)                  # one rank communicates nothing: DDP's own work, in backward
     assert comm_report.resolved(told) == 12.0 and comm_report.resolved(inside) is None
     assert "not resolved" in comm_report.probe_words(inside) and "no communication" in comm_report.probe_words(one_rank)
     seg = plots.phase_segments_ms(told)
