@@ -302,6 +302,7 @@ def test_fit_words_say_where_a_strategy_fits():
     assert mm.fit_words(pts("ddp"), 600.0, "ddp") == "fits in 0.586 GiB at every count"
     assert mm.fit_words(pts("ddp"), 400.0, "ddp").startswith("does not fit")
     assert mm.fit_words(pts("fsdp"), 380.0, "fsdp") == "does not fit on one device at this batch; FSDP fits from 2 devices"
+    assert mm.fit_words(pts("zero"), 460.0, "zero").endswith("DDP+ZeRO fits from 2 devices")  # the report's name
     assert "no memory budget" in mm.fit_words(pts("ddp"), None, "ddp")
 
 

@@ -23,11 +23,10 @@ from typing import Optional
 from bench import stats
 from bench.analysis import fit, gpustate, utilisation
 from bench.shared import rehearsal
+from bench.shared.spec import STRATEGY_NAMES
 from bench.store import hostnoise, read
 from bench.store.read import pick_sweep  # noqa: F401  (readers of a sweep take both from here)
 
-STRATEGY_NAMES = {"single": "single device", "dp": "DataParallel", "ddp": "DDP", "zero": "DDP+ZeRO", "fsdp": "FSDP",
-                  "hsdp": "HSDP"}
 STRATEGY_ORDER = ("single", "dp", "ddp", "zero", "fsdp", "hsdp")
 STATE_KEYS = ("params_mib", "grads_mib", "optimizer_mib", "buckets_mib")
 

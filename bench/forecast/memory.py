@@ -35,6 +35,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+from bench.shared.spec import STRATEGY_NAMES
+
 SHARDED = {"single": 1, "dp": 1, "ddp": 1, "zero": 1}      # parameters, gradients unsharded; fsdp/hsdp: by the shard
 
 
@@ -145,5 +147,5 @@ def fit_words(points: list, budget_mib: Optional[float], strategy: str) -> str:
     if len(ok) == len(points):
         return f"fits in {budget_mib / 1024:.3g} GiB at every count"
     if strategy in ("fsdp", "hsdp", "zero") and ok == [m.count for m in points if m.count >= min(ok)]:
-        return f"does not fit on one device at this batch; {strategy.upper()} fits from {min(ok)} devices"
+        return f"does not fit on one device at this batch; {STRATEGY_NAMES.get(strategy, strategy)} fits from {min(ok)} devices"
     return f"fits up to {max(ok)} devices"

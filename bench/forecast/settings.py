@@ -33,6 +33,7 @@ from bench.forecast import interference as itf
 from bench.forecast import memory as mm
 from bench.forecast import network as nw
 from bench.forecast import spread
+from bench.shared.spec import STRATEGY_NAMES
 
 import numpy as np
 
@@ -51,8 +52,7 @@ class Setting:
 
     @property
     def label(self) -> str:
-        name = {"dp": "DataParallel", "zero": "DDP+ZeRO"}.get(self.strategy, self.strategy.upper())
-        return f"{self.workload} {name} [{self.variant}]"
+        return f"{self.workload} {STRATEGY_NAMES.get(self.strategy, self.strategy)} [{self.variant}]"
 
     @property
     def any(self):
@@ -136,10 +136,10 @@ def _source(s: Setting, allowed: dict) -> tuple:
         probed = [n for n, c in allowed.items() if n > 1 and s.raws[c.key].no_sync]
         if probed:
             c = allowed[max(probed)]
-            return c, s.raws[c.key].no_sync, f"compute: {s.strategy.upper()} x{c.device_count} under no_sync() (measured)"
+            return c, s.raws[c.key].no_sync, f"compute: {STRATEGY_NAMES.get(s.strategy, s.strategy)} x{c.device_count} under no_sync() (measured)"
     if 1 in allowed:
         c = allowed[1]
-        return c, s.raws[c.key].measured, f"compute: {s.strategy.upper()} x1 measured steps (one rank: its collectives are local)"
+        return c, s.raws[c.key].measured, f"compute: {STRATEGY_NAMES.get(s.strategy, s.strategy)} x1 measured steps (one rank: its collectives are local)"
     if s.single is not None and s.single.key in s.raws:
         c = s.single
         return c, s.raws[c.key].measured, "compute: single device x1 (measured)"

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 PER_DEVICE = ("ddp", "zero", "fsdp", "hsdp")
 DDP_BASED = ("ddp", "zero")     # DistributedDataParallel underneath: DDP's settings, probe and buckets apply
 FSDP_BASED = ("fsdp", "hsdp")   # FSDP2 fully_shard underneath: its settings and collectives apply
+STRATEGY_NAMES = {"single": "single device", "dp": "DataParallel", "ddp": "DDP", "zero": "DDP+ZeRO", "fsdp": "FSDP",
+                  "hsdp": "HSDP"}  # each strategy's one name in words, in the report and the forecast alike
 # The comm run's bandwidth rows, written by its rank 0 to the run folder before the interference stage (bench.rank.commrun):
 # what the sweep keeps of a comm run that failed in that stage (bench.sweep.launch).
 COMM_ROWS_FILE = "comm-rows.json"
