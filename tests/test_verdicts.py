@@ -4,10 +4,12 @@ device it speaks of, the bound from the GPU's busy share, and labels, times and 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from bench.analysis import results
+from bench.forecast import outlook
 from bench.report import frontier, plots, recommend, report
 from bench.store import hostnoise, store
 
@@ -136,3 +138,29 @@ def test_the_budget_holds_the_device_level_over_the_whole_run(h100):
     table = next(b for b in report.blocks(sweep, {}) if b[0] == "table" and "precision / settings" in b[1])
     col = table[1].index("whole run, device level MiB")
     assert table[2][0][col] == "6197"
+
+
+def test_a_wrapper_overhead_resting_on_an_unstable_process_is_not_resolved_and_says_which(h100):
+    # one H100's DDP x1 [bf16] stepped unsteadily (p10 56, p90 99 ms) and its row read "wrapper overhead 35.5%", a
+    # figure the recommendation would not call on one unstable process: the noise measured on steady ones does not speak for it
+    sweep = h100(0.01)
+    configs = sweep.bench["deeplabv3"]
+    by = {c.label: c for c in configs}
+    ddp, single = by["DDP x1 [bf16]"], by["single device x1 [bf16]"]
+    assert ddp.summary.unstable and single.summary.unstable and len(ddp.process_sps) == 1
+    table = next(b for b in report.blocks(sweep, {}) if b[0] == "table" and "precision / settings" in b[1])
+    eff = {(r[0], r[1]): r[8] for r in table[2]}
+    iqr = lambda c: f"{c.summary.iqr_ms / c.summary.median_ms:.0%}"  # noqa: E731
+    assert eff[("DDP", "bf16")] == (
+        f"wrapper overhead not resolved ({single.samples_per_s / ddp.samples_per_s - 1:.1%} against single device x1 "
+        f"[bf16]: DDP x1 [bf16] and single device x1 [bf16] ran one process each whose steps spread {iqr(ddp)} and "
+        f"{iqr(single)} of their median (IQR; unstable above 10%); --repeats 3 measures it)")
+    # one side unstable is enough, and it is the one named
+    steady = lambda c: replace(c, summary=replace(c.summary, unstable=False))  # noqa: E731
+    assert report.wrapper_text(ddp, steady(single)).startswith("wrapper overhead not resolved (")
+    assert f"DDP x1 [bf16] ran one process whose steps spread {iqr(ddp)} of their median" in report.wrapper_text(ddp, steady(single))
+    assert "single device x1 [bf16] ran one process" in report.wrapper_text(steady(ddp), single)
+    # steady on both sides: the forecast's words for the same row (one wording, bench.forecast.outlook)
+    assert report.wrapper_text(steady(ddp), steady(single)) == outlook.wrapper_overhead(ddp)
+    assert eff[("DDP", "fp32")] == outlook.wrapper_overhead(by["DDP x1"]) == "wrapper overhead 2.7% (against single device x1)"
+

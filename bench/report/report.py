@@ -25,6 +25,7 @@ from bench.analysis import cost, utilisation
 from bench.analysis.nodes import starved_nodes
 from bench.analysis.reference import REFERENCE_EPOCHS, REFERENCE_IMAGES, REFERENCE_V100_S, break_even, train_times  # noqa: F401
 from bench.config import ConfigError
+from bench.forecast import outlook
 from bench.report import comm as comm_report
 from bench.report import fit as fit_report
 from bench.report import cost as cost_report
@@ -33,7 +34,7 @@ from bench.report import traces as trace_report
 from bench.report import pages
 from bench.report import utilisation as utilisation_report
 from bench.report.pages import fmt
-from bench.report.recommend import SINGULAR
+from bench.report.recommend import SINGULAR, unsteady_words
 from bench.store import store
 
 from bench.analysis.results import STRATEGY_NAMES, Sweep, load, pick_sweep
@@ -106,24 +107,25 @@ def _efficiency_words(c, what: str = "") -> str:
     return f"{e.shown:.0%}{what}" + (f"; {e.note}" if e.note else "")
 
 
-def efficiency_text(c, spec: str = ".0%") -> str:
+def efficiency_text(c, spec: str = ".0%", configs: list = ()) -> str:
     """The configuration's efficiency as shown: above 100% only with why (bench.stats.shown_efficiency); at one device
-    a wrapper (DataParallel, DDP, ...) against single is its overhead, not scaling (`wrapper_text`)."""
+    a wrapper (DataParallel, DDP, ...) against single is its overhead, not scaling (`wrapper_text`, its baseline
+    looked up by label among `configs`)."""
     if c.device_count == 1 and c.strategy != "single" and not math.isnan(c.speedup) and c.baseline:
-        return wrapper_text(c)
+        return wrapper_text(c, next((b for b in configs if b.label == c.baseline), None))
     return stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count).text(spec)
 
 
-def wrapper_text(c) -> str:
-    """'wrapper overhead 2.7% (against single device x1)': a one-device run of a wrapper against single, as the time a
-    step takes more; 'not resolved' inside the noise between processes, which is named."""
-    over = 1 / c.speedup - 1
-    noise = c.efficiency_noise
-    if math.isnan(noise):
-        return f"wrapper overhead {over:.1%} (against {c.baseline}; the noise between processes is not measured)"
-    if abs(over) <= noise:
-        return f"wrapper overhead not resolved ({over:.1%} against {c.baseline}, within the {stats.percent(noise)} noise)"
-    return f"wrapper overhead {over:.1%} (against {c.baseline})"
+def wrapper_text(c, base=None) -> str:
+    """'wrapper overhead 2.7% (against single device x1)': the forecast's words for the same row
+    (bench.forecast.outlook.wrapper_overhead), unless the wrapper or its baseline `base` ran one unstable process
+    (recommend.unsteady): then not resolved, naming it and its steps' spread, as the recommendation does, since the
+    noise measured on steady processes does not speak for it (one H100's DDP x1 [bf16] read 'wrapper overhead 35.5%')."""
+    shaky = unsteady_words([b for b in (c, base) if b is not None])
+    if shaky:
+        return (f"wrapper overhead not resolved ({1 / c.speedup - 1:.1%} against {c.baseline}: {shaky}; "
+                f"--repeats 3 measures it)")
+    return outlook.wrapper_overhead(c)
 
 
 def memory_text(c) -> tuple:
@@ -162,7 +164,7 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
                      str(c.global_batch), str(c.summary.n), str(len(c.process_sps) or 1), fmt(c.samples_per_s)]
                     + ([fmt(c.tokens_per_s, ".0f"), fmt(c.tokens_per_s_per_device, ".0f")] if tokens else [])
                     + [fmt(c.speedup, ".2f", "x"),
-                     efficiency_text(c, ".1%"), fmt(c.summary.median_ms, ".2f"), fmt(c.summary.p10_ms, ".2f"),
+                     efficiency_text(c, ".1%", configs), fmt(c.summary.median_ms, ".2f"), fmt(c.summary.p10_ms, ".2f"),
                      fmt(c.summary.p90_ms, ".2f"), fmt(alloc, ".0f")]
                     + ([fmt(reserved, ".0f"), fmt(level, ".0f"), fmt(_top(c.run_device_mib), ".0f")] if cuda else [])
                     + utilisation_report.cells(c) + ["unstable" if c.unstable else "stable"])
