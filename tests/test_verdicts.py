@@ -164,3 +164,29 @@ def test_a_wrapper_overhead_resting_on_an_unstable_process_is_not_resolved_and_s
     assert report.wrapper_text(steady(ddp), steady(single)) == outlook.wrapper_overhead(ddp)
     assert eff[("DDP", "fp32")] == outlook.wrapper_overhead(by["DDP x1"]) == "wrapper overhead 2.7% (against single device x1)"
 
+
+@pytest.mark.parametrize("setting", [{"activation_checkpointing": "full"}, {"deeplabv3_aux": "true"},
+                                     {"optimizer": "adamw"}, {"channels_last": True}])
+def test_compiling_pays_against_the_same_configuration_uncompiled_in_every_setting_but_compile(tmp_path, setting):
+    """A compiled configuration with activation checkpointing (or any other setting) is never held against an eager
+    one without it: the checkpointed step is slower, so the break-even would be read off two different trainings."""
+    from bench.store import write
+    from report_fixtures import h100_payload, h100_spec
+    from bench.sweep import record
+    path = str(tmp_path / "h100.sqlite")
+    sid = build_h100_store(path)
+    conn = store.connect(path)
+    env_id = conn.execute("SELECT env_id FROM sweeps WHERE sweep_id = ?", (sid,)).fetchone()[0]
+    pl = h100_payload(("single", "bf16", True))
+    pl.pop("_traces")
+    spec = replace(h100_spec("deeplabv3", "single", "bf16", True), **setting)
+    write.write_result(conn, sid, env_id, spec, "ok", "", pl, derived=record.summary_columns(pl["steps"], pl["windows"], 8),
+                       traces=[])
+    conn.close()
+    configs = load(path).bench["deeplabv3"]
+    twinless = next(c for c in configs if c.compiled and c.key == spec.key)
+    assert report.break_even(twinless, configs) is None   # no eager twin with the same setting was measured
+    rows = next(b for b in report.blocks(load(path), {}) if b[0] == "table" and "compiling pays after (steps)" in b[1])[2]
+    assert "– (no eager twin measured)" in [r[3] for r in rows if r[0] == twinless.label]
+    plain = next(c for c in configs if c.label == "single device x1 [bf16, compiled]")
+    assert report.break_even(plain, configs)[1].label == "single device x1 [bf16]"   # its own twin still found

@@ -43,15 +43,20 @@ def job_s(c, samples: int) -> float:
     return warm + stats.train_time_s(c.samples_per_s, rest, 1)
 
 
+def uncompiled_key(key: str) -> str:
+    """The configuration key (bench.shared.spec.RunSpec.key) of the same configuration uncompiled: every field but
+    `compiled` (precision, format, settings, optimizer, activation checkpointing, shape, batch, count, nodes) kept."""
+    return "/".join(part for part in key.split("/") if part != "compiled")
+
+
 def break_even(c, configs: list) -> Optional[tuple]:
     """(steps, eager twin) after which compiling `c` has paid for its longer warm-up: the warm-up it adds over the
-    same configuration uncompiled, over the time it saves a step; steps nan where it saves nothing. None where `c` is
-    not compiled or has no measured eager twin."""
+    same configuration uncompiled (its key but for `compiled`: a compiled ac=full run is never held against an eager
+    ac=none one), over the time it saves a step; steps nan where it saves nothing. None where `c` is not compiled or
+    has no measured eager twin."""
     if not c.compiled:
         return None
-    twin = next((e for e in configs if not e.compiled and (e.strategy, e.device_count, e.precision, e.channels_last,
-                                                           e.options, e.optimizer) == (c.strategy, c.device_count, c.precision,
-                                                                                       c.channels_last, c.options, c.optimizer)), None)
+    twin = next((e for e in configs if not e.compiled and uncompiled_key(c.key) == e.key), None)
     if twin is None or math.isnan(c.warmup_s) or math.isnan(twin.warmup_s):
         return None
     saved_s = c.global_batch / twin.samples_per_s - c.global_batch / c.samples_per_s
