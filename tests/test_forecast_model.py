@@ -34,12 +34,12 @@ def test_one_bucket_at_the_end_of_backward_adds_its_whole_all_reduce():
     assert fc.bound_of(step) == "exposed communication"
 
 
-def test_many_small_buckets_hide_behind_backward_compute_bound():
+def test_many_small_buckets_hide_behind_backward_the_local_step_bounds():
     # 4 buckets of 1 ms each, ready at 5, 10, 15, 20 ms: e = 6, 11, 16, 21 -> 1 ms past backward
     buckets = [fc.Bucket(1e6, f) for f in (0.25, 0.5, 0.75, 1.0)]
     step = fc.forecast_ddp(COMPUTE, buckets, flat(1.0), 2)
     assert step.step_ms == pytest.approx(37.0)
-    assert fc.bound_of(step) == "compute"
+    assert fc.bound_of(step) == "local step"        # no term past its share: the one-device step, never "compute"
 
 
 def test_large_buckets_queue_up_and_with_computation_stopped_every_all_reduce_adds_up():

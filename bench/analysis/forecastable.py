@@ -3,12 +3,17 @@ from their raw rows (bench.forecast.inputs), its settings and its machine measur
 store; this is where the analysis hands it a sweep.
 
     f = load(conn, sweep_id)     # Forecastable: f.sweep, f.raw, f.sets, f.runs
+    unstable_words(config)       # 'DDP x1 [bf16], unstable: one process (...), its steps spread 43% ...', '' when steady
+
+The forecast is told which configurations the analysis calls unstable (results.Config.unstable, the recommendation's
+flag): where its compute or its straggler/jitter term is read from one, it says so beside the figures it moves.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
+from bench import stats
 from bench.analysis import results
 from bench.forecast import check as fk
 from bench.forecast import inputs as fi
@@ -26,6 +31,23 @@ class Forecastable:
     runs: fk.Runs                    # its machine measurements
 
 
+def unstable_words(c) -> str:
+    """Why the analysis calls configuration c unstable, with its spread: its processes' throughputs apart by more than
+    stats.UNSTABLE_REPEAT_SPREAD, or its steps' interquartile range above stats.UNSTABLE_IQR_FRACTION of their median
+    (one process: nothing then measures the spread between processes); '' for a steady one."""
+    if not c.unstable:
+        return ""
+    s, n = c.summary, len(c.process_sps)
+    why = []
+    if n > 1 and c.repeat_spread > stats.UNSTABLE_REPEAT_SPREAD:
+        why.append(f"its {n} processes' throughputs spread {c.repeat_spread:.0%}")
+    if s.unstable:
+        why.append(("one process (--repeats 3 measures the spread between processes), " if n <= 1 else "")
+                   + f"its steps spread {s.iqr_ms / s.median_ms:.0%} of their median (interquartile range; p10-p90 "
+                   f"{s.p10_ms:.1f}-{s.p90_ms:.1f} ms)")
+    return f"{c.label}, unstable: {' and '.join(why)}"
+
+
 def load(conn, sweep_id: Optional[int]) -> Forecastable:
     """The sweep (the latest for None) with its forecast inputs, read from an open store."""
     sid = results.pick_sweep(conn, sweep_id)
@@ -36,4 +58,5 @@ def load(conn, sweep_id: Optional[int]) -> Forecastable:
     comm = [c for c in sweep.comm if c[0] not in sweep.rehearsal_counts]
     inter = [i for i in forecasts.read_interference(conn, sid) if i[0] not in sweep.rehearsal_counts]
     runs = fk.Runs(comm=comm, inter=inter, device_type=device_type)
-    return Forecastable(sid, sweep, raw, fs.settings(sweep, raw), runs)
+    unstable = {c.key: unstable_words(c) for cs in sweep.bench.values() for c in cs}
+    return Forecastable(sid, sweep, raw, fs.settings(sweep, raw, unstable), runs)

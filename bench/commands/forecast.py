@@ -169,6 +169,8 @@ def main(argv: list) -> int:
                           f"{', '.join(sorted({c.strategy for cs in f.sweep.bench.values() for c in cs})) or 'nothing'}); "
                           "run one with --strategies ddp")
     m = fo.machine(f.sweep, f.runs, ns.preset, ns.levels, ns.gpus_per_node)   # exit 2 here, before anything printed
+    from bench.report import recommend            # the report's bound of each run at one device, for the local step
+    fo.attach_bounds(f.sets, lambda c: recommend.bound(f.sweep, c.workload, c)[0])
     budget = budget_mib(ns, f.sweep)
     grid = tuple(sorted(set(ns.to) | {n for n in fo.DOUBLING if n <= max(ns.to)}))
     print(f"forecast of sweep {f.sid} ({ns.store}); {m.net.gpus_per_node} devices per node; {m.net.backend}")
@@ -186,7 +188,7 @@ def main(argv: list) -> int:
             continue
         print("  rests on: " + "; ".join(fo.rests_on(s, inp, m)))
         print(f"  {spread.words(inp, m)}")
-        assumed = fk.assumed_words(m, fk.validate(s, f.runs, ns.preset, ns.levels, ""))
+        assumed = fk.assumed_words(m, fk.validate(s, f.runs, ns.preset, ns.levels, ""), grid)
         if assumed:
             print(f"  {assumed}")
         whatifs = fo.what_ifs(s, inp, m, grid)

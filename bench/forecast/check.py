@@ -15,7 +15,8 @@ Basis of a check at count n (stored with each row, printed beside it):
                       measurement judged is another sweep's (`forecast --against SWEEP`)
 Where no basis exists (no network below and none at x n) the row says why and holds no error. Each row holds the
 forecast's range (bench.forecast.spread) and whether the measurement fell inside it; `assumed_words` says what a
-forecast assumed and how far it erred where the sweep measured a count.
+forecast assumed and how far it erred where the sweep measured a count (`assumed`: what it assumed, the one list the
+terminal, the report's text and its plot all name).
 """
 from __future__ import annotations
 
@@ -174,14 +175,36 @@ def band(rows: list) -> tuple:
     return (min(0.0, min(errs)), max(0.0, max(errs))) if errs else (math.nan, math.nan)
 
 
-def assumed_words(machine: fs.Machine, rows: list) -> str:
-    """For a forecast resting on an assumption (interference not measured, the network between nodes not measured):
-    what it is, which way it errs, and how far the forecast erred where this sweep measured a count; '' for none."""
-    what = []
+def _origin(level: nw.Level) -> str:
+    """Where an assumed level's figures come from, briefly: 'preset h100', '--network net=50@5', 'as fast as ...'."""
+    src = level.source
+    if src.startswith("preset ") or src.startswith("--network"):
+        return src.split(":")[0]
+    return "as fast as the other level" if src.startswith("assumed as fast") else ""
+
+
+def assumed(machine: fs.Machine, counts: Optional[tuple] = None) -> list:
+    """[(what, how)] the forecast's machine assumed rather than measured: interference ('none' or 'serial'), the network
+    inside a node and the one between nodes (how: its origin, `_origin`), a level only where the forecast's counts
+    reach it (None: every count). One list for the terminal, the report's text (`assumed_words`) and its plot: a
+    one-GPU sweep's forecast for 2-8 GPUs rests on its GPU's preset inside the node, and all three say so."""
+    beyond = lambda size: counts is None or any(n > size for n in counts)  # noqa: E731
+    out = []
     if not machine.inter.measured:
-        what.append("interference " + ("none" if machine.inter.assumed_compute_x == 1.0 else "serial"))
-    if not machine.net.net.measured and any(r.get("device_count", 0) > machine.gpus_per_node for r in rows):
-        what.append("the network between nodes")
+        out.append(("interference", "none" if machine.inter.assumed_compute_x == 1.0 else "serial"))
+    for what, level, size in (("network inside a node", machine.net.node, 1),
+                              ("network between nodes", machine.net.net, machine.gpus_per_node)):
+        if not level.measured and beyond(size):
+            out.append((what, _origin(level)))
+    return out
+
+
+def assumed_words(machine: fs.Machine, rows: list, counts: Optional[tuple] = None) -> str:
+    """For a forecast resting on an assumption (interference, the network inside a node or between nodes not
+    measured at the forecast's `counts`: `assumed`): what it is, which way it errs, and how far the forecast erred
+    where this sweep measured a count; '' for none."""
+    what = [f"{w} {how}" if w == "interference" else f"the {w}" + (f" ({how})" if how else "")
+            for w, how in assumed(machine, counts)]
     if not what:
         return ""
     checked = [r for r in rows if r.get("error") is not None and not math.isnan(r["error"])]

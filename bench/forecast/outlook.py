@@ -3,6 +3,7 @@ forecast on, a setting's series over counts, the changes that would move it (wha
 scaling efficiency falls below 75%, and the sentence that says so.
 
     machine = machine(sweep, runs, preset=None, levels={}, gpus_per_node=None)   # forecast.settings.Machine
+    attach_bounds(sets, kind_of)                         # each one-device run's measured bound, from the caller
     rests_on(setting, inputs, machine)                   # what the forecast rests on, measured or assumed, in words
     pts = series(setting, inputs, counts, machine)       # [forecast_sweep.Point]
     what_ifs(setting, inputs, machine, counts)           # [(what, [Point])]: this network first
@@ -78,6 +79,17 @@ def machine(sweep, runs: fk.Runs, preset: Optional[nw.Preset] = None, levels: Op
     preset = preset or (auto_preset(sweep) if "net" not in levels else None)
     g = gpus_per_node(sweep, given_gpus_per_node, preset)
     return fk.machine_for(runs, tuple(sorted({c for c, _, _ in runs.comm})), preset, levels, g)
+
+
+def attach_bounds(sets: list, kind_of) -> None:
+    """Give each setting the measured bound of its runs at one device (kind_of(config) -> words, the report's
+    bench.report.recommend.bound: 'host-bound (GPU busy 39%)'), shown where the forecast falls through to the local
+    step ('local step (host-bound, measured)'); a bound not measured is left out (the column then reads 'local step').
+    Passed in: the forecast imports neither the analysis nor the report."""
+    for s in sets:
+        ones = [c for c in list(s.configs.values()) + [s.single] if c is not None and c.device_count == 1]
+        s.bounds = {c.key: kind for c, kind in ((c, kind_of(c)) for c in ones)
+                    if kind and not kind.startswith("not measured")}
 
 
 def rests_on(s: fs.Setting, inp: fs.Inputs, m: fs.Machine) -> list:
@@ -172,7 +184,8 @@ COLUMNS = [
     ("efficiency", lambda s, p: "–" if p.refused else _efficiency(s, p)),
     ("MiB/device", lambda s, p: ranged(p, "memory_mib", p.memory.device_mib if p.memory else None, ".0f")),
     ("bound", lambda s, p: f"refused: {p.refused}" if p.refused else p.bound + (
-        f" ({p.algorithm})" if p.algorithm and p.bound == "exposed communication" else "")),
+        f" ({p.algorithm})" if p.algorithm and p.bound == "exposed communication" else "") + (
+        " (unstable run)" if p.unsteady and p.bound == "straggler/jitter" else "")),
 ]
 
 
@@ -232,9 +245,27 @@ def network_sets(whatifs: list) -> str:
     return f"the network does not set it: {every}; {bound} does"
 
 
+def unsteady_words(points: list, bound: str = "") -> str:
+    """'; rests on DDP x1 [bf16], unstable: ...; its straggler/jitter term is that spread': where the forecast's
+    compute and tail are read from a run the analysis calls unstable, what that moves ('' for a steady one)."""
+    shaky = next((p.unsteady for p in points if p.unsteady), "")
+    if not shaky:
+        return ""
+    moved = ("the line through the steps is drawn through it" if any(p.bound.startswith("DataParallel") for p in points)
+             else "its straggler/jitter term is that spread" if bound == "straggler/jitter" else
+             "the compute and the straggler/jitter term are read from that spread")
+    return f"; rests on {shaky}; {moved}"
+
+
 def recommendation(s: fs.Setting, points: list, whatifs: Optional[list] = None) -> str:
     """'past N GPUs on this network (between N1 and N2), scaling stops paying' where the forecast crosses 75%, the
-    range from the draws; never a claim from a missing value; with the what-ifs, whether the network sets N."""
+    range from the draws; never a claim from a missing value; with the what-ifs, whether the network sets N; where it
+    rests on an unstable run, that (`unsteady_words`)."""
+    return _recommendation(s, points, whatifs) + unsteady_words(
+        points, next((p.bound for p in points if p.count == first_below(points)), ""))
+
+
+def _recommendation(s: fs.Setting, points: list, whatifs: Optional[list] = None) -> str:
     missing = missing_baseline(s)
     if missing:
         return f"{s.label}: {missing}"

@@ -2,7 +2,8 @@
 precision and settings), what the model (bench.forecast.step) rests on, said in words, and the forecast at any
 count, step time and memory per device. The check against measured counts is bench.forecast.check.
 
-    sets = settings(sweep, raw)                         # sweep: bench.analysis.results.Sweep; raw: {key: forecast_inputs.Raw}
+    sets = settings(sweep, raw, unstable)               # sweep: bench.analysis.results.Sweep; raw: {key: forecast_inputs.Raw};
+                                                        # unstable: {key: words} of the configurations the analysis calls unstable
     inp = inputs(s, machine, below=None)                # Inputs, or a str: why this setting cannot be forecast
     point(s, inp, count, machine)                       # Point: step_ms, samples/s, efficiency, bound, memory
     series(s, inp, counts, machine, draws=DRAWS)        # [Point], each with its range (bench.forecast.spread)
@@ -17,6 +18,9 @@ Sources, nothing of a count at or above `below` (the check's judged count) read:
   buckets   DDP's measured ready times at the allowed counts (bench.rank.buckets), else DDP's construction
   tail      the slowest of N ranks (straggler/jitter): the per-step spread of the compute's own run, each process's
             steps over its own median (bench.forecast.inputs.tail_excess_ms)
+  unstable  a compute run (DataParallel: a point of its line) the caller calls unstable (`Setting.unstable`): said
+            beside the compute and the straggler/jitter term, which are read from its spread
+  bound     no term past its share: the local step, with the caller's measured bound at one device (`Setting.bounds`)
   spreads   what the range draws from: the compute run's processes, the bucket observations, the steps, the peaks
   machine   the network and the interference: the collectives microbenchmark and its interference rows, a
             measurement of the machine apart from any training step (`Machine`: which counts, said by the caller)
@@ -49,6 +53,8 @@ class Setting:
     configs: dict                    # count -> results.Config
     raws: dict                       # config key -> forecast_inputs.Raw
     single: Optional[object] = None  # single at 1 device of the same numerics (the efficiency baseline)
+    unstable: dict = field(default_factory=dict)   # config key -> why the analysis calls it unstable (the caller's words)
+    bounds: dict = field(default_factory=dict)     # config key at 1 device -> its measured bound (the caller's words)
 
     @property
     def label(self) -> str:
@@ -83,6 +89,8 @@ class Inputs:
     co_run_at: tuple = (1, 1)                         # (count, nodes) the compute was measured at
     process_x: object = 1.0                           # a fresh run's luck on the whole step
     memory_x: object = 1.0                            # on the measured peak
+    unsteady: str = ""                                # the unstable configuration the compute and tail are read from
+    local: str = fc.LOCAL                             # the bound when no term beyond the one-device step counts
 
 
 @dataclass
@@ -97,6 +105,7 @@ class Point:
     sync_ms: float = 0.0
     algorithm: str = ""
     refused: str = ""
+    unsteady: str = ""                               # Inputs.unsteady: the unstable run the figures are read from
     memory: Optional[mm.Memory] = None
     terms: dict = field(default_factory=dict)        # the step's terms beyond computation (ms): fc.terms
     ranges: dict = field(default_factory=dict)       # 'step_ms' | 'samples_per_s' | 'efficiency' | 'memory_mib' -> (lo, hi)
@@ -106,8 +115,10 @@ class Point:
         return self.ranges.get(name, (math.nan, math.nan))
 
 
-def settings(sweep, raw: dict) -> list:
-    """Every setting of the sweep the forecast covers, with its configurations by count."""
+def settings(sweep, raw: dict, unstable: Optional[dict] = None) -> list:
+    """Every setting of the sweep the forecast covers, with its configurations by count; unstable: {config key: words}
+    for the configurations the caller's analysis calls unstable (the forecast says so where it reads one)."""
+    unstable = unstable or {}
     out = []
     for workload, configs in sweep.bench.items():
         numerics = lambda c: (c.precision, c.channels_last, c.compiled, getattr(c, "optimizer", "sgd"))  # noqa: E731
@@ -122,7 +133,9 @@ def settings(sweep, raw: dict) -> list:
             raws = {c.key: raw[c.key] for c in cs.values()}
             if single is not None and single.key in raw:
                 raws[single.key] = raw[single.key]
-            out.append(Setting(workload, strategy, variant, dict(sorted(cs.items())), raws, single))
+            keys = set(raws)
+            out.append(Setting(workload, strategy, variant, dict(sorted(cs.items())), raws, single,
+                               {k: w for k, w in unstable.items() if k in keys and w}))
     return out
 
 
@@ -158,9 +171,11 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
             return f"DataParallel's step is read off a line through two measured counts; {len(pts)} below {below or 'any'}"
         base = allowed[max(allowed)] if allowed else s.single
         configs = {**({1: s.single} if s.single is not None and 1 not in allowed else {}), **allowed}
+        shaky = "; ".join(s.unstable[c.key] for n, c in sorted(configs.items()) if n in pts and c.key in s.unstable)
         return Inputs(fc.Compute(0, 0, 0, 0), base.global_batch / base.device_count, dp_points=pts,
-                      words=[f"step: a line through the measured steps at {','.join(map(str, sorted(pts)))} device(s)"],
-                      from_counts=tuple(sorted(pts)),
+                      words=[f"step: a line through the measured steps at {','.join(map(str, sorted(pts)))} device(s)"]
+                      + ([f"the line rests on {shaky}"] if shaky else []),
+                      from_counts=tuple(sorted(pts)), unsteady=shaky,
                       dp_spreads={n: s.raws[c.key].spreads.get("measured", fi.Spread()) for n, c in configs.items()
                                   if c.key in s.raws})
     base, ph, said = _source(s, allowed)
@@ -169,6 +184,12 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
     raw = s.raws[base.key]
     compute = _compute(ph)
     words = [said]
+    unsteady = s.unstable.get(base.key, "")
+    if unsteady:
+        words.append(f"the compute and the straggler/jitter term rest on {unsteady}")
+    measured = s.bounds.get(base.key, "") if base.device_count == 1 else ""
+    if measured:
+        words.append(f"the step on one device: {measured}, measured on {getattr(base, 'label', 'its run')}")
     one = allowed.get(1)
     own = None   # DDP's own gradient work at one rank: x1's probe, synchronised blocks against no_sync() ones
     if one is not None and s.raws[one.key].sync and s.raws[one.key].no_sync:
@@ -182,7 +203,8 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
                  co_run_base=inter.co_run_x(base.device_count, base.nodes), words=words, from_counts=(base.device_count,),
                  compute_spread=raw.spreads.get("no_sync" if ph is raw.no_sync else "measured", fi.Spread()),
                  co_run_at=(base.device_count, base.nodes),
-                 own_ms=own if own is not None and (ph is raw.no_sync or base is one) else 0.0)
+                 own_ms=own if own is not None and (ph is raw.no_sync or base is one) else 0.0,
+                 unsteady=unsteady, local=fc.local_bound(measured))
     inp.words.append(inter.words())
     inp.words.append(fi.tail_words(len(raw.step_ms), f"x{base.device_count}"))
     grad_bytes = (s.any.grad_mib or 0) * 2**20
@@ -261,7 +283,7 @@ def point(s: Setting, inp: Inputs, count: int, machine: Machine) -> Point:
     range of each over the draws."""
     net = machine.net
     nodes = math.ceil(count / net.gpus_per_node)
-    p = Point(count=count, nodes=nodes)
+    p = Point(count=count, nodes=nodes, unsteady=inp.unsteady)
     scaling = s.any.scaling
     if scaling == "strong":
         samples = s.any.global_batch / count
@@ -301,7 +323,7 @@ def point(s: Setting, inp: Inputs, count: int, machine: Machine) -> Point:
     p.terms = fc.terms(step)
     p.step_ms, p.exposed_comm_ms, p.algorithm = fc.central(step_ms), fc.central(step.exposed_comm_ms), step.algorithm
     p.sync_ms = fc.central(step.sync_ms)
-    p.bound = "DataParallel: linear in the count" if s.strategy == "dp" else fc.bound_of(step)
+    p.bound = "DataParallel: linear in the count" if s.strategy == "dp" else fc.bound_of(step, inp.local)
     sps = np.where(step_ms > 0, samples * count / (np.asarray(step_ms, dtype=float) / 1e3), np.nan)
     base = math.nan
     if s.single is not None and s.single.summary.median_ms > 0:  # steps against steps (the forecast has no windows)

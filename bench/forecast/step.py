@@ -3,7 +3,8 @@
     step = forecast_ddp(compute, buckets, net, ranks, inter, sync_ms=..., buffer_bytes=...)   -> Step
     step = forecast_fsdp(compute, units, net, ranks, inter, reshard=True, sync_ms=...)
     simulate(tasks)                                  # the two-lane pipeline both are built on
-    bound_of(step)                                   -> 'compute' | 'exposed communication' | 'straggler/jitter' | 'data'
+    bound_of(step, local=LOCAL)                      -> 'exposed communication' | 'straggler/jitter' | 'data' | local
+    local_bound(measured)                            # 'local step' or 'local step (host-bound, measured)': `local`
 
 The pipeline (`simulate`): a step's work after forward runs on two lanes, the device's computation and the
 communication link, each task in its lane's order once what it waits for has started or ended. Alone, a task takes
@@ -362,8 +363,19 @@ def central(v) -> float:
     return float(np.ravel(v)[0]) if np.ndim(v) else float(v)
 
 
-def bound_of(step: Step) -> str:
+LOCAL = "local step"                 # no term beyond the one-device step passes BOUND_SHARE: the step on one device
+
+
+def local_bound(measured: str = "") -> str:
+    """The fall-through bound in words: the one-device step, and where the caller measured what bounds it (the
+    report's bound of the source configuration at one device, e.g. 'host-bound (GPU busy 39%)') its head, as
+    'local step (host-bound, measured)': narrow enough for a table's column; the figure goes in the words beside."""
+    head = measured.split(" (")[0].strip()
+    return f"{LOCAL} ({head}, measured)" if head else LOCAL
+
+
+def bound_of(step: Step, local: str = LOCAL) -> str:
     """What limits the step: the largest of its terms (`terms`) when it takes more than BOUND_SHARE of the step, else
-    compute."""
+    the step on one device, `local` (never 'compute': a host-bound step is not compute-bound, `local_bound`)."""
     big = [(v, name) for name, v in terms(step).items() if v > BOUND_SHARE * central(step.step_ms)]
-    return max(big)[1] if big else "compute"
+    return max(big)[1] if big else local

@@ -29,6 +29,7 @@ from bench.forecast import settings as fs
 from bench.forecast import memory as mm
 from bench.forecast import spread
 from bench.config import ConfigError
+from bench.report import recommend
 from bench.report.utilisation import forecast_cells, forecast_headers
 from bench.store import store
 
@@ -71,11 +72,10 @@ def _legend(fig, ax) -> None:
 
 
 def assumed_words(m) -> str:
-    """What the forecast's machine assumed rather than measured, for the plot's legend: 'interference and the network
-    inside a node and the network between nodes' (a one-GPU sweep forecast on its GPU's preset); '' for nothing."""
-    return " and ".join(w for w, on in (("interference", not m.inter.measured),
-                                        ("network inside a node", not m.net.node.measured),
-                                        ("network between nodes", not m.net.net.measured)) if on)
+    """What the forecast's machine assumed rather than measured, for the plot's legend: 'interference and network
+    inside a node and network between nodes' (a one-GPU sweep forecast on its GPU's preset); '' for nothing. The same
+    list the text names (bench.forecast.check.assumed), over every count the plot draws."""
+    return " and ".join(w for w, _ in fk.assumed(m, fo.DOUBLING))
 
 
 def figure(workload: str, where: str, lines: list):
@@ -172,6 +172,8 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
     for cs in f.sweep.bench.values():
         for c in cs:
             c.utilisation = shown.get(c.key, c.utilisation)
+    mine = {c.key: c for cs in sweep.bench.values() for c in cs}   # the report's bound of each run at one device
+    fo.attach_bounds(f.sets, lambda c: recommend.bound(sweep, c.workload, mine.get(c.key, c))[0])
     try:
         m = fo.machine(f.sweep, f.runs)
     except ConfigError as e:  # no all-reduce rows and no preset: say so rather than fail the report
@@ -186,7 +188,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
     for s, inp in sets:
         ws = fo.what_ifs(s, inp, m, fo.DOUBLING)
         check = fk.validate(s, f.runs, None, {}, "")
-        assumed = fk.assumed_words(m, check)
+        assumed = fk.assumed_words(m, check, fo.DOUBLING)
         what_assumed = assumed_words(m)
         by_workload.setdefault(s.workload, []).append((s, ws, check, (what_assumed, fk.band(check))))
         mem_lines.setdefault(s.workload, []).append((s, ws[0][1]))
