@@ -160,8 +160,11 @@ def test_a_wrapper_overhead_resting_on_an_unstable_process_is_not_resolved_and_s
     assert report.wrapper_text(ddp, steady(single)).startswith("wrapper overhead not resolved (")
     assert f"DDP x1 [bf16] ran one process whose steps spread {iqr(ddp)} of their median" in report.wrapper_text(ddp, steady(single))
     assert "single device x1 [bf16] ran one process" in report.wrapper_text(steady(ddp), single)
-    # steady on both sides: the forecast's words for the same row (one wording, bench.forecast.outlook)
-    assert report.wrapper_text(steady(ddp), steady(single)) == outlook.wrapper_overhead(ddp)
+    # one wording: the report's row is the forecast's x1 row (bench.forecast.outlook), unstable or steady
+    assert report.wrapper_text(ddp, single) == outlook.wrapper_overhead(ddp, single) == eff[("DDP", "bf16")]
+    assert outlook.wrapper_overhead(ddp).startswith("wrapper overhead not resolved (")  # its own process is enough
+    assert report.wrapper_text(steady(ddp), steady(single)) == outlook.wrapper_overhead(steady(ddp))
+    assert not report.wrapper_text(steady(ddp), steady(single)).startswith("wrapper overhead not resolved (")
     assert eff[("DDP", "fp32")] == outlook.wrapper_overhead(by["DDP x1"]) == "wrapper overhead 2.7% (against single device x1)"
 
 

@@ -121,13 +121,18 @@ def what_ifs(s: fs.Setting, inp: fs.Inputs, m: fs.Machine, counts: tuple, draws:
     return out
 
 
-def wrapper_overhead(c) -> str:
+def wrapper_overhead(c, base=None) -> str:
     """'wrapper overhead 2.7% (against single device x1)': a wrapper (DDP, FSDP, DataParallel) at one device against
-    single is the time its step takes more, not scaling; 'not resolved' inside the noise between processes. The
-    report's wording for the same row (bench.report.report.wrapper_text); '' without a single-device baseline."""
+    single is the time its step takes more, not scaling; 'not resolved' inside the noise between processes, or where
+    the wrapper or its baseline `base` ran one unstable process (stats.unsteady: the noise measured on steady processes
+    does not speak for it; one H100's DDP x1 [bf16] read 'wrapper overhead 35.5%'). The report's and the forecast's
+    words for the row alike; '' without a single-device baseline."""
     if math.isnan(c.speedup) or not c.baseline:
         return ""
     over = 1 / c.speedup - 1
+    shaky = stats.unsteady_words([b for b in (c, base) if b is not None])
+    if shaky:
+        return f"wrapper overhead not resolved ({over:.1%} against {c.baseline}: {shaky}; --repeats 3 measures it)"
     noise = c.efficiency_noise
     if math.isnan(noise):
         return f"wrapper overhead {over:.1%} (against {c.baseline}; the noise between processes is not measured)"
@@ -144,7 +149,7 @@ def measured_point(s: fs.Setting, count: int) -> fs.Point:
     mem = (mm.Memory(count, {"measured peak": raw.peak_mib}, runtime_mib=raw.runtime_mib or 0.0)
            if raw is not None and raw.peak_mib is not None else None)
     one = count == 1 and c.strategy != "single"
-    overhead = wrapper_overhead(c) if one else ""
+    overhead = wrapper_overhead(c, s.single) if one else ""
     return fs.Point(count=count, nodes=c.nodes, step_ms=c.summary.median_ms, samples_per_s=c.samples_per_s,
                     efficiency=math.nan if one else c.efficiency, bound="measured" + (f"; {overhead}" if overhead else ""),
                     memory=mem)

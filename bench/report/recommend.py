@@ -66,22 +66,7 @@ class Apart:
     why: Optional[str] = None        # why it is not told, where the noise is measured but does not speak for a side
 
 
-def unsteady(c) -> bool:
-    """One process whose steps spread more than stats.UNSTABLE_IQR_FRACTION of their median: the noise measured on other
-    (steady) processes does not speak for it; on one H100, a bf16 DataParallel x1 process stepping unsteadily read 69%
-    faster than its identical twin against selfcheck's 1%."""
-    return len(c.process_sps) <= 1 and bool(c.summary.unstable)
-
-
-def unsteady_words(cs: list) -> str:
-    """'DDP x1 [bf16] ran one process whose steps spread 28% of their median (IQR; unstable above 10%)' for those of
-    `cs` that are `unsteady` ('A and B ran one process each ... 28% and 17% ...'); '' where none is."""
-    shaky = [c for c in cs if unsteady(c)]
-    if not shaky:
-        return ""
-    spreads = " and ".join(f"{c.summary.iqr_ms / c.summary.median_ms:.0%}" for c in shaky)
-    return (f"{' and '.join(c.label for c in shaky)} ran one process{' each' if len(shaky) > 1 else ''} whose steps "
-            f"spread {spreads} of their median (IQR; unstable above {stats.UNSTABLE_IQR_FRACTION:.0%})")
+unsteady, unsteady_words = stats.unsteady, stats.unsteady_words  # one rule for the report and the forecast
 
 
 def _apart(faster, slower) -> Apart:

@@ -34,7 +34,7 @@ from bench.report import traces as trace_report
 from bench.report import pages
 from bench.report import utilisation as utilisation_report
 from bench.report.pages import fmt
-from bench.report.recommend import SINGULAR, unsteady_words
+from bench.report.recommend import SINGULAR
 from bench.store import store
 
 from bench.analysis.results import STRATEGY_NAMES, Sweep, load, pick_sweep
@@ -117,15 +117,9 @@ def efficiency_text(c, spec: str = ".0%", configs: list = ()) -> str:
 
 
 def wrapper_text(c, base=None) -> str:
-    """'wrapper overhead 2.7% (against single device x1)': the forecast's words for the same row
-    (bench.forecast.outlook.wrapper_overhead), unless the wrapper or its baseline `base` ran one unstable process
-    (recommend.unsteady): then not resolved, naming it and its steps' spread, as the recommendation does, since the
-    noise measured on steady processes does not speak for it (one H100's DDP x1 [bf16] read 'wrapper overhead 35.5%')."""
-    shaky = unsteady_words([b for b in (c, base) if b is not None])
-    if shaky:
-        return (f"wrapper overhead not resolved ({1 / c.speedup - 1:.1%} against {c.baseline}: {shaky}; "
-                f"--repeats 3 measures it)")
-    return outlook.wrapper_overhead(c)
+    """A one-device wrapper's overhead against its baseline `base`, in the forecast's words for the same row
+    (bench.forecast.outlook.wrapper_overhead: not resolved where either ran one unstable process)."""
+    return outlook.wrapper_overhead(c, base)
 
 
 def memory_text(c) -> tuple:

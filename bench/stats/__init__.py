@@ -9,7 +9,7 @@ own summary before a result is stored, and the commands. Computed from raw value
 from bench.stats.noise import (  # noqa: F401
     MIN_EVIDENCE_SWEEPS, NOT_MEASURED, UNSTABLE_REPEAT_SPREAD, Evidence, Noise, ProcessComparison, ShownEfficiency,
     compare_pairs, compare_processes, compare_with_evidence, evidence, holm, host_noise, noise_bound, pair_noise,
-    percent, repeat_spread, shown_efficiency, significance, sweep_noise)
+    percent, repeat_spread, shown_efficiency, significance, sweep_noise, unsteady, unsteady_words)
 from bench.stats.steps import (  # noqa: F401
     PHASES_MS, UNSTABLE_IQR_FRACTION, Summary, algbw_gbps, allreduce_ms_at, busbw_gbps, efficiency, exposed_comm_ms,
     median, result_summary, samples_per_s, slowest_rank_rows, speedup, step_times_ms, student_t, summarize,

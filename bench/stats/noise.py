@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from bench.stats.steps import student_t
+from bench.stats.steps import UNSTABLE_IQR_FRACTION, student_t
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,24 @@ def significance(a_ms: Sequence[float], b_ms: Sequence[float]) -> float:
 # ---------------------------------------------------------------- processes as the independent samples
 
 UNSTABLE_REPEAT_SPREAD = 0.10   # repeats' throughputs spread more than 10% of their median: "may be unstable"
+
+
+def unsteady(c) -> bool:
+    """c (a configuration: its process_sps, its steps' summary, its label) ran one process whose steps spread more than UNSTABLE_IQR_FRACTION of their median: the noise measured on other
+    (steady) processes does not speak for it; on one H100, a bf16 DataParallel x1 process stepping unsteadily read 69%
+    faster than its identical twin against selfcheck's 1%."""
+    return len(c.process_sps) <= 1 and bool(c.summary.unstable)
+
+
+def unsteady_words(cs: list) -> str:
+    """'DDP x1 [bf16] ran one process whose steps spread 28% of their median (IQR; unstable above 10%)' for those of
+    `cs` that are `unsteady` ('A and B ran one process each ... 28% and 17% ...'); '' where none is."""
+    shaky = [c for c in cs if unsteady(c)]
+    if not shaky:
+        return ""
+    spreads = " and ".join(f"{c.summary.iqr_ms / c.summary.median_ms:.0%}" for c in shaky)
+    return (f"{' and '.join(c.label for c in shaky)} ran one process{' each' if len(shaky) > 1 else ''} whose steps "
+            f"spread {spreads} of their median (IQR; unstable above {UNSTABLE_IQR_FRACTION:.0%})")
 
 
 def repeat_spread(values: Sequence[float]) -> float:
