@@ -193,3 +193,26 @@ def test_compiling_pays_against_the_same_configuration_uncompiled_in_every_setti
     assert "– (no eager twin measured)" in [r[3] for r in rows if r[0] == twinless.label]
     plain = next(c for c in configs if c.label == "single device x1 [bf16, compiled]")
     assert report.break_even(plain, configs)[1].label == "single device x1 [bf16]"   # its own twin still found
+
+
+def test_deeplabv3_with_its_auxiliary_classifier_is_named_apart_from_without_and_held_against_its_own_single(tmp_path):
+    # --deeplabv3-aux false,true is an axis: two configurations of one strategy and count that must not share a label
+    # (every table, plot and sentence names a configuration by it) nor a baseline.
+    from bench.store import write
+    from report_fixtures import h100_payload, h100_spec
+    from bench.sweep import record
+    path = str(tmp_path / "h100.sqlite")
+    sid = build_h100_store(path)
+    conn = store.connect(path)
+    env_id = conn.execute("SELECT env_id FROM sweeps WHERE sweep_id = ?", (sid,)).fetchone()[0]
+    for strategy in ("single", "ddp"):
+        pl = h100_payload((strategy, "fp32", False))
+        pl.pop("_traces")
+        spec = replace(h100_spec("deeplabv3", strategy, "fp32", False), deeplabv3_aux="true")
+        write.write_result(conn, sid, env_id, spec, "ok", "", pl, derived=record.summary_columns(pl["steps"], pl["windows"], 8),
+                           traces=[])
+    conn.close()
+    labels = [c.label for c in load(path).bench["deeplabv3"]]
+    assert "DDP x1 [fp32, aux=true]" in labels and "DDP x1" in labels and len(labels) == len(set(labels))
+    by = {c.label: c for c in load(path).bench["deeplabv3"]}
+    assert by["DDP x1 [fp32, aux=true]"].baseline == "single device x1 [fp32, aux=true]"

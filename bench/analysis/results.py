@@ -32,13 +32,18 @@ STATE_KEYS = ("params_mib", "grads_mib", "optimizer_mib", "buckets_mib")
 
 
 def variant(precision: str, channels_last: bool, compiled: bool, options: dict, optimizer: str = "sgd",
-            ac: str = "none") -> str:
-    """'fp32', 'bf16, channels_last, bucket_cap_mb=100, adamw, ac=full': a configuration's precision, memory format,
-    compilation, strategy settings, optimizer (when not SGD) and activation checkpointing (when on), as its label
-    shows them."""
+            ac: str = "none", aux: str = "false") -> str:
+    """'fp32', 'bf16, channels_last, bucket_cap_mb=100, adamw, ac=full, aux=true': a configuration's precision, memory
+    format, compilation, strategy settings, optimizer (when not SGD), activation checkpointing (when on) and DeepLabV3's
+    auxiliary classifier (when on: --deeplabv3-aux), as its label shows them."""
     parts = [precision] + (["channels_last"] if channels_last else []) + (["compiled"] if compiled else [])
     parts += [f"{k}={v}" for k, v in sorted(options.items())] + ([optimizer] if optimizer and optimizer != "sgd" else [])
-    return ", ".join(parts + ([f"ac={ac}"] if ac and ac != "none" else []))
+    return ", ".join(parts + ([f"ac={ac}"] if ac and ac != "none" else []) + ([f"aux={aux}"] if aux and aux != "false" else []))
+
+
+def row_aux(r: dict) -> str:
+    """--deeplabv3-aux of a results row (its spec; 'false' where the spec predates it)."""
+    return json.loads(r["spec_json"] or "{}").get("deeplabv3_aux") or "false" if "spec_json" in r.keys() else "false"
 
 
 def label(strategy: str, device_count: int, variant_text: str) -> str:
@@ -52,7 +57,7 @@ def row_variant(r: dict) -> str:
     """The variant of a results row (one that did not run too)."""
     return variant(r["precision"] or "fp32", bool(r["channels_last"]), bool(r["compiled"]), json.loads(r["options_json"] or "{}"),
                    (r["optimizer"] if "optimizer" in r.keys() else None) or "sgd",
-                   (r["activation_checkpointing"] if "activation_checkpointing" in r.keys() else None) or "none")
+                   (r["activation_checkpointing"] if "activation_checkpointing" in r.keys() else None) or "none", row_aux(r))
 
 
 @dataclass
@@ -102,6 +107,7 @@ class Config:
     warmup_s: float = math.nan          # the warm-up steps' time (compilation and cuDNN's autotuning in it), median process
     warmup_steps: int = 0
     activation_checkpointing: str = "none"        # none | full | selective:K
+    aux: str = "false"                            # --deeplabv3-aux: false | true | unused
     tokens_per_sample: Optional[int] = None       # a language model's sequence length (tokens/s = samples/s x this)
     flops: dict = field(default_factory=dict)      # flops_per_sample, hw_flops_per_sample, how (flops_json), analytic_per_sample
     device_names: tuple = ()                       # the GPU of each device it ran on (memory rows), for its peak
@@ -112,7 +118,7 @@ class Config:
     def variant(self) -> str:
         """Everything but strategy and count that tells this configuration apart: precision, format, settings."""
         return variant(self.precision, self.channels_last, self.compiled, self.options, self.optimizer,
-                       self.activation_checkpointing)
+                       self.activation_checkpointing, self.aux)
 
     @property
     def tokens_per_s(self) -> float:
@@ -270,7 +276,7 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         params=r0["params"], data_wait_ms=stats.median(s.get("host_data_ms") for s in slowest), traces=traces,
         warmup_s=stats.median(warmup_s), warmup_steps=int(stats.median(warmup_steps)) if warmup_steps else 0,
         optimizer=r0["optimizer"] if "optimizer" in r0 and r0["optimizer"] else "sgd", state_mib=_state(memory),
-        activation_checkpointing=r0.get("activation_checkpointing") or "none",
+        activation_checkpointing=r0.get("activation_checkpointing") or "none", aux=row_aux(r0),
         tokens_per_sample=json.loads(r0["details_json"] or "{}").get("workload_details", {}).get("tokens_per_sample"),
         flops=_flops(results), device_names=_device_names(memory), gpu=gpustate.summarise(samples),
     )
@@ -296,7 +302,7 @@ def _with_scaling(configs: list, fallback: stats.Noise = stats.NOT_MEASURED) -> 
     else the series' own 1-device result; `fallback` is the noise where a configuration or its baseline ran one process.
     (Without the checkpointing in the key, one H100's DDP x1 was held against single x1 [ac=full], 1.8x slower: 'wrapper
     overhead -37%'.)"""
-    numerics = lambda c: (c.precision, c.channels_last, c.compiled, c.optimizer, c.activation_checkpointing)  # noqa: E731
+    numerics = lambda c: (c.precision, c.channels_last, c.compiled, c.optimizer, c.activation_checkpointing, c.aux)  # noqa: E731
     singles = {numerics(c): c for c in configs if c.strategy == "single" and c.device_count == 1}
     ones = {c.series: c for c in configs if c.device_count == 1}
     for c in configs:
