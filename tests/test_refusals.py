@@ -148,14 +148,10 @@ def test_a_folder_given_as_the_store_is_called_a_folder_by_every_command(argv, s
     ("2.5.1+cu121", ["--strategies", "ddp,fsdp"],
      "--strategies fsdp: needs torch>=2.6 (FSDP2's fully_shard in torch.distributed.fsdp), but this is torch 2.5.1+cu121"),
     ("2.3.0", ["--strategies", "hsdp", "--fsdp-reshard", "false"], "--strategies hsdp: needs torch>=2.6"),
-    ("2.7.1", ["--strategies", "fsdp"],
-     "--strategies fsdp with --fsdp-reshard true (the default): needs torch>=2.8, but this is torch 2.7.1"),
-    ("2.6.0", ["--strategies", "hsdp", "--fsdp-reshard", "false,true"], "--fsdp-reshard false (runs from torch 2.6)"),
 ])
 def test_fsdp_and_hsdp_on_a_torch_older_than_their_rank_code_needs_are_refused_before_any_rank_starts(
         version, argv, expected, sandbox, capsys, monkeypatch):
-    # on such a torch every FSDP/HSDP configuration would fail inside its ranks (ImportError before 2.6; fully_shard's
-    # ValueError for the root's reshard_after_forward=None before 2.8)
+    # on such a torch every FSDP/HSDP configuration would fail inside its ranks (an ImportError before 2.6)
     import torch
     monkeypatch.setattr(torch, "__version__", version)
     said = _refused([*argv, "--device", "cpu", "--gpus", "1,2", "--workloads", "synthetic"], capsys)
@@ -165,7 +161,6 @@ def test_fsdp_and_hsdp_on_a_torch_older_than_their_rank_code_needs_are_refused_b
 def test_fsdp_runs_where_the_installed_torch_meets_its_floor():
     from bench.sweep import settings
     cfg = config.SweepConfig(strategies=("single", "dp", "ddp", "zero", "fsdp", "hsdp"), fsdp_reshard=(True, False))
-    for version in ("2.8.0", "2.8.0a0+git1234", "2.14.1+cu130", "3.0.0"):
+    for version in ("2.6.0", "2.7.1", "2.8.0a0+git1234", "2.14.1+cu130", "3.0.0"):  # the root's rule: False, from 2.6
         settings.check_torch(cfg, version)
-    settings.check_torch(dataclasses.replace(cfg, fsdp_reshard=(False,)), "2.6.0")
     settings.check_torch(dataclasses.replace(cfg, strategies=("single", "dp", "ddp", "zero")), "2.3.1")

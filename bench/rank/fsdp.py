@@ -106,10 +106,12 @@ def apply_fsdp(model: nn.Module, ctx: Ctx, reshard_after_forward: bool = True, m
     for block in shard_blocks(model):  # a meta model stays there (to_empty() and init after); the rest unit by unit
         _onto_device(block, ctx.device)
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp, **offload)
-    # The root keeps FSDP2's own rule (None: not resharded after forward, its backward starts at once);
-    # an explicit True would all-gather the root's parameters (DeepLabV3's head, ~16 M) again for backward.
+    # The root is not resharded after forward (its backward starts at once): FSDP2's own rule for the root, which
+    # reshard_after_forward=None asks for from torch 2.8 and an explicit False gives on every version from 2.6 (None
+    # is refused before 2.8; read in 2.7.1's and 2.14's sources: the root's post-forward mesh is None either way); an
+    # explicit True would all-gather the root's parameters (DeepLabV3's head, ~16 M) again for backward.
     _onto_device(model, ctx.device)  # what the blocks left over (stem, heads): the root's unit
-    fully_shard(model, mesh=mesh, reshard_after_forward=None if reshard_after_forward else False, mp_policy=mp, **offload)
+    fully_shard(model, mesh=mesh, reshard_after_forward=False, mp_policy=mp, **offload)
     return model
 
 

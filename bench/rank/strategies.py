@@ -181,7 +181,7 @@ def apply_fsdp(model: nn.Module, ctx: Ctx, mesh_shape: tuple | None = None) -> n
                             param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32 if bf16 else None,
                             offload_to_cpu=offload)
     model.bench_settings = {"blocks_reshard_after_forward": reshard, "mixed_precision": "bf16" if bf16 else "none",
-                            "root_reshard_after_forward": "FSDP2's own rule: not resharded" if reshard else False,
+                            "root_reshard_after_forward": False,  # FSDP2's own rule for the root
                             **({"offload": "cpu: CPUOffloadPolicy (shards, gradients and the optimizer step on the host)"}
                                if offload else {})}
     return model

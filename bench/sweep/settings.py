@@ -66,11 +66,8 @@ def check_hsdp(cfg: SweepConfig) -> None:
 
 # The oldest torch a strategy's rank code runs on, where it is above pyproject's floor (torch>=2.3, every other
 # strategy and lever): FSDP2's fully_shard, MixedPrecisionPolicy and CPUOffloadPolicy became public in
-# torch.distributed.fsdp in 2.6 (bench.rank.fsdp imports them there). bench.rank.fsdp gives the root module
-# reshard_after_forward=None under --fsdp-reshard true (FSDP2's own rule: not resharded, its backward starts at once),
-# which fully_shard refuses before 2.8 (a ValueError: "should be a bool or an int"; read in torch 2.7.1 and 2.8.0).
+# torch.distributed.fsdp in 2.6 (bench.rank.fsdp imports them there; read in torch 2.3.1, 2.6.0, 2.7.1 and 2.8.0).
 TORCH_FLOOR = {"fsdp": (2, 6), "hsdp": (2, 6)}
-TORCH_FLOOR_ROOT_RULE = (2, 8)
 
 
 def torch_release(version: str) -> tuple:
@@ -93,14 +90,6 @@ def check_torch(cfg: SweepConfig, version: Optional[str] = None) -> None:
             raise ConfigError(f"--strategies {strategy}: needs torch>={want} (FSDP2's fully_shard in torch.distributed.fsdp), "
                               f"but this is torch {version}: every {strategy} configuration would fail in its ranks with "
                               f"an ImportError. Install torch>={want}, or leave {strategy} out")
-        if need and True in cfg.fsdp_reshard and have < TORCH_FLOOR_ROOT_RULE:
-            floor = ".".join(map(str, TORCH_FLOOR_ROOT_RULE))
-            default = " (the default)" if tuple(cfg.fsdp_reshard) == (True,) else ""
-            raise ConfigError(f"--strategies {strategy} with --fsdp-reshard true{default}: needs torch>={floor}, "
-                              f"but this is torch {version}: the root module is given reshard_after_forward=None "
-                              f"(FSDP2's own rule for the root), which fully_shard refuses before torch {floor}, so "
-                              f"every such configuration would fail in its ranks. Install torch>={floor}, or pass "
-                              f"--fsdp-reshard false (runs from torch {'.'.join(map(str, need))})")
 
 
 def hsdp_lines(cfg: SweepConfig) -> list:
