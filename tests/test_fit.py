@@ -127,3 +127,97 @@ def test_a_real_cpu_fit_measures_each_trials_peak_rss_against_the_budget(tmp_pat
     from bench import cli
     assert cli.main(["--resume", "last", "--store", path, "--device", "cpu"]) == 2  # a search is run again, not resumed
     assert conn.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 2
+
+
+def test_settle_steps_down_from_a_measured_run_over_the_budget_then_bisects_on_measured_runs():
+    # trials fit to 6 (7 did not); the measured run at 6 is over: 4 (the largest trial below that fit) is measured,
+    # then 5 between them, its trial first
+    tried = {1: fit.FITS, 2: fit.FITS, 4: fit.FITS, 8: fit.OVER, 6: fit.FITS, 7: fit.OVER}
+    for limit, answer in ((4, 4), (5, 5)):
+        new_trials, measures = [], []
+
+        def measure(b):
+            measures.append(b)
+            return fit.FITS if b <= limit else fit.OVER
+        got, measured = fit.settle(measure, lambda b: new_trials.append(b) or fit.FITS, 6, dict(tried))
+        assert (got, measures, new_trials) == (answer, [6, 4, 5], [5]), (limit, got, measures, new_trials)
+        assert measured[6] == fit.OVER and measured[4] == fit.FITS
+    assert fit.settle(lambda b: fit.FITS, pytest.fail, 6, dict(tried)) == (6, {6: fit.FITS})  # holds: nothing more run
+    # nothing's measured run fits: each fitting trial is measured, down to none
+    assert fit.settle(lambda b: fit.OOM, pytest.fail, 2, {1: fit.FITS, 2: fit.FITS, 4: fit.OOM}) == (
+        None, {2: fit.OOM, 1: fit.OOM})
+
+
+def _fake_cpu_launcher(rss_mib, grows_mib: dict):
+    """run_config on CPU ranks: each rank's peak RSS is rss_mib(batch); a measured run (mode 'bench') adds
+    grows_mib[strategy] to it, as glibc's heap grows for several steps past a trial's two."""
+    calls = []
+
+    def run(spec, limits):
+        calls.append((spec.mode, spec.strategy, spec.per_device_batch))
+        rss = rss_mib(spec.per_device_batch) + (grows_mib[spec.strategy] if spec.mode == "bench" else 0.0)
+        memory = [{"rank": r, "device": "cpu", "peak_rss_mib": rss - r} for r in range(spec.device_count)]
+        ranks = range(spec.device_count)
+        steps = [{"kind": "measure", "rank": r, "step": i, "step_ms": 100.0} for r in ranks for i in range(3)]
+        windows = [{"kind": "measure", "rank": r, "wall_s": 0.3, "samples": 3 * spec.per_device_batch, "steps": 3}
+                   for r in ranks]
+        return Outcome("ok", payload={"steps": steps, "windows": windows, "memory": memory})
+    return run, calls
+
+
+def _cpu_fit(tmp_path, grows_mib: dict):
+    """A CPU fit of DDP and FSDP x2 within 1.5 GiB through the stand-in: every trial peaks 1000 + 150 MiB a sample, so
+    3 fits (1450 MiB) and 4 does not (1600); the measured runs add grows_mib. Returns (calls, store, sweep)."""
+    from bench import options
+    from bench.analysis.results import load
+    from bench.store import store
+    from bench.sweep import plan
+    machine = plan.Machine(cuda_devices=0, cpu_cores=16)
+    path = str(tmp_path / "fit.sqlite")
+    cfg, given, _ = options.prepare(["--device", "cpu", "--workloads", "transformer", "--strategies", "ddp,fsdp",
+                                     "--gpus", "2", "--no-report", "--store", path, "--memory-budget-gib", "1.5",
+                                     "--repeats", "1"], machine=machine)
+    fit_cmd.refuse(cfg, given)
+    run, calls = _fake_cpu_launcher(lambda b: 1000.0 + 150.0 * b, grows_mib)
+    assert fit_cmd.run_fit(cfg, machine, 64, "fit ...", log=lambda s: None, run_config=run) == 0
+    conn = store.connect(path, readonly=True)
+    return calls, conn, load(conn, conn.execute("SELECT MAX(sweep_id) FROM sweeps").fetchone()[0])
+
+
+def test_a_batch_whose_measured_run_passes_the_budget_does_not_fit_and_fit_measures_the_next_smaller(tmp_path):
+    from bench.report import fit as fit_report
+    # FSDP's measured runs peak 120 MiB above their trials: at 3, 1570 MiB, over 1536 by 34; at 2, 1420 MiB, within
+    calls, conn, sweep = _cpu_fit(tmp_path, {"ddp": 10.0, "fsdp": 120.0})
+    assert [c for c in calls if c[1] == "fsdp"] == [("fit", "fsdp", b) for b in (1, 2, 4, 3)] + [("bench", "fsdp", 3),
+                                                                                                 ("bench", "fsdp", 2)]
+    rows = conn.execute("SELECT per_device_batch, details_json FROM results WHERE mode = 'bench' AND strategy = 'fsdp' "
+                        "ORDER BY result_id").fetchall()
+    got = [(r["per_device_batch"], json.loads(r["details_json"])["fit"]) for r in rows]  # both stored as they ran
+    assert [(b, d["batch"], d["verdict"], d["peak_mib"]) for b, d in got] == [(3, 3, fit.OVER, 1570.0), (2, 2, fit.FITS, 1420.0)]
+    assert not sweep.problems
+    ddp, fsdp = sweep.fit  # read back from the store alone
+    assert (ddp.largest, fsdp.largest) == (3, 2)
+    assert fsdp.smallest_not == (3, "over the budget in the measured run", 1570.0, "")
+    assert fsdp.overturned == [(3, 1450.0, fit.OVER, 1570.0)]
+    [sentence] = fit_report.sentences(sweep)
+    assert sentence.startswith("transformer [fp32, sgd]: DDP x2 fits 3, FSDP x2 fits 2 a process"), sentence
+    assert ("FSDP x2's trial at 3 fit (peak 1.42 GiB) but its measured run there did not (peak 1.53 GiB, over by 34 MiB), "
+            "so it fits 2" in sentence), sentence
+    assert "in the longer measured run" not in sentence  # the answer's own measured run fit
+    table = next(b for b in fit_report.blocks(sweep) if b[0] == "table")
+    assert table[2][1][1:6] == ["FSDP x2", "2", "1.27 GiB", "3: its trial fit (peak 1.42 GiB), its measured run did not "
+                                "(peak 1.53 GiB, over by 34 MiB)", "1.39 GiB"]  # measured at 2: 1420 MiB
+
+
+def test_a_measured_run_within_the_budget_keeps_the_searchs_answer_and_records_its_verdict(tmp_path):
+    from bench.report import fit as fit_report
+    calls, conn, sweep = _cpu_fit(tmp_path, {"ddp": 10.0, "fsdp": 20.0})
+    assert [c for c in calls if c[0] == "bench"] == [("bench", "ddp", 3), ("bench", "fsdp", 3)]  # one measured run each
+    details = [json.loads(r[0])["fit"] for r in conn.execute("SELECT details_json FROM results WHERE mode = 'bench'")]
+    assert [(d["batch"], d["verdict"], d["peak_mib"]) for d in details] == [(3, fit.FITS, 1460.0), (3, fit.FITS, 1470.0)]
+    assert [(s.largest, s.measured, s.overturned) for s in sweep.fit] == [(3, {3: (fit.FITS, 1460.0)}, []),
+                                                                         (3, {3: (fit.FITS, 1470.0)}, [])]
+    [sentence] = fit_report.sentences(sweep)
+    assert sentence.startswith("transformer [fp32, sgd]: DDP x2 fits 3, FSDP x2 fits 3 a process") and "did not" not in sentence
+    table = next(b for b in fit_report.blocks(sweep) if b[0] == "table")
+    assert [r[4] for r in table[2]] == ["4: peak 1.56 GiB, over by 64 MiB"] * 2

@@ -4,13 +4,20 @@ outcome and its measured peak), how the search walks the batches, and each searc
     verdict("ok", "", peak_mib=900, budget_mib=1024)       -> "fits"
     verdict("failed", "rank 1: OutOfMemoryError: CUDA out of memory ...", None, 81559) -> "out of memory"
     largest, smallest_not, tried = search(try_batch, start=1, max_batch=4096)
-    searches(sweep)                                          -> [Search], one per configuration searched
+    answer, measured = settle(measure, try_batch, largest, tried)   # the measured run at the answer fits too
+    searches(rows, memory_of, names)                         -> [Search], one per configuration searched
 
 A trial fits when it ran and its peak per device stayed within the budget: on CUDA the allocator's peak reserved on
 its fullest GPU (net of the suite's pre-generated batches, as the fastest-that-fits table takes it) against the GPU's
 memory or --memory-budget-gib; on CPU its largest rank's peak RSS against --memory-budget-gib. A CUDA out-of-memory
 error, or a rank the kernel killed (SIGKILL: its out-of-memory killer, the usual reason), does not fit; any other
 failure is an error, which ends that configuration's search.
+
+A trial's two steps can understate a longer run's peak (on the CPU glibc's heap grows for several steps more), so the
+answer is the batch whose measured run (--steps, --repeats, by the same rule) fits: where the measured run at the
+largest batch passes the budget, that batch does not fit, and the next smaller one is measured (`settle`). Each
+measured run's row carries details 'fit' {search, batch, verdict, peak_mib, budget_mib}, so `searches` reads the
+answer back from the store alone; its trials stay as they ran.
 """
 from __future__ import annotations
 
@@ -20,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 FITS, OVER, OOM, ERROR = "fits", "over the budget", "out of memory", "error"
+NOT_FITTING = (OVER, OOM)
+IN_MEASURED_RUN = " in the measured run"   # OVER + IN_MEASURED_RUN: a batch whose trial fit and measured run did not
 OOM_WORDS = ("OutOfMemoryError", "out of memory", "CUDA error: out of memory", "SIGKILL")
 
 
@@ -75,6 +84,44 @@ def search(try_batch: Callable[[int], str], start: int, max_batch: int, smallest
     return (lo if lo >= smallest else None), hi, tried
 
 
+def settle(measure: Callable[[int], str], try_batch: Callable[[int], str], largest: Optional[int], tried: dict,
+           smallest: int = 1) -> tuple:
+    """The search's answer held to its measured run: measure(b) -> the measured run's verdict at b (the worst of its
+    repeats). Where it does not fit, b does not: the largest trial below it that fit is measured next, and so on down;
+    once a measured run fits, bisection between it and the smallest whose measured run did not (a trial, then where it
+    fits the measured run, at each batch; trials in `tried` are not run again, new ones are added to it), to one sample.
+    An error (a trial's or the measured run's) ends it where it stands, as in `search`. Returns (the largest batch
+    whose measured run fit, or None; the measured verdicts by batch in the order measured)."""
+    measured: dict = {}
+    lo, hi, b = None, None, largest      # lo: the largest batch whose measured run fit; hi: the smallest that did not
+    while b is not None:
+        measured[b] = measure(b)
+        if measured[b] == ERROR:
+            return b, measured
+        lo, hi = (lo, b) if measured[b] in NOT_FITTING else (b, hi)
+        if lo is None:
+            b = max((x for x, v in tried.items() if v == FITS and x < hi), default=None)
+            continue
+        b = None
+        while hi is not None and hi - lo > 1:
+            mid = (lo + hi) // 2
+            if mid not in tried:
+                tried[mid] = try_batch(mid)
+            if tried[mid] == ERROR:
+                break
+            if tried[mid] == FITS:
+                b = mid
+                break
+            hi = mid
+    return (lo if lo is not None and lo >= smallest else None), measured
+
+
+def _worse(a: tuple, b: tuple) -> tuple:
+    """Of two measured runs' (verdict, peak) at one batch, the one that says more against it."""
+    rank = lambda vp: (vp[0] in NOT_FITTING, vp[0] == ERROR, vp[1] if vp[1] is not None else -1.0)  # noqa: E731
+    return max(a, b, key=rank)
+
+
 @dataclass
 class Search:
     """One configuration's search, read back: its trials and the measured run at its largest batch."""
@@ -89,16 +136,28 @@ class Search:
     budget_mib: float
     trials: list = field(default_factory=list)   # [(batch, verdict, peak MiB or None, reason)], by batch
     bench_keys: dict = field(default_factory=dict)  # batch -> the config key of the measured run at that batch
+    measured: dict = field(default_factory=dict)    # batch -> (verdict, peak MiB or None) of its measured runs (the
+                                                    # worst repeat), where their rows carry details 'fit'
 
     @property
     def largest(self) -> Optional[int]:
-        fits = [b for b, v, _, _ in self.trials if v == FITS]
+        """The largest batch whose trial fit and whose measured run, where one ran, fit too."""
+        fits = [b for b, v, _, _ in self.trials if v == FITS and self.measured.get(b, (FITS,))[0] not in NOT_FITTING]
         return max(fits) if fits else None
 
     @property
+    def overturned(self) -> list:
+        """[(batch, the trial's peak, the measured run's verdict, its peak)] where the trial fit and the measured run
+        did not, by batch."""
+        return [(b, p, *self.measured[b]) for b, v, p, _ in self.trials
+                if v == FITS and self.measured.get(b, (FITS,))[0] in NOT_FITTING]
+
+    @property
     def smallest_not(self) -> Optional[tuple]:
-        """(batch, verdict, peak, reason) of the smallest batch that did not fit; None if every trial fit."""
-        out = [t for t in self.trials if t[1] in (OVER, OOM)]
+        """(batch, verdict, peak, reason) of the smallest batch that did not fit, a measured run's verdict 'over the
+        budget in the measured run' with its peak; None if every trial and measured run fit."""
+        out = [t for t in self.trials if t[1] in NOT_FITTING]
+        out += [(b, v + IN_MEASURED_RUN, mp, "") for b, _, v, mp in self.overturned]
         return min(out) if out else None
 
     @property
@@ -109,15 +168,37 @@ class Search:
         return next((p for b, _, p, _ in self.trials if b == batch), None)
 
 
-def searches(fit_rows: list, memory_of: Callable[[int], list], names: dict) -> list:
-    """[Search] from a sweep's fit trials (results rows of mode 'fit', each with its details' 'fit'), in the order the
-    sweep searched them. memory_of(result_id) -> the trial's memory rows; names: strategy -> its name in words."""
+def is_answer(r: dict) -> bool:
+    """A fit's row that did not fit is an answer, not a failed run: a trial that did not error, or a measured run
+    (details 'fit') that ran out of memory."""
+    if r["mode"] == "fit":
+        return verdict(r["status"], r["reason"], 0.0, 1.0) != ERROR
+    return r["mode"] == "bench" and _details(r).get("verdict") == OOM
+
+
+def _details(r: dict) -> dict:
+    return json.loads(r["details_json"] or "{}").get("fit") or {}
+
+
+def searches(rows: list, memory_of: Callable[[int], list], names: dict) -> list:
+    """[Search] from a sweep's results rows, in the order the sweep searched them: its trials (mode 'fit'), and the
+    measured runs at a search's batches (mode 'bench' with details 'fit'); other rows are passed over. memory_of(
+    result_id) -> a run's memory rows; names: strategy -> its name in words."""
     out: dict = {}
-    for r in fit_rows:
-        d = json.loads(r["details_json"] or "{}").get("fit") or {}
+    for r in rows:
+        d = _details(r) if r["mode"] in ("fit", "bench") else {}
         if not d.get("search"):
             continue
         s = out.get(d["search"])
+        if r["mode"] == "bench":
+            if s is not None:
+                peak = peak_mib(memory_of(r["result_id"]), r["device_type"]) if r["status"] == "ok" else None
+                peak = peak if peak is not None else d.get("peak_mib")
+                got = (d.get("verdict") or verdict(r["status"], r["reason"], peak, s.budget_mib), peak)
+                b = int(r["per_device_batch"])
+                s.measured[b] = _worse(s.measured[b], got) if b in s.measured else got
+                s.bench_keys[b] = r["config_key"]
+            continue
         if s is None:
             opts = [f"{k}={v}" for k, v in sorted(json.loads(r["options_json"] or "{}").items())]
             ac = r.get("activation_checkpointing") or "none"
@@ -132,7 +213,7 @@ def searches(fit_rows: list, memory_of: Callable[[int], list], names: dict) -> l
         peak = peak_mib(memory_of(r["result_id"]), r["device_type"]) if r["status"] == "ok" else None
         s.trials.append((batch, d.get("verdict") or verdict(r["status"], r["reason"], peak, s.budget_mib), peak,
                          r["reason"] or ""))
-        s.bench_keys[batch] = d.get("bench_key", "")
+        s.bench_keys.setdefault(batch, d.get("bench_key", ""))
     for s in out.values():
         s.trials.sort()
     return list(out.values())

@@ -330,10 +330,9 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
         if r["env_id"] is not None:
             out.env_results.setdefault(r["env_id"], []).append(r["config_key"])
     groups: dict = {}
-    fit_rows = [r for r in results if r["mode"] == "fit"]  # trials: one that did not fit is an answer, not a problem
-    out.fit = fit.searches(fit_rows, lambda rid: read.result_rows(conn, "memory", rid), STRATEGY_NAMES)
+    out.fit = fit.searches(results, lambda rid: read.result_rows(conn, "memory", rid), STRATEGY_NAMES)
     for r in results:
-        if r["mode"] == "fit" and fit.verdict(r["status"], r["reason"], 0.0, 1.0) != fit.ERROR:
+        if fit.is_answer(r):  # a fit's trial or measured run that did not fit is an answer, not a problem
             continue
         if r["mode"] == "equivalence":
             out.equivalence.append(r)

@@ -13,8 +13,11 @@ processes, through the sweep's own launch (bench.sweep.launch.run_config): FIT_W
 ones, its peak measured (bench.analysis.fit: CUDA, the allocator's peak reserved, and an out-of-memory error is a
 recorded answer, not a failure; CPU, the peak RSS against --memory-budget-gib, nothing estimated). Every trial is
 stored (mode 'fit', its verdict in details), then each configuration runs as a sweep measures it at its largest batch
-(mode 'bench', --steps and --repeats as given), and the report says which fits what and which trains fastest there
-(bench.report.fit). Exit status: 0, or 1 where a trial failed for another reason than memory (its search stopped).
+(mode 'bench', --steps and --repeats as given, its verdict by the same rule in details 'fit'). A trial's two steps can
+understate the longer run's peak (on the CPU the heap grows for several steps more): where the measured run passes the
+budget, that batch does not fit, and the next smaller one is measured, until one fits or none does
+(bench.analysis.fit.settle). The report says which fits what and which trains fastest there (bench.report.fit). Exit
+status: 0, or 1 where a trial or a measured run failed for another reason than memory (its search stopped).
 """
 from __future__ import annotations
 
@@ -61,7 +64,8 @@ def describe(spec: RunSpec) -> str:
 
 def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str], None] = print,
             run_config: Callable = None) -> int:
-    """Search every configuration, store every trial and the measured run at each largest batch; render the report.
+    """Search every configuration, store every trial and the measured runs down to the largest batch whose measured run
+    fits; render the report.
     run_config: bench.sweep.launch.run_config (a stand-in in tests). Returns the exit status."""
     from bench.machine import env as env_mod
     from bench.sweep import plan
@@ -79,7 +83,7 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
     log(f"fit {sweep_id} -> {cfg.store}: the largest per-device batch within {cfg.memory_budget_gib:g} GiB per {u} "
         f"({'the allocator peak reserved' if cfg.device == 'cuda' else 'peak RSS'}), {len(items)} configuration(s), "
         f"batches 1, 2, 4, ... then bisection, at most {max_batch}")
-    errors, status = 0, "interrupted"
+    errors, status, failed_runs = 0, "interrupted", []  # failed_runs: a measured run's failure for another reason
     try:
         for item in items:
             if isinstance(item, plan.Skip):
@@ -105,26 +109,50 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
 
             largest, smallest_not, tried = fitting.search(try_batch, max(info_min, cfg.per_device_batch or 1), max_batch,
                                                           smallest=info_min)
-            errors += any(v == fitting.ERROR for v in tried.values())
             if largest is None:
+                errors += any(v == fitting.ERROR for v in tried.values())
                 log(f"{describe(spec)}: nothing fits" + (f" (batch {min(tried)} does not)" if tried else ""))
                 continue
             log(f"{describe(spec)}: largest batch that fits {largest}"
                 + (f" (the cap, --max-batch {max_batch})" if smallest_not is None else f"; {smallest_not} does not")
                 + f"; measuring it ({len(tried)} trial(s))")
-            for r in range(cfg.repeats):
-                s = at_batch(spec, largest, r)
-                out = run_config(s, limits)
-                record_result(conn, sweep_id, env_id, s, out.status, out.reason, out.payload, out.started_at, out.ended_at,
-                              out.wall_s, out.failed_rank)
-                errors += out.status != "ok"
-                sps = fitting_throughput(out, s)
-                log(f"  {describe(spec)} at batch {largest}: " + (f"{sps:.1f} samples/s" if out.status == "ok"
-                                                                   else f"{out.status.upper()}: {out.reason}"))
+
+            def measure(b: int, spec=spec, limits=limits) -> str:
+                """The measured runs at b, stored with details 'fit'; the first that does not fit ends them."""
+                worst = fitting.FITS
+                for r in range(cfg.repeats):
+                    s = at_batch(spec, b, r)
+                    out = run_config(s, limits)
+                    peak = fitting.peak_mib((out.payload or {}).get("memory", []), s.device_type) if out.status == "ok" else None
+                    v = fitting.verdict(out.status, out.reason, peak, budget_mib)
+                    payload = dict(out.payload or {}, fit={"search": search_key(spec), "batch": b, "verdict": v,
+                                                             "peak_mib": peak, "budget_mib": budget_mib})
+                    record_result(conn, sweep_id, env_id, s, out.status, out.reason, payload, out.started_at, out.ended_at,
+                                  out.wall_s, out.failed_rank)
+                    failed_runs.append(out.status != "ok" and v == fitting.ERROR)
+                    sps = fitting_throughput(out, s)
+                    where = f", peak {peak:.0f} MiB of {budget_mib:.0f}" if peak is not None else ""
+                    log(f"  {describe(spec)} at batch {b}: " + (f"{sps:.1f} samples/s{where}" if out.status == "ok"
+                                                               else f"{out.status.upper()}: {out.reason}"))
+                    if v in fitting.NOT_FITTING:
+                        log(f"  {describe(spec)} at batch {b}: its trial fit, its measured run is {v}: {b} does not fit; "
+                            "stepping down")
+                        return v
+                    worst = fitting.ERROR if v == fitting.ERROR else worst
+                return worst
+
+            answer, measured = fitting.settle(measure, try_batch, largest, tried, smallest=info_min)
+            errors += any(v == fitting.ERROR for v in tried.values())
+            if answer != largest:
+                log(f"{describe(spec)}: " + (f"largest batch whose measured run fits {answer}" if answer is not None
+                                             else "no measured run fits")
+                    + f" ({', '.join(str(b) for b, v in measured.items() if v in fitting.NOT_FITTING)}: its trial fit, "
+                    "its measured run did not)")
         status = "completed"
     finally:
         store.end_sweep(conn, sweep_id, status)
         conn.close()
+    errors += sum(failed_runs)
     log(f"fit {sweep_id} completed" + (f": {errors} run(s) failed for another reason than memory" if errors else ""))
     rc = 1 if errors else 0
     if cfg.report:

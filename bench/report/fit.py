@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from bench.analysis import fit as fitting
 from bench.report.frontier import peak_mib, size
 from bench.report.pages import fmt
 
@@ -24,9 +25,32 @@ def _why_not(s) -> str:
     if nxt is None:
         return "every batch tried fit (the search's cap)"
     batch, v, peak, reason = nxt
-    if v == "out of memory":
+    if v.endswith(fitting.IN_MEASURED_RUN):
+        return f"{batch}: its trial fit (peak {size(s.peak_at(batch))}), its measured run did not ({_peak_over(s, v, peak)})"
+    if v == fitting.OOM:
         return f"{batch}: out of memory"
     return f"{batch}: peak {size(peak)}, over by {size(peak - s.budget_mib)}"
+
+
+def _peak_over(s, verdict: str, peak) -> str:
+    if peak is None:
+        return verdict
+    return f"peak {size(peak)}, over by {size(peak - s.budget_mib)}" if peak > s.budget_mib else f"peak {size(peak)}, {verdict}"
+
+
+def _overturned(ss: list) -> str:
+    """Where a trial fit and its longer measured run did not: both peaks, and the batch that fit instead."""
+    said = []
+    for s in ss:
+        if s.overturned:
+            said.append(", ".join(f"{s.name}'s trial at {batch} fit (peak {size(trial_peak)}) but its measured run there "
+                                  f"did not ({_peak_over(s, v, peak)})" for batch, trial_peak, v, peak in s.overturned)
+                        + (f", so it fits {s.largest}" if s.largest is not None else ", so nothing fits it"))
+    if not said:
+        return ""
+    return ("; " + "; ".join(said)
+            + (" (on the CPU the heap grows for some steps past a trial's two: measured here, FSDP's peak RSS rose 12% "
+               "from its 2nd step to its 10th, DDP's 2%)" if ss[0].device_type == "cpu" else ""))
 
 
 def sentences(sweep) -> list:
@@ -40,7 +64,7 @@ def sentences(sweep) -> list:
         fits = [s for s in ss if s.largest is not None]
         parts = [f"{s.name} fits {s.largest}" for s in fits]
         text = f"{workload} [{', '.join(recipe)}]: " + (", ".join(parts) + f" a {u}" if parts else "nothing fits")
-        none = [s.name for s in ss if s.largest is None]
+        none = [s.name for s in ss if s.largest is None and not s.overturned]
         text += (f"; {', '.join(none)} fit{'s' if len(none) == 1 else ''} not even the smallest batch" if none and parts else "")
         ran = [(s, c) for s in fits for c in [_measured(sweep, s)] if c is not None and not math.isnan(c.samples_per_s)]
         if len(ran) >= 2:
@@ -51,7 +75,8 @@ def sentences(sweep) -> list:
         elif len(ran) == 1:
             text += f"; at its largest batch {ran[0][0].name} trains {ran[0][1].samples_per_s:.1f} samples/s"
         over = [(s, peak_mib(c)) for s, c in ran if peak_mib(c) is not None and peak_mib(c) > s.budget_mib]
-        if over:
+        text += _overturned(ss)
+        if over:  # a store written before fit stepped down from a measured run over the budget
             text += ("; in the longer measured run " + ", ".join(f"{s.name} peaked {size(p)}, over the budget by "
                                                             f"{size(p - s.budget_mib)}" for s, p in over)
                      + (" (on the CPU the heap grows for some steps past a trial's two: measured here, FSDP's peak RSS "
@@ -80,7 +105,8 @@ def blocks(sweep) -> list:
          ("p", f"Per configuration, the largest per-device batch whose measured peak stayed within "
                f"{size(sweep.fit[0].budget_mib)} per {u} ({how}): batches 1, 2, 4, ... until one did not fit, then "
                "bisection, each trial a warm-up step and a measured one in fresh processes; then each measured as a sweep "
-               "measures it, at its own largest batch."),
+               "measures it, at its own largest batch; where that measured run passed the budget, the batch did not fit, "
+               "and the next smaller one was measured."),
          ("table", ["workload", "configuration", f"largest batch per {u}", "its peak in the trial", "smallest that did not fit",
                     "peak in the measured run", "samples/s at the largest", f"tokens/s per {u}", "trials"], rows)]
     b += [("p", t) for t in sentences(sweep)]
