@@ -227,6 +227,13 @@ def test_dataparallels_gpus_are_read_one_by_one_not_pooled_into_one(tmp_path):
     b = trace_report.busy(_config(_stored(rows), median_ms=1.0, device_count=4))
     assert b.share == pytest.approx(0.2) and b.device == "cuda:1" and b.devices["cuda:0"] == pytest.approx(0.8)
     assert b.words() == "GPU busy 20% (cuda:1; cuda:0 80%)"
+    # the traces table: the rank's row is its GPUs' union (80% computation); a row per GPU follows with its own
+    table = next(x for x in trace_report.blocks([_config(_stored(rows), median_ms=1.0, device_count=4)], "w")
+                 if x[0] == "table")[2]
+    assert table[0][1] == "0" and table[0][4] == "80%"
+    per_gpu = {r[1]: (r[3], r[4], r[7]) for r in table[1:]}
+    assert per_gpu == {"0, cuda:0": ("80%", "80% (with copies)", "20%"), "0, cuda:1": ("20%", "20% (with copies)", "80%"),
+                       "0, cuda:2": ("20%", "20% (with copies)", "80%"), "0, cuda:3": ("20%", "20% (with copies)", "80%")}
 
 
 def test_a_straggler_is_named_only_when_the_same_rank_waits_least_in_every_traced_step():

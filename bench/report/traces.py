@@ -79,10 +79,22 @@ def _devices(rank: int, rows: list) -> dict:
         else:
             per = {f"cuda:{d}": v for d, v in per.items()}
         for d, v in per.items():
-            got = out.setdefault(d, {"work": [], "comm": []})
+            got = out.setdefault(d, {"work": [], "comm": [], "idle": []})
             got["work"].append(v["work_ms"] / t["steps"])
             got["comm"].append((v.get("exposed_comm_ms") or 0.0) / t["steps"])
-    return {d: {"work_ms": _mean(v["work"]), "comm_ms": _mean(v["comm"])} for d, v in out.items()}
+            got["idle"].append(v["idle_ms"] / t["steps"] if v.get("idle_ms") is not None else None)
+    return {d: {"work_ms": _mean(v["work"]), "comm_ms": _mean(v["comm"]), "idle_ms": _mean(v["idle"])}
+            for d, v in out.items()}
+
+
+def device_rows(f: dict) -> list:
+    """[(device, {work, exposed comm, idle} as shares of its traced steps)] of a rank that drives several GPUs
+    (DataParallel), each GPU on its own: the rank's own shares are the GPUs' union, where a starved GPU reads busy
+    beside a busy one. [] for a rank with one GPU."""
+    devs, span = f["devices"], f["span_per_step_ms"]
+    if len(devs) < 2 or not span or math.isnan(span):
+        return []
+    return [(d, {k: v[f"{k}_ms"] / span for k in ("work", "comm", "idle")}) for d, v in sorted(devs.items())]
 
 
 @dataclass(frozen=True)
@@ -257,6 +269,10 @@ def blocks(configs: list, workload: str) -> list:
             rows.append([_label(c), str(rank), read_from, gpu] + [_fmt(f[k] * 100, ".0f", "%") for k, _, _ in SEGMENTS]
                         + [_fmt(f["overlap_share"] * 100, ".0f", "%"), _fmt(f["wait_per_step_ms"], ".2f"),
                            _fmt(f["trace_mb"], ".2f"), _fmt(f["mb_per_step"], ".3f"), _fmt(f["profile_s"], ".1f"), link])
+            for d, sh in device_rows(f):  # the rank's row above is its GPUs' union: each GPU's own shares
+                rows.append([_label(c), f"{rank}, {d}", read_from, _fmt(mine.get(d, math.nan) * 100, ".0f", "%"),
+                             _fmt(sh["work"] * 100, ".0f", "% (with copies)"), _fmt(sh["comm"] * 100, ".0f", "%"), "–",
+                             _fmt(sh["idle"] * 100, ".0f", "%")] + ["–"] * 6)
             lines += [f"{_label(c)}, rank {rank}: {n}" for n in f["notes"]]
         s = straggler(c)
         if s:
@@ -289,7 +305,9 @@ def blocks(configs: list, workload: str) -> list:
                   "measured window itself; on CUDA by default, the evidence of what bounds a step; on CPU with --profile). "
                   f"They cost {cost_s:.1f} s of profiling and {mb:.1f} MB of traces in all (--no-profile leaves them out). "
                   "GPU busy: the GPU's computation and copies per traced step against the measured median step; its "
-                  "collectives are left out (a kernel waiting for a peer is not work), every GPU on its own. "
+                  "collectives are left out (a kernel waiting for a peer is not work), every GPU on its own. Where one "
+                  "process drives several GPUs (DataParallel) its row's shares are the GPUs' union, and a row per GPU "
+                  "follows with that GPU's own (computation and copies together). "
                   + method_text(methods, matches)),
             ("table", ["configuration", "rank", "read from", "GPU busy (of a measured step)", "computation",
                        "exposed communication", "copies", "idle", "comm overlapped", "waiting in collectives ms/step",
