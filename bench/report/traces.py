@@ -214,7 +214,7 @@ def figure(configs: list, workload: str, where: str):
     labels, figs = [], []
     for c in with_traces:
         for rank, f in per_rank(c).items():
-            labels.append(f"{_label(c)} r{rank}")
+            labels.append(f"{_label(c)} r{rank}" + (" (its GPUs' union)" if len(f["devices"]) > 1 else ""))
             figs.append(f)
     bottom = [0.0] * len(figs)
     for key, name, color in SEGMENTS:
