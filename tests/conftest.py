@@ -110,7 +110,8 @@ ADAMW_60M_ARGS = [*FAST, "--synthetic-width", "3872", "--synthetic-depth", "4", 
 # test_levers reads of the store and the report (the levers' numerics are checked in its own two ranks).
 LEVERS_ARGS = ["--workloads", "transformer", "--strategies", "ddp", "--gpus", "2", "--activation-checkpointing", "full",
                "--find-unused-parameters", "true", "--optimizer", "adamw", "--per-device-batch", "2", "--steps", "3",
-               "--warmup", "1", "--repeats", "1", "--no-report", "--no-comm-bench", "--device", "cpu"]
+               "--warmup", "1", "--repeats", "1", "--no-report", "--no-comm-bench", "--device", "cpu",
+               "--check-equivalence"]  # the transformer's gate through the sweep itself, levers on
 # The forecast's held-out form as a user runs it: sweep 1 trains x1 and measures the machine at 2, sweep 2 trains x2.
 HELD_OUT_ARGS = [*FAST, "--strategies", "ddp", "--device", "cpu", "--interference"]
 HELD_OUT_SWEEPS = ([*HELD_OUT_ARGS, "--gpus", "1", "--comm-counts", "2"], [*HELD_OUT_ARGS, "--gpus", "2", "--no-comm-bench"])

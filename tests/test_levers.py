@@ -307,6 +307,12 @@ def test_a_sweep_stores_checkpointing_and_find_unused_per_result_and_reports_tok
     assert (ac["checkpointed_units"], ac["units"], ac["unit"]) == (2, 2, "Block")
     assert details["workload_details"]["hardware_flops_per_sample"] > details["workload_details"]["flops_per_sample"]
     assert details["strategy_settings"]["find_unused_parameters"] is True  # read back from DDP itself
+    # the sweep's own --check-equivalence on the transformer, checkpointing and find_unused_parameters on: DDP x2's
+    # parameters and AdamW state against one process
+    gate = conn.execute("SELECT * FROM results WHERE mode = 'equivalence'").fetchall()
+    assert [(g["workload"], g["strategy"], g["device_count"], g["status"]) for g in gate] == [("transformer", "ddp", 2, "ok")]
+    d = json.loads(gate[0]["details_json"])
+    assert d["passed"] and d["state_passed"] and d["state_tensors"] > 0, d
     from bench.report import report
     out = report.render(path, plots_dir=str(tmp_path), report_dir=str(tmp_path))
     text = open(out["markdown"]).read()
