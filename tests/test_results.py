@@ -169,3 +169,14 @@ def test_a_cuda_sweep_carries_device_memory_and_measured_epochs(tmp_path):
     single = ok[(ok.workload == "deeplabv3") & (ok.strategy == "single")].iloc[0]
     assert single.epochs == 3 and single.reference_train_s == pytest.approx(610.0 * 20)   # median epoch x 20 epochs
     assert ok[(ok.strategy == "dp") & (ok.device_count == 2)].status.tolist() == ["ok"]
+
+
+def test_the_gpus_busy_share_behind_the_bound_is_a_number_column(tmp_path):
+    # the bound's evidence on CUDA, as a number a notebook can sort and plot, not only inside bound_detail's words
+    from report_fixtures import build_h100_store
+    path = str(tmp_path / "h100.sqlite")
+    build_h100_store(path)
+    c = results.load(path).configurations.set_index("label")
+    ddp = c.loc["DDP x1 [bf16]"]
+    assert 0 < ddp.gpu_busy_share < 1 and ddp.gpu_busy_device
+    assert f"GPU busy {ddp.gpu_busy_share:.0%}" in ddp.bound_detail

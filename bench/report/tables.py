@@ -24,6 +24,7 @@ from bench import stats
 from bench.analysis import cost, reference
 from bench.analysis.results import STRATEGY_NAMES, Config, Sweep
 from bench.report import comm, frontier, recommend, training_state
+from bench.report import traces as trace_report
 from bench.report.cost import price_of
 from bench.report.report import memory_text
 from bench.store import read
@@ -68,6 +69,8 @@ def _config_row(sweep: Sweep, c: Config, recommended: bool, costs: Optional[cost
     row["loader_alone_samples_per_s"] = sweep.loader.get(c.device_count)
     kind, why = recommend.bound(sweep, c.workload, c)
     row.update(bound=recommend.bound_category(kind), bound_detail=kind, bound_why=why, recommended=recommended)
+    busy = trace_report.busy(c)   # the bound's evidence on CUDA: the least busy GPU's work over a measured step
+    row.update(gpu_busy_share=busy.share if busy else None, gpu_busy_device=busy.device if busy else None)
     row["epochs"] = len(c.epoch_wall_s)
     row["epoch_wall_s_median"] = stats.median(c.epoch_wall_s) if c.epoch_wall_s else math.nan
     if costs is not None:
