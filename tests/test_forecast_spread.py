@@ -55,7 +55,8 @@ def _machine(rounds_spread: float = 0.0, lost: float = 1.5) -> dict:
     return {"comm": comm, "interference": inter}
 
 
-def build(path: str, x1_ms: list, x2_ms: list = (), rounds_spread: float = 0.0, lost: tuple = (1.5,)) -> None:
+def build(path: str, x1_ms: list, x2_ms: list = (), rounds_spread: float = 0.0, lost: tuple = (1.5,),
+          peaks: tuple = ()) -> None:
     """Sweep 1: single and DDP x1, one process per value of x1_ms (each step that long), the machine at 2 in one comm
     run per value of `lost` (bench.forecast.interference's runs); DDP x2, one process per value of x2_ms."""
     conn = store.connect(path)
@@ -67,7 +68,8 @@ def build(path: str, x1_ms: list, x2_ms: list = (), rounds_spread: float = 0.0, 
     for k, ms in enumerate(x1_ms):
         rec(spec("synthetic", "single", 1, repeat=k), {"steps": _steps(1, ms), "windows": _windows(1, ms)})
         rec(spec("synthetic", "ddp", 1, repeat=k), {"steps": _steps(1, ms), "windows": _windows(1, ms),
-                                                    "buckets": buckets, "memory": _memory(1)})
+                                                    "buckets": buckets,
+                                                    "memory": _memory(1, *([peaks[k]] if peaks else []))})
     for k, ms in enumerate(x2_ms):
         rec(spec("synthetic", "ddp", 2, repeat=k), {"steps": _steps(2, ms), "windows": _windows(2, ms), "memory": _memory(2)})
     for k, lost_t in enumerate(lost):
@@ -119,6 +121,8 @@ def test_nothing_measured_twice_gives_no_range_and_the_words_say_what_is_missing
     assert lo == pytest.approx(p.step_ms) and hi == pytest.approx(p.step_ms)
     words = spread.words(inp, m)
     assert "one process" in words and "not measured, left out" in words
+    assert "memory: one process's peak, no range (--repeats 3 gives it one)" in words
+    assert "efficiency: against the single device's median, its own spread left out" in words
     assert "interference's spread unknown (its rounds were not stored" in words
 
 
@@ -300,3 +304,15 @@ def test_a_version_5_store_migrates_and_its_interference_reads_with_its_spread_u
     inter = itf.from_rows(rows, "cpu")
     assert inter.comm_x("all_reduce", 2**20, 2) == pytest.approx(3.0)
     assert "spread unknown (its rounds were not stored: a store before version 6)" in itf.spread_words(inter)
+
+
+def test_the_memory_range_draws_from_the_processes_peaks_and_says_so(tmp_path):
+    # three processes at x1 whose peaks (beyond the process before its model) were 150, 200 and 260 MiB: the forecast's
+    # memory per device is the median's, with a range from the three, and the words name them
+    path = str(tmp_path / "peaks.sqlite")
+    build(path, [30.0, 30.0, 30.0], peaks=(150.0, 200.0, 260.0))
+    _, s, inp, m = ddp(path)
+    p = fs.series(s, inp, (2,), m, spread.DRAWS)[0]
+    lo, hi = p.range_of("memory_mib")
+    assert lo < p.memory.device_mib < hi
+    assert "memory: the largest rank's peak, 3 processes (150, 200, 260 MiB)" in spread.words(inp, m)

@@ -126,6 +126,11 @@ def words(inp, machine) -> str:
     parts.append(f"straggler/jitter: {len(inp.step_ms)} steps resampled" if len(inp.step_ms) >= fi.MIN_TAIL_STEPS
                  else "straggler/jitter: none (too few steps)")
     parts += [w for w in (itf.spread_words(machine.inter), nw.spread_words(machine.net)) if w]
+    if inp.memory is not None:
+        pk = inp.peak_spread
+        parts.append(f"memory: the largest rank's peak, {pk.words('MiB')}" if pk.n >= 2 else
+                     "memory: one process's peak, no range (--repeats 3 gives it one)")
     if not machine.inter.measured:
         parts.append("interference: assumed, no spread (outside the range)")
+    parts.append("efficiency: against the single device's median, its own spread left out")
     return f"range ({LOW:.0%}-{HIGH:.0%} of {DRAWS} draws, seed {SEED}): " + "; ".join(parts)
