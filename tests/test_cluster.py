@@ -52,17 +52,23 @@ def fake_srun(folder, script: str) -> str:
     return str(folder)
 
 
-def test_each_multi_node_step_gets_its_nodes_cpus_which_srun_no_longer_inherits(tmp_path, monkeypatch):
+def srun_in_allocation(tmp_path, monkeypatch, script: str, env: dict) -> None:
+    """`fake_srun(script)` first on PATH, inside an allocation whose SLURM_/SRUN_ variables are exactly `env`."""
     import os
+    monkeypatch.setenv("PATH", fake_srun(tmp_path / "bin", script) + os.pathsep + os.environ["PATH"])
+    for name in [v for v in os.environ if v.startswith(("SLURM_", "SRUN_"))]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_each_multi_node_step_gets_its_nodes_cpus_which_srun_no_longer_inherits(tmp_path, monkeypatch):
     from bench.shared.spec import RunSpec
     from bench.sweep.launch import Limits, run_config
     calls = tmp_path / "srun-args"
-    bin_dir = fake_srun(tmp_path / "bin", f'printf "%s\\n" "$@" > {calls}\nexit 1\n')
-    monkeypatch.setenv("PATH", bin_dir + os.pathsep + os.environ["PATH"])
-    for name in [v for v in os.environ if v.startswith(("SLURM_", "SRUN_"))]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("SLURM_JOB_CPUS_PER_NODE", "96(x2)")   # salloc -N2 --ntasks-per-node=8 --cpus-per-task=12
-    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "12")
+    srun_in_allocation(tmp_path, monkeypatch, f'printf "%s\\n" "$@" > {calls}\nexit 1\n',
+                       {"SLURM_JOB_CPUS_PER_NODE": "96(x2)",   # salloc -N2 --ntasks-per-node=8 --cpus-per-task=12
+                        "SLURM_CPUS_PER_TASK": "12"})
     monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "8")
     spec = RunSpec(workload="synthetic", strategy="ddp", device_type="cpu", device_count=2, per_device_batch=4,
                    global_batch=8, image_size=0, steps=2, warmup=0, threads=1, seed=0, scaling="weak", nodes=2,
@@ -109,17 +115,12 @@ def test_slurms_per_node_counts_are_read_in_their_compressed_form():
 
 def test_an_allocation_made_with_cpus_per_gpu_runs_the_step_without_it_beside_cpus_per_task(tmp_path, monkeypatch):
     # srun reads SLURM_CPUS_PER_GPU as its own --cpus-per-gpu, which it refuses beside --cpus-per-task on one line
-    import os
     import subprocess
     from bench.shared.spec import RunSpec
     calls = tmp_path / "srun-args"
-    bin_dir = fake_srun(tmp_path / "bin", f'echo "${{SLURM_CPUS_PER_GPU-unset}} $*" > {calls}\n')
-    monkeypatch.setenv("PATH", bin_dir + os.pathsep + os.environ["PATH"])
-    for name in [v for v in os.environ if v.startswith(("SLURM_", "SRUN_"))]:
-        monkeypatch.delenv(name)
-    for name, value in {"SLURM_JOB_ID": "42", "SLURM_CPUS_PER_GPU": "12", "SLURM_GPUS_PER_NODE": "8",
-                        "SLURM_JOB_CPUS_PER_NODE": "96(x2)"}.items():   # salloc -N2 --gpus-per-node=8 --cpus-per-gpu=12
-        monkeypatch.setenv(name, value)
+    srun_in_allocation(tmp_path, monkeypatch, f'echo "${{SLURM_CPUS_PER_GPU-unset}} $*" > {calls}\n',
+                       {"SLURM_JOB_ID": "42", "SLURM_CPUS_PER_GPU": "12", "SLURM_GPUS_PER_NODE": "8",
+                        "SLURM_JOB_CPUS_PER_NODE": "96(x2)"})   # salloc -N2 --gpus-per-node=8 --cpus-per-gpu=12
     spec = RunSpec(workload="synthetic", strategy="ddp", device_type="cuda", device_count=16, per_device_batch=4,
                    global_batch=64, image_size=0, steps=2, warmup=0, threads=1, seed=0, scaling="weak", nodes=2,
                    launcher="slurm", out_dir=str(tmp_path))

@@ -349,7 +349,7 @@ def test_each_unit_is_moved_to_the_device_just_before_it_is_sharded_never_the_wh
     # whole model: each unit's tensors go onto the device and are broadcast from rank 0 right before its fully_shard.
     events = []
     onto, shard = fsdp._onto_device, fsdp.fully_shard
-    monkeypatch.setattr(fsdp, "_onto_device", lambda m, d: (events.append(("onto", m)), onto(m, d))[1])
+    monkeypatch.setattr(fsdp, "_onto_device", lambda m, d, done: (events.append(("onto", m)), onto(m, d, done))[1])
     monkeypatch.setattr(fsdp, "fully_shard", lambda m, **kw: (events.append(("shard", m)), shard(m, **kw))[1])
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
     try:

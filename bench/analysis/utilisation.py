@@ -163,22 +163,27 @@ def of(c, override: Optional[dict] = None, env_names: tuple = ()) -> Utilisation
     return Utilisation(**base, peak_tflops=peak, peak_text=text, mfu=mfu, hfu=hfu)
 
 
+def _raw_at(u: Utilisation, samples_per_s: float, count: int) -> float:
+    """MFU at a throughput and device count, unchecked; nan where u has no peak or FLOPs."""
+    if u is None or u.flops.per_sample is None or not u.peak_tflops > 0 or not samples_per_s > 0:
+        return math.nan
+    return u.flops.per_sample * samples_per_s / count / 1e12 / u.peak_tflops
+
+
 def at(u: Utilisation, samples_per_s: float, count: int) -> float:
     """MFU at another throughput and device count (the forecast's points); nan where u has no peak or FLOPs, or the
     result would pass 100%."""
-    if u is None or u.flops.per_sample is None or not u.peak_tflops > 0 or not samples_per_s > 0 or u.error:
-        return math.nan
-    mfu = u.flops.per_sample * samples_per_s / count / 1e12 / u.peak_tflops
-    return mfu if mfu <= 1.0 else math.nan
+    mfu = _raw_at(u, samples_per_s, count)
+    return mfu if mfu <= 1.0 and not u.error else math.nan
 
 
 def at_cell(u: Utilisation, samples_per_s: float, count: int) -> str:
     """A forecast point's MFU column: '38%'; 'error: 104% > 100%' where it would pass 100% (the peak or the FLOP count
     is wrong, as the report says of a measured one: never a result, never a silent '–'); 'error: measured 104% >
     100%' where the measured configuration it rests on already read above; '–' without a peak or FLOPs."""
-    if u is None or u.flops.per_sample is None or not u.peak_tflops > 0 or not samples_per_s > 0:
+    mfu = _raw_at(u, samples_per_s, count)
+    if math.isnan(mfu):
         return "–"
-    mfu = u.flops.per_sample * samples_per_s / count / 1e12 / u.peak_tflops
     if mfu > 1.0:
         return f"error: {mfu:.0%} > 100%"
     return f"error: measured {u.highest:.0%} > 100%" if u.error else f"{mfu:.0%}"

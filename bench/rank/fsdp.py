@@ -37,14 +37,18 @@ def shard_blocks(model: nn.Module) -> list[nn.Module]:
     return blocks(model)
 
 
-def _onto_device(module: nn.Module, device: torch.device) -> None:
+def _onto_device(module: nn.Module, device: torch.device, done: set) -> None:
     """Copies the module's parameters and buffers that no FSDP unit holds yet (not DTensors, not on the meta device)
     onto `device`, and broadcasts each from rank 0 (in module order: every rank the same). DDP starts every rank from
     rank 0's weights and buffers; fully_shard keeps each rank's own copy and takes its shard from it, so broadcasting
     first gives FSDP the same starting point. Called per unit just before it is sharded, so the GPU holds one block
-    unsharded at a time beside the shards, never the whole model (the whole run's memory peak is FSDP's own)."""
+    unsharded at a time beside the shards, never the whole model (the whole run's memory peak is FSDP's own).
+    `done`: the modules an earlier call moved (the root's call passes over the blocks' buffers, already broadcast)."""
     with torch.no_grad():
         for m in module.modules():
+            if m in done:
+                continue
+            done.add(m)
             for p in m._parameters.values():
                 if p is None or isinstance(p, DTensor) or p.is_meta:
                     continue
@@ -103,14 +107,15 @@ def apply_fsdp(model: nn.Module, ctx: Ctx, reshard_after_forward: bool = True, m
             init_device_mesh(ctx.device.type, tuple(mesh_shape), mesh_dim_names=("replicate", "shard")))
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     offload = {"offload_policy": CPUOffloadPolicy(pin_memory=ctx.cuda)} if offload_to_cpu else {}  # pinning needs CUDA
+    moved: set = set()
     for block in shard_blocks(model):  # a meta model stays there (to_empty() and init after); the rest unit by unit
-        _onto_device(block, ctx.device)
+        _onto_device(block, ctx.device, moved)
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp, **offload)
     # The root is not resharded after forward (its backward starts at once): FSDP2's own rule for the root, which
     # reshard_after_forward=None asks for from torch 2.8 and an explicit False gives on every version from 2.6 (None
     # is refused before 2.8; read in 2.7.1's and 2.14's sources: the root's post-forward mesh is None either way); an
     # explicit True would all-gather the root's parameters (DeepLabV3's head, ~16 M) again for backward.
-    _onto_device(model, ctx.device)  # what the blocks left over (stem, heads): the root's unit
+    _onto_device(model, ctx.device, moved)  # what the blocks left over (stem, heads): the root's unit
     fully_shard(model, mesh=mesh, reshard_after_forward=False, mp_policy=mp, **offload)
     return model
 

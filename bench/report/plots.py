@@ -18,9 +18,10 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
 from bench.report import comm as comm_report  # noqa: E402
+from bench.shared.spec import STRATEGY_NAMES  # noqa: E402
 
 COLORS = {"single": "#555555", "dp": "#d62728", "ddp": "#1f77b4", "zero": "#9467bd", "fsdp": "#2ca02c", "hsdp": "#ff7f0e"}
-NAMES = {"single": "single device", "dp": "DataParallel", "ddp": "DDP", "zero": "DDP+ZeRO", "fsdp": "FSDP", "hsdp": "HSDP"}
+NAMES = STRATEGY_NAMES   # the one table of strategies' names (bench.shared.spec)
 STYLES = ("-", "--", ":", "-.")
 SEGMENTS = ("data", "host to device", "forward", "backward (compute)", "exposed communication", "optimizer", "other")
 SEGMENT_COLORS = ("#8c564b", "#e377c2", "#2ca02c", "#17becf", "#d62728", "#bcbd22", "#c7c7c7")
