@@ -74,7 +74,9 @@ def _scenarios(rank: int) -> dict:
         s = spec(strategy, ac, **dict(options))
         torch.manual_seed(0)
         details = T.details(SHAPE, s.global_batch)
-        model = prepare(T.Transformer(SHAPE), s, Ctx(torch.device("cpu"), WORLD, rank, WORLD, options=dict(options)), details)
+        with torch.device("meta"):  # as the workload builds it: made real by prepare, or unit by unit by FSDP and HSDP
+            built = T.Transformer(SHAPE)
+        model = prepare(built, s, Ctx(torch.device("cpu"), WORLD, rank, WORLD, options=dict(options)), details)
         opt = make_optimizer(model, False, "adamw")
         train(model, opt, [rank])
         out[(strategy, ac, options)] = {"params": full_parameters(model), "state": full_optimizer_state(model, opt, rank),

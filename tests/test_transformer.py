@@ -120,3 +120,47 @@ def test_tokens_per_second_is_samples_times_the_sequence_global_and_per_device()
                process_sps=[10.0], phases_ms={}, exposed_comm_ms=math.nan, grad_mib=None, comm_method=None,
                memory_mib={}, epoch_wall_s=[], tokens_per_sample=2048)
     assert c.tokens_per_s == 20480.0 and c.tokens_per_s_per_device == 5120.0
+
+
+def test_the_workload_builds_on_meta_and_the_strategy_draws_the_same_weights_in_any_order_and_under_any_wrapper():
+    """A 6.7 B preset's 27 GB never pass through host memory: the workload's model holds no storage until the strategy
+    makes it real on the run's device (bench.workloads.materialize), and the weights drawn depend neither on the order
+    units are made real in (FSDP: block by block, the root last) nor on wrappers put around them first (activation
+    checkpointing renames the blocks) nor on the global random state; the run's seed changes them."""
+    from bench.rank import activations
+    from bench.rank.context import Ctx
+    from bench.rank.worker import prepare
+    from bench.shared.spec import RunSpec
+    from bench.workloads import materialize
+    shape = T.Shape(layers=3, width=32, heads=4, seq_len=8, vocab=64)
+    spec = RunSpec(workload="transformer", strategy="single", device_type="cpu", device_count=1, per_device_batch=2,
+                   global_batch=2, image_size=0, steps=1, warmup=0, threads=1, seed=5, scaling="weak",
+                   **T.spec_fields(shape))
+    wl = T.workload(spec, 0, torch.device("cpu"))
+    assert all(p.is_meta for p in wl.model.parameters())
+    want = {n: p.detach().clone() for n, p in T.Transformer(shape, seed=5).named_parameters()}
+    torch.manual_seed(123)  # the global stream is not what draws them
+    got = prepare(wl.model, spec, Ctx(torch.device("cpu"), 1, 0, 1))
+    assert not any(p.is_meta for p in got.parameters())
+    assert all(torch.equal(p, want[n]) for n, p in got.named_parameters())
+    with torch.device("meta"):
+        wrapped = T.Transformer(shape, seed=5)
+    activations.apply(wrapped, "full")
+    for block in reversed(list(wrapped.layers)):
+        assert materialize.make_real(block, torch.device("cpu")) > 0
+    assert materialize.make_real(wrapped, torch.device("cpu")) == 3  # embedding, norm, head: the root's own
+    assert materialize.make_real(wrapped, torch.device("cpu")) == 0  # nothing twice
+    names = {n.replace("_checkpoint_wrapped_module.", ""): p for n, p in wrapped.named_parameters()}
+    assert names.keys() == want.keys() and all(torch.equal(names[n], want[n]) for n in want)
+    assert not torch.equal(T.Transformer(shape, seed=6).head.weight, want["head.weight"])
+
+
+def test_a_module_built_on_meta_with_no_way_to_draw_its_weights_is_named():
+    from torch import nn
+    from bench.workloads import materialize
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(2, 2))
+    assert materialize.make_real(model, torch.device("cpu")) == 0  # untagged: another builder's meta model, left alone
+    materialize.tag(model, 0)
+    with pytest.raises(RuntimeError, match="Linear holds tensors of its own but has no init_weights"):
+        materialize.make_real(model, torch.device("cpu"))

@@ -29,6 +29,7 @@ except ImportError as e:  # FSDP2 became public in torch 2.6; the rest of the su
 
 from bench.rank.blocks import blocks
 from bench.rank.context import Ctx
+from bench.workloads import materialize
 
 
 def shard_blocks(model: nn.Module) -> list[nn.Module]:
@@ -108,14 +109,16 @@ def apply_fsdp(model: nn.Module, ctx: Ctx, reshard_after_forward: bool = True, m
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     offload = {"offload_policy": CPUOffloadPolicy(pin_memory=ctx.cuda)} if offload_to_cpu else {}  # pinning needs CUDA
     moved: set = set()
-    for block in shard_blocks(model):  # a meta model stays there (to_empty() and init after); the rest unit by unit
+    for block in shard_blocks(model):  # unit by unit: made real (a model built for it on meta), moved, sharded
+        materialize.make_real(block, ctx.device)
         _onto_device(block, ctx.device, moved)
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp, **offload)
     # The root is not resharded after forward (its backward starts at once): FSDP2's own rule for the root, which
     # reshard_after_forward=None asks for from torch 2.8 and an explicit False gives on every version from 2.6 (None
     # is refused before 2.8; read in 2.7.1's and 2.14's sources: the root's post-forward mesh is None either way); an
     # explicit True would all-gather the root's parameters (DeepLabV3's head, ~16 M) again for backward.
-    _onto_device(model, ctx.device, moved)  # what the blocks left over (stem, heads): the root's unit
+    materialize.make_real(model, ctx.device)  # what the blocks left over (stem, heads, embedding): the root's unit
+    _onto_device(model, ctx.device, moved)
     fully_shard(model, mesh=mesh, reshard_after_forward=False, mp_policy=mp, **offload)
     return model
 

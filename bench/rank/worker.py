@@ -37,7 +37,8 @@ from bench.rank.loop import NoMeasuredStep, Trainer
 from bench.rank.strategies import STRATEGIES, ddp_settings, is_ddp
 from bench.shared import faults, forkserver, heartbeat, rehearsal
 from bench.shared.procs import die_with_parent, exit_without_teardown
-from bench.shared.spec import DDP_BASED, PER_DEVICE, RunSpec
+from bench.shared.spec import DDP_BASED, FSDP_BASED, PER_DEVICE, RunSpec
+from bench.workloads import materialize
 from bench.workloads.registry import builder
 
 PROBE_BLOCKS = 2
@@ -77,7 +78,10 @@ def profiled_steps(spec: RunSpec) -> int:
 
 def prepare(model: nn.Module, spec: RunSpec, ctx: Ctx, details: dict | None = None) -> nn.Module:
     """Memory format, activation checkpointing, the strategy's wrapper, then torch.compile (wrapping DDP, as PyTorch
-    recommends). details: the workload's, which learn what activation checkpointing recomputes."""
+    recommends). details: the workload's, which learn what activation checkpointing recomputes. A model built on meta
+    (the transformer) is made real on the run's device first, or unit by unit as FSDP and HSDP shard it."""
+    if spec.strategy not in FSDP_BASED:
+        materialize.make_real(model, ctx.device)
     if spec.channels_last:
         model = model.to(memory_format=torch.channels_last)
     if spec.activation_checkpointing != "none":

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from bench.workloads import materialize
 from bench.workloads.workload import Workload, cycle, synthetic_pool
 
 ROPE_BASE = 10000.0
@@ -106,9 +107,27 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(width))
 
+    def init_weights(self, g: torch.Generator) -> None:
+        self.weight.fill_(1.0)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
         return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+
+
+class Linear(nn.Linear):
+    """A linear map with no bias, its weight drawn from N(0, INIT_STD^2) by the generator it is given (materialize)."""
+
+    def __init__(self, fan_in: int, fan_out: int):
+        super().__init__(fan_in, fan_out, bias=False)
+
+    def init_weights(self, g: torch.Generator) -> None:
+        nn.init.normal_(self.weight, std=INIT_STD, generator=g)
+
+
+class Embedding(nn.Embedding):
+    def init_weights(self, g: torch.Generator) -> None:
+        nn.init.normal_(self.weight, std=INIT_STD, generator=g)
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -127,8 +146,8 @@ class Attention(nn.Module):
     def __init__(self, s: Shape):
         super().__init__()
         self.heads, self.head_dim = s.heads, s.head_dim
-        self.qkv = nn.Linear(s.width, 3 * s.width, bias=False)
-        self.out = nn.Linear(s.width, s.width, bias=False)
+        self.qkv = Linear(s.width, 3 * s.width)
+        self.out = Linear(s.width, s.width)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
@@ -140,9 +159,9 @@ class Attention(nn.Module):
 class FeedForward(nn.Module):
     def __init__(self, s: Shape):
         super().__init__()
-        self.gate = nn.Linear(s.width, s.ffn, bias=False)
-        self.up = nn.Linear(s.width, s.ffn, bias=False)
-        self.down = nn.Linear(s.ffn, s.width, bias=False)
+        self.gate = Linear(s.width, s.ffn)
+        self.up = Linear(s.width, s.ffn)
+        self.down = Linear(s.ffn, s.width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(F.silu(self.gate(x)) * self.up(x))
@@ -164,16 +183,20 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, s: Shape):
+    """Built under `torch.device("meta")` (as the workload builds it) its weights wait for materialize.make_real on the
+    run's device; built anywhere else they are drawn at once. Either way each module draws from its own seed (`seed`
+    and its name), so every strategy, materialising all at once or unit by unit, starts from the same weights."""
+
+    def __init__(self, s: Shape, seed: int = 0):
         super().__init__()
         self.shape = s
-        self.embedding = nn.Embedding(s.vocab, s.width)
+        self.embedding = Embedding(s.vocab, s.width)
         self.layers = nn.ModuleList(Block(s) for _ in range(s.layers))
         self.norm = RMSNorm(s.width)
-        self.head = nn.Linear(s.width, s.vocab, bias=False)
-        for m in self.modules():
-            if isinstance(m, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(m.weight, std=INIT_STD)
+        self.head = Linear(s.width, s.vocab)
+        materialize.tag(self, seed)
+        if not self.head.weight.is_meta:
+            materialize.initialise_all(self)
 
     def rotary(self, t: int, device: torch.device) -> tuple:
         """cos and sin of every position's angles, (t, head_dim / 2) each, computed here rather than kept as buffers
@@ -239,5 +262,7 @@ def details(s: Shape, global_batch: int) -> dict:
 def workload(spec, rank: int, device: torch.device) -> Workload:
     s = spec_shape(spec)
     pool, artefact = synthetic_pool(spec, rank, device, lambda g, b: make_batch(s, g, b))
-    return Workload(model=Transformer(s), loss_fn=lm_loss, batches=cycle(pool), on_device=True,
+    with torch.device("meta"):  # made real on `device` by the strategy: bench.workloads.materialize
+        model = Transformer(s, seed=spec.seed)
+    return Workload(model=model, loss_fn=lm_loss, batches=cycle(pool), on_device=True,
                     artefact_bytes=artefact, details=details(s, spec.global_batch))

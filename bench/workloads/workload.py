@@ -24,7 +24,7 @@ SYNTHETIC_POOL = 4          # distinct synthetic batches, generated up front and
 
 @dataclass
 class Workload:
-    model: nn.Module                                   # on CPU, not yet wrapped by a strategy
+    model: nn.Module                                   # on CPU (or on meta: materialize), not yet wrapped by a strategy
     loss_fn: Callable[[object, torch.Tensor], torch.Tensor]
     batches: Callable[[int], Iterator]                 # epoch -> iterator of (inputs, targets) for this process
     on_device: bool = False                            # batches are already on the compute device
