@@ -196,3 +196,34 @@ def test_the_drift_measured_on_cpus_is_never_applied_to_a_gpu_configuration():
     assert "drift between sweeps is not measured on cuda" in calls["gpu"].words and "--drift" in calls["gpu"].words
     given = compare.judge(samples, drift=0.02, device_types={"cpu": "cpu", "gpu": "cuda"})   # --drift 0.02: the user's figure
     assert given["gpu"].regression and given["gpu"].floor == 0.05
+
+
+def test_one_disturbed_earlier_sweep_is_named_with_what_it_costs_and_leaving_it_out_calls_the_slowdown(tmp_path):
+    # Sweep 3 ran while something else used the machine (40% slower): in the spread between sweeps it hides the
+    # candidate's 30% slowdown. compare names it, what it costs, and how to leave it out; left out, the slowdown is called.
+    path = str(tmp_path / "s.sqlite")
+    build_compare_store(path, (1.0, 1.0, 1.4, 1.0, 1.0, 1.0, 1.3), repeats=3, process_cv=0.02, sweep_cv=0.02, seed=2)
+    text, code = compare.compare(path, None, None, None)
+    line = line_of(text, SINGLE)
+    assert code == 0 and "within the noise" in line, text
+    said = re.search(r"sweep 3 ran this configuration (\d+)% slower than the median of its other sweeps and alone widens "
+                     r"the bound from (\d+)% to (\d+)% \(if it was disturbed, --leave-out 3\)$", line)
+    assert said and 25 <= int(said.group(1)) <= 35 and 2 * int(said.group(2)) <= int(said.group(3)), line
+    text, code = compare.compare(path, None, None, None, leave_out=(3,))
+    assert code == 1 and line_of(text, SINGLE).endswith("(REGRESSION)") and "sweep(s) 3 left out (--leave-out)" in text
+    assert "--leave-out" not in line_of(text, SINGLE)
+    quiet = str(tmp_path / "quiet.sqlite")  # no such sweep: nothing named
+    build_compare_store(quiet, (1.0,) * 6 + (1.02,), repeats=3, process_cv=0.02, sweep_cv=0.02, seed=2)
+    assert "--leave-out" not in compare.compare(quiet, None, None, None)[0]
+
+
+@pytest.mark.parametrize("value, says", [("abc", "--leave-out: 'abc' is not a sweep id"),
+                                         ("0", "--leave-out: '0' is not a sweep id"),
+                                         ("99", "--leave-out 99: "), ("7", "--leave-out 7: that is the candidate"),
+                                         ("6", "--leave-out 6: that is the baseline")])
+def test_leave_out_names_a_bad_sweep_id_and_exits_2(tmp_path, capsys, value, says):
+    path = str(tmp_path / "s.sqlite")
+    build_compare_store(path, (1.0,) * 7)
+    assert compare.main(["--store", path, "--leave-out", value]) == 2
+    err = capsys.readouterr().err
+    assert says in err, err

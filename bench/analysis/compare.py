@@ -17,7 +17,9 @@ than --threshold (5%). Without earlier sweeps but with repeats on both sides: We
 regression must also pass --drift (by default 15%, the drift between sweeps measured once on the CPU machines this
 suite is developed on: CPU configurations only; a figure measured on CPUs is never applied to a GPU, so a GPU
 configuration without earlier sweeps needs --drift, else compare cannot decide it). With neither, nothing
-measures the configuration's noise: compare says it cannot decide, and calls no regression. Sweeps written by
+measures the configuration's noise: compare says it cannot decide, and calls no regression. One disturbed earlier
+sweep inflates the spread between sweeps; where leaving one out alone would at least halve a bound, the line names it
+(stats.disturbing_sweep) and --leave-out drops it from the evidence: a person's call, never made by rule. Sweeps written by
 `./run_bench.sh ab` interleave A and B process by process: compare pairs them (paired t-test on log ratios,
 the drift cancels) and a slowdown beyond --threshold is enough. A configuration ok in the baseline and failed
 in the candidate is a regression.
@@ -81,18 +83,36 @@ def _matched(base: dict, cand: dict, interleaved: bool) -> list:
     return pairs
 
 
-def _history(conn_a, conn_b, sid_a: int, sid_b: int, row_a: dict, row_b: dict, limit: int) -> dict:
-    """{config_key: [[samples/s per process] per earlier sweep]}: the sweeps before the baseline in its store (and
-    before the candidate in its own store, when that is another), on the host that ran each side."""
+def _history(conn_a, conn_b, sid_a: int, sid_b: int, row_a: dict, row_b: dict, limit: int,
+             leave_out: tuple = (), name_b: str = "") -> tuple:
+    """({config_key: [[samples/s per process] per earlier sweep]}, {config_key: [that sweep's label]}): the sweeps before
+    the baseline in its store (and before the candidate in its own store, when that is another, labelled with
+    `name_b`), on the host that ran each side; `leave_out`: sweep ids of the baseline's store left out."""
     out: dict = {}
-    sources = [(conn_a, min(sid_a, sid_b) if conn_b is None else sid_a, row_a.get("hostname"))]
+    labels: dict = {}
+    sources = [(conn_a, min(sid_a, sid_b) if conn_b is None else sid_a, row_a.get("hostname"), set(leave_out), "")]
     if conn_b is not None:
-        sources.append((conn_b, sid_b, row_b.get("hostname")))
-    for conn, before, host in sources:
-        for sid in read.earlier_sweeps(conn, before, host, limit):
+        sources.append((conn_b, sid_b, row_b.get("hostname"), set(), f" of {name_b}"))
+    for conn, before, host, skip, where in sources:
+        for sid in read.earlier_sweeps(conn, before, host, limit + len(skip)):
+            if sid in skip:
+                continue
             for key, sps in results.process_throughputs(conn, sid).items():
                 out.setdefault(key, []).append(sps)
-    return {k: v[-limit:] for k, v in out.items()}
+                labels.setdefault(key, []).append(f"{sid}{where}")
+    return {k: v[-limit:] for k, v in out.items()}, {k: v[-limit:] for k, v in labels.items()}
+
+
+def check_leave_out(conn, ids: tuple, sid_a: int, sid_b: int, store_name: str) -> None:
+    """--leave-out names earlier sweeps of the baseline's store: refused (ConfigError) otherwise."""
+    held = set(read.sweep_ids(conn))
+    for i in ids:
+        if i not in held:
+            raise ConfigError(f"--leave-out {i}: {store_name} holds no sweep {i}; expected an earlier sweep of it "
+                              f"(it holds {', '.join(map(str, sorted(held))) or 'none'})")
+        if i in (sid_a, sid_b):
+            raise ConfigError(f"--leave-out {i}: that is the {'baseline' if i == sid_a else 'candidate'} compared; "
+                              f"expected an earlier sweep whose noise should not count")
 
 
 def drift_for(device_type: str, drift: Optional[float]) -> Optional[float]:
@@ -149,8 +169,19 @@ class Call:
     improvement: bool
 
 
+def disturbed_words(d: Optional[stats.Disturbing], label: str) -> str:
+    """The words naming the one earlier sweep that alone widens a bound (stats.disturbing_sweep), and how to leave it
+    out where it is the baseline store's ('7'; one of the candidate's store reads '7 of new.sqlite')."""
+    if d is None:
+        return ""
+    how = f"if it was disturbed, --leave-out {label}" if label.isdigit() else "it is in the candidate's store"
+    return (f"; sweep {label} ran this configuration {abs(d.deviation):.0%} {'slower' if d.deviation < 0 else 'faster'} "
+            f"than the median of its other sweeps and alone widens the bound from {d.bound_without:.0%} to "
+            f"{d.bound_with:.0%} ({how})")
+
+
 def judge(samples: dict, threshold: float = 0.05, drift: Optional[float] = None, interleaved: bool = False,
-          device_types: Optional[dict] = None) -> dict:
+          device_types: Optional[dict] = None, labels: Optional[dict] = None) -> dict:
     """compare's rule, on the processes alone: samples {name: (baseline's samples/s per process, candidate's, [[samples/s
     per process] per earlier sweep of it])}, all the configurations of one comparison (their p-values are corrected
     together, Holm). interleaved: the two lists are A/B pairs in order (earlier sweeps unused). Returns {name: Call}.
@@ -158,7 +189,8 @@ def judge(samples: dict, threshold: float = 0.05, drift: Optional[float] = None,
     is significant (two-sided, after the correction) and faster by more than the floor. The floor is --threshold
     with evidence of the noise or with pairs, else the larger of --threshold and the drift (`drift_for`: --drift, else
     15% for a CPU configuration; a GPU configuration without a drift cannot be decided). device_types: {name: 'cpu' or
-    'cuda'} (default cpu)."""
+    'cuda'} (default cpu). labels: {name: [label of each earlier sweep]}: a configuration not called a regression
+    whose bound one earlier sweep alone widens says which (disturbed_words)."""
     evidence, pcs = {}, {}
     for name, (a_sps, b_sps, earlier) in samples.items():
         if interleaved:
@@ -177,15 +209,22 @@ def judge(samples: dict, threshold: float = 0.05, drift: Optional[float] = None,
         floor = threshold if interleaved or evidence.get(name) else (None if between is None else max(threshold, between))
         words = verdict(pc, evidence.get(name), floor, name in significant, name in different, lone, device)
         decided = pc.decidable and floor is not None
+        regression = decided and name in significant and 1 / pc.ratio - 1 > floor
+        if evidence.get(name) and labels and name in labels and not regression:
+            a_sps, b_sps, earlier = samples[name]
+            d = stats.disturbing_sweep(earlier, a_sps, b_sps, lone)
+            words += disturbed_words(d, labels[name][d.index]) if d else ""
         out[name] = Call(pc, evidence.get(name), floor if floor is not None else math.nan, words,
-                         regression=decided and name in significant and 1 / pc.ratio - 1 > floor,
+                         regression=regression,
                          improvement=decided and name in different and pc.ratio - 1 > floor)
     return out
 
 
 def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_b: Optional[int],
-            threshold: float = 0.05, drift: Optional[float] = None, history: int = DEFAULT_HISTORY) -> tuple:
-    """Text of the comparison and the exit status (1: a regression). store_b None: two sweeps of store_a."""
+            threshold: float = 0.05, drift: Optional[float] = None, history: int = DEFAULT_HISTORY,
+            leave_out: tuple = ()) -> tuple:
+    """Text of the comparison and the exit status (1: a regression). store_b None: two sweeps of store_a. leave_out:
+    earlier sweeps of store_a whose noise does not count (a sweep a person knows was disturbed)."""
     conn_a = store.connect(store_a, readonly=True)
     try:  # a refused second store leaves the first as it was (no -wal/-shm of an open reader beside it)
         conn_b = store.connect(store_b, readonly=True) if store_b else None
@@ -197,7 +236,9 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
         base, _, row_a = _configs(conn_a, sid_a)
         cand, cand_broken, row_b = _configs(conn_b or conn_a, sid_b)
         interleaved = store_b is None and row_a.get("paired_with") == sid_b
-        earlier = {} if interleaved or history == 0 else _history(conn_a, conn_b, sid_a, sid_b, row_a, row_b, history)
+        check_leave_out(conn_a, leave_out, sid_a, sid_b if conn_b is None else None, store_a)
+        earlier, labels = ({}, {}) if interleaved or history == 0 else _history(
+            conn_a, conn_b, sid_a, sid_b, row_a, row_b, history, leave_out, store_b or "")
     finally:
         conn_a.close()
         if conn_b is not None:
@@ -210,7 +251,8 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
                    f"{max(threshold, DEFAULT_DRIFT):.0%} on CPU, where that drift was measured; no call on a GPU without --drift")
         rule = (f"each configuration against its own noise, measured from up to {history} earlier sweeps of it on this "
                 f"host and its repeats: a regression is significant at family-wise p < {ALPHA} and slower by more than "
-                f"{threshold:.0%} ({between} with repeats but no earlier sweep); without either, no call")
+                f"{threshold:.0%} ({between} with repeats but no earlier sweep); without either, no call"
+                + (f"; sweep(s) {', '.join(map(str, leave_out))} left out (--leave-out)" if leave_out else ""))
     lines = [f"baseline: {store_a} sweep {sid_a}; candidate: {store_b or store_a} sweep {sid_b}; {rule}", ""]
     common = _matched(base, cand, interleaved)
     samples = {}
@@ -221,7 +263,8 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
             samples[p] = ([a.by_repeat[r] for r in reps], [b.by_repeat[r] for r in reps], [])
         else:
             samples[p] = (a.process_sps, b.process_sps, earlier.get(p[0], []))
-    calls = judge(samples, threshold, drift, interleaved, {p: base[p[0]].device_type for p in common})
+    calls = judge(samples, threshold, drift, interleaved, {p: base[p[0]].device_type for p in common},
+                  {p: labels.get(p[0], []) for p in common} if not interleaved else None)
     regressed = []
     for p in common:
         a, b, call = base[p[0]], cand[p[1]], calls[p]
@@ -266,6 +309,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--history", default=str(DEFAULT_HISTORY),
                         help=f"earlier sweeps of each configuration (same store, same host) that measure its noise "
                              f"(default {DEFAULT_HISTORY}; 0: none)")
+    parser.add_argument("--leave-out", default="",
+                        help="earlier sweeps of --store whose noise should not count, comma-separated ids (a sweep you "
+                             "know was disturbed: compare names one that alone widens a configuration's bound)")
+
+
+def sweep_ids(text: str, flag: str) -> tuple:
+    """'3,7' -> (3, 7); ConfigError naming the value otherwise."""
+    out = []
+    for part in (p.strip() for p in text.split(",")) if text.strip() else ():
+        if not part.isdigit() or int(part) < 1:
+            raise ConfigError(f"{flag}: {part!r} is not a sweep id; expected comma-separated whole numbers >= 1 "
+                              f"(sweep ids as ./run_bench.sh history lists them)")
+        out.append(int(part))
+    return tuple(out)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -287,7 +344,8 @@ def main(argv: Optional[list] = None) -> int:
         history = finite(ns.history, "--history")
         if history < 0 or history != int(history):
             raise ConfigError(f"--history: {ns.history!r} is not allowed; expected a whole number of sweeps >= 0")
-        text, code = compare(ns.store, ns.against, ns.sweep_a, ns.sweep_b, *fractions, history=int(history))
+        text, code = compare(ns.store, ns.against, ns.sweep_a, ns.sweep_b, *fractions, history=int(history),
+                             leave_out=sweep_ids(ns.leave_out, "--leave-out"))
     except (ConfigError, store.StoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

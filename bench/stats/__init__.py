@@ -7,7 +7,8 @@ own summary before a result is stored, and the commands. Computed from raw value
 `from bench import stats` then `stats.summarize(...)`, `stats.noise_bound(...)`: both modules' names, read here.
 """
 from bench.stats.noise import (  # noqa: F401
-    MIN_EVIDENCE_SWEEPS, NOT_MEASURED, UNSTABLE_REPEAT_SPREAD, Evidence, Noise, ProcessComparison, ShownEfficiency,
+    MIN_EVIDENCE_SWEEPS, NOT_MEASURED, UNSTABLE_REPEAT_SPREAD, Disturbing, Evidence, Noise, ProcessComparison,
+    ShownEfficiency, disturbing_sweep,
     compare_pairs, compare_processes, compare_with_evidence, evidence, holm, host_noise, noise_bound, pair_noise,
     percent, repeat_spread, shown_efficiency, significance, sweep_noise, unsteady, unsteady_words)
 from bench.stats.steps import (  # noqa: F401

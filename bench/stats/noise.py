@@ -288,6 +288,46 @@ def evidence(history: Sequence[Sequence[float]], a_sps: Sequence[float], b_sps: 
                     processes=sum(map(len, known)) + n_b)
 
 
+DISTURBING_SHRINK = 2.0         # one earlier sweep is named when leaving it out at least halves a bound ...
+DISTURBING_POINTS = 0.05        # ... and narrows it by 5 points or more
+
+
+@dataclass(frozen=True)
+class Disturbing:
+    """The earlier sweep that alone widens a configuration's bound: its index in the history, how far its mean stood
+    from the median of the other known sweeps' (fraction of throughput: -0.3 ran 30% slower), and the bound (a
+    slowdown fraction) with it and without it."""
+    index: int
+    deviation: float
+    bound_with: float
+    bound_without: float
+
+
+def disturbing_sweep(history: Sequence[Sequence[float]], a_sps: Sequence[float], b_sps: Sequence[float],
+                     alpha: float) -> Optional[Disturbing]:
+    """One disturbed sweep in a configuration's history (another job on the machine) inflates the spread between its
+    sweeps, and with it every later bound: the random-effects model cannot tell a one-off from drift. This names the
+    earlier sweep whose leaving out narrows the bound at level alpha the most, where that at least halves it
+    (DISTURBING_SHRINK, DISTURBING_POINTS) and evidence remains without it; else None. Only a person knows whether that
+    sweep was disturbed or the machine drifts so: compare names it and leaves the choice (--leave-out)."""
+    full = evidence(history, a_sps, b_sps)
+    if full is None:
+        return None
+    with_ = full.bound(alpha)
+    best = None
+    for i in range(len(history)):
+        ev = evidence(list(history[:i]) + list(history[i + 1:]), a_sps, b_sps)
+        if ev is not None and (best is None or ev.bound(alpha) < best[1]):
+            best = (i, ev.bound(alpha))
+    if best is None or best[1] * DISTURBING_SHRINK > with_ or with_ - best[1] < DISTURBING_POINTS:
+        return None
+    logs = lambda xs: [math.log(float(x)) for x in xs if x is not None and float(x) > 0]  # noqa: E731
+    means = [float(np.mean(g)) for g in (logs(h) for h in list(history) + [a_sps]) if g]
+    own = float(np.mean(logs(history[best[0]])))
+    others = [m for j, m in enumerate(means) if j != best[0]]
+    return Disturbing(best[0], math.expm1(own - float(np.median(others))), with_, best[1])
+
+
 def compare_with_evidence(a_sps: Sequence[float], b_sps: Sequence[float], ev: Evidence) -> ProcessComparison:
     """Baseline against candidate through a configuration's own noise model (`evidence`): a t-test of the
     difference of mean log throughputs with ev.sd_diff and ev.df (the sweeps' spread is the scarcer estimate)."""
