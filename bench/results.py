@@ -12,6 +12,7 @@ as it was). `./run_bench.sh export --format csv|json` writes the same tables as 
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -19,6 +20,7 @@ import pandas as pd
 
 from bench.config import ConfigError
 from bench.store import read
+from bench.store.store import StoreError
 
 TABLES = ("configurations", "steps", "collectives")
 
@@ -37,17 +39,33 @@ class Results:
             f"{name} {len(getattr(self, name))} rows" for name in TABLES) + ")")
 
 
-def sweep_ids(conn, sweep: Union[int, str]) -> list:
+def sweep_ids(conn, sweep: Union[int, str], who: str = "--sweep ") -> list:
     """'last', 'all' or a sweep id (int or digits) -> the ids to read; ConfigError naming any other value,
-    StoreError for an id the store does not hold or a store with no sweep."""
+    StoreError for an id the store does not hold (naming those it does) or a store with no sweep. `who` says who
+    gave the value: the command line's flag ("--sweep ") or results.load's argument ("results.load: sweep=")."""
     if sweep == "all":
         ids = read.sweep_ids(conn)
         return ids or [read.pick_sweep(conn, None)]   # no sweep: refused there, with its reason
     if sweep == "last":
         return [read.pick_sweep(conn, None)]
     if isinstance(sweep, bool) or not (isinstance(sweep, int) or (isinstance(sweep, str) and sweep.isdigit())):
-        raise ConfigError(f"--sweep {sweep!r}: expected 'last', 'all' or a sweep id (a whole number)")
+        raise ConfigError(f"{who}{sweep!r}: expected 'last', 'all' or a sweep id (a whole number)")
+    held = read.sweep_ids(conn)
+    if held and int(sweep) not in held:
+        raise StoreError(f"{who}{sweep!r}: sweep {int(sweep)} is not in the store; it holds {_spans(held)}")
     return [read.pick_sweep(conn, int(sweep))]
+
+
+def _spans(ids: list) -> str:
+    """Sweep ids as runs: [1, 2, 3, 7] -> 'sweeps 1-3, 7'."""
+    runs: list = []
+    for i in sorted(ids):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    return ("sweep " if len(ids) == 1 else "sweeps ") + text
 
 
 def _frame(rows: list, sweep_id: int) -> pd.DataFrame:
@@ -65,14 +83,26 @@ def _frame(rows: list, sweep_id: int) -> pd.DataFrame:
 
 def load(path: str = "results/bench.sqlite", sweep: Union[int, str] = "last", prices: Optional[str] = None) -> Results:
     """The store's tables as DataFrames: `sweep` 'last' (default), a sweep id, or 'all'; `prices` as
-    --price-per-device-hour takes it (a number or a TOML file) adds cost_per_million_samples and cost_per_epoch."""
+    --price-per-device-hour takes it (a number or a TOML file) adds cost_per_million_samples and cost_per_epoch.
+    Errors name these arguments (sweep=, prices=), not the command line's flags."""
     from bench.analysis import cost
+    if not isinstance(path, (str, os.PathLike)):
+        raise StoreError(f"results.load: expected the path of a results store (a str or os.PathLike), got {path!r}")
+    try:
+        price_table = cost.parse_price(prices) if prices is not None else None
+    except ConfigError as e:
+        raise ConfigError("results.load: " + str(e).replace(f"{cost.FLAG} ", "prices=", 1)) from None
+    return read_tables(os.fspath(path), sweep, price_table, who="results.load: sweep=")
+
+
+def read_tables(path: str, sweep: Union[int, str], price_table=None, who: str = "--sweep ") -> Results:
+    """load's work, for `./run_bench.sh export` too: price_table parsed already (bench.analysis.cost.parse_price),
+    `who` as sweep_ids takes it, so the command line's errors name its flags."""
     from bench.analysis import results as analysis
     from bench.report import tables
-    price_table = cost.parse_price(prices) if prices is not None else None
     conn = read.connect(path)
     try:
-        ids = sweep_ids(conn, sweep)
+        ids = sweep_ids(conn, sweep, who)
         parts: dict = {name: [] for name in TABLES}
         for sid in ids:
             s = analysis.load(conn, sid)

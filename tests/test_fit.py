@@ -111,6 +111,34 @@ def test_fit_on_cpu_needs_a_budget_and_refuses_what_it_cannot_honour(tmp_path, c
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("gib", ["1e-9", "0.005"])
+def test_fit_refuses_a_budget_no_process_can_meet(tmp_path, capsys, monkeypatch, gib):
+    # --memory-budget-gib 1e-9 searched, each trial "peak 423 MiB of 0"
+    from bench import cli
+    from bench.sweep import launch
+    monkeypatch.setattr(launch, "run_config", lambda *a, **k: pytest.fail("fit ran a trial despite the refusal"))
+    assert cli.main(["fit", "--device", "cpu", "--workloads", "synthetic", "--strategies", "single",
+                     "--store", str(tmp_path / "s.sqlite"), "--memory-budget-gib", gib]) == 2
+    err = capsys.readouterr().err
+    assert f"fit: --memory-budget-gib {float(gib):g} (" in err and "below the floor of 0.01 GiB (10.2 MiB)" in err, err
+    assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_fit_prints_a_small_budget_to_the_mib_that_tells_it_apart(tmp_path):
+    from bench import options
+    from bench.sweep import plan
+    machine = plan.Machine(cuda_devices=0, cpu_cores=16)
+    cfg, given, _ = options.prepare(["--device", "cpu", "--workloads", "transformer", "--strategies", "single",
+                                     "--no-report", "--store", str(tmp_path / "f.sqlite"), "--memory-budget-gib", "0.015",
+                                     "--repeats", "1"], machine=machine)
+    fit_cmd.refuse(cfg, given)  # 15.4 MiB: above the floor
+    run, _ = _fake_cpu_launcher(lambda b: 1.0 + 5.0 * b, {"single": 0.0})
+    lines = []
+    fit_cmd.run_fit(cfg, machine, 4, "fit ...", log=lines.append, run_config=run)
+    assert "  transformer single x1 batch 1: fits (peak 6 MiB of 15.4)" in lines, lines  # "of 15" before
+    assert fit_cmd.mib(1536.0) == "1536" and fit_cmd.mib(10.24) == "10.2"
+
+
 def test_a_real_cpu_fit_measures_each_trials_peak_rss_against_the_budget(tmp_path):
     path = str(tmp_path / "fit.sqlite")
     p = run_bench(["fit", "--workloads", "transformer", "--strategies", "single", "--per-device-batch", "4", "--max-batch",

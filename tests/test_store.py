@@ -67,6 +67,44 @@ def test_a_file_that_is_not_sqlite_is_refused(tmp_path):
         store.connect(str(p))
 
 
+@pytest.mark.parametrize("version", [0, 3])
+def test_another_programs_sqlite_database_is_not_a_store_not_an_old_one(tmp_path, version):
+    # A database with no sweeps table was told "has schema version 0; this suite reads version 6 (...)" and two
+    # thousand characters of history: as if it were an old store to upgrade.
+    from bench import results
+    from bench.store import read
+    p = str(tmp_path / "other.sqlite")
+    conn = sqlite3.connect(p)
+    conn.execute("CREATE TABLE foo (x)")
+    conn.execute(f"PRAGMA user_version = {version}")
+    conn.commit()
+    conn.close()
+    before = hashlib.sha256(open(p, "rb").read()).hexdigest()
+    said = f"{p!r} is a SQLite database but not a results store (no sweeps table; it holds tables: foo); " \
+           "expected a store this suite wrote"
+    for attempt in (lambda: store.check_path(p), lambda: store.connect(p), lambda: store.connect(p, readonly=True),
+                    lambda: read.connect(p), lambda: results.load(p)):
+        with pytest.raises(store.StoreError) as refused:
+            attempt()
+        assert said in str(refused.value) and "schema version" not in str(refused.value), refused.value
+    assert hashlib.sha256(open(p, "rb").read()).hexdigest() == before
+
+
+def test_an_empty_sqlite_file_still_holds_no_results_yet(tmp_path):
+    from bench.store import read
+    empty, no_tables = tmp_path / "empty.sqlite", str(tmp_path / "no-tables.sqlite")
+    empty.write_bytes(b"")
+    conn = sqlite3.connect(no_tables)
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute("DROP TABLE t")
+    conn.commit()
+    conn.close()
+    for p in (str(empty), no_tables):
+        store.check_path(p)  # a sweep may write into it
+        with pytest.raises(store.StoreError, match="holds no results yet"):
+            read.connect(p)
+
+
 def test_result_and_raw_rows_are_written_together_or_not_at_all(store_path):
     conn = store.connect(store_path)
     sid = store.begin_sweep(conn, "cmd", "{}", None)

@@ -4,16 +4,19 @@
     ./run_bench.sh export --format json --sweep all --out /tmp/bench-json
 
 Writes configurations, steps and collectives (.csv, or .json: a list of records, NaN as null) into --out. A bad
---format, --sweep or price, an --out that is a file, or a store that is not one exit 2 before anything is written.
+--format, --sweep or price, an --out that is a file or cannot be made (its existing part a file, or not writable), or
+a store that is not one exit 2 before anything is written; a write that fails all the same (a full disk) exits 1.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from bench import options, results
 from bench.analysis import cost
 from bench.config import ConfigError
+from bench.store import store
 
 FORMATS = ("csv", "json")
 
@@ -32,9 +35,27 @@ def parse(argv: list) -> argparse.Namespace:
         raise ConfigError(f"--format {ns.format!r}: expected {' or '.join(FORMATS)}")
     if ns.sweep not in ("last", "all") and not ns.sweep.isdigit():
         raise ConfigError(f"--sweep {ns.sweep!r}: expected 'last', 'all' or a sweep id (a whole number)")
-    if os.path.exists(ns.out) and not os.path.isdir(ns.out):
-        raise ConfigError(f"--out {ns.out!r} is a file; expected a folder (made if missing)")
+    check_out(ns.out)
+    ns.prices = cost.parse_price(ns.price)   # the flag named in its errors, before the store is read
     return ns
+
+
+def check_out(out: str) -> None:
+    """Refuse an --out whose files could not be written, before the store is read: a file, or a path whose nearest
+    existing ancestor is a file or a folder where nothing can be created (read-only, /proc)."""
+    if not out.strip():
+        raise ConfigError(f"--out {out!r}: expected the path of a folder (made if missing)")
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ConfigError(f"--out {out!r} is a file; expected a folder (made if missing)")
+    folder = store.nearest_existing(out)
+    if not os.path.isdir(folder):
+        raise ConfigError(f"--out {out!r}: {folder} is a file, not a folder; expected a folder, or a path whose "
+                          "existing part is a folder (the rest is made)")
+    refused = store.write_refused(folder)
+    if refused is not None:
+        what = "files in" if folder == os.path.abspath(out) else "folders under"
+        raise ConfigError(f"--out {out!r}: cannot create {what} {folder}: {refused.strerror}; expected a folder "
+                          "this user can write to")
 
 
 def write(r: results.Results, folder: str, fmt: str) -> list:
@@ -53,8 +74,14 @@ def write(r: results.Results, folder: str, fmt: str) -> list:
 
 def main(argv: list) -> int:
     ns = parse(argv)
-    r = results.load(ns.store, ns.sweep, ns.price)
-    paths = write(r, ns.out, ns.format)
+    r = results.read_tables(ns.store, ns.sweep, ns.prices)
+    try:
+        paths = write(r, ns.out, ns.format)
+    except OSError as e:  # checked before, yet it can still fail (a full disk, a folder removed meanwhile)
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"export: could not write into --out {ns.out!r}{where}: {e.strerror or e}; files written before it are "
+              "left as they are", file=sys.stderr)
+        return 1
     which = "every sweep" if ns.sweep == "all" else f"sweep {r.sweeps[0]}"
     print(f"exported {which} of {ns.store}: " + ", ".join(f"{len(getattr(r, n))} {n}" for n in results.TABLES)
           + f" rows -> {', '.join(paths)}")

@@ -33,6 +33,7 @@ from bench.store import store
 FIT_WARMUP = 1      # the first step allocates the optimizer's state and the allocator's pools
 FIT_STEPS = 1       # the measured step: the peak of a step as training runs it
 MAX_BATCH = 4096
+MIN_BUDGET_GIB = 0.01  # 10 MiB: below any process's need (Python with torch alone takes several hundred MiB)
 REFUSED = {"check_equivalence": "fit measures memory and speed; run the gate in a sweep",
            "epochs": "fit's trials take a few steps; whole epochs belong to a sweep",
            "resume": "a fit is not resumed; start it again", "profile": "fit's trials are not profiled; profile a sweep",
@@ -103,7 +104,7 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
                                                          "budget_mib": budget_mib, "bench_key": at_batch(spec, b).key})
                 record_result(conn, sweep_id, env_id, t, out.status, out.reason, payload, out.started_at, out.ended_at,
                               out.wall_s, out.failed_rank)
-                where = f"peak {peak:.0f} MiB of {budget_mib:.0f}" if peak is not None else (out.reason or "").splitlines()[0][:160]
+                where = f"peak {peak:.0f} MiB of {mib(budget_mib)}" if peak is not None else (out.reason or "").splitlines()[0][:160]
                 log(f"  {describe(spec)} batch {b}: {v} ({where})")
                 return v
 
@@ -131,7 +132,7 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
                                   out.wall_s, out.failed_rank)
                     failed_runs.append(out.status != "ok" and v == fitting.ERROR)
                     sps = fitting_throughput(out, s)
-                    where = f", peak {peak:.0f} MiB of {budget_mib:.0f}" if peak is not None else ""
+                    where = f", peak {peak:.0f} MiB of {mib(budget_mib)}" if peak is not None else ""
                     log(f"  {describe(spec)} at batch {b}: " + (f"{sps:.1f} samples/s{where}" if out.status == "ok"
                                                                else f"{out.status.upper()}: {out.reason}"))
                     if v in fitting.NOT_FITTING:
@@ -161,6 +162,11 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
     return rc
 
 
+def mib(value: float) -> str:
+    """MiB to the precision that tells a budget apart (1536, 15.4), where a whole number would round 10.2 to 10."""
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def fitting_throughput(out, spec: RunSpec) -> float:
     from bench import stats
     if out.status != "ok":
@@ -180,6 +186,10 @@ def refuse(cfg, given: frozenset) -> None:
     if cfg.memory_budget_gib is None:
         raise ConfigError("fit on CPU needs --memory-budget-gib G: each trial's largest rank's peak RSS is held against it "
                           "(on CUDA the GPU's memory is the default)")
+    if cfg.memory_budget_gib < MIN_BUDGET_GIB:
+        raise ConfigError(f"fit: --memory-budget-gib {cfg.memory_budget_gib:g} ({cfg.memory_budget_gib * 1024:.3g} MiB) is "
+                          f"below the floor of {MIN_BUDGET_GIB:g} GiB ({MIN_BUDGET_GIB * 1024:.3g} MiB): no process fits "
+                          "in it (Python with torch alone takes several hundred MiB); expected a budget in GiB such as 2")
 
 
 def main(argv: list) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from bench import options
 from bench.analysis import cost, utilisation
 from bench.forecast import check as fk
 from bench.analysis import forecastable
@@ -54,7 +55,7 @@ def _sweep_id(text: str, flag: str) -> str:
 
 
 def parse(argv: list) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="./run_bench.sh forecast", description=__doc__.splitlines()[0],
+    p = options.Parser(prog="./run_bench.sh forecast", description=__doc__.splitlines()[0],
                formatter_class=argparse.RawDescriptionHelpFormatter,
                epilog="presets: " + "; ".join(f"{k}: {v.summary}" for k, v in nw.PRESETS.items()))
     p.add_argument("--store", default="results/bench.sqlite", help="the results store to read (and to store the check in)")

@@ -143,18 +143,45 @@ def check_path(path: str) -> None:
             _check_existing(path)
         if not os.access(path, os.W_OK):
             raise StoreError(f"--store {path!r} is not writable")
-    folder = os.path.dirname(path)
-    while not os.path.exists(folder):  # the nearest existing ancestor: the store's folders will be made in it
-        folder = os.path.dirname(folder)
+    folder = nearest_existing(os.path.dirname(path))  # the store's folders will be made in it
     if not os.path.isdir(folder):
         raise StoreError(f"--store {path!r}: {folder!r} is not a folder")
-    try:  # a real write: read-only mounts and virtual filesystems (/proc, /sys) refuse it
-        fd, probe = tempfile.mkstemp(prefix=".bench-store-probe-", dir=folder)
+    refused = write_refused(folder)
+    if refused is not None:
+        raise StoreError(f"--store {path!r}: cannot create files in {folder!r} ({refused.strerror}); "
+                         "SQLite needs to write the store and its journal there")
+
+
+def nearest_existing(path: str) -> str:
+    """PATH itself where it exists, else its nearest existing ancestor: where the missing folders would be made."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def write_refused(folder: str) -> Optional[OSError]:
+    """The error creating a file in FOLDER raises, None where it can be done. A real write (a probe file created and
+    removed), because os.access says yes to root on read-only mounts and on virtual filesystems (/proc, /sys)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".bench-probe-", dir=folder)
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise StoreError(f"--store {path!r}: cannot create files in {folder!r} ({e.strerror}); "
-                         "SQLite needs to write the store and its journal there") from None
+        return e
+    return None
+
+
+def not_a_store(version: int, tables: set) -> Optional[str]:
+    """Why a SQLite database with this version and these tables is not a results store (another program's database),
+    None where it may be one: every version this suite wrote (1 to SCHEMA_VERSION) has a sweeps table, one with no
+    table at all is being created, and a newer version is refused as such."""
+    if version > SCHEMA_VERSION or not tables or "sweeps" in tables:
+        return None
+    names = sorted(tables)
+    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    return (f"is a SQLite database but not a results store (no sweeps table; it holds tables: {shown}); "
+            "expected a store this suite wrote")
 
 
 def _check_existing(path: str) -> None:
@@ -166,6 +193,9 @@ def _check_existing(path: str) -> None:
             conn.close()
     except sqlite3.DatabaseError as e:
         raise StoreError(f"--store {path!r} cannot be opened as a SQLite database: {e}") from None
+    foreign = not_a_store(version, tables)
+    if foreign:
+        raise StoreError(f"--store {path!r} {foreign}. Use another --store; the file was not modified.")
     if version > SCHEMA_VERSION or (version == 0 and tables):
         raise StoreError(f"--store {path!r} has schema version {version}; this suite reads and writes version "
                          f"{SCHEMA_VERSION}. Use another --store; the file was not modified.")
@@ -212,7 +242,10 @@ def _version(conn: sqlite3.Connection) -> tuple:
 
 def _check_version(conn: sqlite3.Connection, path: str, version: int, tables: set, readonly: bool = False) -> None:
     problem = None
-    if version > SCHEMA_VERSION or (version == 0 and tables):
+    foreign = not_a_store(version, tables)
+    if foreign:
+        problem = f"store {path!r} {foreign}; the file was not modified."
+    elif version > SCHEMA_VERSION or (version == 0 and tables):
         problem = (f"store {path!r} has schema version {version}; this suite reads and writes version "
                    f"{SCHEMA_VERSION} ({SCHEMA_HISTORY[SCHEMA_VERSION]}). Use another --store, or a suite "
                    f"version that matches; the file was not modified.")
