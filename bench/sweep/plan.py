@@ -44,6 +44,7 @@ class Machine:
     shm_free_bytes: Optional[int] = None  # free /dev/shm, where loader workers' batches wait (None: not checked)
     gpu_memory_bytes: tuple = ()        # total memory per GPU, as CUDA sees it (the default memory budget)
     slurm_gpus: Optional[str] = None    # 'NAME=VALUE' saying the SLURM allocation holds GPUs (None: no GPU allocation)
+    host_memory_bytes: Optional[int] = None  # this node's RAM (None: unknown, not checked): the CPU's device memory
 
 
 def detect_machine() -> Machine:
@@ -57,7 +58,15 @@ def detect_machine() -> Machine:
                    gpu_memory_bytes=tuple(torch.cuda.get_device_properties(i).total_memory for i in range(n)),
                    slurm_nodes=slurm.allocation_nodes(), arch_list=tuple(torch.cuda.get_arch_list()) if n else (),
                    gpus_unusable=None if n else cudacompat.why_torch_cannot_use_gpus(torch), shm_free_bytes=shm.free_bytes(),
-                   slurm_gpus=slurm.allocation_gpus())
+                   slurm_gpus=slurm.allocation_gpus(), host_memory_bytes=_host_memory_bytes())
+
+
+def _host_memory_bytes() -> Optional[int]:
+    """The node's physical RAM (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _precision_skip(precision: str, cuda: bool, machine: Machine) -> Optional[str]:

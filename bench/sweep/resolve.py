@@ -14,7 +14,7 @@ import dataclasses
 from bench.config import DEFAULT_STRATEGIES, ConfigError, SweepConfig, activation_checkpointing
 from bench.machine import cudacompat
 from bench.shared import rehearsal
-from bench.shared.spec import RunSpec
+from bench.shared.spec import FSDP_BASED, RunSpec, Skip
 from bench.sweep import settings, shm
 from bench.sweep.plan import Machine, plan
 from bench.workloads import registry, synthetic, transformer
@@ -164,7 +164,110 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
                                                     if cuda and machine.gpu_memory_bytes else None))
     settings.check_hsdp(resolved)  # every count in whole HSDP shard groups
     settings.check_torch(resolved)  # a strategy's rank code needs a newer torch than the suite's floor
+    check_checkpointing(resolved)
     items = plan(resolved, machine)  # impossible batch splits and user models fail here, before anything runs
+    check_image_size(resolved, items)
+    if shape:
+        check_transformer_memory(resolved, machine, shape, items)
+    refuse_all_skipped(items)
     # the prefetched batches and NCCL's segments of every configuration fit in /dev/shm
     shm.check([s for s in items if isinstance(s, RunSpec)], machine.shm_free_bytes, resolved.num_workers)
     return resolved
+
+
+def check_image_size(cfg: SweepConfig, items: list) -> None:
+    """--image-size given where no configuration takes it (plan hands it to image workloads alone) would change
+    nothing: refused, as the transformer's and deeplabv3's flags are without their workload (bench.config). None: left
+    out (resolve never fills it)."""
+    specs = [x.spec if isinstance(x, Skip) else x for x in items]
+    if cfg.image_size is None or any(s.image_size for s in specs if s.mode == "bench"):
+        return
+    raise ConfigError(f"--image-size {cfg.image_size}: sets the image side of image workloads (deeplabv3 and torchvision "
+                      f"image models such as resnet50), and none of --workloads {','.join(cfg.workloads)} takes images; "
+                      "add an image workload, or leave --image-size out")
+
+
+def check_checkpointing(cfg: SweepConfig) -> None:
+    """selective:K with K above a workload's unit count checkpoints none of them (bench.rank.activations.chosen): a run
+    of no checkpointing under another name. Refused where planning knows the units (registry.checkpoint_units)."""
+    from bench.rank.activations import mode_every
+    for mode in cfg.activation_checkpointing:
+        k = mode_every(mode)
+        for w in (cfg.workloads if k > 1 else ()):
+            units = registry.checkpoint_units(w, cfg)
+            if units and k > units[0]:
+                raise ConfigError(f"--activation-checkpointing {mode}: checkpoints units {k}, {2 * k}, ... but {w} has "
+                                  f"{units[1]}, so none would be checkpointed (a run of no checkpointing under another "
+                                  f"name); expected K <= {units[0]} for {w} (selective:{units[0]} checkpoints its last), "
+                                  "full, or none")
+
+
+def _size(b: float) -> str:
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)):
+        if b >= scale:
+            return f"{b / scale:,.1f} {unit}"
+    return f"{b:,.0f} bytes"
+
+
+def check_transformer_memory(cfg: SweepConfig, machine: Machine, shape, items: list) -> None:
+    """Refuses a transformer that no configuration of the sweep could hold, by transformer.memory_floor's lower bounds:
+    its fp32 weights against every device of the largest configuration together (with FSDP's CPU offload, the nodes'
+    RAM too), and the least any configuration needs on one device (activations at its per-device batch plus its share of
+    the weights: all of them, a 1/n shard under FSDP, none with FSDP's CPU offload) against one device's memory (CUDA:
+    the largest GPU's; CPU: the host's RAM). Unknown memory (None): not checked."""
+    cuda = cfg.device == "cuda"
+    device = max(machine.gpu_memory_bytes, default=None) if cuda else machine.host_memory_bytes
+    runs = [s for s in items if isinstance(s, RunSpec) and s.mode == "bench" and s.workload == "transformer"]
+    if not runs or not device:
+        return
+    what = "GPU memory" if cuda else "RAM"
+    params = transformer.parameters(shape)
+    weights = 4 * params
+    shape_flags = "--transformer-preset, --transformer-width or --transformer-layers"
+    offload = lambda s: s.strategy in FSDP_BASED and s.option("offload", "none") == "cpu"  # noqa: E731
+
+    def pool(s: RunSpec) -> int:
+        host = (machine.host_memory_bytes or 0) * s.nodes
+        return device * s.device_count + (host if offload(s) else 0) if cuda else host
+
+    largest = max(runs, key=pool)
+    if weights > pool(largest):
+        if cuda:
+            n = largest.device_count
+            held = (f"the {n} x {_size(device)} = {_size(device * n)} of GPU memory"
+                    + (" plus the nodes' RAM (FSDP's CPU offload)" if offload(largest) else "")
+                    + f" of this sweep's largest configuration ({largest.strategy} x{n}) together")
+        else:
+            held = f"this host's {_size(pool(largest))} of RAM"
+        raise ConfigError(f"transformer of {params:,} parameters: its fp32 weights alone are {_size(weights)} (4 bytes "
+                          f"a parameter), more than {held}; choose a smaller {shape_flags}"
+                          + (", or more devices (--gpus, --nodes)" if cuda else ""))
+
+    def need(s: RunSpec) -> tuple:
+        w, act = transformer.memory_floor(shape, s.micro_batch or s.per_device_batch)
+        share = 0 if offload(s) else w // s.device_count if s.strategy in FSDP_BASED else w
+        return act + share, act, share, s
+
+    total, act, share, least = min((need(s) for s in runs), key=lambda t: t[0])
+    if total > device:
+        batch = least.micro_batch or least.per_device_batch
+        raise ConfigError(f"transformer of {params:,} parameters at {batch} sequence(s) per device needs at least "
+                          f"{_size(total)} on one device ({least.strategy} x{least.device_count}, the least of any "
+                          f"configuration): {_size(act)} of activations counted as one saved fp32 tensor per block "
+                          f"({batch} x --seq-len {shape.seq_len} x width {shape.width} x {shape.layers} layers x 4 bytes) "
+                          f"plus {_size(share)} of fp32 weights, more than {'the largest GPU' if cuda else 'this host'}'s "
+                          f"{_size(device)} of {what}; lower --seq-len or --per-device-batch, or choose a smaller {shape_flags}"
+                          + (", or shard it over more devices (--strategies fsdp, --gpus)" if cuda else ""))
+
+
+def refuse_all_skipped(items: list) -> None:
+    """A sweep whose every benchmark configuration is a Skip would start, store rows of skips and measure nothing:
+    refused with each distinct reason. Where one configuration runs, the others stay recorded as skipped (bench.sweep.plan)."""
+    bench = [x for x in items if (x.spec if isinstance(x, Skip) else x).mode == "bench"]
+    if not bench or any(isinstance(x, RunSpec) for x in bench):
+        return
+    reasons = list(dict.fromkeys(x.reason for x in bench))
+    raise ConfigError(f"every one of this sweep's {len(bench)} benchmark configuration(s) would be skipped, so it would "
+                      "measure nothing:\n" + "\n".join(f"  - {r}" for r in reasons) + "\nchange or drop the flags "
+                      "these name (a strategy, --precision, --channels-last, --fsdp-offload, ...) so that at least one "
+                      "configuration runs here; the rest are then recorded as skipped with their reason")

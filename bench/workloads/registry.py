@@ -16,6 +16,7 @@ Batches and the Workload record: bench.workloads.workload. Adding a workload mea
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, Optional
 
 import torch
@@ -71,6 +72,28 @@ def info(name: str, cfg) -> WorkloadInfo:
     rank = 1 + len(d.get("input_shape") or [0])
     return WorkloadInfo(rank == 4, rank, MODEL_DEFAULTS[dev]["batch"], int(d.get("image_size") or 0),
                         int(d.get("min_batch_per_replica", 1)), unused=tuple(d.get("unused_parameters") or ()))
+
+
+def checkpoint_units(name: str, cfg) -> Optional[tuple]:
+    """(units, what they are) that activation checkpointing picks from in workload `name` of a resolved config
+    (bench.rank.blocks), where planning can know it: the transformer's blocks and the synthetic MLP's layers from
+    their flags, DeepLabV3's ResNet-101 bottlenecks counted on the meta device (about a second); None for torchvision
+    and user models, whose units only their build shows."""
+    if name == "transformer":
+        return cfg.transformer_layers, f"{cfg.transformer_layers} blocks (--transformer-layers)"
+    if name == "synthetic":
+        return cfg.synthetic_depth, f"{cfg.synthetic_depth} layers (--synthetic-depth)"
+    if name == "deeplabv3":
+        n = _deeplabv3_units()
+        return n, f"{n} ResNet-101 bottleneck blocks in its backbone"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _deeplabv3_units() -> int:
+    from bench.rank.blocks import blocks
+    with torch.device("meta"):
+        return len(blocks(deeplabv3.build_model()[0]))
 
 
 def check_weights(path: str, names: list) -> list:
@@ -130,14 +153,15 @@ def builder(name: str) -> Callable:
 
 
 def gradient_bytes(spec) -> int:
-    """fp32 gradient size of a workload's model, counted on the meta device (no memory, no compute)."""
+    """fp32 gradient size of a workload's model, counted on the meta device (no memory, no compute); the transformer's
+    from its shape (transformer.parameters, exact): building a large one even on meta took minutes, block by block."""
+    if spec.workload == "transformer":
+        return 4 * transformer.parameters(transformer.spec_shape(spec))
     with torch.device("meta"):
         if spec.workload == "synthetic":
             model = synthetic.MLP(spec.synthetic_width, spec.synthetic_depth)
         elif spec.workload == "deeplabv3":
             model = deeplabv3.build_model(aux=getattr(spec, "deeplabv3_aux", "false"))[0]
-        elif spec.workload == "transformer":
-            model = transformer.Transformer(transformer.spec_shape(spec))
         else:
             model = _models().build_registry(spec.workload, spec.image_size or None, meta=True).model \
                 if spec.workload in _models().registry_names() else _models().build_workload(spec.workload, spec.image_size or None).model

@@ -87,6 +87,15 @@ def parameters(s: Shape) -> int:
     return s.layers * block + 2 * s.vocab * s.width + s.width
 
 
+def memory_floor(s: Shape, batch: int) -> tuple:
+    """(weights, activations) in bytes that training `s` at `batch` sequences per device needs AT LEAST: the fp32
+    weights (4 bytes a parameter; no gradient, optimizer state or workspace counted) and one saved fp32 tensor per
+    block, its input (batch x seq_len x width: all that full activation checkpointing keeps of a block; autocast keeps
+    the residual stream in fp32). Lower bounds only, so that a shape refused by them could run on no strategy or
+    setting (bench.sweep.resolve refuses what exceeds the machine's memory, never what merely might)."""
+    return 4 * parameters(s), 4 * batch * s.seq_len * s.width * s.layers
+
+
 def flops_per_token(s: Shape) -> float:
     """Training FLOPs per token, 6N + 12 L H Q T: N every parameter but the input embedding's (a lookup, no multiply)."""
     n = parameters(s) - s.vocab * s.width
