@@ -73,7 +73,7 @@ def test_compile_wraps_ddp_first_as_pytorch_recommends(monkeypatch):
     (["--workloads", "r3d_18"], "video models"),
     (["--workloads", "vit_b_16", "--image-size", "40"], "vit_b_16 cannot take 40 px"),
     (["--workloads", "no_such_module_xyz:build"], "no_such_module_xyz"),
-    (["--workloads", "synthetic", "--channels-last", "true", "--strategies", "single"], None),  # a skip, not an error
+    (["--workloads", "synthetic", "--channels-last", "false,true", "--strategies", "single"], None),  # a skip, not an error
 ])
 def test_unknown_names_and_impossible_sizes_exit_2_naming_them(args, expected, tmp_path, capsys, monkeypatch):
     from bench import cli

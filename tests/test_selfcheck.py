@@ -35,7 +35,7 @@ def test_selfcheck_on_the_cpu_path_runs_every_check_and_they_pass(tmp_path):
     assert entry["store"] == str(tmp_path / "s.sqlite") and "selfcheck's spread between 3 processes" in text
     fp16 = [l for l in lines if "runs one step: fp16 with the gradient scaler" in l]
     assert len(fp16) == 1 and fp16[0].startswith("  SKIP") and "skipped by design" in fp16[0], text
-    assert "4 sweep(s)" in p.stdout and "not on the CPU path" in p.stdout  # compile and DeepLabV3: said, not hidden
+    assert "3 sweep(s)" in p.stdout and "not on the CPU path" in p.stdout  # compile and DeepLabV3: said, not hidden
     assert not (tmp_path / "report.md").exists()  # the self-check renders no report over a sweep's results/report.md
 
 
@@ -59,8 +59,9 @@ def test_the_configurations_it_runs_on_1_2_and_8_gpus_with_and_without_bf16():
             assert ("--check-equivalence" in main) is (n <= 2)  # above 2 the gate runs at 2 in a sweep of its own
             assert main[main.index("--gpus") + 1] == ("1" if n == 1 else f"1,{n}")
             assert main[main.index("--precision") + 1] == ("fp32,bf16" if bf16 else "fp32")
-            # one sweep per step the main sweep does not run, and the gate at 2 of its own only above 2 GPUs
-            assert len(runs) == 1 + sum(not s.in_main for s in steps.values()) + (n > 2)
+            # one sweep per step the main sweep does not run and that can run here (a step skipped by design runs no
+            # sweep: planning refuses one whose every configuration is a skip), and the gate at 2 of its own above 2
+            assert len(runs) == 1 + sum(not s.in_main and not s.by_design for s in steps.values()) + (n > 2)
             assert ("equivalence gate at 2" in titles) is (n > 2)
             for title, argv in runs[1:]:
                 assert argv[argv.index("--gpus") + 1] == (str(n) if title.startswith("one step") else "2")

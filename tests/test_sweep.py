@@ -150,18 +150,26 @@ def test_run_bench_sh_takes_paths_and_modules_from_the_folder_it_is_run_from(tmp
 def test_a_resume_keeps_the_sweeps_output_choices_and_says_whose_report_it_replaces(tmp_path, monkeypatch):
     """A sweep started with --no-report into another store, resumed with `--resume last --store` alone, writes no
     report into the folder it is resumed from; a resume that names --report and a folder holding another sweep's
-    report says it replaces it. In process: every configuration of this sweep is a skip, so nothing is spawned."""
+    report says it replaces it. In process, nothing spawned: the configuration that runs is recorded as done before the
+    resumes (a sweep whose every configuration is a skip is refused at planning), DataParallel x2 is a skip on CPU."""
     from bench import options
     from bench.machine import env as env_mod
     from bench.report import report
     from bench.store import store
-    from bench.sweep import run
+    from bench.sweep import plan, record, run
+    from report_fixtures import steps, windows
     monkeypatch.chdir(tmp_path)
     path = str(tmp_path / "elsewhere.sqlite")
-    cfg, _, _ = options.prepare(["--strategies", "dp", "--gpus", "2", "--device", "cpu", "--no-comm-bench", "--no-report",
-                                 "--store", path])
-    conn = store.connect(path)   # as run_sweep starts it; then interrupted before its first configuration
+    cfg, _, machine = options.prepare(["--workloads", "synthetic", "--strategies", "single,dp", "--gpus", "2", "--device",
+                                       "cpu", "--repeats", "1", "--noise-repeats", "1", "--no-comm-bench", "--no-report",
+                                       "--store", path])
+    conn = store.connect(path)   # as run_sweep starts it; then interrupted after its configurations that run
     sid = store.begin_sweep(conn, "./run_bench.sh --no-report ...", cfg.to_json(), store.insert_environment(conn, env_mod.capture()))
+    ran = [s for s in plan.plan(cfg, machine) if isinstance(s, plan.RunSpec)]
+    assert ran and all(s.strategy == "single" for s in ran), ran
+    for s in ran:
+        ms = [50.0] * 4
+        record.record_result(conn, sid, None, s, "ok", payload={"steps": steps(1, ms), "windows": windows(1, ms, s.global_batch)})
     store.end_sweep(conn, sid, "interrupted")
     conn.close()
 
