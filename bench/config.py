@@ -194,7 +194,10 @@ def parse_value(name: str, kind: str, text) -> object:
     if kind == "names":
         return tuple(_items(text, name))
     if kind == "bools":
-        return tuple(_parse_bool(t, name, text) for t in _items(text, name))
+        items = _items(text, name)
+        values = tuple(_parse_bool(t, name, text) for t in items)
+        _refuse_repeated_bools(name, items, values)
+        return values
     if kind in ("int", "ints"):
         out = []
         for t in (_items(text, name) if kind == "ints" else [str(text).strip()]):
@@ -210,6 +213,19 @@ def parse_value(name: str, kind: str, text) -> object:
             out.append(finite(t, flag(name)))
         return tuple(out) if kind == "floats" else out[0]
     raise AssertionError(kind)
+
+
+def _refuse_repeated_bools(name: str, typed: list, values: tuple) -> None:
+    """A bool axis naming one value twice, said in the words typed (`yes,on`), not Python's (True,True)."""
+    for j, v in enumerate(values):
+        if v in values[:j]:
+            a, b = typed[values.index(v)], typed[j]
+            note = "" if a.lower() == b.lower() else f" ({a} and {b} are both {str(v).lower()})"
+            raise _twice(name, ",".join(typed), note)
+
+
+def _twice(name: str, shown: str, note: str = "") -> ConfigError:
+    return ConfigError(f"{flag(name)}: {shown} names an entry twice{note}; expected each entry once")
 
 
 def finite(text, what: str) -> float:
@@ -268,9 +284,18 @@ def from_args(ns: argparse.Namespace) -> SweepConfig:
                            ("transformer_width", "transformer"), ("transformer_heads", "transformer"),
                            ("seq_len", "transformer"), ("deeplabv3_aux", "deeplabv3")):
         if name in kw and workload not in cfg.workloads:
+            check_workload_names(cfg.workloads)  # `--workloads Transformer`: the capital T is the error, said first
             raise ConfigError(f"{flag(name)}: sets the {workload} workload, which --workloads does not name; add {workload}, "
                               f"or leave {flag(name)} out")
     return cfg
+
+
+def check_workload_names(workloads: tuple) -> None:
+    """Every --workloads entry known (ConfigError naming an unknown one, with the names close to it). Imported here,
+    not at the top: the workload registry imports torch, which a valid command line reaches only in resolve."""
+    from bench.workloads import registry
+    for w in workloads:
+        registry.canonical(w)
 
 
 def given(ns: argparse.Namespace) -> set:
@@ -314,13 +339,14 @@ def check_values(cfg: SweepConfig) -> None:
                  "find_unused_parameters", "fsdp_offload", "deeplabv3_aux"):
         values = getattr(cfg, name) or ()
         if len(set(values)) != len(values):
-            raise ConfigError(f"{flag(name)}: {','.join(map(str, values))} names an entry twice")
+            raise _twice(name, ",".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values))
     for hook in cfg.comm_hook:
         comm_hook_parts(hook)
-    modes = [activation_checkpointing(a) for a in cfg.activation_checkpointing]
-    if len(set(modes)) != len(modes):
-        raise ConfigError(f"--activation-checkpointing: {','.join(cfg.activation_checkpointing)} names an entry twice "
-                          f"(selective is selective:{SELECTIVE_EVERY})")
+    _refuse_repeated_checkpointing(cfg.activation_checkpointing)
+    if cfg.transformer_preset is not None and not cfg.transformer_preset.strip():
+        from bench.workloads.transformer import PRESETS  # imports torch: only on the way to this error
+        raise ConfigError(f"--transformer-preset: {cfg.transformer_preset!r} is an empty name; expected one of "
+                          f"{', '.join(PRESETS)} (or leave it out for the device's default; an unset shell variable?)")
     if cfg.label is not None:
         check_label(cfg.label)
     if cfg.peak_tflops is not None:
@@ -329,6 +355,22 @@ def check_values(cfg: SweepConfig) -> None:
             parse_override(cfg.peak_tflops)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+
+
+def _refuse_repeated_checkpointing(typed: tuple) -> None:
+    """Two entries that measure one setting: the same text, or two spellings of it (selective is selective:2,
+    selective:1 is full: every block); the note names the spelling only where one was used."""
+    def same(text):
+        mode = activation_checkpointing(text)
+        return "full" if mode == "selective:1" else mode
+
+    modes = [same(t) for t in typed]
+    for j, mode in enumerate(modes):
+        if mode in modes[:j]:
+            a, b = typed[modes.index(mode)], typed[j]
+            if same(a) == a:  # the spelling first: (selective is selective:2), whichever order they came in
+                a, b = b, a
+            raise _twice("activation_checkpointing", ",".join(typed), f" ({a} is {b})" if a != b else "")
 
 
 def check_label(label: str) -> None:
@@ -359,12 +401,15 @@ def comm_hook_parts(text: str) -> tuple:
 
 def activation_checkpointing(text: str) -> str:
     """'none' | 'full' | 'selective' | 'selective:K' -> its stored form ('selective' is 'selective:2'); ConfigError otherwise."""
-    name, _, every = text.partition(":")
-    if name not in ACTIVATION_CHECKPOINTING or (every and name != "selective"):
+    name, colon, every = text.partition(":")
+    if name not in ACTIVATION_CHECKPOINTING or (colon and name != "selective"):
         raise ConfigError(f"--activation-checkpointing: {text!r} is not one of none, full, selective, selective:K "
                           "(every K-th block, e.g. selective:3)")
     if name != "selective":
         return name
+    if colon and not every:  # `selective:` is no K (as `powersgd:` is no rank), not the default one
+        raise ConfigError(f"--activation-checkpointing: {text!r} has nothing after the colon; expected selective:K "
+                          f"with K a whole number >= 1 (e.g. selective:3), or selective alone for selective:{SELECTIVE_EVERY}")
     try:
         k = int(every or SELECTIVE_EVERY)
     except ValueError:

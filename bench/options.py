@@ -73,10 +73,31 @@ def prepare(argv: list, parser: argparse.ArgumentParser | None = None, machine=N
     """Parse, check and resolve a sweep's flags: (config, names given, machine). Raises ConfigError/StoreError.
     `machine`: one detected already in this process (ab's variant B), not detected again."""
     ns = (parser or run_parser()).parse_args(argv)
+    from_file = _fill_from_file(ns)
+    try:
+        return _checked(ns, machine)
+    except config.ConfigError as e:
+        named = sweepfile.blame(ns.config, from_file, e) if from_file else e
+        if named is e:
+            raise
+        raise named from None
+
+
+def _fill_from_file(ns: argparse.Namespace) -> dict:
+    """The sweep file's values for the flags the command line leaves out (it overrides the file):
+    {field: the file's key} of those taken, so that a later error about one names the file and its key."""
+    taken = {}
     if getattr(ns, "config", None) is not None:  # given, even empty: sweepfile refuses an empty name
-        for name, text in sweepfile.load(ns.config).items():
-            if getattr(ns, name) is None:  # the command line overrides the file
+        values, keys = sweepfile.load_with_keys(ns.config)
+        for name, text in values.items():
+            if getattr(ns, name) is None:
                 setattr(ns, name, text)
+                taken[name] = keys[name]
+    return taken
+
+
+def _checked(ns: argparse.Namespace, machine) -> tuple:
+    """The flags checked alone, then together, then against the machine and the store: (config, given, machine)."""
     cfg = config.from_args(ns)
     given = frozenset(config.given(ns))
     store.check_path(cfg.store)

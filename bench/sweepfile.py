@@ -35,6 +35,8 @@ EXPECTED = {
     "str": "a string", "names": "a string or a list of strings",
     "bool": "true or false", "bools": "true or false, or a list of them",
 }
+AT_LEAST_ONE = {"ints": "at least one whole number, e.g. [1, 4]", "floats": "at least one number, e.g. [25]",
+                "names": "at least one name, e.g. [\"fp32\"]", "bools": "true, false or both, e.g. [false, true]"}
 
 
 def _number(v) -> bool:
@@ -61,6 +63,11 @@ def _text(kind: str, v):
 
 def load(path: str) -> dict:
     """{SweepConfig field: value as its flag's text} from a TOML sweep file, every value checked on its own."""
+    return load_with_keys(path)[0]
+
+
+def load_with_keys(path: str) -> tuple:
+    """load's values, and {SweepConfig field: the key the file spells it with}: for errors found later (blame)."""
     if not path.strip():  # `--config "$SWEEP"` with SWEEP unset: refused, never the default sweep in its place
         raise ConfigError(f"--config {path!r}: an empty name; expected a TOML sweep file (an unset shell variable?)")
     try:
@@ -77,6 +84,8 @@ def load(path: str) -> dict:
         raise ConfigError(f"--config {path!r} cannot be read: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    if not raw:  # empty, or comments only: refused, never the default sweep in its place
+        raise ConfigError(f"{path}: sets nothing (no keys); expected at least one setting, e.g. workloads = [\"synthetic\"]")
     out, seen = {}, {}
     for key, value in raw.items():
         name = key.replace("-", "_")
@@ -90,11 +99,14 @@ def load(path: str) -> dict:
             raise ConfigError(f"{path}: keys {seen[name]!r} and {key!r} name the same flag")
         seen[name] = key
         kind = FIELDS[name].metadata["parse"]
+        if value == [] and kind in AT_LEAST_ONE:
+            raise ConfigError(f"{path}: key {key!r}: an empty list; expected {AT_LEAST_ONE[kind]} "
+                              "(or leave the key out for the default)")
         if isinstance(value, dict) or not _fits(kind, value):
             raise ConfigError(f"{path}: key {key!r}: {value!r} is a {_toml_type(value)}; expected {EXPECTED[kind]}")
         out[name] = _text(kind, value)
     check(path, out, seen)
-    return out
+    return out, seen
 
 
 def check(path: str, values: dict, keys: dict) -> None:
@@ -103,10 +115,24 @@ def check(path: str, values: dict, keys: dict) -> None:
         try:
             config.check_values(SweepConfig(**{name: config.parse_value(name, FIELDS[name].metadata["parse"], text)}))
         except ConfigError as e:
-            message = str(e)
-            prefix = config.flag(name) + ": "
-            raise ConfigError(f"{path}: key {keys[name]!r}: "
-                              + (message[len(prefix):] if message.startswith(prefix) else message)) from None
+            raise ConfigError(_at_key(path, keys[name], name, str(e))) from None
+
+
+def _at_key(path: str, key: str, name: str, message: str) -> str:
+    """A flag's message as the file's: `--steps: 0 is not allowed` -> `x.toml: key 'steps': 0 is not allowed`."""
+    prefix = config.flag(name) + ": "
+    return f"{path}: key {key!r}: " + (message[len(prefix):] if message.startswith(prefix) else message)
+
+
+def blame(path: str, from_file: dict, error: ConfigError) -> ConfigError:
+    """An error found once the flags are put together (a flag that needs another, one the device cannot do), named
+    by the file's key where the flag it starts with came from the file: {field: key} lists those, the command
+    line's own flags left out. Otherwise the error as it was."""
+    message = str(error)
+    for name, key in from_file.items():
+        if message.startswith((config.flag(name) + ": ", config.flag(name) + " ")):
+            return type(error)(_at_key(path, key, name, message))
+    return error
 
 
 def _toml_type(v) -> str:

@@ -473,3 +473,31 @@ def test_a_container_dev_shm_too_small_for_nccls_segments_is_refused_before_any_
                               dataclasses.replace(GPU8, shm_free_bytes=2**30)), GPU8)
     need = {(s.strategy, s.device_count): shm.nccl_bytes(s) // shm.NCCL_SEGMENT_BYTES for s in items if isinstance(s, plan.RunSpec)}
     assert need[("hsdp", 8)] == 8 * (7 + 7) and need[("comm", 8)] == 8 * (7 + 7) and need[("hsdp", 1)] == 0
+
+
+# ---------------------------------------------------------------- helper-Y1: the error that names what was typed
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--workloads", "Transformer", "--transformer-preset", "tiny"],
+     "--workloads: unknown model 'Transformer'; did you mean transformer?"),
+    (["--find-unused-parameters", "true,true"], "--find-unused-parameters: true,true names an entry twice; expected each entry once"),
+    (["--compile", "yes,on"], "--compile: yes,on names an entry twice (yes and on are both true); expected each entry once"),
+    (["--activation-checkpointing", "none,none"], "--activation-checkpointing: none,none names an entry twice; expected each entry once"),
+    (["--activation-checkpointing", "selective:2,selective"],
+     "--activation-checkpointing: selective:2,selective names an entry twice (selective is selective:2); expected"),
+    (["--activation-checkpointing", "selective:1,full"],
+     "--activation-checkpointing: selective:1,full names an entry twice (selective:1 is full); expected each entry once"),
+    (["--activation-checkpointing", "full,selective:1"], "--activation-checkpointing: full,selective:1 names an entry twice (selective:1 is full)"),
+    (["--activation-checkpointing", "selective:"],
+     "--activation-checkpointing: 'selective:' has nothing after the colon; expected selective:K with K a whole number >= 1"),
+    (["--activation-checkpointing", "full:"], "--activation-checkpointing: 'full:' is not one of none, full, selective"),
+    (["--transformer-preset", "", "--workloads", "transformer"],
+     "--transformer-preset: '' is an empty name; expected one of tiny, 134m, 374m, 1.4b, 2.7b, 6.7b"),
+    (["--transformer-preset", ""], "--transformer-preset: '' is an empty name"),
+])
+def test_a_bad_name_an_alias_or_an_empty_value_is_refused_in_the_words_typed(argv, expected):
+    with pytest.raises(ConfigError) as e:
+        from_args(run_parser().parse_args(argv))
+    assert str(e.value).startswith(expected), str(e.value)
+    assert "selective is selective:2" not in str(e.value) or "selective:2,selective" in argv
+    assert "True" not in str(e.value)

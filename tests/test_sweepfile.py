@@ -53,7 +53,7 @@ def test_a_file_sets_what_its_keys_name_and_the_command_line_overrides_it(tmp_pa
     ("bucket-cap-mb = nan\n", "key 'bucket-cap-mb': 'nan' is not a finite number"),
     ("timeout = inf\n", "key 'timeout': 'inf' is not a finite number"),
     ("precision = [\"fp8\"]\n", "key 'precision': unknown name 'fp8'"),
-    ("gpus = []\n", "key 'gpus': [] is a list; expected a whole number or a list of whole numbers"),
+    ("gpus = []\n", "key 'gpus': an empty list; expected at least one whole number, e.g. [1, 4] (or leave the key out"),
     ("[ddp]\nbucket-cap-mb = 25\n", "unknown key 'ddp'"),
     ("[gpus]\ncount = 8\n", "key 'gpus': {'count': 8} is a table; expected a whole number or a list of whole numbers"),
     ("steps = 3\nsteps = 4\n", "not valid TOML"),
@@ -123,3 +123,47 @@ def test_the_stored_sweep_is_the_resolved_one_and_its_command_line_names_the_fil
     assert f"--config {f}" in row[0]
     stored = json.loads(row[1])
     assert stored["strategies"] == ["single"] and stored["synthetic_width"] == 32 and stored["steps"] == 2
+
+
+# ---------------------------------------------------------------- helper-Y1: a file's key named in every error it causes
+
+@pytest.fixture
+def no_sweep(monkeypatch, machine):
+    """A file that would be let through must fail the test, not start the sweep it sets (or the default one)."""
+    def refuse(*a, **k):
+        raise AssertionError("the sweep started despite a bad file")
+    from bench.sweep import launch, run as sweep_run
+    monkeypatch.setattr(sweep_run, "run_sweep", refuse)
+    monkeypatch.setattr(launch, "run_config", refuse)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('fsdp-offload = ["cpu"]\nstrategies = ["ddp"]\n',
+     "key 'fsdp-offload': takes effect with --strategies fsdp or hsdp only; add one, or leave --fsdp-offload out"),
+    ('transformer-preset = "tiny"\n',
+     "key 'transformer-preset': sets the transformer workload, which --workloads does not name; add transformer"),
+    ('workloads = ["Transformer"]\ntransformer-preset = "tiny"\n', "key 'workloads': unknown model 'Transformer'"),
+    ('workloads = ["transformer"]\ntransformer-preset = ""\n',
+     "key 'transformer-preset': '' is an empty name; expected one of tiny, 134m"),
+    ("precision = []\n", "key 'precision': an empty list; expected at least one name"),
+    ("compile = []\n", "key 'compile': an empty list; expected true, false or both"),
+    ("bucket-cap-mb = []\n", "key 'bucket-cap-mb': an empty list; expected at least one number"),
+    ("find-unused-parameters = [true, true]\nstrategies = [\"ddp\"]\n",
+     "key 'find-unused-parameters': true,true names an entry twice; expected each entry once"),
+    ("", 'sets nothing (no keys); expected at least one setting, e.g. workloads = ["synthetic"]'),
+    ("# the sweep, to be written\n\n", "sets nothing (no keys)"),
+])
+def test_a_files_flag_that_needs_another_or_an_empty_value_is_exit_2_naming_the_file_and_its_key(
+        text, expected, tmp_path, capsys, no_sweep):
+    f = _toml(tmp_path, text)
+    store = tmp_path / "s.sqlite"
+    assert cli.main(["--config", f, "--store", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {f}: ") and expected in err, err
+    assert not store.exists()
+
+
+def test_a_flag_the_command_line_gives_is_not_blamed_on_the_file(tmp_path, capsys, no_sweep):
+    f = _toml(tmp_path, 'strategies = ["ddp"]\n')
+    assert cli.main(["--config", f, "--fsdp-offload", "cpu", "--store", str(tmp_path / "s.sqlite")]) == 2
+    assert capsys.readouterr().err.startswith("error: --fsdp-offload: takes effect with --strategies fsdp or hsdp")
