@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import math
 from dataclasses import dataclass, field, fields
@@ -284,18 +285,13 @@ def from_args(ns: argparse.Namespace) -> SweepConfig:
                            ("transformer_width", "transformer"), ("transformer_heads", "transformer"),
                            ("seq_len", "transformer"), ("deeplabv3_aux", "deeplabv3")):
         if name in kw and workload not in cfg.workloads:
-            check_workload_names(cfg.workloads)  # `--workloads Transformer`: the capital T is the error, said first
+            near = difflib.get_close_matches(workload, cfg.workloads, n=1, cutoff=0.7) or [
+                w for w in cfg.workloads if w.lower() == workload]
+            if near:  # `--workloads Transformer`: the name is the error, said first (bench.workloads.registry says it too)
+                raise ConfigError(f"--workloads: unknown model {near[0]!r}; did you mean {workload}?")
             raise ConfigError(f"{flag(name)}: sets the {workload} workload, which --workloads does not name; add {workload}, "
                               f"or leave {flag(name)} out")
     return cfg
-
-
-def check_workload_names(workloads: tuple) -> None:
-    """Every --workloads entry known (ConfigError naming an unknown one, with the names close to it). Imported here,
-    not at the top: the workload registry imports torch, which a valid command line reaches only in resolve."""
-    from bench.workloads import registry
-    for w in workloads:
-        registry.canonical(w)
 
 
 def given(ns: argparse.Namespace) -> set:
@@ -343,10 +339,10 @@ def check_values(cfg: SweepConfig) -> None:
     for hook in cfg.comm_hook:
         comm_hook_parts(hook)
     _refuse_repeated_checkpointing(cfg.activation_checkpointing)
-    if cfg.transformer_preset is not None and not cfg.transformer_preset.strip():
-        from bench.workloads.transformer import PRESETS  # imports torch: only on the way to this error
-        raise ConfigError(f"--transformer-preset: {cfg.transformer_preset!r} is an empty name; expected one of "
-                          f"{', '.join(PRESETS)} (or leave it out for the device's default; an unset shell variable?)")
+    if cfg.transformer_preset is not None and not cfg.transformer_preset.strip():  # the presets: transformer.PRESETS
+        raise ConfigError(f"--transformer-preset: {cfg.transformer_preset!r} is an empty name; expected a preset's name "
+                          "(./run_bench.sh --help lists them; or leave it out for the device's default; an unset shell "
+                          "variable?)")
     if cfg.label is not None:
         check_label(cfg.label)
     if cfg.peak_tflops is not None:

@@ -157,7 +157,7 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         synthetic_width=cfg.synthetic_width or synthetic.DEFAULTS[dev]["width"],
         synthetic_depth=cfg.synthetic_depth or synthetic.DEFAULTS[dev]["depth"],
         activation_checkpointing=tuple(activation_checkpointing(a) for a in cfg.activation_checkpointing),
-        **({"transformer_preset": cfg.transformer_preset or transformer.DEFAULTS[dev]["preset"], "transformer_layers": shape.layers,
+        **({"transformer_preset": (transformer.DEFAULTS[dev]["preset"] if cfg.transformer_preset is None else cfg.transformer_preset), "transformer_layers": shape.layers,
             "transformer_width": shape.width, "transformer_heads": shape.heads, "seq_len": shape.seq_len} if shape else {}),
         # the recommendation's memory budget: the smallest GPU's memory; on CPU none unless given
         memory_budget_gib=cfg.memory_budget_gib or (round(min(machine.gpu_memory_bytes) / 2**30, 2)

@@ -238,7 +238,7 @@ def resolve_shape(cfg, device: str) -> Shape:
     """The shape a (checked) SweepConfig asks for: --transformer-preset (DEFAULTS per device) with the dimensions given.
     ConfigError for an unknown preset or a shape that cannot be built."""
     from bench.config import ConfigError
-    preset = cfg.transformer_preset or DEFAULTS[device]["preset"]
+    preset = DEFAULTS[device]["preset"] if cfg.transformer_preset is None else cfg.transformer_preset  # '' is refused
     if preset not in PRESETS:
         raise ConfigError(f"--transformer-preset {preset!r}: not a preset; expected one of {', '.join(PRESETS)}")
     shape = shape_of(preset, cfg.transformer_layers, cfg.transformer_width, cfg.transformer_heads, cfg.seq_len)
