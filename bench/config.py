@@ -191,6 +191,9 @@ def parse_value(name: str, kind: str, text) -> object:
     if kind == "bool":
         return bool(text)
     if kind == "str":
+        if not str(text).strip():  # `--resume "$RUN"` with RUN unset would otherwise start a new sweep
+            raise ConfigError(f"{flag(name)}: {text!r} is empty; expected a value, or the flag left out for its default "
+                              "(an unset shell variable?)")
         return str(text)
     if kind == "names":
         return tuple(_items(text, name))
@@ -320,7 +323,8 @@ def check_values(cfg: SweepConfig) -> None:
             if too_small:
                 raise ConfigError(f"{flag(f.name)}: {x:g} is not allowed; expected {_expected(f)}")
         if isinstance(v, tuple) and len(set(v)) != len(v):
-            raise ConfigError(f"{flag(f.name)}: {','.join(map(str, v))} lists a value twice; expected distinct values")
+            shown = ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v)
+            raise ConfigError(f"{flag(f.name)}: {shown} lists a value twice; expected distinct values")
     for name, allowed in (("device", DEVICES), ("scaling", SCALINGS), ("data", DATA_SOURCES), ("launcher", LAUNCHERS)):
         if getattr(cfg, name) not in allowed:
             raise ConfigError(f"{flag(name)}: {getattr(cfg, name)!r} is not one of {', '.join(allowed)}")
@@ -339,10 +343,6 @@ def check_values(cfg: SweepConfig) -> None:
     for hook in cfg.comm_hook:
         comm_hook_parts(hook)
     _refuse_repeated_checkpointing(cfg.activation_checkpointing)
-    if cfg.transformer_preset is not None and not cfg.transformer_preset.strip():  # the presets: transformer.PRESETS
-        raise ConfigError(f"--transformer-preset: {cfg.transformer_preset!r} is an empty name; expected a preset's name "
-                          "(./run_bench.sh --help lists them; or leave it out for the device's default; an unset shell "
-                          "variable?)")
     if cfg.label is not None:
         check_label(cfg.label)
     if cfg.peak_tflops is not None:

@@ -492,8 +492,11 @@ def test_a_container_dev_shm_too_small_for_nccls_segments_is_refused_before_any_
      "--activation-checkpointing: 'selective:' has nothing after the colon; expected selective:K with K a whole number >= 1"),
     (["--activation-checkpointing", "full:"], "--activation-checkpointing: 'full:' is not one of none, full, selective"),
     (["--transformer-preset", "", "--workloads", "transformer"],
-     "--transformer-preset: '' is an empty name; expected a preset's name (./run_bench.sh --help lists them"),
-    (["--transformer-preset", ""], "--transformer-preset: '' is an empty name"),
+     "--transformer-preset: '' is empty; expected a value, or the flag left out for its default"),
+    (["--transformer-preset", ""], "--transformer-preset: '' is empty"),
+    (["--resume", ""], "--resume: '' is empty; expected a value"),   # an unset $RUN would have started a new sweep
+    (["--weights", " "], "--weights: ' ' is empty; expected a value"),
+    (["--bucket-cap-mb", "25,25"], "--bucket-cap-mb: 25,25 lists a value twice"),  # as typed, not 25.0,25.0
 ])
 def test_a_bad_name_an_alias_or_an_empty_value_is_refused_in_the_words_typed(argv, expected):
     with pytest.raises(ConfigError) as e:

@@ -144,7 +144,7 @@ def no_sweep(monkeypatch, machine):
      "key 'transformer-preset': sets the transformer workload, which --workloads does not name; add transformer"),
     ('workloads = ["Transformer"]\ntransformer-preset = "tiny"\n', "key 'workloads': unknown model 'Transformer'"),
     ('workloads = ["transformer"]\ntransformer-preset = ""\n',
-     "key 'transformer-preset': '' is an empty name; expected a preset's name"),
+     "key 'transformer-preset': '' is empty; expected a value"),
     ("precision = []\n", "key 'precision': an empty list; expected at least one name"),
     ("compile = []\n", "key 'compile': an empty list; expected true, false or both"),
     ("bucket-cap-mb = []\n", "key 'bucket-cap-mb': an empty list; expected at least one number"),
