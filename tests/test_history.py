@@ -224,7 +224,7 @@ def test_labelled_sweeps_belong_to_the_history_and_to_compares_evidence_but_ab_a
 
 
 @pytest.mark.parametrize("label, expected", [("b", "name the sweeps of ab and tune"), ("B: other code", "name the sweeps"),
-                                             ("tune: mine", "name the sweeps"), ("", "1 to 80 printable"),
+                                             ("tune: mine", "name the sweeps"), ("", "--label: '' is empty"),
                                              ("x" * 81, "1 to 80 printable"), ("two\nlines", "1 to 80 printable")])
 def test_a_label_ab_or_tune_would_give_or_that_is_not_a_short_name_is_refused_before_the_sweep(label, expected, tmp_path, capsys):
     code = cli.main(["--label", label, "--device", "cpu", "--store", str(tmp_path / "s.sqlite")])
