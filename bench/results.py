@@ -58,14 +58,7 @@ def sweep_ids(conn, sweep: Union[int, str], who: str = "--sweep ") -> list:
 
 def _spans(ids: list) -> str:
     """Sweep ids as runs: [1, 2, 3, 7] -> 'sweeps 1-3, 7'."""
-    runs: list = []
-    for i in sorted(ids):
-        if runs and i == runs[-1][1] + 1:
-            runs[-1][1] = i
-        else:
-            runs.append([i, i])
-    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
-    return ("sweep " if len(ids) == 1 else "sweeps ") + text
+    return ("sweep " if len(ids) == 1 else "sweeps ") + read.id_runs(ids)
 
 
 def _frame(rows: list, sweep_id: int) -> pd.DataFrame:

@@ -59,8 +59,23 @@ def test_a_file_sets_what_its_keys_name_and_the_command_line_overrides_it(tmp_pa
     ("steps = 3\nsteps = 4\n", "not valid TOML"),
     ("bucket_cap_mb = [25]\nbucket-cap-mb = [100]\n", "keys 'bucket_cap_mb' and 'bucket-cap-mb' name the same flag"),
     ("config = \"other.toml\"\n", "key 'config': a sweep file cannot name another"),
+    # a flag that needs another, an empty list, file or value: the file and its key named all the same
+    ('fsdp-offload = ["cpu"]\nstrategies = ["ddp"]\n',
+     "key 'fsdp-offload': takes effect with --strategies fsdp or hsdp only; add one, or leave --fsdp-offload out"),
+    ('transformer-preset = "tiny"\n',
+     "key 'transformer-preset': sets the transformer workload, which --workloads does not name; add transformer"),
+    ('workloads = ["Transformer"]\ntransformer-preset = "tiny"\n', "key 'workloads': unknown model 'Transformer'"),
+    ('workloads = ["transformer"]\ntransformer-preset = ""\n',
+     "key 'transformer-preset': '' is empty; expected a value"),
+    ("precision = []\n", "key 'precision': an empty list; expected at least one name"),
+    ("compile = []\n", "key 'compile': an empty list; expected true, false or both"),
+    ("bucket-cap-mb = []\n", "key 'bucket-cap-mb': an empty list; expected at least one number"),
+    ("find-unused-parameters = [true, true]\nstrategies = [\"ddp\"]\n",
+     "key 'find-unused-parameters': true,true names an entry twice; expected each entry once"),
+    ("", 'sets nothing (no keys); expected at least one setting, e.g. workloads = ["synthetic"]'),
+    ("# the sweep, to be written\n\n", "sets nothing (no keys)"),
 ])
-def test_a_bad_key_type_or_value_is_exit_2_naming_the_file_and_the_key(text, expected, tmp_path, capsys, machine):
+def test_a_bad_key_type_or_value_is_exit_2_naming_the_file_and_the_key(text, expected, tmp_path, capsys, no_sweep):
     f = _toml(tmp_path, text)
     store = tmp_path / "s.sqlite"
     assert cli.main(["--config", f, "--store", str(store)]) == 2
@@ -135,32 +150,6 @@ def no_sweep(monkeypatch, machine):
     from bench.sweep import launch, run as sweep_run
     monkeypatch.setattr(sweep_run, "run_sweep", refuse)
     monkeypatch.setattr(launch, "run_config", refuse)
-
-
-@pytest.mark.parametrize("text, expected", [
-    ('fsdp-offload = ["cpu"]\nstrategies = ["ddp"]\n',
-     "key 'fsdp-offload': takes effect with --strategies fsdp or hsdp only; add one, or leave --fsdp-offload out"),
-    ('transformer-preset = "tiny"\n',
-     "key 'transformer-preset': sets the transformer workload, which --workloads does not name; add transformer"),
-    ('workloads = ["Transformer"]\ntransformer-preset = "tiny"\n', "key 'workloads': unknown model 'Transformer'"),
-    ('workloads = ["transformer"]\ntransformer-preset = ""\n',
-     "key 'transformer-preset': '' is empty; expected a value"),
-    ("precision = []\n", "key 'precision': an empty list; expected at least one name"),
-    ("compile = []\n", "key 'compile': an empty list; expected true, false or both"),
-    ("bucket-cap-mb = []\n", "key 'bucket-cap-mb': an empty list; expected at least one number"),
-    ("find-unused-parameters = [true, true]\nstrategies = [\"ddp\"]\n",
-     "key 'find-unused-parameters': true,true names an entry twice; expected each entry once"),
-    ("", 'sets nothing (no keys); expected at least one setting, e.g. workloads = ["synthetic"]'),
-    ("# the sweep, to be written\n\n", "sets nothing (no keys)"),
-])
-def test_a_files_flag_that_needs_another_or_an_empty_value_is_exit_2_naming_the_file_and_its_key(
-        text, expected, tmp_path, capsys, no_sweep):
-    f = _toml(tmp_path, text)
-    store = tmp_path / "s.sqlite"
-    assert cli.main(["--config", f, "--store", str(store)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"error: {f}: ") and expected in err, err
-    assert not store.exists()
 
 
 def test_a_flag_the_command_line_gives_is_not_blamed_on_the_file(tmp_path, capsys, no_sweep):

@@ -11,6 +11,7 @@ import json
 
 from bench.report.pages import Em
 from bench.analysis.results import Sweep
+from bench.store import read
 
 ENV_KEYS = ("hostname", "git_commit", "python", "torch", "torchvision", "cuda", "cudnn", "nccl", "gpu_names", "gpu_driver",
             "cpu_model", "cpu_cores")
@@ -34,17 +35,6 @@ def _environment_rows(sweep: Sweep, e: dict) -> tuple:
     return rows, (extra.get("topology") or {}).get("matrix")
 
 
-def _ids(ids: list) -> str:
-    """[1, 2, 3, 5] -> '1-3, 5'."""
-    runs: list = []
-    for i in sorted(ids):
-        if runs and i == runs[-1][1] + 1:
-            runs[-1][1] = i
-        else:
-            runs.append([i, i])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
-
-
 def blocks(sweep: Sweep) -> list:
     """Each distinct environment once (a resumed sweep records one per start, most of them identical), with the
     environment rows and results it covers; where several differ, one table with a column each, differences marked."""
@@ -57,7 +47,7 @@ def blocks(sweep: Sweep) -> list:
         groups.setdefault(json.dumps([rows, matrix]), []).append(e)
     shown = [(json.loads(k), es) for k, es in groups.items()]
     covers = lambda es: sum(len(sweep.env_results.get(e["env_id"], [])) for e in es)  # noqa: E731
-    heads = [f"environment {_ids([e['env_id'] for e in es])} ({covers(es)} result(s))" for _, es in shown]
+    heads = [f"environment {read.id_runs([e['env_id'] for e in es])} ({covers(es)} result(s))" for _, es in shown]
     if len(shown) == 1 and len(sweep.envs) > 1:
         b.append(("p", f"{len(sweep.envs)} environment rows belong to this sweep's results (one is recorded each time it "
                        f"starts or is resumed), all identical: shown once."))
@@ -77,7 +67,7 @@ def blocks(sweep: Sweep) -> list:
             matrices.setdefault(json.dumps(matrix), []).extend(e["env_id"] for e in es)
     for text, ids in matrices.items():
         matrix = json.loads(text)
-        b.append(("table", [f"GPU (torch numbering), environment {_ids(ids)}", *map(str, range(len(matrix)))],
+        b.append(("table", [f"GPU (torch numbering), environment {read.id_runs(ids)}", *map(str, range(len(matrix)))],
                   [[str(i), *[str(x) for x in row]] for i, row in enumerate(matrix)]))
     for r, nodes in sweep.nodes:
         b.append(("p", f"{r['config_key']}: " + ", ".join(f"node {n['node_rank']} on {n['hostname']}" for n in nodes)))

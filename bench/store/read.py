@@ -133,3 +133,14 @@ def earlier_sweeps(conn: sqlite3.Connection, before: int, hostname: Optional[str
                         "AND (? IS NULL OR hostname = ?) ORDER BY sweep_id DESC LIMIT ?",
                         (before, hostname, hostname, limit)).fetchall()
     return sorted(r[0] for r in rows)
+
+
+def id_runs(ids: list) -> str:
+    """Ids as runs, the way a person lists them: [1, 2, 3, 5] -> '1-3, 5'."""
+    runs: list = []
+    for i in sorted(ids):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
