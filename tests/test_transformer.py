@@ -164,3 +164,28 @@ def test_a_module_built_on_meta_with_no_way_to_draw_its_weights_is_named():
     materialize.tag(model, 0)
     with pytest.raises(RuntimeError, match="Linear holds tensors of its own but has no init_weights"):
         materialize.make_real(model, torch.device("cpu"))
+
+
+def test_the_flop_count_on_the_meta_built_model_leaves_no_gradient_for_the_first_step_to_add_to():
+    """The worker counts FLOPs on the workload's model before the strategy makes it real: a meta .grad left on it
+    became uninitialised memory under to_empty (a gradient of 1e36, the loss NaN after one step)."""
+    from bench.rank.context import Ctx
+    from bench.rank.worker import prepare
+    from bench.shared.spec import RunSpec
+    from bench.workloads.flops import count_workload
+    shape = T.Shape(layers=2, width=32, heads=4, seq_len=8, vocab=64)
+    spec = RunSpec(workload="transformer", strategy="single", device_type="cpu", device_count=1, per_device_batch=2,
+                   global_batch=2, image_size=0, steps=1, warmup=0, threads=1, seed=0, scaling="weak",
+                   **T.spec_fields(shape))
+    wl = T.workload(spec, 0, torch.device("cpu"))
+    assert count_workload(wl, spec)["flops_per_sample"] > 0
+    assert all(p.grad is None for p in wl.model.parameters())
+    model = prepare(wl.model, spec, Ctx(torch.device("cpu"), 1, 0, 1))
+    assert all(p.grad is None for p in model.parameters())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = T.make_batch(shape, torch.Generator().manual_seed(0), 2)
+    for _ in range(2):
+        T.lm_loss(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    assert torch.isfinite(T.lm_loss(model(x), y)) and all(torch.isfinite(p).all() for p in model.parameters())

@@ -106,7 +106,7 @@ def _once(model: nn.Module, x, y, loss_fn) -> tuple:
     of the parameters and buffers (grads land on the copies; the model's own tensors are never touched)."""
     with FlopCounterMode(display=False, custom_mapping=FORMULAS) as counter, _Seen() as seen:
         step = _Step(model, loss_fn, counter)
-        if x.device.type == "meta" and not all(t.is_meta for t in [*model.parameters(), *model.buffers()]):
+        if x.device.type == "meta":  # a model built on meta too: its own parameters must not keep (meta) grads
             state = {n: torch.empty_like(p, device="meta").requires_grad_(p.requires_grad)
                      for n, p in step.named_parameters()}
             state.update({n: torch.empty_like(b, device="meta") for n, b in step.named_buffers()})

@@ -59,6 +59,9 @@ def make_real(module: nn.Module, device: torch.device) -> int:
     n = 0
     for m in module.modules():
         if pending(m):
+            for p in m._parameters.values():  # to_empty would turn a grad left on meta into uninitialised memory
+                if p is not None:
+                    p.grad = None
             m.to_empty(device=device, recurse=False)
             initialise(m)
             n += 1
