@@ -65,10 +65,14 @@ def test_weights_beyond_every_gpu_of_the_largest_configuration_are_refused_namin
 
 
 def test_activations_beyond_the_hosts_ram_are_refused_as_an_at_least_bound(tmp_path):
+    # no batch given: the bound is taken at 1 sequence, where `fit` starts its search, not at the device's default
     said = _refused(["--workloads", "transformer", "--seq-len", "100000000"], tmp_path)
-    assert "needs at least 95.4 GiB on one device" in said, said
-    assert "(2 x --seq-len 100000000 x width 64 x 2 layers x 4 bytes)" in said and "this host's 16.0 GiB of RAM" in said, said
+    assert "at 1 sequence(s) per device needs at least 23.8 GiB on one device" in said, said
+    assert "(1 x --seq-len 100000000 x width 64 x 2 layers x 2 bytes)" in said and "this host's 16.0 GiB of RAM" in said, said
     assert "lower --seq-len or --per-device-batch" in said, said
+    said = _refused(["--workloads", "transformer", "--seq-len", "50000000", "--per-device-batch", "2"], tmp_path)
+    assert "(2 x --seq-len 50000000 x width 64 x 2 layers x 2 bytes)" in said, said  # the batch given
+    _prepare(["--workloads", "transformer", "--seq-len", "50000000"], tmp_path)  # 11.9 GiB at 1 sequence: may run
 
 
 def test_the_bound_is_a_lower_bound_a_model_fsdp_can_shard_over_the_gpus_is_not_refused(tmp_path):
@@ -81,9 +85,9 @@ def test_the_bound_is_a_lower_bound_a_model_fsdp_can_shard_over_the_gpus_is_not_
     assert "needs at least" in said and "the largest GPU's 80.0 GiB of GPU memory" in said, said
 
 
-def test_the_bound_arithmetic_is_the_fp32_weights_and_one_saved_tensor_per_block():
+def test_the_bound_arithmetic_is_the_fp32_weights_and_one_saved_16_bit_tensor_per_block():
     s = transformer.shape_of("tiny", layers=3, seq_len=10)
-    assert transformer.memory_floor(s, 5) == (4 * transformer.parameters(s), 4 * 5 * 10 * 64 * 3)
+    assert transformer.memory_floor(s, 5) == (4 * transformer.parameters(s), 2 * 5 * 10 * 64 * 3)
 
 
 # ---------------------------------------------------------------- 3. selective:K past the last unit

@@ -168,7 +168,7 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
     items = plan(resolved, machine)  # impossible batch splits and user models fail here, before anything runs
     check_image_size(resolved, items)
     if shape:
-        check_transformer_memory(resolved, machine, shape, items)
+        check_transformer_memory(resolved, machine, shape, items, cfg.per_device_batch or cfg.global_batch)
     refuse_all_skipped(items)
     # the prefetched batches and NCCL's segments of every configuration fit in /dev/shm
     shm.check([s for s in items if isinstance(s, RunSpec)], machine.shm_free_bytes, resolved.num_workers)
@@ -209,12 +209,13 @@ def _size(b: float) -> str:
     return f"{b:,.0f} bytes"
 
 
-def check_transformer_memory(cfg: SweepConfig, machine: Machine, shape, items: list) -> None:
+def check_transformer_memory(cfg: SweepConfig, machine: Machine, shape, items: list, given_batch=None) -> None:
     """Refuses a transformer that no configuration of the sweep could hold, by transformer.memory_floor's lower bounds:
     its fp32 weights against every device of the largest configuration together (with FSDP's CPU offload, the nodes'
-    RAM too), and the least any configuration needs on one device (activations at its per-device batch plus its share of
-    the weights: all of them, a 1/n shard under FSDP, none with FSDP's CPU offload) against one device's memory (CUDA:
-    the largest GPU's; CPU: the host's RAM). Unknown memory (None): not checked."""
+    RAM too), and the least any configuration needs on one device (activations at the batch given, --micro-batch or
+    --per-device-batch, else at 1 sequence, where `fit` starts; plus its share of the weights: all of them, a 1/n shard
+    under FSDP, none with FSDP's CPU offload) against one device's memory (CUDA: the largest GPU's; CPU: the host's
+    RAM). Unknown memory (None): not checked."""
     cuda = cfg.device == "cuda"
     device = max(machine.gpu_memory_bytes, default=None) if cuda else machine.host_memory_bytes
     runs = [s for s in items if isinstance(s, RunSpec) and s.mode == "bench" and s.workload == "transformer"]
@@ -244,17 +245,17 @@ def check_transformer_memory(cfg: SweepConfig, machine: Machine, shape, items: l
                           + (", or more devices (--gpus, --nodes)" if cuda else ""))
 
     def need(s: RunSpec) -> tuple:
-        w, act = transformer.memory_floor(shape, s.micro_batch or s.per_device_batch)
+        w, act = transformer.memory_floor(shape, (s.micro_batch or s.per_device_batch) if given_batch else 1)
         share = 0 if offload(s) else w // s.device_count if s.strategy in FSDP_BASED else w
         return act + share, act, share, s
 
     total, act, share, least = min((need(s) for s in runs), key=lambda t: t[0])
     if total > device:
-        batch = least.micro_batch or least.per_device_batch
+        batch = (least.micro_batch or least.per_device_batch) if given_batch else 1
         raise ConfigError(f"transformer of {params:,} parameters at {batch} sequence(s) per device needs at least "
                           f"{_size(total)} on one device ({least.strategy} x{least.device_count}, the least of any "
-                          f"configuration): {_size(act)} of activations counted as one saved fp32 tensor per block "
-                          f"({batch} x --seq-len {shape.seq_len} x width {shape.width} x {shape.layers} layers x 4 bytes) "
+                          f"configuration): {_size(act)} of activations counted as one saved 16-bit tensor per block "
+                          f"({batch} x --seq-len {shape.seq_len} x width {shape.width} x {shape.layers} layers x 2 bytes) "
                           f"plus {_size(share)} of fp32 weights, more than {'the largest GPU' if cuda else 'this host'}'s "
                           f"{_size(device)} of {what}; lower --seq-len or --per-device-batch, or choose a smaller {shape_flags}"
                           + (", or shard it over more devices (--strategies fsdp, --gpus)" if cuda else ""))

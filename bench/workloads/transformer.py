@@ -89,11 +89,12 @@ def parameters(s: Shape) -> int:
 
 def memory_floor(s: Shape, batch: int) -> tuple:
     """(weights, activations) in bytes that training `s` at `batch` sequences per device needs AT LEAST: the fp32
-    weights (4 bytes a parameter; no gradient, optimizer state or workspace counted) and one saved fp32 tensor per
-    block, its input (batch x seq_len x width: all that full activation checkpointing keeps of a block; autocast keeps
-    the residual stream in fp32). Lower bounds only, so that a shape refused by them could run on no strategy or
-    setting (bench.sweep.resolve refuses what exceeds the machine's memory, never what merely might)."""
-    return 4 * parameters(s), 4 * batch * s.seq_len * s.width * s.layers
+    weights (4 bytes a parameter: the copy the optimizer updates under every precision; no gradient, optimizer state or
+    workspace counted) and one saved 16-bit tensor per block, its input (batch x seq_len x width: all that full
+    activation checkpointing keeps of a block; 2 bytes, the least of any precision: FSDP's bf16 mixed precision keeps
+    the residual stream in bf16, autocast in fp32). Lower bounds only, so that a shape refused by them could run on no
+    strategy or setting (bench.sweep.resolve refuses what exceeds the machine's memory, never what merely might)."""
+    return 4 * parameters(s), 2 * batch * s.seq_len * s.width * s.layers
 
 
 def flops_per_token(s: Shape) -> float:
