@@ -288,8 +288,8 @@ def from_args(ns: argparse.Namespace) -> SweepConfig:
                            ("transformer_width", "transformer"), ("transformer_heads", "transformer"),
                            ("seq_len", "transformer"), ("deeplabv3_aux", "deeplabv3")):
         if name in kw and workload not in cfg.workloads:
-            near = difflib.get_close_matches(workload, cfg.workloads, n=1, cutoff=0.7) or [
-                w for w in cfg.workloads if w.lower() == workload]
+            named = [w for w in cfg.workloads if ":" not in w]  # MODULE:FUNCTION is the user's model, never a typo
+            near = [w for w in named if w.lower() == workload] or difflib.get_close_matches(workload, named, n=1, cutoff=0.85)
             if near:  # `--workloads Transformer`: the name is the error, said first (bench.workloads.registry says it too)
                 raise ConfigError(f"--workloads: unknown model {near[0]!r}; did you mean {workload}?")
             raise ConfigError(f"{flag(name)}: sets the {workload} workload, which --workloads does not name; add {workload}, "

@@ -493,6 +493,9 @@ def test_a_container_dev_shm_too_small_for_nccls_segments_is_refused_before_any_
     (["--activation-checkpointing", "full:"], "--activation-checkpointing: 'full:' is not one of none, full, selective"),
     (["--transformer-preset", "", "--workloads", "transformer"],
      "--transformer-preset: '' is empty; expected a value, or the flag left out for its default"),
+    (["--workloads", "mymodels:transformer", "--seq-len", "64"],   # the user's model, not a misspelt transformer
+     "--seq-len: sets the transformer workload, which --workloads does not name"),
+    (["--workloads", "transfomer", "--seq-len", "64"], "--workloads: unknown model 'transfomer'; did you mean transformer?"),
     (["--transformer-preset", ""], "--transformer-preset: '' is empty"),
     (["--resume", ""], "--resume: '' is empty; expected a value"),   # an unset $RUN would have started a new sweep
     (["--weights", " "], "--weights: ' ' is empty; expected a value"),
