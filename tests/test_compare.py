@@ -227,3 +227,20 @@ def test_leave_out_names_a_bad_sweep_id_and_exits_2(tmp_path, capsys, value, say
     assert compare.main(["--store", path, "--leave-out", value]) == 2
     err = capsys.readouterr().err
     assert says in err, err
+
+
+def test_leave_out_refuses_what_would_change_nothing_and_says_which_sweeps_were_not_read_anyway(tmp_path, capsys):
+    path = str(tmp_path / "s.sqlite")
+    build_compare_store(path, (1.0,) * 8)
+    assert compare.main(["--store", path, "--sweep-a", "5", "--sweep-b", "6", "--leave-out", "7"]) == 2
+    assert "--leave-out 7: not earlier than sweep 5 compared" in capsys.readouterr().err
+    text, _ = compare.compare(path, None, 7, 8, history=3, leave_out=(1, 6))  # reads 3-6 without 6: 2-5; 1 never
+    assert "sweep(s) 1, 6 left out (--leave-out) (1: not among the sweeps read anyway" in text, text
+    ab = str(tmp_path / "ab.sqlite")
+    a, b = build_compare_store(ab, (1.0, 1.0, 1.0), repeats=2)[1:]
+    conn = store.connect(ab)
+    store.pair_sweeps(conn, a, b)
+    conn.close()
+    assert compare.main(["--store", ab, "--leave-out", "1"]) == 2
+    assert "compared pair by pair, with no earlier sweep as evidence" in capsys.readouterr().err
+

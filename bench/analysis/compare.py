@@ -103,16 +103,30 @@ def _history(conn_a, conn_b, sid_a: int, sid_b: int, row_a: dict, row_b: dict, l
     return {k: v[-limit:] for k, v in out.items()}, {k: v[-limit:] for k, v in labels.items()}
 
 
-def check_leave_out(conn, ids: tuple, sid_a: int, sid_b: int, store_name: str) -> None:
-    """--leave-out names earlier sweeps of the baseline's store: refused (ConfigError) otherwise."""
+def check_leave_out(conn, ids: tuple, sid_a: int, sid_b: Optional[int], store_name: str, interleaved: bool) -> None:
+    """--leave-out names earlier sweeps of the baseline's store, before both sweeps compared (sid_b None: the
+    candidate is in another store): refused (ConfigError) otherwise, and for A/B pairs, which use no earlier sweep."""
+    if ids and interleaved:
+        raise ConfigError(f"--leave-out {','.join(map(str, ids))}: the two sweeps of an ab run are compared pair by pair, "
+                          "with no earlier sweep as evidence; there is nothing to leave out")
     held = set(read.sweep_ids(conn))
+    first = min(i for i in (sid_a, sid_b) if i is not None)
     for i in ids:
         if i not in held:
             raise ConfigError(f"--leave-out {i}: {store_name} holds no sweep {i}; expected an earlier sweep of it "
-                              f"(it holds {', '.join(map(str, sorted(held))) or 'none'})")
+                              f"(it holds {read.id_runs(sorted(held)) or 'none'})")
         if i in (sid_a, sid_b):
             raise ConfigError(f"--leave-out {i}: that is the {'baseline' if i == sid_a else 'candidate'} compared; "
                               f"expected an earlier sweep whose noise should not count")
+        if i > first:
+            raise ConfigError(f"--leave-out {i}: not earlier than sweep {first} compared; the evidence is the sweeps "
+                              f"before it, so leaving {i} out would change nothing")
+
+
+def _unread(conn, ids: tuple, before: int, host: Optional[str], history: int) -> list:
+    """The --leave-out ids that the history would not have read anyway (another host, or beyond --history)."""
+    read_anyway = set(read.earlier_sweeps(conn, before, host, history + len(ids)))
+    return [i for i in ids if i not in read_anyway]
 
 
 def drift_for(device_type: str, drift: Optional[float]) -> Optional[float]:
@@ -236,7 +250,8 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
         base, _, row_a = _configs(conn_a, sid_a)
         cand, cand_broken, row_b = _configs(conn_b or conn_a, sid_b)
         interleaved = store_b is None and row_a.get("paired_with") == sid_b
-        check_leave_out(conn_a, leave_out, sid_a, sid_b if conn_b is None else None, store_a)
+        check_leave_out(conn_a, leave_out, sid_a, sid_b if conn_b is None else None, store_a, interleaved)
+        unread = _unread(conn_a, leave_out, min(sid_a, sid_b) if conn_b is None else sid_a, row_a.get("hostname"), history)
         earlier, labels = ({}, {}) if interleaved or history == 0 else _history(
             conn_a, conn_b, sid_a, sid_b, row_a, row_b, history, leave_out, store_b or "")
     finally:
@@ -252,7 +267,9 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
         rule = (f"each configuration against its own noise, measured from up to {history} earlier sweeps of it on this "
                 f"host and its repeats: a regression is significant at family-wise p < {ALPHA} and slower by more than "
                 f"{threshold:.0%} ({between} with repeats but no earlier sweep); without either, no call"
-                + (f"; sweep(s) {', '.join(map(str, leave_out))} left out (--leave-out)" if leave_out else ""))
+                + (f"; sweep(s) {', '.join(map(str, leave_out))} left out (--leave-out)" if leave_out else "")
+                + (f" ({', '.join(map(str, unread))}: not among the sweeps read anyway: another host, or beyond "
+                   f"--history {history})" if unread else ""))
     lines = [f"baseline: {store_a} sweep {sid_a}; candidate: {store_b or store_a} sweep {sid_b}; {rule}", ""]
     common = _matched(base, cand, interleaved)
     samples = {}

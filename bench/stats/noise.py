@@ -322,10 +322,11 @@ def disturbing_sweep(history: Sequence[Sequence[float]], a_sps: Sequence[float],
     if best is None or best[1] * DISTURBING_SHRINK > with_ or with_ - best[1] < DISTURBING_POINTS:
         return None
     logs = lambda xs: [math.log(float(x)) for x in xs if x is not None and float(x) > 0]  # noqa: E731
-    means = [float(np.mean(g)) for g in (logs(h) for h in list(history) + [a_sps]) if g]
-    own = float(np.mean(logs(history[best[0]])))
-    others = [m for j, m in enumerate(means) if j != best[0]]
-    return Disturbing(best[0], math.expm1(own - float(np.median(others))), with_, best[1])
+    known = [logs(h) for h in list(history) + [a_sps]]   # by position: known[i] is history[i]
+    if not known[best[0]]:
+        return None
+    others = [float(np.mean(g)) for j, g in enumerate(known) if j != best[0] and g]
+    return Disturbing(best[0], math.expm1(float(np.mean(known[best[0]])) - float(np.median(others))), with_, best[1])
 
 
 def compare_with_evidence(a_sps: Sequence[float], b_sps: Sequence[float], ev: Evidence) -> ProcessComparison:
