@@ -109,6 +109,18 @@ def test_selective_checkpointing_of_the_last_unit_still_plans(tmp_path):
     assert cfg.activation_checkpointing == ("selective:2",)
 
 
+def test_selective_past_one_workloads_units_skips_its_configurations_and_runs_the_others(tmp_path):
+    # tiny has 2 blocks, the MLP 4 layers: selective:3 means something for the MLP alone
+    cfg, _, machine = _prepare(["--workloads", "transformer,synthetic", "--activation-checkpointing", "none,selective:3",
+                                "--strategies", "single", "--repeats", "1"], tmp_path)
+    items = plan.plan(cfg, machine)
+    skipped = {(x.spec.workload, x.spec.activation_checkpointing): x.reason for x in items if isinstance(x, Skip)}
+    ran = {(x.workload, x.activation_checkpointing) for x in items if isinstance(x, RunSpec) and x.mode == "bench"}
+    assert set(skipped) == {("transformer", "selective:3")}, skipped
+    assert "but transformer has 2 blocks (--transformer-layers), so none would be checkpointed" in skipped[("transformer", "selective:3")]
+    assert ran == {("transformer", "none"), ("synthetic", "none"), ("synthetic", "selective:3")}, ran
+
+
 # ---------------------------------------------------------------- 4. a sweep of nothing but skips
 
 @pytest.mark.parametrize("args, reasons", [

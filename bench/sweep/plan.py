@@ -79,6 +79,20 @@ def _precision_skip(precision: str, cuda: bool, machine: Machine) -> Optional[st
     return None
 
 
+def checkpointing_skip(cfg: SweepConfig, wl: str, mode: str) -> Optional[str]:
+    """selective:K past a workload's last unit checkpoints none of them (bench.rank.activations.chosen): a run of no
+    checkpointing under another name, skipped with this reason where planning knows the units (registry.checkpoint_units;
+    bench.sweep.resolve refuses a mode that no workload of the sweep could run)."""
+    from bench.rank.activations import mode_every
+    k = mode_every(mode)
+    units = registry.checkpoint_units(wl, cfg) if k > 1 else None
+    if units and k > units[0]:
+        return (f"--activation-checkpointing {mode}: checkpoints units {k}, {2 * k}, ... but {wl} has {units[1]}, so none "
+                f"would be checkpointed (a run of no checkpointing under another name); expected K <= {units[0]} for {wl} "
+                f"(selective:{units[0]} checkpoints its last), full, or none")
+    return None
+
+
 def _skip_reason(cfg: SweepConfig, machine: Machine, wl: str, strategy: str, n: int, nodes: int,
                  precision: str, channels_last: bool, compiled: bool, info: WorkloadInfo) -> Optional[str]:
     cuda = cfg.device == "cuda"
@@ -178,7 +192,8 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
                             sync_bn=cfg.sync_bn, pg_timeout_s=cfg.pg_timeout, optimizer=opt, activation_checkpointing=ac,
                             deeplabv3_aux=aux, **(transformer.spec_fields(shape) if shape else {}))
                         reason = (_skip_reason(cfg, machine, wl, strategy, n, nodes, precision, cl, comp, info)
-                                  or settings.option_skip(cfg, strategy, dict(options), unused, wl, aux))
+                                  or settings.option_skip(cfg, strategy, dict(options), unused, wl, aux)
+                                  or checkpointing_skip(cfg, wl, ac))
                         if reason and r > 0:
                             continue  # a configuration that cannot run is recorded as skipped once, not per repeat
                         out.append(Skip(spec, reason) if reason else spec)

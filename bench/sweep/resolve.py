@@ -16,7 +16,7 @@ from bench.machine import cudacompat
 from bench.shared import rehearsal
 from bench.shared.spec import FSDP_BASED, RunSpec, Skip
 from bench.sweep import settings, shm
-from bench.sweep.plan import Machine, plan
+from bench.sweep.plan import Machine, checkpointing_skip, plan
 from bench.workloads import registry, synthetic, transformer
 
 # CPU: 6, where a DeepLabV3 step at one thread takes 0.6-0.9 s: the median of a process's first 6 steps was within
@@ -188,18 +188,12 @@ def check_image_size(cfg: SweepConfig, items: list) -> None:
 
 
 def check_checkpointing(cfg: SweepConfig) -> None:
-    """selective:K with K above a workload's unit count checkpoints none of them (bench.rank.activations.chosen): a run
-    of no checkpointing under another name. Refused where planning knows the units (registry.checkpoint_units)."""
-    from bench.rank.activations import mode_every
+    """A selective:K that checkpoints nothing in every workload of the sweep is refused (plan.checkpointing_skip); where
+    one workload can run it, the others' configurations of it are recorded as skipped with the reason."""
     for mode in cfg.activation_checkpointing:
-        k = mode_every(mode)
-        for w in (cfg.workloads if k > 1 else ()):
-            units = registry.checkpoint_units(w, cfg)
-            if units and k > units[0]:
-                raise ConfigError(f"--activation-checkpointing {mode}: checkpoints units {k}, {2 * k}, ... but {w} has "
-                                  f"{units[1]}, so none would be checkpointed (a run of no checkpointing under another "
-                                  f"name); expected K <= {units[0]} for {w} (selective:{units[0]} checkpoints its last), "
-                                  "full, or none")
+        why = [checkpointing_skip(cfg, w, mode) for w in cfg.workloads]
+        if all(why):
+            raise ConfigError("; ".join(why))
 
 
 def _size(b: float) -> str:
