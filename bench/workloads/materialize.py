@@ -11,6 +11,8 @@ The weights must not depend on which strategy made them real, or in what order, 
 checkpointing) renamed the modules since: `tag` gives every module its own seed, from the run's seed and the module's
 name in the bare model, when the model is built; `make_real` draws each module's tensors from a generator of that seed,
 by the module's own `init_weights(generator)`. A model built elsewhere on meta carries no tags and is left as it is.
+Each module's tensors are allocated apart: a model that ties weights across modules (an embedding shared with its head)
+would come out untied, so such a model must tie them again after make_real (the suite's transformer ties none).
 """
 from __future__ import annotations
 
