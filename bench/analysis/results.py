@@ -112,6 +112,7 @@ class Config:
     flops: dict = field(default_factory=dict)      # flops_per_sample, hw_flops_per_sample, how (flops_json), analytic_per_sample
     device_names: tuple = ()                       # the GPU of each device it ran on (memory rows), for its peak
     gpu: Optional[object] = None                   # bench.analysis.gpustate.GpuState over its measured windows
+    loss_not_finite: Optional[dict] = None         # stats.loss_not_finite over its processes: timed, not training
     utilisation: Optional[object] = None           # bench.analysis.utilisation.Utilisation (set by load)
 
     @property
@@ -279,7 +280,17 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         activation_checkpointing=r0.get("activation_checkpointing") or "none", aux=row_aux(r0),
         tokens_per_sample=json.loads(r0["details_json"] or "{}").get("workload_details", {}).get("tokens_per_sample"),
         flops=_flops(results), device_names=_device_names(memory), gpu=gpustate.summarise(samples),
+        loss_not_finite=_loss_not_finite(results),
     )
+
+
+def _loss_not_finite(results: list) -> Optional[dict]:
+    """The processes' records of losses that were not finite (bench.sweep.record), their steps added up; None if none."""
+    found = [d for d in (json.loads(r["details_json"] or "{}").get("loss_not_finite") for r in results) if d]
+    if not found:
+        return None
+    return {**found[0], "steps": sum(d["steps"] for d in found), "of": sum(d["of"] for d in found),
+            "processes": len(found)}
 
 
 def noise(configs: list, envs: list) -> stats.Noise:

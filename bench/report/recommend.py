@@ -165,6 +165,8 @@ def sentences(sweep: Sweep, workload: str, configs: list, precision: str) -> lis
 def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
     """(summary row, sentences) for one workload at one precision; (None, []) when nothing was measured."""
     cs = [c for c in configs if c.precision == precision and not math.isnan(c.samples_per_s)]
+    diverged = [c for c in cs if c.loss_not_finite]  # timed, but not training: its speed is no verdict
+    cs = [c for c in cs if not c.loss_not_finite]
     if not cs:
         return None, []
     u = "GPUs" if cs[0].device_type == "cuda" else "processes"
@@ -175,6 +177,9 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
            + utilisation_report.clause(best) + f" {_where(workload, 'throughput')}."]
     if tie is not None:
         out.append(_tie_sentence(best, fastest, tie))
+    if diverged:
+        out.append("Left out of the recommendation, timed but not training: " + "; ".join(
+            f"{c.label} ({stats.loss_words(c.loss_not_finite).split(': timed')[0]})" for c in diverged) + ".")
     multi = [c for c in cs if c.device_count > 1]
     if not many and multi:
         m = max(multi, key=lambda c: c.samples_per_s)

@@ -13,5 +13,6 @@ from bench.stats.noise import (  # noqa: F401
     percent, repeat_spread, shown_efficiency, significance, sweep_noise, unsteady, unsteady_words)
 from bench.stats.steps import (  # noqa: F401
     PHASES_MS, UNSTABLE_IQR_FRACTION, Summary, algbw_gbps, allreduce_ms_at, busbw_gbps, efficiency, exposed_comm_ms,
+    loss_not_finite, loss_words,
     median, result_summary, samples_per_s, slowest_rank_rows, speedup, step_times_ms, student_t, summarize,
     train_time_s, window_throughput)

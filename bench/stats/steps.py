@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, asdict
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -64,6 +64,36 @@ def summarize(values_ms: Sequence[float]) -> Summary:
     return Summary(n=int(x.size), median_ms=float(q50), p10_ms=float(q10), p90_ms=float(q90), iqr_ms=iqr,
                    mean_ms=mean, ci95_low_ms=mean - half, ci95_high_ms=mean + half,
                    unstable=bool(q50 > 0 and iqr > UNSTABLE_IQR_FRACTION * q50))
+
+
+def loss_not_finite(rows: Iterable[dict]) -> Optional[dict]:
+    """{'steps': how many, 'of': steps with a loss, 'kind', 'step', 'rank' of the first in the rows' order} of one run's
+    step rows (every kind: warm-up, measured, probe; every rank)
+    whose loss is NaN or infinite; None where every recorded loss is finite. Such a run is timed, but trains nothing
+    (a diverged model, an fp16 overflow the scaler did not catch, uninitialised weights), and its steps may be cheaper
+    than training's (a scaler skips the update): its speed is no verdict. Read from the worker's rows before they are
+    stored (SQLite keeps a NaN as NULL)."""
+    seen, bad = 0, []
+    for r in rows:
+        loss = r.get("loss")
+        if loss is None:
+            continue
+        seen += 1
+        if not math.isfinite(float(loss)):
+            bad.append((str(r.get("kind", "measure")), int(r.get("step", 0)), int(r.get("rank", 0))))
+    if not bad:
+        return None
+    kind, step, rank = bad[0]
+    return {"steps": len(bad), "of": seen, "kind": kind, "step": step, "rank": rank}
+
+
+def loss_words(bad: Optional[dict]) -> str:
+    """'loss not finite at 6 of 8 steps (first: measured step 2, rank 0)' for loss_not_finite's record; '' for None."""
+    if not bad:
+        return ""
+    kind = {"measure": "measured", "warmup": "warm-up"}.get(bad["kind"], bad["kind"])
+    return (f"loss not finite at {bad['steps']} of {bad['of']} steps (first: {kind} step {bad['step']}, rank "
+            f"{bad['rank']}): timed, but not training")
 
 
 def step_times_ms(rows: Iterable[dict]) -> list:

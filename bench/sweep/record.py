@@ -41,5 +41,8 @@ def record_result(conn: sqlite3.Connection, sweep_id: int, env_id: Optional[int]
     trace_rows = traces.derive(payload.pop("traces", []))  # --profile: read the traces before taking the lock
     derived = (summary_columns(payload.get("steps", []), payload.get("windows", []), spec.global_batch)
                if status == "ok" else {})
+    bad = stats.loss_not_finite(payload.get("steps", []))
+    if bad:  # kept with the result (details): the steps table keeps a NaN loss as NULL
+        payload["loss_not_finite"] = bad
     return write.write_result(conn, sweep_id, env_id, spec, status, reason, payload, derived=derived, traces=trace_rows,
                               started_at=started_at, ended_at=ended_at, wall_s=wall_s, failed_rank=failed_rank)

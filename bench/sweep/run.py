@@ -11,6 +11,7 @@ traceback was written, and the exit status is 3. Exit statuses: see EXIT_STATUS.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shlex
 import signal
@@ -18,6 +19,7 @@ import time
 import traceback
 from typing import Callable, Optional
 
+from bench import stats
 from bench.config import ConfigError, SweepConfig
 from bench.shared import faults
 from bench.shared.procs import signals_deferred, stdout_closed
@@ -81,6 +83,8 @@ def _summary_line(conn, rid: int, outcome: Outcome) -> str:
     if r["mode"] == "loader":
         return f"ok, the loader alone delivers {r['samples_per_s']:.1f} samples/s"
     flag = "  [unstable: IQR > 10% of median]" if r["unstable"] else ""
+    bad = json.loads(r["details_json"] or "{}").get("loss_not_finite")
+    flag += f"  [{stats.loss_words(bad)}]" if bad else ""
     steps = (f", step median {r['step_ms_median']:.1f} ms (p10 {r['step_ms_p10']:.1f}, p90 {r['step_ms_p90']:.1f})"
              if r["step_ms_median"] is not None else "")
     return f"ok, {r['samples_per_s']:.1f} samples/s{steps}{flag}"
