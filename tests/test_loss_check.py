@@ -18,9 +18,12 @@ def test_the_record_counts_losses_that_are_not_finite_with_the_first_of_them():
     rows = steps(2, [50.0] * 4, "warmup") + steps(2, [50.0] * 4)
     assert stats.loss_not_finite(rows) is None
     rows[9]["loss"], rows[10]["loss"] = float("nan"), float("inf")  # measured steps 1 and 2 of rank 0
-    assert stats.loss_not_finite(rows) == {"steps": 2, "of": 16, "kind": "measure", "step": 1, "rank": 0}
-    assert stats.loss_words(stats.loss_not_finite(rows)).startswith(
-        "loss not finite at 2 of 16 steps (first: measured step 1, rank 0): timed, but not training")
+    # rank 0's last loss is finite again: a transient overflow (fp16's scaler skips such a step), not a diverged run
+    assert stats.loss_not_finite(rows) == {"steps": 2, "of": 16, "kind": "measure", "step": 1, "rank": 0, "last": False}
+    assert stats.loss_words(stats.loss_not_finite(rows)) == (
+        "loss not finite at 2 of 16 steps (first: measured step 1, rank 0), finite again by the last step")
+    rows[11]["loss"] = float("nan")  # and its last: NaN stays, the run trains nothing
+    assert stats.loss_words(stats.loss_not_finite(rows)).endswith("(first: measured step 1, rank 0): timed, but not training")
 
 
 def test_a_diverged_configuration_is_flagged_and_never_recommended_however_fast(tmp_path):
@@ -46,3 +49,22 @@ def test_a_diverged_configuration_is_flagged_and_never_recommended_however_fast(
     assert said[0].startswith("Fastest: DDP x2"), said
     assert any(s.startswith("Left out of the recommendation, timed but not training: single device x1 (loss not "
                             "finite at 4 of 6 steps") for s in said), said
+
+
+def test_a_transient_overflow_is_said_but_the_configuration_stays_in_the_recommendation(tmp_path):
+    path = str(tmp_path / "s.sqlite")
+    conn = store.connect(path)
+    sid = store.begin_sweep(conn, "bench sweep", "{}", None)
+    fast = steps(1, [10.0] * 6)
+    fast[0]["loss"] = math.inf
+    rid = record.record_result(conn, sid, None, spec("synthetic", "single", 1), "ok",
+                               payload={"steps": fast, "windows": windows(1, [10.0] * 6, 64)})
+    record.record_result(conn, sid, None, spec("synthetic", "ddp", 2), "ok",
+                         payload={"steps": steps(2, [40.0] * 6), "windows": windows(2, [40.0] * 6, 64)})
+    store.end_sweep(conn, sid, "completed")
+    assert "[loss not finite at 1 of 6 steps (first: measured step 0, rank 0), finite again by the last step]" in (
+        run._summary_line(conn, rid, Outcome("ok")))
+    sweep = results.load(conn, sid)
+    conn.close()
+    _, said = recommend.answer(sweep, "synthetic", sweep.bench["synthetic"], "fp32")
+    assert said[0].startswith("Fastest: single device x1") and not any("Left out" in s for s in said), said

@@ -290,7 +290,12 @@ def _loss_not_finite(results: list) -> Optional[dict]:
     if not found:
         return None
     return {**found[0], "steps": sum(d["steps"] for d in found), "of": sum(d["of"] for d in found),
-            "processes": len(found)}
+            "processes": len(found), "last": any(d.get("last", True) for d in found)}
+
+
+def diverged(c) -> bool:
+    """Its last loss was not finite in some process: timed, but not training (stats.loss_not_finite)."""
+    return bool(c.loss_not_finite) and c.loss_not_finite.get("last", True)
 
 
 def noise(configs: list, envs: list) -> stats.Noise:

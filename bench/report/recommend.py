@@ -29,7 +29,7 @@ from bench.report import comm as comm_report
 from bench.report import traces as trace_report
 from bench.report import utilisation as utilisation_report
 from bench.report.plots import file_name
-from bench.analysis.results import Sweep
+from bench.analysis.results import Sweep, diverged
 
 EFFICIENCY_FLOOR = 0.75      # scaling "stops paying" below 75% efficiency
 DATA_BOUND_LOADER = 1.1      # the loader alone delivers less than 1.1x the training throughput
@@ -165,8 +165,8 @@ def sentences(sweep: Sweep, workload: str, configs: list, precision: str) -> lis
 def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
     """(summary row, sentences) for one workload at one precision; (None, []) when nothing was measured."""
     cs = [c for c in configs if c.precision == precision and not math.isnan(c.samples_per_s)]
-    diverged = [c for c in cs if c.loss_not_finite]  # timed, but not training: its speed is no verdict
-    cs = [c for c in cs if not c.loss_not_finite]
+    not_training = [c for c in cs if diverged(c)]  # timed, but not training: its speed is no verdict
+    cs = [c for c in cs if not diverged(c)]
     if not cs:
         return None, []
     u = "GPUs" if cs[0].device_type == "cuda" else "processes"
@@ -177,9 +177,9 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
            + utilisation_report.clause(best) + f" {_where(workload, 'throughput')}."]
     if tie is not None:
         out.append(_tie_sentence(best, fastest, tie))
-    if diverged:
+    if not_training:
         out.append("Left out of the recommendation, timed but not training: " + "; ".join(
-            f"{c.label} ({stats.loss_words(c.loss_not_finite).split(': timed')[0]})" for c in diverged) + ".")
+            f"{c.label} ({stats.loss_words(c.loss_not_finite).split(': timed')[0]})" for c in not_training) + ".")
     multi = [c for c in cs if c.device_count > 1]
     if not many and multi:
         m = max(multi, key=lambda c: c.samples_per_s)

@@ -37,7 +37,7 @@ from bench.report.pages import fmt
 from bench.report.recommend import SINGULAR
 from bench.store import store
 
-from bench.analysis.results import STRATEGY_NAMES, Sweep, load, pick_sweep
+from bench.analysis.results import STRATEGY_NAMES, Sweep, diverged, load, pick_sweep
 
 # ---------------------------------------------------------------- words and numbers
 
@@ -161,7 +161,7 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
                      efficiency_text(c, ".1%", configs), fmt(c.summary.median_ms, ".2f"), fmt(c.summary.p10_ms, ".2f"),
                      fmt(c.summary.p90_ms, ".2f"), fmt(alloc, ".0f")]
                     + ([fmt(reserved, ".0f"), fmt(level, ".0f"), fmt(_top(c.run_device_mib), ".0f")] if cuda else [])
-                    + utilisation_report.cells(c) + ["loss not finite" if c.loss_not_finite else "unstable" if c.unstable else "stable"])
+                    + utilisation_report.cells(c) + ["loss not finite" if diverged(c) else "unstable" if c.unstable else "stable"])
     mem = ["peak allocated MiB (fullest GPU)", "peak reserved MiB", "device level MiB (nvidia-smi)",
            "whole run, device level MiB"] if cuda else ["peak RSS MiB (largest process)"]
     tok = ["tokens/s (all devices)", f"tokens/s per {SINGULAR[u]}"] if tokens else []

@@ -22,7 +22,7 @@ from typing import Optional
 
 from bench import stats
 from bench.analysis import cost, reference
-from bench.analysis.results import STRATEGY_NAMES, Config, Sweep
+from bench.analysis.results import STRATEGY_NAMES, Config, Sweep, diverged
 from bench.report import comm, frontier, recommend, training_state
 from bench.report import traces as trace_report
 from bench.report.cost import price_of
@@ -54,7 +54,7 @@ def _config_row(sweep: Sweep, c: Config, recommended: bool, costs: Optional[cost
                efficiency_noise=c.efficiency_noise)
     shown = stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count)
     row.update(efficiency_shown=shown.shown, efficiency_note=shown.note or None, efficiency_within_noise=shown.within_noise,
-               repeat_spread=c.repeat_spread, unstable=c.unstable, loss_not_finite=bool(c.loss_not_finite))
+               repeat_spread=c.repeat_spread, unstable=c.unstable, loss_not_finite=diverged(c))
     row.update({f"step_{k}": v for k, v in c.summary.asdict().items() if k != "unstable"})
     row.update({f"phase_{k}": v for k, v in c.phases_ms.items()})
     row.update(exposed_comm_ms=c.exposed_comm_ms, data_wait_ms=c.data_wait_ms)

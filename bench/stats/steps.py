@@ -67,33 +67,36 @@ def summarize(values_ms: Sequence[float]) -> Summary:
 
 
 def loss_not_finite(rows: Iterable[dict]) -> Optional[dict]:
-    """{'steps': how many, 'of': steps with a loss, 'kind', 'step', 'rank' of the first in the rows' order} of one run's
-    step rows (every kind: warm-up, measured, probe; every rank)
-    whose loss is NaN or infinite; None where every recorded loss is finite. Such a run is timed, but trains nothing
-    (a diverged model, an fp16 overflow the scaler did not catch, uninitialised weights), and its steps may be cheaper
-    than training's (a scaler skips the update): its speed is no verdict. Read from the worker's rows before they are
-    stored (SQLite keeps a NaN as NULL)."""
-    seen, bad = 0, []
+    """{'steps': how many, 'of': steps with a loss, 'kind', 'step', 'rank' of the first in the rows' order, 'last': the
+    last loss of some rank is not finite} of one run's step rows (every kind: warm-up, measured, probe; every rank, in the
+    order each ran them) whose loss is NaN or infinite; None where every recorded loss is finite. A run whose last loss
+    is not finite trains nothing (a diverged model, uninitialised weights: NaN stays) and its steps may be cheaper than
+    training's; one whose loss was finite again by its last step met a transient overflow (fp16's scaler skips those).
+    Read from the worker's rows before they are stored (SQLite keeps a NaN as NULL)."""
+    seen, bad, last = 0, [], {}
     for r in rows:
         loss = r.get("loss")
         if loss is None:
             continue
         seen += 1
-        if not math.isfinite(float(loss)):
+        finite = math.isfinite(float(loss))
+        last[int(r.get("rank", 0))] = finite
+        if not finite:
             bad.append((str(r.get("kind", "measure")), int(r.get("step", 0)), int(r.get("rank", 0))))
     if not bad:
         return None
     kind, step, rank = bad[0]
-    return {"steps": len(bad), "of": seen, "kind": kind, "step": step, "rank": rank}
+    return {"steps": len(bad), "of": seen, "kind": kind, "step": step, "rank": rank, "last": not all(last.values())}
 
 
 def loss_words(bad: Optional[dict]) -> str:
-    """'loss not finite at 6 of 8 steps (first: measured step 2, rank 0)' for loss_not_finite's record; '' for None."""
+    """'loss not finite at 6 of 8 steps (first: measured step 2, rank 0): timed, but not training' for loss_not_finite's
+    record (', finite again by the last step' where it recovered); '' for None."""
     if not bad:
         return ""
     kind = {"measure": "measured", "warmup": "warm-up"}.get(bad["kind"], bad["kind"])
     return (f"loss not finite at {bad['steps']} of {bad['of']} steps (first: {kind} step {bad['step']}, rank "
-            f"{bad['rank']}): timed, but not training")
+            f"{bad['rank']})" + (": timed, but not training" if bad.get("last", True) else ", finite again by the last step"))
 
 
 def step_times_ms(rows: Iterable[dict]) -> list:
