@@ -190,3 +190,15 @@ def test_a_stored_nvlink_all_reduce_that_fell_short_fails_naming_the_link_of_the
     ok, detail = got["all-reduce busbw on 2"]
     assert ok is False and "NV18 between GPUs 2-3" in detail and "measured 22.0 GB/s" in detail, detail
     assert "NCCL_SHM_DISABLE=1" in detail
+
+
+def test_a_timed_run_whose_last_loss_is_not_finite_fails_the_check_and_a_recovered_one_passes():
+    import json
+    from bench.commands import selfcheck
+    nan = {"steps": 3, "of": 8, "kind": "measure", "step": 5, "rank": 1, "last": True}
+    rows = [{"config_key": "bench/a", "status": "ok", "details_json": json.dumps({"loss_not_finite": nan})},
+            {"config_key": "bench/b", "status": "ok", "details_json": json.dumps({"loss_not_finite": dict(nan, last=False)})},
+            {"config_key": "bench/c", "status": "ok", "details_json": None}]
+    name, ok, why = selfcheck._trained(rows)
+    assert not ok and why == "bench/a: loss not finite at 3 of 8 steps (first: measured step 5, rank 1): timed, but not training"
+    assert selfcheck._trained(rows[1:])[1:] == (True, "yes")

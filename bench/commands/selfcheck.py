@@ -103,6 +103,17 @@ def _step(step, raw: list) -> tuple:
     return step.label(), False, f"{r['status']}: {r['reason']}"
 
 
+def _trained(raw: list) -> tuple:
+    """Every run that was timed also trained: no last loss NaN or infinite (bench.stats.loss_not_finite; a transient
+    overflow that recovered, fp16's scaler at work, passes)."""
+    bad = []
+    for r in raw:
+        lost = json.loads(r["details_json"] or "{}").get("loss_not_finite") if r["status"] == "ok" else None
+        if lost and lost.get("last", True):
+            bad.append(f"{r['config_key']}: {stats.loss_words(lost)}")
+    return ("every timed run trained (its last loss finite)", not bad, "; ".join(bad) or "yes")
+
+
 def _gate(strategies: tuple, raw: list) -> tuple:
     n = selfcheck_sweeps.GATE_COUNT
     at = {r["strategy"]: r for r in raw if r["mode"] == "equivalence" and int(r["device_count"]) == n
@@ -128,6 +139,7 @@ def checks(path: str, sweep_ids: list | None = None, steps: tuple = (), gate: tu
         failed = [r for r in raw if r["status"] in ("failed", "interrupted")]
         out = [("every configuration ran", not failed, "; ".join(f"{r['config_key']}: {r['reason']}" for r in failed) or
                 f"{sum(r['status'] == 'ok' for r in raw)} ok, {sum(r['status'] == 'skipped' for r in raw)} skipped")]
+        out.append(_trained(raw))
         for r in by_sweep[ids[0]]:  # the main sweep's measurements; the one-step runs are too short to say more
             if r["mode"] == "bench" and r["status"] == "ok":
                 out += _timing_and_memory(conn, r)
