@@ -112,3 +112,20 @@ def test_tune_under_zero_pins_its_strategy_and_optimizer_in_the_ab_command_it_pr
                              {"parameters_as_bucket_view": True, "bucket_cap_mb": 5.0})
     assert "--strategies zero --gpus 2 --precision fp32 --optimizer adamw" in cmd and "--budget" not in cmd
     assert cmd.endswith("--b-args '--bucket-cap-mb 5 --zero-bucket-view true'")  # the flag that sets it, not its name
+
+
+def test_a_trial_whose_last_loss_is_not_finite_is_never_eligible_however_fast():
+    import math
+    from bench.commands import tune
+    from bench.sweep.diagnose import Outcome
+    from report_fixtures import spec, steps, windows
+    s = spec("synthetic", "ddp", 2)
+    fine = {"steps": steps(2, [10.0] * 4), "windows": windows(2, [10.0] * 4, 64)}
+    sps, why = tune.trial_throughput(Outcome("ok", payload=fine), s)
+    assert sps > 0 and why == ""
+    diverged = {"steps": steps(2, [10.0] * 4), "windows": windows(2, [10.0] * 4, 64)}
+    for row in diverged["steps"][2:]:
+        row["loss"] = float("nan")
+    sps, why = tune.trial_throughput(Outcome("ok", payload=diverged), s)
+    assert math.isnan(sps) and why.endswith("timed, but not training: not eligible") and "samples/s, but loss not finite" in why
+    assert math.isnan(tune.trial_throughput(Outcome("failed", "boom"), s)[0])

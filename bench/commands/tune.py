@@ -99,6 +99,18 @@ def check_command(argv: list, base: RunSpec, options: dict) -> str:
                      "--b-args", shlex.quote(as_flags(options))])
 
 
+def trial_throughput(out: Outcome, spec: RunSpec) -> tuple:
+    """(samples/s, why it does not count or ''): nan for a trial that failed, and for one whose last loss was not finite
+    (timed, but not training: never the setting tune keeps, however fast; stats.loss_not_finite)."""
+    sps = abtest.throughput(out, spec)
+    if out.status != "ok":
+        return math.nan, f"{out.status.upper()}: {out.reason}"
+    lost = stats.loss_not_finite((out.payload or {}).get("steps", []))
+    if lost and lost["last"]:
+        return math.nan, f"{sps:.1f} samples/s, but {stats.loss_words(lost)}: not eligible"
+    return sps, ""
+
+
 def least_search_s(per_trial_s: float) -> float:
     """The shortest budget that screens one setting: the defaults, that setting, MIN_PAIRS confirming pairs
     and the all-reduce run, each about one trial long."""
@@ -154,8 +166,8 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
         out = run_config(spec, limits)
         record_result(conn, screen_id, env_id, spec, out.status, out.reason, out.payload, out.started_at,
                             out.ended_at, out.wall_s, out.failed_rank)
-        sps = abtest.throughput(out, spec)
-        log(f"  {describe(options)}: " + (f"{sps:.1f} samples/s" if out.status == "ok" else f"{out.status.upper()}: {out.reason}"))
+        sps, why = trial_throughput(out, spec)
+        log(f"  {describe(options)}: " + (why or f"{sps:.1f} samples/s"))
         return sps, out
 
     best_opts, (best_sps, default_out) = {}, trial({})
