@@ -244,3 +244,20 @@ def test_leave_out_refuses_what_would_change_nothing_and_says_which_sweeps_were_
     assert compare.main(["--store", ab, "--leave-out", "1"]) == 2
     assert "compared pair by pair, with no earlier sweep as evidence" in capsys.readouterr().err
 
+
+
+def test_a_candidate_that_stopped_training_is_a_regression_however_fast(tmp_path):
+    import sqlite3
+    path = str(tmp_path / "s.sqlite")
+    build_compare_store(path, (1.0,) * 6 + (0.5,), repeats=3, process_cv=0.02, sweep_cv=0.02, seed=2)  # 2x faster; 3 processes
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE results SET details_json = json_set(coalesce(details_json, '{}'), '$.loss_not_finite', "
+                 "json(?)) WHERE sweep_id = 7 AND strategy = 'single'",
+                 ('{"steps": 20, "of": 30, "kind": "measure", "step": 10, "rank": 0, "last": true}',))
+    conn.commit()
+    conn.close()
+    text, code = compare.compare(path, None, None, None)
+    line = line_of(text, SINGLE)
+    assert code == 1 and line.endswith("; but the candidate's loss not finite at 60 of 90 steps (first: measured step 10, "
+                                       "rank 0): timed, but not training (it trained in the baseline) (REGRESSION)"), line
+    assert "REGRESSION" not in line_of(text, DDP2)  # 2x faster and still training

@@ -21,7 +21,9 @@ measures the configuration's noise: compare says it cannot decide, and calls no 
 sweep inflates the spread between sweeps; where leaving one out alone would at least halve a bound, the line names it
 (stats.disturbing_sweep) and --leave-out drops it from the evidence: a person's call, never made by rule. Sweeps written by
 `./run_bench.sh ab` interleave A and B process by process: compare pairs them (paired t-test on log ratios,
-the drift cancels) and a slowdown beyond --threshold is enough. A configuration ok in the baseline and failed
+the drift cancels) and a slowdown beyond --threshold is enough. A configuration that trained in the baseline and whose
+last loss is not finite in the candidate (timed, but not training: stats.loss_not_finite) is a regression whatever its
+speed. A configuration ok in the baseline and failed
 in the candidate is a regression.
 Exit status 1 on a regression, 0 otherwise, 2 on bad input.
 """
@@ -286,7 +288,11 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
     for p in common:
         a, b, call = base[p[0]], cand[p[1]], calls[p]
         words = call.words.replace("process(es)", "pairs") if interleaved else call.words
-        if call.regression:
+        if results.diverged(b) and not results.diverged(a):  # timed, but no longer training: worse than any slowdown
+            regressed.append(p[1])
+            words += (f"; but the candidate's {stats.loss_words(b.loss_not_finite)} (it trained in the baseline) "
+                      "(REGRESSION)")
+        elif call.regression:
             regressed.append(p[1])
             words += " (REGRESSION)"
         name = p[0] if p[0] == p[1] else f"{p[0]} vs {p[1]}"
