@@ -44,9 +44,9 @@ def test_peak_per_device_is_the_fullest_gpus_reserved_net_of_batches_or_the_larg
     assert fit.peak_mib([{"peak_rss_mib": 700.0}, {"peak_rss_mib": 720.0}], "cpu") == 720.0
 
 
-def _fake_gpu_launcher(limits_per_device: dict, step_ms: dict):
+def _fake_gpu_launcher(limits_per_device: dict, step_ms: dict, diverges: tuple = ()):
     """run_config on pretend GPUs: a trial over its strategy's limit runs out of memory, else it fits at 40 MiB a
-    sample; a measured run takes step_ms[strategy] per step."""
+    sample; a measured run takes step_ms[strategy] per step (its loss NaN throughout for a strategy in `diverges`)."""
     calls = []
 
     def run(spec, limits):
@@ -56,7 +56,8 @@ def _fake_gpu_launcher(limits_per_device: dict, step_ms: dict):
         memory = [{"rank": r, "device": f"cuda:{r}", "peak_allocated_mib": 1.0, "artefact_mib": 0.0,
                    "peak_reserved_mib": 1000.0 + 40.0 * spec.per_device_batch} for r in range(spec.device_count)]
         ms, ranks = step_ms[spec.strategy], range(spec.device_count)
-        steps = [{"kind": "measure", "rank": r, "step": i, "step_ms": ms} for r in ranks for i in range(3)]
+        loss = {"loss": float("nan")} if spec.strategy in diverges and spec.mode == "bench" else {}
+        steps = [{"kind": "measure", "rank": r, "step": i, "step_ms": ms, **loss} for r in ranks for i in range(3)]
         windows = [{"kind": "measure", "rank": r, "wall_s": 3 * ms / 1e3, "samples": 3 * spec.per_device_batch, "steps": 3}
                    for r in ranks]
         return Outcome("ok", payload={"steps": steps, "windows": windows, "memory": memory})
@@ -249,3 +250,24 @@ def test_a_measured_run_within_the_budget_keeps_the_searchs_answer_and_records_i
     assert sentence.startswith("transformer [fp32, sgd]: DDP x2 fits 3, FSDP x2 fits 3 a process") and "did not" not in sentence
     table = next(b for b in fit_report.blocks(sweep) if b[0] == "table")
     assert [r[4] for r in table[2]] == ["4: peak 1.56 GiB, over by 64 MiB"] * 2
+
+
+def test_a_largest_batch_whose_measured_run_did_not_train_is_said_and_not_compared(tmp_path):
+    from bench import options
+    from bench.analysis.results import load
+    from bench.report import fit as fit_report
+    from bench.store import store
+    from bench.sweep import plan
+    machine = plan.Machine(cuda_devices=8, cpu_cores=16, gpu_names=("H100",) * 8, gpu_capabilities=((9, 0),) * 8,
+                           arch_list=("sm_90",), gpu_memory_bytes=(80 * 2**30,) * 8)
+    path = str(tmp_path / "fit.sqlite")
+    cfg, _, _ = options.prepare(["--device", "cuda", "--workloads", "transformer", "--strategies", "ddp,fsdp", "--gpus", "8",
+                                 "--no-report", "--no-comm-bench", "--store", path, "--memory-budget-gib", "5"], machine=machine)
+    run, _ = _fake_gpu_launcher({"ddp": 32, "fsdp": 96}, {"ddp": 10.0, "fsdp": 12.0}, diverges=("fsdp",))
+    assert fit_cmd.run_fit(cfg, machine, 4096, "fit ...", log=lambda s: None, run_config=run) == 0
+    conn = store.connect(path, readonly=True)
+    sweep = load(conn, conn.execute("SELECT MAX(sweep_id) FROM sweeps").fetchone()[0])
+    conn.close()
+    [sentence] = fit_report.sentences(sweep)
+    assert "FSDP x8 trains" not in sentence and "at its largest batch DDP x8 trains" in sentence, sentence
+    assert "at its largest batch FSDP x8 did not train (loss not finite at 24 of 24 steps" in sentence, sentence

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 
+from bench import stats
 from bench.analysis import fit as fitting
+from bench.analysis.results import diverged
 from bench.report.frontier import peak_mib, size
 from bench.report.pages import fmt
 
@@ -67,6 +69,8 @@ def sentences(sweep) -> list:
         none = [s.name for s in ss if s.largest is None and not s.overturned]
         text += (f"; {', '.join(none)} fit{'s' if len(none) == 1 else ''} not even the smallest batch" if none and parts else "")
         ran = [(s, c) for s in fits for c in [_measured(sweep, s)] if c is not None and not math.isnan(c.samples_per_s)]
+        lost = [(s, c) for s, c in ran if diverged(c)]  # it fit, but its speed there is no training's
+        ran = [(s, c) for s, c in ran if not diverged(c)]
         if len(ran) >= 2:
             ran.sort(key=lambda sc: -sc[1].samples_per_s)
             (best, cb), (runner, cr) = ran[0], ran[1]
@@ -75,6 +79,8 @@ def sentences(sweep) -> list:
         elif len(ran) == 1:
             text += f"; at its largest batch {ran[0][0].name} trains {ran[0][1].samples_per_s:.1f} samples/s"
         over = [(s, peak_mib(c)) for s, c in ran if peak_mib(c) is not None and peak_mib(c) > s.budget_mib]
+        text += "".join(f"; at its largest batch {s.name} did not train ({stats.loss_words(c.loss_not_finite).split(': timed')[0]})"
+                        for s, c in lost)
         text += _overturned(ss)
         if over:  # a store written before fit stepped down from a measured run over the budget
             text += ("; in the longer measured run " + ", ".join(f"{s.name} peaked {size(p)}, over the budget by "
