@@ -141,3 +141,19 @@ def test_flags_that_do_not_fit_and_sweeps_that_share_nothing_are_refused_with_ex
         text = capsys.readouterr()
         assert code == 2 and expected in text.out + text.err, (args, text)
         assert not out.exists(), args
+
+
+def test_a_sweeps_fastest_cell_passes_over_a_run_that_did_not_train(tmp_path):
+    import sqlite3
+    a, b = str(tmp_path / "a.sqlite"), str(tmp_path / "b.sqlite")
+    for path in (a, b):
+        build_compare_store(path, (1.0,))   # single x1 and DDP x2, DDP x2 the faster (twice the samples a step)
+    conn = sqlite3.connect(a)
+    conn.execute("UPDATE results SET details_json = json_set(coalesce(details_json, '{}'), '$.loss_not_finite', json(?)) "
+                 "WHERE strategy = 'ddp'", ('{"steps": 60, "of": 60, "kind": "measure", "step": 0, "rank": 0, "last": true}',))
+    conn.commit()
+    conn.close()
+    md = rendered(tmp_path, "--store", a, "--store", b)
+    row = next(line for line in md.splitlines() if line.startswith("| synthetic") and "samples/s" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert any(c.startswith("single device x1:") for c in cells) and any(c.startswith("DDP x2:") for c in cells), row

@@ -24,7 +24,7 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
 from bench.analysis import cost, results, utilisation  # noqa: E402
-from bench.analysis.results import STRATEGY_NAMES, Sweep  # noqa: E402
+from bench.analysis.results import STRATEGY_NAMES, Sweep, diverged  # noqa: E402
 from bench.config import ConfigError  # noqa: E402
 from bench.report import cost as cost_report  # noqa: E402
 from bench.report import pages  # noqa: E402
@@ -129,8 +129,10 @@ def _what(c) -> str:
 
 
 def _fastest(col: Column, workload: str, precision: str) -> tuple:
-    """(cell, samples/s) of a sweep's fastest run of a workload at a precision; ('not run', nan) without one."""
-    cs = [c for c in col.sweep.bench.get(workload, []) if c.precision == precision and not math.isnan(c.samples_per_s)]
+    """(cell, samples/s) of a sweep's fastest run of a workload at a precision that trained (a run whose last loss was
+    not finite is timed, not training: bench.analysis.results.diverged); ('not run', nan) without one."""
+    cs = [c for c in col.sweep.bench.get(workload, []) if c.precision == precision and not math.isnan(c.samples_per_s)
+          and not diverged(c)]
     if not cs:
         return "not run", math.nan
     c = max(cs, key=lambda c: c.samples_per_s)
