@@ -68,3 +68,23 @@ def test_a_transient_overflow_is_said_but_the_configuration_stays_in_the_recomme
     conn.close()
     _, said = recommend.answer(sweep, "synthetic", sweep.bench["synthetic"], "fp32")
     assert said[0].startswith("Fastest: single device x1") and not any("Left out" in s for s in said), said
+
+
+def test_a_forecast_resting_on_a_run_that_did_not_train_says_no_figure_of_it_is_a_training_steps(tmp_path):
+    from types import SimpleNamespace
+    from bench.analysis import forecastable
+    from bench.forecast import outlook
+    conn = store.connect(str(tmp_path / "s.sqlite"))
+    sid = store.begin_sweep(conn, "bench sweep", "{}", None)
+    diverged = steps(1, [10.0] * 6)
+    for row in diverged:
+        row["loss"] = math.nan
+    record.record_result(conn, sid, None, spec("synthetic", "ddp", 1), "ok",
+                         payload={"steps": diverged, "windows": windows(1, [10.0] * 6, 64)})
+    store.end_sweep(conn, sid, "completed")
+    (c,) = results.load(conn, sid).bench["synthetic"]
+    conn.close()
+    words = forecastable.unstable_words(c)
+    assert words == "DDP x1, which did not train (loss not finite at 6 of 6 steps (first: measured step 0, rank 0))", words
+    point = SimpleNamespace(unsteady=words, bound="straggler/jitter", count=64)
+    assert outlook.unsteady_words([point], "straggler/jitter") == f"; rests on {words}; no figure of it is a training step's"

@@ -31,10 +31,16 @@ class Forecastable:
     runs: fk.Runs                    # its machine measurements
 
 
+NOT_TRAINING = "which did not train"   # forecast.outlook says every figure then comes from a run that did not train
+
+
 def unstable_words(c) -> str:
     """Why the analysis calls configuration c unstable, with its spread: its processes' throughputs apart by more than
     stats.UNSTABLE_REPEAT_SPREAD, or its steps' interquartile range above stats.UNSTABLE_IQR_FRACTION of their median
-    (one process: nothing then measures the spread between processes); '' for a steady one."""
+    (one process: nothing then measures the spread between processes); where its last loss was not finite, that it did
+    not train (results.diverged: its steps are no training's); '' for a steady one."""
+    if results.diverged(c):
+        return f"{c.label}, {NOT_TRAINING} ({stats.loss_words(c.loss_not_finite).split(': timed')[0]})"
     if not c.unstable:
         return ""
     s, n = c.summary, len(c.process_sps)

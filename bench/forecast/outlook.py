@@ -256,7 +256,8 @@ def unsteady_words(points: list, bound: str = "") -> str:
     shaky = next((p.unsteady for p in points if p.unsteady), "")
     if not shaky:
         return ""
-    moved = ("the line through the steps is drawn through it" if any(p.bound.startswith("DataParallel") for p in points)
+    moved = ("no figure of it is a training step's" if "which did not train" in shaky else  # forecastable.NOT_TRAINING
+             "the line through the steps is drawn through it" if any(p.bound.startswith("DataParallel") for p in points)
              else "its straggler/jitter term is that spread" if bound == "straggler/jitter" else
              "the compute and the straggler/jitter term are read from that spread")
     return f"; rests on {shaky}; {moved}"
