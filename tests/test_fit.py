@@ -64,17 +64,23 @@ def _fake_gpu_launcher(limits_per_device: dict, step_ms: dict, diverges: tuple =
     return run, calls
 
 
-def test_fit_stores_every_trial_and_says_which_fits_what_and_which_trains_fastest_there(tmp_path):
+def _h100_fit(tmp_path) -> tuple:
+    """(config, names given, machine, store path) of a fit of the transformer, DDP and FSDP on 8 pretend H100s, 5 GiB."""
     from bench import options
-    from bench.analysis.results import load
-    from bench.report import fit as fit_report
-    from bench.store import store
     from bench.sweep import plan
     machine = plan.Machine(cuda_devices=8, cpu_cores=16, gpu_names=("H100",) * 8, gpu_capabilities=((9, 0),) * 8,
                            arch_list=("sm_90",), gpu_memory_bytes=(80 * 2**30,) * 8)
     path = str(tmp_path / "fit.sqlite")
     cfg, given, _ = options.prepare(["--device", "cuda", "--workloads", "transformer", "--strategies", "ddp,fsdp", "--gpus", "8",
                                      "--no-report", "--no-comm-bench", "--store", path, "--memory-budget-gib", "5"], machine=machine)
+    return cfg, given, machine, path
+
+
+def test_fit_stores_every_trial_and_says_which_fits_what_and_which_trains_fastest_there(tmp_path):
+    from bench.analysis.results import load
+    from bench.report import fit as fit_report
+    from bench.store import store
+    cfg, given, machine, path = _h100_fit(tmp_path)
     fit_cmd.refuse(cfg, given)
     # DDP holds everything on every GPU: room for 32 sequences; FSDP shards it: 96, at 12 ms a step against 10 ms
     run, calls = _fake_gpu_launcher({"ddp": 32, "fsdp": 96}, {"ddp": 10.0, "fsdp": 12.0})
@@ -253,16 +259,10 @@ def test_a_measured_run_within_the_budget_keeps_the_searchs_answer_and_records_i
 
 
 def test_a_largest_batch_whose_measured_run_did_not_train_is_said_and_not_compared(tmp_path):
-    from bench import options
     from bench.analysis.results import load
     from bench.report import fit as fit_report
     from bench.store import store
-    from bench.sweep import plan
-    machine = plan.Machine(cuda_devices=8, cpu_cores=16, gpu_names=("H100",) * 8, gpu_capabilities=((9, 0),) * 8,
-                           arch_list=("sm_90",), gpu_memory_bytes=(80 * 2**30,) * 8)
-    path = str(tmp_path / "fit.sqlite")
-    cfg, _, _ = options.prepare(["--device", "cuda", "--workloads", "transformer", "--strategies", "ddp,fsdp", "--gpus", "8",
-                                 "--no-report", "--no-comm-bench", "--store", path, "--memory-budget-gib", "5"], machine=machine)
+    cfg, _, machine, path = _h100_fit(tmp_path)
     run, _ = _fake_gpu_launcher({"ddp": 32, "fsdp": 96}, {"ddp": 10.0, "fsdp": 12.0}, diverges=("fsdp",))
     assert fit_cmd.run_fit(cfg, machine, 4096, "fit ...", log=lambda s: None, run_config=run) == 0
     conn = store.connect(path, readonly=True)

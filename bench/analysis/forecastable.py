@@ -40,7 +40,7 @@ def unstable_words(c) -> str:
     (one process: nothing then measures the spread between processes); where its last loss was not finite, that it did
     not train (results.diverged: its steps are no training's); '' for a steady one."""
     if results.diverged(c):
-        return f"{c.label}, {NOT_TRAINING} ({stats.loss_words(c.loss_not_finite).split(': timed')[0]})"
+        return f"{c.label}, {NOT_TRAINING} ({stats.loss_words(c.loss_not_finite, verdict=False)})"
     if not c.unstable:
         return ""
     s, n = c.summary, len(c.process_sps)

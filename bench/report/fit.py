@@ -79,7 +79,7 @@ def sentences(sweep) -> list:
         elif len(ran) == 1:
             text += f"; at its largest batch {ran[0][0].name} trains {ran[0][1].samples_per_s:.1f} samples/s"
         over = [(s, peak_mib(c)) for s, c in ran if peak_mib(c) is not None and peak_mib(c) > s.budget_mib]
-        text += "".join(f"; at its largest batch {s.name} did not train ({stats.loss_words(c.loss_not_finite).split(': timed')[0]})"
+        text += "".join(f"; at its largest batch {s.name} did not train ({stats.loss_words(c.loss_not_finite, verdict=False)})"
                         for s, c in lost)
         text += _overturned(ss)
         if over:  # a store written before fit stepped down from a measured run over the budget

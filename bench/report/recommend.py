@@ -179,7 +179,7 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
         out.append(_tie_sentence(best, fastest, tie))
     if not_training:
         out.append("Left out of the recommendation, timed but not training: " + "; ".join(
-            f"{c.label} ({stats.loss_words(c.loss_not_finite).split(': timed')[0]})" for c in not_training) + ".")
+            f"{c.label} ({stats.loss_words(c.loss_not_finite, verdict=False)})" for c in not_training) + ".")
     multi = [c for c in cs if c.device_count > 1]
     if not many and multi:
         m = max(multi, key=lambda c: c.samples_per_s)

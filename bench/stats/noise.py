@@ -254,6 +254,11 @@ class Evidence:
         return float(math.expm1(student_t.ppf(1 - alpha, self.df) * self.sd_diff))
 
 
+def _logs(xs: Sequence[float]) -> list:
+    """Log throughputs of the processes that measured one (None and non-positive values left out)."""
+    return [math.log(float(x)) for x in xs if x is not None and float(x) > 0]
+
+
 MIN_EVIDENCE_SWEEPS = 3         # earlier sweeps + the baseline before the spread between sweeps is used
 
 
@@ -265,9 +270,8 @@ def evidence(history: Sequence[Sequence[float]], a_sps: Sequence[float], b_sps: 
     with repeats (the candidate's too: a shift does not change it); sd_sweep comes from the spread of the
     known-good sweeps' means (never the candidate's). None with fewer than MIN_EVIDENCE_SWEEPS of them: then
     the drift between sweeps is unknown (compare falls back to repeats and a fixed drift bound, or cannot decide)."""
-    logs = lambda xs: [math.log(float(x)) for x in xs if x is not None and float(x) > 0]  # noqa: E731
-    known = [g for g in (logs(h) for h in history) if g] + [logs(a_sps)]
-    cand = logs(b_sps)
+    known = [g for g in (_logs(h) for h in history) if g] + [_logs(a_sps)]
+    cand = _logs(b_sps)
     if len(known) < MIN_EVIDENCE_SWEEPS or not known[-1] or not cand:
         return None
     within = [g for g in known + [cand] if len(g) >= 2]
@@ -321,8 +325,7 @@ def disturbing_sweep(history: Sequence[Sequence[float]], a_sps: Sequence[float],
             best = (i, ev.bound(alpha))
     if best is None or best[1] * DISTURBING_SHRINK > with_ or with_ - best[1] < DISTURBING_POINTS:
         return None
-    logs = lambda xs: [math.log(float(x)) for x in xs if x is not None and float(x) > 0]  # noqa: E731
-    known = [logs(h) for h in list(history) + [a_sps]]   # by position: known[i] is history[i]
+    known = [_logs(h) for h in list(history) + [a_sps]]   # by position: known[i] is history[i]
     if not known[best[0]]:
         return None
     others = [float(np.mean(g)) for j, g in enumerate(known) if j != best[0] and g]

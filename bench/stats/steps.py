@@ -89,14 +89,17 @@ def loss_not_finite(rows: Iterable[dict]) -> Optional[dict]:
     return {"steps": len(bad), "of": seen, "kind": kind, "step": step, "rank": rank, "last": not all(last.values())}
 
 
-def loss_words(bad: Optional[dict]) -> str:
+def loss_words(bad: Optional[dict], verdict: bool = True) -> str:
     """'loss not finite at 6 of 8 steps (first: measured step 2, rank 0): timed, but not training' for loss_not_finite's
-    record (', finite again by the last step' where it recovered); '' for None."""
+    record (', finite again by the last step' where it recovered; verdict=False: the count alone, for a sentence that
+    says the rest); '' for None."""
     if not bad:
         return ""
     kind = {"measure": "measured", "warmup": "warm-up"}.get(bad["kind"], bad["kind"])
-    return (f"loss not finite at {bad['steps']} of {bad['of']} steps (first: {kind} step {bad['step']}, rank "
-            f"{bad['rank']})" + (": timed, but not training" if bad.get("last", True) else ", finite again by the last step"))
+    said = f"loss not finite at {bad['steps']} of {bad['of']} steps (first: {kind} step {bad['step']}, rank {bad['rank']})"
+    if not verdict:
+        return said
+    return said + (": timed, but not training" if bad.get("last", True) else ", finite again by the last step")
 
 
 def step_times_ms(rows: Iterable[dict]) -> list:
