@@ -271,3 +271,86 @@ def test_a_largest_batch_whose_measured_run_did_not_train_is_said_and_not_compar
     [sentence] = fit_report.sentences(sweep)
     assert "FSDP x8 trains" not in sentence and "at its largest batch DDP x8 trains" in sentence, sentence
     assert "at its largest batch FSDP x8 did not train (loss not finite at 24 of 24 steps" in sentence, sentence
+
+
+# The H200 fit of 2026-11-27 (sweep 4), DDP x1 of the transformer at 14 a GPU: its trial's memory row. The allocator's
+# peak reserved is within 16 GiB, the device level (the CUDA context and NCCL's buffers on top) is not.
+H200_TRIAL = {"rank": 0, "device": "cuda:0", "peak_allocated_mib": 14000.0, "peak_reserved_mib": 15982.0,
+              "device_used_mib": 17306.8125, "run_device_used_mib": 17306.8125, "artefact_mib": 0.65625}
+
+
+def test_a_cuda_trial_within_the_budget_by_its_reserved_peak_but_over_it_by_its_device_level_does_not_fit():
+    peak = fit.peak_mib([H200_TRIAL], "cuda")
+    assert peak == pytest.approx(17306.8125 - 0.65625)  # the device level, net of the pre-generated batches
+    assert fit.verdict("ok", "", peak, 16 * 1024.0) == fit.OVER  # the reserved peak, 15981 MiB, said "fits"
+    assert fit.peak_of_rows([H200_TRIAL], "cuda")[1] == fit.DEVICE_LEVEL
+    # the whole run's device level counts where it is the higher (the measured run at 14: 17470.8 steady, 17978.8 whole)
+    measured = dict(H200_TRIAL, peak_reserved_mib=16146.0, device_used_mib=17470.8125, run_device_used_mib=17978.8125)
+    assert fit.peak_mib([measured], "cuda") == pytest.approx(17978.8125 - 0.65625)
+
+
+def test_a_cuda_row_with_no_device_level_falls_back_to_the_reserved_peak_said_so():
+    rows = [{"device": "cuda:0", "peak_reserved_mib": 900.0, "artefact_mib": 100.0, "device_used_mib": None},
+            {"device": "cuda:1", "peak_reserved_mib": 850.0, "artefact_mib": 0.0}]
+    assert fit.peak_of_rows(rows, "cuda") == (850.0, fit.RESERVED)
+    assert fit.peak_of_rows([{"device": "cuda:0", "peak_allocated_mib": 700.0}], "cuda") == (700.0, fit.RESERVED)
+    assert fit.peak_of_rows([], "cuda") == (None, fit.RESERVED)
+    # one device with a level is enough: the rule takes device levels, not a mix of the two figures
+    assert fit.peak_of_rows([*rows, {"device": "cuda:2", "peak_reserved_mib": 9e3, "device_used_mib": 800.0}],
+                            "cuda") == (800.0, fit.DEVICE_LEVEL)
+
+
+def _levels_gpu_launcher(context_mib: float, warmup_mib: float):
+    """run_config on pretend GPUs that never run out: the allocator reserves 1000 + 40 MiB a sample, the device level
+    adds context_mib (the CUDA context, NCCL), and a measured run's whole-run level warmup_mib more."""
+    def run(spec, limits):
+        reserved = 1000.0 + 40.0 * spec.per_device_batch
+        run_level = reserved + context_mib + (warmup_mib if spec.mode == "bench" else 0.0)
+        memory = [{"rank": r, "device": f"cuda:{r}", "peak_allocated_mib": 1.0, "artefact_mib": 0.0,
+                   "peak_reserved_mib": reserved, "device_used_mib": reserved + context_mib,
+                   "run_device_used_mib": run_level} for r in range(spec.device_count)]
+        ranks = range(spec.device_count)
+        steps = [{"kind": "measure", "rank": r, "step": i, "step_ms": 10.0} for r in ranks for i in range(3)]
+        windows = [{"kind": "measure", "rank": r, "wall_s": 0.03, "samples": 3 * spec.per_device_batch, "steps": 3}
+                   for r in ranks]
+        return Outcome("ok", payload={"steps": steps, "windows": windows, "memory": memory})
+    return run
+
+
+def test_fit_judges_by_the_device_level_and_steps_down_where_the_measured_run_passes_the_budget(tmp_path):
+    from bench.analysis.results import load
+    from bench.report import fit as fit_report, frontier
+    from bench.store import store
+    cfg, _, machine, path = _h100_fit(tmp_path)  # 5 GiB: 5120 MiB
+    # trials fit to 85 by the device level (1700 + 40 b; by the reserved peak alone, 103); the measured runs' whole-run
+    # level is 200 MiB higher: over at 85, 84, 82 and 81, within at 80 (5100 MiB)
+    assert fit_cmd.run_fit(cfg, machine, 4096, "fit ...", log=lambda s: None, run_config=_levels_gpu_launcher(700.0, 200.0)) == 0
+    conn = store.connect(path, readonly=True)
+    sweep = load(conn, conn.execute("SELECT MAX(sweep_id) FROM sweeps").fetchone()[0])
+    conn.close()
+    ddp = sweep.fit[0]
+    assert max(b for b, v, _, _ in ddp.trials if v == fit.FITS) == 85 and ddp.peak_at(86) == 1700.0 + 40 * 86
+    assert [b for b, (v, _) in ddp.measured.items() if v == fit.OVER] == [85, 84, 82, 81]
+    assert (ddp.largest, ddp.measured[80]) == (80, (fit.FITS, 5100.0))
+    # the same figure as the fastest-within-the-budget table: it names a configuration at 80, not "nothing fits"
+    at_80 = next(c for c in sweep.bench["transformer"] if c.key == ddp.bench_keys[80])
+    assert (frontier.peak_mib(at_80), frontier.peak_source(at_80)) == (5100.0, "device level")
+    [(row, _)] = frontier.answer("transformer", sweep.bench["transformer"], ddp.budget_mib)
+    assert row[2] != "nothing fits" and row[4] == "4.98 GiB", row
+    blocks = fit_report.blocks(sweep)
+    assert "the device level on the fullest GPU" in blocks[1][1] and "peak reserved on the fullest" not in blocks[1][1]
+    assert not any("stored as fitting" in b[1] for b in blocks if b[0] == "p")
+
+
+def test_a_trial_stored_as_fitting_under_the_reserved_peak_is_read_back_as_stored_and_marked(tmp_path):
+    from types import SimpleNamespace
+    from bench.report import fit as fit_report
+    s = fit.Search("k", "transformer", "ddp", "cuda", 1, "DDP x1", "DDP x1 [bf16, adamw]", ("bf16", "adamw"), 16384.0,
+                   trials=[(12, fit.FITS, 15266.25, ""), (14, fit.FITS, 17306.16, ""), (15, fit.OVER, 18372.1, "")])
+    sweep = SimpleNamespace(fit=[s], bench={})
+    assert s.largest == 14  # the stored verdict stands
+    blocks = fit_report.blocks(sweep)
+    table = next(b for b in blocks if b[0] == "table")
+    assert table[2][0][2:4] == ["14", "16.90 GiB (over)"]
+    assert any(b[1].startswith("Trials stored as fitting whose peak by today's figure is over the budget: DDP x1 at 14.")
+               for b in blocks if b[0] == "p"), blocks

@@ -7,11 +7,17 @@ outcome and its measured peak), how the search walks the batches, and each searc
     answer, measured = settle(measure, try_batch, largest, tried)   # the measured run at the answer fits too
     searches(rows, memory_of, names)                         -> [Search], one per configuration searched
 
-A trial fits when it ran and its peak per device stayed within the budget: on CUDA the allocator's peak reserved on
-its fullest GPU (net of the suite's pre-generated batches, as the fastest-that-fits table takes it) against the GPU's
-memory or --memory-budget-gib; on CPU its largest rank's peak RSS against --memory-budget-gib. A CUDA out-of-memory
-error, or a rank the kernel killed (SIGKILL: its out-of-memory killer, the usual reason), does not fit; any other
-failure is an error, which ends that configuration's search.
+A trial fits when it ran and its peak per device stayed within the budget, by the figure the report's fastest-that-fits
+table holds to the same budget (`device_peak`, the one rule for both): on CUDA the device level on its fullest GPU
+(nvidia-smi's figure, what runs out: the allocator's cache, the CUDA context and NCCL's buffers), the larger of the
+steady state's and the whole run's, net of the suite's pre-generated batches; where no device level was recorded, the
+allocator's peak reserved (source 'reserved'); on CPU its largest rank's peak RSS. It is held against the GPU's memory
+or --memory-budget-gib (on CPU --memory-budget-gib). Judged by the reserved peak alone, an H200 fit of the transformer
+said DDP x1 fits 14 in 16 GiB (its trial's reserved peak 15.61 GiB, its device level 16.90 GiB; its measured run's 17.56
+GiB), and the fastest-that-fits table on the same page said nothing fits. A CUDA out-of-memory error, or a rank the
+kernel killed (SIGKILL: its out-of-memory killer, the usual reason), does not fit; any other failure is an error, which
+ends that configuration's search. A store's verdicts are read back as stored (details 'fit'): a fit run before this
+rule was judged by the reserved peak.
 
 A trial's two steps can understate a longer run's peak (on the CPU glibc's heap grows for several steps more), so the
 answer is the batch whose measured run (--steps, --repeats, by the same rule) fits: where the measured run at the
@@ -32,15 +38,53 @@ IN_MEASURED_RUN = " in the measured run"   # OVER + IN_MEASURED_RUN: a batch who
 OOM_WORDS = ("OutOfMemoryError", "out of memory", "CUDA error: out of memory", "SIGKILL")
 
 
+DEVICE_LEVEL, RESERVED, RSS = "device level", "reserved", "RSS"
+
+
+def device_peak(device_type: str, level: dict, run_level: dict, reserved: dict, rss: dict,
+                allocated: Optional[dict] = None) -> tuple:
+    """(peak memory per device in MiB or None, its source): the one figure a budget is held against, in fit's verdicts
+    and the report's fastest-that-fits table alike. Each dict maps a device (or rank) to MiB, net of the pre-generated
+    batches: level, the steady state's device level; run_level, the whole run's (warm-up, compilation, cuDNN's
+    autotuning); reserved, the allocator's peak reserved (allocated, its peak allocated, stands in where no reserved
+    peak was recorded); rss, a rank's peak RSS. CUDA: per device the larger of its two device levels, on the fullest
+    one ('device level'); where none was recorded, the largest reserved peak ('reserved': the context then comes on
+    top). CPU: the largest rank's RSS ('RSS')."""
+    if device_type != "cuda":
+        return (max(rss.values()) if rss else None), RSS
+    levels = {d: max(level.get(d, 0.0), run_level.get(d, 0.0)) for d in {**level, **run_level}}
+    if levels:
+        return max(levels.values()), DEVICE_LEVEL
+    mem = reserved or allocated
+    return (max(mem.values()) if mem else None), RESERVED
+
+
+def _per_device(memory_rows: list, column: str, device_type: str) -> dict:
+    """device (CUDA) or rank (CPU) -> the largest `column` among its rows, net of the pre-generated batches on CUDA
+    (as bench.analysis.results nets them); rows without it are passed over."""
+    out: dict = {}
+    for m in memory_rows:
+        if m.get(column) is None:
+            continue
+        if device_type == "cuda":
+            if not str(m.get("device", "")).startswith("cuda"):
+                continue
+            key, mib = str(m["device"]), float(m[column]) - float(m.get("artefact_mib") or 0.0)
+        else:
+            key, mib = f"rank {m.get('rank', 0)}", float(m[column])
+        out[key] = max(out.get(key, mib), mib)
+    return out
+
+
+def peak_of_rows(memory_rows: list, device_type: str) -> tuple:
+    """(peak per device MiB or None, its source) of one run's memory rows, by `device_peak`."""
+    cols = ("device_used_mib", "run_device_used_mib", "peak_reserved_mib", "peak_rss_mib", "peak_allocated_mib")
+    return device_peak(device_type, *(_per_device(memory_rows, c, device_type) for c in cols))
+
+
 def peak_mib(memory_rows: list, device_type: str) -> Optional[float]:
-    """Peak memory per device of one run: CUDA, the fullest GPU's allocator peak reserved net of the pre-generated
-    batches; CPU, the largest rank's peak RSS. None where nothing was recorded."""
-    if device_type == "cuda":
-        got = [float(m["peak_reserved_mib"]) - float(m.get("artefact_mib") or 0.0) for m in memory_rows
-               if str(m.get("device", "")).startswith("cuda") and m.get("peak_reserved_mib") is not None]
-    else:
-        got = [float(m["peak_rss_mib"]) for m in memory_rows if m.get("peak_rss_mib") is not None]
-    return max(got) if got else None
+    """Peak memory per device of one run, MiB, by `device_peak`; None where nothing was recorded."""
+    return peak_of_rows(memory_rows, device_type)[0]
 
 
 def verdict(status: str, reason: str, peak: Optional[float], budget_mib: float) -> str:

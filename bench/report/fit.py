@@ -1,7 +1,9 @@
 """The largest batch that fits (./run_bench.sh fit), in the report: per configuration the largest per-device batch
 that fit the budget, the smallest that did not and why, and its throughput there; per workload and recipe the
 sentence that compares them ("DDP x8 fits 32 a GPU, FSDP x8 96; at its largest batch FSDP x8 trains 1.40x faster
-than DDP x8").
+than DDP x8"). Every peak is bench.analysis.fit.device_peak's figure, the one the fastest-within-the-budget table holds
+to the same budget; verdicts are read back as stored, and a trial stored as fitting whose peak by that figure is over
+the budget (judged when it ran by the allocator's peak reserved) is marked and said so.
 
     blocks(sweep)   # [] unless the sweep was a fit
 """
@@ -38,6 +40,12 @@ def _peak_over(s, verdict: str, peak) -> str:
     if peak is None:
         return verdict
     return f"peak {size(peak)}, over by {size(peak - s.budget_mib)}" if peak > s.budget_mib else f"peak {size(peak)}, {verdict}"
+
+
+def _judged_before(s) -> list:
+    """Batches whose trial's stored verdict is 'fits' though its peak, by today's figure (bench.analysis.fit.device_peak),
+    is over the budget: a store written while fit judged trials by the allocator's peak reserved."""
+    return [b for b, v, p, _ in s.trials if v == fitting.FITS and p is not None and p > s.budget_mib]
 
 
 def _overturned(ss: list) -> str:
@@ -100,13 +108,15 @@ def blocks(sweep) -> list:
         tokens = c.tokens_per_s_per_device if c is not None and c.tokens_per_sample else math.nan
         measured_peak = peak_mib(c) if c is not None else None
         rows.append([s.workload, s.label, str(s.largest) if s.largest is not None else "none",
-                     size(s.peak_at(s.largest)), _why_not(s),
+                     size(s.peak_at(s.largest)) + (" (over)" if s.largest in _judged_before(s) else ""), _why_not(s),
                      size(measured_peak) + (" (over)" if measured_peak and measured_peak > s.budget_mib else ""),
                      fmt(c.samples_per_s) if c else "–",
                      fmt(tokens, ".0f") if not math.isnan(tokens) else "–", str(len(s.trials))])
     u = "GPU" if sweep.fit[0].device_type == "cuda" else "process"
-    how = ("the allocator's peak reserved on the fullest GPU (net of the suite's pre-generated batches); an out-of-memory "
-           "error does not fit" if u == "GPU" else "the largest rank's peak RSS")
+    how = ("the device level on the fullest GPU, the larger of the steady state's and the whole run's, net of the suite's "
+           "pre-generated batches, as the fastest-within-the-budget table takes it; where no device level was recorded, "
+           "the allocator's peak reserved; an out-of-memory error does not fit"
+           if u == "GPU" else "the largest rank's peak RSS")
     b = [("h", 2, "The largest batch that fits"),
          ("p", f"Per configuration, the largest per-device batch whose measured peak stayed within "
                f"{size(sweep.fit[0].budget_mib)} per {u} ({how}): batches 1, 2, 4, ... until one did not fit, then "
@@ -116,6 +126,12 @@ def blocks(sweep) -> list:
          ("table", ["workload", "configuration", f"largest batch per {u}", "its peak in the trial", "smallest that did not fit",
                     "peak in the measured run", "samples/s at the largest", f"tokens/s per {u}", "trials"], rows)]
     b += [("p", t) for t in sentences(sweep)]
+    before = [f"{s.name} at {', '.join(str(x) for x in _judged_before(s))}" for s in sweep.fit if _judged_before(s)]
+    if before:
+        b.append(("p", f"Trials stored as fitting whose peak by today's figure is over the budget: {'; '.join(before)}. "
+                       "Verdicts are read back as stored, and these were judged when they ran by an older figure (the "
+                       "allocator's peak reserved, without the CUDA context and NCCL's buffers); by today's rule they do "
+                       "not fit, and a fit run again answers a smaller batch."))
     errors = [(s, t) for s in sweep.fit for t in s.errors]
     if errors:
         b.append(("p", "Trials that failed for another reason than memory (their search stopped there): "

@@ -8,9 +8,11 @@ A configuration's peak memory per device (`peak_mib`): on CUDA the device level 
 (nvidia-smi's figure: the CUDA context and NCCL's buffers on top of the allocator's cache; 0.6-1.3 GiB above the
 reserved peak on one H100), over the whole run (the warm-up's compilation and cuDNN autotuning included), net of the
 suite's pre-generated batches; where no device level was recorded, the allocator's peak reserved, said so
-(`peak_source`). On CPU its largest rank's peak RSS. The budget: `./run_bench.sh report --memory-budget-gib`, else the sweep's
-`--memory-budget-gib`, else on CUDA the smallest GPU's memory; on CPU none unless given. Rows are per workload,
-precision and optimizer: those choose the training recipe, the rest (strategy, settings, count) is how to run it.
+(`peak_source`). On CPU its largest rank's peak RSS. The rule is written once, in bench.analysis.fit.device_peak:
+`./run_bench.sh fit` judges its trials by the same figure, so the two never disagree on one page. The budget:
+`./run_bench.sh report --memory-budget-gib`, else the sweep's `--memory-budget-gib`, else on CUDA the smallest GPU's
+memory; on CPU none unless given. Rows are per workload, precision and optimizer: those choose the training recipe, the
+rest (strategy, settings, count) is how to run it.
 """
 from __future__ import annotations
 
@@ -20,9 +22,10 @@ from typing import Optional
 
 from matplotlib.figure import Figure
 
+from bench.analysis import fit as fitting
+from bench.analysis.results import STRATEGY_NAMES, Sweep  # noqa: F401
 from bench.report import plots, training_state
 from bench.report.pages import fmt
-from bench.analysis.results import STRATEGY_NAMES, Sweep  # noqa: F401
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LISTED = 8   # configurations named per row as not fitting; the rest are counted
@@ -39,13 +42,11 @@ def peak_source(c) -> str:
 
 
 def _peak(c) -> tuple:
-    if c.device_type != "cuda":
-        return (max(c.memory_mib.values()) if c.memory_mib else None), "RSS"
-    level = {d: max(v, c.run_device_mib.get(d, 0.0)) for d, v in c.device_mib.items()}
-    if level:
-        return max(level.values()), "device level"
-    mem = c.reserved_mib or c.memory_mib
-    return (max(mem.values()) if mem else None), "reserved"
+    """By bench.analysis.fit.device_peak: the figure fit's verdicts hold to the budget too. `memory_mib` holds the
+    allocator's peak allocated per GPU on CUDA, each rank's RSS on CPU."""
+    cuda = c.device_type == "cuda"
+    return fitting.device_peak(c.device_type, c.device_mib, c.run_device_mib, c.reserved_mib,
+                               {} if cuda else c.memory_mib, c.memory_mib if cuda else {})
 
 
 def size(mib: Optional[float]) -> str:
