@@ -10,8 +10,10 @@ Each configuration of the sweep (one repeat) is tried at per-device batches 1, 2
 given, at least what BatchNorm needs) until one does not fit or --max-batch is reached, then bisected between the
 largest that fit and the smallest that did not, to one sample. A trial is one configuration at one batch in fresh
 processes, through the sweep's own launch (bench.sweep.launch.run_config): FIT_WARMUP steps and FIT_STEPS measured
-ones, its peak measured (bench.analysis.fit: CUDA, the allocator's peak reserved, and an out-of-memory error is a
-recorded answer, not a failure; CPU, the peak RSS against --memory-budget-gib, nothing estimated). Every trial is
+ones, its peak measured (bench.analysis.fit.device_peak, the figure the report's fastest-within-the-budget table holds
+to the budget: CUDA, the device level on the fullest GPU, the larger of the steady state's and the whole run's (the
+allocator's peak reserved where none was recorded), and an out-of-memory error is a recorded answer, not a failure;
+CPU, the peak RSS against --memory-budget-gib, nothing estimated). Every trial is
 stored (mode 'fit', its verdict in details), then each configuration runs as a sweep measures it at its largest batch
 (mode 'bench', --steps and --repeats as given, its verdict by the same rule in details 'fit'). A trial's two steps can
 understate the longer run's peak (on the CPU the heap grows for several steps more): where the measured run passes the
@@ -81,9 +83,9 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
     sweep_id = store.begin_sweep(conn, command_line, cfg.to_json(), env_id, label=cfg.label)
     items = plan.bench_specs(dataclasses.replace(cfg, repeats=1, noise_repeats=1), machine)  # one search per configuration
     u = "GPU" if cfg.device == "cuda" else "process"
+    figure = "the device level, as the report's budget table; reserved where none is read" if cfg.device == "cuda" else "peak RSS"
     log(f"fit {sweep_id} -> {cfg.store}: the largest per-device batch within {cfg.memory_budget_gib:g} GiB per {u} "
-        f"({'the allocator peak reserved' if cfg.device == 'cuda' else 'peak RSS'}), {len(items)} configuration(s), "
-        f"batches 1, 2, 4, ... then bisection, at most {max_batch}")
+        f"({figure}), {len(items)} configuration(s), batches 1, 2, 4, ... then bisection, at most {max_batch}")
     errors, status, failed_runs = 0, "interrupted", []  # failed_runs: a measured run's failure for another reason
     try:
         for item in items:
