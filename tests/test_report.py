@@ -430,3 +430,26 @@ def test_memory_of_a_two_node_run_is_kept_per_node_not_merged_by_device_name():
     assert alloc == {"node 0 cuda:0": 1000.0, "node 0 cuda:1": 1100.0, "node 1 cuda:0": 1200.0, "node 1 cuda:1": 1300.0}
     assert reserved["node 1 cuda:1"] == 1500.0 and level["node 0 cuda:0"] == 1500.0
     assert _memory(rows[:2], "cuda")[0] == {"cuda:0": 1000.0, "cuda:1": 1100.0}   # one node: the GPU's own name
+
+
+def test_a_wrapper_with_no_single_device_run_is_its_own_baseline_and_is_never_compared_with_itself(tmp_path):
+    # An H200 sweep of FSDP and HSDP x1 alone: each x1 held against itself read 'wrapper overhead not resolved (0.0%
+    # against FSDP x1 [bf16, adamw]: FSDP x1 [bf16, adamw] and FSDP x1 [bf16, adamw] ran one process each ...)'
+    from bench.forecast import outlook
+    from bench.forecast import settings as fs
+    from test_recommend import build, payload
+    from test_recommend import spec as cuda_spec
+    sw = build(str(tmp_path / "own.sqlite"), [(cuda_spec("fsdp", 1, "bf16"), payload(1, 68.0)),
+                                              (cuda_spec("ddp", 1, "bf16"), payload(1, 61.0))])
+    table = next(b for b in report.blocks(sw, {}) if b[0] == "table" and "precision / settings" in b[1])
+    eff = {row[0]: row[table[1].index("efficiency")] for row in table[2]}
+    assert eff == {"FSDP": report.OWN_BASELINE, "DDP": report.OWN_BASELINE}, eff
+    fsdp = next(c for c in sw.bench["synthetic"] if c.strategy == "fsdp")
+    assert fsdp.baseline == fsdp.label and outlook.wrapper_overhead(fsdp) == outlook.wrapper_overhead(fsdp, fsdp) == ""
+    setting = fs.Setting("synthetic", "fsdp", "bf16", {1: fsdp}, {})
+    assert outlook.measured_point(setting, 1).bound == "measured"   # the forecast's bound column: no overhead either
+    # beside single x1 of its settings the wrapper's overhead is still told
+    with_single = build(str(tmp_path / "single.sqlite"), [(cuda_spec("single", 1, "bf16"), payload(1, 60.0)),
+                                                          (cuda_spec("ddp", 1, "bf16"), payload(1, 61.0))])
+    ddp = next(c for c in with_single.bench["synthetic"] if c.strategy == "ddp")
+    assert report.efficiency_text(ddp, ".1%", with_single.bench["synthetic"]).startswith("wrapper overhead 1.7% (against single device x1 [bf16]")

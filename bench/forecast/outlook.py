@@ -126,8 +126,10 @@ def wrapper_overhead(c, base=None) -> str:
     single is the time its step takes more, not scaling; 'not resolved' inside the noise between processes, or where
     the wrapper or its baseline `base` ran one unstable process (stats.unsteady: the noise measured on steady processes
     does not speak for it; one H100's DDP x1 [bf16] read 'wrapper overhead 35.5%'). The report's and the forecast's
-    words for the row alike; '' without a single-device baseline."""
-    if math.isnan(c.speedup) or not c.baseline:
+    words for the row alike; '' without a single-device baseline, and '' where the baseline is c itself (`own_baseline`:
+    a sweep without single x1 of its settings holds each x1 against itself; an H200 sweep read 'wrapper overhead not
+    resolved (0.0% against FSDP x1 [bf16, adamw]: FSDP x1 [bf16, adamw] and FSDP x1 [bf16, adamw] ran ...')."""
+    if math.isnan(c.speedup) or not c.baseline or own_baseline(c):
         return ""
     over = 1 / c.speedup - 1
     shaky = stats.unsteady_words([b for b in (c, base) if b is not None])
@@ -139,6 +141,12 @@ def wrapper_overhead(c, base=None) -> str:
     if abs(over) <= noise:
         return f"wrapper overhead not resolved ({over:.1%} against {c.baseline}, within the {stats.percent(noise)} noise)"
     return f"wrapper overhead {over:.1%} (against {c.baseline})"
+
+
+def own_baseline(c) -> bool:
+    """Whether c was held against itself: the analysis falls back to a series' own one-device run where the sweep has
+    no single device x1 of its settings, so at one device the wrapper is its own baseline and has no overhead to tell."""
+    return bool(c.baseline) and c.baseline == c.label
 
 
 def measured_point(s: fs.Setting, count: int) -> fs.Point:

@@ -107,11 +107,17 @@ def _efficiency_words(c, what: str = "") -> str:
     return f"{e.shown:.0%}{what}" + (f"; {e.note}" if e.note else "")
 
 
+OWN_BASELINE = "– (its own baseline: no single device x1 with its settings in this sweep)"
+
+
 def efficiency_text(c, spec: str = ".0%", configs: list = ()) -> str:
     """The configuration's efficiency as shown: above 100% only with why (bench.stats.shown_efficiency); at one device
     a wrapper (DataParallel, DDP, ...) against single is its overhead, not scaling (`wrapper_text`, its baseline
-    looked up by label among `configs`)."""
+    looked up by label among `configs`); where that baseline is itself (no single device x1 of its settings ran), it
+    says so: no overhead to tell, never '0.0% against' itself."""
     if c.device_count == 1 and c.strategy != "single" and not math.isnan(c.speedup) and c.baseline:
+        if outlook.own_baseline(c):
+            return OWN_BASELINE
         return wrapper_text(c, next((b for b in configs if b.label == c.baseline), None))
     return stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count).text(spec)
 
