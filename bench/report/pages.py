@@ -157,3 +157,23 @@ def fmt(v, spec: str = "", suffix: str = "") -> str:
         return "–"
     spec = spec or (".1f" if abs(v) >= 100 else ".2f" if abs(v) >= 1 else "#.3g")
     return f"{v:{spec}}{suffix}"
+
+
+BOTH_AT = 1.25   # from 1.25x apart the two readings of a gap part by 5 points or more (20% slower, 25% faster): say both
+
+
+def slower_share(fast_sps: float, slow_sps: float) -> float:
+    """How much slower `slow` runs than `fast`, in throughput: 1 - slow / fast (0.28 for 164.4 against 226.8
+    samples/s). Never fast / slow - 1: that is how much faster the fast one is (an H200 report read 'the runner-up
+    ... is 144% slower' for 160.9 against 391.8 samples/s, which is 59% slower)."""
+    return 1 - slow_sps / fast_sps
+
+
+def slower_words(fast_sps: float, slow_sps: float, than: str = "") -> str:
+    """'28% slower', or with `than` '28% slower than the fastest'; from BOTH_AT apart the other reading too, as a
+    ratio: '59% slower (the fastest 2.44x as fast)', '59% slower than the fastest, which is 2.44x as fast'."""
+    head = f"{slower_share(fast_sps, slow_sps):.0%} slower" + (f" than {than}" if than else "")
+    ratio = fast_sps / slow_sps
+    if ratio < BOTH_AT:
+        return head
+    return f"{head}, which is {ratio:.2f}x as fast" if than else f"{head} (the fastest {ratio:.2f}x as fast)"
