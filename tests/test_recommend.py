@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import re
 
+import pytest
+
 from bench.analysis import results
 from bench.report import recommend, report
 from bench.store import store
@@ -299,3 +301,58 @@ def test_a_gap_under_the_floor_with_the_noise_not_measured_says_so_never_within_
     assert row[8].endswith("3% faster (under the 5% floor the suite calls a difference; noise not measured)"), row[8]
     assert "is 3% faster, under the 5% floor the suite calls a difference: DDP x2 is recommended" in t
     assert "The noise: not measured (" in t and "--repeats 3 measures it." in t and "within the noise" not in t
+
+
+def test_how_much_slower_is_one_minus_the_ratio_of_throughputs_and_a_large_gap_gives_both_readings(tmp_path, monkeypatch):
+    # An H200 rehearsal: 391.8 against 160.9 samples/s read "the runner-up ... is 144% slower" (391.8 / 160.9 - 1: how much
+    # faster the fastest is); slower in throughput is 1 - 160.9 / 391.8 = 59%. And 226.8 against 164.4 read 38%, truly 28%.
+    from bench.report import pages
+    assert pages.slower_words(391.8, 160.9) == "59% slower (the fastest 2.44x as fast)"
+    assert pages.slower_words(226.8, 164.4) == "28% slower (the fastest 1.38x as fast)"
+    assert pages.slower_words(400.0, 360.0) == "10% slower" and pages.slower_share(400.0, 360.0) == pytest.approx(0.1)
+    assert pages.slower_words(400.0, 100.0, "the fastest") == "75% slower than the fastest, which is 4.00x as fast"
+    monkeypatch.setenv("BENCH_HOST_NOISE", str(tmp_path / "none.json"))   # no selfcheck figure: the gap is not resolved
+    sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 130.0))])
+    t, row = _paragraph(sw), recommend.blocks(sw)[1][2][0]   # 492.3 against 320.0 samples/s
+    assert "The runner-up, single device x1, is 35% slower (the fastest 1.54x as fast): not told apart" in t, t
+    assert row[8] == "54% (not resolved: noise not measured)"   # the lead column keeps the lead: how much faster
+
+
+def test_a_fit_sweeps_unmeasured_bound_says_fit_does_not_trace_and_how_to_get_the_bound(tmp_path):
+    # An H200 fit read "no kernel traces of DDP x1 [bf16, adamw] (on CUDA a few traced steps run after every measured
+    # window unless --no-profile ...)": fit refuses --profile, so no flag of the reader's left them out
+    found = {"search": "ddp-x1", "batch": 32, "verdict": "fits", "budget_mib": 80000.0, "peak_mib": 1500.0}
+    sw = build(str(tmp_path / "fit.sqlite"), [(spec("ddp", 1, "bf16", mode="fit"), {**payload(1, 60.0), "fit": found}),
+                                              (spec("ddp", 1, "bf16"), {**payload(1, 60.0), "fit": found})])
+    assert sw.fit and [c.label for c in sw.bench["synthetic"]] == ["DDP x1 [bf16]"]
+    t = " ".join(recommend.sentences(sw, "synthetic", sw.bench["synthetic"], "bf16"))
+    assert ("What bounds the step is not measured: fit's measured runs are not traced (fit refuses --profile), so DDP x1 "
+            "[bf16] has no kernel traces; a sweep of it at that batch (--per-device-batch 32) traces a few steps after its "
+            "measured window on CUDA and measures the bound; measured: data waits") in t, t
+    assert "--no-profile" not in t
+    row = recommend.answer(sw, "synthetic", sw.bench["synthetic"], "bf16")[0]
+    assert row[7] == "not measured (fit's runs are not traced)" and recommend.bound_category(row[7]) == "not measured"
+    plain = build(str(tmp_path / "plain.sqlite"), [(spec("ddp", 1, "bf16"), payload(1, 60.0))])   # a sweep: as before
+    assert "no kernel traces of DDP x1 [bf16] (on CUDA a few traced steps run" in text(plain)
+
+
+def test_a_host_bound_step_under_fsdp_cpu_offload_names_the_offload_not_kernel_launches(tmp_path):
+    # An H200's FSDP x1 [bf16, offload=cpu, adamw]: GPU busy 28%, 212 ms a step against 68 ms without offload, advised
+    # "fewer, larger kernels help: --compile, a larger --per-device-batch"; the host runs the optimizer step and copies
+    from test_kineto_traces import _kernel, _step, _write
+
+    def traced(name: str) -> list:   # two traced steps, 0.25 ms of kernels each: host-bound in a 1 ms measured step
+        events = [e for k in range(2) for e in (_step(k + 1, k * 2000, 2000), _kernel("sm90_xmma_gemm_bf16", k * 2000 + 100, 250.0))]
+        return [{"rank": 0, "device_type": "cuda", "path": _write(tmp_path, name, events)}]
+    offload = spec("fsdp", 1, "bf16", options=(("offload", "cpu"),))
+    alone = build(str(tmp_path / "alone.sqlite"), [(offload, {**payload(1, 1.0), "traces": traced("alone")})])
+    c = alone.bench["synthetic"][0]
+    kind, why = recommend.bound(alone, "synthetic", c)
+    assert kind.startswith("host-bound") and "fewer, larger kernels" not in why and "--compile" not in why, why
+    assert ("with FSDP's CPU offload the host runs the optimizer step and the shards' copies each step: that is the "
+            "offload's cost; where the memory allows, offload none (--fsdp-offload none,cpu measures both") in why
+    both = build(str(tmp_path / "both.sqlite"), [(offload, {**payload(1, 1.0), "traces": traced("on")}),
+                                                 (spec("fsdp", 1, "bf16"), {**payload(1, 1.0), "traces": traced("off")})])
+    on, off = sorted(both.bench["synthetic"], key=lambda c: "offload" not in c.options)
+    assert recommend.bound(both, "synthetic", on)[1].endswith("offload none (the memory-levers table has both).")
+    assert "fewer, larger kernels help: --compile" in recommend.bound(both, "synthetic", off)[1]   # without offload: launches

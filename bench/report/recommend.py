@@ -26,8 +26,10 @@ from typing import Optional
 
 from bench import stats
 from bench.report import comm as comm_report
+from bench.report import levers
 from bench.report import traces as trace_report
 from bench.report import utilisation as utilisation_report
+from bench.report.pages import slower_words
 from bench.report.plots import file_name
 from bench.analysis.results import Sweep, diverged
 
@@ -264,9 +266,10 @@ SUMMARY_HEADERS = ["workload", "precision", "recommended", "samples/s", "efficie
 
 def _runner_up(best, second) -> tuple:
     """(Apart, sentence): whether the recommended (and fastest) configuration is told apart from the runner-up, and the
-    noise that says so with its source."""
+    noise that says so with its source. How much slower the runner-up is, in throughput (bench.report.pages.slower_words:
+    1 - slower / faster); the summary's lead column keeps the lead, how much faster the fastest is."""
     a = _apart(best, second)
-    apart = "as fast (less than 1% apart)" if a.gap < 0.005 else f"{a.gap:.0%} slower"
+    apart = "as fast (less than 1% apart)" if a.gap < 0.005 else slower_words(best.samples_per_s, second.samples_per_s)
     if a.within is None:
         held = a.why if a.why else f"the noise between processes is {a.noise.words()}"
         return a, (f"The runner-up, {second.label}, is {apart}: not told apart, {held}; rerun with --repeats 3 to "
@@ -330,11 +333,13 @@ def _bound(sweep: Sweep, workload: str, c, u: str) -> tuple:
     if b is None:
         if not math.isnan(comm) and comm > COMM_BOUND:
             return f"communication ({comm:.0%})", _comm_sentence(c, comm, workload)
+        measured = (f"measured: data waits {_share(wait / step) if not math.isnan(wait) else 'not recorded'}"
+                    f"{comm_words} {_where(workload, 'phases')}.")
+        if sweep.fit:
+            return "not measured (fit's runs are not traced)", f"What bounds the step is not measured: {_fit_untraced(c)}; {measured}"
         return "not measured (no kernel traces)", (
             f"What bounds the step is not measured: no kernel traces of {c.label} (on CUDA a few traced steps run after "
-            f"every measured window unless --no-profile; a failed profiler says why in the traces' notes); measured: "
-            f"data waits {_share(wait / step) if not math.isnan(wait) else 'not recorded'}{comm_words} "
-            f"{_where(workload, 'phases')}.")
+            f"every measured window unless --no-profile; a failed profiler says why in the traces' notes); {measured}")
     if b.share >= trace_report.COMPUTE_BOUND_BUSY:
         return f"compute-bound ({b.words()})", (
             f"Compute-bound: the GPU's computation and copies fill {b.share:.0%} of a {step:.1f} ms step "
@@ -348,7 +353,27 @@ def _bound(sweep: Sweep, workload: str, c, u: str) -> tuple:
     return f"host-bound ({b.words()})", (
         f"Host-bound: the GPU's computation and copies take {b.work_ms:.1f} ms of a {step:.1f} ms step ({b.words()}); "
         f"it waits for the host to issue work {b.idle_share:.0%} of the time{comm_words} (table: {workload}: profiler "
-        f"traces); fewer, larger kernels help: --compile, a larger --per-device-batch.")
+        f"traces); {_host_advice(sweep, workload, c)}.")
+
+
+def _fit_untraced(c) -> str:
+    """Fit refuses --profile, so "no kernel traces ... unless --no-profile" would send its reader after a flag never
+    passed: its runs are not traced; a sweep at the batch fit found traces a few steps after its window on CUDA."""
+    return (f"fit's measured runs are not traced (fit refuses --profile), so {c.label} has no kernel traces; a sweep of it "
+            f"at that batch (--per-device-batch {c.global_batch // max(1, c.device_count)}) traces a few steps after its "
+            f"measured window on CUDA and measures the bound")
+
+
+def _host_advice(sweep: Sweep, workload: str, c) -> str:
+    """What helps a host-bound step: fewer, larger kernels; but with FSDP's CPU offload the host runs the optimizer step
+    and the copies, which neither removes (an H200's FSDP x1 [bf16, offload=cpu, adamw]: 212 ms, GPU busy 28%; 68 ms
+    without offload)."""
+    if c.options.get("offload", "none") != "cpu":
+        return "fewer, larger kernels help: --compile, a larger --per-device-batch"
+    twin = any(on is c for _, on, _ in levers.pairs(sweep.bench.get(workload, [])))
+    return ("with FSDP's CPU offload the host runs the optimizer step and the shards' copies each step: that is the "
+            "offload's cost; where the memory allows, offload none " + ("(the memory-levers table has both)" if twin else
+            "(--fsdp-offload none,cpu measures both; the memory-levers table then sets them side by side)"))
 
 
 def _share(x: float) -> str:
