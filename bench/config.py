@@ -69,7 +69,7 @@ class SweepConfig:
     pg_timeout: Optional[float] = _f(None, "collective timeout, s; a rank making no progress for this long is named (default: 300 on CUDA, 120 on CPU)", "float", 1.0)
     threads_per_process: Optional[int] = _f(None, "torch threads per process, every strategy (default: cores // processes per node at the largest count)", "int", 1)
     repeats: Optional[int] = _f(None, "run each configuration this many times, each in fresh processes (the independent samples of compare; default: 3 on CPU, 1 on CUDA)", "int", 1)
-    noise_repeats: Optional[int] = _f(None, "processes the sweep's cheapest configuration runs in (at least --repeats), to measure how far fresh processes differ on this device: the noise the report holds every single-process comparison against (default: 3 on CUDA; 1 on CPU, where --repeats 3 already repeats every configuration)", "int", 1)
+    noise_repeats: Optional[int] = _f(None, "processes the sweep's cheapest configuration at each precision runs in (at least --repeats), to measure how far fresh processes differ on this device: the noise the report holds every single-process comparison at that precision against (default: 3 on CUDA; 1 on CPU, where --repeats 3 already repeats every configuration)", "int", 1)
     seed: int = _f(0, "seed for weights and synthetic data", "int", 0)
     synthetic_width: Optional[int] = _f(None, "synthetic MLP hidden width (default: 4096 on CUDA, 1024 on CPU; parameters ~ depth x width^2)", "int", 1)
     synthetic_depth: Optional[int] = _f(None, "synthetic MLP hidden layers (default: 8 on CUDA, 4 on CPU)", "int", 1)

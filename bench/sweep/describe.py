@@ -7,7 +7,7 @@ from __future__ import annotations
 from bench.config import SweepConfig
 from bench.shared import rehearsal
 from bench.sweep import settings
-from bench.sweep.plan import noise_probe
+from bench.sweep.plan import noise_probes
 from bench.workloads import registry
 
 
@@ -29,9 +29,7 @@ def describe_resolved(cfg: SweepConfig, given: set) -> list:
         lines.append(f"traces: {cfg.profile_steps} steps under torch.profiler after every measured window, the GPU's busy "
                      "share behind the report's bound (their cost is printed at the end; --no-profile skips them)")
     if cfg.noise_repeats and cfg.noise_repeats > cfg.repeats:
-        wl, strategy, precision, *_ = noise_probe(cfg)
-        lines.append(f"process noise: {wl} {strategy} [{precision}] runs in {cfg.noise_repeats} processes, the spread "
-                     "every single-process comparison of this device is held against (--noise-repeats sets how many)")
+        lines.append(_noise_line(cfg))
     if cfg.fresh_interpreters is False and "fresh_interpreters" not in given:
         lines.append("processes: forked from a server that has imported torch once (~1.5 s of CPU less each; "
                      "--fresh-interpreters starts each as a new interpreter)")
@@ -47,6 +45,18 @@ def describe_resolved(cfg: SweepConfig, given: set) -> list:
         lines.append(f"strong scaling: global batch {cfg.global_batch or 'per-device batch x ' + str(max(cfg.gpus))}; "
                      "a replica holding more than --per-device-batch samples accumulates gradients over micro-batches")
     return lines
+
+
+def _noise_line(cfg: SweepConfig) -> str:
+    """'process noise: synthetic single [fp32] and [bf16] each run in 3 processes, ...': the probe of every precision
+    (bench.sweep.plan.noise_probes), since a figure measured at one precision does not speak for another."""
+    probes = noise_probes(cfg)
+    wl, strategy = probes[0][:2]
+    several = len(probes) > 1
+    return (f"process noise: {wl} {strategy} {' and '.join(f'[{p[2]}]' for p in probes)} "
+            f"{'each run' if several else 'runs'} in {cfg.noise_repeats} processes, the spread every single-process "
+            f"comparison {'at that precision ' if several else ''}of this device is held against "
+            "(--noise-repeats sets how many)")
 
 
 def _text(v) -> str:

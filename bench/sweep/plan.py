@@ -127,20 +127,27 @@ def _global_batch(cfg: SweepConfig, info: WorkloadInfo, n: int) -> int:
     return pdb * n if cfg.scaling == "weak" else (cfg.global_batch or pdb * max(cfg.gpus))
 
 
-def noise_probe(cfg: SweepConfig) -> tuple:
+def noise_probe(cfg: SweepConfig, precision: Optional[str] = None) -> tuple:
     """(workload, strategy, precision, channels_last, compile, optimizer) of the configuration that runs in
-    --noise-repeats processes: the cheapest one, single at 1 device (else the first strategy at the smallest count) in the
-    first of every axis, of the synthetic MLP where the sweep trains it."""
+    --noise-repeats processes at `precision` (default: the sweep's first): the cheapest one, single at 1 device (else the
+    first strategy at the smallest count) in the first of every other axis, of the synthetic MLP where the sweep trains it."""
     wl = "synthetic" if "synthetic" in cfg.workloads else cfg.workloads[0]
     strategy = "single" if "single" in cfg.strategies else cfg.strategies[0]
-    return wl, strategy, cfg.precision[0], cfg.channels_last[0], cfg.compile[0], cfg.optimizer[0]
+    return wl, strategy, precision or cfg.precision[0], cfg.channels_last[0], cfg.compile[0], cfg.optimizer[0]
+
+
+def noise_probes(cfg: SweepConfig) -> list:
+    """`noise_probe` at every precision of the sweep: noise measured at one precision does not speak for another (one
+    H200's DeepLabV3 single x1: three fp32 processes 0.5% apart, compute-bound; two bf16 ones at 144 and 200 samples/s,
+    host-bound), so each precision's single-process comparisons are held against their own precision's processes."""
+    return [noise_probe(cfg, p) for p in cfg.precision]
 
 
 def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
     """Benchmark configurations (RunSpec or Skip) of a resolved config, in run order."""
     out = []
     cuda = cfg.device == "cuda"
-    probe = noise_probe(cfg)
+    probes = noise_probes(cfg)
     for wl in cfg.workloads:
         info = registry.info(wl, cfg)
         pdb = cfg.per_device_batch or info.default_batch
@@ -166,7 +173,7 @@ def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
                                       f"(global batch {global_b}); {wl} needs at least {info.min_replica_batch} per replica "
                                       f"(BatchNorm in training mode)")
                 first = n == (1 if strategy == "single" else min(cfg.gpus))
-                noisy = first and (wl, strategy, precision, cl, comp, opt) == probe and (ac, aux) == (
+                noisy = first and (wl, strategy, precision, cl, comp, opt) in probes and (ac, aux) == (
                     cfg.activation_checkpointing[0], auxes[0])
                 runs = strategy_options(cfg, strategy, n)
                 if strategy in PER_DEVICE:  # a rehearsal's ranks sharing a GPU: labelled so (bench.shared.rehearsal)
