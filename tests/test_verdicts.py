@@ -82,6 +82,52 @@ def test_selfchecks_figure_for_this_host_and_gpu_stands_in_and_says_where_it_cam
     assert ("beyond the noise, 0.4%, selfcheck's spread between 3 processes of single device x1 on host vm, "
             f"{H100}, 2026-11-24 (/r/selfcheck.sqlite sweep 4)") in text(sweep)
     assert h100(0.25).noise.source == "sweep"   # the sweep's own processes come first
+    # the entry above names no precision (every file before precisions were told apart): fp32's, never bf16's
+    assert sweep.noise_by_precision["bf16"].source == "none"
+    assert "fp32's 0.4% (selfcheck) does not carry over" in sweep.noise_by_precision["bf16"].detail
+    assert summary(sweep)[("deeplabv3", "bf16")]["lead over runner-up"] == "23% (not resolved: noise not measured)"
+
+
+def test_selfchecks_figures_are_kept_and_found_per_precision_and_an_entry_without_one_is_fp32s(tmp_path):
+    where = str(tmp_path / "host-noise.json")
+    old = {"hostname": "vm", "device_type": "cuda", "device_name": H100, "measured_at": "2026-11-24T22:40:00+0000",
+           "configuration": "single device x1", "process_sps": [1.0, 1.01]}
+    hostnoise.record(old, where)
+    assert hostnoise.lookup("vm", "cuda", H100, where=where) == old
+    assert hostnoise.lookup("vm", "cuda", H100, "fp32", where) == old
+    assert hostnoise.lookup("vm", "cuda", H100, "bf16", where) is None
+    bf16 = {**old, "precision": "bf16", "configuration": "single device x1 [bf16]", "process_sps": [144.4, 199.6]}
+    hostnoise.record(bf16, where)
+    assert hostnoise.lookup("vm", "cuda", H100, "bf16", where) == bf16 and hostnoise.lookup("vm", "cuda", H100, where=where) == old
+    newer = {**old, "precision": "fp32", "measured_at": "2026-11-27T07:30:00+0000"}
+    hostnoise.record(newer, where)   # replaces the old fp32 entry (its key names fp32 now), keeps bf16's
+    assert hostnoise.entries(where) == [bf16, newer] and hostnoise.lookup("vm", "cuda", H100, where=where) == newer
+
+
+def test_a_bf16_lead_is_not_judged_by_the_fp32_processes_spread(h100):
+    # One H200: three fp32 processes of DeepLabV3 single x1 ran 0.5% apart (compute-bound), two bf16 ones of one
+    # configuration 144 and 200 samples/s (host-bound). The sweep here repeats the fp32 MLP alone: its 1% speaks for
+    # fp32 comparisons, and a bf16 lead held against it would read "beyond the noise" on no bf16 evidence.
+    sweep = h100(0.01)
+    assert sweep.noise_by_precision["fp32"].source == "sweep" and sweep.noise.source == "sweep"
+    bf16 = sweep.noise_by_precision["bf16"]
+    assert not bf16.measured and "fp32's 1.0% (this sweep) does not carry over" in bf16.detail and "no bf16 configuration" in bf16.detail
+    for c in sweep.bench["deeplabv3"]:
+        assert c.noise_fallback == sweep.noise_by_precision[c.precision], c.label
+    rows = summary(sweep)
+    assert rows[("deeplabv3", "fp32")]["lead over runner-up"] == "8% (beyond 1.0% noise, this sweep)"
+    assert rows[("deeplabv3", "bf16")]["lead over runner-up"] == "23% (not resolved: noise not measured)"
+    assert "fp32's 1.0% (this sweep) does not carry over" in text(sweep)
+    # selfcheck's bf16 figure for this host and GPU stands in for bf16 alone; its fp32 figure never for bf16
+    bf16_entry = {"hostname": "vm", "device_type": "cuda", "device_name": H100, "precision": "bf16",
+                  "measured_at": "2026-11-27T07:30:00+0000", "configuration": "single device x1 [bf16]",
+                  "process_sps": [100.0, 101.0, 102.0], "store": "/r/selfcheck.sqlite", "sweep_id": 1}
+    hostnoise.record(bf16_entry)
+    sweep = h100(0.01)
+    assert sweep.noise_by_precision["bf16"].source == "host" and sweep.noise_by_precision["fp32"].source == "sweep"
+    # measured now, but the runner-up single device x1 [bf16] stepped unsteadily in its one process: not told by it
+    assert summary(sweep)[("deeplabv3", "bf16")]["lead over runner-up"] == "23% (not resolved: one unstable process, --repeats 3)"
+    assert "where the 2.0% noise was measured on steady processes" in text(sweep)
 
 
 def test_the_bound_is_the_gpus_busy_share_from_its_kernels_never_a_fall_through(h100):

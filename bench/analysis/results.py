@@ -24,6 +24,7 @@ from bench import stats
 from bench.analysis import fit, gpustate, utilisation
 from bench.shared import rehearsal
 from bench.shared.spec import STRATEGY_NAMES
+from bench.stats.noise import not_carried
 from bench.store import hostnoise, read
 from bench.store.read import pick_sweep  # noqa: F401  (readers of a sweep take both from here)
 
@@ -99,7 +100,7 @@ class Config:
     speedup: float = math.nan
     efficiency: float = math.nan
     efficiency_noise: float = math.nan  # the throughput difference this and its baseline cannot be told apart within
-    noise_fallback: stats.Noise = stats.NOT_MEASURED  # the noise where this or its rival ran one process: the sweep's or host's
+    noise_fallback: stats.Noise = stats.NOT_MEASURED  # the noise where this or its rival ran one process: its precision's
     baseline: str = ""
     traces: list = field(default_factory=list)   # --profile: traces rows, one per rank and repeat (with 'repeat')
     optimizer: str = "sgd"
@@ -164,7 +165,8 @@ class Sweep:
     loader: dict = field(default_factory=dict)     # device count -> loader-alone samples/s
     nodes: list = field(default_factory=list)      # per multi-node result: (result_id, node rows)
     env_results: dict = field(default_factory=dict)  # env_id -> config keys of the results measured under it
-    noise: stats.Noise = stats.NOT_MEASURED         # the process noise of a single process on this sweep's device (`noise`)
+    noise: stats.Noise = stats.NOT_MEASURED         # fp32's process noise where the sweep ran fp32, else its first precision's
+    noise_by_precision: dict = field(default_factory=dict)  # precision -> the process noise at it on this device (`noise`)
     fit: list = field(default_factory=list)        # ./run_bench.sh fit: one bench.analysis.fit.Search per configuration
     rehearsal_counts: set = field(default_factory=set)  # counts whose collectives ran on shared GPUs (bench.shared.rehearsal)
 
@@ -298,37 +300,43 @@ def diverged(c) -> bool:
     return bool(c.loss_not_finite) and c.loss_not_finite.get("last", True)
 
 
-def noise(configs: list, envs: list) -> stats.Noise:
-    """The process noise this sweep's comparisons fall back on where a configuration ran one process: the sweep's own
-    spread between the processes of the configurations it repeated on its device, else the figure selfcheck stored
-    for the host and device the sweep ran on (bench.store.hostnoise), else NOT_MEASURED. Never another device's."""
+def noise(configs: list, envs: list) -> dict:
+    """precision -> the process noise this sweep's comparisons at that precision fall back on where a configuration ran
+    one process: the sweep's own spread between the processes of the configurations it repeated on its device at that
+    precision, else the figure selfcheck stored for that host, device and precision (bench.store.hostnoise), else not
+    measured (`not_carried` names the figures of other precisions that do not speak for it). Never another device's or
+    precision's: one H200's fp32 DeepLabV3 processes ran 0.5% apart, two of its bf16 ones 38%."""
     if not configs:
-        return stats.NOT_MEASURED
+        return {}
     device = configs[0].device_type
-    own = stats.sweep_noise([(c.label, c.process_sps) for c in configs if c.device_type == device], device)
-    if own is not None:
-        return own
     env = envs[0] if envs else {}
     name = str(env.get("gpu_names") or "").split(",")[0].strip() if device == "cuda" else env.get("cpu_model")
-    return stats.host_noise(hostnoise.lookup(env.get("hostname"), device, name or None)) or stats.NOT_MEASURED
+    host = {p: stats.host_noise(e) for p, e in hostnoise.by_precision(env.get("hostname"), device, name or None).items()}
+    found = {}
+    for p in sorted({c.precision for c in configs if c.device_type == device}):
+        found[p] = (stats.sweep_noise([(c.label, c.process_sps) for c in configs
+                                       if c.device_type == device and c.precision == p], device) or host.get(p))
+    measured = {p: n for p, n in {**host, **found}.items() if n is not None}
+    return {p: n if n is not None else not_carried(p, measured) for p, n in found.items()}
 
 
-def _with_scaling(configs: list, fallback: stats.Noise = stats.NOT_MEASURED) -> list:
+def _with_scaling(configs: list, fallback: dict = None) -> list:
     """Speed-up and efficiency against single at 1 device of the same numerics, optimizer and activation checkpointing,
-    else the series' own 1-device result; `fallback` is the noise where a configuration or its baseline ran one process.
+    else the series' own 1-device result; `fallback` (precision -> Noise, `noise`) gives the noise where a configuration
+    or its baseline (of the same precision) ran one process: its precision's, NOT_MEASURED where it has none.
     (Without the checkpointing in the key, one H100's DDP x1 was held against single x1 [ac=full], 1.8x slower: 'wrapper
     overhead -37%'.)"""
     numerics = lambda c: (c.precision, c.channels_last, c.compiled, c.optimizer, c.activation_checkpointing, c.aux)  # noqa: E731
     singles = {numerics(c): c for c in configs if c.strategy == "single" and c.device_count == 1}
     ones = {c.series: c for c in configs if c.device_count == 1}
     for c in configs:
-        c.noise_fallback = fallback
+        c.noise_fallback = (fallback or {}).get(c.precision, stats.NOT_MEASURED)
         base = singles.get(numerics(c)) or ones.get(c.series)
         if base is not None:
             c.baseline = base.label
             c.speedup = stats.speedup(c.samples_per_s, base.samples_per_s)
             c.efficiency = stats.efficiency(c.samples_per_s, base.samples_per_s, c.device_count, c.scaling)
-            c.efficiency_noise = 0.0 if base is c else stats.noise_bound(c.process_sps, base.process_sps, fallback)
+            c.efficiency_noise = 0.0 if base is c else stats.noise_bound(c.process_sps, base.process_sps, c.noise_fallback)
     order = {s: i for i, s in enumerate(STRATEGY_ORDER)}
     return sorted(configs, key=lambda c: (c.variant != "fp32", c.precision, order.get(c.strategy, len(order)),
                                           c.variant, c.device_count))
@@ -378,8 +386,10 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
         if read.has_measured_steps(conn, rs[0]["result_id"]):
             c = _config(conn, rs)
             by_workload.setdefault(c.workload, []).append(c)
-    out.noise = noise([c for cs in by_workload.values() for c in cs], envs)
-    out.bench = {w: _with_scaling(cs, out.noise) for w, cs in sorted(by_workload.items())}
+    out.noise_by_precision = noise([c for cs in by_workload.values() for c in cs], envs)
+    by = out.noise_by_precision   # Sweep.noise: fp32's where it ran, else the first precision's (sorted)
+    out.noise = by.get("fp32") or next(iter(by.values()), stats.NOT_MEASURED)
+    out.bench = {w: _with_scaling(cs, out.noise_by_precision) for w, cs in sorted(by_workload.items())}
     utilisation.attach(out)  # MFU against the sweep's own --peak-tflops or the table (report --peak-tflops: again)
     return out
 

@@ -2,12 +2,15 @@
 difference must clear and where that figure came from (`Noise`), comparisons of per-process throughputs (Welch,
 paired, with a configuration's own evidence over sweeps), Holm's correction, and how an efficiency above 100% is shown.
 
-The noise of a comparison rests on evidence measured on the device it speaks of, never on another device's
-(`pair_noise`): the two configurations' own repeats where both ran in several processes; else this sweep's spread
-between the processes of the configurations it repeated on this device (`sweep_noise`: on CUDA the sweep runs its
-cheapest configuration in 3 processes for it, bench.sweep.plan); else the figure `selfcheck` measured on this host and
-device (`host_noise`, kept by bench.store.hostnoise); else it is not measured (NOT_MEASURED), and no lead and no tie
-is called on it.
+The noise of a comparison rests on evidence measured on the device and at the precision it speaks of, never on another
+device's or precision's (`pair_noise`): the two configurations' own repeats where both ran in several processes; else
+this sweep's spread between the processes of the configurations it repeated on this device at that precision
+(`sweep_noise`: on CUDA the sweep runs its cheapest configuration of every precision in 3 processes for it,
+bench.sweep.plan); else the figure `selfcheck` measured on this host and device at that precision (`host_noise`, kept
+by bench.store.hostnoise); else it is not measured (NOT_MEASURED, or `not_carried` where another precision's was), and
+no lead and no tie is called on it. One precision's figure does not speak for another's: on one H200 three fp32
+processes of DeepLabV3 single x1 ran 0.5% apart (compute-bound, GPU busy 91%) and two bf16 ones of it 144 and 200
+samples/s (host-bound, GPU busy 39-56%), 38% apart.
 """
 from __future__ import annotations
 
@@ -88,9 +91,26 @@ NOT_MEASURED = Noise(float("nan"), "none", "no configuration ran in several proc
                                            "selfcheck has stored no figure for this host and device")
 
 
+def not_carried(precision: str, measured: dict) -> Noise:
+    """The noise at `precision` where none was measured at it but at other precisions (`measured`: precision -> Noise):
+    not measured, saying the other precisions' figures do not carry over and why; NOT_MEASURED where none was."""
+    measured = {p: n for p, n in measured.items() if p != precision and n.measured}
+    if not measured:
+        return NOT_MEASURED
+    others = " and ".join(f"{p}'s {percent(n.fraction)} ({'this sweep' if n.source == 'sweep' else 'selfcheck'})"
+                          for p, n in sorted(measured.items()))
+    return Noise(float("nan"), "none", f"no {precision} configuration ran in several processes on this device in this "
+                                       f"sweep, and selfcheck has stored no {precision} figure for this host and device; "
+                                       f"{others} {'does' if len(measured) == 1 else 'do'} not carry over, since "
+                                       "processes of one precision can differ far more than another's: on one H200, "
+                                       "three fp32 processes of DeepLabV3 single x1 ran 0.5% apart, two host-bound bf16 "
+                                       "ones 144 and 200 samples/s")
+
+
 def pair_noise(a_sps: Sequence[float], b_sps: Sequence[float], fallback: Noise = NOT_MEASURED) -> Noise:
     """The noise two configurations are told apart by: the larger spread between their processes where both ran
-    several (`repeat_spread`), else `fallback` (the sweep's, the host's, or NOT_MEASURED: bench.analysis.results)."""
+    several (`repeat_spread`), else `fallback` (the sweep's or the host's at their precision, or NOT_MEASURED:
+    bench.analysis.results)."""
     spreads = [repeat_spread(a_sps), repeat_spread(b_sps)]
     if any(math.isnan(v) for v in spreads):
         return fallback
@@ -104,8 +124,9 @@ def noise_bound(a_sps: Sequence[float], b_sps: Sequence[float], fallback: Noise 
 
 
 def sweep_noise(repeated: Sequence[tuple], device: str) -> Optional[Noise]:
-    """This sweep's process-to-process noise on one device: the largest spread over the configurations it ran in
-    several processes there. repeated: [(label, [samples/s per process])]; None where none ran in several."""
+    """This sweep's process-to-process noise on one device (at one precision: the caller passes that precision's
+    configurations alone): the largest spread over the configurations it ran in several processes there.
+    repeated: [(label, [samples/s per process])]; None where none ran in several."""
     spread = [(repeat_spread(sps), label, len(sps)) for label, sps in repeated if len(sps) >= 2]
     spread = [s for s in spread if not math.isnan(s[0])]
     if not spread:
