@@ -104,9 +104,51 @@ def test_a_one_step_sweep_runs_each_configuration_once_untraced_on_cuda_and_only
             bench = [s for s in plan(cfg, h100) if isinstance(s, RunSpec) and s.mode == "bench"]
             if title == "main sweep":
                 assert cfg.noise_repeats == ss.NOISE_PROCESSES and max(s.repeat for s in bench) == ss.NOISE_PROCESSES - 1
+                for precision in ("fp32", "bf16"):   # the host's noise at each precision: one does not speak for another
+                    assert sorted(s.repeat for s in bench if (s.strategy, s.device_count, s.precision) == (
+                        "single", 1, precision)) == list(range(ss.NOISE_PROCESSES)), (n, precision)
                 continue
             assert [s.repeat for s in bench] == [0] * len(bench), (n, title)
             assert not cfg.profile and all(s.profile_steps == 0 for s in bench), (n, title)
+
+
+def _processes(path: str, sid: int, precision: str, throughputs: tuple) -> None:
+    """The synthetic MLP's single x1 at `precision` in one process per throughput factor (1.0: the H100's step)."""
+    from bench.store import store
+    from report_fixtures import H100, H100_SYNTHETIC_MS, h100_spec
+    conn = store.connect(path)
+    env_id = conn.execute("SELECT env_id FROM sweeps WHERE sweep_id = ?", (sid,)).fetchone()[0]
+    for r, f in enumerate(throughputs):
+        ms = [H100_SYNTHETIC_MS / f] * 20
+        pl = {"steps": [{"kind": "measure", "rank": 0, "step": i, "step_ms": t} for i, t in enumerate(ms)],
+              "windows": [{"kind": "measure", "rank": 0, "wall_s": sum(ms) / 1e3, "samples": 512 * len(ms), "steps": len(ms)}],
+              "memory": [{"rank": 0, "device": "cuda:0", "device_name": H100, "peak_allocated_mib": 1618,
+                          "peak_reserved_mib": 1718, "device_used_mib": 2469}]}
+        record.record_result(conn, sid, env_id, h100_spec("synthetic", "single", precision, repeat=r, batch=512), "ok",
+                             payload=pl)
+    conn.close()
+
+
+def test_the_host_noise_is_kept_per_precision_and_a_precision_without_repeats_gets_none(tmp_path, monkeypatch):
+    # One H200: fp32 processes of DeepLabV3 single x1 0.5% apart, two bf16 ones 38%: the main sweep's fp32 and bf16 both
+    # repeat single x1 (its noise probe at every precision), and each precision's spread is kept under its own key.
+    from bench.commands import selfcheck
+    from bench.store import hostnoise
+    from report_fixtures import H100, build_h100_store
+    monkeypatch.setenv("BENCH_HOST_NOISE", str(tmp_path / "host-noise.json"))
+    path = str(tmp_path / "s.sqlite")
+    sid = build_h100_store(path, 0.01)   # fp32 MLP in 3 processes; DeepLabV3 fp32 and bf16 in one each
+    name, ok, detail = selfcheck.host_noise(path, sid)
+    assert name == "process noise measured" and ok is False and "no bf16 configuration ran in two processes" in detail
+    assert hostnoise.lookup("vm", "cuda", H100, "fp32")["precision"] == "fp32"
+    assert hostnoise.lookup("vm", "cuda", H100, "bf16") is None   # fp32's figure is never kept as bf16's
+    _processes(path, sid, "bf16", (1.0, 0.72, 1.0))
+    name, ok, detail = selfcheck.host_noise(path, sid)
+    assert ok is True and detail.startswith("bf16: 28%, selfcheck's spread between 3 processes of single device x1 [bf16]")
+    assert "; fp32: 1.0%, selfcheck's spread between 3 processes of single device x1 on host vm" in detail
+    bf16, fp32 = (hostnoise.lookup("vm", "cuda", H100, p) for p in ("bf16", "fp32"))
+    assert (bf16["precision"], bf16["configuration"], len(bf16["process_sps"])) == ("bf16", "single device x1 [bf16]", 3)
+    assert fp32["configuration"] == "single device x1" and len(hostnoise.entries()) == 2
 
 
 def _record(conn, sid, status="ok", reason=None, **spec):

@@ -14,9 +14,10 @@ gate at 2 devices. Then it checks what only real hardware can show:
                   recorded topology (NVLink by generation and links, PCIe by generation and width; 30% through a
                   CPU); a shortfall names the link and the NCCL settings that change the transport
     one step      each configuration above ran; a skip fails, except bf16 on GPUs without it (stated)
-    noise         the spread between the main sweep's processes of single x1, kept for this host and device
-                  (bench.store.hostnoise): a report of any store on this host falls back on it where a sweep ran a
-                  configuration in one process and measured no spread of its own
+    noise         the spread between the main sweep's processes of single x1 at each precision it ran, kept for
+                  this host, device and precision (bench.store.hostnoise): a report of any store on this host falls
+                  back on it where a sweep ran a configuration at that precision in one process and measured no
+                  spread of its own there
 and prints PASS, FAIL or SKIP (nothing to check there: one device has no link and no gate) with the figures;
 exit 1 if anything failed, else 0. With no GPU it says so and exits 0 having checked nothing; GPUs the installed
 torch cannot drive fail. `--device cpu` runs the checks on CPU/gloo for the suite's own tests: no link to compare,
@@ -159,8 +160,10 @@ def checks(path: str, sweep_ids: list | None = None, steps: tuple = (), gate: tu
 
 
 def host_noise(path: str, sweep_id: int) -> tuple:
-    """(check, passed, detail): the spread between the processes of the main sweep's repeated configuration, stored as
-    this host and device's process noise (bench.store.hostnoise); fails where no configuration ran in two processes."""
+    """(check, passed, detail): per precision, the spread between the processes of the main sweep's configuration
+    repeated at it, stored as this host, device and precision's process noise (bench.store.hostnoise: one precision's
+    figure does not speak for another's); fails where a precision of the main sweep ran no configuration in two
+    processes or more."""
     from bench.analysis import results
     from bench.store import hostnoise
     conn = store.connect(path, readonly=True)
@@ -168,18 +171,32 @@ def host_noise(path: str, sweep_id: int) -> tuple:
         sweep = results.load(conn, sweep_id)
     finally:
         conn.close()
-    repeated = [c for cs in sweep.bench.values() for c in cs if len(c.process_sps) >= 2]
-    if not repeated:
-        return "process noise measured", False, "no configuration of the main sweep ran in two processes or more"
-    c = max(repeated, key=lambda c: len(c.process_sps))
+    configs = [c for cs in sweep.bench.values() for c in cs]
+    precisions = sorted({c.precision for c in configs})
     env = sweep.envs[0] if sweep.envs else {}
-    entry = {"hostname": env.get("hostname"), "device_type": c.device_type,
-             "device_name": (str(env.get("gpu_names") or "").split(",")[0].strip() if c.device_type == "cuda"
-                             else env.get("cpu_model")) or None,
-             "measured_at": sweep.sweep.get("started_at"), "configuration": c.label, "process_sps": list(c.process_sps),
-             "store": os.path.abspath(path), "sweep_id": sweep_id}
-    where = hostnoise.record(entry)
-    return ("process noise measured", True, f"{stats.host_noise(entry).words()}; kept for this host and device in {where}")
+    kept, where = {}, None
+    for p in precisions:
+        repeated = [c for c in configs if c.precision == p and len(c.process_sps) >= 2]
+        if repeated:
+            entry = _noise_entry(max(repeated, key=lambda c: len(c.process_sps)), env, sweep, path, sweep_id)
+            where = hostnoise.record(entry)
+            kept[p] = stats.host_noise(entry).words()
+    if not kept:
+        return "process noise measured", False, "no configuration of the main sweep ran in two processes or more"
+    missing = [p for p in precisions if p not in kept]
+    detail = "; ".join(f"{p}: {words}" for p, words in kept.items()) + f"; kept for this host and device in {where}"
+    if missing:
+        detail += f"; no {' or '.join(missing)} configuration ran in two processes or more: no figure at that precision"
+    return "process noise measured", not missing, detail
+
+
+def _noise_entry(c, env: dict, sweep, path: str, sweep_id: int) -> dict:
+    """The hostnoise entry of configuration c's processes (bench.store.hostnoise), under its precision."""
+    return {"hostname": env.get("hostname"), "device_type": c.device_type,
+            "device_name": (str(env.get("gpu_names") or "").split(",")[0].strip() if c.device_type == "cuda"
+                            else env.get("cpu_model")) or None, "precision": c.precision,
+            "measured_at": sweep.sweep.get("started_at"), "configuration": c.label, "process_sps": list(c.process_sps),
+            "store": os.path.abspath(path), "sweep_id": sweep_id}
 
 
 def _last_sweep_id(path: str) -> int:

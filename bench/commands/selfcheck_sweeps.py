@@ -6,8 +6,9 @@ ran (bench.commands.selfcheck reads them back).
 
 1. The main sweep: the synthetic model under single, DataParallel and DDP at 1 device and at all of them, fp32 (and
    bf16 where the GPUs have it in hardware) and the all-reduce microbenchmark (with the equivalence gate on up to
-   GATE_COUNT devices); single x1 in NOISE_PROCESSES processes. The timing, memory and bus-bandwidth checks read it,
-   and the spread between those processes is kept as this host's process noise (bench.store.hostnoise).
+   GATE_COUNT devices); single x1 in NOISE_PROCESSES processes at each precision (fp32 and bf16 on CUDA: the sweep's
+   noise probe, bench.sweep.plan.noise_probes). The timing, memory and bus-bandwidth checks read it, and the spread
+   between those processes is kept as this host's process noise per precision (bench.store.hostnoise).
 2. One step (the fewest a sweep measures, ONE_STEP) of each configuration a machine must carry, at the largest count:
    DDP (the main sweep's own), FSDP, fp16 with the gradient scaler, bf16, torch.compile, DeepLabV3 in channels_last on
    synthetic images (nothing is downloaded).
@@ -33,7 +34,7 @@ SYNTHETIC = {  # the synthetic model: on CUDA its 268 MB of fp32 gradients (4 x 
     "cpu": ["--synthetic-width", "256", "--synthetic-depth", "2", "--per-device-batch", "16"],
 }
 MAIN_STEPS = {"cuda": "20", "cpu": "8"}
-NOISE_PROCESSES = 3   # the main sweep's cheapest configuration (single x1) runs in 3 processes: this host's process noise
+NOISE_PROCESSES = 3   # the main sweep's single x1 runs in 3 processes at each precision: this host's process noise there
 # A one-step run proves a path runs, nothing more: one process, no trace. Without these a CUDA one-step sweep took the
 # device defaults (3 processes for its noise, 3 traced steps): on one H100 the self-check's one-step sweeps ran 3x as
 # many processes and the whole check outran a 240 s limit it had kept in 166 s (examples/h100-2026-11-26).
