@@ -85,7 +85,8 @@ def test_selfchecks_figure_for_this_host_and_gpu_stands_in_and_says_where_it_cam
     # the entry above names no precision (every file before precisions were told apart): fp32's, never bf16's
     assert sweep.noise_by_precision["bf16"].source == "none"
     assert "fp32's 0.4% (selfcheck) does not carry over" in sweep.noise_by_precision["bf16"].detail
-    assert summary(sweep)[("deeplabv3", "bf16")]["lead over runner-up"] == "23% (not resolved: noise not measured)"
+    assert summary(sweep)[("deeplabv3", "bf16")]["lead over runner-up"] == ("23% (not resolved: noise not measured, one "
+                                                                            "unstable process, --repeats 3)")
 
 
 def test_selfchecks_figures_are_kept_and_found_per_precision_and_an_entry_without_one_is_fp32s(tmp_path):
@@ -116,7 +117,8 @@ def test_a_bf16_lead_is_not_judged_by_the_fp32_processes_spread(h100):
         assert c.noise_fallback == sweep.noise_by_precision[c.precision], c.label
     rows = summary(sweep)
     assert rows[("deeplabv3", "fp32")]["lead over runner-up"] == "8% (beyond 1.0% noise, this sweep)"
-    assert rows[("deeplabv3", "bf16")]["lead over runner-up"] == "23% (not resolved: noise not measured)"
+    assert rows[("deeplabv3", "bf16")]["lead over runner-up"] == ("23% (not resolved: noise not measured, one unstable "
+                                                                  "process, --repeats 3)")
     assert "fp32's 1.0% (this sweep) does not carry over" in text(sweep)
     # selfcheck's bf16 figure for this host and GPU stands in for bf16 alone; its fp32 figure never for bf16
     bf16_entry = {"hostname": "vm", "device_type": "cuda", "device_name": H100, "precision": "bf16",

@@ -77,10 +77,11 @@ def _apart(faster, slower) -> Apart:
     if gap < LEAD_FLOOR:
         return Apart(gap, True, noise)
     shaky = [c.label for c in (faster, slower) if unsteady(c)]
-    if noise.measured and noise.source != "repeats" and shaky:
+    if noise.source != "repeats" and shaky:  # unstable first: it holds whether or not a noise figure exists
+        held = (f"where the {stats.percent(noise.fraction)} noise was measured on steady processes" if noise.measured
+                else f"and the noise between processes at its precision is {noise.words()}")
         return Apart(gap, None, noise, f"{' and '.join(shaky)} ran one process whose steps spread more than "
-                                       f"{stats.UNSTABLE_IQR_FRACTION:.0%} of their median (unstable), where the "
-                                       f"{stats.percent(noise.fraction)} noise was measured on steady processes")
+                                       f"{stats.UNSTABLE_IQR_FRACTION:.0%} of their median (unstable), {held}")
     return Apart(gap, gap < noise.fraction if noise.measured else None, noise)
 
 
@@ -118,7 +119,8 @@ def _margin_note(a: Apart) -> str:
     """How the summary table qualifies a gap: 'within 25% noise, selfcheck', 'beyond 0.8% noise, this sweep',
     'not resolved: noise not measured', 'under the 5% floor the suite calls a difference; noise 1.0%, this sweep'."""
     if a.within is None:
-        return "not resolved: " + ("one unstable process, --repeats 3" if a.why else "noise not measured")
+        why = ([] if a.noise.measured else ["noise not measured"]) + (["one unstable process, --repeats 3"] if a.why else [])
+        return "not resolved: " + ", ".join(why)
     src = NOISE_SOURCE.get(a.noise.source, a.noise.source)
     if _by_floor(a):
         return f"{_floor_words()}; " + (f"noise {stats.percent(a.noise.fraction)}, {src}" if a.noise.measured
