@@ -29,6 +29,7 @@ from bench.report import comm as comm_report
 from bench.report import levers
 from bench.report import traces as trace_report
 from bench.report import utilisation as utilisation_report
+from bench.report.frontier import peak_mib
 from bench.report.pages import slower_words
 from bench.report.plots import file_name
 from bench.analysis.results import Sweep, diverged
@@ -233,7 +234,7 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
         if n:
             f = max((c for c in fsdp if c.device_count == n), key=lambda c: c.samples_per_s)
             d = max((c for c in ddp if c.device_count == n), key=lambda c: c.samples_per_s)
-            fm, dm = _peak(f), _peak(d)
+            fm, dm = peak_mib(f), peak_mib(d)  # the budget table's figure (CUDA: the device level)
             mem = (f"holds {1 - fm / dm:.0%} less memory per {'GPU' if u == 'GPUs' else 'process'}" if fm < dm
                    else f"holds {fm / dm - 1:.0%} more memory per {'GPU' if u == 'GPUs' else 'process'}") if fm and dm else "memory not recorded"
             speed = f.samples_per_s / d.samples_per_s
@@ -281,11 +282,6 @@ def _runner_up(best, second) -> tuple:
     if a.within:
         return a, f"The runner-up, {second.label}, is only {apart}: within {_noise_words(a)}."
     return a, f"The runner-up, {second.label}, is {apart}: beyond the noise, {a.noise.words()}."
-
-
-def _peak(c):
-    mem = c.reserved_mib or c.memory_mib
-    return max(mem.values()) if mem else None
 
 
 BOUND_CATEGORIES = {"compute-bound": "compute", "host-bound": "host", "CPU work": "cpu"}
