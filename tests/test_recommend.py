@@ -149,6 +149,9 @@ def test_fsdp_beside_ddp_holds_the_memory_the_budget_table_holds(tmp_path):
                                             (spec("ddp", 2), payload(2, 100.0, mem_mib=1000.0, level_mib=1500.0)),
                                             (spec("fsdp", 2), payload(2, 107.0, mem_mib=590.0, level_mib=1650.0))])
     assert "FSDP holds 10% more memory per GPU and is 7% slower than DDP at 2 GPUs" in text(sw)
+    one = build(str(tmp_path / "one.sqlite"), [(spec("ddp", 1), payload(1, 100.0, level_mib=1500.0)),
+                                               (spec("fsdp", 1), payload(1, 107.0, level_mib=1500.0))])
+    assert "FSDP holds 0% more memory per GPU and is 7% slower than DDP at 1 GPU " in text(one)  # not '1 GPUs'
 
 
 def test_each_precision_gets_its_own_answer_and_the_environment_comes_last(tmp_path):

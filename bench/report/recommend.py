@@ -238,7 +238,7 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
             mem = (f"holds {1 - fm / dm:.0%} less memory per {'GPU' if u == 'GPUs' else 'process'}" if fm < dm
                    else f"holds {fm / dm - 1:.0%} more memory per {'GPU' if u == 'GPUs' else 'process'}") if fm and dm else "memory not recorded"
             speed = f.samples_per_s / d.samples_per_s
-            out.append(f"FSDP {mem} and is {abs(1 - speed):.0%} {'slower' if speed < 1 else 'faster'} than DDP at {n} {u} "
+            out.append(f"FSDP {mem} and is {abs(1 - speed):.0%} {'slower' if speed < 1 else 'faster'} than DDP at {n} {u if n > 1 else u[:-1] if u == 'GPUs' else 'process'} "
                        f"{_where(workload, 'memory')}.")
     eff = stats.shown_efficiency(best.efficiency, best.efficiency_noise, best.device_count).text() if many and not math.isnan(best.efficiency) else "–"
     if tie is not None:
