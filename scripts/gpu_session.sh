@@ -6,10 +6,11 @@
 #                                            sharded strategies under AdamW with the gate, bf16 at fewer threads
 #   scripts/gpu_session.sh one-call [LIMIT_S] a 15-minute lease in one call: the rehearsal of two ranks on the GPU
 #                                            beside the gpu tests, DeepLabV3's verdicts, the transformer, the self-check
-#   scripts/gpu_session.sh follow-up [LIMIT_S] what one-call left unproven (2026-11-26): the sharded gate at two CUDA
-#                                            ranks on the meta-built transformer, DeepLabV3's 3-process noise, the
-#                                            transformer's FSDP/HSDP with checkpointing, CPU offload, fit
-#   scripts/gpu_session.sh finish [LIMIT_S]   follow-up's second call: the self-check, compile's time to train
+#   scripts/gpu_session.sh follow-up [LIMIT_S] what the 2026-11-26 and -27 leases left unproven: the gpu tests alone,
+#                                            DeepLabV3's noise at each precision, compile's time to train, fit
+#                                            meeting a real out-of-memory error (2026-11-27 it ran the sharded gate at
+#                                            two CUDA ranks, FSDP/HSDP with checkpointing, offload, fit in 16 GiB)
+#   scripts/gpu_session.sh finish [LIMIT_S]   follow-up's second call: the self-check (its noise at each precision)
 # Every stage gets what is left of LIMIT_S (default 570 s) and is cut with `timeout`, so the command ends inside it;
 # an interrupted sweep is resumed by the next call (carry results/). Logs and results/ (stores, traces) are packed under $OUT (default results/gpu-session). On a machine whose Python already has a CUDA torch
 # and this suite's dependencies (BENCH_VENV, default /opt/torch/.venv where present) nothing is installed.
@@ -114,31 +115,21 @@ one-call)  # everything a 15-minute lease allows in one call, most telling first
         --strategies fsdp --precision bf16 --optimizer adamw --fsdp-offload none,cpu --noise-repeats 1 --no-report
     stage selfcheck 240 ./run_bench.sh selfcheck
     ;;
-follow-up)  # what the 2026-11-26 lease left unproven, most telling first: the FSDP/HSDP gate at two CUDA ranks over gloo
-    # (the CPU-mesh gather) on the meta-built transformer made real unit by unit, beside the gpu tests; DeepLabV3's noise
-    # from 3 processes and its bound; the transformer's FSDP/HSDP with activation checkpointing, FSDP's CPU offload, fit
+follow-up)  # what two leases left unproven (2026-11-26 H100, 2026-11-27 H200), most telling first: the gpu-marked tests
+    # alone (beside other work both leases cut them); DeepLabV3's noise at each precision (fp32 and bf16 x 3 processes:
+    # on the H200 bf16 processes ran 38% apart); compile's time to train; fit meeting a real CUDA out-of-memory error
+    # (no budget: batches 64, 128, then bisection on the GPU's own memory)
     stage env 30 bash -c 'nvidia-smi; nproc; free -g; df -h /dev/shm; "$BENCH_VENV/bin/python" -c "import torch, torchvision; print(torch.__version__, torch.version.cuda, torchvision.__version__, torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0), torch.cuda.nccl.version())"'
-    setsid bash -c './run_tests.sh --run-gpu -m gpu -k "not selfcheck" -p no:cacheprovider > "$1" 2>&1
-                    echo "=== gpu-tests: exit $?" >> "$1"' _ "$OUT/gpu-tests.log" &
-    tests_pid=$!
-    stage rehearsal 100 env BENCH_REHEARSE_ON_ONE_GPU=1 ./run_bench.sh --store results/rehearsal.sqlite --label "$gpu-rehearsal" \
-        --workloads transformer --transformer-preset tiny --strategies fsdp,hsdp --gpus 2 --optimizer adamw \
-        --check-equivalence --noise-repeats 1 --steps 10 --no-comm-bench --no-report
-    stage gpu-tests-wait 45 bash -c "while kill -0 $tests_pid 2>/dev/null; do sleep 1; done"
-    kill -- -"$tests_pid" 2>/dev/null && echo "=== gpu-tests: stopped unfinished" | tee -a "$log"
-    stage deeplabv3-verdicts 150 ./run_bench.sh --store "$STORE" --label "$gpu" --workloads deeplabv3 \
+    stage gpu-tests 150 ./run_tests.sh --run-gpu -m gpu -k "not selfcheck" -p no:cacheprovider
+    stage deeplabv3-noise 180 ./run_bench.sh --store "$STORE" --label "$gpu" --workloads deeplabv3 \
         --strategies single --precision fp32,bf16 --noise-repeats 3 --no-report
-    stage transformer-sharded 100 ./run_bench.sh --store "$STORE" --label "$gpu" --workloads transformer \
-        --strategies fsdp,hsdp --precision bf16 --optimizer adamw --activation-checkpointing none,full --no-report
-    stage transformer-offload 45 ./run_bench.sh --store "$STORE" --label "$gpu" --workloads transformer \
-        --strategies fsdp --precision bf16 --optimizer adamw --fsdp-offload cpu --no-report
-    stage fit 150 ./run_bench.sh fit --store "$STORE" --label "$gpu" --workloads transformer --strategies ddp,fsdp \
-        --precision bf16 --optimizer adamw --per-device-batch 8 --max-batch 16 --memory-budget-gib 16 --no-report
+    stage deeplabv3-compile 200 ./run_bench.sh --store "$STORE" --label "$gpu" --workloads deeplabv3 \
+        --strategies single --precision bf16 --compile false,true --noise-repeats 1 --no-report
+    stage fit-oom 150 ./run_bench.sh fit --store "$STORE" --label "$gpu" --workloads transformer --strategies ddp \
+        --precision bf16 --optimizer adamw --per-device-batch 64 --max-batch 128 --no-report
     ;;
-finish)  # the second call of a follow-up lease, on the warm machine: the self-check whole, then compile's time to train
-    stage selfcheck 260 ./run_bench.sh selfcheck
-    stage deeplabv3-compile 240 ./run_bench.sh --store "$STORE" --label "$gpu" --workloads deeplabv3 \
-        --strategies single --precision bf16 --compile false,true --no-report
+finish)  # the second call of a follow-up lease, on the warm machine: the self-check whole (its host noise per precision)
+    stage selfcheck 280 ./run_bench.sh selfcheck
     ;;
 *) echo "unknown stage set: $what (check, sweeps, extras, one-call, follow-up or finish)" >&2; exit 2 ;;
 esac
