@@ -240,3 +240,22 @@ def held_out_pair(tmp_path_factory) -> tuple:
 def adamw_60m(tmp_path_factory) -> tuple:
     """(the completed process, its store path) of ADAMW_60M_ARGS."""
     return early_sweep("adamw_60m", tmp_path_factory)[:2]
+
+
+def example_stores(folder: Path, names: tuple, tmp_path, monkeypatch):
+    """A committed GPU example's stores copied to tmp_path (a reader never writes the committed files), its host-noise
+    file in use; returns load(name, sweep_id) -> bench.analysis.results.Sweep, with load.path the copies' folder."""
+    from bench.analysis import results
+    from bench.store import store
+    for name in names:
+        shutil.copy(folder / name, tmp_path / name)
+    monkeypatch.setenv("BENCH_HOST_NOISE", str(folder / "host-noise.json"))
+
+    def load(name: str, sweep_id: int) -> results.Sweep:
+        conn = store.connect(str(tmp_path / name), readonly=True)
+        try:
+            return results.load(conn, sweep_id)
+        finally:
+            conn.close()
+    load.path = tmp_path
+    return load

@@ -4,7 +4,6 @@ the self-check's main sweep and its per-host noise). Read on the CPU, from the c
 measured is the evidence, and each test fails if the analysis of it regresses."""
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from bench.analysis import forecastable, results
 from bench.report import recommend
 from bench.shared import rehearsal
 from bench.store import store
+from conftest import example_stores
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "h100-2026-11-26"
 GPU_STORE, REHEARSAL, SELFCHECK = EXAMPLE / "gpu.sqlite", EXAMPLE / "rehearsal.sqlite", EXAMPLE / "selfcheck.sqlite"
@@ -21,19 +21,7 @@ DEEPLABV3, TRANSFORMER = 1, 2       # the sweeps of gpu.sqlite
 
 @pytest.fixture
 def example(tmp_path, monkeypatch):
-    """The example's stores copied (a reader never writes the committed files) and its host-noise file in use."""
-    for f in (GPU_STORE, REHEARSAL, SELFCHECK):
-        shutil.copy(f, tmp_path / f.name)
-    monkeypatch.setenv("BENCH_HOST_NOISE", str(EXAMPLE / "host-noise.json"))
-
-    def load(name: str, sweep_id: int) -> results.Sweep:
-        conn = store.connect(str(tmp_path / name), readonly=True)
-        try:
-            return results.load(conn, sweep_id)
-        finally:
-            conn.close()
-    load.path = tmp_path
-    return load
+    return example_stores(EXAMPLE, tuple(Path(f).name for f in (GPU_STORE, REHEARSAL, SELFCHECK)), tmp_path, monkeypatch)
 
 
 def by_label(configs: list) -> dict:

@@ -5,17 +5,15 @@ the GPU measured is the evidence, and each test fails if the analysis of it regr
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from bench.analysis import fit as fitting
-from bench.analysis import results
 from bench.report import recommend
 from bench.report import report as report_text
-from bench.store import store
+from conftest import example_stores
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "h200-2026-11-27"
 STORES = ("gpu.sqlite", "rehearsal.sqlite", "selfcheck.sqlite")
@@ -25,19 +23,7 @@ GIB = 1024.0
 
 @pytest.fixture
 def example(tmp_path, monkeypatch):
-    """The example's stores copied (a reader never writes the committed files) and its host-noise file in use."""
-    for name in STORES:
-        shutil.copy(EXAMPLE / name, tmp_path / name)
-    monkeypatch.setenv("BENCH_HOST_NOISE", str(EXAMPLE / "host-noise.json"))
-
-    def load(name: str, sweep_id: int) -> results.Sweep:
-        conn = store.connect(str(tmp_path / name), readonly=True)
-        try:
-            return results.load(conn, sweep_id)
-        finally:
-            conn.close()
-    load.path = tmp_path
-    return load
+    return example_stores(EXAMPLE, STORES, tmp_path, monkeypatch)
 
 
 def by_label(configs: list) -> dict:
