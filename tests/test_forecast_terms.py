@@ -160,10 +160,10 @@ def test_the_forecast_falls_through_to_the_local_step_and_shows_the_bound_its_ca
     assert "the step on one device: host-bound (GPU busy 40%), measured on DDP x1" in "; ".join(inp.words)
     fo.attach_bounds(f.sets, lambda c: "not measured (no kernel traces)")   # nothing measured: nothing claimed
     assert {p.bound for p in fs.series(s, fs.inputs(s, m), (2, 4), m)} == {"local step"}
-    # the command passes the report's bound in (bench.report.recommend.bound): on CPU what was measured
-    from bench.report import recommend
+    # the command passes the report's bound in (bench.report.bound.bound): on CPU what was measured
+    from bench.report import bound
     _, sweep = _loaded(path)
-    kind = recommend.bound(sweep, "synthetic", next(c for c in sweep.bench["synthetic"] if c.strategy == "ddp"))[0]
+    kind = bound.bound(sweep, "synthetic", next(c for c in sweep.bench["synthetic"] if c.strategy == "ddp"))[0]
     rc, out, err = forecast(["--store", path, "--to", "2,4", "--network", FAST], capsys)
     assert rc == 0, err
     assert _table_row(out, 4).endswith(fc.local_bound(kind)), _table_row(out, 4)

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from bench.analysis import results
-from bench.report import recommend, report
+from bench.report import bound, recommend, report
 from bench.store import store
 from bench.sweep import record
 from bench.sweep.plan import RunSpec
@@ -344,7 +344,7 @@ def test_a_fit_sweeps_unmeasured_bound_says_fit_does_not_trace_and_how_to_get_th
             "measured window on CUDA and measures the bound; measured: data waits") in t, t
     assert "--no-profile" not in t
     row = recommend.answer(sw, "synthetic", sw.bench["synthetic"], "bf16")[0]
-    assert row[7] == "not measured (fit's runs are not traced)" and recommend.bound_category(row[7]) == "not measured"
+    assert row[7] == "not measured (fit's runs are not traced)" and bound.bound_category(row[7]) == "not measured"
     plain = build(str(tmp_path / "plain.sqlite"), [(spec("ddp", 1, "bf16"), payload(1, 60.0))])   # a sweep: as before
     assert "no kernel traces of DDP x1 [bf16] (on CUDA a few traced steps run" in text(plain)
 
@@ -360,12 +360,12 @@ def test_a_host_bound_step_under_fsdp_cpu_offload_names_the_offload_not_kernel_l
     offload = spec("fsdp", 1, "bf16", options=(("offload", "cpu"),))
     alone = build(str(tmp_path / "alone.sqlite"), [(offload, {**payload(1, 1.0), "traces": traced("alone")})])
     c = alone.bench["synthetic"][0]
-    kind, why = recommend.bound(alone, "synthetic", c)
+    kind, why = bound.bound(alone, "synthetic", c)
     assert kind.startswith("host-bound") and "fewer, larger kernels" not in why and "--compile" not in why, why
     assert ("with FSDP's CPU offload the host runs the optimizer step and the shards' copies each step: that is the "
             "offload's cost; where the memory allows, offload none (--fsdp-offload none,cpu measures both") in why
     both = build(str(tmp_path / "both.sqlite"), [(offload, {**payload(1, 1.0), "traces": traced("on")}),
                                                  (spec("fsdp", 1, "bf16"), {**payload(1, 1.0), "traces": traced("off")})])
     on, off = sorted(both.bench["synthetic"], key=lambda c: "offload" not in c.options)
-    assert recommend.bound(both, "synthetic", on)[1].endswith("offload none (the memory-levers table has both).")
+    assert bound.bound(both, "synthetic", on)[1].endswith("offload none (the memory-levers table has both).")
     assert "fewer, larger kernels help: --compile" in recommend.bound(both, "synthetic", off)[1]   # without offload: launches

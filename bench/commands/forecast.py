@@ -170,8 +170,8 @@ def main(argv: list) -> int:
                           f"{', '.join(sorted({c.strategy for cs in f.sweep.bench.values() for c in cs})) or 'nothing'}); "
                           "run one with --strategies ddp")
     m = fo.machine(f.sweep, f.runs, ns.preset, ns.levels, ns.gpus_per_node)   # exit 2 here, before anything printed
-    from bench.report import recommend            # the report's bound of each run at one device, for the local step
-    fo.attach_bounds(f.sets, lambda c: recommend.bound(f.sweep, c.workload, c)[0])
+    from bench.report.bound import bound          # the report's bound of each run at one device, for the local step
+    fo.attach_bounds(f.sets, lambda c: bound(f.sweep, c.workload, c)[0])
     budget = budget_mib(ns, f.sweep)
     grid = tuple(sorted(set(ns.to) | {n for n in fo.DOUBLING if n <= max(ns.to)}))
     print(f"forecast of sweep {f.sid} ({ns.store}); {m.net.gpus_per_node} devices per node; {m.net.backend}")

@@ -83,7 +83,7 @@ def machine(sweep, runs: fk.Runs, preset: Optional[nw.Preset] = None, levels: Op
 
 def attach_bounds(sets: list, kind_of) -> None:
     """Give each setting the measured bound of its runs at one device (kind_of(config) -> words, the report's
-    bench.report.recommend.bound: 'host-bound (GPU busy 39%)'), shown where the forecast falls through to the local
+    bench.report.bound.bound: 'host-bound (GPU busy 39%)'), shown where the forecast falls through to the local
     step ('local step (host-bound, measured)'); a bound not measured is left out (the column then reads 'local step').
     Passed in: the forecast imports neither the analysis nor the report."""
     for s in sets:

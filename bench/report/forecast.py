@@ -29,7 +29,7 @@ from bench.forecast import settings as fs
 from bench.forecast import memory as mm
 from bench.forecast import spread
 from bench.config import ConfigError
-from bench.report import recommend
+from bench.report.bound import bound
 from bench.report.utilisation import forecast_cells, forecast_headers
 from bench.store import store
 
@@ -173,7 +173,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
         for c in cs:
             c.utilisation = shown.get(c.key, c.utilisation)
     mine = {c.key: c for cs in sweep.bench.values() for c in cs}   # the report's bound of each run at one device
-    fo.attach_bounds(f.sets, lambda c: recommend.bound(sweep, c.workload, mine.get(c.key, c))[0])
+    fo.attach_bounds(f.sets, lambda c: bound(sweep, c.workload, mine.get(c.key, c))[0])
     try:
         m = fo.machine(f.sweep, f.runs)
     except ConfigError as e:  # no all-reduce rows and no preset: say so rather than fail the report

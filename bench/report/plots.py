@@ -33,6 +33,11 @@ def file_name(workload: str, question: str) -> str:
     return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', workload)}_{question}.png"
 
 
+def where(workload: str, what: str) -> str:
+    """'(table: <workload>: all configurations; plot: <workload>_<what>.png)': where a claim's evidence is."""
+    return f"(table: {workload}: all configurations; plot: {file_name(workload, what)})"
+
+
 def _figure(title: str, where: str, workload: str, width: float = 8.0, ncols: int = 1) -> tuple:
     fig = Figure(figsize=(width, 5.0), layout="constrained")
     axes = fig.subplots(1, ncols)

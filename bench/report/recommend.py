@@ -9,12 +9,7 @@ For each: the recommended configuration (its one name, bench.analysis.results.la
 unless a simpler one is within the noise of it (`choose`: fewer devices; at equal devices single, then DDP, then FSDP
 and the rest, DataParallel only where it is strictly faster; then fewer settings changed); what DataParallel would
 cost at that count; where scaling stops paying (the first count whose efficiency falls below EFFICIENCY_FLOOR);
-what bounds its step, with the evidence (`_bound`): data (the loader alone barely keeps up, or steps wait for data),
-a straggler (the traces: the same rank waits least in every traced step, beyond the steps' jitter), and on CUDA the
-GPU's busy share from its kernels (computation and copies, collectives left out; bench.report.traces.busy):
-compute-bound at COMPUTE_BOUND_BUSY or more, else host-bound or communication-bound by what fills the rest, "not
-measured" without kernel traces; on CPU what is measured (data, exposed communication) and that the rest is not
-split; FSDP's memory and speed beside DDP's; and the runner-up, told apart or not by the noise, which the report
+what bounds its step, with the evidence (bench.report.bound); FSDP's memory and speed beside DDP's; and the runner-up, told apart or not by the noise, which the report
 names with its source (`_apart`: bench.stats.pair_noise, never a figure of another device). An efficiency above
 100% is shown by bench.stats.shown_efficiency's rule.
 """
@@ -25,24 +20,16 @@ from dataclasses import dataclass
 from typing import Optional
 
 from bench import stats
-from bench.report import comm as comm_report
-from bench.report import levers
 from bench.report import traces as trace_report
 from bench.report import utilisation as utilisation_report
 from bench.report.frontier import peak_mib
 from bench.report.pages import slower_words
-from bench.report.plots import file_name
+from bench.report.bound import bound
+from bench.report.plots import where
 from bench.analysis.results import Sweep, diverged
 
 EFFICIENCY_FLOOR = 0.75      # scaling "stops paying" below 75% efficiency
-DATA_BOUND_LOADER = 1.1      # the loader alone delivers less than 1.1x the training throughput
-DATA_BOUND_WAIT = 0.10       # or steps wait for data more than 10% of the time
-COMM_BOUND = 0.20            # exposed communication above 20% of the step
 SINGULAR = {"GPUs": "GPU", "processes": "process"}
-
-
-def _where(workload: str, what: str) -> str:
-    return f"(table: {workload}: all configurations; plot: {file_name(workload, what)})"
 
 
 SIMPLER = ("single", "ddp", "fsdp")   # at equal device counts a tie goes to the first; other strategies next, DataParallel last
@@ -179,7 +166,7 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
     many = best.device_count > 1
     out = [f"{'Fastest' if tie is None else 'Recommended'}: {best.label}, {best.samples_per_s:.1f} samples/s"
            + (f", {_efficiency_words(best)}" if many and not math.isnan(best.efficiency) else "")
-           + utilisation_report.clause(best) + f" {_where(workload, 'throughput')}."]
+           + utilisation_report.clause(best) + f" {where(workload, 'throughput')}."]
     if tie is not None:
         out.append(_tie_sentence(best, fastest, tie))
     if not_training:
@@ -201,7 +188,7 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
             d = max(dp, key=lambda c: c.samples_per_s)
             dp_cost = f"{best.samples_per_s / d.samples_per_s:.2f}x slower"
             out.append(f"DataParallel on {best.device_count} {u} would give {d.samples_per_s:.1f} samples/s: "
-                       f"{dp_cost} {_where(workload, 'efficiency')}.")
+                       f"{dp_cost} {where(workload, 'efficiency')}.")
         elif any(r["strategy"] == "dp" and r["device_count"] == best.device_count and r["workload"] == workload
                  for r in sweep.problems):
             dp_cost = "did not run"
@@ -216,11 +203,11 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
         last_good = [c.device_count for c in series if c.device_count < below[0].device_count]
         past = last_good[-1] if last_good else 1
         out.append(f"Scaling stops paying past {past} {u if past > 1 else SINGULAR[u]}: at {below[0].device_count} "
-                   f"efficiency is {below[0].efficiency:.0%}, below {EFFICIENCY_FLOOR:.0%} {_where(workload, 'efficiency')}.")
+                   f"efficiency is {below[0].efficiency:.0%}, below {EFFICIENCY_FLOOR:.0%} {where(workload, 'efficiency')}.")
     elif len(series) > 1:
         out.append(f"Efficiency stays at or above {EFFICIENCY_FLOOR:.0%} up to {series[-1].device_count} {u} "
-                   f"{_where(workload, 'efficiency')}.")
-    kind, why = _bound(sweep, workload, best, u)
+                   f"{where(workload, 'efficiency')}.")
+    kind, why = bound(sweep, workload, best)
     out.append(why)
     if utilisation_report.throttled_sentence(best):
         out.append(utilisation_report.throttled_sentence(best))
@@ -238,8 +225,8 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
             mem = (f"holds {1 - fm / dm:.0%} less memory per {'GPU' if u == 'GPUs' else 'process'}" if fm < dm
                    else f"holds {fm / dm - 1:.0%} more memory per {'GPU' if u == 'GPUs' else 'process'}") if fm and dm else "memory not recorded"
             speed = f.samples_per_s / d.samples_per_s
-            out.append(f"FSDP {mem} and is {abs(1 - speed):.0%} {'slower' if speed < 1 else 'faster'} than DDP at {n} {u if n > 1 else u[:-1] if u == 'GPUs' else 'process'} "
-                       f"{_where(workload, 'memory')}.")
+            out.append(f"FSDP {mem} and is {abs(1 - speed):.0%} {'slower' if speed < 1 else 'faster'} than DDP at {n} {u if n > 1 else SINGULAR[u]} "
+                       f"{where(workload, 'memory')}.")
     eff = stats.shown_efficiency(best.efficiency, best.efficiency_noise, best.device_count).text() if many and not math.isnan(best.efficiency) else "–"
     if tie is not None:
         margin = f"tie: {fastest.label} {tie.gap:.0%} faster ({_margin_note(tie)})"
@@ -282,105 +269,6 @@ def _runner_up(best, second) -> tuple:
     if a.within:
         return a, f"The runner-up, {second.label}, is only {apart}: within {_noise_words(a)}."
     return a, f"The runner-up, {second.label}, is {apart}: beyond the noise, {a.noise.words()}."
-
-
-BOUND_CATEGORIES = {"compute-bound": "compute", "host-bound": "host", "CPU work": "cpu"}
-
-
-def bound_category(kind: str) -> str:
-    """A bound's category, for a table's column: compute, host, communication, data, straggler, cpu or not measured."""
-    head = kind.split(" (")[0]
-    return BOUND_CATEGORIES.get(head, head)
-
-
-def bound(sweep: Sweep, workload: str, c) -> tuple:
-    """(kind, sentence): what bounds configuration c's step, as the recommendation says it for the one it picks, with
-    its evidence: data, a straggler, on CUDA the GPU's busy share (compute-bound, host-bound, communication, or not
-    measured without kernel traces), on CPU what was measured (bench.report.tables gives it for every configuration)."""
-    return _bound(sweep, workload, c, "GPUs" if c.device_type == "cuda" else "processes")
-
-
-def _bound(sweep: Sweep, workload: str, c, u: str) -> tuple:
-    step = c.summary.median_ms
-    wait = c.data_wait_ms if not math.isnan(c.data_wait_ms) else c.phases_ms.get("data_ms", math.nan)
-    alone = sweep.loader.get(c.device_count)
-    if alone and alone < DATA_BOUND_LOADER * c.samples_per_s:
-        return "data", (f"Data-bound: the loader alone delivers {alone:.1f} samples/s with {c.loader_workers or '?'} workers, barely "
-                f"more than training's {c.samples_per_s:.1f}; add --num-workers (table: {workload}: the data loader alone).")
-    if not math.isnan(wait) and step > 0 and wait / step > DATA_BOUND_WAIT:
-        return "data", f"Data-bound: steps wait for data {wait / step:.0%} of the time {_where(workload, 'phases')}."
-    lagging = trace_report.straggler(c)
-    if lagging:
-        return f"straggler (rank {lagging[0]})", (f"Held back by a straggler, rank {lagging[0]}: {trace_report.wait_words(c)}; "
-                                                  f"the same rank in every traced step, by more than the steps' jitter "
-                                                  f"(table: {workload}: profiler traces).")
-    got = comm_report.resolved(c) if c.device_count > 1 else None  # at one rank DDP's probe is its own work
-    comm = got / step if got is not None and step > 0 else math.nan
-    comm_words = f"; {comm_report.probe_words(c)}" if comm_report.probe_words(c) else ""
-    if c.device_type != "cuda":
-        if not math.isnan(comm) and comm > COMM_BOUND:
-            return f"communication ({comm:.0%})", _comm_sentence(c, comm, workload)
-        data = "" if math.isnan(wait) or step <= 0 else f"steps wait for data {_share(wait / step)} of the time"
-        probed = c.device_count > 1 and not math.isnan(c.exposed_comm_ms)
-        return (f"CPU work ({'data ' + _share(wait / step) if data else 'data not measured'}"
-                + (f", comm {_share(comm) if not math.isnan(comm) else 'not resolved'}" if probed else "") + ")",
-                f"On CPU, measured: {data or 'the data wait is not recorded'}{comm_words}; the rest of the step is the "
-                f"processes' own work on the cores, which is not split into computation and the host's overhead on CPU "
-                f"(no device sits idle waiting for it) {_where(workload, 'phases')}.")
-    b = trace_report.busy(c)
-    if b is None:
-        if not math.isnan(comm) and comm > COMM_BOUND:
-            return f"communication ({comm:.0%})", _comm_sentence(c, comm, workload)
-        measured = (f"measured: data waits {_share(wait / step) if not math.isnan(wait) else 'not recorded'}"
-                    f"{comm_words} {_where(workload, 'phases')}.")
-        if sweep.fit:
-            return "not measured (fit's runs are not traced)", f"What bounds the step is not measured: {_fit_untraced(c)}; {measured}"
-        return "not measured (no kernel traces)", (
-            f"What bounds the step is not measured: no kernel traces of {c.label} (on CUDA a few traced steps run after "
-            f"every measured window unless --no-profile; a failed profiler says why in the traces' notes); {measured}")
-    if b.share >= trace_report.COMPUTE_BOUND_BUSY:
-        return f"compute-bound ({b.words()})", (
-            f"Compute-bound: the GPU's computation and copies fill {b.share:.0%} of a {step:.1f} ms step "
-            f"({b.work_ms:.1f} ms from its kernel traces; {trace_report.COMPUTE_BOUND_BUSY:.0%} or more reads "
-            f"compute-bound){comm_words} (table: {workload}: profiler traces).")
-    if max(b.comm_share, 0.0 if math.isnan(comm) else comm) > max(b.idle_share, COMM_BOUND):
-        share = max(b.comm_share, 0.0 if math.isnan(comm) else comm)
-        return f"communication ({b.words()}, collectives {share:.0%})", (
-            f"Communication-bound: the GPU's own work fills {b.share:.0%} of a {step:.1f} ms step and collectives outside "
-            f"it {share:.0%} (table: {workload}: profiler traces; `./run_bench.sh tune` searches DDP's settings).")
-    return f"host-bound ({b.words()})", (
-        f"Host-bound: the GPU's computation and copies take {b.work_ms:.1f} ms of a {step:.1f} ms step ({b.words()}); "
-        f"it waits for the host to issue work {b.idle_share:.0%} of the time{comm_words} (table: {workload}: profiler "
-        f"traces); {_host_advice(sweep, workload, c)}.")
-
-
-def _fit_untraced(c) -> str:
-    """Fit refuses --profile, so "no kernel traces ... unless --no-profile" would send its reader after a flag never
-    passed: its runs are not traced; a sweep at the batch fit found traces a few steps after its window on CUDA."""
-    return (f"fit's measured runs are not traced (fit refuses --profile), so {c.label} has no kernel traces; a sweep of it "
-            f"at that batch (--per-device-batch {c.global_batch // max(1, c.device_count)}) traces a few steps after its "
-            f"measured window on CUDA and measures the bound")
-
-
-def _host_advice(sweep: Sweep, workload: str, c) -> str:
-    """What helps a host-bound step: fewer, larger kernels; but with FSDP's CPU offload the host runs the optimizer step
-    and the copies, which neither removes (an H200's FSDP x1 [bf16, offload=cpu, adamw]: 212 ms, GPU busy 28%; 68 ms
-    without offload)."""
-    if c.options.get("offload", "none") != "cpu":
-        return "fewer, larger kernels help: --compile, a larger --per-device-batch"
-    twin = any(on is c for _, on, _ in levers.pairs(sweep.bench.get(workload, [])))
-    return ("with FSDP's CPU offload the host runs the optimizer step and the shards' copies each step: that is the "
-            "offload's cost; where the memory allows, offload none " + ("(the memory-levers table has both)" if twin else
-            "(--fsdp-offload none,cpu measures both; the memory-levers table then sets them side by side)"))
-
-
-def _share(x: float) -> str:
-    return "less than 1%" if 0 <= x < 0.01 else f"{x:.0%}"
-
-
-def _comm_sentence(c, comm: float, workload: str) -> str:
-    return (f"Communication-bound: {comm:.0%} of a step is exposed communication (table: {workload}: DDP against the "
-            f"bounds of its step; `./run_bench.sh tune` searches DDP's settings).")
 
 
 def blocks(sweep: Sweep, figures: list = ()) -> list:

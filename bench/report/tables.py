@@ -23,7 +23,7 @@ from typing import Optional
 from bench import stats
 from bench.analysis import cost, reference
 from bench.analysis.results import STRATEGY_NAMES, Config, Sweep, diverged
-from bench.report import comm, frontier, recommend, training_state
+from bench.report import bound, comm, frontier, recommend, training_state
 from bench.report import traces as trace_report
 from bench.report.cost import price_of
 from bench.report.report import memory_text
@@ -67,8 +67,8 @@ def _config_row(sweep: Sweep, c: Config, recommended: bool, costs: Optional[cost
     rank, state = training_state.fullest(c)
     row.update(state_rank=rank, **{f"state_{k}": state.get(k) for k in training_state.STATE_KEYS})
     row["loader_alone_samples_per_s"] = sweep.loader.get(c.device_count)
-    kind, why = recommend.bound(sweep, c.workload, c)
-    row.update(bound=recommend.bound_category(kind), bound_detail=kind, bound_why=why, recommended=recommended)
+    kind, why = bound.bound(sweep, c.workload, c)
+    row.update(bound=bound.bound_category(kind), bound_detail=kind, bound_why=why, recommended=recommended)
     busy = trace_report.busy(c)   # the bound's evidence on CUDA: the least busy GPU's work over a measured step
     row.update(gpu_busy_share=busy.share if busy else None, gpu_busy_device=busy.device if busy else None)
     row["epochs"] = len(c.epoch_wall_s)

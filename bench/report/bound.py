@@ -1,0 +1,119 @@
+"""What bounds a configuration's step, in the report's words, with its evidence: data (the loader alone barely keeps up,
+or steps wait for data), a straggler (the traces: the same rank waits least in every traced step, beyond the steps'
+jitter), and on CUDA the GPU's busy share from its kernels (computation and copies, collectives left out;
+bench.report.traces.busy): compute-bound at COMPUTE_BOUND_BUSY or more, else host-bound (with the advice that fits its
+cause: fewer, larger kernels, or FSDP's CPU offload named as the host's work) or communication-bound by what fills the
+rest, "not measured" without kernel traces (fit's runs are never traced: said so); on CPU what is measured (data,
+exposed communication) and that the rest is not split.
+
+    bound(sweep, workload, config) -> (kind, sentence)   # the recommendation's and bench.report.tables' alike
+    bound_category(kind)           -> compute, host, communication, data, straggler, cpu or not measured
+"""
+from __future__ import annotations
+
+import math
+
+from bench.analysis.results import Sweep
+from bench.report import comm as comm_report
+from bench.report import levers
+from bench.report import traces as trace_report
+from bench.report.plots import where
+
+DATA_BOUND_LOADER = 1.1      # the loader alone delivers less than 1.1x the training throughput
+DATA_BOUND_WAIT = 0.10       # or steps wait for data more than 10% of the time
+COMM_BOUND = 0.20            # exposed communication above 20% of the step
+
+
+BOUND_CATEGORIES = {"compute-bound": "compute", "host-bound": "host", "CPU work": "cpu"}
+
+
+def bound_category(kind: str) -> str:
+    """A bound's category, for a table's column: compute, host, communication, data, straggler, cpu or not measured."""
+    head = kind.split(" (")[0]
+    return BOUND_CATEGORIES.get(head, head)
+
+
+def bound(sweep: Sweep, workload: str, c) -> tuple:
+    """(kind, sentence): what bounds configuration c's step, as the recommendation says it for the one it picks, with
+    its evidence: data, a straggler, on CUDA the GPU's busy share (compute-bound, host-bound, communication, or not
+    measured without kernel traces), on CPU what was measured (bench.report.tables gives it for every configuration)."""
+    step = c.summary.median_ms
+    wait = c.data_wait_ms if not math.isnan(c.data_wait_ms) else c.phases_ms.get("data_ms", math.nan)
+    alone = sweep.loader.get(c.device_count)
+    if alone and alone < DATA_BOUND_LOADER * c.samples_per_s:
+        return "data", (f"Data-bound: the loader alone delivers {alone:.1f} samples/s with {c.loader_workers or '?'} workers, barely "
+                f"more than training's {c.samples_per_s:.1f}; add --num-workers (table: {workload}: the data loader alone).")
+    if not math.isnan(wait) and step > 0 and wait / step > DATA_BOUND_WAIT:
+        return "data", f"Data-bound: steps wait for data {wait / step:.0%} of the time {where(workload, 'phases')}."
+    lagging = trace_report.straggler(c)
+    if lagging:
+        return f"straggler (rank {lagging[0]})", (f"Held back by a straggler, rank {lagging[0]}: {trace_report.wait_words(c)}; "
+                                                  f"the same rank in every traced step, by more than the steps' jitter "
+                                                  f"(table: {workload}: profiler traces).")
+    got = comm_report.resolved(c) if c.device_count > 1 else None  # at one rank DDP's probe is its own work
+    comm = got / step if got is not None and step > 0 else math.nan
+    comm_words = f"; {comm_report.probe_words(c)}" if comm_report.probe_words(c) else ""
+    if c.device_type != "cuda":
+        if not math.isnan(comm) and comm > COMM_BOUND:
+            return f"communication ({comm:.0%})", _comm_sentence(c, comm, workload)
+        data = "" if math.isnan(wait) or step <= 0 else f"steps wait for data {_share(wait / step)} of the time"
+        probed = c.device_count > 1 and not math.isnan(c.exposed_comm_ms)
+        return (f"CPU work ({'data ' + _share(wait / step) if data else 'data not measured'}"
+                + (f", comm {_share(comm) if not math.isnan(comm) else 'not resolved'}" if probed else "") + ")",
+                f"On CPU, measured: {data or 'the data wait is not recorded'}{comm_words}; the rest of the step is the "
+                f"processes' own work on the cores, which is not split into computation and the host's overhead on CPU "
+                f"(no device sits idle waiting for it) {where(workload, 'phases')}.")
+    b = trace_report.busy(c)
+    if b is None:
+        if not math.isnan(comm) and comm > COMM_BOUND:
+            return f"communication ({comm:.0%})", _comm_sentence(c, comm, workload)
+        measured = (f"measured: data waits {_share(wait / step) if not math.isnan(wait) else 'not recorded'}"
+                    f"{comm_words} {where(workload, 'phases')}.")
+        if sweep.fit:
+            return "not measured (fit's runs are not traced)", f"What bounds the step is not measured: {_fit_untraced(c)}; {measured}"
+        return "not measured (no kernel traces)", (
+            f"What bounds the step is not measured: no kernel traces of {c.label} (on CUDA a few traced steps run after "
+            f"every measured window unless --no-profile; a failed profiler says why in the traces' notes); {measured}")
+    if b.share >= trace_report.COMPUTE_BOUND_BUSY:
+        return f"compute-bound ({b.words()})", (
+            f"Compute-bound: the GPU's computation and copies fill {b.share:.0%} of a {step:.1f} ms step "
+            f"({b.work_ms:.1f} ms from its kernel traces; {trace_report.COMPUTE_BOUND_BUSY:.0%} or more reads "
+            f"compute-bound){comm_words} (table: {workload}: profiler traces).")
+    if max(b.comm_share, 0.0 if math.isnan(comm) else comm) > max(b.idle_share, COMM_BOUND):
+        share = max(b.comm_share, 0.0 if math.isnan(comm) else comm)
+        return f"communication ({b.words()}, collectives {share:.0%})", (
+            f"Communication-bound: the GPU's own work fills {b.share:.0%} of a {step:.1f} ms step and collectives outside "
+            f"it {share:.0%} (table: {workload}: profiler traces; `./run_bench.sh tune` searches DDP's settings).")
+    return f"host-bound ({b.words()})", (
+        f"Host-bound: the GPU's computation and copies take {b.work_ms:.1f} ms of a {step:.1f} ms step ({b.words()}); "
+        f"it waits for the host to issue work {b.idle_share:.0%} of the time{comm_words} (table: {workload}: profiler "
+        f"traces); {_host_advice(sweep, workload, c)}.")
+
+
+def _fit_untraced(c) -> str:
+    """Fit refuses --profile, so "no kernel traces ... unless --no-profile" would send its reader after a flag never
+    passed: its runs are not traced; a sweep at the batch fit found traces a few steps after its window on CUDA."""
+    return (f"fit's measured runs are not traced (fit refuses --profile), so {c.label} has no kernel traces; a sweep of it "
+            f"at that batch (--per-device-batch {c.global_batch // max(1, c.device_count)}) traces a few steps after its "
+            f"measured window on CUDA and measures the bound")
+
+
+def _host_advice(sweep: Sweep, workload: str, c) -> str:
+    """What helps a host-bound step: fewer, larger kernels; but with FSDP's CPU offload the host runs the optimizer step
+    and the copies, which neither removes (an H200's FSDP x1 [bf16, offload=cpu, adamw]: 212 ms, GPU busy 28%; 68 ms
+    without offload)."""
+    if c.options.get("offload", "none") != "cpu":
+        return "fewer, larger kernels help: --compile, a larger --per-device-batch"
+    twin = any(on is c for _, on, _ in levers.pairs(sweep.bench.get(workload, [])))
+    return ("with FSDP's CPU offload the host runs the optimizer step and the shards' copies each step: that is the "
+            "offload's cost; where the memory allows, offload none " + ("(the memory-levers table has both)" if twin else
+            "(--fsdp-offload none,cpu measures both; the memory-levers table then sets them side by side)"))
+
+
+def _share(x: float) -> str:
+    return "less than 1%" if 0 <= x < 0.01 else f"{x:.0%}"
+
+
+def _comm_sentence(c, comm: float, workload: str) -> str:
+    return (f"Communication-bound: {comm:.0%} of a step is exposed communication (table: {workload}: DDP against the "
+            f"bounds of its step; `./run_bench.sh tune` searches DDP's settings).")
