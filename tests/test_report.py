@@ -444,6 +444,7 @@ def test_a_wrapper_with_no_single_device_run_is_its_own_baseline_and_is_never_co
     table = next(b for b in report.blocks(sw, {}) if b[0] == "table" and "precision / settings" in b[1])
     eff = {row[0]: row[table[1].index("efficiency")] for row in table[2]}
     assert eff == {"FSDP": report.OWN_BASELINE, "DDP": report.OWN_BASELINE}, eff
+    assert {row[table[1].index("speed-up")] for row in table[2]} == {"–"}   # not 1.00x against itself
     fsdp = next(c for c in sw.bench["synthetic"] if c.strategy == "fsdp")
     assert fsdp.baseline == fsdp.label and outlook.wrapper_overhead(fsdp) == outlook.wrapper_overhead(fsdp, fsdp) == ""
     setting = fs.Setting("synthetic", "fsdp", "bf16", {1: fsdp}, {})

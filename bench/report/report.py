@@ -122,6 +122,14 @@ def efficiency_text(c, spec: str = ".0%", configs: list = ()) -> str:
     return stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count).text(spec)
 
 
+def speedup_text(c) -> str:
+    """The speed-up cell: '–' where a one-device wrapper is its own baseline (no single device x1 of its settings ran),
+    as its efficiency says; a 1.00x there reads as a measured tie with single device that never ran."""
+    if c.device_count == 1 and c.strategy != "single" and outlook.own_baseline(c):
+        return "–"
+    return fmt(c.speedup, ".2f", "x")
+
+
 def wrapper_text(c, base=None) -> str:
     """A one-device wrapper's overhead against its baseline `base`, in the forecast's words for the same row
     (bench.forecast.outlook.wrapper_overhead: not resolved where either ran one unstable process)."""
@@ -163,7 +171,7 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
         rows.append([name(c.strategy), c.variant, str(c.device_count) + (f" ({c.nodes} nodes)" if c.nodes > 1 else ""),
                      str(c.global_batch), str(c.summary.n), str(len(c.process_sps) or 1), fmt(c.samples_per_s)]
                     + ([fmt(c.tokens_per_s, ".0f"), fmt(c.tokens_per_s_per_device, ".0f")] if tokens else [])
-                    + [fmt(c.speedup, ".2f", "x"),
+                    + [speedup_text(c),
                      efficiency_text(c, ".1%", configs), fmt(c.summary.median_ms, ".2f"), fmt(c.summary.p10_ms, ".2f"),
                      fmt(c.summary.p90_ms, ".2f"), fmt(alloc, ".0f")]
                     + ([fmt(reserved, ".0f"), fmt(level, ".0f"), fmt(_top(c.run_device_mib), ".0f")] if cuda else [])
