@@ -234,6 +234,13 @@ def test_dataparallels_gpus_are_read_one_by_one_not_pooled_into_one(tmp_path):
     per_gpu = {r[1]: (r[3], r[4], r[7]) for r in table[1:]}
     assert per_gpu == {"0, cuda:0": ("80%", "80% (with copies)", "20%"), "0, cuda:1": ("20%", "20% (with copies)", "80%"),
                        "0, cuda:2": ("20%", "20% (with copies)", "80%"), "0, cuda:3": ("20%", "20% (with copies)", "80%")}
+    # and the plot: the union's bar, then one per GPU, GPU 1's computation 20% high (not the union's 80%)
+    fig = trace_report.figure([_config(_stored(rows), median_ms=1.0, device_count=4)], "w", "w")
+    left = fig.axes[0]
+    names = [t.get_text() for t in left.get_xticklabels()]
+    assert len(names) == 5 and "union" in names[0] and names[2].endswith("cuda:1 (with copies)"), names
+    computation = left.containers[0]   # the first segment's bars: computation
+    assert [round(b.get_height()) for b in computation] == [80, 80, 20, 20, 20]
 
 
 def test_a_straggler_is_named_only_when_the_same_rank_waits_least_in_every_traced_step():

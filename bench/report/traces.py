@@ -205,7 +205,8 @@ def probe_agreement(c) -> Optional[tuple]:
 
 
 def figure(configs: list, workload: str, where: str):
-    """Left: each rank's traced steps as shares (stacked); right: the share of communication computation hid."""
+    """Left: each rank's traced steps as shares (stacked), and for a rank that drives several GPUs (DataParallel) a bar
+    per GPU after its union's (computation drawn with the copies); right: the share of communication computation hid."""
     with_traces = [c for c in configs if any(t.get("span_ms") is not None for t in c.traces)]
     if not with_traces:
         return None
@@ -216,6 +217,10 @@ def figure(configs: list, workload: str, where: str):
         for rank, f in per_rank(c).items():
             labels.append(f"{_label(c)} r{rank}" + (" (its GPUs' union)" if len(f["devices"]) > 1 else ""))
             figs.append(f)
+            for d, sh in device_rows(f):  # DataParallel: each GPU its own bar, where the union hides a starved one
+                labels.append(f"{_label(c)} r{rank} {d} (with copies)")
+                figs.append({"compute_share": sh["work"], "comm_share": sh["comm"], "copy_share": 0.0,
+                             "idle_share": sh["idle"], "overlap_share": math.nan})
     bottom = [0.0] * len(figs)
     for key, name, color in SEGMENTS:
         h = [0.0 if math.isnan(f[key]) else f[key] * 100 for f in figs]
