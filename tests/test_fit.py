@@ -164,6 +164,22 @@ def test_a_real_cpu_fit_measures_each_trials_peak_rss_against_the_budget(tmp_pat
     assert conn.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 2
 
 
+def test_a_real_out_of_memory_error_in_a_rank_is_fits_answer_not_a_failed_sweep(tmp_path):
+    # The class a failed CUDA allocation raises (torch.OutOfMemoryError), raised in the real worker at its first step,
+    # through the sweep's failure record to fit's verdict: the one path no GPU lease has met yet.
+    path = str(tmp_path / "oom.sqlite")
+    p = run_bench(["fit", "--workloads", "synthetic", "--synthetic-width", "64", "--synthetic-depth", "1", "--strategies",
+                   "single", "--per-device-batch", "1", "--max-batch", "1", "--memory-budget-gib", "64", "--steps", "2",
+                   "--warmup", "0", "--repeats", "1", "--no-report", "--store", path], env={"BENCH_FAULT": "oom@0:0"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "Traceback" not in p.stdout + p.stderr
+    status, reason, details = sqlite3.connect(path).execute(
+        "SELECT status, reason, details_json FROM results WHERE mode = 'fit'").fetchone()
+    assert status == "failed" and "OutOfMemoryError: CUDA out of memory" in reason, reason
+    assert json.loads(details)["fit"]["verdict"] == fit.OOM
+    assert "out of memory" in p.stdout, p.stdout
+
+
 def test_settle_steps_down_from_a_measured_run_over_the_budget_then_bisects_on_measured_runs():
     # trials fit to 6 (7 did not); the measured run at 6 is over: 4 (the largest trial below that fit) is measured,
     # then 5 between them, its trial first

@@ -7,6 +7,8 @@ reaches every worker process (the sweep and torchrun pass the environment on). K
     hang     sleep forever while its other threads run (a deadlock; the heartbeat must name it)
     stop     SIGSTOP itself: the whole process freezes, heartbeat thread included
     sigkill  SIGKILL itself, as the out-of-memory killer would
+    oom      raise torch.OutOfMemoryError with CUDA's message, the class a failed CUDA allocation raises (fit's
+             out-of-memory trial through the real worker and sweep, on a machine without a GPU)
     slow     `slow@R:P`: every step of rank R takes P% longer (it busy-waits P% of its previous step's
              time): a real slowdown for compare's A/B tests (here the number is a percentage, not a step)
     nap      `nap@R:MS`: every step of rank R sleeps MS milliseconds first: slow progress that costs no CPU
@@ -31,7 +33,7 @@ import signal
 import time
 from typing import Callable, Optional, Union
 
-KINDS = ("raise", "exit", "hang", "stop", "sigkill", "slow", "nap")
+KINDS = ("raise", "exit", "hang", "stop", "sigkill", "oom", "slow", "nap")
 SWEEP = "sweep"
 
 
@@ -56,6 +58,9 @@ def parse(text: str) -> list:
 def _fire(kind: str, where: str) -> None:
     if kind == "raise":
         raise RuntimeError(f"injected fault: {where}")
+    if kind == "oom":
+        import torch  # only a rank fires it, and a rank has torch imported already
+        raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 2.00 GiB (injected fault: {where})")
     if kind == "exit":
         os._exit(3)
     if kind == "sigkill":
