@@ -248,7 +248,10 @@ def test_real_sweeps_with_an_injected_slowdown_mark_it_on_the_terminal_and_the_p
     out = capsys.readouterr().out
     assert code == 0 and re.search(r"single x1 synthetic: \d+% slower since sweep 2 \(nothing in the environment "
                                    r"changed\), p=[0-9.e-]+ \(REGRESSION\)", out), out
-    assert "(REGRESSION)" in open(tmp_path / "r" / "history.md").read()
+    page = open(tmp_path / "r" / "history.md").read()
+    assert "(REGRESSION)" in page
+    # which 'slower' it is: the step's time (compare's threshold), not the report's share of samples/s
+    assert "X% slower: the training step X% longer" in out and "X% slower: the training step X% longer" in page
 
 
 def test_two_real_sweeps_side_by_side_are_titled_by_their_labels(real_sweeps, tmp_path):

@@ -199,6 +199,10 @@ class _Calls:
         return self.done[(prev, cur)].get(key)
 
 
+MEANING = ("X% slower: the training step X% longer (its samples/s lower by 1 - 1/(1 + X)), the sense --threshold "
+           "counts in; X% faster: the samples/s X% higher")
+
+
 def change_words(p: Point) -> str:
     """'12% slower' / '1.30x faster' of a step (compare's ratio), '' without one."""
     if p.call is None or math.isnan(p.call.comparison.ratio):

@@ -91,7 +91,7 @@ def main(argv: Optional[list] = None) -> int:
     from bench.report import history as page
     out = page.render(h, ns.store, ns.plots_dir, ns.report_dir, ns.prices, describe(ns))
     print(f"history of {ns.store}: {len(h.sweeps)} sweeps, {len(h.series)} configuration(s){describe(ns)}; "
-          f"steps judged by compare's rule (threshold {ns.threshold:.0%})")
+          f"steps judged by compare's rule (threshold {ns.threshold:.0%}; {hist.MEANING})")
     for line in hist.summary_lines(h):
         print("  " + line)
     print(f"wrote {out['markdown']}, {out['html']} and {len(out['plots'])} plot(s) in {ns.plots_dir}")

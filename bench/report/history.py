@@ -164,7 +164,7 @@ def blocks(h: History, store_path: str, plot_paths: dict, prices: Optional[cost.
                    f"significant and beyond {h.threshold:.0%} ("
                    + (f"{max(h.threshold, h.drift):.0%}" if h.drift is not None else
                       f"{max(h.threshold, compare.DEFAULT_DRIFT):.0%} on CPU, undecided on a GPU,")
-                   + " where no earlier sweep measures the noise)."))
+                   + f" where no earlier sweep measures the noise). {history.MEANING}."))
     b.append(("h", 2, "Summary"))
     b += [("p", line) for line in history.summary_lines(h)]
     b.append(("h", 2, "Sweeps and their environment"))
