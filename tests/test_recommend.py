@@ -101,7 +101,8 @@ def test_where_scaling_stops_paying_and_a_communication_bound_run(tmp_path):
                                             (spec("ddp", 4), payload(4, 150.0, nosync_ms=100.0))])
     t = text(sw)
     assert "Fastest: DDP x4" in t   # 47% ahead of DDP x2: the fastest (the noise is not measured: no lead called)
-    assert "Scaling stops paying past 2 GPUs: at 4 efficiency is 67%, below 75%" in t
+    assert "Scaling stops paying past 2 GPUs: at 4 efficiency is 67%, below 75%; DDP x4 is recommended as the fastest " \
+           "all the same, 2.67x the throughput for 4x the GPUs" in t
     assert "Communication-bound: 33% of a step is exposed communication" in t and "tune" in t
     at_two = build(str(tmp_path / "two.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 150.0))])
     assert "Scaling stops paying past 1 GPU: at 2 efficiency is 67%" in text(at_two)  # one GPU, not "1 GPUs"

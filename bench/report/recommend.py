@@ -202,8 +202,15 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
     if below:
         last_good = [c.device_count for c in series if c.device_count < below[0].device_count]
         past = last_good[-1] if last_good else 1
+        still = ""
+        if best.device_count >= below[0].device_count and best.device_count > 1 and not math.isnan(best.speedup):
+            # the fastest sits past that count: say why it is recommended all the same, so the two do not read as one
+            # contradicting the other (a CPU sweep: 'stops paying past 1 process' beside 'recommended: DDP x2')
+            still = (f"; {best.label} is recommended as the fastest all the same, {best.speedup:.2f}x the throughput "
+                     f"for {best.device_count}x the {u}")
         out.append(f"Scaling stops paying past {past} {u if past > 1 else SINGULAR[u]}: at {below[0].device_count} "
-                   f"efficiency is {below[0].efficiency:.0%}, below {EFFICIENCY_FLOOR:.0%} {where(workload, 'efficiency')}.")
+                   f"efficiency is {below[0].efficiency:.0%}, below {EFFICIENCY_FLOOR:.0%}{still} "
+                   f"{where(workload, 'efficiency')}.")
     elif len(series) > 1:
         out.append(f"Efficiency stays at or above {EFFICIENCY_FLOOR:.0%} up to {series[-1].device_count} {u} "
                    f"{where(workload, 'efficiency')}.")
