@@ -1,0 +1,41 @@
+"""DDP's probe in the report (bench.report.comm): the compute column is the probe's no_sync() steps as measured, and a
+probe whose own steps spread more than its difference is not resolved, however steady the measured steps were."""
+from __future__ import annotations
+
+import pytest
+
+from bench.report import bound
+from bench.report import comm as comm_report
+from test_recommend import build, payload, spec
+
+
+def _probe(p: dict, sync_ms: list, nosync_ms: list) -> dict:
+    p["steps"] = [s for s in p["steps"] if s["kind"] == "measure"]
+    p["steps"] += [{"kind": k, "rank": r, "step": 100 + i, "step_ms": ms}
+                   for k, values in (("probe_sync", sync_ms), ("probe_no_sync", nosync_ms))
+                   for r in range(2) for i, ms in enumerate(values)]
+    return p
+
+
+def test_one_slow_block_of_the_probe_is_not_exposed_communication_and_compute_is_the_no_sync_steps(tmp_path):
+    # A CPU trial: a 3.2 ms step, its probe's two synchronised blocks 2.41 and 6.99 ms, no_sync() 1.52-1.69 ms. The
+    # difference of medians (4.70 - 1.61 = 3.1 ms) came out 'resolved' against the measured steps' spread and made the
+    # step 'communication-bound (94%)' with 0.18 ms of compute (the median step less the difference).
+    sw = build(str(tmp_path / "p.sqlite"), [(spec("single", 1), payload(1, 3.0)),
+                                            (spec("ddp", 2), _probe(payload(2, 3.2), [2.41, 6.99], [1.52, 1.61, 1.69]))])
+    ddp = next(c for c in sw.bench["synthetic"] if c.strategy == "ddp")
+    compute, _, _, _ = comm_report.step_bounds_ms(sw, ddp)
+    assert compute == pytest.approx(1.61)                      # the no_sync() steps' median, as the column says
+    assert comm_report.resolved(ddp) is None                   # 3.1 ms inside the probe's own 2.41-6.99 spread
+    words = comm_report.probe_words(ddp)
+    assert words.startswith("exposed communication not resolved") and "the probe's own" in words, words
+    kind, _ = bound.bound(sw, "synthetic", ddp)
+    assert not kind.startswith("communication"), kind
+
+
+def test_a_steady_probe_beyond_every_spread_is_resolved(tmp_path):
+    sw = build(str(tmp_path / "q.sqlite"), [(spec("single", 1), payload(1, 3.0)),
+                                            (spec("ddp", 2), _probe(payload(2, 3.2), [3.20, 3.21, 3.22], [1.60, 1.61, 1.62]))])
+    ddp = next(c for c in sw.bench["synthetic"] if c.strategy == "ddp")
+    assert comm_report.resolved(ddp) == pytest.approx(1.60, abs=0.02)
+    assert comm_report.step_bounds_ms(sw, ddp)[0] == pytest.approx(1.61)
