@@ -12,6 +12,7 @@ shows only what differs. Stores written by older versions of the suite are read 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections import Counter
@@ -23,11 +24,12 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
+from bench import stats  # noqa: E402
 from bench.analysis import cost, results, utilisation  # noqa: E402
 from bench.analysis.results import STRATEGY_NAMES, Sweep, diverged  # noqa: E402
 from bench.config import ConfigError  # noqa: E402
 from bench.report import cost as cost_report  # noqa: E402
-from bench.report import pages  # noqa: E402
+from bench.report import pages, recommend  # noqa: E402
 from bench.report.pages import fmt  # noqa: E402
 from bench.report.plots import STYLES, file_name  # noqa: E402
 from bench.store import read  # noqa: E402
@@ -129,16 +131,16 @@ def _what(c) -> str:
 
 
 def _fastest(col: Column, workload: str, precision: str) -> tuple:
-    """(cell, samples/s) of a sweep's fastest run of a workload at a precision that trained (a run whose last loss was
-    not finite is timed, not training: bench.analysis.results.diverged); ('not run', nan) without one."""
+    """(cell, Config) of a sweep's fastest run of a workload at a precision that trained (a run whose last loss was
+    not finite is timed, not training: bench.analysis.results.diverged); ('not run', None) without one."""
     cs = [c for c in col.sweep.bench.get(workload, []) if c.precision == precision and not math.isnan(c.samples_per_s)
           and not diverged(c)]
     if not cs:
-        return "not run", math.nan
+        return "not run", None
     c = max(cs, key=lambda c: c.samples_per_s)
     settings = f" [{c.variant}]" if c.variant != precision else ""
     eff = f", {c.efficiency:.0%} efficiency" if c.device_count > 1 and not math.isnan(c.efficiency) else ""
-    return f"{_what(c)}{settings}: {fmt(c.samples_per_s)} samples/s{eff}{_mfu(c)}", c.samples_per_s
+    return f"{_what(c)}{settings}: {fmt(c.samples_per_s)} samples/s{eff}{_mfu(c)}", c
 
 
 def _mfu(c) -> str:
@@ -150,23 +152,60 @@ def _mfu(c) -> str:
 
 
 def _cheapest(col: Column, workload: str, precision: str, prices: cost.Prices) -> tuple:
-    """(cell, cost per million samples) of a sweep's cheapest run of a workload at a precision (nan: none or no price)."""
+    """(cell, (Config, samples per unit of money)) of a sweep's cheapest run of a workload at a precision (None: none
+    ran, or no price for the machine)."""
     price = cost_report.price_of(col.sweep, prices)
     if price is None:
-        return "no price for this machine", math.nan
+        return "no price for this machine", None
     cs = [c for c in col.sweep.bench.get(workload, []) if c.precision == precision]
     costs = cost.of_configs(cs, price.per_device_hour)
     low = cost.cheapest(cs, lambda c: costs[c.key].per_million_samples)
     if low is None:
-        return "not run", math.nan
+        return "not run", None
     value = costs[low.key].per_million_samples
-    return f"{_what(low)}: {fmt(value, '.4g')} per million samples", value
+    return f"{_what(low)}: {fmt(value, '.4g')} per million samples", (low, 1e6 / value)
 
 
-def _best(titles: list, values: list, pick) -> str:
-    """The title of the column whose value `pick` (max or min) chooses among those known; '–' when none is."""
-    known = [(v, t) for v, t in zip(values, titles) if not math.isnan(v)]
-    return pick(known, key=lambda x: x[0])[1] if known else "–"
+def _wider(a: stats.Noise, b: stats.Noise) -> stats.Noise:
+    """The noise two sweeps' configurations are held against where one ran a single process: the larger of the two
+    sweeps' own process-to-process noise at their precision; not measured where either sweep's is not (one
+    machine's spread does not speak for another's)."""
+    if not (a.measured and b.measured):
+        return a if not a.measured else b
+    return a if a.fraction >= b.fraction else b
+
+
+def _best(titles: list, picks: list, measure: str = "samples/s") -> str:
+    """The column whose (Config, value) pick is the best (the highest value: samples/s, or samples per unit of money
+    where `measure` is 'cost'), named only where its lead over the next is beyond the noise of their processes, by the
+    main report's rule (bench.report.recommend: their repeats, else their sweeps' noise at the precision; under a 5%
+    floor never a lead); otherwise 'not told apart: ...'. '–' where no column has one. A CPU trial named 'beta' fastest
+    at 45491.8 against 42945.1 samples/s, 6% apart inside beta's own 7.8% noise."""
+    known = sorted(((p[1], t, p[0]) for t, p in zip(titles, picks) if p is not None and not math.isnan(p[1])),
+                   key=lambda k: -k[0])
+    if len(known) < 2:
+        return known[0][1] if known else "–"
+    (v1, t1, c1), (v2, t2, c2) = known[:2]
+    fallback = _wider(c1.noise_fallback, c2.noise_fallback)
+    a = recommend._apart(dataclasses.replace(c1, samples_per_s=v1, noise_fallback=fallback),
+                         dataclasses.replace(c2, samples_per_s=v2, noise_fallback=fallback))
+    lead = (f"{t1}, {v1 / v2:.2f}x {t2}'s samples/s" if measure == "samples/s"
+            else f"{t1}, {v2 / v1:.3g}x {t2}'s cost")
+    if a.within is False:
+        return f"{lead}: beyond the {stats.percent(a.noise.fraction)} noise"
+    if a.within is None:
+        return f"not told apart: {lead}, " + (a.why or "the noise between their processes is not measured; --repeats 3 "
+                                                       "measures it")
+    if recommend._by_floor(a):
+        return f"not told apart: {lead}, {recommend._floor_words()}"
+    return f"not told apart: {lead}, within the {stats.percent(a.noise.fraction)} noise"
+
+
+TOLD_APART = ("'fastest of them' (and 'cheapest of them') names a sweep only where its lead over the next is beyond the "
+              "noise between their processes, by the rule the single-sweep report uses: their repeats' spread where "
+              "both ran several processes, else the larger of the two sweeps' own noise at that precision (not "
+              f"measured where either sweep's is not), and never under a {recommend.LEAD_FLOOR:.0%} gap; otherwise it says "
+              "they are not told apart.")
 
 
 def recommendation_blocks(cols: list, prices: Optional[cost.Prices]) -> list:
@@ -174,13 +213,14 @@ def recommendation_blocks(cols: list, prices: Optional[cost.Prices]) -> list:
     keys = list(dict.fromkeys((w, c.precision) for col in cols for w, cs in col.sweep.bench.items() for c in cs))
     rows, cheap_rows = [], []
     for workload, precision in keys:
-        cells, values = zip(*(_fastest(col, workload, precision) for col in cols))
-        rows.append([workload, precision, *cells, _best(titles, values, max)])
+        cells, picks = zip(*(_fastest(col, workload, precision) for col in cols))
+        rows.append([workload, precision, *cells, _best(titles, [(c, c.samples_per_s) if c else None for c in picks])])
         if prices is not None:
-            cells, values = zip(*(_cheapest(col, workload, precision, prices) for col in cols))
-            cheap_rows.append([workload, precision, *cells, _best(titles, values, min)])
+            cells, picks = zip(*(_cheapest(col, workload, precision, prices) for col in cols))
+            cheap_rows.append([workload, precision, *cells, _best(titles, list(picks), "cost")])
     b: list = [("h", 2, "What to run, per sweep"),
-               ("table", ["workload", "precision", *[f"fastest: {t}" for t in titles], "fastest of them"], rows)]
+               ("table", ["workload", "precision", *[f"fastest: {t}" for t in titles], "fastest of them"], rows),
+               ("p", TOLD_APART)]
     if prices is not None:
         b += [("p", f"At the price per device-hour of each machine ({prices.origin}; {prices.unit()}): a device is a "
                     "GPU (on CPU a gloo process) and a configuration holds all of its devices for its run."),
@@ -192,6 +232,14 @@ def _order(i: tuple) -> tuple:
     workload, strategy, count, variant = i
     rank = results.STRATEGY_ORDER.index(strategy) if strategy in results.STRATEGY_ORDER else len(results.STRATEGY_ORDER)
     return workload, variant != "fp32", variant, rank, count
+
+
+def _efficiency(c, col: Column) -> str:
+    """c's efficiency in its own sweep's report's words (bench.report.report.efficiency_text): at one device a wrapper
+    against single device is its overhead, not scaling (a side-by-side read DDP x1's 73% as 'scaling efficiency' where
+    its sweep's report said 'wrapper overhead 38.7%')."""
+    from bench.report.report import efficiency_text   # report imports this module
+    return efficiency_text(c, ".0%", [b for cs in col.sweep.bench.values() for b in cs])
 
 
 def _cost_cell(costs: dict, c) -> str:
@@ -225,7 +273,7 @@ def configuration_blocks(cols: list, prices: Optional[cost.Prices]) -> list:
                 continue
             present.append(cols[k].title)
             ratio = f", {c.samples_per_s / first.samples_per_s:.2f}x the first" if c is not first and first.samples_per_s > 0 else ""
-            cells.append(f"{fmt(c.samples_per_s)} ({fmt(c.efficiency * 100, '.0f', '%')}{ratio}"
+            cells.append(f"{fmt(c.samples_per_s)} ({_efficiency(c, cols[k])}{ratio}"
                          + (f", global batch {c.global_batch}" if len(batches) > 1 else "") + _mfu(c) + ")")
         where = "all" if len(present) == len(cols) else ("only " + ", ".join(present) if present else "none")
         rows.append([i[0], f"{STRATEGY_NAMES.get(i[1], i[1])} x{i[2]}", i[3], *cells, where])
@@ -234,8 +282,9 @@ def configuration_blocks(cols: list, prices: Optional[cost.Prices]) -> list:
                               *[_cost_cell(costs[k], c) for k, c in enumerate(got)]])
     titles = [c.title for c in cols]
     b: list = [("h", 2, "Every configuration, side by side"),
-               ("p", "samples/s (scaling efficiency, throughput against the first sweep that ran it, and model FLOPs "
-                     "utilisation against each machine's own peak where it is known); a configuration "
+               ("p", "samples/s (scaling efficiency, or at one device a wrapper's overhead against single device x1, "
+                     "as each sweep's own report words them; throughput against the first sweep that ran it; and model "
+                     "FLOPs utilisation against each machine's own peak where it is known); a configuration "
                      "is the same workload, strategy, device count, precision and settings."),
                ("table", ["workload", "configuration", "precision / settings", *titles, "ran in"], rows)]
     if prices is not None:
@@ -282,7 +331,7 @@ def figure(cols: list, workload: str) -> Figure:
                          label=(f"{col.title}: {STRATEGY_NAMES.get(series[0], series[0])}"
                                 + (f" [{series[1]}]" if series[1] != "fp32" else "")).replace("$", r"\$"))
             ax_t.plot([c.device_count for c in line], [c.samples_per_s for c in line], **style)
-            eff = [c for c in line if not math.isnan(c.efficiency)]
+            eff = [c for c in line if not math.isnan(c.efficiency) and (c.device_count > 1 or c.strategy == "single")]
             ax_e.plot([c.device_count for c in eff], [c.efficiency * 100 for c in eff], **style)
     ax_t.set(xlabel="device count (GPUs; on CPU gloo processes)", ylabel="throughput (samples/s)", xticks=sorted(counts))
     ax_e.set(xlabel="device count (GPUs; on CPU gloo processes)", ylabel="scaling efficiency (%)", xticks=sorted(counts))
