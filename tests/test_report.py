@@ -263,6 +263,10 @@ def test_time_to_train_is_an_estimate_on_synthetic_data_and_measured_beside_v100
     assert rows[0]["time"] == f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s"
     assert rows[0]["how"].startswith("estimate: the measured warm-up steps (compilation and autotuning in them), then "
                                       "the rest of 20 x 1464 images at the synthetic-data samples/s")
+    # a 64 px, batch-2 sweep's times beside the V100s' 256 px, batch-8 ones: the page says the shapes differ
+    note = report.shape_note(_configs(cpu[0], "deeplabv3"))
+    assert note.startswith("This sweep trained 64x64 px images (the published runs: 256x256) and per-device batch 2 "
+                           "(published: 8)") and note in cpu[2], note
     measured = md_table(cuda_voc[2], "### Time to train")
     assert measured[1]["setup"] == "DDP x2" and measured[1]["time"] == "1h43m20s"  # median(300, 310, 320) s x 20
     assert measured[1]["how"].startswith("measured")

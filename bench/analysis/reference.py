@@ -15,6 +15,8 @@ from bench import stats
 
 REFERENCE_IMAGES = 1464
 REFERENCE_EPOCHS = 20
+REFERENCE_IMAGE_PX = 256     # the published runs' crop, and their per-GPU batch
+REFERENCE_BATCH = 8
 REFERENCE_V100_S = (("1x V100", 32 * 60 + 58), ("4x V100, DP", 14 * 60 + 40), ("4x V100, DDP", 11 * 60 + 21),
                     ("8x V100, DP", 9 * 60 + 40), ("8x V100, DDP", 9 * 60 + 8))
 
@@ -33,6 +35,23 @@ def train_times(configs: list) -> tuple:
     bars = [(c.label, job_s(c, REFERENCE_IMAGES * REFERENCE_EPOCHS)) for c in configs]
     return bars, (f"estimate: the measured warm-up steps (compilation and autotuning in them), then the rest of "
                   f"{REFERENCE_EPOCHS} x {REFERENCE_IMAGES} images at the {data}-data samples/s")
+
+
+def shape_note(configs: list) -> str:
+    """'' where every configuration trained the published shape (256x256 crops, batch 8 per device); else what differs,
+    so the times are not read beside the published ones as like for like (a 32 px CPU sweep printed 1h45m54s above the
+    V100s' 256 px times, naming its size nowhere)."""
+    sizes = sorted({c.image_size for c in configs if getattr(c, "image_size", None)})
+    batches = sorted({c.global_batch // max(1, c.device_count) for c in configs})
+    off = []
+    if sizes and sizes != [REFERENCE_IMAGE_PX]:
+        off.append(f"{'/'.join(f'{s}x{s}' for s in sizes)} px images (the published runs: {REFERENCE_IMAGE_PX}x{REFERENCE_IMAGE_PX})")
+    if batches and batches != [REFERENCE_BATCH]:
+        off.append(f"per-device batch {'/'.join(map(str, batches))} (published: {REFERENCE_BATCH})")
+    if not off:
+        return ""
+    return (f"This sweep trained {' and '.join(off)}: its times are this shape's, not comparable with the published "
+            f"ones below; --image-size {REFERENCE_IMAGE_PX} --per-device-batch {REFERENCE_BATCH} measures the published shape.")
 
 
 def job_s(c, samples: int) -> float:

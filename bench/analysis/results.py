@@ -99,6 +99,7 @@ class Config:
     data_wait_ms: float = math.nan      # median host wait for the next batch (slowest rank)
     probe_sync_ms: list = field(default_factory=list)    # DDP's probe: its synchronised steps, slowest rank, all repeats
     probe_nosync_ms: list = field(default_factory=list)  # and its no_sync() steps (the step's compute without the all-reduce)
+    image_size: Optional[int] = None     # the images' side in pixels (vision workloads; None where the model has none)
     speedup: float = math.nan
     efficiency: float = math.nan
     efficiency_noise: float = math.nan  # the throughput difference this and its baseline cannot be told apart within
@@ -272,7 +273,7 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         samples_per_s=stats.median(sps), process_sps=sps, by_repeat=by_repeat,
         phases_ms={p: stats.median(s.get(p) for s in slowest) for p in stats.PHASES_MS},
         exposed_comm_ms=stats.exposed_comm_ms(sync_ms or step_ms, nosync_ms) if nosync_ms else math.nan,
-        probe_sync_ms=sync_ms, probe_nosync_ms=nosync_ms,
+        probe_sync_ms=sync_ms, probe_nosync_ms=nosync_ms, image_size=r0.get("image_size") or None,
         grad_mib=r0["grad_mib"], comm_method=r0["comm_method"], memory_mib=alloc, reserved_mib=reserved, device_mib=level,
         run_device_mib=run_level,
         epoch_wall_s=epochs, precision=r0["precision"] or "fp32", channels_last=bool(r0["channels_last"]),

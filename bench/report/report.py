@@ -23,7 +23,8 @@ from typing import Optional
 from bench import stats
 from bench.analysis import cost, utilisation
 from bench.analysis.nodes import starved_nodes
-from bench.analysis.reference import REFERENCE_EPOCHS, REFERENCE_IMAGES, REFERENCE_V100_S, break_even, train_times  # noqa: F401
+from bench.analysis.reference import (REFERENCE_EPOCHS, REFERENCE_IMAGES, REFERENCE_V100_S, break_even,  # noqa: F401
+                                      shape_note, train_times)
 from bench.config import ConfigError
 from bench.forecast import outlook
 from bench.report import comm as comm_report
@@ -208,12 +209,15 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
         b.append(("table", ["configuration", "first step with compilation s", "warm-up s (all its steps)",
                             "compiling pays after (steps)", "that is"], [_compile_row(c, configs) for c in compiled]))
         b.append(("p", "Compiling pays after the steps whose time saved, against the same configuration uncompiled, "
-                       "adds up to the longer warm-up it costs; the time to train below includes the warm-up."))
+                       "adds up to the longer warm-up it costs"
+                       + ("; the time to train below includes the warm-up." if workload == "deeplabv3" else ".")))
     if workload == "deeplabv3":
         bars, how = train_times(configs)
         b.append(("h", 3, f"Time to train the reference experiment ({REFERENCE_EPOCHS} epochs of VOC 2012 train, "
                           f"{REFERENCE_IMAGES} images)"))
         b.append(("table", ["setup", "time", "how"], [[lbl, hms(s), how] for lbl, s in bars]))
+        if shape_note(configs):
+            b.append(("p", shape_note(configs)))
         b.append(("p", "Published, on AWS V100s (DeepLabV3-ResNet101, FP32: V100s have no TF32, batch 8 per GPU, "
                        "256x256, DDP on gloo, no loader workers):"))
         b.append(("table", ["setup", "time"], [[lbl, hms(s)] for lbl, s in REFERENCE_V100_S]))
