@@ -281,3 +281,35 @@ def test_history_and_side_by_side_pages_open_in_headless_chromium_with_every_plo
         dom = subprocess.run(flags + ["file://" + str(page_path)], capture_output=True, text=True, timeout=120)
         assert dom.returncode == 0 and "Uncaught" not in dom.stderr, dom.stderr[-2000:]
         assert 'data-images-ok="true"' in dom.stdout and heading in dom.stdout and dom.stdout.count("<table>") >= tables
+
+
+def wrapper_history(path: str, sweeps: int = 2) -> hist.History:
+    """`sweeps` sweeps of single x1 (50 ms a step) and DDP x1 (80 ms: a wrapper 60% slower), one process each."""
+    from report_fixtures import measured, spec
+    from bench.sweep import record
+    conn = store.connect(path)
+    for _ in range(sweeps):
+        sid = store.begin_sweep(conn, "bench", "{}", None)
+        for strategy, ms in (("single", 50.0), ("ddp", 80.0)):
+            record.record_result(conn, sid, None, spec("synthetic", strategy, 1), "ok", payload=measured(1, [ms] * 10, 64))
+        store.end_sweep(conn, sid, "completed")
+    conn.close()
+    conn = read.connect(path)
+    try:
+        return hist.build(conn)
+    finally:
+        conn.close()
+
+
+def test_a_wrapper_at_one_device_shows_its_overhead_not_a_scaling_efficiency(tmp_path):
+    """The history showed DDP x1 at 'efficiency 73.2%' where its sweep's report said 'wrapper overhead 38.7%': one
+    device is no scaling. The table gives the report's words; the efficiency panel draws no line for it."""
+    from bench.report import report
+    h = wrapper_history(str(tmp_path / "s.sqlite"))
+    ddp = next(s for s in h.series if s.strategy == "ddp")
+    head, rows = page.series_table(ddp, None)
+    col = next(i for i, name in enumerate(head) if name.startswith("efficiency"))
+    for p, row in zip(ddp.points, rows):
+        assert row[col] == report.efficiency_text(p.config, ".1%", [p.base]) and row[col].startswith("wrapper overhead 60.0%")
+    ax_e = page.figure(h, "synthetic", h.series, "cpu").axes[1]
+    assert [line.get_label() for line in ax_e.lines if not line.get_label().startswith("_")] == ["single x1 synthetic"]

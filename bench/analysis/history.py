@@ -51,6 +51,8 @@ class Point:
     previous: Optional[int] = None              # the sweep of the point before (the step's baseline)
     call: Optional[compare.Call] = None         # compare's call on the step from `previous` (ok on both sides)
     changes: list = field(default_factory=list)  # ["torch 2.14 -> 2.15", ...] since `previous`
+    base: Optional[results.Config] = None       # its baseline there (single device x1 of its settings), for the words
+                                                # of a wrapper's overhead at one device (bench.report.report)
 
     @property
     def sweep_id(self) -> int:
@@ -152,7 +154,8 @@ def build(conn, filters: Filters = Filters(), threshold: float = 0.05, drift: Op
             continue
         points, last_ok = [], None
         for sid, c in appearances:
-            p = Point(sweep=by_id[sid], config=c, failed="" if c is not None else broken[sid][key])
+            p = Point(sweep=by_id[sid], config=c, failed="" if c is not None else broken[sid][key],
+                      base=next((b for b in ok[sid].values() if c is not None and b.label == c.baseline), None))
             if last_ok is not None:
                 p.previous = last_ok
                 p.changes = changes(by_id[last_ok]["env"], by_id[sid]["env"])

@@ -84,7 +84,8 @@ def figure(h: History, workload: str, series: list, where: str) -> Figure:
         lo = [min(p.config.process_sps or [p.config.samples_per_s]) for p in ok]
         hi = [max(p.config.process_sps or [p.config.samples_per_s]) for p in ok]
         ax_t.fill_between(x, lo, hi, color=color, alpha=0.15, linewidth=0)
-        eff = [(xs[p.sweep_id], p.config.efficiency * 100) for p in ok if not math.isnan(p.config.efficiency)]
+        eff = [(xs[p.sweep_id], p.config.efficiency * 100) for p in ok if not math.isnan(p.config.efficiency)
+               and (s.device_count > 1 or s.strategy == "single")]   # a wrapper at one device: overhead, not scaling
         if eff:
             ax_e.plot([e[0] for e in eff], [e[1] for e in eff], marker="o", color=color, linestyle=style, label=s.name)
         for p in s.points:
@@ -130,7 +131,7 @@ def _step_text(p: history.Point) -> str:
 
 
 def series_table(s: Series, prices: Optional[cost.Prices]) -> tuple:
-    head = ["sweep", "samples/s", "processes (min–max samples/s)", "efficiency", "MFU",
+    head = ["sweep", "samples/s", "processes (min–max samples/s)", "efficiency (a wrapper at one device: its overhead)", "MFU",
             "step from the sweep before (compare's rule)", "what changed"]
     priced = prices is not None
     if priced:
@@ -143,7 +144,7 @@ def series_table(s: Series, prices: Optional[cost.Prices]) -> tuple:
             row += [p.failed, "–", "–", "–"]
         else:
             band = f"{min(c.process_sps):.1f}–{max(c.process_sps):.1f} ({len(c.process_sps)})" if c.process_sps else "–"
-            row += [fmt(c.samples_per_s), band, fmt(c.efficiency * 100, ".1f", "%"),
+            row += [fmt(c.samples_per_s), band, report.efficiency_text(c, ".1%", [p.base] if p.base else []),
                     c.utilisation.mfu_cell() if c.utilisation else "–"]
         row += [_step_text(p), "; ".join(p.changes) or "–"]
         if priced:
