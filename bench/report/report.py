@@ -73,14 +73,16 @@ def verdicts(configs: list) -> list:
         return []
     u = units(configs[0].device_type)
     out = []
-    for variant in dict.fromkeys(c.variant for c in configs):
+    variants = list(dict.fromkeys(c.variant for c in configs))
+    for variant in variants:
         vs = [c for c in configs if c.variant == variant]
+        tag = f" [{variant}]" if len(variants) > 1 else ""   # three comm hooks' sentences read alike without it
         for n in sorted({c.device_count for c in vs if c.device_count > 1}):
             at_n = [c for c in vs if c.device_count == n and not math.isnan(c.speedup)]
             if at_n:
                 first, rest = at_n[0], at_n[1:]
-                s = f"{name(first.strategy)} reaches {first.speedup:.2f}x on {n} {u} ({_efficiency_words(first, ' efficiency')})"
-                s += "".join(f", {name(c.strategy)} {c.speedup:.2f}x ({_efficiency_words(c)})" for c in rest)
+                s = f"{name(first.strategy)}{tag} reaches {first.speedup:.2f}x on {n} {u} ({_efficiency_words(first, ' efficiency')})"
+                s += "".join(f", {name(c.strategy)}{tag} {c.speedup:.2f}x ({_efficiency_words(c)})" for c in rest)
                 out.append(s + f", against {first.baseline}.")
         top = max(c.device_count for c in vs)
         for c in vs:
