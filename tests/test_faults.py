@@ -642,6 +642,23 @@ def test_nccl_watchdog_aborts_of_waiting_ranks_are_not_their_fault(tmp_path):
     assert "on n2" in got.reason
 
 
+def test_a_rank_that_exits_without_an_error_record_is_given_its_own_last_words_not_torchruns_placeholder(tmp_path):
+    # The fork server gone mid-sweep: the rank's starter says so on stderr and exits 1, and torchrun's summary reads
+    # 'traceback : To enable traceback see: https://...', which a sweep stored as the reason.
+    from bench.sweep import diagnose
+    out = tmp_path / "run"
+    out.mkdir()
+    log = out / "log0.txt"
+    log.write_text("[forkclient] the fork server went away before the process ended\n" + "  (torchrun's traceback)\n" * 40
+                   + "Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n"
+                   "  exitcode  : 1 (pid: 9204)\n  error_file: <N/A>\n"
+                   "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n")
+    spec = plan.RunSpec(workload="synthetic", strategy="ddp", device_type="cpu", device_count=2, per_device_batch=1,
+                        global_batch=2, image_size=0, steps=3, warmup=0, threads=0, seed=0, scaling="weak")
+    got = diagnose.diagnose(str(out), str(log), 1, spec)
+    assert got.reason == "rank 0: exit code 1: the fork server went away before the process ended", got.reason
+
+
 def test_a_sweep_whose_output_is_closed_stops_as_sigpipe_would_with_its_store_whole_and_resumable(tmp_path):
     # `./run_bench.sh | head -2`: once head has its lines, the next one the sweep prints has no reader. It used to end
     # as an internal error (exit 3, a traceback file, the sweep 'failed'); now the running configuration stops, the

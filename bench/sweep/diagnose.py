@@ -59,6 +59,17 @@ def error_text(err: dict) -> str:
     return f"rank {err['rank']}{host}: {err['type']}: {err['message']}".strip()
 
 
+TORCHRUN_PLACEHOLDER = "To enable traceback see"   # torchrun's traceback field where the rank recorded none
+
+
+def _own_last_words(log: str) -> str:
+    """The last line the suite's own process starter wrote ('[forkclient] the fork server went away before the process
+    ended'), '' if none: where a rank exited without an error record, torchrun's summary says only 'To enable
+    traceback see: https://pytorch.org/docs/stable/elastic/errors.html', which a sweep once stored as the reason."""
+    said = re.findall(r"^\[forkclient\] ([^\n]+)$", log, re.M)
+    return said[-1].strip() if said else ""
+
+
 def diagnose(out_dir: str, log_path: str, rc: Optional[int], spec=None, watch=None) -> Outcome:
     """rc None: the supervisor ended it (stall or limit). watch: the heartbeats (bench.shared.heartbeat.Watch)."""
     with open(log_path, errors="replace") as f:
@@ -103,8 +114,10 @@ def diagnose(out_dir: str, log_path: str, rc: Optional[int], spec=None, watch=No
                        failed_rank=errors[0]["rank"])
     if root:
         rank, code, why = int(root.group(1)), int(root.group(2)), root.group(3).strip()
+        if "error_file" in why or TORCHRUN_PLACEHOLDER in why:  # torchrun's own words, not the rank's
+            why = _own_last_words(log)
         return Outcome("failed", f"rank {rank}: exit code {code}" + (f" ({signal_name(-code)})" if code < 0 else "")
-                       + (f": {why}" if why and "error_file" not in why else ""), details, failed_rank=rank)
+                       + (f": {why}" if why else ""), details, failed_rank=rank)
     srun = re.search(r"srun: error: (Node failure on \S+)|srun: error: (\S+): task (\d+): ([^\n]+)", log)
     if srun and spec is not None and spec.launcher == "slurm":  # SLURM's word: a node failed, or a task ended
         what = srun.group(1) or f"node {srun.group(2)} (its torchrun, task {srun.group(3)}): {srun.group(4).strip()}"
