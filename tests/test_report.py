@@ -140,6 +140,19 @@ def test_verdict_sentences_state_speedup_efficiency_and_data_wait(cpu, cuda_voc)
     assert "DDP reaches 1.37x on 2 processes (68% efficiency)" in cpu[2]
 
 
+def test_a_sweep_whose_processes_started_two_ways_says_so_beside_its_environment(tmp_path):
+    # A fork server gone mid-sweep: the rest of the processes start fresh, and their peak RSS is a fresh interpreter's.
+    from bench.report import environment
+    from test_recommend import build, payload, spec
+    forked, fresh = payload(1, 10.0), payload(2, 12.0)
+    forked["process_start"], fresh["process_start"] = "forked", "fresh"
+    sw = build(str(tmp_path / "m.sqlite"), [(spec("single", 1), forked), (spec("ddp", 2), fresh)])
+    assert environment.process_starts(sw).startswith("MIXED: 1 forked from a server that had imported torch, 1 fresh "
+                                                     "interpreters; peak RSS and start-up differ")
+    one = build(str(tmp_path / "o.sqlite"), [(spec("single", 1), forked)])
+    assert environment.process_starts(one) == "forked from a server that had imported torch"
+
+
 def test_environment_section_names_versions_host_commit_and_threads(cpu, cuda_voc):
     env = dict((r[""], r["environment 1 (12 result(s))"]) for r in md_table(cuda_voc[2], "## Environment"))
     assert env["torch"] == "2.14.1" and env["cuda"] == "12.4" and env["cudnn"] == "90100" and env["nccl"] == "2.21.5"

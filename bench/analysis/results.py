@@ -172,6 +172,7 @@ class Sweep:
     noise_by_precision: dict = field(default_factory=dict)  # precision -> the process noise at it on this device (`noise`)
     fit: list = field(default_factory=list)        # ./run_bench.sh fit: one bench.analysis.fit.Search per configuration
     rehearsal_counts: set = field(default_factory=set)  # counts whose collectives ran on shared GPUs (bench.shared.rehearsal)
+    process_starts: dict = field(default_factory=dict)  # 'forked' / 'fresh' -> how many measured processes began so
 
 
 def _memory(rows: list, device_type: str, per_node: int = 0) -> tuple:
@@ -354,6 +355,10 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
     envs = [e for e in (read.environment(conn, i) for i in env_ids) if e]
     threads = sorted({r["threads_per_process"] for r in results if r["threads_per_process"] is not None})
     out = Sweep(sweep=sweep, envs=envs, threads=threads)
+    for r in results:   # a fork server gone mid-sweep: the rest start fresh (bench.shared.forkclient), said by the report
+        start = json.loads(r["details_json"] or "{}").get("process_start") if r["status"] == "ok" else None
+        if start:
+            out.process_starts[start] = out.process_starts.get(start, 0) + 1
     for r in results:
         if r["env_id"] is not None:
             out.env_results.setdefault(r["env_id"], []).append(r["config_key"])

@@ -32,7 +32,23 @@ def _environment_rows(sweep: Sweep, e: dict) -> tuple:
         rows.append([f"GPU {g.get('index')}", f"{g.get('name')} {g.get('uuid') or ''} bus {g.get('pci_bus_id') or '–'}, "
                      f"SM max {g.get('sm_clock_max_mhz') or '–'} MHz, power limit {g.get('power_limit_w') or '–'} W"])
     rows.append(["threads per process", ", ".join(str(t) if t else "torch default" for t in sweep.threads) or "–"])
+    rows.append(["processes started", process_starts(sweep)])
     return rows, (extra.get("topology") or {}).get("matrix")
+
+
+def process_starts(sweep: Sweep) -> str:
+    """How the measured processes began: forked from the fork server, as fresh interpreters, or both, which the page
+    must say: a fork server gone mid-sweep started the rest fresh, and one report then set DDP x2's 422 MiB peak RSS
+    (forked) beside single x1's 674 MiB (fresh) as if the strategies made the difference."""
+    got = sweep.process_starts
+    words = {"forked": "forked from a server that had imported torch", "fresh": "fresh interpreters"}
+    if not got:
+        return "–"
+    if len(got) == 1:
+        return words.get(next(iter(got)), next(iter(got)))
+    return ("MIXED: " + ", ".join(f"{n} {words.get(k, k)}" for k, n in sorted(got.items()))
+            + "; peak RSS and start-up differ between the two (a fresh interpreter holds more): compare memory only "
+              "within one kind (details_json's process_start says which each result is)")
 
 
 def blocks(sweep: Sweep) -> list:
