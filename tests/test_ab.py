@@ -75,7 +75,9 @@ def test_b_args_runs_other_settings_of_the_same_configurations_and_compare_pairs
     assert sorted(pairs) == [("a", "bench/synthetic/single/cpux1/b16/g16/i0/synthetic/fp32")] * 2 + [
         ("b", "bench/synthetic/single/cpux1/b32/g32/i0/synthetic/fp32")] * 2, p.stdout
     assert ("bench/synthetic/single/cpux1/b16/g16/i0/synthetic/fp32 vs bench/synthetic/single/cpux1/b32/g32/i0/synthetic/fp32: "
-            in p.stdout and "2 vs 2 pairs" in p.stdout), p.stdout
+            in p.stdout and "2 interleaved pairs" in p.stdout), p.stdout
+    # the ratio is the paired one, said so beside the medians; interleaved pairs need no drift between sweeps
+    assert ": median " in p.stdout and "samples/s; paired ratio " in p.stdout and "pass the drift" not in p.stdout, p.stdout
     assert "only in the" not in p.stdout, p.stdout
 
 
@@ -94,6 +96,12 @@ def test_b_args_that_change_which_configurations_run_are_refused_before_anything
         "--workloads", "synthetic", "--strategies", "single", "--no-report", "--b-args", "--strategies ddp")
     assert "--b-args '--bogus 1': unrecognised --bogus 1" in refused("--strategies", "ddp", "--workloads", "synthetic",
                                                                    "--b-args", "--bogus 1")
+    # ab writes no report: a report or plots folder was once accepted and silently ignored
+    for flag in ("--report-dir", "--plots-dir"):
+        said = refused("--strategies", "ddp", "--workloads", "synthetic", "--b-args", "--bucket-cap-mb 1", flag,
+                       str(tmp_path / "r"))
+        assert f"ab: {flag} " in said and "./run_bench.sh report --store STORE --sweep ID" in said
+        assert not (tmp_path / "r").exists()
     # a lone flag as the value (no space, no '='): taken as B's flags, not as a missing value
     assert "--b-args '--bogus': unrecognised --bogus" in refused("--strategies", "ddp", "--workloads", "synthetic",
                                                                 "--b-args", "--bogus")

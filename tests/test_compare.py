@@ -92,8 +92,29 @@ def test_interleaved_ab_sweeps_are_compared_pair_by_pair_and_a_10_percent_slowdo
                      "(SELECT result_id FROM results WHERE repeat = ?)", (luck, r))
     conn.close()
     text, code = compare.compare(path, None, a, b)
-    assert "interleaved A/B pairs" in text and "6 vs 6 pairs" in line_of(text, SINGLE), text
+    assert "interleaved A/B pairs" in text and "6 interleaved pairs" in line_of(text, SINGLE), text
     assert code == 1 and line_of(text, SINGLE).endswith("(REGRESSION)"), text
+
+
+def test_an_ab_line_says_its_ratio_is_the_paired_one_beside_the_medians_and_names_no_drift_between_sweeps(tmp_path):
+    """An ab line read '24260.1 -> 28084.9 samples/s: 1.29x faster, ... no earlier sweep: a slowdown must also pass the
+    drift between sweeps, 5%': 1.16x by the medians beside it; 1.29x was the geometric mean of the paired ratios, and
+    interleaved pairs use no drift between sweeps. Pairs whose ratios (1.30, 1.76, 1.44, 0.84) give a geometric mean
+    other than the medians' ratio say which figure is which."""
+    path = str(tmp_path / "s.sqlite")
+    a, b = build_compare_store(path, (1.0, 1.0), repeats=4)
+    conn = store.connect(path)
+    store.pair_sweeps(conn, a, b)
+    for sid, sps in ((a, (30270.6, 16709.2, 18249.6, 31855.4)), (b, (39383.2, 29430.7, 26221.6, 26739.1))):
+        for r, v in enumerate(sps):   # each process's window: its samples over its wall time
+            conn.execute("UPDATE windows SET wall_s = samples / ? WHERE result_id IN (SELECT result_id FROM results "
+                         "WHERE sweep_id = ? AND repeat = ? AND strategy = 'single')", (v, sid, r))
+    conn.close()
+    line = line_of(compare.compare(path, None, a, b)[0], SINGLE)
+    assert line.startswith(f"{SINGLE}: median 24260.1 -> 28084.9 samples/s; paired ratio 1.29x faster (geometric mean "
+                           "of 4 pairs), within the noise"), line
+    assert "drift between sweeps cancels in each pair" in line and "must also pass the drift" not in line
+    assert "no earlier sweep" not in line and "process(es)" not in line
 
 
 def test_with_repeats_the_same_numbers_are_within_the_noise(tmp_path):
@@ -183,7 +204,7 @@ def test_interleaved_sweeps_with_one_pair_cannot_decide_and_say_why(tmp_path):
     conn.close()
     text, code = compare.compare(path, None, a, b)
     assert code == 0 and line_of(text, SINGLE).endswith(
-        "2.00x slower: cannot decide (fewer than 2 interleaved pairs where both sides succeeded)"), text
+        "paired ratio 2.00x slower (1 pair): cannot decide (fewer than 2 interleaved pairs where both sides succeeded)"), text
 
 
 def test_the_drift_measured_on_cpus_is_never_applied_to_a_gpu_configuration():

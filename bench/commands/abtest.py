@@ -144,6 +144,7 @@ def main(argv: list) -> int:
     ns, rest = parser.parse_known_args(argv)
     if rest:
         raise ConfigError(f"unrecognised arguments: {' '.join(rest)}")
+    _refuse_outputs(ns)
     if ns.pairs < 2:
         raise ConfigError(f"--pairs: {ns.pairs} is not allowed; expected a whole number >= 2 (pairs are the samples)")
     b_env = _env_items(ns.b_env)
@@ -212,6 +213,16 @@ def main(argv: list) -> int:
     text, code = compare.compare(cfg.store, None, sid_a, sid_b)
     print(text, end="")
     return code
+
+
+def _refuse_outputs(ns) -> None:
+    """ab writes no report and no plot (its output is compare's verdict and the two sweeps in --store), so a report or
+    plots folder is refused, not silently ignored as it once was; a report of either side is report's to write."""
+    for flag, value in (("--report-dir", ns.report_dir), ("--plots-dir", ns.plots_dir)):
+        if value is not None:
+            raise ConfigError(f"ab: {flag} {value!r}: ab writes no report or plot, only the two sweeps (to --store) and "
+                              f"compare's verdict; drop the flag, and for either side's report afterwards run "
+                              f"./run_bench.sh report --store STORE --sweep ID {flag} {value} (ab prints both sweep ids)")
 
 
 def _glued(argv: list, flag: str) -> list:
