@@ -559,6 +559,7 @@ def test_ctrl_c_keeps_finished_results_and_resume_runs_only_the_rest(together, s
     rc, took = r.wait(150)
     assert rc == 0, r.output()
     assert "1 configuration(s) already done" in r.output() and "ignoring --steps" in r.output()
+    assert "plan: 1 benchmark configuration(s)" in r.output() and "(left of 2)" in r.output(), r.output()  # what is left
     new = [x for x in results(s.store, sid) if x["result_id"] > before]
     assert [(x["strategy"], x["device_count"], x["status"]) for x in new] == [("ddp", 2, "ok")]  # only the missing one
     assert new[0]["n_steps"] == 3 and new[0]["per_device_batch"] == got[("single", 1)]["per_device_batch"]

@@ -192,7 +192,9 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
                 + f", {cfg.threads_per_process} torch thread(s) per process)")
             for line in describe.describe_resolved(cfg, given):
                 log(line)
-        log(plan_summary(items, cfg))
+        left = [i for i in items if ((i.spec if isinstance(i, Skip) else i).key, (i.spec if isinstance(i, Skip) else i).repeat)
+                not in done]   # a resume plans what is left, not the whole sweep again
+        log(plan_summary(left, cfg) + (f" (left of {len(items)})" if resumed else ""))
         shared = os.path.join(os.path.dirname(os.path.abspath(cfg.store)), ".bench-runs")
         refs = equivalence.References(items)  # the gate's references, one per count (and recipe) for every strategy
         failed_before: dict = {}  # config key -> why its first failed repeat failed, for the later rounds
