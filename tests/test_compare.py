@@ -282,3 +282,39 @@ def test_a_candidate_that_stopped_training_is_a_regression_however_fast(tmp_path
     assert code == 1 and line.endswith("; but the candidate's loss not finite at 60 of 90 steps (first: measured step 10, "
                                        "rank 0): timed, but not training (it trained in the baseline) (REGRESSION)"), line
     assert "REGRESSION" not in line_of(text, DDP2)  # 2x faster and still training
+
+
+def test_one_earlier_sweep_is_called_too_few_not_none(tmp_path):
+    """A compare read 'no earlier sweep: a slowdown must also pass the drift' where the store held one earlier sweep of
+    the configuration: too few to measure its drift (2 needed), not none."""
+    path = str(tmp_path / "s.sqlite")
+    build_compare_store(path, (1.0, 1.0, 1.10), repeats=3, process_cv=0.03)
+    line = line_of(compare.compare(path, None, 2, 3)[0], SINGLE)
+    assert ("3 vs 3 process(es), too few earlier sweeps of this configuration (1; 2 needed): a slowdown must also pass "
+            "the drift between sweeps, 15%") in line and "no earlier sweep" not in line, line
+    assert "3 vs 3 process(es), no earlier sweep: " in line_of(compare.compare(path, None, 2, 3, history=0)[0], SINGLE)
+    gpu = compare.judge({"k": ([100.0, 101.0, 99.0], [90.0, 91.0, 89.0], [[100.0, 100.5]])}, device_types={"k": "cuda"})
+    assert "cannot decide (3 vs 3 process(es), too few earlier sweeps of this configuration (1; 2 needed), and the " \
+           "drift between sweeps is not measured on cuda" in gpu["k"].words and not gpu["k"].decided
+
+
+def test_a_configuration_the_candidate_did_not_run_or_skipped_is_not_worded_as_failed(tmp_path):
+    """'only in the baseline (no ok result in the candidate)' read as if the candidate had failed it: absent and skipped
+    are said as such, and neither is a regression."""
+    from bench.sweep import record
+    from report_fixtures import measured, spec
+    path = str(tmp_path / "s.sqlite")
+    conn = store.connect(path)
+    for ddp in ("ok", "skipped", None):
+        sid = store.begin_sweep(conn, "bench", "{}", None)
+        record.record_result(conn, sid, None, spec("synthetic", "single", 1), "ok", payload=measured(1, [50.0] * 10, 64))
+        if ddp == "ok":
+            record.record_result(conn, sid, None, spec("synthetic", "ddp", 2), "ok", payload=measured(2, [60.0] * 10, 64))
+        elif ddp == "skipped":
+            record.record_result(conn, sid, None, spec("synthetic", "ddp", 2), "skipped", "needs 2 GPUs; 1 visible")
+        store.end_sweep(conn, sid, "completed")
+    conn.close()
+    text, code = compare.compare(path, None, 1, 2)
+    assert code == 0 and line_of(text, DDP2) == f"{DDP2}: only in the baseline (skipped in the candidate: needs 2 GPUs; 1 visible)"
+    text, code = compare.compare(path, None, 1, 3)
+    assert code == 0 and line_of(text, DDP2) == f"{DDP2}: only in the baseline (the candidate did not run it)"

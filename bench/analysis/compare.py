@@ -64,12 +64,13 @@ def _sweeps(conn_a, conn_b, sweep_a: Optional[int], sweep_b: Optional[int]) -> t
 
 
 def _configs(conn, sweep_id: int) -> tuple:
-    """(ok configurations by key, {key: reason} of benchmark configurations that failed or were interrupted,
-    the sweep row)."""
+    """(ok configurations by key, {key: reason} of benchmark configurations that failed or were interrupted, {key:
+    reason} of those skipped, the sweep row)."""
     sweep = results.load(conn, sweep_id)
-    broken = {r["config_key"]: f"{r['status']}: {r['reason']}" for r in sweep.problems
-              if r["mode"] == "bench" and r["status"] in ("failed", "interrupted")}
-    return {c.key: c for cs in sweep.bench.values() for c in cs}, broken, sweep.sweep
+    bench = [r for r in sweep.problems if r["mode"] == "bench"]
+    broken = {r["config_key"]: f"{r['status']}: {r['reason']}" for r in bench if r["status"] in ("failed", "interrupted")}
+    skipped = {r["config_key"]: r["reason"] or "no reason recorded" for r in bench if r["status"] == "skipped"}
+    return {c.key: c for cs in sweep.bench.values() for c in cs}, broken, skipped, sweep.sweep
 
 
 def _matched(base: dict, cand: dict, interleaved: bool) -> list:
@@ -139,14 +140,22 @@ def drift_for(device_type: str, drift: Optional[float]) -> Optional[float]:
     return DEFAULT_DRIFT if device_type == DRIFT_MEASURED_ON else None
 
 
+def no_evidence(earlier: int) -> str:
+    """Why a configuration's drift between sweeps is not measured: 'no earlier sweep', or too few where the store held
+    some (a compare read 'no earlier sweep' beside a store holding one earlier sweep of it)."""
+    if not earlier:
+        return "no earlier sweep"
+    return f"too few earlier sweeps of this configuration ({earlier}; {stats.MIN_EVIDENCE_SWEEPS - 1} needed)"
+
+
 def verdict(pc: stats.ProcessComparison, ev: Optional[stats.Evidence], floor: Optional[float], slower: bool,
-            different: bool, alpha: float = ALPHA, device_type: str = "cpu") -> str:
+            different: bool, alpha: float = ALPHA, device_type: str = "cpu", earlier: int = 0) -> str:
     """pyperf-style words for one configuration. slower / different: the one-sided (candidate slower) /
     two-sided test survived the correction over configurations; floor: the smallest slowdown that counts;
-    alpha: the level a lone slowdown must reach after the correction (ALPHA / configurations compared). Interleaved
-    pairs (`ab`) say their ratio is the geometric mean of the paired ratios, which the medians beside it need not give
-    (an ab line read '24260.1 -> 28084.9 samples/s: 1.29x faster'), and use no drift between sweeps: it cancels in
-    each pair."""
+    alpha: the level a lone slowdown must reach after the correction (ALPHA / configurations compared); earlier: the
+    earlier sweeps of it that the store held. Interleaved pairs (`ab`) say their ratio is the geometric mean of the
+    paired ratios, which the medians beside it need not give (an ab line read '24260.1 -> 28084.9 samples/s: 1.29x
+    faster'), and use no drift between sweeps: it cancels in each pair."""
     change = "no change" if pc.ratio == 1 else f"{pc.ratio:.2f}x faster" if pc.ratio > 1 else f"{1 / pc.ratio:.2f}x slower"
     if pc.decided_by == "pairs":
         change = f"paired ratio {change} ({'1 pair' if pc.n_a == 1 else f'geometric mean of {pc.n_a} pairs'})"
@@ -159,7 +168,8 @@ def verdict(pc: stats.ProcessComparison, ev: Optional[stats.Evidence], floor: Op
                 f"sides with --repeats 3)")
     n = f"{pc.n_a} vs {pc.n_b} process(es)"
     if floor is None:
-        return (f"{change}: cannot decide ({n}, no earlier sweep of this configuration, and the drift between sweeps is "
+        why = no_evidence(earlier) if earlier else "no earlier sweep of this configuration"
+        return (f"{change}: cannot decide ({n}, {why}, and the drift between sweeps is "
                 f"not measured on {device_type}: the {DEFAULT_DRIFT:.0%} default was measured on CPUs; keep "
                 f"{stats.MIN_EVIDENCE_SWEEPS - 1} earlier sweeps of it in the store, or give --drift)")
     if ev is not None:
@@ -171,7 +181,7 @@ def verdict(pc: stats.ProcessComparison, ev: Optional[stats.Evidence], floor: Op
     elif pc.decided_by == "pairs":
         noise = f"{pc.n_a} interleaved pairs: the drift between sweeps cancels in each pair"
     else:
-        noise = f"{n}, no earlier sweep: a slowdown must also pass the drift between sweeps, {floor:.0%}"
+        noise = f"{n}, {no_evidence(earlier)}: a slowdown must also pass the drift between sweeps, {floor:.0%}"
     ci = f"95% CI of the ratio {pc.ci95[0]:.2f}-{pc.ci95[1]:.2f}"
     if slower and pc.ratio < 1:
         return f"{change} (p={pc.p_slower:.2g} one-sided, {ci}; {noise})"
@@ -190,6 +200,12 @@ class Call:
     words: str
     regression: bool
     improvement: bool
+
+    @property
+    def decided(self) -> bool:
+        """Whether its noise is measured and a floor stands (a GPU configuration without earlier sweeps or --drift has
+        none): a change that is not decided is never 'within the noise'."""
+        return self.comparison.decidable and not math.isnan(self.floor)
 
 
 def disturbed_words(d: Optional[stats.Disturbing], label: str) -> str:
@@ -230,7 +246,8 @@ def judge(samples: dict, threshold: float = 0.05, drift: Optional[float] = None,
         device = (device_types or {}).get(name, "cpu")
         between = drift_for(device, drift)
         floor = threshold if interleaved or evidence.get(name) else (None if between is None else max(threshold, between))
-        words = verdict(pc, evidence.get(name), floor, name in significant, name in different, lone, device)
+        words = verdict(pc, evidence.get(name), floor, name in significant, name in different, lone, device,
+                        earlier=sum(1 for h in samples[name][2] if h))
         decided = pc.decidable and floor is not None
         regression = decided and name in significant and 1 / pc.ratio - 1 > floor
         if evidence.get(name) and labels and name in labels and not regression:
@@ -256,8 +273,8 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
         raise
     try:
         sid_a, sid_b = _sweeps(conn_a, conn_b, sweep_a, sweep_b)
-        base, _, row_a = _configs(conn_a, sid_a)
-        cand, cand_broken, row_b = _configs(conn_b or conn_a, sid_b)
+        base, _, _, row_a = _configs(conn_a, sid_a)
+        cand, cand_broken, cand_skipped, row_b = _configs(conn_b or conn_a, sid_b)
         interleaved = store_b is None and row_a.get("paired_with") == sid_b
         check_leave_out(conn_a, leave_out, sid_a, sid_b if conn_b is None else None, store_a, interleaved)
         unread = _unread(conn_a, leave_out, min(sid_a, sid_b) if conn_b is None else sid_a, row_a.get("hostname"), history)
@@ -315,13 +332,14 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
             regressed.append(key)
             lines.append(f"{key}{'' if broken == key else ' vs ' + broken}: ok in the baseline, {cand_broken[broken]} "
                          f"in the candidate (REGRESSION)")
-        else:
-            lines.append(f"{key}: only in the baseline (no ok result in the candidate)")
+        else:   # absent is not failed: a candidate sweep that ran fewer configurations read as if they had failed
+            lines.append(f"{key}: only in the baseline " + (f"(skipped in the candidate: {cand_skipped[key]})"
+                                                             if key in cand_skipped else "(the candidate did not run it)"))
     for key in sorted(set(cand) - matched_b):
         lines.append(f"{key}: only in the candidate")
     if not common:
         lines.append("no configuration has an ok result on both sides")
-    undecided = sum(not calls[p].comparison.decidable for p in common)
+    undecided = sum(not calls[p].decided for p in common)
     lines += ["", (f"{len(regressed)} configuration(s) regressed" if regressed else "no regression")
               + (f"; {undecided} of {len(common)} could not be decided (no evidence of their noise)" if undecided else "")]
     return "\n".join(lines) + "\n", 1 if regressed else 0
