@@ -313,3 +313,21 @@ def test_a_wrapper_at_one_device_shows_its_overhead_not_a_scaling_efficiency(tmp
         assert row[col] == report.efficiency_text(p.config, ".1%", [p.base]) and row[col].startswith("wrapper overhead 60.0%")
     ax_e = page.figure(h, "synthetic", h.series, "cpu").axes[1]
     assert [line.get_label() for line in ax_e.lines if not line.get_label().startswith("_")] == ["single x1 synthetic"]
+
+
+def test_a_configuration_whose_steps_nothing_could_decide_is_not_said_to_be_within_the_noise(tmp_path):
+    """The history read 'no step beyond the noise over 2 sweeps (16885.9 -> 28182.1 samples/s); 1 step(s) could not be
+    decided' of a 1.67x move whose noise nothing measured: undecided is said as such."""
+    h = wrapper_history(str(tmp_path / "s.sqlite"))   # one process a side, no earlier sweep: nothing measures the noise
+    lines = hist.summary_lines(h)
+    assert lines and all(re.fullmatch(r".*: not decided over 2 sweeps \(.* samples/s\): no evidence of the noise for its "
+                                      r"step", line) for line in lines), lines
+    assert not any("beyond the noise" in line for line in lines)
+
+
+def test_a_clean_and_a_dirty_commit_show_at_one_length():
+    """A clean commit showed at 12 characters beside a dirty one at 40."""
+    clean, dirty = "8fa18bd7276bdba4ee3137e76394a46f904dd796", "aa4e69b3b45780aab96ee4c7de01b8571919ac0e-dirty"
+    assert hist.env_value({"git_commit": clean}, "git_commit") == "8fa18bd7276b"
+    assert hist.env_value({"git_commit": dirty}, "git_commit") == "aa4e69b3b457-dirty"
+    assert hist.changes({"git_commit": dirty}, {"git_commit": clean}) == ["commit aa4e69b3b457-dirty -> 8fa18bd7276b"]
