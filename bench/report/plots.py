@@ -57,10 +57,16 @@ def _by_series(configs: list) -> dict:
     return out
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
+
+
 def _series_style(configs: list) -> dict:
-    """Colour by strategy, line style by variant (precision, settings)."""
+    """Colour by strategy, line style and marker by variant (precision, settings): a variant measured at one count is
+    a lone point, where only its marker tells it from the strategy's other variants (three DDP hooks at x2 drew three
+    blue circles)."""
     variants = list(dict.fromkeys(c.variant for c in configs))
     return {c.series: {"color": COLORS.get(c.strategy), "linestyle": STYLES[variants.index(c.variant) % len(STYLES)],
+                       "marker": MARKERS[variants.index(c.variant) % len(MARKERS)],
                        "label": NAMES.get(c.strategy, c.strategy) + (f" [{c.variant}]" if len(variants) > 1 or c.variant != "fp32" else "")}
             for c in configs}
 
@@ -75,7 +81,7 @@ def throughput_figure(configs: list, workload: str, where: str) -> Figure:
     counts = sorted({c.device_count for c in configs})
     style = _series_style(configs)
     for key, cs in _by_series(configs).items():
-        ax.plot([c.device_count for c in cs], [c.samples_per_s for c in cs], marker="o", **style[key])
+        ax.plot([c.device_count for c in cs], [c.samples_per_s for c in cs], **style[key])
     bases = [c for c in configs if c.device_count == 1 and c.strategy == "single"] or [c for c in configs if c.device_count == 1]
     for b in bases:
         ax.plot(counts, [b.samples_per_s * n for n in counts], ":", color="#999999", alpha=0.7,
@@ -89,13 +95,19 @@ def throughput_figure(configs: list, workload: str, where: str) -> Figure:
 def overview_figure(configs: list, workload: str, where: str, picks: list = ()) -> Figure:
     """The first screen's small figure: samples/s against device count, one line per strategy and variant, the ideal
     line from the 1-device baseline, and a star on each recommended configuration (`picks`)."""
-    fig = Figure(figsize=(4.6, 3.3), layout="constrained")
+    style = _series_style(configs)
+    entries = len(_by_series(configs)) + 2   # the series, ideal, recommended
+    ncol = 1 if max(len(v["label"]) for v in style.values()) > 34 else 2   # long settings' labels: one column, wider
+    rows = math.ceil(entries / ncol)
+    # the legend below the axes, two columns, the figure taller by its rows: inside a 3.3-inch figure five variants'
+    # legend covered the HSDP point, clipped its labels and collapsed the axes (matplotlib's constrained-layout warning)
+    longest = max(len(v["label"]) for v in style.values())
+    fig = Figure(figsize=(max(4.6, 0.8 + 0.06 * longest * (2 if ncol == 2 else 1)), 3.0 + 0.17 * rows), layout="constrained")
     ax = fig.subplots()
     fig.suptitle(f"{workload}: throughput against device count\n{where}".replace("$", r"\$"), fontsize="medium")
     counts = sorted({c.device_count for c in configs})
-    style = _series_style(configs)
     for key, cs in _by_series(configs).items():
-        ax.plot([c.device_count for c in cs], [c.samples_per_s for c in cs], marker="o", markersize=4, **style[key])
+        ax.plot([c.device_count for c in cs], [c.samples_per_s for c in cs], markersize=4, **style[key])
     bases = [c for c in configs if c.device_count == 1 and c.strategy == "single"] or [c for c in configs if c.device_count == 1]
     for i, b in enumerate(bases):
         ax.plot(counts, [b.samples_per_s * n for n in counts], ":", color="#999999", alpha=0.7, label="ideal" if not i else None)
@@ -105,7 +117,7 @@ def overview_figure(configs: list, workload: str, where: str, picks: list = ()) 
     ax.set(xlabel=_devices_label(configs), ylabel="samples/s", xticks=counts)
     ax.set_xlim(min(counts) - 0.5, max(counts) + 0.5)
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize="x-small")
+    fig.legend(loc="outside lower center", ncol=ncol, fontsize="x-small")
     return fig
 
 
@@ -121,7 +133,7 @@ def efficiency_figure(configs: list, workload: str, where: str) -> Figure:
     for key, cs in _by_series(configs).items():
         cs = [c for c in cs if not math.isnan(c.efficiency) and (c.device_count > 1 or c.strategy == "single")]
         if cs:
-            ax.plot([c.device_count for c in cs], [c.efficiency * 100 for c in cs], marker="o", **style[key])
+            ax.plot([c.device_count for c in cs], [c.efficiency * 100 for c in cs], **style[key])
     ax.axhline(100, linestyle="--", color="#999999", label="ideal (100%)")
     if max(counts) == 1:
         ax.text(0.5, 0.5, "one device only: no scaling to show\n(a wrapper's overhead at one device is in the report's table)",

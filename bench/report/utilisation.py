@@ -142,7 +142,7 @@ def figure(configs: list, workload: str, where: str):
         pts = [(c.device_count, _value(c, with_mfu, cuda)) for c in cs]
         pts = [(n, v) for n, v in pts if not math.isnan(v)]
         if pts:
-            ax.plot([n for n, _ in pts], [v for _, v in pts], marker="o", **style[key])
+            ax.plot([n for n, _ in pts], [v for _, v in pts], **style[key])
     unit = "MFU (% of the dense peak)" if with_mfu else ("TFLOP/s per GPU" if cuda else "GFLOP/s per process")
     ax.set(xlabel=plots._devices_label(configs), ylabel=unit, xticks=sorted({c.device_count for c in configs}))
     ax.set_ylim(0, 100 if with_mfu else None)
