@@ -1,0 +1,71 @@
+"""The forecast agrees with itself and with the report, on hand-made stores (a new user's CPU trial found each of these
+wrong): every setting held against the single device x1 the analysis holds it against (activation checkpointing
+included), a step that never shrinks from a measured count to the next (the network model anchored to the lone calls
+measured), each row's efficiency basis said, and the verdict in the sweep's own unit with a range in plain words."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from bench.analysis import forecastable
+from bench.forecast import outlook as fo
+from bench.forecast import settings as fs
+from bench.store import store
+from bench.sweep import record
+from report_fixtures import spec
+from test_forecast import COMM_SIZES, _buckets, _memory, _steps, _windows
+
+
+def _load(path: str):
+    conn = store.connect(path, readonly=True)
+    try:
+        return forecastable.load(conn, None)
+    finally:
+        conn.close()
+
+
+def _machine(ranks: int, lone_x: float) -> dict:
+    """The machine at `ranks`: the all-reduce microbenchmark at 100 us per step and 1 GB/s, and the interference run's
+    lone call `lone_x` times as long (one call after a lead-in, the wait for the later rank in it), 3x beside the load."""
+    t = lambda s: 2 * (ranks - 1) * 0.1 + 2 * (ranks - 1) / ranks * s / 1e6  # noqa: E731
+    return {"comm": [{"scope": "world", "ranks": ranks, "size_bytes": s, "time_ms": t(s)} for s in COMM_SIZES],
+            "interference": [{"scope": "world", "ranks": ranks, "op": "all_reduce", "size_bytes": s,
+                              "comm_alone_ms": lone_x * t(s), "comm_contended_ms": 3 * lone_x * t(s),
+                              "comm_slowdown": 3.0, "compute_slowdown": 2.0, "rounds": 5} for s in COMM_SIZES]}
+
+
+def _ac_store(path: str) -> None:
+    """single x1 and DDP x1, x2 without checkpointing (30, 31, 60 ms) and with (45, 46, 70 ms), full checkpointing
+    written last, as a sweep with --activation-checkpointing none,full writes it; the machine at x2."""
+    conn = store.connect(path)
+    env_id = store.insert_environment(conn, {"hostname": "h", "cpu_cores": 2})
+    sid = store.begin_sweep(conn, "bench --gpus 1,2 --activation-checkpointing none,full", "{}", env_id)
+    for ac, (single, x1, x2) in (("none", (30.0, 31.0, 60.0)), ("full", (45.0, 46.0, 70.0))):
+        sp = lambda strategy, n: dataclasses.replace(spec("synthetic", strategy, n), activation_checkpointing=ac)  # noqa: E731
+        record.record_result(conn, sid, env_id, sp("single", 1), "ok", "",
+                             {"grad_bytes": 16e6, "steps": _steps(1, single), "windows": _windows(1, single)})
+        for n, step in ((1, x1), (2, x2)):
+            record.record_result(conn, sid, env_id, sp("ddp", n), "ok", "", {
+                "grad_bytes": 16e6, "steps": _steps(n, step) + _steps(n, 0.6 * step, "probe_no_sync"),
+                "windows": _windows(n, step), "buckets": _buckets(n), "memory": _memory(n, 200.0)})
+    record.record_result(conn, sid, env_id, spec("allreduce", "comm", 2, mode="comm"), "ok", "", _machine(2, 1.0))
+    store.end_sweep(conn, sid, "completed")
+    conn.close()
+
+
+def test_each_setting_is_held_against_the_single_device_x1_of_its_own_activation_checkpointing(tmp_path):
+    # The forecast keyed single x1 by precision, layout, compile and optimizer only: with none,full every setting was
+    # held against the last one written (ac=full, 45 ms), DDP [fp32] at 62% efficiency where its own baseline gave 44%.
+    path = str(tmp_path / "ac.sqlite")
+    _ac_store(path)
+    f = _load(path)
+    m = fo.machine(f.sweep, f.runs)
+    ddp = {s.variant: s for s in f.sets if s.strategy == "ddp"}
+    assert set(ddp) == {"fp32", "fp32, ac=full"}
+    for variant, single_ms in (("fp32", 30.0), ("fp32, ac=full", 45.0)):
+        s = ddp[variant]
+        assert s.single is not None and s.single.label == s.any.baseline, (variant, s.single and s.single.label)
+        assert s.single.summary.median_ms == pytest.approx(single_ms)
+        p = fs.point(s, fs.inputs(s, m), 16, m)     # efficiency: steps against this setting's own single x1's step
+        assert p.efficiency == pytest.approx(p.samples_per_s / (16 * 64 / (single_ms / 1e3)))
