@@ -135,6 +135,28 @@ def test_fresh_interpreters_start_every_rank_as_a_new_python(tmp_path):
     assert rows == [("fresh", "fresh")]
 
 
+def test_a_fork_server_that_does_not_answer_is_said_on_the_terminal_and_in_the_environment(tmp_path, monkeypatch, capsys):
+    # The server gone mid-sweep (a SIGINT to it, once): its clients start fresh interpreters and said so only in the
+    # ranks' logs; the report then set fresh and forked processes' peak RSS side by side.
+    from types import SimpleNamespace
+    from conftest import FAST
+    from bench import cli
+    from bench.analysis import results
+    from bench.report import environment
+    from bench.store import store
+    from bench.sweep import launch
+    monkeypatch.setitem(launch._SERVER, "server", SimpleNamespace(path=str(tmp_path / "gone.sock")))
+    path = str(tmp_path / "f.sqlite")
+    assert cli.main([*FAST, "--strategies", "single", "--gpus", "1", "--no-comm-bench", "--device", "cpu",
+                     "--store", path]) == 0
+    out = capsys.readouterr().out
+    assert "note: the fork server did not answer: this configuration's processes started as fresh interpreters" in out
+    conn = store.connect(path, readonly=True)
+    sweep = results.load(conn, 1)
+    conn.close()
+    assert environment.process_starts(sweep) == "fresh interpreters"
+
+
 def _gone(pid: int, within: float = 10.0) -> bool:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:

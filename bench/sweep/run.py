@@ -106,6 +106,13 @@ COMM_RUN_S = {False: 8.0, True: 30.0}  # a collectives run with its interference
 BUCKET_STEPS_GUESS = 2  # DDP's bucket-timing steps (bench/rank/buckets.py: 2 on CPU, 3 on CUDA)
 
 
+def _started_fresh_instead(spec: RunSpec, outcome: Outcome) -> bool:
+    """Whether a run planned through the fork server started its processes as fresh interpreters (its client found
+    no server and said so only in the rank's log)."""
+    return (spec.process_start == "forked" and outcome.status == "ok"
+            and (outcome.payload or {}).get("process_start") == "fresh")
+
+
 def plan_summary(items: list, cfg: SweepConfig) -> str:
     runs = [i for i in items if isinstance(i, RunSpec)]
     skips = len(items) - len(runs)
@@ -198,6 +205,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
         shared = os.path.join(os.path.dirname(os.path.abspath(cfg.store)), ".bench-runs")
         refs = equivalence.References(items)  # the gate's references, one per count (and recipe) for every strategy
         failed_before: dict = {}  # config key -> why its first failed repeat failed, for the later rounds
+        warned_fresh = False      # said once: the fork server gone, processes start fresh (bench.shared.forkclient)
         for i, item in enumerate(items, 1):
             spec = item.spec if isinstance(item, Skip) else item
             if (spec.key, spec.repeat) in done:
@@ -225,6 +233,11 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
                 failed_before[spec.key] = (f"not run again: repeat {spec.repeat + 1} of this configuration failed "
                                            f"in this sweep ({(outcome.reason or '').splitlines()[0][:200]})")
             log(f"{head}: {_summary_line(conn, rid, outcome)}{profiling.result_note(conn, rid)}")
+            if _started_fresh_instead(spec, outcome) and not warned_fresh:
+                warned_fresh = True
+                log("note: the fork server did not answer: this configuration's processes started as fresh "
+                    "interpreters, as later ones may; the report's environment says how many of each ran (their peak "
+                    "RSS and start-up differ)")
         for line in profiling.cost_lines(conn, sweep_id, cfg.store):
             log(line)
         with signals_deferred():
