@@ -180,3 +180,33 @@ def test_the_gpus_busy_share_behind_the_bound_is_a_number_column(tmp_path):
     ddp = c.loc["DDP x1 [bf16]"]
     assert 0 < ddp.gpu_busy_share < 1 and ddp.gpu_busy_device
     assert f"GPU busy {ddp.gpu_busy_share:.0%}" in ddp.bound_detail
+
+
+def test_steps_carry_the_configurations_identity_so_a_filter_on_them_cannot_pool_two_configurations(tmp_path):
+    """`r.steps[(r.steps.strategy == "ddp") & (r.steps.device_count == 2)]`, the docs' filter, once pooled ac=none with
+    ac=full and one comm hook with another: steps lacked options, activation_checkpointing and variant. They carry the
+    identity columns the configurations frame has, with the same values, and a label names one configuration."""
+    from bench.store import store
+    from bench.sweep import record
+    from report_fixtures import measured, spec
+    path = str(tmp_path / "s.sqlite")
+    conn = store.connect(path)
+    sid = store.begin_sweep(conn, "bench", "{}", None)
+    for ms, kw in ((50.0, {}), (60.0, {"options": (("comm_hook", "bf16"),)}), (70.0, {"activation_checkpointing": "full"})):
+        record.record_result(conn, sid, None, dataclasses.replace(spec("synthetic", "ddp", 2), **kw), "ok",
+                             payload=measured(2, [ms] * 10, 64))
+    record.record_result(conn, sid, None, dataclasses.replace(spec("synthetic", "ddp", 2), options=(("comm_hook", "fp16"),)),
+                         "failed", "rank 1: out of memory")
+    store.end_sweep(conn, sid, "completed")
+    conn.close()
+    r = results.load(path)
+    identity = ["config_key", "workload", "strategy", "strategy_name", "device_count", "precision", "optimizer", "options",
+                "activation_checkpointing", "aux", "variant", "label"]
+    steps = r.steps[identity].drop_duplicates().set_index("config_key").sort_index()
+    configs = r.configurations[identity].set_index("config_key").sort_index()
+    assert len(steps) == 3 and steps.equals(configs.loc[steps.index]), (steps, configs)
+    assert sorted(steps.label) == ["DDP x2", "DDP x2 [fp32, ac=full]", "DDP x2 [fp32, comm_hook=bf16]"]
+    plain = r.steps[(r.steps.kind == "measure") & (r.steps.label == "DDP x2")]
+    assert set(plain.step_ms) == {50.0, 51.0}   # rank 0 and rank 1 of the plain configuration alone
+    failed = r.configurations.set_index("status").loc["failed"]
+    assert failed.label == "DDP x2 [fp32, comm_hook=fp16]" and failed.variant == "fp32, comm_hook=fp16"

@@ -22,7 +22,7 @@ from typing import Optional
 
 from bench import stats
 from bench.analysis import cost, reference
-from bench.analysis.results import STRATEGY_NAMES, Config, Sweep, diverged
+from bench.analysis.results import STRATEGY_NAMES, Config, Sweep, diverged, label, row_aux, row_variant
 from bench.report import bound, comm, frontier, recommend, training_state
 from bench.report import traces as trace_report
 from bench.report.cost import price_of
@@ -38,11 +38,19 @@ NOT_SCALAR = ("key", "step_ms", "summary", "process_sps", "phases_ms", "memory_m
 
 
 def _identity(r: dict) -> dict:
-    """A results row's identity columns (a configuration that produced no measurement)."""
+    """A results row's identity columns (a configuration that produced no measurement; every stored step), as the
+    configurations frame names them: its settings (`options` as JSON), activation checkpointing, aux, `variant` and
+    `label` too, so that a filter on steps cannot pool two configurations (the docs' filter on strategy and device
+    count pooled ac=none with ac=full, and one comm hook with another)."""
     out = {"config_key": r["config_key"], **{k: r.get(k) for k in IDENTITY}}
     out["channels_last"], out["compiled"] = bool(out["channels_last"]), bool(out["compiled"])
     out["precision"], out["optimizer"] = out["precision"] or "fp32", out["optimizer"] or "sgd"
     out["nodes"] = int(out["nodes"] or 1)
+    variant = row_variant(r)
+    out.update(strategy_name=STRATEGY_NAMES.get(r["strategy"], r["strategy"]),
+               options=json.dumps(json.loads(r.get("options_json") or "{}"), sort_keys=True),
+               activation_checkpointing=r.get("activation_checkpointing") or "none", aux=row_aux(r), variant=variant,
+               label=label(r["strategy"], int(r["device_count"]), variant))
     return out
 
 
@@ -115,10 +123,7 @@ def configurations(sweep: Sweep, prices: Optional[cost.Prices] = None) -> list:
     for r in sweep.problems:
         if r["mode"] == "bench":
             why.setdefault(r["config_key"], {}).setdefault((r["status"], r["reason"] or "no reason stored"), []).append(r["repeat"])
-            name = STRATEGY_NAMES.get(r["strategy"], r["strategy"])
-            failed.setdefault(r["config_key"], {**_identity(r), "strategy_name": name, "label": f"{name} x{r['device_count']}",
-                                                "options": json.dumps(json.loads(r.get("options_json") or "{}"), sort_keys=True),
-                                                "status": r["status"], "recommended": False})
+            failed.setdefault(r["config_key"], {**_identity(r), "status": r["status"], "recommended": False})
     for key, reasons in why.items():
         named = key in measured or len({s for s, _ in reasons}) > 1   # the status is not the row's own
         text = "; ".join(f"{status + ': ' if named else ''}{reason} (repeat{'s' if len(reps) > 1 else ''} "
