@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from bench.analysis import forecastable
@@ -69,3 +70,32 @@ def test_each_setting_is_held_against_the_single_device_x1_of_its_own_activation
         assert s.single.summary.median_ms == pytest.approx(single_ms)
         p = fs.point(s, fs.inputs(s, m), 16, m)     # efficiency: steps against this setting's own single x1's step
         assert p.efficiency == pytest.approx(p.samples_per_s / (16 * 64 / (single_ms / 1e3)))
+
+
+class _Setting:
+    label, single, strategy, variant = "w DDP [fp32]", object(), "ddp", "fp32"
+
+    def __init__(self, device_type: str):
+        self.any = type("C", (), {"device_type": device_type})()
+
+
+def _points(lo_draws_stop_at_2: bool) -> list:
+    """Efficiency 90% at 2, 4 and 8, 60% at 16; in a third of the draws (lo_draws_stop_at_2) already 60% at 2."""
+    out = []
+    for n, eff in ((2, 0.9), (4, 0.9), (8, 0.9), (16, 0.6)):
+        draws = [eff] * 400
+        if lo_draws_stop_at_2:
+            draws[:130] = [0.6] * 130
+        out.append(fs.Point(count=n, nodes=1, efficiency=eff, bound="exposed communication",
+                            draws={"efficiency": np.asarray(draws)}))
+    return out
+
+
+def test_the_verdict_counts_in_the_sweeps_unit_and_says_the_ranges_open_end_plainly():
+    # a CPU sweep read 'past 8 GPUs on this network (between no count and 8)'
+    text = fo.recommendation(_Setting("cpu"), _points(True))
+    assert "past 8 processes on this network (between 1 and 8), scaling stops paying" in text, text
+    assert "GPU" not in text and "no count" not in text
+    assert "past 8 GPUs on this network (between 1 and 8)" in fo.recommendation(_Setting("cuda"), _points(True))
+    one = [dataclasses.replace(p, efficiency=0.6 if p.count == 2 else p.efficiency) for p in _points(False)]
+    assert "already at 2 processes on this network" in fo.recommendation(_Setting("cpu"), one)

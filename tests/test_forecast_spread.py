@@ -224,7 +224,8 @@ def test_the_check_stores_its_range_and_whether_the_measurement_fell_inside(tmp_
 
 
 def test_where_scaling_stops_paying_is_said_with_the_range_of_counts_the_draws_give():
-    s = type("S", (), {"label": "w DDP [fp32]", "single": object(), "strategy": "ddp", "variant": "fp32"})()
+    s = type("S", (), {"label": "w DDP [fp32]", "single": object(), "strategy": "ddp", "variant": "fp32",
+                       "any": type("C", (), {"device_type": "cuda"})()})()
     rng = np.random.default_rng(0)
     pts = []
     for n, eff in ((2, 0.95), (4, 0.85), (8, 0.78), (16, 0.70), (32, 0.60)):

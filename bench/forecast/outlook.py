@@ -236,11 +236,22 @@ def missing_baseline(s: fs.Setting) -> str:
             f"hold the throughput against (run with --strategies single,{s.strategy} --gpus 1,...)")
 
 
-def _between(r: Optional[tuple], top: int) -> str:
+def unit(s: fs.Setting, n: int) -> str:
+    """'8 GPUs', '1 process': a count in the sweep's unit, as the report counts (bench.report.report.units, which the
+    forecast may not import: tests/test_layout.py): on CPU a device is a gloo process. A CPU sweep's verdict read
+    'past 8 GPUs'."""
+    cuda = getattr(s.any, "device_type", "cuda") == "cuda"
+    return f"{n} " + (("GPU" if cuda else "process") if n == 1 else ("GPUs" if cuda else "processes"))
+
+
+def _between(r: Optional[tuple], top: int, first: int = 2) -> str:
+    """' (between 1 and 8)': the range of the last count that pays, its ends in words; a draw where no count from
+    `first` on pays (0) pays only below it (1 where the counts start at 2), never 'no count'."""
     if r is None:
         return ""
     lo, hi = r
-    word = lambda n: f"beyond {top}" if n is None else ("no count" if n == 0 else str(n))  # noqa: E731
+    low = lambda n: ("1" if first <= 2 else f"fewer than {first}") if n == 0 else str(n)  # noqa: E731
+    word = lambda n: f"beyond {top}" if n is None else low(n)  # noqa: E731
     return "" if lo == hi else f" (between {word(lo)} and {word(hi)})"
 
 
@@ -286,14 +297,14 @@ def _recommendation(s: fs.Setting, points: list, whatifs: Optional[list] = None)
     known = [p for p in points if not p.refused and not math.isnan(p.efficiency)]
     if not known:
         return f"{s.label}: no count forecast"
-    top = max(p.count for p in known)
-    between = _between(stop_range(known), top)
+    top, first = max(p.count for p in known), min(p.count for p in known)
+    between = _between(stop_range(known), top, first)
     below = first_below(known)
     if below is None:
         r = stop_range(known)
-        low_end = (f" (at the range's low end it stops paying past {r[0] or 'none'})" if r is not None and r[0] is not None
-                   else "")
-        return f"{s.label}: efficiency stays at or above {EFFICIENT:.0%} up to {top} devices on this network{low_end}"
+        low_end = (f" (at the range's low end it stops paying past {unit(s, r[0] or 1)})" if r is not None
+                   and r[0] is not None else "")
+        return f"{s.label}: efficiency stays at or above {EFFICIENT:.0%} up to {unit(s, top)} on this network{low_end}"
     ok = [p.count for p in known if p.count < below]
     sets = network_sets(whatifs or [])
     bound = next(p.bound for p in known if p.count == below)
@@ -301,7 +312,7 @@ def _recommendation(s: fs.Setting, points: list, whatifs: Optional[list] = None)
         r = stop_range(known)
         high_end = (f" (at the range's high end it pays up to {r[1] if r[1] is not None else f'beyond {top}'})"
                     if r is not None and r[1] != 0 else "")
-        return f"{s.label}: below {EFFICIENT:.0%} already at {below} devices on this network{high_end}" + (
+        return f"{s.label}: below {EFFICIENT:.0%} already at {unit(s, below)} on this network{high_end}" + (
             f"; {sets}" if sets else "")
-    return (f"{s.label}: past {max(ok)} GPU{'s' if max(ok) > 1 else ''} on this network{between}, scaling stops "
+    return (f"{s.label}: past {unit(s, max(ok))} on this network{between}, scaling stops "
             f"paying (efficiency under {EFFICIENT:.0%} at {below}, bound there: {bound})" + (f"; {sets}" if sets else ""))
