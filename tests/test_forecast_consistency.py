@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from bench.analysis import forecastable
+from bench.forecast import network as nw
 from bench.forecast import outlook as fo
 from bench.forecast import settings as fs
 from bench.store import store
 from bench.sweep import record
 from report_fixtures import spec
-from test_forecast import COMM_SIZES, _buckets, _memory, _steps, _windows
+from test_forecast import COMM_SIZES, _buckets, _memory, _steps, _windows, build_store
 
 
 def _load(path: str):
@@ -99,3 +100,36 @@ def test_the_verdict_counts_in_the_sweeps_unit_and_says_the_ranges_open_end_plai
     assert "past 8 GPUs on this network (between 1 and 8)" in fo.recommendation(_Setting("cuda"), _points(True))
     one = [dataclasses.replace(p, efficiency=0.6 if p.count == 2 else p.efficiency) for p in _points(False)]
     assert "already at 2 processes on this network" in fo.recommendation(_Setting("cpu"), one)
+
+
+def _slow_lone_store(path: str, lone_x: float) -> None:
+    """build_store's sweep (single x1, DDP x1 and x2), its machine at x2 with the lone calls lone_x times what the
+    network's fit of the microbenchmark says."""
+    build_store(path, machine_counts=(), dp=False)
+    conn = store.connect(path)
+    env_id = conn.execute("SELECT env_id FROM sweeps").fetchone()[0]
+    record.record_result(conn, 1, env_id, spec("allreduce", "comm", 2, mode="comm"), "ok", "", _machine(2, lone_x))
+    conn.close()
+
+
+@pytest.mark.parametrize("gpus_per_node", [None, 8])
+def test_the_step_never_shrinks_past_a_measured_count_where_the_model_underestimates_the_measured_collective(
+        tmp_path, gpus_per_node):
+    # x2 was priced from the lone calls measured, 3, 4 and 8 from the network model, which said a quarter of them:
+    # a CPU forecast stepped 6.7 ms at x2 and 3.6 at x3, 4.4 at x4 (weak scaling, the same work per rank).
+    path = str(tmp_path / "lone.sqlite")
+    _slow_lone_store(path, lone_x=4.0)
+    f = _load(path)
+    m = fo.machine(f.sweep, f.runs, given_gpus_per_node=gpus_per_node)
+    s = next(s for s in f.sets if s.strategy == "ddp")
+    steps = [p.step_ms for p in fs.series(s, fs.inputs(s, m), (2, 3, 4, 8), m)]
+    assert steps == sorted(steps), steps
+    # the measured count is still priced by what was measured: x2 as with no model behind it at all
+    lone = fo.machine(f.sweep, f.runs, levels={"node": _far_off(), "net": _far_off()}, given_gpus_per_node=gpus_per_node)
+    assert fs.point(s, fs.inputs(s, lone), 2, lone).step_ms == pytest.approx(steps[0])
+    assert any("anchored to the lone calls measured (4x at x2" in w for w in fs.inputs(s, m).words)
+
+
+def _far_off():
+    """A network level typed far off the measurement (1 MB/s, a second a step): what the lone calls replace at x2."""
+    return nw.Level(0.001, 1e6, "typed far off")

@@ -8,15 +8,19 @@ what stands in where nothing was measured, said in words.
     inter.compute_x("all_reduce", size_bytes, ranks)  # computation's time while the collective runs / alone
     inter.co_run_x(ranks, nodes)                      # the load on every rank at once / on one alone
     inter.words()                                     # measured or assumed, per figure
+    anchor_x(net, inter, "all_reduce", size_bytes, ranks)  # at a count not measured: the network model's factor
 
 Per (collective, ranks) three lines in the size S are fitted over the measured sizes (non-negative, on relative
 residuals in log space with a soft-L1 loss: scipy's least_squares), so that no single noisy size steers a bucket:
-    alone(S)      = a0 + a1 S      the collective by itself, one call after a barrier (as a step issues it; gloo's
-                                   back-to-back calls of the nccl-tests-style microbenchmark cost more per call)
+    alone(S)      = a0 + a1 S      the collective by itself, one call after a lead-in of computation, the wait for
+                                   the later rank included (as a step issues its last bucket); not the microbenchmark's
+                                   back-to-back calls after a barrier, which the network's fit is of: on gloo the two
+                                   disagree, either way, by several times (`anchor_x`)
     contended(S)  = c0 + c1 S      the same beside the load (c0: on a CPU mostly the wait to be scheduled)
     lost(S)       = l0 + l1 S      the load's time lost while it ran (contended x (1 - 1/compute_slowdown))
 comm_x = contended / alone and compute_x = contended / (contended - lost). A rank count not measured takes the
-nearest measured one's slowdowns (said so); there the collective's own time is the network model's. Not measured at
+nearest measured one's slowdowns (said so); there the collective's own time is the network model's, anchored to the
+lone calls at the measured counts (`anchor_x`: the curve passes through them, continuous in the count). Not measured at
 all: on GPUs assumed none (1.0: NCCL's kernels share SMs and memory bandwidth with backward, a cost this
 assumption leaves out: it errs fast), on CPU assumed serial (the collective at its lone speed, computation stopped
 while it runs); both are named "assumed" in the forecast's words, never a bound, and the check says how far they
@@ -40,6 +44,8 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
+
+from bench.forecast import network as nw
 
 STOPPED = 100.0                  # bench.rank.interference.STOPPED: no progress while the collective ran
 
@@ -195,7 +201,8 @@ class Interference:
         if not self.measured:
             return self.assumption
         return (f"interference measured ({self.source}): {self.describe()}; lone calls as a step issues them priced "
-                "from the same rows at the counts measured; other counts take the nearest count's slowdowns")
+                "from the same rows at the counts measured; other counts take the network model's time anchored to them "
+                "and the nearest count's slowdowns")
 
     def describe(self) -> str:
         """The fitted slowdowns at the largest measured size of each (op, ranks), in words."""
@@ -212,6 +219,60 @@ class Interference:
             parts.append(f"{n} ranks{f' on {m} nodes' if m > 1 else ''} computing at once: "
                          + (", ".join(sorted(sized[(n, m)])) if len(sized.get((n, m), ())) > 1 else f"{x:.2g}x"))
         return "; ".join(parts)
+
+
+# ---------------------------------------------------------------- counts not measured: the model, anchored
+
+def anchors(net: nw.Network, inter: "Interference", op: str, size: float) -> list:
+    """[(count, measured / model)]: at each count the interference run measured `op` at, on as many nodes as the
+    network puts that count on, its lone call (as a step issues it) over the network model's time for `size` (the
+    fit's own figures: a draw's network factor stays on the count it prices)."""
+    central = replace(net, x=())
+    out = []
+    for o, n, nodes in sorted(inter.table):
+        if o == op and n > 1 and nodes == math.ceil(n / net.gpus_per_node):
+            model = nw.OPS[op](central, size, n)
+            if model > 0:
+                out.append((n, inter.alone_ms(op, size, n, nodes) / model))
+    return out
+
+
+def anchor_x(net: nw.Network, inter: "Interference", op: str, size: float, ranks: int):
+    """The factor on the network model's time at a count the interference run did not measure: measured / model at
+    the measured counts (`anchors`), geometric between the two around `ranks` in log count, the nearest's past the
+    ends; 1 where none. The two measure different things: the network's fit is of the microbenchmark's back-to-back
+    calls, averaged after a barrier (nccl-tests' way), the interference's lone call one call after a lead-in of
+    computation, the wait for the later rank included, as a step's last bucket pays. On one CPU they disagreed ~4x
+    (0.5 MiB on gloo x2: 2.4 ms lone, the fit 0.65 ms), and a forecast priced x2 from the one and x3, x4 from the
+    other stepped twice as fast at 3 and 4 ranks as at 2. Anchored, the curve passes through each measured count and
+    keeps the model's shape between and past them."""
+    pts = anchors(net, inter, op, size)
+    if not pts:
+        return 1.0
+    x = math.log(ranks)
+    lower = [p for p in pts if p[0] <= ranks] or pts[:1]
+    upper = [p for p in pts if p[0] >= ranks] or pts[-1:]
+    (n0, r0), (n1, r1) = lower[-1], upper[0]
+    if n0 == n1:
+        return r0
+    w = (x - math.log(n0)) / (math.log(n1) - math.log(n0))
+    return np.exp((1 - w) * np.log(r0) + w * np.log(r1))
+
+
+def anchor_words(net: nw.Network, inter: "Interference", op: str, size: float) -> str:
+    """'all-reduce at counts not measured: the network model's time anchored to the lone calls measured (3.7x at x2,
+    lone call over the model, at 0.512 MiB; ...)'; '' where nothing anchors it."""
+    pts = anchors(net, inter, op, size)
+    if not pts:
+        return ""
+    parts = ", ".join(f"{_central(r):.2g}x at x{n}" for n, r in pts)
+    return (f"{nw.NAMES[op]} at counts not measured: the network model's time anchored to the lone calls measured "
+            f"({parts}, lone call over the model, at {size / 2**20:.3g} MiB; between counts geometric in the count, "
+            "past them the nearest's)")
+
+
+def _central(v) -> float:
+    return float(np.ravel(v)[0]) if np.ndim(v) else float(v)
 
 
 def assumed(device_type: str) -> Interference:

@@ -207,6 +207,9 @@ def reduce_scatter_ms(net: Network, size_bytes: float, ranks: int) -> float:
     return _ring_ms(net, size_bytes, ranks, "reduce_scatter") * _x(net, ranks)
 
 
+OPS = {"all_reduce": allreduce_ms, "all_gather": allgather_ms, "reduce_scatter": reduce_scatter_ms}   # op -> model
+
+
 def redraw(net: Network, rng: np.random.Generator, draws: int) -> Network:
     """A copy whose times per measured level carry a factor over draws + 1 (row 0: 1, as fitted): lognormal, of the
     fit's prediction error for one collective, its rms relative error x sqrt(1 + 1/rows) (the rows' scatter about the

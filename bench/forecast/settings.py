@@ -251,6 +251,10 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
             inp.units = [(grad_bytes * gather, grad_bytes)]
             inp.words.append("FSDP units: assumed, none stored (all parameters in one unit)")
         inp.words.append("optimizer: on this rank's shard, its time divided by the ranks (assumed)")
+    sized = ([("all_reduce", max(b.size_bytes for b in inp.buckets))] if inp.buckets else
+             [(op, max(u[i] for u in inp.units)) for i, op in enumerate(("all_gather", "reduce_scatter"))] if inp.units
+             else [])
+    inp.words += [w for w in (itf.anchor_words(machine.net, inter, op, size) for op, size in sized) if w]
     if allowed:  # memory: the strategy's own smallest allowed count (its activations measured there)
         c = allowed[min(allowed)]
         r = s.raws[c.key]

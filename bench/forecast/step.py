@@ -249,16 +249,16 @@ def default_buckets(grad_bytes: float, bucket_cap_mb: float) -> list:
     return out
 
 
-NETWORK_OPS = {"all_reduce": nw.allreduce_ms, "all_gather": nw.allgather_ms, "reduce_scatter": nw.reduce_scatter_ms}
+NETWORK_OPS = nw.OPS
 
 
 def collective_ms(net: nw.Network, inter: itf.Interference, op: str, size: float, ranks: int) -> float:
     """A collective alone: as a step issues it where the interference run measured this count on as many nodes, else
-    the network model's."""
+    the network model's anchored to those rows (bench.forecast.interference.anchor_x)."""
     if ranks <= 1 or size <= 0:
         return 0.0
     mine = inter.alone_ms(op, size, ranks, math.ceil(ranks / net.gpus_per_node))
-    return mine if mine is not None else NETWORK_OPS[op](net, size, ranks)
+    return mine if mine is not None else NETWORK_OPS[op](net, size, ranks) * itf.anchor_x(net, inter, op, size, ranks)
 
 
 def _comm_task(op: str, size: float, ms: float, ranks: int, inter: itf.Interference, after: tuple) -> Task:
