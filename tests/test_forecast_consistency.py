@@ -5,10 +5,12 @@ measured), each row's efficiency basis said, and the verdict in the sweep's own 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
 
+from bench import cli
 from bench.analysis import forecastable
 from bench.forecast import network as nw
 from bench.forecast import outlook as fo
@@ -133,3 +135,16 @@ def test_the_step_never_shrinks_past_a_measured_count_where_the_model_underestim
 def _far_off():
     """A network level typed far off the measurement (1 MB/s, a second a step): what the lone calls replace at x2."""
     return nw.Level(0.001, 1e6, "typed far off")
+
+
+def test_a_measured_rows_efficiency_says_its_basis_beside_the_forecasts(tmp_path, capsys):
+    # x2 measured read 20% at 8.2 ms beside a forecast x8 at 17% with a shorter step: windows against steps, unmarked
+    path = str(tmp_path / "basis.sqlite")
+    build_store(path, dp=False)
+    assert cli.main(["forecast", "--store", path, "--to", "2,4"]) == 0
+    out = capsys.readouterr().out
+    block = out.split("synthetic DDP")[1].split("\n\n")[0]
+    x2 = [line for line in block.splitlines() if re.match(r"\s+2\s", line)]
+    assert "(windows)" in next(line for line in x2 if "measured" in line)
+    assert "(windows)" not in next(line for line in x2 if "measured" not in line)
+    assert fo.BASIS_WORDS in block

@@ -200,6 +200,8 @@ def main(argv: list) -> int:
         mfu_words = _mfu_error(s, rows)
         if mfu_words:
             print(f"  MFU: {mfu_words}")
+        if s.configs.keys() - {1}:
+            print(f"  {fo.BASIS_WORDS}")
         print(f"  efficiency under {fo.EFFICIENT:.0%} from: " + "; ".join(
             f"{what}: {n if n else 'not up to ' + str(grid[-1])}" for what, n in ((w, fo.first_below(p)) for w, p in whatifs)))
         print("  " + fo.recommendation(s, whatifs[0][1], whatifs))

@@ -106,6 +106,8 @@ class Point:
     algorithm: str = ""
     refused: str = ""
     unsteady: str = ""                               # Inputs.unsteady: the unstable run the figures are read from
+    basis: str = ""                                  # a measured row's throughput basis ('windows', outlook.WINDOWS);
+                                                     # '' for a forecast: its step against single x1's median step
     memory: Optional[mm.Memory] = None
     terms: dict = field(default_factory=dict)        # the step's terms beyond computation (ms): fc.terms
     ranges: dict = field(default_factory=dict)       # 'step_ms' | 'samples_per_s' | 'efficiency' | 'memory_mib' -> (lo, hi)
