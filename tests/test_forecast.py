@@ -205,13 +205,23 @@ def test_forecast_peak_tflops_gives_the_mfu_column_a_peak_and_an_mfu_over_100_pe
     assert cells[(2, "measured")] == f"{1067e9 / 1e12 / 10:.0%}" and cells[(1, "measured")] == f"{2133e9 / 1e12 / 10:.0%}"
     assert all(v.endswith("%") and not v.startswith("error") for v in cells.values()), cells
     # a peak of 1.5 TFLOP/s: DDP x1's 2133 samples/s at 1 GFLOP is 142%, which no device reaches: an error in the peak
-    # or the count, on its row and on every forecast that rests on it, never a silent '–'
+    # or the count, on its own row with its own figure, never a silent '–'; every other row its own MFU (x2's 1067
+    # samples/s per device: 71%), and one line under the table names the row and says the others rest on the same two
     rc, stdout, stderr = forecast(["--store", path, "--to", "2,4", "--peak-tflops", "1.5"], capsys)
     assert rc == 0, stderr
     cells = _mfu_cells(stdout)
     assert cells[(1, "measured")] == "error: 142% > 100%", cells
-    assert cells[(4, "forecast")] == "error: measured 142% > 100%", cells
-    assert "MFU: MFU 142% is above 100%, which no device reaches: the peak (cpu, fp32: 1.5 TFLOP/s" in stdout
+    assert cells[(2, "measured")] == f"{1067e9 / 1e12 / 1.5:.0%}", cells
+    assert all(not v.startswith("error") for k, v in cells.items() if k != (1, "measured")), cells
+    assert "measured 142%" not in stdout
+    assert ("MFU: past 100% of the peak (cpu, fp32: 1.5 TFLOP/s per device (--peak-tflops)) on x1 (measured: 142%), "
+            "which no device reaches: the peak or the FLOP count") in stdout
+    assert stdout.count("MFU: past 100%") == 1
+    from bench.report import report     # the report's forecast rows alike: each its own MFU, none past 100% here
+    out = report.render(path, plots_dir=str(tmp_path / "plots"), report_dir=str(tmp_path / "rep"), peak_tflops="1.5")
+    section = open(out["markdown"]).read().split("## Forecast past the measured counts")[1].split("\n## ")[0]
+    row = next(line for line in section.splitlines() if line.startswith("| synthetic DDP [fp32] | 16 |"))
+    assert "error:" not in section and re.search(r"\| \d+% \| [^|]+ \|$", row), row
 
 
 def test_a_forecast_points_mfu_past_100_percent_is_an_error_not_a_dash():

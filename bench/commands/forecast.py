@@ -32,7 +32,8 @@ from bench.forecast import spread
 from bench.analysis.reference import REFERENCE_IMAGES
 from bench.config import ConfigError, finite
 from bench.machine import peaks
-from bench.report.utilisation import forecast_cells, forecast_headers
+from bench.report import forecast as rf
+from bench.report.utilisation import forecast_headers
 from bench.store import forecasts, store
 
 DEFAULT_TO = tuple(2**k for k in range(1, 11))    # 2, 4, ... 1024
@@ -140,18 +141,6 @@ def cost_line(s, points: list, price, unit: str) -> str:
             f"x{fastest.count}{epoch}")
 
 
-def _mfu_error(s, rows: list) -> str:
-    """Why the MFU column reads 'error' ('' where it does not): above 100%, which no device reaches, the peak or the FLOP
-    count is wrong (bench.analysis.utilisation), as the report says of a measured configuration."""
-    at = forecast_headers().index("MFU")
-    if not any(r[at].startswith("error") for r in rows):
-        return ""
-    u = s.any.utilisation
-    return u.error or (f"a forecast count reaches above 100% of the peak ({u.peak_text}), which no device does: the peak "
-                       f"or the FLOP count ({u.flops.per_sample:.4g} FLOP per sample, {u.flops.source}) is wrong "
-                       "(--peak-tflops gives the peak)")
-
-
 def main(argv: list) -> int:
     ns = parse(argv)                              # every flag checked before the store is opened
     conn = store.connect(ns.store, readonly=True)
@@ -194,10 +183,9 @@ def main(argv: list) -> int:
             print(f"  {assumed}")
         whatifs = fo.what_ifs(s, inp, m, grid)
         pts = [p for p in whatifs[0][1] if p.count in ns.to]
-        rows = ([forecast_cells(s, fo.measured_point(s, n)) for n in s.configs]
-                + [forecast_cells(s, p) for p in pts])   # with each point's MFU (bench.report.utilisation)
-        print(table(forecast_headers(), rows))
-        mfu_words = _mfu_error(s, rows)
+        shown = [(fo.measured_point(s, n), c) for n, c in s.configs.items()] + [(p, None) for p in pts]
+        print(table(forecast_headers(), [rf.cells(s, p, c) for p, c in shown]))   # each row with its own MFU
+        mfu_words = rf.mfu_words(s, shown)
         if mfu_words:
             print(f"  MFU: {mfu_words}")
         if s.configs.keys() - {1}:

@@ -71,6 +71,45 @@ def _legend(fig, ax) -> None:
     fig.legend(handles, labels, fontsize="small", loc="outside lower center", ncols=2)
 
 
+def own_mfu(s: fs.Setting, p: fs.Point, c=None) -> tuple:
+    """(MFU, the higher of MFU and HFU) a row reaches on its own throughput (a measured row's c: its windows'), against
+    the setting's peak and FLOPs; nan without them."""
+    u = (c or s.any).utilisation
+    sps, count = (c.samples_per_s, c.device_count) if c is not None else (p.samples_per_s, p.count)
+    if p.refused or u is None or u.flops.per_sample is None or not u.peak_tflops > 0 or not sps > 0:
+        return math.nan, math.nan
+    mfu = u.flops.per_sample * sps / count / 1e12 / u.peak_tflops
+    hfu_x = u.highest / u.measured if u.measured > 0 else 1.0      # HFU over MFU: recomputation's FLOPs
+    return mfu, mfu * max(1.0, hfu_x)
+
+
+def cells(s: fs.Setting, p: fs.Point, c=None) -> list:
+    """A row of the forecast's table (forecast_headers()) whose MFU is its own: 'error: 211% > 100%' only on the row
+    that reaches it, with its own figure (`own_mfu`). The shared cell read the setting's first configuration's error
+    on every row: a CPU forecast with --peak-tflops fp32=0.01 put 'error: measured 211% > 100%' on x2 (57%) and x16
+    (31%) because x1 alone read 211%. What the error means for the other rows is said once (`mfu_words`)."""
+    out = forecast_cells(s, p)
+    mfu, high = own_mfu(s, p, c)
+    out[forecast_headers().index("MFU")] = ("–" if math.isnan(mfu) else f"error: {high:.0%} > 100%" if high > 1.0
+                                           else f"{mfu:.0%}")
+    return out
+
+
+def mfu_words(s: fs.Setting, rows: list) -> str:
+    """rows: [(point, measured config or None)]. Once, under the table, where a row passes 100% of the peak: which
+    rows, and that the peak or the FLOP count is then wrong for every row (the others rest on the same two); ''
+    where none does."""
+    over = [(p, c, own_mfu(s, p, c)[1]) for p, c in rows]
+    over = [(p, c, v) for p, c, v in over if v > 1.0]
+    if not over:
+        return ""
+    u = s.any.utilisation
+    which = ", ".join(f"x{p.count} ({'measured' if c is not None else 'forecast'}: {v:.0%})" for p, c, v in over)
+    return (f"past 100% of the peak ({u.peak_text}) on {which}, which no device reaches: the peak or the FLOP count "
+            f"({u.flops.per_sample:.4g} FLOP per sample, {u.flops.source}) is wrong, and every other row's MFU rests on "
+            "the same two (--peak-tflops gives the peak)")
+
+
 def assumed_words(m) -> str:
     """What the forecast's machine assumed rather than measured, for the plot's legend: 'interference and network
     inside a node and network between nodes' (a one-GPU sweep forecast on its GPU's preset); '' for nothing. The same
@@ -184,7 +223,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
         return []
     budget = fo.device_memory_mib(f.sweep)
     b: list = [("h", 2, "Forecast past the measured counts")]
-    sentences, by_workload, mem_lines, rows, checks = [], {}, {}, [], []
+    sentences, by_workload, mem_lines, rows, checks, errors = [], {}, {}, [], [], []
     for s, inp in sets:
         ws = fo.what_ifs(s, inp, m, fo.DOUBLING)
         check = fk.validate(s, f.runs, None, {}, "")
@@ -202,8 +241,11 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
                             if checked else "; not checked (one measured count)")
                          + (f"; memory: {mm.fit_words(mems, budget, s.strategy)}" if mems else ""))
         moves = "; ".join(f"{what}: {fo.first_below(pts) or 'not up to 1024'}" for what, pts in ws[1:])
-        for p in (p for p in ws[0][1] if p.count in TABLE_COUNTS):
-            rows.append([s.label] + forecast_cells(s, p))   # with its MFU
+        shown = [p for p in ws[0][1] if p.count in TABLE_COUNTS]
+        rows += [[s.label] + cells(s, p) for p in shown]   # each with its own MFU
+        mfu = mfu_words(s, [(p, None) for p in shown])
+        if mfu:
+            errors.append(f"MFU of {s.label}: {mfu}.")
         rows.append([s.label, "rests on"] + [""] * (len(forecast_headers()) - 2) + ["; ".join(
             fo.rests_on(s, inp, m) + [spread.words(inp, m)] + ([assumed] if assumed else []))
             + (f". Under 75% from: {moves}" if moves else "")])
@@ -236,6 +278,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
                    f"steps) and, in brackets, its range: {spread.LOW:.0%} to {spread.HIGH:.0%} of {spread.DRAWS} draws of "
                    f"the inputs from their own repeated measurements (docs/forecast.md, \"The range: what the measurement supports\")."))
     b.append(("table", ["setting"] + forecast_headers(), rows))
+    b += [("p", e) for e in errors]
     if checks:
         b.append(("p", "The check: each measured count forecast from what its basis allows (held out: nothing of that "
                        "count; machine at xN: its collectives measured apart from training, nothing of its training), "
