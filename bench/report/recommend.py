@@ -7,7 +7,8 @@ the table or plot behind it.
 
 For each: the recommended configuration (its one name, bench.analysis.results.label) and its efficiency: the fastest,
 unless a simpler one is within the noise of it (`choose`: fewer devices; at equal devices single, then DDP, then FSDP
-and the rest, DataParallel only where it is strictly faster; then fewer settings changed); what DataParallel would
+and the rest, DataParallel only where it is strictly faster, by a lead the noise resolves; then fewer settings
+changed); what DataParallel would
 cost at that count; where scaling stops paying (the first count whose efficiency falls below EFFICIENCY_FLOOR);
 what bounds its step, with the evidence (bench.report.bound); FSDP's memory and speed beside DDP's; and the runner-up, told apart or not by the noise, which the report
 names with its source (`_apart`: bench.stats.pair_noise, never a figure of another device). An efficiency above
@@ -75,11 +76,18 @@ def _apart(faster, slower) -> Apart:
 
 def choose(cs: list) -> tuple:
     """(recommended, fastest, tie) among measured configurations: the fastest, unless others are within the noise of it;
-    then the simplest of them (`_simplicity`). A rival whose difference cannot be told (noise not measured) is not tied.
-    tie: `_apart(fastest, recommended)` where they differ, else None."""
+    then the simplest of them (`_simplicity`). A rival whose difference cannot be told (noise not measured) is not tied,
+    except against DataParallel, recommended only where it is strictly faster: where its lead over the best without it
+    is not resolved, that one is recommended (quick-cpu recommended DataParallel x1, on CPU single device timed again,
+    on a lead of 15% 'not resolved'). tie: `_apart(fastest, recommended)` where they differ, else None."""
     fastest = max(cs, key=lambda c: c.samples_per_s)
     tied = [c for c in cs if c is fastest or _apart(fastest, c).within is True]
     pick = min(tied, key=lambda c: (_simplicity(c), -c.samples_per_s))
+    rest = [c for c in cs if c.strategy != "dp"]
+    if pick.strategy == "dp" and rest:
+        alt = choose(rest)[0]
+        if _apart(fastest, alt).within is None:
+            pick = alt
     return pick, fastest, (None if pick is fastest else _apart(fastest, pick))
 
 
@@ -127,6 +135,12 @@ def _why_simpler(pick, fastest) -> str:
 
 def _tie_sentence(pick, fastest, tie: Apart) -> str:
     faster = "as fast (less than 1% apart)" if tie.gap < 0.005 else f"{tie.gap:.0%} faster"
+    if tie.within is None:   # DataParallel's lead not resolved (`choose`)
+        held = tie.why if tie.why else f"the noise between processes is {tie.noise.words()}"
+        cpu = " (on CPU it times single device again)" if fastest.device_type == "cpu" else ""
+        return (f"{fastest.label} is {faster}, a lead not resolved, so {pick.label} is recommended: DataParallel{cpu} "
+                f"is recommended only where it is strictly faster, and a lead the noise cannot resolve is not. Not "
+                f"resolved because {held}; rerun with --repeats 3 to tell them apart.")
     why = _floor_words() if _by_floor(tie) else "within the noise"
     return (f"{fastest.label} is {faster}, {why}: {pick.label} is recommended, "
             f"{_why_simpler(pick, fastest)}. The noise: {_noise_words(tie)}.")
@@ -236,7 +250,7 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
                        f"{where(workload, 'memory')}.")
     eff = stats.shown_efficiency(best.efficiency, best.efficiency_noise, best.device_count).text() if many and not math.isnan(best.efficiency) else "–"
     if tie is not None:
-        margin = f"tie: {fastest.label} {tie.gap:.0%} faster ({_margin_note(tie)})"
+        margin = f"{'tie: ' if tie.within else ''}{fastest.label} {tie.gap:.0%} faster ({_margin_note(tie)})"
     else:
         margin = "–" if lead is None else f"{lead[0].gap:.0%} ({_margin_note(lead[0])})"
     row = [workload, precision, best.label, f"{best.samples_per_s:.1f}",
