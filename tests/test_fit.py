@@ -375,3 +375,29 @@ def test_a_trial_stored_as_fitting_under_the_reserved_peak_is_read_back_as_store
     assert table[2][0][2:4] == ["14", "16.90 GiB (over)"]
     assert any(b[1].startswith("Trials stored as fitting whose peak by today's figure is over the budget: DDP x1 at 14.")
                for b in blocks if b[0] == "p"), blocks
+
+
+def test_a_fit_sweeps_recommendation_passes_over_measured_runs_over_the_budget_and_names_each_batch(tmp_path):
+    # A CPU fit report recommended against 'FSDP x2 [fp32, adamw], 19% slower' (FSDP at batch 4, whose measured run went
+    # over the budget, against DDP at batch 3, neither named) while fit's own sentence on the page said 1.48x.
+    from bench.report import frontier, recommend
+    _, _, sweep = _cpu_fit(tmp_path, {"ddp": 10.0, "fsdp": 120.0})   # FSDP's measured run at 3 passes the budget
+    t = " ".join(recommend.sentences(sweep, "transformer", sweep.bench["transformer"], "fp32"))
+    assert t.startswith("Fastest: DDP x2 at batch 3, 60.0 samples/s"), t
+    assert "Left out of the recommendation, over the memory budget in their measured run: FSDP x2 at batch 3" in t, t
+    assert "The runner-up, FSDP x2 at batch 2, is 33% slower (the fastest 1.50x as fast)" in t, t  # fit's own 1.50x
+    assert "FSDP beside DDP: in the largest batch that fits below, each at its own largest batch." in t
+    assert "than DDP" not in t
+    [(row, text)] = frontier.answer("transformer", sweep.bench["transformer"], 1536.0, batches=True)
+    assert row[2] == "DDP x2 at batch 3" and row[5].startswith("FSDP x2 at batch 3 by 34 MiB (+2%)"), row
+
+
+def test_a_fit_whose_every_measured_run_passed_the_budget_recommends_nothing_and_says_so(tmp_path):
+    # The H200 fit example (a store from before fit stepped down): the summary recommended DDP x1 at 14, whose measured
+    # run was 1.56 GiB over the budget, beside 'Nothing measured fits 16.00 GiB per GPU' on the same page.
+    from bench.report import recommend
+    _, _, sweep = _cpu_fit(tmp_path, {"ddp": 2000.0, "fsdp": 2000.0})   # every measured run over 1.5 GiB
+    row, said = recommend.answer(sweep, "transformer", sweep.bench["transformer"], "fp32")
+    assert row[2] == "nothing fits the budget" and recommend.recommended(sweep, sweep.bench["transformer"], "fp32") is None
+    assert said[0].startswith("Nothing to recommend within the memory budget: every measured run went over it (DDP x2 "
+                              "at batch 3, "), said

@@ -79,6 +79,25 @@ def test_the_budget_is_the_gpus_memory_unless_the_sweep_or_the_report_sets_one_a
     assert row[2] == "DDP x2" and row[5] == "–" and "no budget" in text  # the fastest, and the least memory beside it
 
 
+def test_an_overage_never_reads_as_0_and_one_label_at_several_batches_names_its_batch(tmp_path):
+    # A CPU fit read 'did not fit: DDP x2 [fp32, adamw] by 2 MiB (+0%)', 'FSDP x1 by 0 MiB (+0%)', and named DDP x2 at
+    # three batches by one label: the fastest, the one that did not fit and the least memory read as one configuration.
+    assert frontier.over_words(463.0, 460.8) == "2 MiB (+0.5%)" and frontier.over_words(461.1, 460.8) == "307 KiB (+0.07%)"
+    assert frontier.over_words(1200.0, 1024.0) == "176 MiB (+17%)"
+
+    def at(batch: int, step_ms: float, peak: float) -> tuple:
+        sp = RunSpec(workload="synthetic", strategy="ddp", device_type="cpu", device_count=2, per_device_batch=batch,
+                     global_batch=2 * batch, image_size=0, steps=4, warmup=1, threads=0, seed=0, scaling="weak")
+        return sp, payload(2, step_ms, peak, "cpu")
+    sweep = build(str(tmp_path / "s.sqlite"), [at(2, 16.0, 450.0), at(3, 12.0, 457.0), at(4, 10.0, 463.0)],
+                  config_json={"memory_budget_gib": 0.45})
+    budget, how = frontier.budget_mib(sweep)
+    assert how == "461 MiB per process (--memory-budget-gib 0.45)"   # the unit every other figure of the page has
+    ((row, text),) = frontier.answer("synthetic", sweep.bench["synthetic"], budget)
+    assert row[2] == "DDP x2 at batch 3" and row[5] == "DDP x2 at batch 4 by 2 MiB (+0.5%)"
+    assert "The least memory: DDP x2 at batch 2, 450 MiB" in text
+
+
 def test_each_optimizer_gets_its_own_row(tmp_path):
     sweep = build(str(tmp_path / "s.sqlite"), [(spec("ddp", 2), payload(2, 10.0, 900.0)),
                                                (spec("ddp", 2, "adamw"), payload(2, 11.0, 1300.0)),
@@ -166,7 +185,10 @@ def test_the_report_of_the_sharded_sweep_names_the_fastest_within_a_budget_and_b
     budget_gib = (max(frontier.peak_mib(c) for c in configs) - 1.0) / GIB  # the fullest configuration does not fit
     out = report.render(store_path, plots_dir=str(tmp_path / "plots"), report_dir=str(tmp_path), memory_budget_gib=budget_gib)
     md = open(out["markdown"]).read()
-    assert "### Fastest within the memory budget" in md and f"Memory budget: {budget_gib:g} GiB per device" in md
+    # one unit and the CPU's word: 'Memory budget: 0.4205 GiB per device' sat above 'Fastest within 431 MiB per process'
+    assert ("### Fastest within the memory budget" in md and f"Memory budget: {frontier.size(budget_gib * GIB)} per "
+            f"process (report --memory-budget-gib {budget_gib:g})" in md and "per device" not in md.split(
+                "### Fastest within the memory budget")[1].split("###")[0]), md
     row = next(ln for ln in md.splitlines() if ln.startswith("| synthetic | fp32, adamw |"))
     assert "by " in row.split("|")[-2]  # the configurations over the budget are named, by how much
     assert "### synthetic: training state per rank" in md and "one shard group: FSDP's sharding on HSDP's 2-D mesh" in md

@@ -14,7 +14,7 @@ import math
 from bench import stats
 from bench.analysis import fit as fitting
 from bench.analysis.results import diverged
-from bench.report.frontier import peak_mib, size
+from bench.report.frontier import over_size, peak_mib, size
 from bench.report.pages import fmt
 
 
@@ -33,13 +33,13 @@ def _why_not(s) -> str:
         return f"{batch}: its trial fit (peak {size(s.peak_at(batch))}), its measured run did not ({_peak_over(s, v, peak)})"
     if v == fitting.OOM:
         return f"{batch}: out of memory"
-    return f"{batch}: peak {size(peak)}, over by {size(peak - s.budget_mib)}"
+    return f"{batch}: peak {size(peak)}, over by {over_size(peak - s.budget_mib)}"
 
 
 def _peak_over(s, verdict: str, peak) -> str:
     if peak is None:
         return verdict
-    return f"peak {size(peak)}, over by {size(peak - s.budget_mib)}" if peak > s.budget_mib else f"peak {size(peak)}, {verdict}"
+    return f"peak {size(peak)}, over by {over_size(peak - s.budget_mib)}" if peak > s.budget_mib else f"peak {size(peak)}, {verdict}"
 
 
 def _judged_before(s) -> list:
@@ -103,11 +103,23 @@ def sentences(sweep) -> list:
         text += _overturned(ss)
         if over:  # a store written before fit stepped down from a measured run over the budget
             text += ("; in the longer measured run " + ", ".join(f"{s.name} peaked {size(p)}, over the budget by "
-                                                            f"{size(p - s.budget_mib)}" for s, p in over)
+                                                            f"{over_size(p - s.budget_mib)}" for s, p in over)
                      + (_heap_grows([(s.name, s.largest, s.peak_at(s.largest), p) for s, p in over])
                         if ss[0].device_type == "cpu" else ""))
         out.append(text + ".")
     return out
+
+
+def over_budget(sweep) -> set:
+    """The config keys of a fit sweep's measured runs that did not fit the budget (their verdict, or where a store
+    predates that verdict their peak): no answer of the sweep, so the recommendation passes them over (a fit report
+    recommended against FSDP at a batch whose measured run went over the budget)."""
+    out = set()
+    for s in sweep.fit:
+        for b, (v, peak) in s.measured.items():
+            if v in fitting.NOT_FITTING or (peak is not None and peak > s.budget_mib):
+                out.add(s.bench_keys.get(b))
+    return out - {None}
 
 
 def blocks(sweep) -> list:

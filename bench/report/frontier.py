@@ -55,6 +55,37 @@ def size(mib: Optional[float]) -> str:
     return f"{mib / 1024:.2f} GiB" if abs(mib) >= 1024 else f"{mib:.0f} MiB"
 
 
+def over_words(peak: float, budget: float) -> str:
+    """'2 MiB (+0.4%)': how far a peak passed the budget, never rounded to 0 (a CPU fit read 'over by 0 MiB (+0%)'
+    and 'by 2 MiB (+0%)', as if it had fit): under 1 MiB in KiB, a share under 1% to its first digit that is not 0."""
+    share = 100 * (peak - budget) / budget
+    digits = 0 if share >= 1 else 1 if share >= 0.1 else 2
+    return f"{over_size(peak - budget)} (+{share:.{digits}f}%)"
+
+
+def over_size(over_mib: float) -> str:
+    """An overage in MiB as `size` writes it, under 1 MiB in KiB: never '0 MiB'."""
+    return f"{max(over_mib * 1024, 1):.0f} KiB" if over_mib < 1 else size(over_mib)
+
+
+def per_device_batch(c) -> float:
+    """A configuration's batch per device (its global batch over its devices)."""
+    n = c.global_batch / c.device_count
+    return int(n) if n == int(n) else n
+
+
+def names(configs: list, batches: bool = False):
+    """c -> its name in a sentence: its label, with ' at batch B' where the same label also ran at another per-device
+    batch, or everywhere with `batches` (a fit sweep, which measures configurations at their own batches): 'DDP x2
+    [fp32, adamw] at batch 3'. A fit report read
+    'Fastest: DDP x2 [fp32, adamw] ...; did not fit: DDP x2 [fp32, adamw] ...; the least memory: DDP x2 [fp32,
+    adamw]', one label at three batches."""
+    seen: dict = {}
+    for c in configs:
+        seen.setdefault(c.label, set()).add(per_device_batch(c))
+    return lambda c: c.label + (f" at batch {per_device_batch(c)}" if batches or len(seen.get(c.label, ())) > 1 else "")
+
+
 def budget_arg(text: str) -> float:
     """`report --memory-budget-gib`'s value: a finite number of GiB > 0 (argparse's error, exit 2, otherwise)."""
     import argparse
@@ -74,17 +105,27 @@ def _gpu_memory_mib(sweep: Sweep) -> Optional[float]:
     return min(totals) if totals else None
 
 
+def _given(gib: float, u: str, flag: str) -> str:
+    """'16 GiB per GPU (--memory-budget-gib)'; under 1 GiB in MiB, as every other figure of the page, with the value
+    given: '431 MiB per process (report --memory-budget-gib 0.4205)' (a CPU page read '0.4205 GiB per device' above
+    'Fastest within 431 MiB per process')."""
+    if gib >= 1:
+        return f"{gib:g} GiB per {u} ({flag})"
+    return f"{size(gib * 1024)} per {u} ({flag} {gib:g})"
+
+
 def budget_mib(sweep: Sweep, override_gib: Optional[float] = None) -> tuple:
     """(budget MiB per device or None, how it was set)."""
-    if override_gib:
-        return override_gib * 1024, f"{override_gib:g} GiB per device (report --memory-budget-gib)"
-    given = json.loads(sweep.sweep.get("config_json") or "{}").get("memory_budget_gib")
     cuda = any(c.device_type == "cuda" for cs in sweep.bench.values() for c in cs)
+    u = "GPU" if cuda else "process"
+    if override_gib:
+        return override_gib * 1024, _given(override_gib, u, "report --memory-budget-gib")
+    given = json.loads(sweep.sweep.get("config_json") or "{}").get("memory_budget_gib")
     gpu = _gpu_memory_mib(sweep) if cuda else None
     if given and gpu and abs(given * 1024 - gpu) < 16:
         return given * 1024, f"{size(given * 1024)} per GPU (the GPU's memory; --memory-budget-gib sets another)"
     if given:
-        return given * 1024, f"{given:g} GiB per {'GPU' if cuda else 'process'} (--memory-budget-gib)"
+        return given * 1024, _given(given, u, "--memory-budget-gib")
     if gpu:
         return gpu, f"{size(gpu)} per GPU (the GPU's memory; --memory-budget-gib sets another)"
     return None, "none (on CPU --memory-budget-gib sets one, held against each rank's peak RSS)"
@@ -98,18 +139,17 @@ def _groups(configs: list) -> dict:
     return out
 
 
-def _name(c) -> str:
-    return c.label  # bench.analysis.results.label: a compiled configuration is never plain 'single device x1'
-
-
-def answer(workload: str, configs: list, budget: Optional[float]) -> list:
-    """[(row, sentence)] for one workload: per precision and optimizer, the fastest configuration within the budget."""
+def answer(workload: str, configs: list, budget: Optional[float], batches: bool = False) -> list:
+    """[(row, sentence)] for one workload: per precision and optimizer, the fastest configuration within the budget.
+    Each is named by its label (a compiled configuration is never plain 'single device x1'), with its batch where the
+    label ran at several, or with `batches` (a fit sweep) always (`names`)."""
+    _name = names(configs, batches)
     out = []
     for (precision, optimizer), cs in _groups(configs).items():
         fits = [c for c in cs if budget is None or peak_mib(c) <= budget]
         over = sorted((c for c in cs if c not in fits), key=lambda c: peak_mib(c) - budget)
         best = max(fits, key=lambda c: c.samples_per_s) if fits else None
-        missed = [f"{_name(c)} by {size(peak_mib(c) - budget)} (+{peak_mib(c) / budget - 1:.0%})" for c in over[:LISTED]]
+        missed = [f"{_name(c)} by {over_words(peak_mib(c), budget)}" for c in over[:LISTED]]
         missed += [f"{len(over) - LISTED} more"] if len(over) > LISTED else []
         least = min(cs, key=lambda c: (peak_mib(c), -c.samples_per_s))
         u = "GPU" if cs[0].device_type == "cuda" else "process"
@@ -138,17 +178,21 @@ HEADERS = ["workload", "precision, optimizer", "fastest within the budget", "sam
 
 def blocks(sweep: Sweep, budget: Optional[float], how: str) -> list:
     """The 'fastest within the memory budget' table, one row per workload, precision and optimizer, and its claims."""
-    answers = [a for workload, configs in sweep.bench.items() for a in answer(workload, configs, budget)]
+    answers = [a for workload, configs in sweep.bench.items() for a in answer(workload, configs, budget, bool(sweep.fit))]
     if not answers:
         return []
+    cuda = any(c.device_type == "cuda" for cs in sweep.bench.values() for c in cs)
+    peak = ("Peak memory per device: on CUDA the device level (nvidia-smi) on the fullest "
+            "GPU over the whole run, warm-up, compilation and cuDNN's autotuning included: what runs out (the CUDA "
+            "context and NCCL's buffers on top of the allocator's cache), net of the suite's pre-generated "
+            "batches; where a configuration recorded no device level, its allocator peak reserved, marked "
+            "'reserved' (the context then comes on top). On CPU the largest rank's peak RSS." if cuda
+            else "Peak memory per process: the largest rank's peak RSS.")  # a CPU page speaks of processes only
+    headers = HEADERS if cuda else [h.replace("per device", "per process") for h in HEADERS]
     return [("h", 3, "Fastest within the memory budget"),
-            ("p", f"Memory budget: {how}. Peak memory per device: on CUDA the device level (nvidia-smi) on the fullest "
-                  "GPU over the whole run, warm-up, compilation and cuDNN's autotuning included: what runs out (the CUDA "
-                  "context and NCCL's buffers on top of the allocator's cache), net of the suite's pre-generated "
-                  "batches; where a configuration recorded no device level, its allocator peak reserved, marked "
-                  "'reserved' (the context then comes on top). On CPU the largest rank's peak RSS. Every strategy, "
-                  "setting and count of a workload competes; the plot shows them all."),
-            ("table", HEADERS, [r for r, _ in answers])] + [("p", t) for _, t in answers]
+            ("p", f"Memory budget: {how}. {peak} Every strategy, setting and count of a workload competes; the plot "
+                  "shows them all."),
+            ("table", headers, [r for r, _ in answers])] + [("p", t) for _, t in answers]
 
 
 def frontier(points: list) -> list:

@@ -8,9 +8,10 @@ the table or plot behind it.
 For each: the recommended configuration (its one name, bench.analysis.results.label) and its efficiency: the fastest,
 unless a simpler one is within the noise of it (`choose`: fewer devices; at equal devices single, then DDP, then FSDP
 and the rest, DataParallel only where it is strictly faster, by a lead the noise resolves; then fewer settings
-changed); what DataParallel would
-cost at that count; where scaling stops paying (the first count whose efficiency falls below EFFICIENCY_FLOOR);
-what bounds its step, with the evidence (bench.report.bound); FSDP's memory and speed beside DDP's; and the runner-up, told apart or not by the noise, which the report
+changed); in a fit sweep only among measured runs within the budget; what DataParallel would cost at that count;
+where scaling stops paying (the first count whose efficiency falls below EFFICIENCY_FLOOR); what bounds its step,
+with the evidence (bench.report.bound); FSDP's memory and speed beside DDP's, like for like (the same count, batch and
+recipe; in a fit sweep fit's own sentence); and the runner-up, told apart or not by the noise, which the report
 names with its source (`_apart`: bench.stats.pair_noise, never a figure of another device). An efficiency above
 100% is shown by bench.stats.shown_efficiency's rule.
 """
@@ -23,7 +24,8 @@ from typing import Optional
 from bench import stats
 from bench.report import traces as trace_report
 from bench.report import utilisation as utilisation_report
-from bench.report.frontier import peak_mib
+from bench.report.fit import over_budget
+from bench.report.frontier import names, peak_mib, per_device_batch
 from bench.report.pages import slower_words
 from bench.report.bound import bound
 from bench.report.plots import where
@@ -60,12 +62,16 @@ class Apart:
 unsteady, unsteady_words = stats.unsteady, stats.unsteady_words  # one rule for the report and the forecast
 
 
-def _apart(faster, slower) -> Apart:
+def _label(c) -> str:
+    return c.label
+
+
+def _apart(faster, slower, name=_label) -> Apart:
     gap = faster.samples_per_s / slower.samples_per_s - 1
     noise = stats.pair_noise(faster.process_sps, slower.process_sps, faster.noise_fallback)
     if gap < LEAD_FLOOR:
         return Apart(gap, True, noise)
-    shaky = [c.label for c in (faster, slower) if unsteady(c)]
+    shaky = [name(c) for c in (faster, slower) if unsteady(c)]
     if noise.source != "repeats" and shaky:  # unstable first: it holds whether or not a noise figure exists
         held = (f"where the {stats.percent(noise.fraction)} noise was measured on steady processes" if noise.measured
                 else f"and the noise between processes at its precision is {noise.words()}")
@@ -74,21 +80,21 @@ def _apart(faster, slower) -> Apart:
     return Apart(gap, gap < noise.fraction if noise.measured else None, noise)
 
 
-def choose(cs: list) -> tuple:
+def choose(cs: list, name=_label) -> tuple:
     """(recommended, fastest, tie) among measured configurations: the fastest, unless others are within the noise of it;
     then the simplest of them (`_simplicity`). A rival whose difference cannot be told (noise not measured) is not tied,
     except against DataParallel, recommended only where it is strictly faster: where its lead over the best without it
     is not resolved, that one is recommended (quick-cpu recommended DataParallel x1, on CPU single device timed again,
     on a lead of 15% 'not resolved'). tie: `_apart(fastest, recommended)` where they differ, else None."""
     fastest = max(cs, key=lambda c: c.samples_per_s)
-    tied = [c for c in cs if c is fastest or _apart(fastest, c).within is True]
+    tied = [c for c in cs if c is fastest or _apart(fastest, c, name).within is True]
     pick = min(tied, key=lambda c: (_simplicity(c), -c.samples_per_s))
     rest = [c for c in cs if c.strategy != "dp"]
     if pick.strategy == "dp" and rest:
-        alt = choose(rest)[0]
-        if _apart(fastest, alt).within is None:
+        alt = choose(rest, name)[0]
+        if _apart(fastest, alt, name).within is None:
             pick = alt
-    return pick, fastest, (None if pick is fastest else _apart(fastest, pick))
+    return pick, fastest, (None if pick is fastest else _apart(fastest, pick, name))
 
 
 def _by_floor(a: Apart) -> bool:
@@ -133,16 +139,16 @@ def _why_simpler(pick, fastest) -> str:
     return "fewer settings changed from the defaults"
 
 
-def _tie_sentence(pick, fastest, tie: Apart) -> str:
+def _tie_sentence(pick, fastest, tie: Apart, name=_label) -> str:
     faster = "as fast (less than 1% apart)" if tie.gap < 0.005 else f"{tie.gap:.0%} faster"
     if tie.within is None:   # DataParallel's lead not resolved (`choose`)
         held = tie.why if tie.why else f"the noise between processes is {tie.noise.words()}"
         cpu = " (on CPU it times single device again)" if fastest.device_type == "cpu" else ""
-        return (f"{fastest.label} is {faster}, a lead not resolved, so {pick.label} is recommended: DataParallel{cpu} "
+        return (f"{name(fastest)} is {faster}, a lead not resolved, so {name(pick)} is recommended: DataParallel{cpu} "
                 f"is recommended only where it is strictly faster, and a lead the noise cannot resolve is not. Not "
                 f"resolved because {held}; rerun with --repeats 3 to tell them apart.")
     why = _floor_words() if _by_floor(tie) else "within the noise"
-    return (f"{fastest.label} is {faster}, {why}: {pick.label} is recommended, "
+    return (f"{name(fastest)} is {faster}, {why}: {name(pick)} is recommended, "
             f"{_why_simpler(pick, fastest)}. The noise: {_noise_words(tie)}.")
 
 
@@ -153,14 +159,29 @@ def _efficiency_words(c, with_baseline: bool = True) -> str:
             + (f" ({e.note})" if e.note else ""))
 
 
-def _straggler_sentence(cs: list, best, workload: str):
+def _straggler_sentence(cs: list, best, workload: str, name=_label):
     """The straggler --profile's traces found, preferring the recommended configuration's; None without one."""
     for c in sorted(cs, key=lambda c: c is not best):
         s = trace_report.straggler(c)
         if s:
-            return (f"Straggler in {c.label}, rank {s[0]}: {trace_report.wait_words(c)} "
+            return (f"Straggler in {name(c)}, rank {s[0]}: {trace_report.wait_words(c)} "
                     f"(table: {workload}: profiler traces).")
     return None
+
+
+def candidates(sweep: Sweep, configs: list, precision: str) -> list:
+    """The configurations the recommendation chooses among at one precision: measured, training (loss finite), and in
+    a fit sweep within the budget in their measured run. The overview's star and the configurations table's mark
+    should choose among these too (`recommended`), so that they mark what the summary names."""
+    over = over_budget(sweep)
+    return [c for c in configs if c.precision == precision and not math.isnan(c.samples_per_s) and not diverged(c)
+            and c.key not in over]
+
+
+def recommended(sweep: Sweep, configs: list, precision: str):
+    """The configuration the summary recommends at one precision, None where there is none."""
+    cs = candidates(sweep, configs, precision)
+    return choose(cs)[0] if cs else None
 
 
 def sentences(sweep: Sweep, workload: str, configs: list, precision: str) -> list:
@@ -170,29 +191,38 @@ def sentences(sweep: Sweep, workload: str, configs: list, precision: str) -> lis
 
 def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
     """(summary row, sentences) for one workload at one precision; (None, []) when nothing was measured."""
+    name = names(configs, bool(sweep.fit))   # with its batch where one label ran at several, and in a fit sweep
     cs = [c for c in configs if c.precision == precision and not math.isnan(c.samples_per_s)]
     not_training = [c for c in cs if diverged(c)]  # timed, but not training: its speed is no verdict
-    cs = [c for c in cs if not diverged(c)]
+    too_big = [c for c in cs if c.key in over_budget(sweep) and not diverged(c)]  # a fit's measured run over the budget
+    cs = candidates(sweep, configs, precision)
+    if not cs and too_big:   # a fit whose every measured run passed the budget: nothing to recommend, said so
+        return ([workload, precision, "nothing fits the budget"] + ["–"] * (len(SUMMARY_HEADERS) - 3),
+                ["Nothing to recommend within the memory budget: every measured run went over it ("
+                 + ", ".join(name(c) for c in too_big) + "; see the largest batch that fits)."])
     if not cs:
         return None, []
     u = "GPUs" if cs[0].device_type == "cuda" else "processes"
-    best, fastest, tie = choose(cs)
+    best, fastest, tie = choose(cs, name)
     many = best.device_count > 1
-    out = [f"{'Fastest' if tie is None else 'Recommended'}: {best.label}, {best.samples_per_s:.1f} samples/s"
+    out = [f"{'Fastest' if tie is None else 'Recommended'}: {name(best)}, {best.samples_per_s:.1f} samples/s"
            + (f", {_efficiency_words(best)}" if many and not math.isnan(best.efficiency) else "")
            + utilisation_report.clause(best) + f" {where(workload, 'throughput')}."]
     if tie is not None:
-        out.append(_tie_sentence(best, fastest, tie))
+        out.append(_tie_sentence(best, fastest, tie, name))
     if not_training:
         out.append("Left out of the recommendation, timed but not training: " + "; ".join(
-            f"{c.label} ({stats.loss_words(c.loss_not_finite, verdict=False)})" for c in not_training) + ".")
+            f"{name(c)} ({stats.loss_words(c.loss_not_finite, verdict=False)})" for c in not_training) + ".")
+    if too_big:
+        out.append("Left out of the recommendation, over the memory budget in their measured run: "
+                   + ", ".join(name(c) for c in too_big) + " (see the largest batch that fits).")
     multi = [c for c in cs if c.device_count > 1]
     if not many and multi:
         m = max(multi, key=lambda c: c.samples_per_s)
-        out.append(f"Using more devices does not pay here: the best on several, {m.label}, reaches {m.samples_per_s:.1f} "
+        out.append(f"Using more devices does not pay here: the best on several, {name(m)}, reaches {m.samples_per_s:.1f} "
                    f"samples/s ({_efficiency_words(m, with_baseline=False)}).")
     rivals = sorted((c for c in cs if c is not best), key=lambda c: -c.samples_per_s)
-    lead = _runner_up(best, rivals[0]) if rivals and tie is None else None
+    lead = _runner_up(best, rivals[0], name) if rivals and tie is None else None
     if lead:
         out.append(lead[1])
     dp_cost = "–"
@@ -220,7 +250,7 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
         if best.device_count >= below[0].device_count and best.device_count > 1 and not math.isnan(best.speedup):
             # the fastest sits past that count: say why it is recommended all the same, so the two do not read as one
             # contradicting the other (a CPU sweep: 'stops paying past 1 process' beside 'recommended: DDP x2')
-            still = (f"; {best.label} is recommended as the fastest all the same, {best.speedup:.2f}x the throughput "
+            still = (f"; {name(best)} is recommended as the fastest all the same, {best.speedup:.2f}x the throughput "
                      f"for {best.device_count}x the {u}")
         out.append(f"Scaling stops paying past {past} {u if past > 1 else SINGULAR[u]}: at {below[0].device_count} "
                    f"efficiency is {below[0].efficiency:.0%}, below {EFFICIENCY_FLOOR:.0%}{still} "
@@ -232,30 +262,63 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
     out.append(why)
     if utilisation_report.throttled_sentence(best):
         out.append(utilisation_report.throttled_sentence(best))
-    lagging = _straggler_sentence(cs, best, workload)
+    lagging = _straggler_sentence(cs, best, workload, name)
     if lagging and not kind.startswith("straggler"):
         out.append(lagging)
-    fsdp = [c for c in cs if c.strategy == "fsdp"]
-    ddp = [c for c in cs if c.strategy == "ddp"]
-    if fsdp and ddp:
-        n = max({c.device_count for c in fsdp} & {c.device_count for c in ddp}, default=None)
-        if n:
-            f = max((c for c in fsdp if c.device_count == n), key=lambda c: c.samples_per_s)
-            d = max((c for c in ddp if c.device_count == n), key=lambda c: c.samples_per_s)
-            fm, dm = peak_mib(f), peak_mib(d)  # the budget table's figure (CUDA: the device level)
-            mem = (f"holds {1 - fm / dm:.0%} less memory per {'GPU' if u == 'GPUs' else 'process'}" if fm < dm
-                   else f"holds {fm / dm - 1:.0%} more memory per {'GPU' if u == 'GPUs' else 'process'}") if fm and dm else "memory not recorded"
-            speed = f.samples_per_s / d.samples_per_s
-            out.append(f"FSDP {mem} and is {abs(1 - speed):.0%} {'slower' if speed < 1 else 'faster'} than DDP at {n} {u if n > 1 else SINGULAR[u]} "
-                       f"{where(workload, 'memory')}.")
+    beside = _fsdp_beside_ddp(sweep, cs, best, u, name)
+    if beside:
+        out.append(beside if sweep.fit else f"{beside} {where(workload, 'memory')}.")
     eff = stats.shown_efficiency(best.efficiency, best.efficiency_noise, best.device_count).text() if many and not math.isnan(best.efficiency) else "–"
     if tie is not None:
-        margin = f"{'tie: ' if tie.within else ''}{fastest.label} {tie.gap:.0%} faster ({_margin_note(tie)})"
+        margin = (f"{'tie: ' if tie.within else ''}{name(fastest)} {tie.gap:.0%} faster ({_margin_note(tie)})")
     else:
         margin = "–" if lead is None else f"{lead[0].gap:.0%} ({_margin_note(lead[0])})"
-    row = [workload, precision, best.label, f"{best.samples_per_s:.1f}",
+    row = [workload, precision, name(best), f"{best.samples_per_s:.1f}",
            eff, dp_cost, scaling, kind, margin, best.utilisation.mfu_cell() if best.utilisation else "–"]
     return row, out
+
+
+def _recipe(c) -> tuple:
+    """What FSDP is held against DDP at: the same count, batch per device and training recipe (precision, optimizer,
+    activation checkpointing, format, compilation, aux); each strategy's own settings are how to run it."""
+    return (c.device_count, per_device_batch(c), c.precision, c.optimizer, c.activation_checkpointing, c.channels_last,
+            c.compiled, c.aux)
+
+
+def _fsdp_beside_ddp(sweep: Sweep, cs: list, best, u: str, name) -> Optional[str]:
+    """'FSDP holds 41% less memory per GPU and is 7% slower than DDP at 2 GPUs': like for like (`_recipe`), at the
+    largest count with such a pair, the recommended configuration's recipe first, else the one with the fastest DDP;
+    None where no pair is alike (a fit report set FSDP at batch 4, over the budget, against DDP at batch 3, and read
+    '19% slower' beside fit's own '1.48x'). A fit sweep compares each at its own largest batch: that sentence is fit's."""
+    if sweep.fit:
+        return ("FSDP beside DDP: in the largest batch that fits below, each at its own largest batch."
+                if any(c.strategy == "fsdp" for c in cs) and any(c.strategy == "ddp" for c in cs) else None)
+    pairs = {}
+    for c in cs:
+        if c.strategy in ("fsdp", "ddp"):
+            pairs.setdefault(_recipe(c), {}).setdefault(c.strategy, []).append(c)
+    alike = [(r, p) for r, p in pairs.items() if len(p) == 2]
+    if not alike:
+        return None
+    r, p = max(alike, key=lambda rp: (rp[0][0], rp[0] == _recipe(best), max(c.samples_per_s for c in rp[1]["ddp"])))
+    f, d = (max(p[k], key=lambda c: c.samples_per_s) for k in ("fsdp", "ddp"))
+    word, n = ("GPU" if u == "GPUs" else "process"), r[0]
+    fm, dm = peak_mib(f), peak_mib(d)  # the budget table's figure (CUDA: the device level)
+    mem = ("memory not recorded" if not (fm and dm) else
+           f"holds as much memory per {word} (less than 1% apart)" if abs(fm / dm - 1) < 0.005 else
+           f"holds {1 - fm / dm:.0%} less memory per {word}" if fm < dm else f"holds {fm / dm - 1:.0%} more memory per {word}")
+    them, other = "FSDP", f"DDP at {n} {u if n > 1 else SINGULAR[u]}"
+    both = [c for c in cs if c.strategy in ("fsdp", "ddp")]
+    held = ([f"[{f.variant}]"] if len({c.variant for c in both}) > 1 else []) + (
+        [f"batch {r[1]} per {word}"] if len({per_device_batch(c) for c in both}) > 1 else [])
+    if f.variant != d.variant:   # each with its own settings: both named in full
+        them, other = name(f), name(d)
+    elif held:                   # one of several recipes or batches: which one
+        other += f" (both {', '.join(held)})"
+    speed = f.samples_per_s / d.samples_per_s
+    fast = (f"as fast as {other} (less than 1% apart)" if abs(1 - speed) < 0.005
+            else f"{abs(1 - speed):.0%} {'slower' if speed < 1 else 'faster'} than {other}")
+    return f"{them} {mem} and is {fast}"
 
 
 DP_LEFT_OUT = ("DataParallel is not in this CPU sweep: without a GPU nn.DataParallel has no device to replicate to "
@@ -275,21 +338,21 @@ SUMMARY_HEADERS = ["workload", "precision", "recommended", "samples/s", "efficie
                    f"efficiency ≥ {EFFICIENCY_FLOOR:.0%} up to", "bound", "lead over runner-up", "MFU"]
 
 
-def _runner_up(best, second) -> tuple:
+def _runner_up(best, second, name=_label) -> tuple:
     """(Apart, sentence): whether the recommended (and fastest) configuration is told apart from the runner-up, and the
     noise that says so with its source. How much slower the runner-up is, in throughput (bench.report.pages.slower_words:
     1 - slower / faster); the summary's lead column keeps the lead, how much faster the fastest is."""
-    a = _apart(best, second)
+    a = _apart(best, second, name)
     apart = "as fast (less than 1% apart)" if a.gap < 0.005 else slower_words(best.samples_per_s, second.samples_per_s)
     if a.within is None:
         held = a.why if a.why else f"the noise between processes is {a.noise.words()}"
-        return a, (f"The runner-up, {second.label}, is {apart}: not told apart, {held}; rerun with --repeats 3 to "
+        return a, (f"The runner-up, {name(second)}, is {apart}: not told apart, {held}; rerun with --repeats 3 to "
                    f"tell them apart.")
     if a.within and _by_floor(a):
-        return a, f"The runner-up, {second.label}, is only {apart}: {_floor_words()} (the noise: {_noise_words(a)})."
+        return a, f"The runner-up, {name(second)}, is only {apart}: {_floor_words()} (the noise: {_noise_words(a)})."
     if a.within:
-        return a, f"The runner-up, {second.label}, is only {apart}: within {_noise_words(a)}."
-    return a, f"The runner-up, {second.label}, is {apart}: beyond the noise, {a.noise.words()}."
+        return a, f"The runner-up, {name(second)}, is only {apart}: within {_noise_words(a)}."
+    return a, f"The runner-up, {name(second)}, is {apart}: beyond the noise, {a.noise.words()}."
 
 
 def blocks(sweep: Sweep, figures: list = ()) -> list:
