@@ -26,8 +26,9 @@ from bench.analysis.nodes import starved_nodes
 from bench.analysis.reference import (REFERENCE_EPOCHS, REFERENCE_IMAGES, REFERENCE_V100_S, break_even,  # noqa: F401
                                       shape_note, train_times)
 from bench.config import ConfigError
-from bench.forecast import outlook
 from bench.report import comm as comm_report
+from bench.report.efficiency import (OWN_BASELINE, efficiency_text, efficiency_words,  # noqa: F401  (the report's names)
+                                     speedup_text, wrapper_text)
 from bench.report import fit as fit_report
 from bench.report import cost as cost_report
 from bench.report import environment, frontier, levers, sidebyside, training_state
@@ -81,8 +82,8 @@ def verdicts(configs: list) -> list:
             at_n = [c for c in vs if c.device_count == n and not math.isnan(c.speedup)]
             if at_n:
                 first, rest = at_n[0], at_n[1:]
-                s = f"{name(first.strategy)}{tag} reaches {first.speedup:.2f}x on {n} {u} ({_efficiency_words(first, ' efficiency')})"
-                s += "".join(f", {name(c.strategy)}{tag} {c.speedup:.2f}x ({_efficiency_words(c)})" for c in rest)
+                s = f"{name(first.strategy)}{tag} reaches {first.speedup:.2f}x on {n} {u} ({efficiency_words(first, ' efficiency')})"
+                s += "".join(f", {name(c.strategy)}{tag} {c.speedup:.2f}x ({efficiency_words(c)})" for c in rest)
                 out.append(s + f", against {first.baseline}.")
         top = max(c.device_count for c in vs)
         for c in vs:
@@ -102,41 +103,6 @@ def verdicts(configs: list) -> list:
             if waited:
                 out.append(waited)
     return out
-
-
-def _efficiency_words(c, what: str = "") -> str:
-    """'87% efficiency', or '100% efficiency; within noise: measured 103%, noise 25%' for a sentence."""
-    e = stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count)
-    return f"{e.shown:.0%}{what}" + (f"; {e.note}" if e.note else "")
-
-
-OWN_BASELINE = "– (its own baseline: no single device x1 with its settings in this sweep)"
-
-
-def efficiency_text(c, spec: str = ".0%", configs: list = ()) -> str:
-    """The configuration's efficiency as shown: above 100% only with why (bench.stats.shown_efficiency); at one device
-    a wrapper (DataParallel, DDP, ...) against single is its overhead, not scaling (`wrapper_text`, its baseline
-    looked up by label among `configs`); where that baseline is itself (no single device x1 of its settings ran), it
-    says so: no overhead to tell, never '0.0% against' itself."""
-    if c.device_count == 1 and c.strategy != "single" and not math.isnan(c.speedup) and c.baseline:
-        if outlook.own_baseline(c):
-            return OWN_BASELINE
-        return wrapper_text(c, next((b for b in configs if b.label == c.baseline), None))
-    return stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count).text(spec)
-
-
-def speedup_text(c) -> str:
-    """The speed-up cell: '–' where a one-device wrapper is its own baseline (no single device x1 of its settings ran),
-    as its efficiency says; a 1.00x there reads as a measured tie with single device that never ran."""
-    if c.device_count == 1 and c.strategy != "single" and outlook.own_baseline(c):
-        return "–"
-    return fmt(c.speedup, ".2f", "x")
-
-
-def wrapper_text(c, base=None) -> str:
-    """A one-device wrapper's overhead against its baseline `base`, in the forecast's words for the same row
-    (bench.forecast.outlook.wrapper_overhead: not resolved where either ran one unstable process)."""
-    return outlook.wrapper_overhead(c, base)
 
 
 def memory_text(c) -> tuple:
@@ -338,11 +304,9 @@ def first_screen_figure(sweep: Sweep, workload: str, configs: list, plots_dir: s
     """Save the workload's small figure for the first screen (bench.report.plots.overview_figure), the recommended
     configuration of each precision starred; returns its path."""
     from bench.report import plots, recommend
-    picks = []
-    for precision in dict.fromkeys(c.precision for c in configs):
-        cs = [c for c in configs if c.precision == precision and not math.isnan(c.samples_per_s)]
-        if cs:
-            picks.append(recommend.choose(cs)[0])
+    # the summary's own pick (a fit sweep passes over runs over the budget, a diverged run is no pick)
+    picks = [p for p in (recommend.recommended(sweep, configs, precision)
+                         for precision in dict.fromkeys(c.precision for c in configs)) if p is not None]
     path = os.path.join(plots_dir, plots.file_name(workload, "overview"))
     plots.overview_figure(configs, workload, device_title(sweep, configs[0].device_type), picks).savefig(path, dpi=100)
     return path

@@ -30,6 +30,7 @@ from bench.analysis.results import STRATEGY_NAMES, Sweep, diverged  # noqa: E402
 from bench.config import ConfigError  # noqa: E402
 from bench.report import cost as cost_report  # noqa: E402
 from bench.report import pages, recommend  # noqa: E402
+from bench.report.efficiency import efficiency_text  # noqa: E402
 from bench.report.pages import fmt  # noqa: E402
 from bench.report.plots import STYLES, file_name  # noqa: E402
 from bench.store import read  # noqa: E402
@@ -238,7 +239,6 @@ def _efficiency(c, col: Column) -> str:
     """c's efficiency in its own sweep's report's words (bench.report.report.efficiency_text): at one device a wrapper
     against single device is its overhead, not scaling (a side-by-side read DDP x1's 73% as 'scaling efficiency' where
     its sweep's report said 'wrapper overhead 38.7%')."""
-    from bench.report.report import efficiency_text   # report imports this module
     return efficiency_text(c, ".0%", [b for cs in col.sweep.bench.values() for b in cs])
 
 
