@@ -107,11 +107,8 @@ def configurations(sweep: Sweep, prices: Optional[cost.Prices] = None) -> list:
     price = price_of(sweep, prices)
     rows = []
     for workload, configs in sweep.bench.items():
-        picks = set()
-        for precision in dict.fromkeys(c.precision for c in configs):
-            cs = [c for c in configs if c.precision == precision and not math.isnan(c.samples_per_s)]
-            if cs:
-                picks.add(id(recommend.choose(cs)[0]))
+        picks = {id(p) for p in (recommend.recommended(sweep, configs, precision)   # the summary's own pick
+                                 for precision in dict.fromkeys(c.precision for c in configs)) if p is not None}
         costs = cost.of_configs(configs, price.per_device_hour) if price else {}
         rows += [_config_row(sweep, c, id(c) in picks, costs.get(c.key) if price else None) for c in configs]
         if workload == "deeplabv3":
