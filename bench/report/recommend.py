@@ -12,7 +12,7 @@ changed); in a fit sweep only among measured runs within the budget; what DataPa
 where scaling stops paying (the first count whose efficiency falls below EFFICIENCY_FLOOR); what bounds its step,
 with the evidence (bench.report.bound); FSDP's memory and speed beside DDP's, like for like (the same count, batch and
 recipe; in a fit sweep fit's own sentence); and the runner-up, told apart or not by the noise, which the report
-names with its source (`_apart`: bench.stats.pair_noise, never a figure of another device). An efficiency above
+names with its source (`apart`: bench.stats.pair_noise, never a figure of another device). An efficiency above
 100% is shown by bench.stats.shown_efficiency's rule.
 """
 from __future__ import annotations
@@ -66,7 +66,7 @@ def _label(c) -> str:
     return c.label
 
 
-def _apart(faster, slower, name=_label) -> Apart:
+def apart(faster, slower, name=_label) -> Apart:
     gap = faster.samples_per_s / slower.samples_per_s - 1
     noise = stats.pair_noise(faster.process_sps, slower.process_sps, faster.noise_fallback)
     if gap < LEAD_FLOOR:
@@ -85,25 +85,25 @@ def choose(cs: list, name=_label) -> tuple:
     then the simplest of them (`_simplicity`). A rival whose difference cannot be told (noise not measured) is not tied,
     except against DataParallel, recommended only where it is strictly faster: where its lead over the best without it
     is not resolved, that one is recommended (quick-cpu recommended DataParallel x1, on CPU single device timed again,
-    on a lead of 15% 'not resolved'). tie: `_apart(fastest, recommended)` where they differ, else None."""
+    on a lead of 15% 'not resolved'). tie: `apart(fastest, recommended)` where they differ, else None."""
     fastest = max(cs, key=lambda c: c.samples_per_s)
-    tied = [c for c in cs if c is fastest or _apart(fastest, c, name).within is True]
+    tied = [c for c in cs if c is fastest or apart(fastest, c, name).within is True]
     pick = min(tied, key=lambda c: (_simplicity(c), -c.samples_per_s))
     rest = [c for c in cs if c.strategy != "dp"]
     if pick.strategy == "dp" and rest:
         alt = choose(rest, name)[0]
-        if _apart(fastest, alt, name).within is None:
+        if apart(fastest, alt, name).within is None:
             pick = alt
-    return pick, fastest, (None if pick is fastest else _apart(fastest, pick, name))
+    return pick, fastest, (None if pick is fastest else apart(fastest, pick, name))
 
 
-def _by_floor(a: Apart) -> bool:
+def by_floor(a: Apart) -> bool:
     """A tie that only the floor makes: a gap under LEAD_FLOOR beyond the measured noise, or with the noise not
     measured. Never "within the noise" then: the noise does not hide it, the suite just does not call it a difference."""
     return a.within is True and not (a.noise.measured and a.gap < a.noise.fraction)
 
 
-def _floor_words() -> str:
+def floor_words() -> str:
     return f"under the {LEAD_FLOOR:.0%} floor the suite calls a difference"
 
 
@@ -124,8 +124,8 @@ def _margin_note(a: Apart) -> str:
         why = ([] if a.noise.measured else ["noise not measured"]) + (["one unstable process, --repeats 3"] if a.why else [])
         return "not resolved: " + ", ".join(why)
     src = NOISE_SOURCE.get(a.noise.source, a.noise.source)
-    if _by_floor(a):
-        return f"{_floor_words()}; " + (f"noise {stats.percent(a.noise.fraction)}, {src}" if a.noise.measured
+    if by_floor(a):
+        return f"{floor_words()}; " + (f"noise {stats.percent(a.noise.fraction)}, {src}" if a.noise.measured
                                         else "noise not measured")
     return f"{'within' if a.within else 'beyond'} {stats.percent(a.noise.fraction)} noise, {src}"
 
@@ -147,7 +147,7 @@ def _tie_sentence(pick, fastest, tie: Apart, name=_label) -> str:
         return (f"{name(fastest)} is {faster}, a lead not resolved, so {name(pick)} is recommended: DataParallel{cpu} "
                 f"is recommended only where it is strictly faster, and a lead the noise cannot resolve is not. Not "
                 f"resolved because {held}; rerun with --repeats 3 to tell them apart.")
-    why = _floor_words() if _by_floor(tie) else "within the noise"
+    why = floor_words() if by_floor(tie) else "within the noise"
     return (f"{name(fastest)} is {faster}, {why}: {name(pick)} is recommended, "
             f"{_why_simpler(pick, fastest)}. The noise: {_noise_words(tie)}.")
 
@@ -342,17 +342,17 @@ def _runner_up(best, second, name=_label) -> tuple:
     """(Apart, sentence): whether the recommended (and fastest) configuration is told apart from the runner-up, and the
     noise that says so with its source. How much slower the runner-up is, in throughput (bench.report.pages.slower_words:
     1 - slower / faster); the summary's lead column keeps the lead, how much faster the fastest is."""
-    a = _apart(best, second, name)
-    apart = "as fast (less than 1% apart)" if a.gap < 0.005 else slower_words(best.samples_per_s, second.samples_per_s)
+    a = apart(best, second, name)
+    gap_words = "as fast (less than 1% apart)" if a.gap < 0.005 else slower_words(best.samples_per_s, second.samples_per_s)
     if a.within is None:
         held = a.why if a.why else f"the noise between processes is {a.noise.words()}"
-        return a, (f"The runner-up, {name(second)}, is {apart}: not told apart, {held}; rerun with --repeats 3 to "
+        return a, (f"The runner-up, {name(second)}, is {gap_words}: not told apart, {held}; rerun with --repeats 3 to "
                    f"tell them apart.")
-    if a.within and _by_floor(a):
-        return a, f"The runner-up, {name(second)}, is only {apart}: {_floor_words()} (the noise: {_noise_words(a)})."
+    if a.within and by_floor(a):
+        return a, f"The runner-up, {name(second)}, is only {gap_words}: {floor_words()} (the noise: {_noise_words(a)})."
     if a.within:
-        return a, f"The runner-up, {name(second)}, is only {apart}: within {_noise_words(a)}."
-    return a, f"The runner-up, {name(second)}, is {apart}: beyond the noise, {a.noise.words()}."
+        return a, f"The runner-up, {name(second)}, is only {gap_words}: within {_noise_words(a)}."
+    return a, f"The runner-up, {name(second)}, is {gap_words}: beyond the noise, {a.noise.words()}."
 
 
 def blocks(sweep: Sweep, figures: list = ()) -> list:

@@ -188,7 +188,7 @@ def _best(titles: list, picks: list, measure: str = "samples/s") -> str:
         return known[0][1] if known else "–"
     (v1, t1, c1), (v2, t2, c2) = known[:2]
     fallback = _wider(c1.noise_fallback, c2.noise_fallback)
-    a = recommend._apart(dataclasses.replace(c1, samples_per_s=v1, noise_fallback=fallback),
+    a = recommend.apart(dataclasses.replace(c1, samples_per_s=v1, noise_fallback=fallback),
                          dataclasses.replace(c2, samples_per_s=v2, noise_fallback=fallback))
     lead = (f"{t1}, {v1 / v2:.2f}x {t2}'s samples/s" if measure == "samples/s"
             else f"{t1}, {v2 / v1:.3g}x {t2}'s cost")
@@ -197,8 +197,8 @@ def _best(titles: list, picks: list, measure: str = "samples/s") -> str:
     if a.within is None:
         return f"not told apart: {lead}, " + (a.why or "the noise between their processes is not measured; --repeats 3 "
                                                        "measures it")
-    if recommend._by_floor(a):
-        return f"not told apart: {lead}, {recommend._floor_words()}"
+    if recommend.by_floor(a):
+        return f"not told apart: {lead}, {recommend.floor_words()}"
     return f"not told apart: {lead}, within the {stats.percent(a.noise.fraction)} noise"
 
 
