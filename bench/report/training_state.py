@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from bench.report import plots
 from bench.report.pages import fmt
-from bench.analysis.results import STATE_KEYS
+from bench.analysis.memory_rows import STATE_KEYS
 from bench.shared.spec import ONE_SHARD_GROUP
 
 PARTS = {"params_mib": "parameters", "grads_mib": "gradients", "optimizer_mib": "optimizer state",
