@@ -40,7 +40,7 @@ def process_starts(sweep: Sweep) -> str:
     """How the measured processes began: forked from the fork server, as fresh interpreters, or both, which the page
     must say: a fork server gone mid-sweep started the rest fresh, and one report then set DDP x2's 422 MiB peak RSS
     (forked) beside single x1's 674 MiB (fresh) as if the strategies made the difference."""
-    got = sweep.process_starts
+    got = getattr(sweep, "process_starts", None) or {}   # a stand-in sweep may carry none
     words = {"forked": "forked from a server that had imported torch", "fresh": "fresh interpreters"}
     if not got:
         return "–"
