@@ -130,6 +130,49 @@ def test_an_allocation_made_with_cpus_per_gpu_runs_the_step_without_it_beside_cp
     assert slurm.without_cpus_per_gpu({"SLURM_CPUS_PER_TASK": "12"}) == []
 
 
+def test_a_step_sheds_the_allocations_per_task_gpus_and_overlaps_the_shell_step_it_runs_in(tmp_path, monkeypatch):
+    # sbatch -N2 --ntasks-per-node=8 --gpus-per-task=1, the sweep run from `srun --pty bash` (step 0): srun read the
+    # per-task GPUs as its own (the one task per node, torchrun with 8 ranks, got ONE GPU: local ranks 1-7 'invalid
+    # device ordinal'), and without --overlap the step waited behind the shell's step ('Requested nodes are busy').
+    import subprocess
+    from bench.shared.spec import RunSpec
+    calls = tmp_path / "srun-args"
+    srun_in_allocation(tmp_path, monkeypatch,
+                       f'echo "${{SLURM_GPUS_PER_TASK-unset}} ${{SLURM_GPU_BIND-unset}} ${{SLURM_TRES_PER_TASK-unset}} $*" > {calls}\n',
+                       {"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", "SLURM_GPUS_PER_TASK": "1",
+                        "SLURM_GPU_BIND": "per_task:1", "SLURM_TRES_PER_TASK": "cpu=12,gres/gpu=1",
+                        "SLURM_JOB_CPUS_PER_NODE": "96(x2)"})
+    spec = RunSpec(workload="synthetic", strategy="ddp", device_type="cuda", device_count=16, per_device_batch=4,
+                   global_batch=64, image_size=0, steps=2, warmup=0, threads=1, seed=0, scaling="weak", nodes=2,
+                   launcher="slurm", out_dir=str(tmp_path))
+    subprocess.run(slurm.command(spec, "spec.json", [], "bench.rank.worker", "bench.sweep.torchrun"), check=True)
+    seen = calls.read_text().split()
+    assert seen[:3] == ["unset", "unset", "unset"] and "--overlap" in seen and "--cpus-per-task=96" in seen, seen
+    assert slurm.overlap({"SLURM_STEP_ID": "batch"}) == [] and slurm.overlap({}) == []   # a batch script: no shell step
+
+
+def test_a_rank_without_a_gpu_of_its_own_says_why_not_invalid_device_ordinal():
+    from bench.rank import worker
+    assert worker.own_gpu(3, 8) == 3
+    with pytest.raises(RuntimeError, match=r"local rank 3 has no GPU of its own: this process sees 1 GPU\(s\).*"
+                                           r"--gpus-per-task"):
+        worker.own_gpu(3, 1)
+
+
+def test_the_shared_folder_check_blames_the_store_only_where_a_node_could_not_open_it(tmp_path, monkeypatch):
+    # srun itself failed (the step could not start, this Python absent on node 2): no node said 'missing', so the
+    # message is srun's failure, not 'put --store on a shared filesystem'
+    import os
+    bin_dir = fake_srun(tmp_path / "bin", 'echo "srun: error: n2: task 1: execve(): /venv/bin/python: No such file" >&2\n'
+                                          "exit 1\n")
+    monkeypatch.setenv("PATH", bin_dir + os.pathsep + os.environ["PATH"])
+    with pytest.raises(ConfigError) as e:
+        slurm.check_shared_folder(str(tmp_path / "results"), 2)
+    msg = str(e.value)
+    assert msg.startswith("could not run a step on all 2 nodes") and "execve(): /venv/bin/python: No such file" in msg
+    assert "put --store on a shared filesystem" not in msg
+
+
 def test_the_report_warns_where_a_nodes_cores_were_fewer_than_its_ranks_need(tmp_path):
     from bench.analysis import results
     from bench.report import report

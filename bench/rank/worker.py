@@ -184,12 +184,25 @@ def run(spec: RunSpec) -> None:
         beat.close()
 
 
+def own_gpu(local_rank: int, visible: int) -> int:
+    """The GPU index of a rank (its local rank), or a RuntimeError naming why there is none: a launcher that gave the
+    node's ranks fewer GPUs than ranks (under SLURM a step shaped per task: --gpus-per-task=1, --gpu-bind=per_task:1)
+    failed in torch.cuda.set_device as 'CUDA error: invalid device ordinal' on local ranks 1.."""
+    if local_rank >= visible:
+        raise RuntimeError(f"local rank {local_rank} has no GPU of its own: this process sees {visible} GPU(s) "
+                           f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}) for the node's "
+                           f"{os.environ.get('LOCAL_WORLD_SIZE', '?')} rank(s); the launcher gave the node fewer GPUs "
+                           "than ranks (under SLURM: an allocation made per task, --gpus-per-task or --gpu-bind=per_task)")
+    return local_rank
+
+
 def _run(spec: RunSpec, rank: int, world: int, local_rank: int, distributed: bool, beat) -> None:
     if spec.threads:
         torch.set_num_threads(spec.threads)
     cuda = spec.device_type == "cuda"
     shared = cuda and rehearsal.shares(dict(spec.options))  # ranks share GPUs over gloo: a test-only rehearsal
-    device = (torch.device("cuda", rehearsal.device_index(local_rank, torch.cuda.device_count()) if shared else local_rank)
+    device = (torch.device("cuda", rehearsal.device_index(local_rank, torch.cuda.device_count()) if shared
+                           else own_gpu(local_rank, torch.cuda.device_count()))
               if cuda else torch.device("cpu"))
     if cuda:
         torch.cuda.set_device(device)  # before any DeviceMesh, which would otherwise pick cuda:LOCAL_RANK itself

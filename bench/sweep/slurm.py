@@ -135,18 +135,35 @@ def cpus_per_task(env=None) -> list:
     return [f"--cpus-per-task={cpus}"] if cpus else []
 
 
+PER_TASK_GPUS = ("SLURM_GPUS_PER_TASK", "SLURM_TRES_PER_TASK", "SLURM_GPU_BIND")
+
+
 def without_cpus_per_gpu(env=None) -> list:
-    """`env -u SLURM_CPUS_PER_GPU` before srun where the step passes --cpus-per-task and the allocation was made with
-    --cpus-per-gpu: srun reads the variable as its own --cpus-per-gpu, which Slurm refuses beside --cpus-per-task on
-    one command line; from the environment newer sruns drop it, 22.05's sends both."""
+    """`env -u VAR ...` before srun for the allocation's variables srun reads as options of its own that misshape a
+    step of one task per node (torchrun, all of the node's ranks):
+      - SLURM_CPUS_PER_GPU where the step passes --cpus-per-task: srun reads it as its own --cpus-per-gpu, which Slurm
+        refuses beside --cpus-per-task on one command line (newer sruns drop it from the environment, 22.05 sends both);
+      - per-task GPU requests (an allocation made with --gpus-per-task=1 or --gpu-bind=per_task:1; 23.11's
+        SLURM_TRES_PER_TASK): the step's one task per node would get ONE GPU, and local ranks 1.. fail with 'invalid
+        device ordinal'. Without them a step that asks for no GPUs gets every GPU the job holds on its nodes."""
     env = os.environ if env is None else env
-    return ["env", "-u", "SLURM_CPUS_PER_GPU"] if env.get("SLURM_CPUS_PER_GPU") and cpus_per_task(env) else []
+    names = (["SLURM_CPUS_PER_GPU"] if env.get("SLURM_CPUS_PER_GPU") and cpus_per_task(env) else []) \
+        + [n for n in PER_TASK_GPUS if env.get(n)]
+    return ["env", *[a for n in names for a in ("-u", n)]] if names else []
+
+
+def overlap(env=None) -> list:
+    """`--overlap` where the sweep itself runs inside a step (`srun --pty bash`, the way out of a login node): since
+    Slurm 20.11 steps share no CPUs, memory or GPUs without it, and a step asking for all of a node's CPUs waits behind
+    the shell's own step until srun's --immediate gives up ('Requested nodes are busy')."""
+    env = os.environ if env is None else env
+    return ["--overlap"] if env.get("SLURM_STEP_ID", "").strip() not in ("", "batch", "extern") else []
 
 
 def command(spec, spec_path: str, rendezvous: list, worker: str, torchrun: str) -> list:
     per_node = spec.device_count // spec.nodes
     return [*without_cpus_per_gpu(), "srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",
-            *cpus_per_task(),
+            *cpus_per_task(), *overlap(),
             "--kill-on-bad-exit=1", f"--wait={STEP_WAIT_S}", "--immediate=60", f"--job-name={step_name(spec)}",
             "--export=ALL", f"--chdir={os.getcwd()}",
             sys.executable, "-m", torchrun, f"--nnodes={spec.nodes}", f"--nproc-per-node={per_node}",
@@ -236,7 +253,8 @@ def check_shared_folder(folder: str, nodes: int) -> None:
             raise ConfigError(f"the store's folder {folder!r} gives no file locks here ({e.strerror}): {LOCKS_NEEDED}"
                               + _lock_advice(folder)) from None
         try:
-            proc = subprocess.run(["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--immediate=60",
+            proc = subprocess.run([*without_cpus_per_gpu(), "srun", f"--nodes={nodes}", f"--ntasks={nodes}",
+                                   "--ntasks-per-node=1", *overlap(), "--immediate=60",
                                    "--job-name=bench-fscheck", sys.executable, "-c", FLOCK_CHECK, token],
                                   capture_output=True, text=True, timeout=SRUN_CHECK_S)
         except (OSError, subprocess.TimeoutExpired) as e:
@@ -246,12 +264,18 @@ def check_shared_folder(folder: str, nodes: int) -> None:
         os.unlink(token)
     answers = [line.split(None, 2) for line in proc.stdout.splitlines() if len(line.split()) >= 2]
     missing = [a[0] for a in answers if a[1] == "missing"]
-    if proc.returncode != 0 or missing or len(answers) < nodes:
-        why = (f"node(s) {', '.join(missing)} cannot open it" if missing else
-               proc.stderr.strip()[-300:] or f"exit {proc.returncode}, {len(answers)} of {nodes} node(s) answered")
+    if missing:
         raise ConfigError(f"the store's folder {folder!r} is not visible from all {nodes} nodes of the allocation "
-                          f"({why}); multi-node results travel through the filesystem the store lives on: put --store on "
-                          "a shared filesystem (e.g. your home or project folder)")
+                          f"(node(s) {', '.join(missing)} cannot open it); multi-node results travel through the "
+                          "filesystem the store lives on: put --store on a shared filesystem (e.g. your home or project folder)")
+    if proc.returncode != 0 or len(answers) < nodes:
+        # no node said the folder is missing: srun's own failure (a step that could not start, this Python or checkout
+        # absent on another node) is the finding, not the store's place
+        raise ConfigError(f"could not run a step on all {nodes} nodes to check that they share {folder!r} (srun exit "
+                          f"{proc.returncode}, {len(answers)} of {nodes} node(s) answered: "
+                          f"{proc.stderr.strip()[-300:] or 'no message'}); every multi-node configuration needs one: "
+                          f"this Python ({sys.executable}) and checkout at the same paths on every node, and the "
+                          "allocation's nodes free for a step")
     failed = [f"{a[0]} ({a[2] if len(a) > 2 else 'error'})" for a in answers if a[1] == "error"]
     if failed:
         raise ConfigError(f"the store's folder {folder!r} gives no file locks on node(s) {', '.join(failed)}: {LOCKS_NEEDED}"
