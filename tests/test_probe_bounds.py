@@ -39,3 +39,17 @@ def test_a_steady_probe_beyond_every_spread_is_resolved(tmp_path):
     ddp = next(c for c in sw.bench["synthetic"] if c.strategy == "ddp")
     assert comm_report.resolved(ddp) == pytest.approx(1.60, abs=0.02)
     assert comm_report.step_bounds_ms(sw, ddp)[0] == pytest.approx(1.61)
+
+
+def test_a_probe_whose_synchronised_steps_ran_outside_the_measured_ones_does_not_speak_for_them(tmp_path):
+    # A CPU transformer: measured steps 8.0-9.0 ms, the probe's synchronised blocks 10.5 and 13.7 ms, no_sync() 6.5-7.3:
+    # '5.20 ms exposed, communication-bound (63%)' beside 6.88 ms of compute in an 8.31 ms step.
+    p = payload(2, 8.31)
+    for i, s in enumerate(x for x in p["steps"] if x["kind"] == "measure"):
+        s["step_ms"] = 8.0 + (i % 5) * 0.25
+    sw = build(str(tmp_path / "e.sqlite"), [(spec("single", 1), payload(1, 7.5)),
+                                            (spec("ddp", 2), _probe(p, [10.5, 13.7], [7.25, 6.52]))])
+    ddp = next(c for c in sw.bench["synthetic"] if c.strategy == "ddp")
+    assert comm_report.elsewhere(ddp) and comm_report.resolved(ddp) is None
+    assert "ran outside the measured steps' 8.00-9.00 ms" in comm_report.probe_words(ddp), comm_report.probe_words(ddp)
+    assert not bound.bound(sw, "synthetic", ddp)[0].startswith("communication")
