@@ -106,6 +106,21 @@ COMM_RUN_S = {False: 8.0, True: 30.0}  # a collectives run with its interference
 BUCKET_STEPS_GUESS = 2  # DDP's bucket-timing steps (bench/rank/buckets.py: 2 on CPU, 3 on CUDA)
 
 
+def oversubscribed(cfg: SweepConfig, machine) -> str:
+    """A note where a CPU sweep's largest count runs more torch threads than the node has cores (--threads-per-process
+    2 at 2 processes on 2 cores: DDP x2 stepped 14.7 ms against 4.8 at one thread, and the report blamed scaling), ''
+    otherwise. A note, not a refusal: oversubscribing can be the question."""
+    if cfg.device != "cpu" or not machine.cpu_cores or not cfg.threads_per_process:
+        return ""
+    per_node = min(max(cfg.gpus), cfg.gpus_per_node or max(cfg.gpus))
+    threads = per_node * cfg.threads_per_process
+    if threads <= machine.cpu_cores:
+        return ""
+    return (f"note: at {per_node} processes x {cfg.threads_per_process} torch thread(s) the sweep runs {threads} threads "
+            f"on {machine.cpu_cores} core(s): they take turns, and the largest counts' steps measure that contention, not "
+            f"scaling (--threads-per-process {max(1, machine.cpu_cores // per_node)} fits)")
+
+
 def _started_fresh_instead(spec: RunSpec, outcome: Outcome) -> bool:
     """Whether a run planned through the fork server started its processes as fresh interpreters (its client found
     no server and said so only in the rank's log)."""
@@ -188,7 +203,8 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
                 store.reopen_sweep(conn, sweep_id)
             else:
                 sweep_id = store.begin_sweep(conn, command_line, cfg.to_json(), env_id, label=cfg.label)
-        items = plan.plan(cfg, machine or plan.detect_machine())
+        machine = machine or plan.detect_machine()
+        items = plan.plan(cfg, machine)
         done = store.ok_keys(conn, sweep_id) if resumed else set()
         if resumed:
             log(f"resuming sweep {sweep_id} in {cfg.store}: {len(done)} configuration(s) already done")
@@ -199,6 +215,9 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
                 + f", {cfg.threads_per_process} torch thread(s) per process)")
             for line in describe.describe_resolved(cfg, given):
                 log(line)
+            crowded = oversubscribed(cfg, machine)
+            if crowded:
+                log(crowded)
         left = [i for i in items if ((i.spec if isinstance(i, Skip) else i).key, (i.spec if isinstance(i, Skip) else i).repeat)
                 not in done]   # a resume plans what is left, not the whole sweep again
         log(plan_summary(left, cfg) + (f" (left of {len(items)})" if resumed else ""))
