@@ -203,5 +203,5 @@ def test_a_cpu_sweep_that_runs_more_threads_than_cores_says_so_before_it_runs():
     note = run.oversubscribed(cfg, machine)
     assert note.startswith("note: at 2 processes x 2 torch thread(s) the sweep runs 4 threads on 2 core(s)"), note
     assert "--threads-per-process 1 fits" in note
-    assert run.oversubscribed(SimpleNamespace(cfg.__dict__ | {"threads_per_process": 1}), machine) == ""
-    assert run.oversubscribed(SimpleNamespace(cfg.__dict__ | {"device": "cuda"}), machine) == ""
+    assert run.oversubscribed(SimpleNamespace(**(cfg.__dict__ | {"threads_per_process": 1})), machine) == ""
+    assert run.oversubscribed(SimpleNamespace(**(cfg.__dict__ | {"device": "cuda"})), machine) == ""
