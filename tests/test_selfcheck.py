@@ -112,14 +112,15 @@ def test_a_one_step_sweep_runs_each_configuration_once_untraced_on_cuda_and_only
             assert not cfg.profile and all(s.profile_steps == 0 for s in bench), (n, title)
 
 
-def _processes(path: str, sid: int, precision: str, throughputs: tuple) -> None:
-    """The synthetic MLP's single x1 at `precision` in one process per throughput factor (1.0: the H100's step)."""
+def _processes(path: str, sid: int, precision: str, throughputs: tuple, jitter: float = 0.0) -> None:
+    """The synthetic MLP's single x1 at `precision` in one process per throughput factor (1.0: the H100's step); its
+    steps alternate between the step and (1 + jitter) times it (jitter 0.5: an IQR of about 40% of their median)."""
     from bench.store import store
     from report_fixtures import H100, H100_SYNTHETIC_MS, h100_spec
     conn = store.connect(path)
     env_id = conn.execute("SELECT env_id FROM sweeps WHERE sweep_id = ?", (sid,)).fetchone()[0]
     for r, f in enumerate(throughputs):
-        ms = [H100_SYNTHETIC_MS / f] * 20
+        ms = [H100_SYNTHETIC_MS / f * (1 + jitter * (i % 2)) for i in range(20)]
         pl = {"steps": [{"kind": "measure", "rank": 0, "step": i, "step_ms": t} for i, t in enumerate(ms)],
               "windows": [{"kind": "measure", "rank": 0, "wall_s": sum(ms) / 1e3, "samples": 512 * len(ms), "steps": len(ms)}],
               "memory": [{"rank": 0, "device": "cuda:0", "device_name": H100, "peak_allocated_mib": 1618,
@@ -149,6 +150,42 @@ def test_the_host_noise_is_kept_per_precision_and_a_precision_without_repeats_ge
     bf16, fp32 = (hostnoise.lookup("vm", "cuda", H100, p) for p in ("bf16", "fp32"))
     assert (bf16["precision"], bf16["configuration"], len(bf16["process_sps"])) == ("bf16", "single device x1 [bf16]", 3)
     assert fp32["configuration"] == "single device x1" and len(hostnoise.entries()) == 2
+
+
+def test_a_noise_figure_from_unstable_processes_says_so_in_its_line_its_entry_and_the_reports_that_use_it(tmp_path,
+                                                                                                      monkeypatch):
+    # selfcheck --device cpu on 2 cores: its three single x1 processes were all unstable (steps' IQR 19-29% of their
+    # median), yet it printed "PASS process noise measured fp32: 12%" and every later report read that 12% as
+    # "measured on steady processes". The figure stands (a spread is a spread); it says what its processes were.
+    from bench.analysis import results
+    from bench.commands import selfcheck
+    from bench.report import recommend
+    from bench.store import hostnoise, store
+    from report_fixtures import H100, build_h100_store
+    monkeypatch.setenv("BENCH_HOST_NOISE", str(tmp_path / "host-noise.json"))
+    path = str(tmp_path / "s.sqlite")
+    sid = build_h100_store(path, 0.01)
+    _processes(path, sid, "fp32", (1.0, 0.85, 1.0), jitter=0.5)   # fp32's three processes again: each unstable
+    _processes(path, sid, "bf16", (1.0, 0.72, 1.0))               # bf16's three: steady
+    name, ok, detail = selfcheck.host_noise(path, sid)
+    shaky = "(all 3 unstable: their steps' IQR 40%, 40% and 40% of their median, above 10%)"
+    assert ok is True and f"fp32: 15%, selfcheck's spread between 3 processes of single device x1 {shaky} on host vm" \
+        in detail, detail
+    assert "bf16: 28%, selfcheck's spread between 3 processes of single device x1 [bf16] on host" in detail  # steady
+    bf16, fp32 = (hostnoise.lookup("vm", "cuda", H100, p) for p in ("bf16", "fp32"))
+    assert [p["unstable"] for p in fp32["processes"]] == [True] * 3 and round(fp32["processes"][0]["iqr_fraction"], 2) == 0.4
+    assert [p["unstable"] for p in bf16["processes"]] == [False] * 3
+    # a report of another store on this host that decides a tie on the fp32 figure names it with its processes' state
+    other = str(tmp_path / "other.sqlite")
+    build_h100_store(other, None)   # nothing repeated: selfcheck's figures are what it has
+    conn = store.connect(other, readonly=True)
+    try:
+        sweep = results.load(conn, results.pick_sweep(conn, None))
+    finally:
+        conn.close()
+    said = " ".join(b[1] for b in recommend.blocks(sweep) if b[0] == "p")
+    assert ("is 8% faster, within the noise: single device x1 is recommended, fewer settings changed from the defaults. "
+            f"The noise: 15%, selfcheck's spread between 3 processes of single device x1 {shaky} on host vm") in said, said
 
 
 def _record(conn, sid, status="ok", reason=None, **spec):

@@ -169,6 +169,7 @@ def host_noise(path: str, sweep_id: int) -> tuple:
     conn = store.connect(path, readonly=True)
     try:
         sweep = results.load(conn, sweep_id)
+        rows = [dict(r) for r in store.latest_results(conn, sweep_id)]
     finally:
         conn.close()
     configs = [c for cs in sweep.bench.values() for c in cs]
@@ -178,7 +179,8 @@ def host_noise(path: str, sweep_id: int) -> tuple:
     for p in precisions:
         repeated = [c for c in configs if c.precision == p and len(c.process_sps) >= 2]
         if repeated:
-            entry = _noise_entry(max(repeated, key=lambda c: len(c.process_sps)), env, sweep, path, sweep_id)
+            c = max(repeated, key=lambda c: len(c.process_sps))
+            entry = _noise_entry(c, env, sweep, path, sweep_id, _steadiness(c, rows))
             where = hostnoise.record(entry)
             kept[p] = stats.host_noise(entry).words()
     if not kept:
@@ -190,12 +192,38 @@ def host_noise(path: str, sweep_id: int) -> tuple:
     return "process noise measured", not missing, detail
 
 
-def _noise_entry(c, env: dict, sweep, path: str, sweep_id: int) -> dict:
-    """The hostnoise entry of configuration c's processes (bench.store.hostnoise), under its precision."""
+def _steadiness(c, rows: list) -> list:
+    """Per process of configuration c (its results rows, by repeat): its measured steps' IQR over their median, and
+    whether that passed the unstable mark (bench.stats.steps.UNSTABLE_IQR_FRACTION)."""
+    mine = sorted((r for r in rows if r["config_key"] == c.key and r["status"] == "ok"), key=lambda r: r["repeat"])
+    return [{"iqr_fraction": (r["step_ms_iqr"] / r["step_ms_median"] if r["step_ms_iqr"] is not None
+                              and r["step_ms_median"] else None), "unstable": bool(r["unstable"])} for r in mine]
+
+
+def unsteady_words(steadiness: list) -> str:
+    """'all 3 unstable: their steps' IQR 19%, 19% and 29% of their median, above 10%' ('' where none was unstable):
+    a noise figure from unstable processes is still a figure, but it says so. On a 2-core CPU the self-check's three
+    single x1 processes were all unstable and its 12% was kept and read as 'measured on steady processes'."""
+    shaky = [s for s in steadiness if s["unstable"]]
+    if not shaky:
+        return ""
+    spreads = [f"{s['iqr_fraction']:.0%}" for s in shaky if s["iqr_fraction"] is not None]
+    which = f"all {len(shaky)}" if len(shaky) == len(steadiness) else f"{len(shaky)} of {len(steadiness)}"
+    listed = (", ".join(spreads[:-1]) + " and " + spreads[-1]) if len(spreads) > 1 else "".join(spreads)
+    return (f"{which} unstable" + (f": their steps' IQR {listed} of their median" if listed else "")
+            + f", above {stats.UNSTABLE_IQR_FRACTION:.0%}")
+
+
+def _noise_entry(c, env: dict, sweep, path: str, sweep_id: int, steadiness: list = ()) -> dict:
+    """The hostnoise entry of configuration c's processes (bench.store.hostnoise), under its precision, with each
+    process's steadiness (`_steadiness`). Where some were unstable the configuration's words say so too: they are what
+    bench.stats.host_noise names in selfcheck's line and in every report that falls back on the figure."""
+    shaky = unsteady_words(list(steadiness))
     return {"hostname": env.get("hostname"), "device_type": c.device_type,
             "device_name": (str(env.get("gpu_names") or "").split(",")[0].strip() if c.device_type == "cuda"
                             else env.get("cpu_model")) or None, "precision": c.precision,
-            "measured_at": sweep.sweep.get("started_at"), "configuration": c.label, "process_sps": list(c.process_sps),
+            "measured_at": sweep.sweep.get("started_at"), "configuration": c.label + (f" ({shaky})" if shaky else ""),
+            "process_sps": list(c.process_sps), "processes": list(steadiness),
             "store": os.path.abspath(path), "sweep_id": sweep_id}
 
 

@@ -67,13 +67,17 @@ def _label(c) -> str:
 
 
 def apart(faster, slower, name=_label) -> Apart:
+    """Whether `faster` is told apart from `slower` (`Apart`). One unstable process on a side is not held against the
+    noise of other processes, and the words say that rule, not that those processes were steady: a CPU report read
+    'the 12% noise was measured on steady processes' where selfcheck's three processes behind it were all unstable."""
     gap = faster.samples_per_s / slower.samples_per_s - 1
     noise = stats.pair_noise(faster.process_sps, slower.process_sps, faster.noise_fallback)
     if gap < LEAD_FLOOR:
         return Apart(gap, True, noise)
     shaky = [name(c) for c in (faster, slower) if unsteady(c)]
     if noise.source != "repeats" and shaky:  # unstable first: it holds whether or not a noise figure exists
-        held = (f"where the {stats.percent(noise.fraction)} noise was measured on steady processes" if noise.measured
+        held = (f"and one unstable process is not held against the {stats.percent(noise.fraction)} noise between "
+                f"processes ({NOISE_SOURCE.get(noise.source, noise.source)})" if noise.measured
                 else f"and the noise between processes at its precision is {noise.words()}")
         return Apart(gap, None, noise, f"{' and '.join(shaky)} ran one process whose steps spread more than "
                                        f"{stats.UNSTABLE_IQR_FRACTION:.0%} of their median (unstable), {held}")
