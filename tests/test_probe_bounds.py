@@ -53,3 +53,12 @@ def test_a_probe_whose_synchronised_steps_ran_outside_the_measured_ones_does_not
     assert comm_report.elsewhere(ddp) and comm_report.resolved(ddp) is None
     assert "ran outside the measured steps' 8.00-9.00 ms" in comm_report.probe_words(ddp), comm_report.probe_words(ddp)
     assert not bound.bound(sw, "synthetic", ddp)[0].startswith("communication")
+
+
+def test_a_compressing_comm_hooks_bounds_price_what_it_sends(tmp_path):
+    # bf16 and PowerSGD rows were priced at the uncompressed fp32 all-reduce of the gradients
+    from types import SimpleNamespace
+    c = lambda hook: SimpleNamespace(grad_mib=64.0, options={"comm_hook": hook} if hook else {})  # noqa: E731
+    assert comm_report.sent_bytes(c(None)) == 64 * 2**20 and comm_report.sent_bytes(c("none")) == 64 * 2**20
+    assert comm_report.sent_bytes(c("bf16")) == comm_report.sent_bytes(c("fp16")) == 32 * 2**20
+    assert comm_report.sent_bytes(c("powersgd:4")) is None

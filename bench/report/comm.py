@@ -32,9 +32,24 @@ def step_bounds_ms(sweep: Sweep, c) -> tuple:
     comm_at = {n: [r for r in rows if r.get("scope", "world") == "world" and r.get("op", "all_reduce") == "all_reduce"]
                for n, _, rows in sweep.comm}   # the last comm result at each count
     cr = comm_at.get(c.device_count, [])
-    ar = stats.allreduce_ms_at(c.grad_mib * 2**20, [r["size_bytes"] for r in cr], [r["time_ms"] for r in cr])
+    sent = sent_bytes(c)
+    ar = (stats.allreduce_ms_at(sent, [r["size_bytes"] for r in cr], [r["time_ms"] for r in cr]) if sent is not None
+          else math.nan)
     compute = compute_ms(c)
     return compute, ar, compute + ar, max(compute, ar) if not math.isnan(ar) else math.nan
+
+
+HALF_HOOKS = ("fp16", "bf16")   # DDP's comm hooks that all-reduce the gradients cast to 16 bits: half the bytes
+
+
+def sent_bytes(c):
+    """The bytes DDP's all-reduce of the gradients sends per step: the gradients' as they are, half with an fp16/bf16
+    comm hook; None with PowerSGD, whose low-rank factors the microbenchmark's all-reduce does not price (its bounds
+    read '–'; the bf16 and PowerSGD rows had been priced at the uncompressed fp32 all-reduce)."""
+    hook = str(c.options.get("comm_hook", "none")).split(":")[0]
+    if hook == "powersgd":
+        return None
+    return c.grad_mib * 2**20 / (2 if hook in HALF_HOOKS else 1)
 
 
 def compute_ms(c) -> float:
@@ -130,7 +145,8 @@ def ddp_bounds_blocks(sweep: Sweep, workload: str, configs: list, u: str) -> lis
             ("table", [u, "precision / settings", "grad MiB", "median step ms", "compute ms (under no_sync)",
                        "all-reduce of grads ms (microbenchmark)", "no-overlap bound ms", "full-overlap bound ms",
                        "exposed comm ms"], rows),
-            ("p", f"No-overlap bound: compute plus an all-reduce of every gradient; full-overlap bound: the larger of the two. "
+            ("p", f"No-overlap bound: compute plus an all-reduce of every gradient (with an fp16/bf16 comm hook, of half "
+                  f"their bytes; PowerSGD's low-rank factors are not priced: '–'); full-overlap bound: the larger of the two. "
                   f"A step near the full-overlap bound has little left to gain from DDP settings. Exposed communication "
                   f"inside the p10-p90 spread of the measured steps, or of the probe's own, reads 'not resolved'; the "
                   f"compute is the median of the probe's no_sync() steps; at one rank DDP communicates nothing, "
