@@ -156,3 +156,9 @@ def test_image_size_with_an_image_workload_among_others_is_taken(tmp_path):
     cfg, _, machine = _prepare(["--workloads", "synthetic,deeplabv3", "--image-size", "32", "--no-comm-bench"], tmp_path)
     sizes = {s.workload: s.image_size for s in plan.plan(cfg, machine) if isinstance(s, RunSpec)}
     assert sizes == {"synthetic": 0, "deeplabv3": 32}
+
+
+def test_loader_workers_for_data_no_loader_reads_are_refused_not_ignored(tmp_path):
+    # --num-workers 2 with synthetic data was accepted and silently ignored (loader_workers NULL in the store)
+    said = _refused(["--workloads", "synthetic", "--num-workers", "2"], tmp_path)
+    assert "--num-workers 2: loader workers serve --data voc; with synthetic data" in said, said

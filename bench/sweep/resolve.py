@@ -119,6 +119,9 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
     counts = trained
     if cfg.epochs and cfg.data != "voc":
         raise ConfigError(f"--epochs {cfg.epochs}: whole epochs need a real data set; use --data voc or --steps")
+    if cfg.num_workers and cfg.data != "voc":   # synthetic batches are made ahead of the window: no loader to staff
+        raise ConfigError(f"--num-workers {cfg.num_workers}: loader workers serve --data voc; with {cfg.data} data the "
+                          "batches are generated before the measured window and no loader runs (it was ignored)")
     if cfg.checkpoint and not cfg.epochs:
         raise ConfigError("--checkpoint: saves once per epoch; it needs --epochs N")
     if cfg.data == "voc":
