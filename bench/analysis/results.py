@@ -33,12 +33,18 @@ STRATEGY_ORDER = ("single", "dp", "ddp", "zero", "fsdp", "hsdp")
 
 
 def variant(precision: str, channels_last: bool, compiled: bool, options: dict, optimizer: str = "sgd",
-            ac: str = "none", aux: str = "false") -> str:
+            ac: str = "none", aux: str = "false", per_node: int = 0) -> str:
     """'fp32', 'bf16, channels_last, bucket_cap_mb=100, adamw, ac=full, aux=true': a configuration's precision, memory
     format, compilation, strategy settings, optimizer (when not SGD), activation checkpointing (when on) and DeepLabV3's
-    auxiliary classifier (when on: --deeplabv3-aux), as its label shows them."""
+    auxiliary classifier (when on: --deeplabv3-aux), as its label shows them.
+
+    per_node: the run's devices per node (its count over its nodes). HSDP's shard size equal to it is the default mesh,
+    one shard group per node, which the sweep stores with every HSDP run (the ranks build their mesh from it) but which
+    changes with the count: named, it made HSDP x1 [shard_size=1] and x2 [shard_size=2] two series of one point each,
+    with no efficiency, no line and no forecast check. Only a shard size other than one node's devices is a setting."""
     parts = [precision] + (["channels_last"] if channels_last else []) + (["compiled"] if compiled else [])
-    parts += [f"{k}={v}" for k, v in sorted(options.items())] + ([optimizer] if optimizer and optimizer != "sgd" else [])
+    shown = {k: v for k, v in options.items() if not (k == "shard_size" and per_node and int(v) == per_node)}
+    parts += [f"{k}={v}" for k, v in sorted(shown.items())] + ([optimizer] if optimizer and optimizer != "sgd" else [])
     return ", ".join(parts + ([f"ac={ac}"] if ac and ac != "none" else []) + ([f"aux={aux}"] if aux and aux != "false" else []))
 
 
@@ -58,7 +64,8 @@ def row_variant(r: dict) -> str:
     """The variant of a results row (one that did not run too)."""
     return variant(r["precision"] or "fp32", bool(r["channels_last"]), bool(r["compiled"]), json.loads(r["options_json"] or "{}"),
                    (r["optimizer"] if "optimizer" in r.keys() else None) or "sgd",
-                   (r["activation_checkpointing"] if "activation_checkpointing" in r.keys() else None) or "none", row_aux(r))
+                   (r["activation_checkpointing"] if "activation_checkpointing" in r.keys() else None) or "none", row_aux(r),
+                   int(r["device_count"] or 0) // int(r["nodes"] or 1))
 
 
 @dataclass
@@ -123,7 +130,7 @@ class Config:
     def variant(self) -> str:
         """Everything but strategy and count that tells this configuration apart: precision, format, settings."""
         return variant(self.precision, self.channels_last, self.compiled, self.options, self.optimizer,
-                       self.activation_checkpointing, self.aux)
+                       self.activation_checkpointing, self.aux, self.device_count // max(self.nodes, 1))
 
     @property
     def tokens_per_s(self) -> float:
