@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from bench.report import comm as comm_report
 from bench.report import plots
+from bench.report import training_state
 
 
 def config(count: int, probe_ms: float, median_ms: float = 100.0, p10_ms: float = 99.0, p90_ms: float = 101.0,
@@ -123,3 +124,34 @@ def test_the_forecast_plots_legends_fit_inside_their_figures(tmp_path):
         _inside(fig)
         _inside(rf.memory_figure("deeplabv3", "cuda, NVIDIA H100 80GB HBM3",
                                  [(s, ws[0][1]) for s, ws, _, _ in lines], 80 * 1024))
+
+
+# ---------------------------------------------------------------- category axes of many long names
+
+LONG = [f"{s} x{n} [bf16, shard_size={n}, adamw{ac}]" for s in ("DDP", "FSDP", "HSDP") for ac in ("", ", ac=full")
+        for n in (1, 2)]   # a CPU transformer sweep's twelve configurations, as its report named them
+
+
+def _ticks_apart(fig) -> None:
+    """Once drawn (savefig, as the report writes it): no two tick labels of the x axis overlap, and each lies inside
+    the figure (twelve long names at 20 degrees overprinted each other and ran off its bottom)."""
+    import io
+    fig.savefig(io.BytesIO(), format="png", dpi=100)
+    boxes = [t.get_window_extent() for t in fig.axes[0].get_xticklabels() if t.get_text()]
+    assert len(boxes) == len(LONG)
+    for i, a in enumerate(boxes):
+        assert all(not a.overlaps(b) for b in boxes[i + 1:]), i
+        assert a.x0 >= fig.bbox.x0 and a.x1 <= fig.bbox.x1 and a.y0 >= fig.bbox.y0 and a.y1 <= fig.bbox.y1, (a, fig.bbox)
+    assert fig.axes[0].get_window_extent().height >= 2.5 * fig.dpi   # the bars keep their height beside the labels
+
+
+def test_the_phases_memory_and_step_time_plots_keep_twelve_long_names_apart():
+    cs = [config(2 if "x2" in name else 1, 11.0, p10_ms=90.0, p90_ms=105.0, label=name) for name in LONG]
+    for c in cs:
+        c.device_type, c.memory_mib, c.step_ms = "cpu", {"rank 0": 400.0, "rank 1": 410.0}, [99.0, 100.0, 101.0]
+        c.state_mib = {0: {"params_mib": 1.0, "grads_mib": 1.0, "optimizer_mib": 2.0, "baseline_rss_mib": 350.0}}
+    phases = plots.phases_figure(cs, "transformer", "cpu")
+    assert sum("not resolved" in t.get_text() for t in phases.axes[0].get_xticklabels()) == 6   # said on its label
+    for fig in (phases, plots.memory_figure(cs, "transformer", "cpu"), plots.step_times_figure(cs, "transformer", "cpu"),
+                training_state.state_figure(cs, "transformer", "cpu")):
+        _ticks_apart(fig)

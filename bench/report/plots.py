@@ -75,6 +75,33 @@ def _label(c) -> str:
     return c.label  # bench.analysis.results.label: one name for a configuration everywhere
 
 
+WRAP_CHARS = 30        # a category label's line, at most (broken between words)
+LINE_IN = 0.16         # one line of "small" text, in inches (8.3 pt and its leading)
+CHAR_IN = 0.075        # one character of it, in inches
+
+
+def wrapped(text: str) -> str:
+    """A category label in lines of at most WRAP_CHARS characters, each line of the text wrapped on its own."""
+    import textwrap
+    return "\n".join(w for line in text.split("\n") for w in (textwrap.wrap(line, WRAP_CHARS) or [""]))
+
+
+def category_ticks(fig: Figure, ax, labels: list, positions=None) -> None:
+    """One configuration per tick, its label wrapped and upright (read from below), and the figure sized to them: a
+    column of the axes per label, as wide as its lines, and room below for the longest. Twelve long labels rotated 20
+    degrees in a 10-inch figure ('HSDP x2 [bf16, shard_size=2, adamw, ac=full]') overprinted each other."""
+    labels = [wrapped(t) for t in labels]
+    lines = max((t.count("\n") + 1 for t in labels), default=1)
+    longest = max((len(line) for t in labels for line in t.split("\n")), default=0)
+    width, height = fig.get_size_inches()
+    legend_in = 3.2 if ax.get_legend() or ax.get_legend_handles_labels()[0] else 0.8
+    fig.set_size_inches(max(width, legend_in + 1.0 + len(labels) * (lines * LINE_IN + 0.12)),
+                        height + max(0.0, longest * CHAR_IN - 0.6))
+    ax.set_xticks(list(range(len(labels))) if positions is None else list(positions), labels, rotation=90,
+                  fontsize="small", linespacing=1.0)
+    ax.set_xlim(-0.6, len(labels) - 0.4)
+
+
 def throughput_figure(configs: list, workload: str, where: str) -> Figure:
     """samples/s against device count per strategy, and the ideal line from the 1-device baseline."""
     fig, ax = _figure("Throughput against device count", where, workload, width=10.0)
@@ -201,17 +228,17 @@ def phase_segments_ms(c) -> dict:
 def phases_figure(configs: list, workload: str, where: str) -> Figure:
     """Stacked bars: where the median step's time goes, per strategy and count (slowest rank)."""
     fig, ax = _figure("Step broken into phases (medians, slowest rank per step)", where, workload, width=10.0)
-    labels = [_label(c) + ("\n(exposed comm.\nnot resolved)" if unresolved(c) else "") for c in configs]
+    labels = [wrapped(_label(c)) + ("\n(exposed comm. not resolved)" if unresolved(c) else "") for c in configs]
     segs = [phase_segments_ms(c) for c in configs]
     bottom = [0.0] * len(configs)
     for name, color in zip(SEGMENTS, SEGMENT_COLORS):
         h = [s[name] for s in segs]
         if any(h):
-            ax.bar(labels, h, bottom=bottom, color=color, label=name)
+            ax.bar(range(len(configs)), h, bottom=bottom, color=color, label=name)
             bottom = [a + b for a, b in zip(bottom, h)]
     ax.set(ylabel="time per step (ms)")
-    ax.tick_params(axis="x", labelrotation=20)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    category_ticks(fig, ax, labels)
     return fig
 
 
@@ -225,19 +252,19 @@ def memory_figure(configs: list, workload: str, where: str) -> Figure:
     for j, d in enumerate(devices):
         xs = [i + (j - (len(devices) - 1) / 2) * width for i, c in enumerate(configs) if d in c.memory_mib]
         ax.bar(xs, [c.memory_mib[d] for c in configs if d in c.memory_mib], width=width, label=d)
-    ax.set_xticks(range(len(configs)), [_label(c) for c in configs], rotation=20)
     ax.set(ylabel="peak memory (MiB)")
     if devices:
         ax.legend(title="GPU" if cuda else "process", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    category_ticks(fig, ax, [_label(c) for c in configs])
     return fig
 
 
 def step_times_figure(configs: list, workload: str, where: str) -> Figure:
     """Distribution of step times per configuration: jitter and stragglers."""
     fig, ax = _figure("Distribution of step times (slowest rank per step)", where, workload, width=10.0)
-    ax.boxplot([c.step_ms for c in configs], showmeans=True)
-    ax.set_xticks(range(1, len(configs) + 1), [_label(c) for c in configs], rotation=20)
+    ax.boxplot([c.step_ms for c in configs], positions=range(len(configs)), showmeans=True)
     ax.set(ylabel="step time (ms)")
+    category_ticks(fig, ax, [_label(c) for c in configs])
     return fig
 
 

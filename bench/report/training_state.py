@@ -111,7 +111,7 @@ def state_figure(configs: list, workload: str, where: str) -> Figure:
     peaks = [measured_mib(c, fullest(c)[0]) for c in shown]
     ax.bar([x + 0.2 for x in xs], [0.0 if math.isnan(p) else p for p in peaks], width=0.4, color="#c7c7c7",
            label="measured peak (allocated)" if cuda else "measured peak RSS less RSS before the model")
-    ax.set_xticks(list(xs), [label(c) for c in shown], rotation=20)
     ax.set(ylabel="MiB per rank (fullest rank)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    plots.category_ticks(fig, ax, [label(c) for c in shown])   # twelve long names at 20 degrees overprinted
     return fig
