@@ -19,7 +19,7 @@ def describe_resolved(cfg: SweepConfig, given: set) -> list:
              "synthetic_width", "synthetic_depth", "num_workers", "gpus_per_node", "memory_budget_gib", "transformer_preset",
              "transformer_layers", "transformer_width", "transformer_heads", "seq_len")
     filled = [f"--{f.name.replace('_', '-')} {_text(getattr(cfg, f.name))}" for f in fields(cfg)
-              if f.name in shown and f.name not in given and getattr(cfg, f.name) is not None]
+              if f.name in shown and f.name not in given and getattr(cfg, f.name) is not None and applies(cfg, f.name)]
     if filled:
         lines.append("defaults for this device: " + ", ".join(filled))
     if "strategies" not in given and "dp" not in cfg.strategies:
@@ -45,6 +45,20 @@ def describe_resolved(cfg: SweepConfig, given: set) -> list:
         lines.append(f"strong scaling: global batch {cfg.global_batch or 'per-device batch x ' + str(max(cfg.gpus))}; "
                      "a replica holding more than --per-device-batch samples accumulates gradients over micro-batches")
     return lines
+
+
+def applies(cfg: SweepConfig, name: str) -> bool:
+    """Whether a filled-in default acts on this sweep: a transformer-only sweep's header listed --synthetic-width 1024,
+    and an --epochs sweep's --steps 6 and --min-window-s 1, values that decide nothing there."""
+    if name.startswith("synthetic_"):
+        return "synthetic" in cfg.workloads
+    if name.startswith("transformer_") or name == "seq_len":
+        return "transformer" in cfg.workloads
+    if name in ("steps", "min_window_s"):
+        return not cfg.epochs          # epochs run whole passes over the data, not a window of steps
+    if name == "num_workers":          # DataLoader workers feed the VOC loader only; synthetic batches are pre-generated
+        return cfg.data == "voc" and "deeplabv3" in cfg.workloads
+    return True
 
 
 def _noise_line(cfg: SweepConfig) -> str:

@@ -7,8 +7,10 @@
     hsdp_lines(cfg)                  HSDP's mesh at each count, printed at the start of the sweep
 
 ddp and zero share DDP's settings (zero is DDP whose optimizer state ZeroRedundancyOptimizer shards) and zero adds
-parameters_as_bucket_view; fsdp and hsdp share FSDP's, and hsdp adds its shard group size, always stored (it
-decides the mesh): by default the devices per node, or the count where it is below one node.
+parameters_as_bucket_view; fsdp and hsdp share FSDP's, and hsdp adds its shard group size, always stored (the ranks
+build their mesh from it): by default the devices per node, or the count where it is below one node. That default is
+no setting of the configuration: a report names a shard size only where it differs from the run's devices per node
+(bench.analysis.results.variant), so HSDP x1, x2, ... of the default mesh stay one series.
 """
 from __future__ import annotations
 
@@ -18,7 +20,10 @@ from typing import Optional
 
 from bench.config import ConfigError, SweepConfig
 from bench.shared.spec import DDP_BASED
-from bench.shared.spec import ONE_SHARD_GROUP
+
+# What one shard group cost on another machine (bench.shared.spec.ONE_SHARD_GROUP's figure), quoted as that machine's.
+H100_EXAMPLE = "examples/h100-2026-11-24"
+H100_SLOWER = "replicate 1 x shard 1 stepped 53% slower than fsdp"
 
 DDP_DEFAULTS = {"bucket_cap_mb": None, "gradient_as_bucket_view": False, "static_graph": False, "sync_buffers": True,
                 "comm_hook": "none", "find_unused_parameters": False}
@@ -93,15 +98,24 @@ def check_torch(cfg: SweepConfig, version: Optional[str] = None) -> None:
 
 
 def hsdp_lines(cfg: SweepConfig) -> list:
-    """'hsdp mesh: x1 replicate 1 x shard 1 (one shard group: ...), x4 replicate 2 x shard 2' for the sweep's start."""
+    """'hsdp mesh: x1 replicate 1 x shard 1 (one shard group: ...), x4 replicate 2 x shard 2' for the sweep's start:
+    what one shard group still runs said at the first count that has one, 'as at x1' at the others. The H100's 53% is
+    named as that machine's measurement (a CPU sweep's header quoted it as a fact of its own, once per count)."""
     if "hsdp" not in cfg.strategies:
         return []
-    parts = []
+    parts, first = [], None
     for n in cfg.gpus:
         for shard in hsdp_shard_sizes(cfg, n):
-            parts.append(f"x{n} replicate {n // shard} x shard {shard}"
-                         + (f" ({ONE_SHARD_GROUP}; HSDP replicates across groups, e.g. nodes)" if n == shard else ""))
-    return ["hsdp mesh: " + ", ".join(parts)]
+            note = ""
+            if n == shard:
+                note = (f" (one shard group, as at x{first})" if first else
+                        " (one shard group: FSDP's sharding on HSDP's 2-D mesh, which still all-reduces every gradient "
+                        "shard over a replicate group of one rank; not FSDP: on another machine, the H100 example "
+                        f"{H100_EXAMPLE}, {H100_SLOWER}; HSDP replicates across groups, e.g. nodes)")
+                first = first or n
+            parts.append(f"x{n} replicate {n // shard} x shard {shard}{note}")
+    how = "as --hsdp-shard-size gave it" if cfg.hsdp_shard_size else "one node's devices, the default; --hsdp-shard-size sets it"
+    return [f"hsdp mesh: {', '.join(parts)}; shard size: {how}"]
 
 
 # ---------------------------------------------------------------- settings that cannot run here
