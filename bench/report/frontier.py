@@ -139,30 +139,58 @@ def _groups(configs: list) -> dict:
     return out
 
 
+MEMORY_ALIKE = 0.02   # peaks within 2% of the least are alike: three processes of one CPU configuration peaked 408-413 MiB
+
+
+def least_memory(cs: list) -> tuple:
+    """(the configuration named as holding the least memory, the others alike to it): among those whose peak is within
+    MEMORY_ALIKE of the least, the simplest (bench.report.recommend.simplicity), then the fastest. A CPU page named
+    DataParallel x1, a pass-through timing single again, 'the least memory' at 1144 MiB against single's 1146."""
+    from bench.report import recommend   # here, not above: recommend imports this module
+    low = min(peak_mib(c) for c in cs)
+    alike = [c for c in cs if peak_mib(c) <= low * (1 + MEMORY_ALIKE)]
+    least = min(alike, key=lambda c: (recommend.simplicity(c), -c.samples_per_s))
+    return least, [c for c in alike if c is not least]
+
+
+def _least_words(least, alike: list, name, with_size: bool = True) -> str:
+    """'single device x1, 1.12 GiB (DataParallel x1 alike, within 2% of it)'."""
+    return (name(least) + (f", {size(peak_mib(least))}" if with_size else "")
+            + (f" ({', '.join(name(c) for c in alike)} alike, within {MEMORY_ALIKE:.0%} of it)" if alike else ""))
+
+
 def answer(workload: str, configs: list, budget: Optional[float], batches: bool = False) -> list:
-    """[(row, sentence)] for one workload: per precision and optimizer, the fastest configuration within the budget.
-    Each is named by its label (a compiled configuration is never plain 'single device x1'), with its batch where the
-    label ran at several, or with `batches` (a fit sweep) always (`names`)."""
+    """[(row, sentence)] for one workload: per precision and optimizer, the configuration the recommendation's rule
+    picks among those within the budget (bench.report.recommend.choose: the fastest, unless a simpler one is within the
+    noise of it; DataParallel only on a lead the noise resolves). The budget table had named DataParallel x1, on CPU a
+    pass-through that times single again, on a lead the recommendation above it had refused. Each is named by its label
+    (a compiled configuration is never plain 'single device x1'), with its batch where the label ran at several, or
+    with `batches` (a fit sweep) always (`names`)."""
+    from bench.report import recommend   # here, not above: recommend imports this module
     _name = names(configs, batches)
     out = []
     for (precision, optimizer), cs in _groups(configs).items():
         fits = [c for c in cs if budget is None or peak_mib(c) <= budget]
         over = sorted((c for c in cs if c not in fits), key=lambda c: peak_mib(c) - budget)
-        best = max(fits, key=lambda c: c.samples_per_s) if fits else None
+        best, fastest, tie = recommend.choose(fits, _name) if fits else (None, None, None)
         missed = [f"{_name(c)} by {over_words(peak_mib(c), budget)}" for c in over[:LISTED]]
         missed += [f"{len(over) - LISTED} more"] if len(over) > LISTED else []
-        least = min(cs, key=lambda c: (peak_mib(c), -c.samples_per_s))
+        least, alike = least_memory(cs)
         u = "GPU" if cs[0].device_type == "cuda" else "process"
         where = f"(plot: {plots.file_name(workload, 'frontier')})"
         if best is None:
-            text = (f"Nothing measured fits {size(budget)} per {u}: the least memory, {_name(least)}, needs "
-                    f"{size(peak_mib(least))} {where}.")
+            text = (f"Nothing measured fits {size(budget)} per {u}: the least memory, "
+                    f"{_least_words(least, alike, _name, with_size=False)}, needs {size(peak_mib(least))} {where}.")
         else:
-            text = (f"Fastest within {size(budget) + ' per ' + u if budget else 'any memory (no budget)'}: {_name(best)}, "
+            text = (f"{'Fastest' if tie is None else 'Recommended'} within "
+                    f"{size(budget) + ' per ' + u if budget else 'any memory (no budget)'}: {_name(best)}, "
                     f"{best.samples_per_s:.1f} samples/s at a peak of {size(peak_mib(best))} per {u}")
+            if tie is not None:
+                text += f"; {recommend.tie_clause(best, fastest, tie, _name)}"
             text += (f"; did not fit: {'; '.join(missed)}" if missed else ("; every configuration fits" if budget else ""))
-            if least is not best:
-                text += f". The least memory: {_name(least)}, {size(peak_mib(least))} at {least.samples_per_s:.1f} samples/s"
+            if best is not least and best not in alike:
+                text += (f". The least memory: {_least_words(least, alike, _name)}, at "
+                         f"{least.samples_per_s:.1f} samples/s")
             text += f" {where}."
         row = [workload, f"{precision}, {optimizer}", _name(best) if best else "nothing fits",
                fmt(best.samples_per_s) if best else "–",
@@ -172,7 +200,7 @@ def answer(workload: str, configs: list, budget: Optional[float], batches: bool 
     return out
 
 
-HEADERS = ["workload", "precision, optimizer", "fastest within the budget", "samples/s", "its peak memory per device",
+HEADERS = ["workload", "precision, optimizer", "recommended within the budget", "samples/s", "its peak memory per device",
            "did not fit (over the budget by)"]
 
 
@@ -191,7 +219,10 @@ def blocks(sweep: Sweep, budget: Optional[float], how: str) -> list:
     headers = HEADERS if cuda else [h.replace("per device", "per process") for h in HEADERS]
     return [("h", 3, "Fastest within the memory budget"),
             ("p", f"Memory budget: {how}. {peak} Every strategy, setting and count of a workload competes; the plot "
-                  "shows them all."),
+                  "shows them all. Each row names the configuration the recommendation's rule picks among those that "
+                  "fit: the fastest, unless a simpler one is within the noise of it, DataParallel only on a lead the "
+                  f"noise resolves. Peaks within {MEMORY_ALIKE:.0%} of each other are alike: the least memory names "
+                  "the simplest of them."),
             ("table", headers, [r for r, _ in answers])] + [("p", t) for _, t in answers]
 
 

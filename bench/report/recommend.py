@@ -38,7 +38,7 @@ SINGULAR = {"GPUs": "GPU", "processes": "process"}
 SIMPLER = ("single", "ddp", "fsdp")   # at equal device counts a tie goes to the first; other strategies next, DataParallel last
 
 
-def _simplicity(c) -> tuple:
+def simplicity(c) -> tuple:
     """Sort key, simplest first: fewer devices; then single, DDP, FSDP, the rest, DataParallel; then fewer settings."""
     order = SIMPLER.index(c.strategy) if c.strategy in SIMPLER else len(SIMPLER) + (c.strategy == "dp")
     return c.device_count, order, len(c.options) + c.channels_last + c.compiled
@@ -86,13 +86,13 @@ def apart(faster, slower, name=_label) -> Apart:
 
 def choose(cs: list, name=_label) -> tuple:
     """(recommended, fastest, tie) among measured configurations: the fastest, unless others are within the noise of it;
-    then the simplest of them (`_simplicity`). A rival whose difference cannot be told (noise not measured) is not tied,
+    then the simplest of them (`simplicity`). A rival whose difference cannot be told (noise not measured) is not tied,
     except against DataParallel, recommended only where it is strictly faster: where its lead over the best without it
     is not resolved, that one is recommended (quick-cpu recommended DataParallel x1, on CPU single device timed again,
     on a lead of 15% 'not resolved'). tie: `apart(fastest, recommended)` where they differ, else None."""
     fastest = max(cs, key=lambda c: c.samples_per_s)
     tied = [c for c in cs if c is fastest or apart(fastest, c, name).within is True]
-    pick = min(tied, key=lambda c: (_simplicity(c), -c.samples_per_s))
+    pick = min(tied, key=lambda c: (simplicity(c), -c.samples_per_s))
     rest = [c for c in cs if c.strategy != "dp"]
     if pick.strategy == "dp" and rest:
         alt = choose(rest, name)[0]
@@ -141,6 +141,16 @@ def _why_simpler(pick, fastest) -> str:
         return "the simpler strategy" + (" (DataParallel is recommended only where it is strictly faster)"
                                           if fastest.strategy == "dp" else "")
     return "fewer settings changed from the defaults"
+
+
+def tie_clause(pick, fastest, tie: Apart, name=_label) -> str:
+    """'DataParallel x1 is 12% faster (not resolved: ...): single device x1 stands, DataParallel is recommended only
+    where it is strictly faster, as in the recommendation': why `pick` stands where `fastest` ran faster, in a clause
+    (the memory budget table's sentence, bench.report.frontier)."""
+    faster = "as fast (less than 1% apart)" if tie.gap < 0.005 else f"{tie.gap:.0%} faster"
+    why = ("DataParallel is recommended only where it is strictly faster" if fastest.strategy == "dp"
+           else _why_simpler(pick, fastest))
+    return f"{name(fastest)} is {faster} ({_margin_note(tie)}): {name(pick)} stands, {why}, as in the recommendation"
 
 
 def _tie_sentence(pick, fastest, tie: Apart, name=_label) -> str:
