@@ -38,6 +38,16 @@ def _md_cell(cell, report_dir: str) -> str:
     return _md_text(cell)
 
 
+LONG_CELL = 40   # characters: a cell of words, not a figure, given room to read (`_html_td`)
+
+
+def _html_td(cell) -> str:
+    """A table cell; one of more than LONG_CELL characters gets a reading width (class 'words'), where the browser
+    squeezed an efficiency cell's sentence into one word a line, 8+ lines high, beside a column of figures."""
+    text = cell.text if isinstance(cell, (Em, Link)) else str(cell)
+    return ('<td class="words">' if len(text) > LONG_CELL else "<td>") + _html_cell(cell) + "</td>"
+
+
 def _html_cell(cell) -> str:
     if isinstance(cell, Em):
         return f"<mark>{html.escape(str(cell.text))}</mark>"
@@ -72,8 +82,12 @@ def to_markdown(bl: list, report_dir: str, origin: str = "") -> str:
     return "\n\n".join(out) + "\n"
 
 
+# A wide table scrolls inside its own box (div.table), not the page: at 1280 px the 'all configurations' table
+# overflowed the page with a horizontal scrollbar and its last column (stability) was cut off.
 _CSS = ("body{font-family:system-ui,sans-serif;max-width:1400px;margin:2em auto;padding:0 1em;color:#222}"
-        "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+        "div.table{overflow-x:auto;max-width:100%;margin:1em 0}"
+        "table{border-collapse:collapse;font-size:0.9em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+        "td.words{min-width:16em}"
         "th{background:#f3f3f3}img{max-width:100%;display:block;margin:1em 0}#img-warning{color:#b00}"
         ".figures{display:flex;flex-wrap:wrap;gap:1em}.figures img{width:460px;margin:0}mark{background:#ffe08a}")
 # Says so on the page if an embedded plot cannot be decoded (and lets a headless test check it).
@@ -97,8 +111,8 @@ def to_html(bl: list, origin: str = "") -> str:
             out.append(f"<p>{e(str(blk[1]))}</p>")
         elif blk[0] == "table":
             head = "".join(f"<th>{e(str(h))}</th>" for h in blk[1])
-            body = "".join("<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in blk[2])
-            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+            body = "".join("<tr>" + "".join(_html_td(c) for c in row) + "</tr>" for row in blk[2])
+            out.append(f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>')
         elif blk[0] == "img":
             out.append(f'<img src="{_data_uri(blk[1])}" alt="{e(str(blk[2]))}">')
         elif blk[0] == "imgs":
