@@ -56,8 +56,22 @@ def _machine(rounds_spread: float = 0.0, lost: float = 1.5) -> dict:
     return {"comm": comm, "interference": inter}
 
 
+def _wild_machine(rounds_spread: float = 0.0, lost: float = 1.5) -> dict:
+    """`_machine`, but at 64 KiB the lone rounds spread as one CPU's did (0.24-5.4 ms, median 1.4): two rounds at a
+    fifth of the row's time, three 5-20x over it, each beside the load 3x as long; the robust line passes under their
+    median (5x), so a draw's median of the two low rounds lies further below that median than the line is above 0."""
+    m = _machine(rounds_spread, lost)
+    for row in m["interference"]:
+        t = row["comm_alone_ms"]
+        if row["size_bytes"] <= 2**16:
+            lone = [0.2 * t, 0.3 * t, 5 * t, 15 * t, 20 * t]
+            row["rounds_json"] = json.dumps([[a, 3 * a, (10 + lost) * t, 10 * t] for a in lone])
+            row["comm_alone_ms"], row["comm_contended_ms"] = 5 * t, 15 * t
+    return m
+
+
 def build(path: str, x1_ms: list, x2_ms: list = (), rounds_spread: float = 0.0, lost: tuple = (1.5,),
-          peaks: tuple = ()) -> None:
+          peaks: tuple = (), machine=_machine, buckets: tuple = ((4e6, 0.4), (12e6, 1.0))) -> None:
     """Sweep 1: single and DDP x1, one process per value of x1_ms (each step that long), the machine at 2 in one comm
     run per value of `lost` (bench.forecast.interference's runs); DDP x2, one process per value of x2_ms."""
     conn = store.connect(path)
@@ -65,7 +79,7 @@ def build(path: str, x1_ms: list, x2_ms: list = (), rounds_spread: float = 0.0, 
     sid = store.begin_sweep(conn, "bench --gpus 1,2", "{}", env_id)
     rec = lambda sp, payload: record.record_result(conn, sid, env_id, sp, "ok", "", {"grad_bytes": 16e6, **payload})  # noqa: E731
     buckets = [{"kind": "ddp", "rank": 0, "step": 0, "bucket": b, "size_bytes": int(sz), "ready_ms": f * 10,
-                "backward_ms": 10.0} for b, (sz, f) in enumerate(((4e6, 0.4), (12e6, 1.0)))]
+                "backward_ms": 10.0} for b, (sz, f) in enumerate(buckets)]
     for k, ms in enumerate(x1_ms):
         rec(spec("synthetic", "single", 1, repeat=k), {"steps": _steps(1, ms), "windows": _windows(1, ms)})
         rec(spec("synthetic", "ddp", 1, repeat=k), {"steps": _steps(1, ms), "windows": _windows(1, ms),
@@ -75,7 +89,7 @@ def build(path: str, x1_ms: list, x2_ms: list = (), rounds_spread: float = 0.0, 
         rec(spec("synthetic", "ddp", 2, repeat=k), {"steps": _steps(2, ms), "windows": _windows(2, ms), "memory": _memory(2)})
     for k, lost_t in enumerate(lost):
         record.record_result(conn, sid, env_id, spec("allreduce", "comm", 2, mode="comm", repeat=k), "ok", "",
-                             _machine(rounds_spread, lost_t))
+                             machine(rounds_spread, lost_t))
     store.end_sweep(conn, sid, "completed")
     conn.close()
 
@@ -193,6 +207,25 @@ def test_a_drawn_interference_keeps_its_central_in_row_zero():
         assert drawn.comm_x("all_reduce", size, 2)[0] == pytest.approx(inter.comm_x("all_reduce", size, 2))
         assert drawn.compute_x("all_reduce", size, 2)[0] == pytest.approx(inter.compute_x("all_reduce", size, 2))
         assert np.ptp(drawn.alone_ms("all_reduce", size, 2)) > 0
+
+
+def test_rounds_spread_wider_than_the_line_never_take_a_draws_communication_to_zero(tmp_path):
+    # One CPU's lone 64 KiB all-reduce rounds ran 0.24-5.4 ms; each draw's deviation from their median was added in ms
+    # to a line of about 0.6 ms and floored at 1e-6: in 5% of the draws the lone call, and the network model anchored to
+    # it, vanished, and DDP's step range read the compute alone (0.9 ms) from 2 to 1024 ranks around 473 ms at 1024.
+    # A draw scales the line instead (as the fit's residuals are relative): the low end keeps its communication.
+    path = str(tmp_path / "wild.sqlite")
+    build(path, [1.0] * 3, rounds_spread=0.2, machine=_wild_machine, buckets=((2**16, 1.0),))  # 1 ms steps, 64 KiB
+    f, s, _, _ = ddp(path)
+    m = fo.machine(f.sweep, f.runs, given_gpus_per_node=2)      # x2 on one node, as its comm run measured it
+    inp = fs.inputs(s, m)
+    assert np.min(itf.redraw(m.inter, np.random.default_rng(0), 200).alone_ms("all_reduce", 2**16, 2, 1)) > 0.01
+    lowest = 0.2 / 5                                             # the lowest round over the median round
+    for p in fs.series(s, inp, (2, 64), m, spread.DRAWS):
+        compute = p.step_ms - p.exposed_comm_ms                  # the central's step without its communication
+        assert p.exposed_comm_ms > 0.5 * p.step_ms, p.count
+        lo, _ = p.range_of("step_ms")                             # before: compute + 1e-6 ms at both counts
+        assert lo - compute > 0.75 * lowest * p.exposed_comm_ms, (p.count, lo, compute, p.exposed_comm_ms)
 
 
 def test_one_slow_process_does_not_move_the_central_value_by_its_spread(tmp_path):

@@ -31,10 +31,11 @@ calibrated anew, its ranks placed anew: what all rounds of one run share). The l
 median over the runs, the co-run slowdown is the runs' median: one odd run does not move the central.
 
 The spread (`redraw`): each row keeps its valid rounds (rounds_json); a draw picks the runs with replacement, then each
-picked run's rounds with replacement, takes the median of what it picked and carries its deviation from the median of
-every round onto the robust lines (linear in log size between measured sizes); the co-run slowdown likewise from its
-rounds. With one run that is its rounds resampled: the spread between runs is then not measured (`spread_words` says
-so). Row 0 of a drawn copy is the measured central.
+picked run's rounds with replacement, and scales the robust lines by its median's ratio to every round's (as the fit's
+residuals are relative; log-linear in log size between sizes; lost moved by its change as a share of the contended).
+Added in ms, one CPU's lone 64 KiB rounds (0.24-5.4 ms) took a draw's lone call, and every count anchored to it, to
+zero. The co-run slowdown likewise. With one run that is its rounds resampled: the spread between runs is then not
+measured (`spread_words` says so). Row 0 of a drawn copy is the measured central.
 """
 from __future__ import annotations
 
@@ -86,10 +87,11 @@ class Fitted:
     lost: Line
     sizes: tuple
     rounds: tuple = ()               # per size (in `sizes` order), per run: ((alone, contended, lost), ...) per round
-    deviation: Optional[np.ndarray] = None   # (draws, sizes, 3): a draw's medians less the rounds' medians
+    deviation: Optional[np.ndarray] = None   # (draws, sizes, 3): `_ratios` of a draw's medians to the rounds'
 
     def _at(self, size: float) -> tuple:
-        """(alone, contended, lost) ms at `size`: the lines, plus a drawn copy's deviation interpolated between sizes."""
+        """(alone, contended, lost) ms at `size`: the lines, a drawn copy's scaled by its ratios interpolated between
+        sizes (a draw never takes a lone call to zero); lost moved by its share of the contended line, 0 at the least."""
         a, c, lost = self.alone(size), self.contended(size), self.lost(size)
         if self.deviation is None:
             return a, c, lost
@@ -100,9 +102,7 @@ class Fitted:
             d = (1 - w) * self.deviation[:, i - 1, :] + w * self.deviation[:, i, :]
         else:
             d = self.deviation[:, 0, :]
-        a = np.maximum(a + d[:, 0], 1e-6)
-        c = np.maximum(c + d[:, 1], 1e-6)
-        return a, c, np.clip(lost + d[:, 2], 0.0, None)
+        return a * np.exp(d[:, 0]), c * np.exp(d[:, 1]), np.clip(lost + d[:, 2] * c, 0.0, None)
 
     def alone_ms(self, size: float):
         return self._at(size)[0]
@@ -358,16 +358,23 @@ def _medians(runs: tuple, rng: np.random.Generator, draws: int) -> np.ndarray:
     return np.concatenate([central[None], np.nanmedian(values.reshape((draws, -1) + shape), axis=1)])
 
 
+def _ratios(m: np.ndarray) -> np.ndarray:
+    """(draws + 1, 3) medians (alone, contended, lost; row 0 every round's) as `Fitted.deviation`'s: log ratios of the
+    two durations, the lost time's change as a share of the contended (a lost median of 0 is common: no slowdown)."""
+    pos = np.maximum(m[:, :2], 1e-9)
+    return np.column_stack([np.log(pos / pos[0]), (m[:, 2] - m[0, 2]) / pos[0, 1]])
+
+
 def redraw(inter: Interference, rng: np.random.Generator, draws: int) -> Interference:
     """A copy whose figures are arrays over draws + 1 (row 0 the measured central): each size's runs and their rounds
-    resampled, the medians' deviation from every round's median carried onto the fitted lines; the co-run slowdown
+    resampled, the medians' ratio to every round's median scaling the fitted lines (`_ratios`); the co-run slowdown
     likewise. A measurement without stored rounds keeps its figures (its spread unknown: `spread_words`)."""
     table = {}
     for key, f in inter.table.items():
         if not f.rounds:
             table[key] = f
             continue
-        dev = np.stack([(lambda m: m - m[0])(_medians(runs, rng, draws)) for runs in f.rounds], axis=1)
+        dev = np.stack([_ratios(_medians(runs, rng, draws)) for runs in f.rounds], axis=1)
         table[key] = replace(f, deviation=dev)
     co = dict(inter.co_run)
     for key, runs in inter.co_rounds.items():
