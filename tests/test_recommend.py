@@ -36,10 +36,11 @@ def payload(n: int, step_ms: float, data_ms: float = 0.0, nosync_ms: float = Non
     return {"steps": rows, "windows": windows, "memory": memory, "grad_bytes": 64 * 2**20}
 
 
-def build(path: str, configs: list, loader: dict = None, skipped: tuple = ()) -> results.Sweep:
+def build(path: str, configs: list, loader: dict = None, skipped: tuple = (), command: str = "cmd",
+          config: str = "{}") -> results.Sweep:
     conn = store.connect(path)
     env = store.insert_environment(conn, {"hostname": "h", "gpu_names": ["H100"] * 4, "cpu_cores": 8})
-    sid = store.begin_sweep(conn, "cmd", "{}", env)
+    sid = store.begin_sweep(conn, command, config, env)
     for sp, pl in configs:
         record.record_result(conn, sid, env, sp, "ok", payload=pl)
     for sp in skipped:
@@ -260,10 +261,14 @@ def test_an_efficiency_above_100_percent_is_capped_within_noise_and_explained_be
     assert eff == {"single device1": "100.0%", "DDP2": "100.0% (within noise: measured 103%, noise 25%)"}
 
 
+DEFAULT_CPU = '{"strategies": ["single", "ddp"]}'   # what a CPU sweep stores where no one chose its strategies
+
+
 def test_a_cpu_sweep_without_dataparallel_says_why_it_is_left_out_and_a_gpu_sweep_does_not(tmp_path):
     def cpu(strategy, n):
         return RunSpec(**{**spec(strategy, n).__dict__, "device_type": "cpu"})
-    left_out = build(str(tmp_path / "cpu.sqlite"), [(cpu("single", 1), payload(1, 100.0)), (cpu("ddp", 2), payload(2, 110.0))])
+    left_out = build(str(tmp_path / "cpu.sqlite"), [(cpu("single", 1), payload(1, 100.0)), (cpu("ddp", 2), payload(2, 110.0))],
+                     command="./run_bench.sh --gpus 1,2", config=DEFAULT_CPU)
     assert recommend.DP_LEFT_OUT in text(left_out)
     with_dp = build(str(tmp_path / "cpu_dp.sqlite"), [(cpu("single", 1), payload(1, 100.0)), (cpu("dp", 1), payload(1, 101.0))])
     assert "not in this CPU sweep" not in text(with_dp)
@@ -273,8 +278,20 @@ def test_a_cpu_sweep_without_dataparallel_says_why_it_is_left_out_and_a_gpu_swee
     def dp_cell(sweep):   # the summary's "DataParallel there" where DDP x2 is recommended: never "see the skipped ..."
         table = next(b for b in recommend.blocks(sweep) if b[0] == "table")
         return table[2][0][table[1].index("DataParallel there")]
-    faster = build(str(tmp_path / "cpu2.sqlite"), [(cpu("single", 1), payload(1, 100.0)), (cpu("ddp", 2), payload(2, 60.0))])
+    two = [(cpu("single", 1), payload(1, 100.0)), (cpu("ddp", 2), payload(2, 60.0))]
+    faster = build(str(tmp_path / "cpu2.sqlite"), two, command="./run_bench.sh --gpus 1,2", config=DEFAULT_CPU)
     assert dp_cell(faster) == "left out on CPU" and "did not run" not in text(faster)
+    # the user or the sweep file chose the strategies (ddp-settings.toml, transformer.toml): DataParallel is not in
+    # this sweep, and nothing says the CPU default left it out
+    toml = tmp_path / "ddp.toml"
+    toml.write_text('strategies = ["single", "ddp"]\n')
+    for i, command in enumerate(("./run_bench.sh --strategies single,ddp --gpus 1,2", f"./run_bench.sh --config {toml}",
+                                 f"./run_bench.sh --config={toml} --gpus 1,2", "./run_bench.sh --config /gone.toml")):
+        chosen = build(str(tmp_path / f"chosen{i}.sqlite"), two, command=command, config=DEFAULT_CPU)
+        assert dp_cell(chosen) == "not in this sweep" and "not in this CPU sweep" not in text(chosen), command
+    toml.write_text('gpus = [1, 2]\n')   # a sweep file that leaves the strategies to the default
+    by_file = build(str(tmp_path / "by_file.sqlite"), two, command=f"./run_bench.sh --config {toml}", config=DEFAULT_CPU)
+    assert dp_cell(by_file) == "left out on CPU" and recommend.DP_LEFT_OUT in text(by_file)
     assert dp_cell(gpu) == "not in this sweep" and "did not run" not in text(gpu)
     asked = build(str(tmp_path / "cpu_asked.sqlite"), [(cpu("single", 1), payload(1, 100.0)), (cpu("dp", 1), payload(1, 101.0)),
                                                        (cpu("ddp", 2), payload(2, 60.0))], skipped=(cpu("dp", 2),))

@@ -17,11 +17,14 @@ names with its source (`apart`: bench.stats.pair_noise, never a figure of anothe
 """
 from __future__ import annotations
 
+import json
 import math
+import shlex
 from dataclasses import dataclass
 from typing import Optional
 
-from bench import stats
+from bench import stats, sweepfile
+from bench.config import DEFAULT_STRATEGIES, ConfigError
 from bench.report import traces as trace_report
 from bench.report import utilisation as utilisation_report
 from bench.report.fit import over_budget
@@ -341,11 +344,36 @@ DP_LEFT_OUT = ("DataParallel is not in this CPU sweep: without a GPU nn.DataPara
 
 
 def _dp_left_out(sweep: Sweep) -> bool:
-    """A CPU sweep in which no DataParallel configuration ran or was skipped (the CPU default leaves it out)."""
+    """A CPU sweep in which no DataParallel configuration ran or was skipped because the CPU default left it out: no
+    strategies on its command line nor in its sweep file (`strategies_by_default`). Where the user or the sweep file
+    chose them (ddp-settings.toml, transformer.toml), DataParallel is simply not in this sweep: both reports had read
+    'DataParallel is not in this CPU sweep ... left out on CPU', as if the default had removed it."""
     configs = [c for cs in sweep.bench.values() for c in cs]
     return (bool(configs) and all(c.device_type == "cpu" for c in configs)
             and not any(c.strategy == "dp" for c in configs)
-            and not any(r["strategy"] == "dp" for r in sweep.problems))
+            and not any(r["strategy"] == "dp" for r in sweep.problems) and strategies_by_default(sweep.sweep))
+
+
+def strategies_by_default(row: dict) -> bool:
+    """Did the CPU default choose the strategies of this sweep (its stored row: command line, resolved config)? Only
+    where its config holds the CPU default, its command line gives no --strategies and no sweep file it names sets
+    them; a file that cannot be read now, or a config without strategies (a stand-in's), is not taken for the default."""
+    try:
+        strategies = json.loads(row.get("config_json") or "{}").get("strategies")
+        argv = shlex.split(row.get("command_line") or "")
+    except ValueError:
+        return False
+    if tuple(strategies or ()) != DEFAULT_STRATEGIES["cpu"] or any(a.split("=")[0] == "--strategies" for a in argv):
+        return False
+    files = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    files += [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"]
+    for f in files:
+        try:
+            if "strategies" in sweepfile.load(f):
+                return False
+        except (OSError, ConfigError):
+            return False
+    return True
 
 
 SUMMARY_HEADERS = ["workload", "precision", "recommended", "samples/s", "efficiency", "DataParallel there",
