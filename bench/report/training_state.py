@@ -30,13 +30,24 @@ def label(c) -> str:
     return c.label
 
 
-def hsdp_mesh(c) -> str:
-    """HSDP's mesh from its count and shard size, and what one shard group still runs ('' for other strategies)."""
+def hsdp_mesh(c, said: bool = False) -> str:
+    """HSDP's mesh from its count and shard size, and what one shard group still runs, in full unless `said` before on
+    the same line ('' for other strategies): four HSDP configurations repeated the whole note four times."""
     if c.strategy != "hsdp" or not c.options.get("shard_size"):
         return ""
     shard = int(c.options["shard_size"])
-    return (f"{label(c)}: replicate {c.device_count // shard} x shard {shard}"
-            + (f" ({ONE_SHARD_GROUP})" if shard == c.device_count else ""))
+    alone = "one shard group, as above" if said else ONE_SHARD_GROUP
+    return f"{label(c)}: replicate {c.device_count // shard} x shard {shard}" + (f" ({alone})" if shard == c.device_count else "")
+
+
+def hsdp_meshes(configs: list) -> list:
+    """Each HSDP configuration's mesh, what one shard group still runs said at the first that is one."""
+    out, said = [], False
+    for c in configs:
+        if hsdp_mesh(c):
+            out.append(hsdp_mesh(c, said))
+            said = said or int(c.options["shard_size"]) == c.device_count
+    return out
 
 
 def counted_mib(state: dict) -> float:
@@ -92,7 +103,7 @@ def blocks(workload: str, configs: list) -> list:
                   "buckets (none with gradient_as_bucket_view, whose gradients are views of them). The measured peak adds "
                   "what the count leaves out: activations, temporaries, communication buffers and the allocator's slack. "
                   f"Plot: {plots.file_name(workload, 'memory_state')}.")] \
-        + [("p", "HSDP's mesh: " + "; ".join(m) + ".") for m in [[hsdp_mesh(c) for c in configs if hsdp_mesh(c)]] if m]
+        + [("p", "HSDP's mesh: " + "; ".join(m) + ".") for m in [hsdp_meshes(configs)] if m]
 
 
 def state_figure(configs: list, workload: str, where: str) -> Figure:
