@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -226,6 +227,24 @@ def test_rounds_spread_wider_than_the_line_never_take_a_draws_communication_to_z
         assert p.exposed_comm_ms > 0.5 * p.step_ms, p.count
         lo, _ = p.range_of("step_ms")                             # before: compute + 1e-6 ms at both counts
         assert lo - compute > 0.75 * lowest * p.exposed_comm_ms, (p.count, lo, compute, p.exposed_comm_ms)
+
+
+def test_an_efficiency_range_past_100_percent_is_a_step_drawn_shorter_than_single_x1s_median(tmp_path):
+    # docs/forecast.md's terminal example read '69% (15%-207%)' with no word on it. The efficiency's baseline is single
+    # x1's median, taken as exact: where the compute spreads widely (three processes, logs spread sd 0.3) a draw's step
+    # can come out shorter than it, and the range passes 100% around a central well under it. The doc says so with
+    # this stand-in's own figures.
+    path = str(tmp_path / "wide.sqlite")
+    build(path, list(30.0 * np.exp(0.3 * _log_standard(3))), rounds_spread=0.2)
+    _, s, inp, m = ddp(path)
+    p = fs.series(s, inp, (2,), m, spread.DRAWS)[0]
+    lo, hi = p.range_of("efficiency")
+    assert p.efficiency < 0.75 and hi > 1.05
+    single_ms = s.single.summary.median_ms
+    assert ((p.draws["efficiency"] > 1) == (p.draws["step_ms"] < single_ms)).all()   # weak scaling: its step ratio
+    assert "efficiency: against the single device's median, its own spread left out" in spread.words(inp, m)
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "forecast.md").read_text()
+    assert f"x2's {p.efficiency:.0%} ({lo:.0%}-{hi:.0%})" in " ".join(doc.split())
 
 
 def test_one_slow_process_does_not_move_the_central_value_by_its_spread(tmp_path):
