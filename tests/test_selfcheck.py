@@ -30,8 +30,15 @@ def test_selfcheck_on_the_cpu_path_runs_every_check_and_they_pass(tmp_path):
     # single x1 ran in 3 processes: their spread is kept as this host's process noise, for any store's report here
     import json
     import os
+    from bench.commands import selfcheck
     (entry,) = json.load(open(os.environ["BENCH_HOST_NOISE"]))["entries"]
-    assert entry["device_type"] == "cpu" and len(entry["process_sps"]) == 3 and entry["configuration"] == "single device x1"
+    assert entry["device_type"] == "cpu" and len(entry["process_sps"]) == 3
+    # on 2 shared cores its processes may step unsteadily: the entry then says so beside the configuration's name
+    assert entry["configuration"] == "single device x1" + (f" ({selfcheck.unsteady_words(entry['processes'])})"
+                                                           if any(p["unstable"] for p in entry["processes"]) else "")
+    assert len(entry["processes"]) == 3
+    # a plain `report --store` renders the last sweep (a one-step bf16 run): the line names the main sweep
+    assert f"the main sweep's report: ./run_bench.sh report --store {tmp_path / 's.sqlite'} --sweep 1" in p.stdout
     assert entry["store"] == str(tmp_path / "s.sqlite") and "selfcheck's spread between 3 processes" in text
     fp16 = [l for l in lines if "runs one step: fp16 with the gradient scaler" in l]
     assert len(fp16) == 1 and fp16[0].startswith("  SKIP") and "skipped by design" in fp16[0], text
@@ -241,6 +248,47 @@ def test_the_timing_check_fails_when_window_and_steps_disagree(tmp_path):
     conn.close()
     timing = [c for c in selfcheck.checks(path) if c[0].startswith("timing agrees")]
     assert timing and timing[0][1] is False and "50.0% apart" in timing[0][2], timing
+
+
+def test_the_lines_name_each_process_and_give_the_last_loss_and_the_equivalence_difference(tmp_path):
+    # selfcheck --device cpu printed "timing agrees: bench/synthetic/single/cpux1/..." three times (its three single x1
+    # processes: a FAIL could not be traced to one), "every timed run trained ... yes" and "equivalence: ddp x2 [fp32]
+    # parameters match" with no figure, though the store holds the losses and the largest difference.
+    from bench.commands import selfcheck
+    from bench.shared.spec import RunSpec
+    from bench.store import store
+
+    def spec(strategy, n, repeat=0, mode="bench"):
+        return RunSpec(workload="synthetic", strategy=strategy, device_type="cpu", device_count=n, per_device_batch=10,
+                       global_batch=10 * n, image_size=0, steps=4, warmup=0, threads=1, seed=0, scaling="weak",
+                       repeat=repeat, mode=mode)
+
+    def run(n, loss):
+        return {"steps": [{"kind": "measure", "rank": r, "step": i, "step_ms": 10.0, "loss": loss + (3 - i) / 10}
+                          for r in range(n) for i in range(4)],
+                "windows": [{"kind": "measure", "rank": r, "wall_s": 0.040, "samples": 40, "steps": 4} for r in range(n)],
+                "memory": [{"rank": r, "device": "cpu", "peak_rss_mib": 100.0} for r in range(n)],
+                "timing_method": "cpu_clock"}
+    path = str(tmp_path / "s.sqlite")
+    conn = store.connect(path)
+    sid = store.begin_sweep(conn, "cmd", "{}", None)
+    for r, loss in enumerate((2.21, 2.25, 2.33)):
+        record.record_result(conn, sid, None, spec("single", 1, r), "ok", payload=run(1, loss))
+    record.record_result(conn, sid, None, spec("ddp", 2), "ok", payload=run(2, 2.30))
+    record.record_result(conn, sid, None, spec("ddp", 2, mode="equivalence"), "ok", payload={
+        "max_abs_diff": 3.0e-7, "optimizer_steps": 3, "state_max_rel_diff": 0.0, "state_tensors": 6})
+    store.end_sweep(conn, sid, "completed")
+    conn.close()
+    got = {c: (ok, d) for c, ok, d in selfcheck.checks(path, gate=("ddp",))}
+    key = "bench/synthetic/single/cpux1/b10/g10/i0/synthetic/fp32"
+    for i in (1, 2, 3):
+        assert got[f"timing agrees: {key} (process {i} of 3)"][0] is True, got.keys()
+        assert got[f"memory recorded: {key} (process {i} of 3)"][0] is True
+    assert "timing agrees: bench/synthetic/ddp/cpux2/b10/g20/i0/synthetic/fp32" in got   # one process: no count
+    assert got["every timed run trained (its last loss finite)"] == (True, "yes: last loss 2.21-2.33 over 4 runs")
+    assert got["equivalence: ddp x2 [fp32]"] == (True, "parameters match: max |diff| 3e-07 after 3 optimizer steps, "
+                                                       "optimizer state max relative diff 0 over 6 tensors")
+    assert got["equivalence gate at 2: ddp"] == (True, "parameters match one process's (max |diff| 3e-07)")
 
 
 def test_a_stored_nvlink_all_reduce_that_fell_short_fails_naming_the_link_of_the_gpus_its_ranks_used(tmp_path):

@@ -9,7 +9,8 @@ gate at 2 devices. Then it checks what only real hardware can show:
                   its own; CUDA events agree with the host clock around known device work (after the sweeps)
     timing        window throughput and the per-step CUDA events agree within 10% (the main sweep)
     memory        every GPU has allocator, reserved and device-level figures, in that order (the main sweep)
-    equivalence   each gate run ends with the single-process parameters; the gate at 2 covers dp, ddp and fsdp
+    equivalence   each gate run ends with the single-process parameters (its max |diff| shown); the gate at 2
+                  covers dp, ddp and fsdp on CUDA, ddp alone on CPU
     all-reduce    at every count measured, the peak busbw reaches 60% of the slowest link of its ring in the
                   recorded topology (NVLink by generation and links, PCIe by generation and width; 30% through a
                   CPU); a shortfall names the link and the NCCL settings that change the transport
@@ -18,7 +19,8 @@ gate at 2 devices. Then it checks what only real hardware can show:
                   this host, device and precision (bench.store.hostnoise): a report of any store on this host falls
                   back on it where a sweep ran a configuration at that precision in one process and measured no
                   spread of its own there
-and prints PASS, FAIL or SKIP (nothing to check there: one device has no link and no gate) with the figures;
+and prints PASS, FAIL or SKIP (nothing to check there: one device has no link and no gate) with the figures, then
+the command that renders the main sweep's report (`report --store` alone renders the last, one-step, sweep);
 exit 1 if anything failed, else 0. With no GPU it says so and exits 0 having checked nothing; GPUs the installed
 torch cannot drive fail. `--device cpu` runs the checks on CPU/gloo for the suite's own tests: no link to compare,
 fp16 skipped by design, torch.compile and DeepLabV3 left out for time.
@@ -51,7 +53,10 @@ def sweeps_of_last_selfcheck(conn) -> list:
     return sorted(out)
 
 
-def _timing_and_memory(conn, r: dict) -> list:
+def _timing_and_memory(conn, r: dict, which: str = "") -> list:
+    """The timing and memory checks of one measured process; `which` tells apart the processes of one configuration
+    (' (process 2 of 3)'): the three single x1 repeats had printed one label three times, and a FAIL could not be
+    traced to its process."""
     rid = r["result_id"]
     w = [dict(x) for x in conn.execute("SELECT * FROM windows WHERE result_id = ? AND kind = 'measure'", (rid,))]
     s = [dict(x) for x in conn.execute("SELECT * FROM steps WHERE result_id = ? AND kind = 'measure'", (rid,))]
@@ -64,7 +69,7 @@ def _timing_and_memory(conn, r: dict) -> list:
     mean_ms = max((sum(v) / len(v) for v in per_rank.values()), default=math.nan)
     event_sps = r["global_batch"] / (mean_ms / 1e3) if per_rank else math.nan
     agree = abs(window_sps / event_sps - 1) if event_sps > 0 else math.nan
-    out = [(f"timing agrees: {r['config_key']}", agree <= TIMING_AGREEMENT,
+    out = [(f"timing agrees: {r['config_key']}{which}", agree <= TIMING_AGREEMENT,
             f"window {window_sps:.1f} samples/s, per-step {r['timing_method']} {event_sps:.1f} ({agree:.1%} apart)")]
     if r["device_type"] == "cuda":
         gpus = [m for m in mem if str(m["device"]).startswith("cuda")]
@@ -75,7 +80,7 @@ def _timing_and_memory(conn, r: dict) -> list:
     else:
         ok = bool(mem) and all((m["peak_rss_mib"] or 0) > 0 for m in mem)
         detail = ", ".join(f"rank {m['rank']}: RSS {m['peak_rss_mib']:.0f} MiB" for m in mem)
-    return out + [(f"memory recorded: {r['config_key']}", ok, detail)]
+    return out + [(f"memory recorded: {r['config_key']}{which}", ok, detail)]
 
 
 def _busbw(conn, r: dict) -> tuple:
@@ -104,15 +109,51 @@ def _step(step, raw: list) -> tuple:
     return step.label(), False, f"{r['status']}: {r['reason']}"
 
 
-def _trained(raw: list) -> tuple:
+def _trained(raw: list, last_losses: dict = None) -> tuple:
     """Every run that was timed also trained: no last loss NaN or infinite (bench.stats.loss_not_finite; a transient
-    overflow that recovered, fp16's scaler at work, passes)."""
+    overflow that recovered, fp16's scaler at work, passes). last_losses: result_id -> its last measured loss, the
+    figure a PASS gives (it had read a bare 'yes')."""
     bad = []
     for r in raw:
         lost = json.loads(r["details_json"] or "{}").get("loss_not_finite") if r["status"] == "ok" else None
         if lost and lost.get("last", True):
             bad.append(f"{r['config_key']}: {stats.loss_words(lost)}")
-    return ("every timed run trained (its last loss finite)", not bad, "; ".join(bad) or "yes")
+    return ("every timed run trained (its last loss finite)", not bad, "; ".join(bad) or _losses_words(last_losses))
+
+
+def _losses_words(last_losses: dict = None) -> str:
+    """'yes: last loss 2.21-2.33 over 8 runs' ('yes' where no loss was recorded)."""
+    found = sorted(v for v in (last_losses or {}).values() if v is not None and math.isfinite(v))
+    if not found:
+        return "yes"
+    low, high = f"{found[0]:#.3g}", f"{found[-1]:#.3g}"   # '2.20', not '2.2' beside '2.33'
+    span = low if low == high else f"{low}-{high}"
+    return f"yes: last loss {span} over {len(found)} run{'s' if len(found) > 1 else ''}"
+
+
+def _last_losses(conn, raw: list) -> dict:
+    """result_id -> the loss of its last measured step (rank 0 first), for the timed runs that recorded one."""
+    out = {}
+    for r in raw:
+        if r["mode"] == "bench" and r["status"] == "ok":
+            found = conn.execute("SELECT loss FROM steps WHERE result_id = ? AND kind = 'measure' AND loss IS NOT NULL "
+                                 "ORDER BY step DESC, rank LIMIT 1", (r["result_id"],)).fetchone()
+            if found:
+                out[r["result_id"]] = found[0]
+    return out
+
+
+def _equivalence(r: dict) -> tuple:
+    """(check, passed, detail) of one gate run, with its figures: the largest parameter difference from the single
+    process, and the optimizer state's where compared (the line had read a bare 'parameters match')."""
+    d = json.loads(r["details_json"] or "{}")
+    figures = (f"max |diff| {d['max_abs_diff']:.3g}" if d.get("max_abs_diff") is not None else "") + (
+        f" after {d['optimizer_steps']} optimizer steps" if d.get("optimizer_steps") else "") + (
+        f", optimizer state max relative diff {d['state_max_rel_diff']:.3g} over {d['state_tensors']} tensors"
+        if d.get("state_max_rel_diff") is not None and d.get("state_tensors") else "")
+    ok = r["status"] == "ok"
+    detail = (r["reason"] or "parameters match") if not ok else "parameters match" + (f": {figures}" if figures else "")
+    return f"equivalence: {r['strategy']} x{r['device_count']} [{r['precision']}]", ok, detail
 
 
 def _gate(strategies: tuple, raw: list) -> tuple:
@@ -122,8 +163,11 @@ def _gate(strategies: tuple, raw: list) -> tuple:
     missing = [s for s in strategies if s not in at]
     bad = [f"{s}: {at[s]['status']}" for s in strategies if s in at and at[s]["status"] != "ok"]
     ok = not missing and not bad
+    diffs = [json.loads(at[s]["details_json"] or "{}").get("max_abs_diff") for s in strategies if s in at]
+    diffs = [v for v in diffs if v is not None]
     return (f"equivalence gate at {n}: {','.join(strategies)}", ok,
-            "parameters match one process's" if ok else "; ".join(bad + [f"{s}: not run" for s in missing]))
+            "parameters match one process's" + (f" (max |diff| {max(diffs):.3g})" if diffs else "") if ok
+            else "; ".join(bad + [f"{s}: not run" for s in missing]))
 
 
 def checks(path: str, sweep_ids: list | None = None, steps: tuple = (), gate: tuple = ()) -> list:
@@ -140,12 +184,12 @@ def checks(path: str, sweep_ids: list | None = None, steps: tuple = (), gate: tu
         failed = [r for r in raw if r["status"] in ("failed", "interrupted")]
         out = [("every configuration ran", not failed, "; ".join(f"{r['config_key']}: {r['reason']}" for r in failed) or
                 f"{sum(r['status'] == 'ok' for r in raw)} ok, {sum(r['status'] == 'skipped' for r in raw)} skipped")]
-        out.append(_trained(raw))
-        for r in by_sweep[ids[0]]:  # the main sweep's measurements; the one-step runs are too short to say more
-            if r["mode"] == "bench" and r["status"] == "ok":
-                out += _timing_and_memory(conn, r)
-        out += [(f"equivalence: {r['strategy']} x{r['device_count']} [{r['precision']}]", r["status"] == "ok",
-                 r["reason"] or "parameters match") for r in raw if r["mode"] == "equivalence"]
+        out.append(_trained(raw, _last_losses(conn, raw)))
+        measured = [r for r in by_sweep[ids[0]] if r["mode"] == "bench" and r["status"] == "ok"]
+        for r in measured:  # the main sweep's measurements; the one-step runs are too short to say more
+            n = sum(x["config_key"] == r["config_key"] for x in measured)
+            out += _timing_and_memory(conn, r, f" (process {r['repeat'] + 1} of {n})" if n > 1 else "")
+        out += [_equivalence(r) for r in raw if r["mode"] == "equivalence"]
         if gate:
             out.append(_gate(gate, raw))
         for r in (r for r in raw if r["status"] == "ok" and r["device_type"] == "cuda" and r["details_json"]):
@@ -292,6 +336,7 @@ def main(argv: list) -> int:
     for check, ok, detail in rows:
         print(f"  {MARK[ok]}  {check:<{width}}  {detail}")
     bad, skipped = sum(ok is False for _, ok, _ in rows), sum(ok is None for _, ok, _ in rows)
-    print(f"selfcheck: {len(rows) - bad - skipped} passed, {bad} failed, {skipped} not applicable (said why above)"
-          + (f"; store {ns.store} (./run_bench.sh report --store {ns.store} renders its last sweep)" if bad else ""))
+    print(f"selfcheck: {len(rows) - bad - skipped} passed, {bad} failed, {skipped} not applicable (said why above)")
+    if ids:   # a plain `report --store` renders the store's LAST sweep: the self-check's last one-step run
+        print(f"the main sweep's report: ./run_bench.sh report --store {ns.store} --sweep {ids[0]}")
     return 1 if bad else 0
