@@ -57,3 +57,14 @@ def test_the_training_state_says_what_one_shard_group_runs_once_for_all_hsdp_con
     assert line.count("all-reduces every gradient shard") == 1 and line.count("53%") == 1, line
     assert "HSDP x2: replicate 1 x shard 2 (one shard group, as above)" in line
     assert "HSDP x2 [fp32, shard_size=1]: replicate 2 x shard 1;" in line or line.endswith("replicate 2 x shard 1.")
+
+
+def test_the_forecast_takes_hsdps_default_mesh_at_each_count_and_keeps_a_chosen_one():
+    # HSDP x1 [shard 1] and x2 [shard 2] are one series now: priced at x1's shard of 1 at every count, its x2 check
+    # erred -48%
+    from types import SimpleNamespace
+    from bench.forecast import settings as fs
+    default = SimpleNamespace(strategy="hsdp", any=SimpleNamespace(options={"shard_size": 1}, device_count=1, nodes=1))
+    assert [fs.options_at(default, n, 8)["shard_size"] for n in (1, 2, 8, 16)] == [1, 2, 8, 8]
+    chosen = SimpleNamespace(strategy="hsdp", any=SimpleNamespace(options={"shard_size": 2}, device_count=8, nodes=1))
+    assert [fs.options_at(chosen, n, 8)["shard_size"] for n in (2, 8, 16)] == [2, 2, 2]

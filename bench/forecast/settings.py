@@ -117,6 +117,18 @@ class Point:
         return self.ranges.get(name, (math.nan, math.nan))
 
 
+def options_at(s, count: int, per_node: int) -> dict:
+    """The setting's options as they stand at `count`: HSDP's default mesh (one shard group per node: the measured run's
+    shard size equal to its devices per node) is min(count, devices per node) there, a shard size the user chose stays.
+    Once HSDP x1 and x2 were one series, the forecast priced every count at x1's shard of 1 and its x2 check erred -48%."""
+    opts = dict(s.any.options)
+    if s.strategy == "hsdp" and opts.get("shard_size"):
+        measured_per_node = s.any.device_count // max(1, s.any.nodes)
+        if int(opts["shard_size"]) == measured_per_node:
+            opts["shard_size"] = min(count, per_node)
+    return opts
+
+
 def settings(sweep, raw: dict, unstable: Optional[dict] = None) -> list:
     """Every setting of the sweep the forecast covers, with its configurations by count; unstable: {config key: words}
     for the configurations the caller's analysis calls unstable (the forecast says so where it reads one)."""
@@ -315,7 +327,7 @@ def point(s: Setting, inp: Inputs, count: int, machine: Machine) -> Point:
         # the slowest of N ranks: the measured spread's tail, relative to its own median step, on this compute
         steps = np.asarray(inp.step_ms, dtype=float)
         sync = (fi.tail_excess_ms(steps, count) * compute.total_ms / np.median(steps, axis=-1)) if steps.size else 0.0
-        opts = s.any.options
+        opts = options_at(s, count, net.gpus_per_node)
         inter = machine.inter
         if s.strategy in ("ddp", "zero"):
             if s.strategy == "zero":  # the optimizer on this rank's shard, then every rank's shard broadcast
