@@ -189,7 +189,7 @@ def answer(workload: str, configs: list, budget: Optional[float], batches: bool 
                 text += f"; {recommend.tie_clause(best, fastest, tie, _name)}"
             text += (f"; did not fit: {'; '.join(missed)}" if missed else ("; every configuration fits" if budget else ""))
             if best is not least and best not in alike:
-                text += (f". The least memory: {_least_words(least, alike, _name)}, at "
+                text += (f". The least memory: {_least_words(least, alike, _name)} at "
                          f"{least.samples_per_s:.1f} samples/s")
             text += f" {where}."
         row = [workload, f"{precision}, {optimizer}", _name(best) if best else "nothing fits",
