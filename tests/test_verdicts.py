@@ -272,3 +272,18 @@ def test_deeplabv3_with_its_auxiliary_classifier_is_named_apart_from_without_and
     assert "DDP x1 [fp32, aux=true]" in labels and "DDP x1" in labels and len(labels) == len(set(labels))
     by = {c.label: c for c in load(path).bench["deeplabv3"]}
     assert by["DDP x1 [fp32, aux=true]"].baseline == "single device x1 [fp32, aux=true]"
+
+
+def test_epochs_of_a_small_tree_are_not_read_as_voc_trains_epochs():
+    # an 8-image VOC tree's epochs x 20 read '0m36s' under '20 epochs of VOC 2012 train, 1464 images', beside the
+    # V100s' 32m58s: an estimate at the measured throughput, saying why
+    from types import SimpleNamespace
+    from bench.analysis import reference
+    c = SimpleNamespace(label="single device x1", epoch_wall_s=[1.8, 1.8], epoch_images=8, compiled=False,
+                        compile_s=None, device_type="cpu", data="voc", warmup_s=1.0, warmup_steps=1, global_batch=2,
+                        samples_per_s=4.4)
+    (label, seconds), how = reference.train_times([c])[0][0], reference.train_times([c])[1]
+    assert how.startswith("estimate: the measured epochs held 8 images, not VOC 2012 train's 1464: "), how
+    assert seconds == pytest.approx(1.0 + (20 * 1464 - 2) / 4.4) and "compilation" not in how
+    full = SimpleNamespace(**{**c.__dict__, "epoch_images": 1464, "epoch_wall_s": [300.0]})
+    assert reference.train_times([full]) == ([("single device x1", 6000.0)], "measured: median epoch wall time x 20")

@@ -107,6 +107,7 @@ class Config:
     probe_sync_ms: list = field(default_factory=list)    # DDP's probe: its synchronised steps, slowest rank, all repeats
     probe_nosync_ms: list = field(default_factory=list)  # and its no_sync() steps (the step's compute without the all-reduce)
     image_size: Optional[int] = None     # the images' side in pixels (vision workloads; None where the model has none)
+    epoch_images: Optional[int] = None   # images in one of its measured epochs (--data voc with --epochs)
     speedup: float = math.nan
     efficiency: float = math.nan
     efficiency_noise: float = math.nan  # the throughput difference this and its baseline cannot be told apart within
@@ -203,6 +204,7 @@ def _flops(results: list) -> dict:
 def _config(conn: sqlite3.Connection, results: list) -> Config:
     r0 = results[0]
     step_ms, sync_ms, nosync_ms, slowest, memory, epochs, sps, by_repeat, traces = [], [], [], [], [], [], [], {}, []
+    epoch_images: list = []
     warmup_s, warmup_steps = [], []
     samples = []
     for r in results:
@@ -220,7 +222,9 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         slowest += stats.slowest_rank_rows(measured)  # keeps each result's steps apart
         memory += read.result_rows(conn, "memory", rid)
         traces += [dict(t, repeat=int(r["repeat"])) for t in read.result_rows(conn, "traces", rid)]
-        epochs += [e["wall_s"] for e in read.result_rows(conn, "epochs", rid)]
+        rows_e = read.result_rows(conn, "epochs", rid)
+        epochs += [e["wall_s"] for e in rows_e]
+        epoch_images += [e.get("images") or e.get("samples") for e in rows_e if e.get("images") or e.get("samples")]
         summary = stats.result_summary(steps, read.result_rows(conn, "windows", rid), int(r["global_batch"]))
         if summary.get("samples_per_s") is not None:
             sps.append(summary["samples_per_s"])
@@ -237,7 +241,7 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         probe_sync_ms=sync_ms, probe_nosync_ms=nosync_ms, image_size=r0.get("image_size") or None,
         grad_mib=r0["grad_mib"], comm_method=r0["comm_method"], memory_mib=alloc, reserved_mib=reserved, device_mib=level,
         run_device_mib=run_level,
-        epoch_wall_s=epochs, precision=r0["precision"] or "fp32", channels_last=bool(r0["channels_last"]),
+        epoch_wall_s=epochs, epoch_images=int(stats.median(epoch_images)) if epoch_images else None, precision=r0["precision"] or "fp32", channels_last=bool(r0["channels_last"]),
         compiled=bool(r0["compiled"]), options=json.loads(r0["options_json"] or "{}"), nodes=int(r0["nodes"] or 1),
         timing_method=r0["timing_method"], numerics=json.loads(r0["numerics_json"] or "{}"),
         compile_s=stats.median(r["compile_s"] for r in results), loader_workers=r0["loader_workers"],

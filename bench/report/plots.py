@@ -196,7 +196,7 @@ def time_to_train_figure(bars: list, how: str, workload: str, where: str, refere
     ours.set_title("this run (" + ("measured" if how.startswith("measured") else "estimate") + ", warm-up and compilation included)")
     if reference:
         _bars_minutes(axes[1], list(reference), "#7f7f7f")
-        axes[1].set_title("published: AWS V100s (ANCHORS.md)")
+        axes[1].set_title("published: AWS V100s (docs/reference.md)")
     return fig
 
 
