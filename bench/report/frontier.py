@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 
 from bench.analysis import fit as fitting
 from bench.analysis.results import STRATEGY_NAMES, Sweep  # noqa: F401
-from bench.report import plots, training_state
+from bench.report import choice, plots, training_state
 from bench.report.pages import fmt
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -144,12 +144,11 @@ MEMORY_ALIKE = 0.02   # peaks within 2% of the least are alike: three processes 
 
 def least_memory(cs: list) -> tuple:
     """(the configuration named as holding the least memory, the others alike to it): among those whose peak is within
-    MEMORY_ALIKE of the least, the simplest (bench.report.recommend.simplicity), then the fastest. A CPU page named
+    MEMORY_ALIKE of the least, the simplest (bench.report.choice.simplicity), then the fastest. A CPU page named
     DataParallel x1, a pass-through timing single again, 'the least memory' at 1144 MiB against single's 1146."""
-    from bench.report import recommend   # here, not above: recommend imports this module
     low = min(peak_mib(c) for c in cs)
     alike = [c for c in cs if peak_mib(c) <= low * (1 + MEMORY_ALIKE)]
-    least = min(alike, key=lambda c: (recommend.simplicity(c), -c.samples_per_s))
+    least = min(alike, key=lambda c: (choice.simplicity(c), -c.samples_per_s))
     return least, [c for c in alike if c is not least]
 
 
@@ -161,18 +160,17 @@ def _least_words(least, alike: list, name, with_size: bool = True) -> str:
 
 def answer(workload: str, configs: list, budget: Optional[float], batches: bool = False) -> list:
     """[(row, sentence)] for one workload: per precision and optimizer, the configuration the recommendation's rule
-    picks among those within the budget (bench.report.recommend.choose: the fastest, unless a simpler one is within the
+    picks among those within the budget (bench.report.choice.choose: the fastest, unless a simpler one is within the
     noise of it; DataParallel only on a lead the noise resolves). The budget table had named DataParallel x1, on CPU a
     pass-through that times single again, on a lead the recommendation above it had refused. Each is named by its label
     (a compiled configuration is never plain 'single device x1'), with its batch where the label ran at several, or
     with `batches` (a fit sweep) always (`names`)."""
-    from bench.report import recommend   # here, not above: recommend imports this module
     _name = names(configs, batches)
     out = []
     for (precision, optimizer), cs in _groups(configs).items():
         fits = [c for c in cs if budget is None or peak_mib(c) <= budget]
         over = sorted((c for c in cs if c not in fits), key=lambda c: peak_mib(c) - budget)
-        best, fastest, tie = recommend.choose(fits, _name) if fits else (None, None, None)
+        best, fastest, tie = choice.choose(fits, _name) if fits else (None, None, None)
         missed = [f"{_name(c)} by {over_words(peak_mib(c), budget)}" for c in over[:LISTED]]
         missed += [f"{len(over) - LISTED} more"] if len(over) > LISTED else []
         least, alike = least_memory(cs)
@@ -186,7 +184,7 @@ def answer(workload: str, configs: list, budget: Optional[float], batches: bool 
                     f"{size(budget) + ' per ' + u if budget else 'any memory (no budget)'}: {_name(best)}, "
                     f"{best.samples_per_s:.1f} samples/s at a peak of {size(peak_mib(best))} per {u}")
             if tie is not None:
-                text += f"; {recommend.tie_clause(best, fastest, tie, _name)}"
+                text += f"; {choice.tie_clause(best, fastest, tie, _name)}"
             text += (f"; did not fit: {'; '.join(missed)}" if missed else ("; every configuration fits" if budget else ""))
             if best is not least and best not in alike:
                 text += (f". The least memory: {_least_words(least, alike, _name)} at "

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import shlex
-from dataclasses import dataclass
 from typing import Optional
 
 from bench import stats, sweepfile
@@ -31,142 +30,13 @@ from bench.report.fit import over_budget
 from bench.report.frontier import names, peak_mib, per_device_batch
 from bench.report.pages import slower_words
 from bench.report.bound import bound
+from bench.report.choice import (LEAD_FLOOR, _label, _margin_note, _noise_words, _tie_sentence, apart, by_floor,
+                                  choose, floor_words)
 from bench.report.plots import where
 from bench.analysis.results import Sweep, diverged
 
 EFFICIENCY_FLOOR = 0.75      # scaling "stops paying" below 75% efficiency
 SINGULAR = {"GPUs": "GPU", "processes": "process"}
-
-
-SIMPLER = ("single", "ddp", "fsdp")   # at equal device counts a tie goes to the first; other strategies next, DataParallel last
-
-
-def simplicity(c) -> tuple:
-    """Sort key, simplest first: fewer devices; then single, DDP, FSDP, the rest, DataParallel; then fewer settings."""
-    order = SIMPLER.index(c.strategy) if c.strategy in SIMPLER else len(SIMPLER) + (c.strategy == "dp")
-    return c.device_count, order, len(c.options) + c.channels_last + c.compiled
-
-
-LEAD_FLOOR = 0.05            # a gap under 5% is never a lead: let simplicity decide
-NOISE_SOURCE = {"repeats": "their repeats", "sweep": "this sweep", "host": "selfcheck", "none": "not measured"}
-
-
-@dataclass(frozen=True)
-class Apart:
-    """Whether `faster` is told apart from `slower`: gap = faster / slower - 1; within True (a tie: inside the noise,
-    or under LEAD_FLOOR), False (a lead), None (not told: the noise is not measured on this device, or `why`); noise:
-    the figure held against, with its source (stats.pair_noise: their repeats, else the sweep's, else selfcheck's)."""
-    gap: float
-    within: Optional[bool]
-    noise: stats.Noise
-    why: Optional[str] = None        # why it is not told, where the noise is measured but does not speak for a side
-
-
-unsteady, unsteady_words = stats.unsteady, stats.unsteady_words  # one rule for the report and the forecast
-
-
-def _label(c) -> str:
-    return c.label
-
-
-def apart(faster, slower, name=_label) -> Apart:
-    """Whether `faster` is told apart from `slower` (`Apart`). One unstable process on a side is not held against the
-    noise of other processes, and the words say that rule, not that those processes were steady: a CPU report read
-    'the 12% noise was measured on steady processes' where selfcheck's three processes behind it were all unstable."""
-    gap = faster.samples_per_s / slower.samples_per_s - 1
-    noise = stats.pair_noise(faster.process_sps, slower.process_sps, faster.noise_fallback)
-    if gap < LEAD_FLOOR:
-        return Apart(gap, True, noise)
-    shaky = [name(c) for c in (faster, slower) if unsteady(c)]
-    if noise.source != "repeats" and shaky:  # unstable first: it holds whether or not a noise figure exists
-        held = (f"and one unstable process is not held against the {stats.percent(noise.fraction)} noise between "
-                f"processes ({NOISE_SOURCE.get(noise.source, noise.source)})" if noise.measured
-                else f"and the noise between processes at its precision is {noise.words()}")
-        return Apart(gap, None, noise, f"{' and '.join(shaky)} ran one process whose steps spread more than "
-                                       f"{stats.UNSTABLE_IQR_FRACTION:.0%} of their median (unstable), {held}")
-    return Apart(gap, gap < noise.fraction if noise.measured else None, noise)
-
-
-def choose(cs: list, name=_label) -> tuple:
-    """(recommended, fastest, tie) among measured configurations: the fastest, unless others are within the noise of it;
-    then the simplest of them (`simplicity`). A rival whose difference cannot be told (noise not measured) is not tied,
-    except against DataParallel, recommended only where it is strictly faster: where its lead over the best without it
-    is not resolved, that one is recommended (quick-cpu recommended DataParallel x1, on CPU single device timed again,
-    on a lead of 15% 'not resolved'). tie: `apart(fastest, recommended)` where they differ, else None."""
-    fastest = max(cs, key=lambda c: c.samples_per_s)
-    tied = [c for c in cs if c is fastest or apart(fastest, c, name).within is True]
-    pick = min(tied, key=lambda c: (simplicity(c), -c.samples_per_s))
-    rest = [c for c in cs if c.strategy != "dp"]
-    if pick.strategy == "dp" and rest:
-        alt = choose(rest, name)[0]
-        if apart(fastest, alt, name).within is None:
-            pick = alt
-    return pick, fastest, (None if pick is fastest else apart(fastest, pick, name))
-
-
-def by_floor(a: Apart) -> bool:
-    """A tie that only the floor makes: a gap under LEAD_FLOOR beyond the measured noise, or with the noise not
-    measured. Never "within the noise" then: the noise does not hide it, the suite just does not call it a difference."""
-    return a.within is True and not (a.noise.measured and a.gap < a.noise.fraction)
-
-
-def floor_words() -> str:
-    return f"under the {LEAD_FLOOR:.0%} floor the suite calls a difference"
-
-
-def _noise_words(a: Apart) -> str:
-    """The noise held against a gap, and where it came from; where it was not measured, that and how to measure it."""
-    if not a.noise.measured:
-        return f"{a.noise.words()}; --repeats 3 measures it"
-    if a.gap >= a.noise.fraction:
-        return f"{a.noise.words()}; the gap is beyond it"
-    return a.noise.words() + ("" if a.noise.source == "repeats" else
-                              " (a single process on at least one side: --repeats 3 measures theirs)")
-
-
-def _margin_note(a: Apart) -> str:
-    """How the summary table qualifies a gap: 'within 25% noise, selfcheck', 'beyond 0.8% noise, this sweep',
-    'not resolved: noise not measured', 'under the 5% floor the suite calls a difference; noise 1.0%, this sweep'."""
-    if a.within is None:
-        why = ([] if a.noise.measured else ["noise not measured"]) + (["one unstable process, --repeats 3"] if a.why else [])
-        return "not resolved: " + ", ".join(why)
-    src = NOISE_SOURCE.get(a.noise.source, a.noise.source)
-    if by_floor(a):
-        return f"{floor_words()}; " + (f"noise {stats.percent(a.noise.fraction)}, {src}" if a.noise.measured
-                                        else "noise not measured")
-    return f"{'within' if a.within else 'beyond'} {stats.percent(a.noise.fraction)} noise, {src}"
-
-
-def _why_simpler(pick, fastest) -> str:
-    if pick.device_count < fastest.device_count:
-        return "it needs fewer devices"
-    if pick.strategy != fastest.strategy:
-        return "the simpler strategy" + (" (DataParallel is recommended only where it is strictly faster)"
-                                          if fastest.strategy == "dp" else "")
-    return "fewer settings changed from the defaults"
-
-
-def tie_clause(pick, fastest, tie: Apart, name=_label) -> str:
-    """'DataParallel x1 is 12% faster (not resolved: ...): single device x1 stands, DataParallel is recommended only
-    where it is strictly faster, as in the recommendation': why `pick` stands where `fastest` ran faster, in a clause
-    (the memory budget table's sentence, bench.report.frontier)."""
-    faster = "as fast (less than 1% apart)" if tie.gap < 0.005 else f"{tie.gap:.0%} faster"
-    why = ("DataParallel is recommended only where it is strictly faster" if fastest.strategy == "dp"
-           else _why_simpler(pick, fastest))
-    return f"{name(fastest)} is {faster} ({_margin_note(tie)}): {name(pick)} stands, {why}, as in the recommendation"
-
-
-def _tie_sentence(pick, fastest, tie: Apart, name=_label) -> str:
-    faster = "as fast (less than 1% apart)" if tie.gap < 0.005 else f"{tie.gap:.0%} faster"
-    if tie.within is None:   # DataParallel's lead not resolved (`choose`)
-        held = tie.why if tie.why else f"the noise between processes is {tie.noise.words()}"
-        cpu = " (on CPU it times single device again)" if fastest.device_type == "cpu" else ""
-        return (f"{name(fastest)} is {faster}, a lead not resolved, so {name(pick)} is recommended: DataParallel{cpu} "
-                f"is recommended only where it is strictly faster, and a lead the noise cannot resolve is not. Not "
-                f"resolved because {held}; rerun with --repeats 3 to tell them apart.")
-    why = floor_words() if by_floor(tie) else "within the noise"
-    return (f"{name(fastest)} is {faster}, {why}: {name(pick)} is recommended, "
-            f"{_why_simpler(pick, fastest)}. The noise: {_noise_words(tie)}.")
 
 
 def _efficiency_words(c, with_baseline: bool = True) -> str:

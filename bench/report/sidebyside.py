@@ -29,7 +29,7 @@ from bench.analysis import cost, results, utilisation  # noqa: E402
 from bench.analysis.results import STRATEGY_NAMES, Sweep, diverged  # noqa: E402
 from bench.config import ConfigError  # noqa: E402
 from bench.report import cost as cost_report  # noqa: E402
-from bench.report import pages, recommend  # noqa: E402
+from bench.report import choice, pages  # noqa: E402
 from bench.report.efficiency import efficiency_text  # noqa: E402
 from bench.report.pages import fmt  # noqa: E402
 from bench.report.plots import STYLES, file_name  # noqa: E402
@@ -188,7 +188,7 @@ def _best(titles: list, picks: list, measure: str = "samples/s") -> str:
         return known[0][1] if known else "–"
     (v1, t1, c1), (v2, t2, c2) = known[:2]
     fallback = _wider(c1.noise_fallback, c2.noise_fallback)
-    a = recommend.apart(dataclasses.replace(c1, samples_per_s=v1, noise_fallback=fallback),
+    a = choice.apart(dataclasses.replace(c1, samples_per_s=v1, noise_fallback=fallback),
                          dataclasses.replace(c2, samples_per_s=v2, noise_fallback=fallback))
     lead = (f"{t1}, {v1 / v2:.2f}x {t2}'s samples/s" if measure == "samples/s"
             else f"{t1}, {v2 / v1:.3g}x {t2}'s cost")
@@ -197,15 +197,15 @@ def _best(titles: list, picks: list, measure: str = "samples/s") -> str:
     if a.within is None:
         return f"not told apart: {lead}, " + (a.why or "the noise between their processes is not measured; --repeats 3 "
                                                        "measures it")
-    if recommend.by_floor(a):
-        return f"not told apart: {lead}, {recommend.floor_words()}"
+    if choice.by_floor(a):
+        return f"not told apart: {lead}, {choice.floor_words()}"
     return f"not told apart: {lead}, within the {stats.percent(a.noise.fraction)} noise"
 
 
 TOLD_APART = ("'fastest of them' (and 'cheapest of them') names a sweep only where its lead over the next is beyond the "
               "noise between their processes, by the rule the single-sweep report uses: their repeats' spread where "
               "both ran several processes, else the larger of the two sweeps' own noise at that precision (not "
-              f"measured where either sweep's is not), and never under a {recommend.LEAD_FLOOR:.0%} gap; otherwise it says "
+              f"measured where either sweep's is not), and never under a {choice.LEAD_FLOOR:.0%} gap; otherwise it says "
               "they are not told apart.")
 
 
