@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sqlite3
 
 import pytest
@@ -42,6 +43,7 @@ def test_tune_reports_a_winner_or_defaults_best_with_a_p_value_within_its_budget
     assert "no-overlap bound" in out and "full-overlap bound" in out
     check = [l for l in out.splitlines() if "to check it in your own interleaved A/B run: ./run_bench.sh ab" in l]
     assert len(check) == 1 and "--strategies ddp --gpus 2" in check[0] and "--b-args '--" in check[0], out
+    assert f"--store {path}" in check[0], check  # the A/B lands beside tune's sweeps, not in ./results/bench.sqlite
     conn = sqlite3.connect(path)
     labels = [r[0] for r in conn.execute("SELECT label FROM sweeps ORDER BY sweep_id")]
     assert labels[0] == "tune: screening" and labels[1] == "tune: defaults" and labels[2].startswith("tune: ")
@@ -92,11 +94,16 @@ def test_the_winner_is_given_back_as_sweep_flags_that_set_exactly_those_settings
     (["--find-unused-parameters", "true"], "--find-unused-parameters: tune searches DDP's settings itself"),
     (["--compile", "true"], "--compile: tune runs without it"),
     (["--repeats", "3"], "--repeats: tune runs its own interleaved pairs"),
+    # taken once and left empty: tune writes no report or plot (as ab refuses them)
+    (["--report-dir", "r"], "tune: --report-dir 'r': tune writes no report or plot, only its sweeps (to --store)"),
+    (["--plots-dir", "p"], "tune: --plots-dir 'p': tune writes no report or plot"),
 ])
 def test_a_flag_tune_would_not_honour_is_refused_before_anything_runs(flags, says, tmp_path, capsys, monkeypatch):
     from bench import cli
+    from bench.commands import abtest
     from bench.sweep import launch
-    monkeypatch.setattr(launch, "run_config", lambda *a, **k: pytest.fail("tune ran a trial despite the flag"))
+    for module in (launch, tune, abtest):  # tune's own name for it too: patched in launch alone, the trials ran
+        monkeypatch.setattr(module, "run_config", lambda *a, **k: pytest.fail("tune ran a trial despite the flag"))
     path = tmp_path / "t.sqlite"
     assert cli.main(["tune", "--device", "cpu", "--gpus", "2", "--workloads", "synthetic", *flags, "--store", str(path)]) == 2
     err = capsys.readouterr().err
@@ -129,3 +136,20 @@ def test_a_trial_whose_last_loss_is_not_finite_is_never_eligible_however_fast():
     sps, why = tune.trial_throughput(Outcome("ok", payload=diverged), s)
     assert math.isnan(sps) and why.endswith("timed, but not training: not eligible") and "samples/s, but loss not finite" in why
     assert math.isnan(tune.trial_throughput(Outcome("failed", "boom"), s)[0])
+
+
+def test_the_ab_command_keeps_tunes_store_and_drops_what_ab_refuses():
+    # Printed with --report-dir/--plots-dir, ab exited 2; without --store, its A/B went to ./results/bench.sqlite.
+    from bench import options
+    from bench.commands import abtest
+    from bench.shared.spec import RunSpec
+    base = RunSpec(workload="synthetic", strategy="ddp", device_type="cpu", device_count=2, per_device_batch=8,
+                   global_batch=16, image_size=0, steps=3, warmup=1, threads=1, seed=0, scaling="weak")
+    argv = ["--synthetic-width", "256", "--report-dir", "/tmp/r", "--plots-dir=/tmp/r/plots", "--no-report",
+            "--store", "/tmp/t.sqlite", "--budget", "60"]
+    cmd = tune.check_command(argv, base, {"static_graph": True})
+    assert cmd.startswith("./run_bench.sh ab --synthetic-width 256 --store /tmp/t.sqlite --workloads synthetic"), cmd
+    words = shlex.split(cmd)[2:]
+    ns = options.run_parser().parse_known_args(words[:words.index("--b-args")])[0]
+    abtest._refuse_outputs(ns)  # raises ConfigError (ab's exit 2) on what ab refuses
+    assert "--report" not in cmd and "--budget" not in cmd

@@ -17,7 +17,8 @@ re-measures the winner against DDP's defaults in interleaved pairs (bench.comman
 so the machine's drift cancels) and states the result with its significance, or that the defaults
 are best. Each is set against the bounds of its step: no overlap (compute under no_sync() plus an
 all-reduce of the gradients, from the microbenchmark) and full overlap (the larger of the two).
-Every trial is stored: the screening as one sweep, the confirmation as two paired sweeps.
+Every trial is stored: the screening as one sweep, the confirmation as two paired sweeps; tune writes no report or
+plot (`report --store STORE --sweep ID` renders any of them).
 """
 from __future__ import annotations
 
@@ -90,12 +91,16 @@ def as_flags(options: dict) -> str:
 
 
 def check_command(argv: list, base: RunSpec, options: dict) -> str:
-    """`./run_bench.sh ab` that re-measures these settings against DDP's defaults in the user's own A/B run."""
+    """`./run_bench.sh ab` that re-measures these settings against DDP's defaults in the user's own A/B run: tune's own
+    flags, its --store kept (the A/B lands beside tune's sweeps, not in ./results/bench.sqlite), less what ab refuses
+    (--report-dir, --plots-dir: a user's copy exited 2) or has no use for (--report/--no-report, --budget)."""
     pinned = ["--workloads", base.workload, "--strategies", base.strategy, "--gpus", str(base.device_count), "--precision",
               base.precision] + (["--optimizer", base.optimizer] if base.optimizer != "sgd" else []) \
         + (["--find-unused-parameters", "true"] if base.option("find_unused_parameters") else [])
-    dropped = ("--budget", "--store", "--workloads", "--strategies", "--gpus", "--precision", "--optimizer")
-    return " ".join(["./run_bench.sh", "ab", shlex.join(abtest._without(argv, dropped) + pinned),
+    dropped = ("--budget", "--workloads", "--strategies", "--gpus", "--precision", "--optimizer", "--report-dir",
+               "--plots-dir")
+    kept = [a for a in abtest._without(argv, dropped) if a not in ("--report", "--no-report")]  # flags without a value
+    return " ".join(["./run_bench.sh", "ab", shlex.join(kept + pinned),
                      "--b-args", shlex.quote(as_flags(options))])
 
 
@@ -156,7 +161,7 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
     screen_id = store.begin_sweep(conn, line, cfg.to_json(), env_id, label="tune: screening")
     t0 = time.monotonic()
     log(f"tune: {base.workload} {name}" + (f" ({base.optimizer})" if base.optimizer != "sgd" else "") + f" on {base.device_count} {'GPUs' if base.device_type == 'cuda' else 'processes'}, "
-        f"{grad_mib:.1f} MiB of gradients, budget {budget_s:g} s -> {cfg.store}")
+        f"{grad_mib:.1f} MiB of gradients, budget {budget_s:g} s -> {cfg.store} (screening: sweep {screen_id})")
     if needs_unused:
         log("  parameters of this model get no gradient: every trial runs with find_unused_parameters=True "
             "(static_graph, which fails with them, is not screened)")
@@ -197,9 +202,9 @@ def tune(cfg, machine, budget_s: float, log=print, argv: Optional[list] = None) 
         log(out["sentence"])
         conn.close()
         return out
-    log(f"  confirming {describe(challenger)} against DDP's defaults: {pairs} interleaved pairs")
     sid_a = store.begin_sweep(conn, line, cfg.to_json(), env_id, label="tune: defaults")
     sid_b = store.begin_sweep(conn, line, cfg.to_json(), env_id, label=f"tune: {describe(challenger)}")
+    log(f"  confirming {describe(challenger)} against DDP's defaults: {pairs} interleaved pairs (sweeps {sid_a} and {sid_b})")
     store.pair_sweeps(conn, sid_a, sid_b)
     a, b = abtest.Variant("a", base), abtest.Variant("b", with_options(base, {**pinned, **challenger}))
 
@@ -264,9 +269,21 @@ NOT_TUNED = {"repeats": "tune runs its own interleaved pairs", "fsdp_reshard": "
              "label": "tune labels its sweeps itself"}
 
 
+def refuse_outputs(cfg, given: frozenset) -> None:
+    """tune writes no report and no plot (its output is its verdict and its sweeps in --store), so a report or plots folder
+    is refused, as ab refuses it, not taken and left empty as it once was; a report of its sweeps is report's to write."""
+    for name in ("report_dir", "plots_dir"):
+        if name in given:
+            flag, value = "--" + name.replace("_", "-"), getattr(cfg, name)
+            raise ConfigError(f"tune: {flag} {value!r}: tune writes no report or plot, only its sweeps (to --store) and "
+                              f"its verdict; drop the flag, and for a report of any of them afterwards run "
+                              f"./run_bench.sh report --store STORE --sweep ID {flag} {value} (tune prints the sweep ids)")
+
+
 def refuse_what_tune_decides(cfg, given: frozenset) -> None:
     """A flag that tune would not honour is an error, not a value silently dropped."""
     flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
+    refuse_outputs(cfg, given)
     if "strategies" in given and tuple(cfg.strategies) not in (("ddp",), ("zero",)):
         raise ConfigError(f"tune: --strategies {','.join(cfg.strategies)}: tune searches DDP's settings under ddp or zero, "
                           "one at a time; expected --strategies ddp or --strategies zero")
