@@ -6,6 +6,7 @@ import os
 import re
 import shlex
 import sqlite3
+import statistics
 
 import pytest
 
@@ -44,6 +45,7 @@ def test_tune_reports_a_winner_or_defaults_best_with_a_p_value_within_its_budget
     check = [l for l in out.splitlines() if "to check it in your own interleaved A/B run: ./run_bench.sh ab" in l]
     assert len(check) == 1 and "--strategies ddp --gpus 2" in check[0] and "--b-args '--" in check[0], out
     assert f"--store {path}" in check[0], check  # the A/B lands beside tune's sweeps, not in ./results/bench.sqlite
+    assert re.search(r"  DDP's defaults: median step [0-9.]+ ms \(the median of its \d+ processes' medians", out), out
     conn = sqlite3.connect(path)
     labels = [r[0] for r in conn.execute("SELECT label FROM sweeps ORDER BY sweep_id")]
     assert labels[0] == "tune: screening" and labels[1] == "tune: defaults" and labels[2].startswith("tune: ")
@@ -136,6 +138,85 @@ def test_a_trial_whose_last_loss_is_not_finite_is_never_eligible_however_fast():
     sps, why = tune.trial_throughput(Outcome("ok", payload=diverged), s)
     assert math.isnan(sps) and why.endswith("timed, but not training: not eligible") and "samples/s, but loss not finite" in why
     assert math.isnan(tune.trial_throughput(Outcome("failed", "boom"), s)[0])
+
+
+# ---------------------------------------------------------------- tune() with stand-ins: no process starts
+
+class Clock:
+    """tune's time.monotonic, advanced by the stand-ins: each trial TRIAL_S, the fork server's start START_S."""
+    TRIAL_S, START_S = 2.0, 4.0
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self):
+        return self.now
+
+
+def payload(step_ms: float, ranks: int = 2, per_rank: int = 16, n: int = 4) -> dict:
+    """One process: n steps of step_ms on every rank, and no_sync() probe steps of half of it."""
+    rows = [{"kind": kind, "rank": r, "step": i, "step_ms": t, "loss": 1.0}
+            for kind, t in (("measure", step_ms), ("probe_no_sync", step_ms / 2)) for r in range(ranks) for i in range(n)]
+    return {"steps": rows, "windows": [{"kind": "measure", "rank": r, "wall_s": n * step_ms / 1e3, "samples": per_rank * n,
+                                        "steps": n} for r in range(ranks)]}
+
+
+def run_tune(monkeypatch, tmp_path, screening_ms: dict, pairs_ms: dict, budget_s: float, flags=(), first_s=None) -> tuple:
+    """tune() on stand-ins: a screening trial takes screening_ms[its options] (else 4 ms a step); the confirming pairs
+    take pairs_ms["a"] (the defaults) and pairs_ms["b"] (the challenger) in turn; each run Clock.TRIAL_S, the first
+    first_s where given. (tune's result, its printed lines)"""
+    from bench import options
+    from bench.commands import abtest
+    from bench.sweep import launch
+    from bench.sweep.diagnose import Outcome
+    clock, seen = Clock(), {"a": 0, "b": 0}
+    cfg, given, machine = options.prepare(["--device", "cpu", "--workloads", "synthetic", "--synthetic-width", "256",
+                                           "--synthetic-depth", "2", "--gpus", "2", *flags,
+                                           "--store", str(tmp_path / "t.sqlite")])
+
+    def run_config(spec, limits, **kw):
+        assert spec.process_start == "forked"  # the CPU default, so tune's trials start the fork server
+        launch.fork_server()  # as the real one does at its first forked launch, where tune has not started it yet
+        clock.now += Clock.TRIAL_S if first_s is None or seen.get("runs") else first_s
+        seen["runs"] = True
+        if spec.workload == "allreduce":
+            return Outcome("ok", payload={"comm": [{"size_bytes": b, "time_ms": b / 2**20, "scope": "world"}
+                                                   for b in (2**16, 2**22)]})
+        if spec.repeat is not None and "BENCH_AB_PAD" in kw.get("extra_env", {}):  # a confirming pair
+            side = "b" if dict(spec.options).keys() - {"find_unused_parameters"} else "a"
+            seen[side] += 1
+            return Outcome("ok", payload=payload(pairs_ms[side][seen[side] - 1]))
+        return Outcome("ok", payload=payload(screening_ms.get(spec.options, 4.0)))
+
+    def fork_server():
+        clock.now += 0.0 if seen.setdefault("server", False) else Clock.START_S
+        seen["server"] = True
+        return "socket"
+    monkeypatch.setattr(tune, "time", clock)
+    monkeypatch.setattr(tune, "run_config", run_config)
+    monkeypatch.setattr(abtest, "run_config", run_config)
+    monkeypatch.setattr(launch, "fork_server", fork_server)
+    lines = []
+    got = tune.tune(cfg, machine, budget_s, log=lines.append, argv=["--store", str(tmp_path / "t.sqlite")])
+    return got, lines
+
+
+def test_the_step_lines_speak_for_every_pair_and_a_runner_up_confirmed_is_called_one(monkeypatch, tmp_path):
+    # A user read "defaults: median step 3.82 ms" and "best: 2.53 ms" (1.51x: the last pair alone) beside a 1.09x verdict,
+    # and static_graph, slower than the defaults in the screening, confirmed with nothing saying it was the runner-up.
+    defaults = [3.82, 3.47, 3.41, 3.01, 3.6, 3.5, 3.2, 3.7, 3.9, 2.90]
+    sg = [d / 1.1 * j for d, j in zip(defaults, [1.0, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.0, 1.01, 0.99])]
+    got, lines = run_tune(monkeypatch, tmp_path, {(): 3.0, (("static_graph", True),): 3.1}, {"a": defaults, "b": sg}, 150)
+    text = "\n".join(lines)
+    assert got["pairs"] == 10 and got["challenger"] == {"static_graph": True} and got["best"] == {}, text
+    verdict = [l for l in lines if "faster than default DDP" in l]
+    assert len(verdict) == 1 and verdict[0].endswith("; the screening's runner-up, 3.2% slower than DDP's defaults "
+                                                     "in one process each, confirmed in pairs."), text
+    assert "confirming static_graph=True (the screening's runner-up, 3.2% slower" in text
+    step = lambda label: float(re.search(rf"  {re.escape(label)}: median step ([0-9.]+) ms \(the median of its 10 "  # noqa: E731
+                                         r"processes' medians, one a pair\)", text).group(1))
+    assert step("DDP's defaults") == pytest.approx(statistics.median(defaults), abs=0.006), text
+    assert step("static_graph=True") == pytest.approx(statistics.median(sg), abs=0.006), text
 
 
 def test_the_ab_command_keeps_tunes_store_and_drops_what_ab_refuses():
