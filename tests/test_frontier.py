@@ -179,6 +179,32 @@ def test_the_frontiers_labels_never_overprint(tmp_path):
     assert len(boxes) == 4 and not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
 
 
+def test_a_cluster_of_points_keeps_every_label_inside_the_axes_and_numbers_those_with_no_room(tmp_path):
+    # twelve CPU configurations within a few MiB and samples/s of each other: one label had been put outside the axes
+    # on a long leader line, others overprinted
+    configs = [(spec(s, n, opt, "cpu"), payload(n, 10.0 + 0.05 * i, 440.0 + i, "cpu"))
+               for i, (s, n, opt) in enumerate((s, n, o) for s in ("ddp", "fsdp", "hsdp") for n in (1, 2)
+                                               for o in ("sgd", "adamw"))]
+    sweep = build(str(tmp_path / "c.sqlite"), configs)
+    fig = frontier.frontier_figure(sweep.bench["synthetic"], "synthetic", "cpu", None)
+    import io
+    fig.savefig(io.BytesIO(), format="png")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    ax = fig.axes[0]
+    inside = ax.get_window_extent(renderer)
+    texts = [t for t in ax.texts if t.get_text()]
+    numbered = [t for t in texts if t.get_text().isdigit()]
+    named = [t for t in texts if not t.get_text().isdigit()]
+    boxes = [t.get_window_extent(renderer) for t in named]
+    assert len(named) + len(numbered) == 12
+    assert all(inside.x0 - 1 <= b.x0 and b.x1 <= inside.x1 + 1 and inside.y0 - 1 <= b.y0 and b.y1 <= inside.y1 + 1
+               for b in boxes)
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    listed = [t.get_text() for t in ax.get_legend().get_texts() if t.get_text()[:1].isdigit()]
+    assert [x.split(":")[0] for x in listed] == [t.get_text() for t in sorted(numbered, key=lambda t: int(t.get_text()))]
+
+
 def test_state_per_rank_shows_zeros_uneven_shares_and_says_hsdp_on_one_node_is_fsdp(tmp_path):
     whole = {"params_mib": 100.0, "grads_mib": 100.0, "buckets_mib": 100.0, "baseline_rss_mib": 500.0}
     sweep = build(str(tmp_path / "s.sqlite"), [

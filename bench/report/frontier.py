@@ -285,25 +285,52 @@ LABEL_OFFSETS = ((5, 3, "left"), (5, -11, "left"), (-5, 3, "right"), (-5, -11, "
 
 
 def place_labels(fig: Figure, ax, points: list, fontsize: float = 7.0) -> list:
-    """Label each (x, y, text) point where the label overlaps no label placed before it: beside the point first (four
-    places), else stepped down from it with a leader line. Returns the annotations (a test reads their extents)."""
+    """Label each (x, y, text) point where the label overlaps no label placed before it (nor the legend) and stays inside
+    the axes: beside the point first (four places), else stepped down from it with a leader line; where none is free,
+    the point gets a number and its label is listed under the plot ("1: HSDP x2 [...]"), never drawn over another or
+    outside the axes (a cluster of twelve once put one label off the axes on a long leader). Returns the annotations (a
+    test reads their extents)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
     fig.draw_without_rendering()  # the layout first: the labels' extents are measured in its pixels
     renderer = canvas.get_renderer()
-    placed, out = [], []
+    inside = ax.get_window_extent(renderer)
+    legend = ax.get_legend()
+    placed = [legend.get_window_extent(renderer)] if legend is not None else []
+    out, listed = [], []
     for x, y, text in sorted(points, key=lambda p: (-p[1], p[0])):
         tries = [*LABEL_OFFSETS, *((5, -11 - 10 * k, "left") for k in range(1, 12))]
         for i, (dx, dy, ha) in enumerate(tries):
             a = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=fontsize, ha=ha,
                             arrowprops={"arrowstyle": "-", "color": "#999999", "lw": 0.5} if i >= len(LABEL_OFFSETS) else None)
             box = a.get_window_extent(renderer)
-            if not any(box.overlaps(p) for p in placed) or i == len(tries) - 1:
+            fits = (box.x0 >= inside.x0 and box.x1 <= inside.x1 and box.y0 >= inside.y0 and box.y1 <= inside.y1)
+            if fits and not any(box.overlaps(p) for p in placed):
                 placed.append(box)
                 out.append(a)
                 break
             a.remove()
+        else:   # nowhere free: a number beside the point (where it overlaps least), the label in the legend
+            listed.append(text)
+            for j, (dx, dy) in enumerate(NUMBER_OFFSETS):
+                a = ax.annotate(str(len(listed)), (x, y), textcoords="offset points", xytext=(dx, dy),
+                                fontsize=fontsize, fontweight="bold")
+                box = a.get_window_extent(renderer)
+                if not any(box.overlaps(p) for p in placed) or j == len(NUMBER_OFFSETS) - 1:
+                    placed.append(box)
+                    out.append(a)
+                    break
+                a.remove()
+    if listed and legend is not None:   # the legend beside the axes lists them: the layout makes room for it
+        from matplotlib.lines import Line2D
+        handles, labels = ax.get_legend_handles_labels()
+        handles += [Line2D([], [], linestyle="none") for _ in listed]
+        labels += [f"{i}: {t}" for i, t in enumerate(listed, 1)]
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     return out
+
+
+NUMBER_OFFSETS = ((4, 2), (4, -9), (-9, 2), (-9, -9), (4, 9), (-9, 9))
 
 
 def save_plots(configs: list, workload: str, where: str, plots_dir: str, budget: Optional[float]) -> dict:
