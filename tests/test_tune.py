@@ -219,6 +219,30 @@ def test_the_step_lines_speak_for_every_pair_and_a_runner_up_confirmed_is_called
     assert step("static_graph=True") == pytest.approx(statistics.median(sg), abs=0.006), text
 
 
+def test_the_per_trial_estimate_leaves_out_the_fork_servers_one_off_start(monkeypatch, tmp_path):
+    # The first trial took 6 s with the server's start in it, later ones 2-3 s: --budget 45 was refused as needing 52 s.
+    got, lines = run_tune(monkeypatch, tmp_path, {(): 3.0}, {"a": [3.0] * 10, "b": [3.0] * 10}, 45)
+    assert got["screened"] > 1 and not any("Only DDP's defaults" in l for l in lines), lines
+    got, lines = run_tune(monkeypatch, tmp_path, {(): 3.0}, {}, 20)
+    least = tune.least_search_s(Clock.TRIAL_S, Clock.START_S)
+    assert lines[-1] == (f"Only DDP's defaults could be measured within the budget: one trial took 2 s (after the fork "
+                         f"server's one-off start, 4 s) and the least search (one setting, {tune.MIN_PAIRS} confirming "
+                         f"pairs) needs about {least:.0f} s; raise --budget."), lines
+
+
+def test_a_first_trial_faster_than_the_rest_does_not_run_tune_past_its_budget(monkeypatch, tmp_path):
+    # Forked right after the server's start, the first trial ran 1.3 s and later ones 2-2.5 s: estimated from the first
+    # alone, tune fitted 9 pairs into a 45 s budget and took 58 s. The estimate is the mean of the later trials.
+    got, lines = run_tune(monkeypatch, tmp_path, {(): 3.0}, {"a": [3.0] * 10, "b": [3.1] * 10}, 60, first_s=0.5)
+    assert got["screened"] > 1 and got["took_s"] <= 60, lines
+
+
+def test_under_zero_its_baseline_is_named_ddp_zeros_defaults(monkeypatch, tmp_path):
+    got, lines = run_tune(monkeypatch, tmp_path, {(): 3.0}, {"a": [3.0] * 10, "b": [3.0] * 10}, 150,
+                          flags=("--strategies", "zero", "--optimizer", "adamw"))
+    assert lines[1].startswith("  DDP+ZeRO's defaults: ") and not any("DDP's defaults" in l for l in lines), lines
+
+
 def test_the_ab_command_keeps_tunes_store_and_drops_what_ab_refuses():
     # Printed with --report-dir/--plots-dir, ab exited 2; without --store, its A/B went to ./results/bench.sqlite.
     from bench import options
@@ -234,3 +258,13 @@ def test_the_ab_command_keeps_tunes_store_and_drops_what_ab_refuses():
     ns = options.run_parser().parse_known_args(words[:words.index("--b-args")])[0]
     abtest._refuse_outputs(ns)  # raises ConfigError (ab's exit 2) on what ab refuses
     assert "--report" not in cmd and "--budget" not in cmd
+
+
+def test_tune_help_opens_with_tunes_own_description(capsys):
+    from bench import cli
+    with pytest.raises(SystemExit) as e:
+        cli.main(["tune", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: ./run_bench.sh tune [FLAGS]\n\nFind which of DDP's settings"), out[:300]
+    assert "Benchmark single-device" not in out and "./run_bench.sh tune --strategies zero" in out
