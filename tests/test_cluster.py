@@ -127,7 +127,7 @@ def test_an_allocation_made_with_cpus_per_gpu_runs_the_step_without_it_beside_cp
     subprocess.run(slurm.command(spec, "spec.json", [], "bench.rank.worker", "bench.sweep.torchrun"), check=True)
     seen = calls.read_text().split()
     assert seen[0] == "unset" and "--cpus-per-task=96" in seen
-    assert slurm.without_cpus_per_gpu({"SLURM_CPUS_PER_TASK": "12"}) == []
+    assert slurm.inherited_unsets({"SLURM_CPUS_PER_TASK": "12"}) == []
 
 
 def test_a_step_sheds_the_allocations_per_task_gpus_and_overlaps_the_shell_step_it_runs_in(tmp_path, monkeypatch):

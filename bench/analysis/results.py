@@ -23,7 +23,7 @@ from typing import Optional
 from bench import stats
 from bench.analysis import fit, gpustate, utilisation
 from bench.shared import rehearsal
-from bench.shared.spec import STRATEGY_NAMES
+from bench.shared.spec import STRATEGY_NAMES, default_mesh
 from bench.stats.noise import not_carried
 from bench.analysis.memory_rows import device_names as _device_names, per_device as _memory, state as _state
 from bench.store import hostnoise, read
@@ -43,7 +43,7 @@ def variant(precision: str, channels_last: bool, compiled: bool, options: dict, 
     changes with the count: named, it made HSDP x1 [shard_size=1] and x2 [shard_size=2] two series of one point each,
     with no efficiency, no line and no forecast check. Only a shard size other than one node's devices is a setting."""
     parts = [precision] + (["channels_last"] if channels_last else []) + (["compiled"] if compiled else [])
-    shown = {k: v for k, v in options.items() if not (k == "shard_size" and per_node and int(v) == per_node)}
+    shown = {k: v for k, v in options.items() if not (k == "shard_size" and default_mesh(v, per_node))}
     parts += [f"{k}={v}" for k, v in sorted(shown.items())] + ([optimizer] if optimizer and optimizer != "sgd" else [])
     return ", ".join(parts + ([f"ac={ac}"] if ac and ac != "none" else []) + ([f"aux={aux}"] if aux and aux != "false" else []))
 

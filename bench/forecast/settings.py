@@ -37,7 +37,7 @@ from bench.forecast import interference as itf
 from bench.forecast import memory as mm
 from bench.forecast import network as nw
 from bench.forecast import spread
-from bench.shared.spec import STRATEGY_NAMES
+from bench.shared.spec import STRATEGY_NAMES, default_mesh
 
 import numpy as np
 
@@ -122,10 +122,8 @@ def options_at(s, count: int, per_node: int) -> dict:
     shard size equal to its devices per node) is min(count, devices per node) there, a shard size the user chose stays.
     Once HSDP x1 and x2 were one series, the forecast priced every count at x1's shard of 1 and its x2 check erred -48%."""
     opts = dict(s.any.options)
-    if s.strategy == "hsdp" and opts.get("shard_size"):
-        measured_per_node = s.any.device_count // max(1, s.any.nodes)
-        if int(opts["shard_size"]) == measured_per_node:
-            opts["shard_size"] = min(count, per_node)
+    if s.strategy == "hsdp" and default_mesh(opts.get("shard_size"), s.any.device_count // max(1, s.any.nodes)):
+        opts["shard_size"] = min(count, per_node)
     return opts
 
 

@@ -78,9 +78,6 @@ def spread_ms(c) -> float:
                _p10_p90(getattr(c, "probe_nosync_ms", None) or []))
 
 
-UNSTEADY = 0.10   # bench.stats' unstable threshold: steps spread more than 10% of their median
-
-
 def elsewhere(c) -> Optional[str]:
     """Why the probe does not speak for the measured step, or None: its synchronised steps (the step as measured, with
     DDP's communication) ran outside the measured steps' p10-p90 range by more than that range's width, so the probe
@@ -92,7 +89,7 @@ def elsewhere(c) -> Optional[str]:
     if not sync or math.isnan(lo) or math.isnan(hi):
         return None
     med = stats.median(sync)
-    w = max(hi - lo, UNSTEADY * c.summary.median_ms)   # steady steps (a GPU's 0.2%) still allow a probe's drift of 10%
+    w = max(hi - lo, stats.UNSTABLE_IQR_FRACTION * c.summary.median_ms)   # steady steps (a GPU's 0.2%) still allow a probe's drift of 10%
     if lo - w <= med <= hi + w:
         return None
     return (f"the probe's synchronised steps, median {med:.2f} ms, ran outside the measured steps' {lo:.2f}-{hi:.2f} ms: "

@@ -23,6 +23,12 @@ ONE_SHARD_GROUP = ("one shard group: FSDP's sharding on HSDP's 2-D mesh, which s
                    "over a replicate group of one rank; not FSDP (one H100 stepped 53% slower than fsdp)")
 
 
+def default_mesh(shard_size, devices_per_node: int) -> bool:
+    """Whether an HSDP run's stored shard size is the default mesh (one shard group per node: its devices per node), which
+    changes with the count and so names no setting; the report's variants and the forecast's counts read it alike."""
+    return bool(shard_size) and bool(devices_per_node) and int(shard_size) == devices_per_node
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One configuration, run once in fresh process(es). Serialised to JSON for the worker."""

@@ -138,7 +138,7 @@ def cpus_per_task(env=None) -> list:
 PER_TASK_GPUS = ("SLURM_GPUS_PER_TASK", "SLURM_TRES_PER_TASK", "SLURM_GPU_BIND")
 
 
-def without_cpus_per_gpu(env=None) -> list:
+def inherited_unsets(env=None) -> list:
     """`env -u VAR ...` before srun for the allocation's variables srun reads as options of its own that misshape a
     step of one task per node (torchrun, all of the node's ranks):
       - SLURM_CPUS_PER_GPU where the step passes --cpus-per-task: srun reads it as its own --cpus-per-gpu, which Slurm
@@ -162,7 +162,7 @@ def overlap(env=None) -> list:
 
 def command(spec, spec_path: str, rendezvous: list, worker: str, torchrun: str) -> list:
     per_node = spec.device_count // spec.nodes
-    return [*without_cpus_per_gpu(), "srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",
+    return [*inherited_unsets(), "srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",
             *cpus_per_task(), *overlap(),
             "--kill-on-bad-exit=1", f"--wait={STEP_WAIT_S}", "--immediate=60", f"--job-name={step_name(spec)}",
             "--export=ALL", f"--chdir={os.getcwd()}",
@@ -253,7 +253,7 @@ def check_shared_folder(folder: str, nodes: int) -> None:
             raise ConfigError(f"the store's folder {folder!r} gives no file locks here ({e.strerror}): {LOCKS_NEEDED}"
                               + _lock_advice(folder)) from None
         try:
-            proc = subprocess.run([*without_cpus_per_gpu(), "srun", f"--nodes={nodes}", f"--ntasks={nodes}",
+            proc = subprocess.run([*inherited_unsets(), "srun", f"--nodes={nodes}", f"--ntasks={nodes}",
                                    "--ntasks-per-node=1", *overlap(), "--immediate=60",
                                    "--job-name=bench-fscheck", sys.executable, "-c", FLOCK_CHECK, token],
                                   capture_output=True, text=True, timeout=SRUN_CHECK_S)
