@@ -164,3 +164,21 @@ def _gone(pid: int, within: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_an_interrupt_while_the_fork_server_starts_leaves_no_run_folder_behind(tmp_path, monkeypatch):
+    # Ctrl-C in a sweep's first seconds lands while the fork server imports torch: the configuration's run folder,
+    # made just before, was left in the temporary folder with its spec.json (56 of them on one machine).
+    import tempfile
+    from report_fixtures import spec as make_spec
+    from bench.sweep import launch
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(launch, "fork_server", interrupted)
+    monkeypatch.setattr(launch, "forked", lambda spec, worker: True)
+    with pytest.raises(KeyboardInterrupt):
+        launch.run_config(make_spec("synthetic", "single", 1), launch.Limits())
+    assert [p.name for p in tmp_path.iterdir()] == []

@@ -190,20 +190,21 @@ def run_config(spec: RunSpec, limits: Limits, shared_dir: Optional[str] = None,
     out_dir = run_dir(spec, shared_dir)
     spec = dataclasses.replace(spec, out_dir=out_dir)
     spec_path = os.path.join(out_dir, "spec.json")
-    with open(spec_path, "w") as f:
-        f.write(spec.to_json())
-    env = procs.clean_env(os.environ) if spec.processes == 1 and spec.launcher == "local" else dict(os.environ)
-    env = launch_env(spec, dict(env, PYTHONUNBUFFERED="1", **(extra_env or {})))
-    if spec.threads:
-        env["OMP_NUM_THREADS"] = str(spec.threads)
-    command = LAUNCHERS[spec.launcher](spec, spec_path, worker)
-    if forkserver.CLIENT in command:
-        env[forkserver.ENV] = fork_server()
     started_at, t0 = _now(), time.monotonic()
     outcome = Outcome("failed", out_dir=out_dir)
     proc: Optional[subprocess.Popen] = None
     log_path = os.path.join(out_dir, "log.txt")
-    try:
+    try:  # from here on the run folder goes whatever happens (an interrupt while the fork server starts included)
+        with open(spec_path, "w") as f:
+            f.write(spec.to_json())
+        env = procs.clean_env(os.environ) if spec.processes == 1 and spec.launcher == "local" else dict(os.environ)
+        env = launch_env(spec, dict(env, PYTHONUNBUFFERED="1", **(extra_env or {})))
+        if spec.threads:
+            env["OMP_NUM_THREADS"] = str(spec.threads)
+        command = LAUNCHERS[spec.launcher](spec, spec_path, worker)
+        if forkserver.CLIENT in command:
+            env[forkserver.ENV] = fork_server()
+        started_at, t0 = _now(), time.monotonic()  # the fork server's own start is not this configuration's time
         with open(log_path, "w") as log:
             with procs.signals_deferred():  # an interrupt lands after the launcher starts, with proc known
                 if command[1:3] == ["-m", TORCHRUN] and spec.launcher == "local":
