@@ -48,7 +48,7 @@ def main(argv: list | None = None) -> int:
             from bench.report import report
             return report.main(rest)
         if cmd == "compare":
-            from bench.analysis import compare
+            from bench.commands import compare
             return compare.main(rest)
         if cmd == "ab":
             from bench.commands import abtest

@@ -10,6 +10,7 @@ import pytest
 from bench import stats
 
 from bench.analysis import compare
+from bench.commands import compare as compare_cli
 from bench.store import store
 from report_fixtures import build_compare_store
 
@@ -187,12 +188,12 @@ def test_one_sweep_in_one_store_is_an_error_naming_the_count(tmp_path):
 def test_command_line_exit_status(tmp_path, capsys):
     path = str(tmp_path / "s.sqlite")
     build_compare_store(path, (1.0,) * 4 + (2.0,), process_cv=0.02)
-    assert compare.main(["--store", path]) == 1
-    assert compare.main(["--store", path, "--history", "0"]) == 0
-    assert compare.main(["--store", str(tmp_path / "missing.sqlite")]) == 2
+    assert compare_cli.main(["--store", path]) == 1
+    assert compare_cli.main(["--store", path, "--history", "0"]) == 0
+    assert compare_cli.main(["--store", str(tmp_path / "missing.sqlite")]) == 2
     assert "does not exist" in capsys.readouterr().err
     for bad in (["--threshold", "-1"], ["--threshold", "nan"], ["--drift", "inf"], ["--history", "-1"], ["--history", "2.5"]):
-        assert compare.main(["--store", path, *bad]) == 2, bad
+        assert compare_cli.main(["--store", path, *bad]) == 2, bad
         assert bad[0] in capsys.readouterr().err
 
 
@@ -245,7 +246,7 @@ def test_one_disturbed_earlier_sweep_is_named_with_what_it_costs_and_leaving_it_
 def test_leave_out_names_a_bad_sweep_id_and_exits_2(tmp_path, capsys, value, says):
     path = str(tmp_path / "s.sqlite")
     build_compare_store(path, (1.0,) * 7)
-    assert compare.main(["--store", path, "--leave-out", value]) == 2
+    assert compare_cli.main(["--store", path, "--leave-out", value]) == 2
     err = capsys.readouterr().err
     assert says in err, err
 
@@ -253,7 +254,7 @@ def test_leave_out_names_a_bad_sweep_id_and_exits_2(tmp_path, capsys, value, say
 def test_leave_out_refuses_what_would_change_nothing_and_says_which_sweeps_were_not_read_anyway(tmp_path, capsys):
     path = str(tmp_path / "s.sqlite")
     build_compare_store(path, (1.0,) * 8)
-    assert compare.main(["--store", path, "--sweep-a", "5", "--sweep-b", "6", "--leave-out", "7"]) == 2
+    assert compare_cli.main(["--store", path, "--sweep-a", "5", "--sweep-b", "6", "--leave-out", "7"]) == 2
     assert "--leave-out 7: not earlier than sweep 5 compared" in capsys.readouterr().err
     text, _ = compare.compare(path, None, 7, 8, history=3, leave_out=(1, 6))  # reads 3-6 without 6: 2-5; 1 never
     assert "sweep(s) 1, 6 left out (--leave-out) (1: not among the sweeps read anyway" in text, text
@@ -262,7 +263,7 @@ def test_leave_out_refuses_what_would_change_nothing_and_says_which_sweeps_were_
     conn = store.connect(ab)
     store.pair_sweeps(conn, a, b)
     conn.close()
-    assert compare.main(["--store", ab, "--leave-out", "1"]) == 2
+    assert compare_cli.main(["--store", ab, "--leave-out", "1"]) == 2
     assert "compared pair by pair, with no earlier sweep as evidence" in capsys.readouterr().err
 
 
