@@ -369,11 +369,11 @@ def test_a_trial_stored_as_fitting_under_the_reserved_peak_is_read_back_as_store
     s = fit.Search("k", "transformer", "ddp", "cuda", 1, "DDP x1", "DDP x1 [bf16, adamw]", ("bf16", "adamw"), 16384.0,
                    trials=[(12, fit.FITS, 15266.25, ""), (14, fit.FITS, 17306.16, ""), (15, fit.OVER, 18372.1, "")])
     sweep = SimpleNamespace(fit=[s], bench={})
-    assert s.largest == 14  # the stored verdict stands
+    assert s.largest == 12  # the stored verdict is held to today's rule: 14 is over the budget (trial A, finding 1)
     blocks = fit_report.blocks(sweep)
     table = next(b for b in blocks if b[0] == "table")
-    assert table[2][0][2:4] == ["14", "16.90 GiB (over)"]
-    assert any(b[1].startswith("Trials stored as fitting whose peak by today's figure is over the budget: DDP x1 at 14.")
+    assert table[2][0][2:5] == ["12 (by its trial; not measured)", "14.91 GiB", "14: peak 16.90 GiB, over by 922 MiB"]
+    assert any(b[1].startswith("Stored as fitting, but over the budget by today's figure: DDP x1 at 14.")
                for b in blocks if b[0] == "p"), blocks
 
 

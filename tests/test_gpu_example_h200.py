@@ -96,6 +96,12 @@ def test_fit_judged_by_the_device_level_does_not_keep_what_the_budget_table_says
     assert stored == {fitting.FITS}    # what the old rule kept; the report marks it
     fit_text = (EXAMPLE / "transformer-fit" / "report.md").read_text()
     assert "by today's rule they do not fit" in fit_text
+    # read back, the stored 'fits' at 14 is held to today's rule: 12 is the largest within the budget (trial A, 1)
+    from bench.report import fit as fit_report
+    sweep = example("gpu.sqlite", FIT)
+    assert {s.name: s.largest for s in sweep.fit} == {"DDP x1": 12, "FSDP x1": 12}
+    said = " ".join(b[1] for b in fit_report.blocks(sweep) if b[0] == "p")
+    assert "fits 14" not in said and "DDP x1: 14 ran (226.8 samples/s), but over the 16.00 GiB budget by 1.56 GiB" in said
 
 
 def test_the_sharded_gate_passed_at_two_cuda_ranks_over_gloo(example):

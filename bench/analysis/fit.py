@@ -16,8 +16,9 @@ or --memory-budget-gib (on CPU --memory-budget-gib). Judged by the reserved peak
 said DDP x1 fits 14 in 16 GiB (its trial's reserved peak 15.61 GiB, its device level 16.90 GiB; its measured run's 17.56
 GiB), and the fastest-that-fits table on the same page said nothing fits. A CUDA out-of-memory error, or a rank the
 kernel killed (SIGKILL: its out-of-memory killer, the usual reason), does not fit; any other failure is an error, which
-ends that configuration's search. A store's verdicts are read back as stored (details 'fit'): a fit run before this
-rule was judged by the reserved peak.
+ends that configuration's search. A store's verdicts are read back as stored (details 'fit') and held to this rule
+(`Search.now`): a fit run before it was judged by the reserved peak, and a 'fits' whose peak is over the budget by
+today's figure counts as over it, so no answer is a batch the same page says does not fit.
 
 A trial's two steps can understate a longer run's peak (on the CPU glibc's heap grows for several steps more), so the
 answer is the batch whose measured run (--steps, --repeats, by the same rule) fits: where the measured run at the
@@ -183,24 +184,54 @@ class Search:
     measured: dict = field(default_factory=dict)    # batch -> (verdict, peak MiB or None) of its measured runs (the
                                                     # worst repeat), where their rows carry details 'fit'
 
+    def now(self, v: str, peak: Optional[float]) -> str:
+        """A stored verdict held to today's rule: 'fits' whose peak (device_peak's figure) is over the budget is over it.
+        A store written while fit judged by the allocator's peak reserved kept DDP x1 of the H200 transformer at 14
+        (device level 16.90 GiB; its measured run 17.56 GiB, in 16 GiB) beside 'nothing fits the budget' on one page."""
+        return OVER if v == FITS and peak is not None and peak > self.budget_mib else v
+
+    @property
+    def judged(self) -> list:
+        """The trials as `trials` holds them, each verdict by today's rule (`now`)."""
+        return [(b, self.now(v, p), p, r) for b, v, p, r in self.trials]
+
+    def measured_now(self, batch: int) -> Optional[tuple]:
+        """(verdict by today's rule, peak) of the measured runs at `batch`, or None where none ran."""
+        v, p = self.measured.get(batch, (None, None))
+        return (self.now(v, p), p) if v is not None else None
+
+    @property
+    def restated(self) -> list:
+        """Batches stored as fitting (a trial or a measured run) whose peak by today's figure is over the budget."""
+        out = {b for b, v, p, _ in self.trials if self.now(v, p) != v}
+        return sorted(out | {b for b, (v, p) in self.measured.items() if self.now(v, p) != v})
+
     @property
     def largest(self) -> Optional[int]:
-        """The largest batch whose trial fit and whose measured run, where one ran, fit too."""
-        fits = [b for b, v, _, _ in self.trials if v == FITS and self.measured.get(b, (FITS,))[0] not in NOT_FITTING]
+        """The largest batch whose trial fit and whose measured run, where one ran, fit too, by today's rule."""
+        fits = [b for b, v, _, _ in self.judged if v == FITS and (self.measured_now(b) or (FITS,))[0] not in NOT_FITTING]
         return max(fits) if fits else None
 
     @property
     def overturned(self) -> list:
         """[(batch, the trial's peak, the measured run's verdict, its peak)] where the trial fit and the measured run
         did not, by batch."""
-        return [(b, p, *self.measured[b]) for b, v, p, _ in self.trials
-                if v == FITS and self.measured.get(b, (FITS,))[0] in NOT_FITTING]
+        return [(b, p, *self.measured_now(b)) for b, v, p, _ in self.judged
+                if v == FITS and (self.measured_now(b) or (FITS,))[0] in NOT_FITTING]
+
+    @property
+    def ran_over(self) -> list:
+        """[(batch, the measured run's peak)] where a measured run did not fit and its trial, by today's rule, did not
+        either: a store whose trial was judged fitting by an older figure, then measured at that batch."""
+        trial = {b: v for b, v, _, _ in self.judged}
+        return [(b, self.measured_now(b)[1]) for b in sorted(self.measured)
+                if self.measured_now(b)[0] in NOT_FITTING and trial.get(b) != FITS]
 
     @property
     def smallest_not(self) -> Optional[tuple]:
         """(batch, verdict, peak, reason) of the smallest batch that did not fit, a measured run's verdict 'over the
         budget in the measured run' with its peak; None if every trial and measured run fit."""
-        out = [t for t in self.trials if t[1] in NOT_FITTING]
+        out = [t for t in self.judged if t[1] in NOT_FITTING]
         out += [(b, v + IN_MEASURED_RUN, mp, "") for b, _, v, mp in self.overturned]
         return min(out) if out else None
 

@@ -18,9 +18,9 @@ from bench.report.frontier import over_size, peak_mib, size
 from bench.report.pages import fmt
 
 
-def _measured(sweep, s):
-    """The measured run of a search at its largest batch (a bench Config of the sweep), or None."""
-    key = s.bench_keys.get(s.largest)
+def _measured(sweep, s, batch="largest"):
+    """The measured run of a search at `batch`, by default its largest (a bench Config of the sweep), or None."""
+    key = s.bench_keys.get(s.largest if batch == "largest" else batch)
     return next((c for c in sweep.bench.get(s.workload, []) if c.key == key), None) if key else None
 
 
@@ -33,7 +33,9 @@ def _why_not(s) -> str:
         return f"{batch}: its trial fit (peak {size(s.peak_at(batch))}), its measured run did not ({_peak_over(s, v, peak)})"
     if v == fitting.OOM:
         return f"{batch}: out of memory"
-    return f"{batch}: peak {size(peak)}, over by {over_size(peak - s.budget_mib)}"
+    ran = s.measured_now(batch)
+    return (f"{batch}: peak {size(peak)}, over by {over_size(peak - s.budget_mib)}"
+            + (f"; its measured run: {_peak_over(s, ran[0], ran[1])}" if ran else ""))
 
 
 def _peak_over(s, verdict: str, peak) -> str:
@@ -42,10 +44,18 @@ def _peak_over(s, verdict: str, peak) -> str:
     return f"peak {size(peak)}, over by {over_size(peak - s.budget_mib)}" if peak > s.budget_mib else f"peak {size(peak)}, {verdict}"
 
 
-def _judged_before(s) -> list:
-    """Batches whose trial's stored verdict is 'fits' though its peak, by today's figure (bench.analysis.fit.device_peak),
-    is over the budget: a store written while fit judged trials by the allocator's peak reserved."""
-    return [b for b, v, p, _ in s.trials if v == fitting.FITS and p is not None and p > s.budget_mib]
+def _ran_over(sweep, s) -> str:
+    """A batch measured and over the budget whose trial, by today's rule, did not fit either (a store judged by an
+    older figure): said as such, with the largest batch within the budget, so the page never calls it fitting (the
+    H200 fit said 'DDP x1 fits 14' beside '17.56 GiB (over)' and 'nothing fits the budget')."""
+    b, peak = s.ran_over[-1]
+    c = _measured(sweep, s, b)
+    speed = f" ({c.samples_per_s:.1f} samples/s)" if c is not None and not math.isnan(c.samples_per_s) else ""
+    over = (f"over the {size(s.budget_mib)} budget by {over_size(peak - s.budget_mib)}"
+            if peak is not None and peak > s.budget_mib else "out of memory")
+    within = (f"largest within it: {s.largest}" + ("" if _measured(sweep, s) else " (by its trial; no measured run there)")
+              if s.largest is not None else "none verified within the budget")
+    return f"{s.name}: {b} ran{speed}, but {over}; {within}"
 
 
 def _overturned(ss: list) -> str:
@@ -83,10 +93,13 @@ def sentences(sweep) -> list:
     for (workload, recipe), ss in groups.items():
         u = "GPU" if ss[0].device_type == "cuda" else "process"
         fits = [s for s in ss if s.largest is not None]
-        parts = [f"{s.name} fits {s.largest}" for s in fits]
-        text = f"{workload} [{', '.join(recipe)}]: " + (", ".join(parts) + f" a {u}" if parts else "nothing fits")
-        none = [s.name for s in ss if s.largest is None and not s.overturned]
-        text += (f"; {', '.join(none)} fit{'s' if len(none) == 1 else ''} not even the smallest batch" if none and parts else "")
+        parts = [f"{s.name} fits {s.largest}" for s in fits if not s.ran_over]
+        said = [_ran_over(sweep, s) for s in ss if s.ran_over]
+        text = f"{workload} [{', '.join(recipe)}]: " + "; ".join(
+            ([", ".join(parts) + f" a {u}"] if parts else []) + said or ["nothing fits"])
+        none = [s.name for s in ss if s.largest is None and not s.overturned and not s.ran_over]
+        text += (f"; {', '.join(none)} fit{'s' if len(none) == 1 else ''} not even the smallest batch"
+                 if none and (parts or said) else "")
         ran = [(s, c) for s in fits for c in [_measured(sweep, s)] if c is not None and not math.isnan(c.samples_per_s)]
         lost = [(s, c) for s, c in ran if diverged(c)]  # it fit, but its speed there is no training's
         ran = [(s, c) for s, c in ran if not diverged(c)]
@@ -97,15 +110,9 @@ def sentences(sweep) -> list:
                      f"{runner.name} ({cb.samples_per_s:.1f} against {cr.samples_per_s:.1f} samples/s)")
         elif len(ran) == 1:
             text += f"; at its largest batch {ran[0][0].name} trains {ran[0][1].samples_per_s:.1f} samples/s"
-        over = [(s, peak_mib(c)) for s, c in ran if peak_mib(c) is not None and peak_mib(c) > s.budget_mib]
         text += "".join(f"; at its largest batch {s.name} did not train ({stats.loss_words(c.loss_not_finite, verdict=False)})"
                         for s, c in lost)
         text += _overturned(ss)
-        if over:  # a store written before fit stepped down from a measured run over the budget
-            text += ("; in the longer measured run " + ", ".join(f"{s.name} peaked {size(p)}, over the budget by "
-                                                            f"{over_size(p - s.budget_mib)}" for s, p in over)
-                     + (_heap_grows([(s.name, s.largest, s.peak_at(s.largest), p) for s, p in over])
-                        if ss[0].device_type == "cpu" else ""))
         out.append(text + ".")
     return out
 
@@ -130,9 +137,11 @@ def blocks(sweep) -> list:
         c = _measured(sweep, s)
         tokens = c.tokens_per_s_per_device if c is not None and c.tokens_per_sample else math.nan
         measured_peak = peak_mib(c) if c is not None else None
-        rows.append([s.workload, s.label, str(s.largest) if s.largest is not None else "none",
-                     size(s.peak_at(s.largest)) + (" (over)" if s.largest in _judged_before(s) else ""), _why_not(s),
-                     size(measured_peak) + (" (over)" if measured_peak and measured_peak > s.budget_mib else ""),
+        largest = (str(s.largest) + ("" if c is not None else " (by its trial; not measured)") if s.largest is not None
+                   else "none within the budget")
+        rows.append([s.workload, s.label, largest, size(s.peak_at(s.largest)), _why_not(s),
+                     size(measured_peak) if c is not None else "; ".join(
+                         f"at {b}: {size(p)} (over)" for b, p in s.ran_over) or "–",
                      fmt(c.samples_per_s) if c else "–",
                      fmt(tokens, ".0f") if not math.isnan(tokens) else "–", str(len(s.trials))])
     u = "GPU" if sweep.fit[0].device_type == "cuda" else "process"
@@ -149,12 +158,12 @@ def blocks(sweep) -> list:
          ("table", ["workload", "configuration", f"largest batch per {u}", "its peak in the trial", "smallest that did not fit",
                     "peak in the measured run", "samples/s at the largest", f"tokens/s per {u}", "trials"], rows)]
     b += [("p", t) for t in sentences(sweep)]
-    before = [f"{s.name} at {', '.join(str(x) for x in _judged_before(s))}" for s in sweep.fit if _judged_before(s)]
+    before = [f"{s.name} at {', '.join(str(x) for x in s.restated)}" for s in sweep.fit if s.restated]
     if before:
-        b.append(("p", f"Trials stored as fitting whose peak by today's figure is over the budget: {'; '.join(before)}. "
-                       "Verdicts are read back as stored, and these were judged when they ran by an older figure (the "
-                       "allocator's peak reserved, without the CUDA context and NCCL's buffers); by today's rule they do "
-                       "not fit, and a fit run again answers a smaller batch."))
+        b.append(("p", f"Stored as fitting, but over the budget by today's figure: {'; '.join(before)}. These verdicts "
+                       "were judged when they ran by an older figure (the allocator's peak reserved, without the CUDA "
+                       "context and NCCL's buffers); by today's rule they do not fit, and this page counts them as over "
+                       "the budget throughout."))
     errors = [(s, t) for s in sweep.fit for t in s.errors]
     if errors:
         b.append(("p", "Trials that failed for another reason than memory (their search stopped there): "

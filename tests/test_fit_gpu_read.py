@@ -1,0 +1,45 @@
+"""What a GPU user reading the committed H200/H100 examples met (trial A, /tmp/trialA findings 1, 2, 8, 13, 14), each
+held by a stand-in sweep built here: no GPU needed."""
+from types import SimpleNamespace
+
+from bench.analysis import fit
+
+
+def _h200_fit_search(name="DDP x1", measured_peak=17978.16):
+    """The H200 transformer fit (sweep 4 of examples/h200-2026-11-27/gpu.sqlite) as read back: trials stored as fitting
+    to 14 by the allocator's peak reserved, whose device level at 14 is 16.90 GiB in a 16 GiB budget, and a measured
+    run at 14 stored as fitting that peaked 17.56 GiB."""
+    key = f"bench/{name}/b14"
+    return fit.Search("k" + name, "transformer", "ddp", "cuda", 1, name, f"{name} [bf16, adamw]", ("bf16", "adamw"),
+                      16384.0, trials=[(8, fit.FITS, 11972.4, ""), (12, fit.FITS, 15266.25, ""),
+                                       (14, fit.FITS, 17306.16, ""), (15, fit.OVER, 18372.1, "")],
+                      bench_keys={14: key, 12: f"bench/{name}/b12"}, measured={14: (fit.FITS, measured_peak)}), key
+
+
+def test_a_batch_over_the_budget_is_never_the_largest_that_fits_and_is_said_as_over():
+    from bench.report import fit as fit_report
+    s, key = _h200_fit_search()
+    assert s.largest == 12 and s.restated == [14] and s.ran_over == [(14, 17978.16)]
+    c = SimpleNamespace(key=key, samples_per_s=226.8, tokens_per_sample=1024, tokens_per_s_per_device=232239.0,
+                        device_type="cuda", device_mib={"cuda:0": 17978.16}, run_device_mib={}, reserved_mib={},
+                        memory_mib={}, loss_not_finite=0)
+    sweep = SimpleNamespace(fit=[s], bench={"transformer": [c]})
+    blocks = fit_report.blocks(sweep)
+    [row] = next(b for b in blocks if b[0] == "table")[2]
+    assert row[2] == "12 (by its trial; not measured)" and row[3] == "14.91 GiB", row
+    assert row[5] == "at 14: 17.56 GiB (over)" and row[6] == "–", row
+    text = " ".join(b[1] for b in blocks if b[0] == "p")
+    assert "fits 14" not in text and "(over)" not in row[3], text
+    assert ("DDP x1: 14 ran (226.8 samples/s), but over the 16.00 GiB budget by 1.56 GiB; largest within it: 12 "
+            "(by its trial; no measured run there)") in text, text
+    assert "by today's rule they do not fit" in text
+
+
+def test_nothing_within_the_budget_reads_none_verified():
+    from bench.report import fit as fit_report
+    s, _ = _h200_fit_search()
+    s.trials = [t for t in s.trials if t[0] >= 14]
+    sweep = SimpleNamespace(fit=[s], bench={})
+    assert s.largest is None
+    text = " ".join(b[1] for b in fit_report.blocks(sweep) if b[0] == "p")
+    assert "DDP x1: 14 ran, but over the 16.00 GiB budget by 1.56 GiB; none verified within the budget" in text, text
