@@ -43,3 +43,21 @@ def test_nothing_within_the_budget_reads_none_verified():
     assert s.largest is None
     text = " ".join(b[1] for b in fit_report.blocks(sweep) if b[0] == "p")
     assert "DDP x1: 14 ran, but over the 16.00 GiB budget by 1.56 GiB; none verified within the budget" in text, text
+
+
+def test_one_shard_group_quotes_no_figure_of_another_run():
+    # Every H200 report said HSDP at one shard group was "not FSDP (one H100 stepped 53% slower than fsdp)": a constant
+    # from examples/h100-2026-11-24, beside this sweep's own HSDP x1 9% slower (transformer-sharded) and HSDP x2 2.4x
+    # faster (rehearsal) than FSDP at the same count.
+    from bench.config import SweepConfig
+    from bench.rank import fsdp
+    from bench.report import training_state
+    from bench.shared.spec import ONE_SHARD_GROUP
+    from bench.sweep import settings
+    c = SimpleNamespace(strategy="hsdp", options={"shard_size": 1}, device_count=1, label="HSDP x1 [bf16, adamw]")
+    said = [training_state.hsdp_mesh(c), fsdp.mesh_words(1, 1)["note"],
+            *settings.hsdp_lines(SweepConfig(strategies=("hsdp",), gpus=(1, 2)))]
+    for text in said:
+        assert "%" not in text and "H100" not in text, text
+        assert "all-reduces every gradient shard over a replicate group of one rank" in text and "not FSDP" in text, text
+    assert "H100" not in ONE_SHARD_GROUP

@@ -46,7 +46,7 @@ def test_a_stored_row_reads_the_same_variant_as_its_configuration(tmp_path):
 
 
 def test_the_training_state_says_what_one_shard_group_runs_once_for_all_hsdp_configurations(tmp_path):
-    # A CPU transformer report repeated the whole one-shard-group note (the H100's 53% in it) for each of four HSDP
+    # A CPU transformer report repeated the whole one-shard-group note (then with another run's 53%) for each of four HSDP
     # configurations on one line.
     from bench.report import training_state
     sw = build(str(tmp_path / "m.sqlite"), [(hsdp(1, 1), payload(1, 10.0)), (hsdp(2, 2), payload(2, 12.5)),
@@ -54,7 +54,7 @@ def test_the_training_state_says_what_one_shard_group_runs_once_for_all_hsdp_con
     for c in sw.bench["synthetic"]:   # the stand-in payload counts no state: the table is built from the meshes alone
         c.state_mib = {0: {"params_mib": 1.0}}
     line = next(b[1] for b in training_state.blocks("synthetic", sw.bench["synthetic"]) if b[0] == "p" and "mesh" in b[1])
-    assert line.count("all-reduces every gradient shard") == 1 and line.count("53%") == 1, line
+    assert line.count("all-reduces every gradient shard") == 1 and "%" not in line and "H100" not in line, line
     assert "HSDP x2: replicate 1 x shard 2 (one shard group, as above)" in line
     assert "HSDP x2 [fp32, shard_size=1]: replicate 2 x shard 1;" in line or line.endswith("replicate 2 x shard 1.")
 

@@ -17,10 +17,12 @@ STRATEGY_NAMES = {"single": "single device", "dp": "DataParallel", "ddp": "DDP",
 COMM_ROWS_FILE = "comm-rows.json"
 # HSDP whose one shard group holds every rank: FSDP's sharding, but on HSDP's 2-D mesh, so FSDP2 still all-reduces each
 # unit's reduced gradient shard over the replicate dimension (a group of one rank) on a stream of its own, every step
-# (torch's _fsdp_collectives.foreach_reduce: all_reduce_group is set for any HSDP mesh). Measured, not free: on one
-# H100 (examples/h100-2026-11-24), replicate 1 x shard 1 stepped 26.6 ms against FSDP's 17.4 ms (53% slower).
+# (torch's _fsdp_collectives.foreach_reduce: all_reduce_group is set for any HSDP mesh). What that costs is no constant:
+# one H100 (examples/h100-2026-11-24) stepped 53% slower than FSDP, one H200's transformer 13% (its median step), and
+# the H200 rehearsal's HSDP x2 on gloo ran 2.4x FSDP's throughput; the note once printed the H100's 53% in every report
+# (trial A, finding 2), so it carries no figure: a report gives its own sweep's HSDP beside FSDP at the same count.
 ONE_SHARD_GROUP = ("one shard group: FSDP's sharding on HSDP's 2-D mesh, which still all-reduces every gradient shard "
-                   "over a replicate group of one rank; not FSDP (one H100 stepped 53% slower than fsdp)")
+                   "over a replicate group of one rank; not FSDP: that all-reduce runs every step, on a stream of its own")
 
 
 def default_mesh(shard_size, devices_per_node: int) -> bool:

@@ -19,11 +19,7 @@ import re
 from typing import Optional
 
 from bench.config import ConfigError, SweepConfig
-from bench.shared.spec import DDP_BASED
-
-# What one shard group cost on another machine (bench.shared.spec.ONE_SHARD_GROUP's figure), quoted as that machine's.
-H100_EXAMPLE = "examples/h100-2026-11-24"
-H100_SLOWER = "replicate 1 x shard 1 stepped 53% slower than fsdp"
+from bench.shared.spec import DDP_BASED, ONE_SHARD_GROUP
 
 DDP_DEFAULTS = {"bucket_cap_mb": None, "gradient_as_bucket_view": False, "static_graph": False, "sync_buffers": True,
                 "comm_hook": "none", "find_unused_parameters": False}
@@ -99,8 +95,8 @@ def check_torch(cfg: SweepConfig, version: Optional[str] = None) -> None:
 
 def hsdp_lines(cfg: SweepConfig) -> list:
     """'hsdp mesh: x1 replicate 1 x shard 1 (one shard group: ...), x4 replicate 2 x shard 2' for the sweep's start:
-    what one shard group still runs said at the first count that has one, 'as at x1' at the others. The H100's 53% is
-    named as that machine's measurement (a CPU sweep's header quoted it as a fact of its own, once per count)."""
+    what one shard group still runs said at the first count that has one, 'as at x1' at the others. No figure: another
+    machine's (one H100's 53% slower than FSDP) was quoted in every sweep's header, and the sweep has none yet."""
     if "hsdp" not in cfg.strategies:
         return []
     parts, first = [], None
@@ -109,9 +105,7 @@ def hsdp_lines(cfg: SweepConfig) -> list:
             note = ""
             if n == shard:
                 note = (f" (one shard group, as at x{first})" if first else
-                        " (one shard group: FSDP's sharding on HSDP's 2-D mesh, which still all-reduces every gradient "
-                        "shard over a replicate group of one rank; not FSDP: on another machine, the H100 example "
-                        f"{H100_EXAMPLE}, {H100_SLOWER}; HSDP replicates across groups, e.g. nodes)")
+                        f" ({ONE_SHARD_GROUP}; HSDP replicates across groups, e.g. nodes)")
                 first = first or n
             parts.append(f"x{n} replicate {n // shard} x shard {shard}{note}")
     how = "as --hsdp-shard-size gave it" if cfg.hsdp_shard_size else "one node's devices, the default; --hsdp-shard-size sets it"
