@@ -20,19 +20,19 @@ from __future__ import annotations
 import json
 import math
 import shlex
-from typing import Optional
 
 from bench import stats, sweepfile
 from bench.config import DEFAULT_STRATEGIES, ConfigError
 from bench.report import traces as trace_report
 from bench.report import utilisation as utilisation_report
 from bench.report.fit import over_budget
-from bench.report.frontier import names, peak_mib, per_device_batch
+from bench.report.frontier import names, peak_mib, peak_source, per_device_batch
 from bench.report.pages import slower_words
 from bench.report.bound import bound
 from bench.report.choice import (LEAD_FLOOR, _label, _margin_note, _noise_words, _tie_sentence, apart, by_floor,
                                   choose, floor_words)
 from bench.report.plots import where
+from bench.shared import rehearsal
 from bench.analysis.results import Sweep, diverged
 
 EFFICIENCY_FLOOR = 0.75      # scaling "stops paying" below 75% efficiency
@@ -152,9 +152,11 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
     lagging = _straggler_sentence(cs, best, workload, name)
     if lagging and not kind.startswith("straggler"):
         out.append(lagging)
-    beside = _fsdp_beside_ddp(sweep, cs, best, u, name)
+    beside, qualified = _fsdp_beside_ddp(sweep, cs, best, u, name)
     if beside:
         out.append(beside if sweep.fit else f"{beside} {where(workload, 'memory')}.")
+    if qualified:
+        out.append(qualified)
     eff = stats.shown_efficiency(best.efficiency, best.efficiency_noise, best.device_count).text() if many and not math.isnan(best.efficiency) else "–"
     if tie is not None:
         margin = (f"{'tie: ' if tie.within else ''}{name(fastest)} {tie.gap:.0%} faster ({_margin_note(tie)})")
@@ -172,25 +174,29 @@ def _recipe(c) -> tuple:
             c.compiled, c.aux)
 
 
-def _fsdp_beside_ddp(sweep: Sweep, cs: list, best, u: str, name) -> Optional[str]:
-    """'FSDP holds 41% less memory per GPU and is 7% slower than DDP at 2 GPUs': like for like (`_recipe`), at the
-    largest count with such a pair, the recommended configuration's recipe first, else the one with the fastest DDP;
-    None where no pair is alike (a fit report set FSDP at batch 4, over the budget, against DDP at batch 3, and read
-    '19% slower' beside fit's own '1.48x'). A fit sweep compares each at its own largest batch: that sentence is fit's."""
+def _fsdp_beside_ddp(sweep: Sweep, cs: list, best, u: str, name) -> tuple:
+    """('FSDP holds 41% less memory per GPU and is 7% slower than DDP at 2 GPUs', what qualifies it): like for like
+    (`_recipe`), at the largest count with such a pair, the recommended configuration's recipe first, else the one with
+    the fastest DDP; (None, None) where no pair is alike (a fit report set FSDP at batch 4, over the budget, against DDP
+    at batch 3, and read '19% slower' beside fit's own '1.48x'). A fit sweep compares each at its own largest batch:
+    that sentence is fit's. The qualifier: a speed gap the noise does not resolve, flagged as the lead column flags it
+    (an H100 page read '39% slower' flatly between two unstable processes); which memory figure (`_memory_figure`);
+    at one device that sharding cannot show (DDP's 6% more there is its buckets)."""
     if sweep.fit:
         return ("FSDP beside DDP: in the largest batch that fits below, each at its own largest batch."
-                if any(c.strategy == "fsdp" for c in cs) and any(c.strategy == "ddp" for c in cs) else None)
+                if any(c.strategy == "fsdp" for c in cs) and any(c.strategy == "ddp" for c in cs) else None), None
     pairs = {}
     for c in cs:
         if c.strategy in ("fsdp", "ddp"):
             pairs.setdefault(_recipe(c), {}).setdefault(c.strategy, []).append(c)
     alike = [(r, p) for r, p in pairs.items() if len(p) == 2]
     if not alike:
-        return None
+        return None, None
     r, p = max(alike, key=lambda rp: (rp[0][0], rp[0] == _recipe(best), max(c.samples_per_s for c in rp[1]["ddp"])))
     f, d = (max(p[k], key=lambda c: c.samples_per_s) for k in ("fsdp", "ddp"))
     word, n = ("GPU" if u == "GPUs" else "process"), r[0]
-    fm, dm = peak_mib(f), peak_mib(d)  # the budget table's figure (CUDA: the device level)
+    fm, dm, figure = _memory_figure(f, d)
+    word = "rank" if figure.startswith(SHARED_FIGURE) else word
     mem = ("memory not recorded" if not (fm and dm) else
            f"holds as much memory per {word} (less than 1% apart)" if abs(fm / dm - 1) < 0.005 else
            f"holds {1 - fm / dm:.0%} less memory per {word}" if fm < dm else f"holds {fm / dm - 1:.0%} more memory per {word}")
@@ -205,7 +211,33 @@ def _fsdp_beside_ddp(sweep: Sweep, cs: list, best, u: str, name) -> Optional[str
     speed = f.samples_per_s / d.samples_per_s
     fast = (f"as fast as {other} (less than 1% apart)" if abs(1 - speed) < 0.005
             else f"{abs(1 - speed):.0%} {'slower' if speed < 1 else 'faster'} than {other}")
-    return f"{them} {mem} and is {fast}"
+    told = apart(*sorted((f, d), key=lambda c: -c.samples_per_s), name)
+    flag = (f"{them}'s {abs(1 - speed):.0%} against {'DDP' if them == 'FSDP' else name(d)} is {_margin_note(told)}. "
+            if told.within is None and abs(1 - speed) >= 0.005 else "")   # as the lead column flags such a pair
+    one = (f"; at 1 {word} FSDP has nothing to shard across, so its sharding shows only at 2 or more "
+           f"{'ranks' if word == 'rank' else u}" if n == 1 else "")
+    return f"{them} {mem} and is {fast}", f"{flag}Memory there: {figure}{one}."
+
+
+SHARED_FIGURE = "the peak allocated per rank"
+
+
+def _memory_figure(f, d) -> tuple:
+    """(FSDP's MiB, DDP's MiB, which figure): the memory budget table's (on CUDA the device level), but where the
+    ranks share one GPU (a rehearsal) the allocator's peak per rank, since that GPU's device level counts every rank's
+    CUDA context: an H100 rehearsal read 'FSDP holds 29% more memory per GPU' (2582 against 2000 MiB) beside 117
+    against 163 MiB allocated and 60% less training state."""
+    if rehearsal.shares(f.options) or rehearsal.shares(d.options):
+        fm, dm = (max(c.memory_mib.values()) if c.memory_mib else None for c in (f, d))
+        return fm, dm, (f"{SHARED_FIGURE}, since the ranks share one GPU, whose device level counts every rank's "
+                        f"CUDA context")
+    src = {peak_source(f), peak_source(d)}
+    what = FIGURE_WORDS.get(src.pop(), "") if len(src) == 1 else ""
+    return peak_mib(f), peak_mib(d), (f"{what}, the memory budget's figure" if what
+                                      else f"FSDP's {peak_source(f)} against DDP's {peak_source(d)}")
+
+
+FIGURE_WORDS = {"device level": "the device level", "reserved": "the allocator's peak reserved", "RSS": "the peak RSS"}
 
 
 DP_LEFT_OUT = ("DataParallel is not in this CPU sweep: without a GPU nn.DataParallel has no device to replicate to "
