@@ -88,7 +88,7 @@ def rows_with(share: float, n: int = 50, reasons: int = POWER_CAP) -> list:
     k = round(share * n)
     return [{"rank": 0, "device": "cuda:0", "sample": i, "t_ms": 50.0 * i, "sm_clock_max_mhz": 1980, "power_limit_w": 700,
              "temperature_c": 70 + (i % 3), "sm_clock_mhz": 1410 if i >= n - k else 1980,
-             "power_w": 700 if i >= n - k else 600, "reasons": reasons if i >= n - k else 0} for i in range(n)]
+             "power_w": (700 if i >= n - k else 600) + i % 3, "reasons": reasons if i >= n - k else 0} for i in range(n)]
 
 
 def test_a_reason_held_for_a_sliver_of_the_window_or_one_the_user_set_is_not_throttling():
@@ -117,7 +117,8 @@ def test_the_report_flags_a_configuration_that_throttled_with_its_reason(tmp_pat
     assert re.search(r"\| DDP \| fp32 \| 2 \|.*\| " + re.escape(words) + r" \|", table)
     assert re.search(r"\| single device \| fp32 \| 1 \|.*\| no \|", table)
     assert "### synthetic: the GPU's state in the measured window" in md
-    assert "| DDP x2 | fp32 | 1980 of 1980 MHz | 600 of 700 | 72 | power cap on rank 0 (cuda:0)" in md
+    # power: the readings from 1 s into each window (NVML's one-second average), both GPUs' together
+    assert "| DDP x2 | fp32 | 1980 of 1980 MHz | 602 of 700 | 72 | power cap on rank 0 (cuda:0)" in md
     assert "held one GPU's clock for 5% of its window or more, judged per GPU" in md
 
 

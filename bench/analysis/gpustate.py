@@ -6,14 +6,26 @@ throttle reason with the share of the window it held the clock down.
     state.throttled                  # a throttle reason held one GPU for at least THROTTLED_SHARE of its window
     state.words()                    # 'power cap on rank 3 (cuda:3), 1 of 8 GPUs: SM clock 1410 of 1980 MHz for 30%
                                      #  of the window' (one GPU: 'power cap: SM clock ...')
+    state.too_few                    # no throttle seen, but a GPU gave too few samples to see one (MIN_SAMPLES)
+    state.power_text()               # '548 of 700', or 'not updated in the window (75 ms)'
 
 A throttle is judged per GPU (rank and device; its repeats pooled, the sampler spaces samples evenly in time, so a share
 of samples is a share of the window) and flagged on the GPU it held longest: a DDP step runs at its slowest GPU's pace,
 and one GPU capped for 30% of the window would pool with seven free ones to 3.75%, under the threshold. The clock,
 power and temperature columns summarise the configuration, every GPU's samples together.
+
+A "no" needs samples enough to see a throttle: one sample of N is 1/N of the window, so a GPU sampled fewer than
+MIN_SAMPLES times (20: one sample is THROTTLED_SHARE) cannot show a reason held for 5% of it, and says "too few samples"
+instead (a self-check's 75 ms windows gave 2-4 samples, and read "no"). Power is NVML's nvmlDeviceGetPowerUsage, which
+on Ampere and newer GPUs (GA100 aside) is the average over the last second, refreshed about every 100 ms: a reading
+less than POWER_AVERAGE_S into a window averages in the draw from before it, and a window whose readings never change
+was not updated at all (a self-check's 43-150 ms windows on an H100 read 123 W, the idle draw, where DeepLabV3's read
+510-574 W). So power counts only from POWER_AVERAGE_S into windows whose readings changed, and where fewer than
+MIN_POWER_READINGS such readings remain it is not given (None: "not updated in the window").
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -21,6 +33,9 @@ from bench import stats
 from bench.machine.gpustate import REASONS, THROTTLE
 
 THROTTLED_SHARE = 0.05      # a reason that held one GPU's clock down for 5% of its window or more flags the config
+MIN_SAMPLES = math.ceil(1 / THROTTLED_SHARE)   # 20: fewer samples of a GPU and one of them is over THROTTLED_SHARE
+POWER_AVERAGE_S = 1.0       # NVML's power reading averages the last second (Ampere and newer, GA100 aside)
+MIN_POWER_READINGS = 5      # readings past POWER_AVERAGE_S into changing windows, fewer: power not given
 
 
 @dataclass(frozen=True)
@@ -37,15 +52,35 @@ class GpuState:
     samples: int
     sm_clock_mhz: float          # median over the window
     sm_clock_max_mhz: Optional[float]
-    power_w: float               # median
+    power_w: Optional[float]     # median of the readings past POWER_AVERAGE_S into windows that changed; None: none
     power_limit_w: Optional[float]
     temperature_max_c: float
     throttles: tuple = field(default_factory=tuple)   # Throttle per reason seen, the largest share first
     gpus: int = 1                # GPUs sampled (rank, device)
+    fewest: int = 0              # samples of the GPU sampled least (its repeats pooled)
+    window_ms: float = math.nan  # the longest measured window sampled (first to last sample)
 
     @property
     def throttled(self) -> bool:
         return any(t.share >= THROTTLED_SHARE for t in self.throttles)
+
+    @property
+    def too_few(self) -> bool:
+        """No throttle seen, but a GPU was sampled too few times to see one held for THROTTLED_SHARE of its window."""
+        return not self.throttled and self.fewest < MIN_SAMPLES
+
+    def verdict(self) -> str:
+        """The throttled column: the reasons (words()), 'too few samples (N)' or 'no'."""
+        if self.throttled:
+            return self.words()
+        return f"too few samples ({self.fewest})" if self.too_few else "no"
+
+    def power_text(self) -> str:
+        """'548 of 700' (median of the limit, W), or 'not updated in the window (75 ms)' where NVML's reading did not
+        follow the window (too short for its one-second average, or never refreshed)."""
+        if self.power_w is None:
+            return "not updated in the window" + (f" ({self.window_ms:.0f} ms)" if not math.isnan(self.window_ms) else "")
+        return f"{self.power_w:.0f}" + (f" of {self.power_limit_w:.0f}" if self.power_limit_w else "")
 
     def words(self) -> str:
         """Each throttle reason that held a GPU for THROTTLED_SHARE of its window or more, the GPU it held longest
@@ -86,6 +121,32 @@ def _throttle(name: str, bit: int, by_gpu: dict) -> Optional[Throttle]:
                     sum(s >= THROTTLED_SHARE for s, _ in shares.values()))
 
 
+def _windows(rows: list) -> dict:
+    """(result, rank, device) -> that GPU's samples in one measured window (one repeat), in order."""
+    out: dict = {}
+    for r in rows:
+        out.setdefault((r.get("result_id"), r.get("rank"), r.get("device")), []).append(r)
+    return {k: sorted(v, key=lambda r: r.get("t_ms") or 0.0) for k, v in out.items()}
+
+
+def _span_ms(window: list) -> float:
+    ts = [r["t_ms"] for r in window if r.get("t_ms") is not None]
+    return max(ts) - min(ts) if ts else math.nan
+
+
+def _power(windows: dict) -> Optional[float]:
+    """The median power over the readings that average the window's own work: POWER_AVERAGE_S or more into a window
+    whose readings changed; None with fewer than MIN_POWER_READINGS of them."""
+    readings = []
+    for w in windows.values():
+        values = [r["power_w"] for r in w if r.get("power_w") is not None]
+        if len(set(values)) < 2:   # never refreshed in the window: the reading from before it
+            continue
+        readings += [r["power_w"] for r in w if r.get("power_w") is not None and r.get("t_ms") is not None
+                     and r["t_ms"] >= POWER_AVERAGE_S * 1e3]
+    return stats.median(readings) if len(readings) >= MIN_POWER_READINGS else None
+
+
 def summarise(rows: list) -> Optional[GpuState]:
     """The state over every stored sample of a configuration (any ranks, devices, repeats), throttles judged per GPU;
     None without any."""
@@ -101,7 +162,10 @@ def summarise(rows: list) -> Optional[GpuState]:
     def top(key):
         vals = [r[key] for r in rows if r.get(key) is not None]
         return max(vals) if vals else None
+    windows = _windows(rows)
+    spans = [s for s in map(_span_ms, windows.values()) if not math.isnan(s)]
     return GpuState(samples=len(rows), sm_clock_mhz=stats.median(r.get("sm_clock_mhz") for r in rows),
-                    sm_clock_max_mhz=top("sm_clock_max_mhz"), power_w=stats.median(r.get("power_w") for r in rows),
+                    sm_clock_max_mhz=top("sm_clock_max_mhz"), power_w=_power(windows),
                     power_limit_w=top("power_limit_w"), temperature_max_c=top("temperature_c") or float("nan"),
-                    throttles=tuple(sorted(throttles, key=lambda t: -t.share)), gpus=len(by_gpu))
+                    throttles=tuple(sorted(throttles, key=lambda t: -t.share)), gpus=len(by_gpu),
+                    fewest=min(len(v) for v in by_gpu.values()), window_ms=max(spans) if spans else math.nan)

@@ -13,7 +13,7 @@ import math
 import os
 
 from bench.analysis import utilisation
-from bench.analysis.gpustate import THROTTLED_SHARE
+from bench.analysis.gpustate import MIN_POWER_READINGS, MIN_SAMPLES, POWER_AVERAGE_S, THROTTLED_SHARE
 from bench.analysis.utilisation import Utilisation
 from bench.machine.gpustate import INTERVAL_S
 
@@ -27,9 +27,11 @@ def _u(c) -> Utilisation:
 
 
 def throttle_cell(c) -> str:
+    """The reasons it throttled, 'too few samples (N)' where a GPU was sampled too few times to see a throttle, else
+    'no' (bench.analysis.gpustate.GpuState.verdict)."""
     if c.gpu is None:
         return "not sampled"
-    return c.gpu.words() if c.gpu.throttled else "no"
+    return c.gpu.verdict()
 
 
 def cells(c) -> list:
@@ -80,16 +82,30 @@ def blocks(workload: str, configs: list) -> list:
         out.append(("h", 3, f"{workload}: the GPU's state in the measured window"))
         out.append(("table", ["configuration", "precision / settings", "SM clock (median of max)",
                               "power W (median of limit)", "hottest °C", "throttled", "samples"],
-                    [[c.label, c.variant, c.gpu.clock_text(),
-                      f"{c.gpu.power_w:.0f}" + (f" of {c.gpu.power_limit_w:.0f}" if c.gpu.power_limit_w else ""),
+                    [[c.label, c.variant, c.gpu.clock_text(), c.gpu.power_text(),
                       f"{c.gpu.temperature_max_c:.0f}", throttle_cell(c), str(c.gpu.samples)] for c in sampled]))
         out.append(("p", f"Sampled from NVML every {INTERVAL_S * 1e3:.0f} ms by a thread beside the measured window (it "
                          "touches no CUDA stream), every rank's GPUs. Throttled: a throttle reason (power cap, thermal or "
                          "hardware slowdown, power brake, sync boost, board limit) held one GPU's clock for "
                          f"{THROTTLED_SHARE:.0%} of its window or more, judged per GPU and named by its rank and "
                          "device (a step runs at its slowest GPU's pace); clock, power and temperature: all GPUs "
-                         "together."))
+                         "together. " + _power_sentence()
+                         + (_too_few_sentence() if any(c.gpu.too_few for c in sampled) else "")))
     return out
+
+
+def _power_sentence() -> str:
+    """Why power counts only from a second into a window: NVML's reading is a one-second average (a self-check's
+    75 ms windows on an H100 read 123 W, the idle draw from before them, beside DeepLabV3's 510-574 W)."""
+    return (f"Power: NVML's reading (nvmlDeviceGetPowerUsage) is the average over the last second on Ampere and newer "
+            f"GPUs, refreshed about every 100 ms, so it counts only from {POWER_AVERAGE_S:.0f} s into a window whose "
+            f"readings changed; with fewer than {MIN_POWER_READINGS} such readings it reads 'not updated in the window' "
+            "(the longest window given): a shorter window's reading is the draw from before it.")
+
+
+def _too_few_sentence() -> str:
+    return (f" Too few samples (N): a GPU sampled fewer than {MIN_SAMPLES} times (its repeats together) cannot show a "
+            f"reason held for {THROTTLED_SHARE:.0%} of its window (one sample is more than that), so no 'no' is given.")
 
 
 def clause(c) -> str:
