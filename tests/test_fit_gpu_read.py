@@ -61,3 +61,34 @@ def test_one_shard_group_quotes_no_figure_of_another_run():
         assert "%" not in text and "H100" not in text, text
         assert "all-reduces every gradient shard over a replicate group of one rank" in text and "not FSDP" in text, text
     assert "H100" not in ONE_SHARD_GROUP
+
+
+def _levers_sweep(tmp_path, full_steps_ms: list):
+    from bench.analysis.results import load
+    from bench.shared.spec import RunSpec
+    from bench.store import store
+    from bench.sweep import record
+    from report_fixtures import measured
+    conn = store.connect(str(tmp_path / "s.sqlite"))
+    sid = store.begin_sweep(conn, "cmd", "{}", None)
+    base = dict(workload="transformer", device_type="cpu", device_count=2, per_device_batch=8, global_batch=16,
+                image_size=0, steps=8, warmup=1, threads=1, seed=0, scaling="weak")
+    for ac, step_ms, rss in (("none", [100.0] * 8, 1500.0), ("full", full_steps_ms, 1000.0)):
+        s = RunSpec(strategy="ddp", activation_checkpointing=ac, **base)
+        record.record_result(conn, sid, None, s, "ok", payload={**measured(2, step_ms, 8),
+                             "memory": [{"rank": r, "device": "cpu", "peak_rss_mib": rss} for r in range(2)]})
+    return load(conn, sid)
+
+
+def test_a_levers_ratio_from_an_unstable_process_is_flagged_not_resolved(tmp_path):
+    # One H100 read activation checkpointing at 1.51x, 1.80x and 1.90x as long on three near-identical setups, each ratio
+    # from one process whose steps spread 19-34% of their median, with no flag beside them.
+    from bench.report import levers
+    shaky = levers.blocks(_levers_sweep(tmp_path, [100.0, 100.0, 160.0, 160.0, 100.0, 160.0, 100.0, 160.0]))
+    [row] = next(b for b in shaky if b[0] == "table")[2]
+    assert row[6].startswith("not resolved (") and row[7].startswith("unstable, one process (IQR: with "), row
+    text = [b[1] for b in shaky if b[0] == "p"][-1]
+    assert ", not resolved: DDP x2 [fp32, ac=full] ran one process whose steps spread" in text, text
+    steady = levers.blocks(_levers_sweep(tmp_path / "b", [125.0] * 8))
+    [row] = next(b for b in steady if b[0] == "table")[2]
+    assert row[6:] == ["1.25x", "stable"], row

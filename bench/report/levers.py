@@ -7,12 +7,16 @@ Levers: activation checkpointing (--activation-checkpointing: memory for recompu
 (--fsdp-offload cpu: GPU memory for host copies and a CPU optimizer step) and DDP's find_unused_parameters
 (--find-unused-parameters true: a graph traversal each step, for models that need it; where none needs it, its cost).
 Peak memory per device as the fastest-that-fits table takes it (bench.report.frontier.peak_mib); the time as the
-ratio of throughputs (samples/s over the measured windows: the step time's inverse).
+ratio of throughputs (samples/s over the measured windows: the step time's inverse), 'not resolved' where either side
+ran one process whose steps were unstable (bench.report.choice.unsteady): on one H100 the same lever read 1.51x, 1.80x
+and 1.90x on three near-identical setups, each from one process whose steps spread 19-34% of their median, a spread
+that was their noise, not the strategies'.
 """
 from __future__ import annotations
 
 import math
 
+from bench.report.choice import unsteady, unsteady_words
 from bench.report.frontier import peak_mib, size
 
 LEVERS = (("activation_checkpointing", "activation checkpointing"), ("offload", "CPU offload"),
@@ -45,6 +49,13 @@ def pairs(configs: list) -> list:
     return out
 
 
+def stability(on, off) -> str:
+    """The table's stability cell: 'stable', or which side ran one unstable process and its spread (IQR / median)."""
+    shaky = [f"{side} {c.summary.iqr_ms / c.summary.median_ms:.0%}" for side, c in (("with", on), ("without", off))
+             if unsteady(c)]
+    return "stable" if not shaky else f"unstable, one process (IQR: {', '.join(shaky)})"
+
+
 def blocks(sweep) -> list:
     rows, sentences = [], []
     for workload, configs in sweep.bench.items():
@@ -54,16 +65,20 @@ def blocks(sweep) -> list:
             slower = off.samples_per_s / on.samples_per_s
             u = "GPU" if on.device_type == "cuda" else "process"
             shown = "–" if math.isnan(saved) else f"{saved:.0%}" if saved >= 0 else f"none ({-saved:.0%} more)"
-            rows.append([workload, what, off.label, size(p_off), size(p_on), shown, f"{slower:.2f}x"])
+            shaky = unsteady_words([on, off])
+            ratio = f"{slower:.2f}x" if not shaky else f"not resolved ({slower:.2f}x)"
+            rows.append([workload, what, off.label, size(p_off), size(p_on), shown, ratio, stability(on, off)])
             mem = ("" if math.isnan(saved) else
                    f"{'saves' if saved >= 0 else 'costs'} {size(abs(p_off - p_on))} of peak memory per {u} "
                    f"({size(p_off)} to {size(p_on)}, {abs(saved):.0%})")
-            sentences.append(f"{workload}, {off.label}: {what} {mem}{' and ' if mem else ''}makes a step {slower:.2f}x as long "
-                             f"({off.samples_per_s:.1f} to {on.samples_per_s:.1f} samples/s).")
+            sentences.append(f"{workload}, {off.label}: {what} {mem}{' and ' if mem else ''}makes a step {slower:.2f}x as "
+                             f"long ({off.samples_per_s:.1f} to {on.samples_per_s:.1f} samples/s)"
+                             + (f", not resolved: {shaky}, and the ratio may be no more than that spread" if shaky else "") + ".")
     if not rows:
         return []
     return [("h", 3, "What the memory levers saved and cost"),
             ("p", "Each configuration with a lever on beside the same configuration without it, measured in this sweep. "
-                  "Peak memory per device as in the table above; step time as the ratio of throughputs."),
+                  "Peak memory per device as in the table above; step time as the ratio of throughputs, 'not resolved' "
+                  "where either side ran one process whose steps were unstable (their spread may be all the ratio says)."),
             ("table", ["workload", "lever", "configuration", "peak without", "peak with", "memory saved",
-                       "step time with / without"], rows)] + [("p", s) for s in sentences]
+                       "step time with / without", "stability"], rows)] + [("p", s) for s in sentences]
