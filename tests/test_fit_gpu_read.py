@@ -92,3 +92,13 @@ def test_a_levers_ratio_from_an_unstable_process_is_flagged_not_resolved(tmp_pat
     steady = levers.blocks(_levers_sweep(tmp_path / "b", [125.0] * 8))
     [row] = next(b for b in steady if b[0] == "table")[2]
     assert row[6:] == ["1.25x", "stable"], row
+
+
+def test_the_time_to_train_subtitle_names_compilation_only_where_a_configuration_compiled():
+    # deeplabv3_time_to_train.png of the H200 example read "warm-up and compilation included": nothing was compiled.
+    from bench.report import plots
+    bars = [("single device x1 [bf16]", 164.0), ("DDP x1 [bf16]", 170.0)]
+    plain = plots.time_to_train_figure(bars, "estimate", "deeplabv3", "x")
+    assert plain.axes[0].get_title() == "this run (estimate, warm-up included)"
+    compiled = plots.time_to_train_figure(bars, "estimate", "deeplabv3", "x", compiled=True)
+    assert compiled.axes[0].get_title() == "this run (estimate, warm-up and compilation included)"
