@@ -267,7 +267,7 @@ def blocks(configs: list, workload: str) -> list:
     for c in traced:
         b = busy(c)
         for rank, f in per_rank(c).items():
-            link = Link(os.path.basename(f["paths"][-1]), f["paths"][-1]) if f["paths"] else "; ".join(f["notes"]) or "–"
+            link = _trace_cell(f)
             read_from = ", ".join(READ_FROM.get(m, m) for m in f["methods"]) or "–"
             mine = {d: v for d, v in (b.devices if b else {}).items() if d in f["devices"]}
             gpu = ", ".join(f"{d} {v:.0%}" if len(mine) > 1 else f"{v:.0%}" for d, v in mine.items()) or "–"
@@ -302,7 +302,7 @@ def blocks(configs: list, workload: str) -> list:
     methods = {m for c in traced for t in c.traces for m in [t.get("method")] if m and t.get("span_ms") is not None}
     matches = {t["wait_match"] for c in traced for t in c.traces if t.get("wait_match")}
     paths = [t["path"] for c in traced for t in c.traces if t.get("path")]
-    folder = os.path.dirname(paths[-1]) if paths else "the traces folder beside the store"
+    folder = os.path.dirname(paths[-1]) if paths else None
     cost_s = sum(t.get("profile_s") or 0.0 for c in traced for t in c.traces)
     mb = sum((t.get("trace_bytes") or 0) / 1e6 for c in traced for t in c.traces)
     return [("h", 3, f"{workload}: profiler traces"),
@@ -318,7 +318,26 @@ def blocks(configs: list, workload: str) -> list:
                        "exposed communication", "copies", "idle", "comm overlapped", "waiting in collectives ms/step",
                        "trace MB", "MB/step", "profiling s", "trace"], rows),
             *[("p", line) for line in lines],
-            ("p", HOW_TO_OPEN.format(folder=folder))]
+            ("p", _how_to_open(folder))]
+
+
+def _trace_cell(f: dict):
+    """A link to the rank's trace where the file is there at render time; 'not kept' where the store names a file that
+    is not (a committed example's traces stayed on the machine that ran it, and its links led nowhere)."""
+    if not f["paths"]:
+        return "; ".join(f["notes"]) or "–"
+    path = f["paths"][-1]
+    return Link(os.path.basename(path), path) if os.path.isfile(path) else "not kept"
+
+
+def _how_to_open(folder: Optional[str]) -> str:
+    """How to open the traces, where their folder is there at render time; else that they were not kept."""
+    if folder and os.path.isdir(folder):
+        return HOW_TO_OPEN.format(folder=folder)
+    if folder:
+        return (f"The trace files were written to {folder} on the machine that ran the sweep and are not there now: the "
+                "figures above are read from the store.")
+    return "No trace file was written: the figures above are read from the store."
 
 
 def plot_paths(paths: dict, configs: list, workload: str, where: str, plots_dir: str) -> dict:
