@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.report import bound
+from bench.report import bound, recommend
 from test_kineto_traces import _kernel, _step, _write
 from conftest import example_stores
 from test_recommend import build, host_noise, payload, spec, text
@@ -78,3 +78,30 @@ def test_fsdp_beside_ddp_flags_a_speed_gap_the_noise_does_not_resolve_and_at_one
     t = text(told)
     assert "and is 39% slower than DDP at 2 GPUs" in t and "39% against DDP" not in t and "nothing to shard" not in t, t
     assert "Memory there: the device level, the memory budget's figure." in t
+
+
+def _unstable(pl: dict) -> dict:
+    """The payload's measured steps spread about their median: p10-p90 far past 10% of it (one unstable process)."""
+    rows = [dict(r, step_ms=r["step_ms"] * (0.7 + 0.08 * r["step"])) if r["kind"] == "measure" else r for r in pl["steps"]]
+    return {**pl, "steps": rows}
+
+
+def test_an_unstable_pick_that_stands_only_because_dataparallels_lead_is_not_resolved_is_no_answer(tmp_path):
+    # The H100 self-check in bf16: DDP x1 [bf16] (unstable, 2.3-3.8 ms) was "the" recommendation, its 3.2% "the" MFU,
+    # beside DataParallel x1 [bf16], steady and 69% faster: the rule keeps DataParallel out of an unresolved lead, but
+    # nothing showed DDP x1 was the answer.
+    sw = build(str(tmp_path / "s.sqlite"), [(spec("ddp", 1, "bf16"), _unstable(payload(1, 100.0))),
+                                            (spec("dp", 1, "bf16"), payload(1, 60.0))])
+    configs = sw.bench["synthetic"]
+    assert recommend.recommended(sw, configs, "bf16").strategy == "ddp"   # DataParallel only on a resolved lead
+    row, said = recommend.answer(sw, "synthetic", configs, "bf16")
+    assert row[2] == "not resolved: --repeats 3 (DDP x1 [bf16], unstable, or DataParallel x1 [bf16])", row
+    assert row[3] == row[9] == "–" and row[8].startswith("DataParallel x1 [bf16] 67% faster (not resolved:"), row
+    t = " ".join(said)
+    assert t.startswith("Not resolved: DDP x1 [bf16], ") and ", or DataParallel x1 [bf16], " in t, t
+    assert ("DDP x1 [bf16], the simpler, ran one unstable process, so neither is recommended until --repeats 3 tells "
+            "them apart") in t and "so DDP x1 [bf16] is recommended" not in t
+    steady = build(str(tmp_path / "t.sqlite"), [(spec("ddp", 1, "bf16"), payload(1, 100.0)),
+                                                (spec("dp", 1, "bf16"), payload(1, 60.0))])
+    row, said = recommend.answer(steady, "synthetic", steady.bench["synthetic"], "bf16")
+    assert row[2] == "DDP x1 [bf16]" and "so DDP x1 [bf16] is recommended" in " ".join(said)   # a steady pick stands

@@ -132,8 +132,24 @@ def tie_clause(pick, fastest, tie: Apart, name=_label) -> str:
     return f"{name(fastest)} is {faster} ({_margin_note(tie)}): {name(pick)} stands, {why}, as in the recommendation"
 
 
+def unresolved(pick, tie: Optional[Apart]) -> bool:
+    """Whether `choose`'s pick is no answer yet: it stands only because the fastest's lead is not resolved (DataParallel's
+    rule), and it ran one unstable process itself. An H100's DDP x1 [bf16] (2.3-3.8 ms p10-p90) was recommended over
+    DataParallel x1 [bf16], 69% faster and steady: the rule kept DataParallel out, but nothing showed DDP was the answer."""
+    return tie is not None and tie.within is None and unsteady(pick)
+
+
+def unresolved_cell(pick, fastest, name=_label) -> str:
+    """The summary's recommendation cell where `unresolved`: both candidates, and what tells them apart."""
+    return f"not resolved: --repeats 3 ({name(pick)}, unstable, or {name(fastest)})"
+
+
 def _tie_sentence(pick, fastest, tie: Apart, name=_label) -> str:
     faster = "as fast (less than 1% apart)" if tie.gap < 0.005 else f"{tie.gap:.0%} faster"
+    if unresolved(pick, tie):
+        return (f"{name(fastest)} is {faster}, a lead not resolved, and DataParallel is recommended only where it is "
+                f"strictly faster; {name(pick)}, the simpler, ran one unstable process, so neither is recommended until "
+                f"--repeats 3 tells them apart. Not resolved because {tie.why}.")
     if tie.within is None:   # DataParallel's lead not resolved (`choose`)
         held = tie.why if tie.why else f"the noise between processes is {tie.noise.words()}"
         cpu = " (on CPU it times single device again)" if fastest.device_type == "cpu" else ""

@@ -30,7 +30,7 @@ from bench.report.frontier import names, peak_mib, peak_source, per_device_batch
 from bench.report.pages import slower_words
 from bench.report.bound import bound
 from bench.report.choice import (LEAD_FLOOR, _label, _margin_note, _noise_words, _tie_sentence, apart, by_floor,
-                                  choose, floor_words)
+                                  choose, floor_words, unresolved, unresolved_cell)
 from bench.report.plots import where
 from bench.shared import rehearsal
 from bench.analysis.results import Sweep, diverged
@@ -91,10 +91,12 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
         return None, []
     u = "GPUs" if cs[0].device_type == "cuda" else "processes"
     best, fastest, tie = choose(cs, name)
-    many = best.device_count > 1
-    out = [f"{'Fastest' if tie is None else 'Recommended'}: {name(best)}, {best.samples_per_s:.1f} samples/s"
-           + (f", {_efficiency_words(best)}" if many and not math.isnan(best.efficiency) else "")
-           + utilisation_report.clause(best) + f" {where(workload, 'throughput')}."]
+    many, open_pick = best.device_count > 1, unresolved(best, tie)
+    out = [f"{'Fastest' if tie is None else 'Not resolved' if open_pick else 'Recommended'}: {name(best)}, "
+           f"{best.samples_per_s:.1f} samples/s" + (f", {_efficiency_words(best)}" if many and not math.isnan(best.efficiency) else "")
+           + utilisation_report.clause(best) + (f", or {name(fastest)}, {fastest.samples_per_s:.1f} samples/s"
+                                                + utilisation_report.clause(fastest) if open_pick else "")
+           + f" {where(workload, 'throughput')}."]
     if tie is not None:
         out.append(_tie_sentence(best, fastest, tie, name))
     if not_training:
@@ -146,7 +148,7 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
         out.append(f"Efficiency stays at or above {EFFICIENCY_FLOOR:.0%} up to {series[-1].device_count} {u} "
                    f"{where(workload, 'efficiency')}.")
     kind, why = bound(sweep, workload, best)
-    out.append(why)
+    out.append(f"For {name(best)}: {why}" if open_pick else why)   # of which candidate, where neither is the answer
     if utilisation_report.throttled_sentence(best):
         out.append(utilisation_report.throttled_sentence(best))
     lagging = _straggler_sentence(cs, best, workload, name)
@@ -164,6 +166,8 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
         margin = "–" if lead is None else f"{lead[0].gap:.0%} ({_margin_note(lead[0])})"
     row = [workload, precision, name(best), f"{best.samples_per_s:.1f}",
            eff, dp_cost, scaling, kind, margin, best.utilisation.mfu_cell() if best.utilisation else "–"]
+    if open_pick:   # no answer yet: no figure of either stands for the row
+        row = [workload, precision, unresolved_cell(best, fastest, name)] + ["–"] * 5 + [margin, "–"]
     return row, out
 
 
