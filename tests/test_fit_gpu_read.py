@@ -102,3 +102,24 @@ def test_the_time_to_train_subtitle_names_compilation_only_where_a_configuration
     assert plain.axes[0].get_title() == "this run (estimate, warm-up included)"
     compiled = plots.time_to_train_figure(bars, "estimate", "deeplabv3", "x", compiled=True)
     assert compiled.axes[0].get_title() == "this run (estimate, warm-up and compilation included)"
+
+
+def test_category_labels_keep_a_margin_below_and_recommended_stars_hide_no_marker(tmp_path):
+    # deeplabv3_step_times.png: the upright label "single device x1 [bf16]" reached the image's bottom edge;
+    # synthetic_overview.png: two filled "recommended" stars covered three of six series' markers.
+    from bench.analysis.results import load
+    from bench.store import store
+    from bench.report import plots
+    from pathlib import Path
+    conn = store.connect(str(Path(__file__).resolve().parents[1] / "examples" / "h100-2026-11-26" / "gpu.sqlite"),
+                         readonly=True)
+    cs = load(conn, 1).bench["deeplabv3"]
+    conn.close()
+    fig = plots.step_times_figure(cs, "deeplabv3", "x")
+    fig.draw_without_rendering()
+    r = fig._get_renderer()
+    lowest = min(t.get_window_extent(r).y0 for t in fig.axes[0].get_xticklabels())
+    assert lowest >= 0.1 * fig.dpi, lowest   # at least 0.1 in between the longest label and the edge
+    over = plots.overview_figure(cs, "deeplabv3", "x", picks=[cs[0]])
+    [star] = [ln for ln in over.axes[0].get_lines() if ln.get_label() == "recommended"]
+    assert star.get_markerfacecolor() == "none", star.get_markerfacecolor()

@@ -78,6 +78,7 @@ def _label(c) -> str:
 WRAP_CHARS = 30        # a category label's line, at most (broken between words)
 LINE_IN = 0.16         # one line of "small" text, in inches (8.3 pt and its leading)
 CHAR_IN = 0.075        # one character of it, in inches
+TICK_MARGIN_IN = 0.15  # below a category axis's labels, to the image's edge
 
 
 def wrapped(text: str) -> str:
@@ -100,6 +101,9 @@ def category_ticks(fig: Figure, ax, labels: list, positions=None) -> None:
     ax.set_xticks(list(range(len(labels))) if positions is None else list(positions), labels, rotation=90,
                   fontsize="small", linespacing=1.0)
     ax.set_xlim(-0.6, len(labels) - 0.4)
+    # constrained layout's default pad (0.04 in) left the longest upright label touching the image's bottom edge
+    # (deeplabv3_step_times.png: "single device x1 [bf16]" read as running off it); a margin below them instead
+    fig.get_layout_engine().set(h_pad=TICK_MARGIN_IN)
 
 
 def throughput_figure(configs: list, workload: str, where: str) -> Figure:
@@ -139,8 +143,10 @@ def overview_figure(configs: list, workload: str, where: str, picks: list = ()) 
     for i, b in enumerate(bases):
         ax.plot(counts, [b.samples_per_s * n for n in counts], ":", color="#999999", alpha=0.7, label="ideal" if not i else None)
     for i, c in enumerate(picks):
-        ax.plot([c.device_count], [c.samples_per_s], marker="*", markersize=15, linestyle="none", color="#ff7f0e",
-                markeredgecolor="#222222", zorder=5, label="recommended" if not i else None)
+        # an outline, not a filled star: two filled stars hid three of six series' markers at their points (the H100
+        # self-check's synthetic_overview.png)
+        ax.plot([c.device_count], [c.samples_per_s], marker="*", markersize=17, linestyle="none", markerfacecolor="none",
+                markeredgecolor="#ff7f0e", markeredgewidth=1.6, zorder=5, label="recommended" if not i else None)
     ax.set(xlabel=_devices_label(configs), ylabel="samples/s", xticks=counts)
     ax.set_xlim(min(counts) - 0.5, max(counts) + 0.5)
     ax.set_ylim(bottom=0)
