@@ -123,3 +123,19 @@ def test_category_labels_keep_a_margin_below_and_recommended_stars_hide_no_marke
     over = plots.overview_figure(cs, "deeplabv3", "x", picks=[cs[0]])
     [star] = [ln for ln in over.axes[0].get_lines() if ln.get_label() == "recommended"]
     assert star.get_markerfacecolor() == "none", star.get_markerfacecolor()
+
+
+def test_the_frontier_legend_lists_only_what_is_drawn():
+    # transformer_frontier.png of the H200 fit: a legend entry for a 'frontier' line that was not drawn (one point beat
+    # the other) and a grey 'x1' marker matching no point, when every point was at one count.
+    from bench.report import frontier
+    from bench.store import store
+    from bench.analysis.results import load
+    from pathlib import Path
+    conn = store.connect(str(Path(__file__).resolve().parents[1] / "examples" / "h200-2026-11-27" / "gpu.sqlite"),
+                         readonly=True)
+    cs = load(conn, 4).bench["transformer"]
+    conn.close()
+    fig = frontier.frontier_figure(cs, "transformer", "x", 16384.0)
+    names = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert not any(n.startswith("frontier") or n == "x1" for n in names), names

@@ -258,6 +258,8 @@ def frontier_figure(configs: list, workload: str, where: str, budget: Optional[f
     groups = _groups(shown)  # one frontier per training recipe: precision and optimizer
     for i, ((precision, optimizer), cs) in enumerate(groups.items()):
         line = frontier([(peak_mib(c) / scale, c.samples_per_s) for c in cs])
+        if len(line) < 2:  # one point beats the rest: no line to draw, so none in the legend (the H200 fit listed one)
+            continue
         ax.step([p[0] for p in line], [p[1] for p in line], where="post", color="#999999", zorder=2,
                 linestyle=plots.STYLES[(i + 1) % len(plots.STYLES)],
                 label="frontier (nothing faster for less memory)" + (f" [{precision}, {optimizer}]" if len(groups) > 1 else ""))
@@ -270,7 +272,7 @@ def frontier_figure(configs: list, workload: str, where: str, budget: Optional[f
                     f"{top * scale / budget:.0%} of it \u2192", (0.99, 0.02), xycoords="axes fraction", ha="right",
                     va="bottom", fontsize=8, color="#d62728")
     ax.set_xlim(0, top * 1.15)
-    for n in counts:
+    for n in counts if len(counts) > 1 else ():  # at one count the markers tell nothing apart: no 'x1' entry
         ax.scatter([], [], color="#777777", marker=MARKERS[counts.index(n) % len(MARKERS)], label=f"x{n}")
     what = "GPU, device level over the whole run" if cuda and all(peak_source(c) == "device level" for c in shown) \
         else "GPU (device level; reserved where none)" if cuda else "process, RSS"
