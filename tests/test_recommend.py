@@ -177,7 +177,7 @@ def test_a_winner_within_noise_of_the_runner_up_is_flagged(tmp_path, monkeypatch
     assert "Recommended: DDP x2, 914.3 samples/s" in t
     assert ("DDP x2 [fp32, bucket_cap_mb=100.0] is 1% faster, within the noise: DDP x2 is recommended, fewer settings "
             "changed from the defaults. The noise: 25%, selfcheck's spread between 3 processes of single device x1 on "
-            "host h, H100, 2026-11-24 (/r/selfcheck.sqlite sweep 4) (a single process on at least one side: --repeats 3 "
+            "the synthetic MLP, on host h, H100, 2026-11-24 (/r/selfcheck.sqlite sweep 4) (a single process on at least one side: --repeats 3 "
             "measures theirs).") in t
     fast = build(str(tmp_path / "fast.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 69.0)),
                                                  (spec("ddp", 2, options=(("bucket_cap_mb", 100.0),)), payload(2, 70.0))])

@@ -153,7 +153,7 @@ def test_the_host_noise_is_kept_per_precision_and_a_precision_without_repeats_ge
     _processes(path, sid, "bf16", (1.0, 0.72, 1.0))
     name, ok, detail = selfcheck.host_noise(path, sid)
     assert ok is True and detail.startswith("bf16: 28%, selfcheck's spread between 3 processes of single device x1 [bf16]")
-    assert "; fp32: 1.0%, selfcheck's spread between 3 processes of single device x1 on host vm" in detail
+    assert "; fp32: 1.0%, selfcheck's spread between 3 processes of single device x1 on the synthetic MLP, on host vm" in detail
     bf16, fp32 = (hostnoise.lookup("vm", "cuda", H100, p) for p in ("bf16", "fp32"))
     assert (bf16["precision"], bf16["configuration"], len(bf16["process_sps"])) == ("bf16", "single device x1 [bf16]", 3)
     assert fp32["configuration"] == "single device x1" and len(hostnoise.entries()) == 2
@@ -176,9 +176,9 @@ def test_a_noise_figure_from_unstable_processes_says_so_in_its_line_its_entry_an
     _processes(path, sid, "bf16", (1.0, 0.72, 1.0))               # bf16's three: steady
     name, ok, detail = selfcheck.host_noise(path, sid)
     shaky = "(all 3 unstable: their steps' IQR 40%, 40% and 40% of their median, above 10%)"
-    assert ok is True and f"fp32: 15%, selfcheck's spread between 3 processes of single device x1 {shaky} on host vm" \
+    assert ok is True and f"fp32: 15%, selfcheck's spread between 3 processes of single device x1 {shaky} on the synthetic MLP, on host vm" \
         in detail, detail
-    assert "bf16: 28%, selfcheck's spread between 3 processes of single device x1 [bf16] on host" in detail  # steady
+    assert "bf16: 28%, selfcheck's spread between 3 processes of single device x1 [bf16] on the synthetic MLP, on host" in detail  # steady
     bf16, fp32 = (hostnoise.lookup("vm", "cuda", H100, p) for p in ("bf16", "fp32"))
     assert [p["unstable"] for p in fp32["processes"]] == [True] * 3 and round(fp32["processes"][0]["iqr_fraction"], 2) == 0.4
     assert [p["unstable"] for p in bf16["processes"]] == [False] * 3
@@ -192,7 +192,7 @@ def test_a_noise_figure_from_unstable_processes_says_so_in_its_line_its_entry_an
         conn.close()
     said = " ".join(b[1] for b in recommend.blocks(sweep) if b[0] == "p")
     assert ("is 8% faster, within the noise: single device x1 is recommended, fewer settings changed from the defaults. "
-            f"The noise: 15%, selfcheck's spread between 3 processes of single device x1 {shaky} on host vm") in said, said
+            f"The noise: 15%, selfcheck's spread between 3 processes of single device x1 {shaky} on the synthetic MLP, on host vm") in said, said
 
 
 def _record(conn, sid, status="ok", reason=None, **spec):

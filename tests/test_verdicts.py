@@ -79,12 +79,13 @@ def test_selfchecks_figure_for_this_host_and_gpu_stands_in_and_says_where_it_cam
     sweep = h100(None)
     assert sweep.noise.source == "host" and sweep.noise.fraction == pytest.approx(0.00386, abs=1e-4)
     assert summary(sweep)[("deeplabv3", "fp32")]["lead over runner-up"] == "8% (beyond 0.4% noise, selfcheck)"
-    assert ("beyond the noise, 0.4%, selfcheck's spread between 3 processes of single device x1 on host vm, "
+    assert ("beyond the noise, 0.4%, selfcheck's spread between 3 processes of single device x1 on the synthetic MLP, "
+            "on host vm, "
             f"{H100}, 2026-11-24 (/r/selfcheck.sqlite sweep 4)") in text(sweep)
     assert h100(0.25).noise.source == "sweep"   # the sweep's own processes come first
     # the entry above names no precision (every file before precisions were told apart): fp32's, never bf16's
     assert sweep.noise_by_precision["bf16"].source == "none"
-    assert "fp32's 0.4% (selfcheck) does not carry over" in sweep.noise_by_precision["bf16"].detail
+    assert "fp32's 0.4% (selfcheck on the synthetic MLP) does not carry over" in sweep.noise_by_precision["bf16"].detail
     assert summary(sweep)[("deeplabv3", "bf16")]["lead over runner-up"] == ("23% (not resolved: noise not measured, one "
                                                                             "unstable process, --repeats 3)")
 

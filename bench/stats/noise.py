@@ -72,10 +72,17 @@ class Noise:
     fraction: float
     source: str
     detail: str
+    workload: str = ""   # 'host': the workload selfcheck measured it on ('the synthetic MLP'), named wherever it shows
 
     @property
     def measured(self) -> bool:
         return self.source != "none" and not math.isnan(self.fraction)
+
+    def source_words(self) -> str:
+        """Where the figure came from, short: 'their repeats', 'this sweep', 'selfcheck on the synthetic MLP'."""
+        if self.source == "host":
+            return "selfcheck" + (f" on {self.workload}" if self.workload else "")
+        return {"repeats": "their repeats", "sweep": "this sweep", "none": "not measured"}.get(self.source, self.source)
 
     def words(self) -> str:
         """'0.8%, this sweep's spread between the 3 processes of ...' or 'not measured (...)'."""
@@ -97,7 +104,7 @@ def not_carried(precision: str, measured: dict) -> Noise:
     measured = {p: n for p, n in measured.items() if p != precision and n.measured}
     if not measured:
         return NOT_MEASURED
-    others = " and ".join(f"{p}'s {percent(n.fraction)} ({'this sweep' if n.source == 'sweep' else 'selfcheck'})"
+    others = " and ".join(f"{p}'s {percent(n.fraction)} ({n.source_words()})"
                           for p, n in sorted(measured.items()))
     return Noise(float("nan"), "none", f"no {precision} configuration ran in several processes on this device in this "
                                        f"sweep, and selfcheck has stored no {precision} figure for this host and device; "
@@ -145,11 +152,13 @@ def host_noise(entry: Optional[dict]) -> Optional[Noise]:
     spread = repeat_spread(entry.get("process_sps") or [])
     if math.isnan(spread):
         return None
+    from bench.store import hostnoise   # the entry's workload: selfcheck's synthetic MLP where it names none
     where = f"{entry['store']} sweep {entry.get('sweep_id')}" if entry.get("store") else "selfcheck's store"
+    workload = hostnoise.workload_words(entry)
     return Noise(spread, "host", f"selfcheck's spread between {len(entry['process_sps'])} processes of "
-                                 f"{entry.get('configuration') or 'one configuration'} on host {entry.get('hostname')}, "
-                                 f"{entry.get('device_name') or entry.get('device_type')}, "
-                                 f"{str(entry.get('measured_at') or '?')[:10]} ({where})")
+                                 f"{entry.get('configuration') or 'one configuration'} on {workload}, on host "
+                                 f"{entry.get('hostname')}, {entry.get('device_name') or entry.get('device_type')}, "
+                                 f"{str(entry.get('measured_at') or '?')[:10]} ({where})", workload)
 
 
 def significance(a_ms: Sequence[float], b_ms: Sequence[float]) -> float:

@@ -9,13 +9,14 @@ processes of DeepLabV3 single x1 ran 0.5% apart (compute-bound) and two bf16 one
 
     hostnoise.record({"hostname": ..., "device_type": "cuda", "device_name": "NVIDIA H100 80GB HBM3",
                       "precision": "bf16", "measured_at": "2026-11-24T22:50:00+0000",
-                      "configuration": "single device x1 [bf16]", "process_sps": [49566.5, 49410.2, 49601.0],
-                      "store": "/abs/selfcheck.sqlite", "sweep_id": 4})
+                      "configuration": "single device x1 [bf16]", "workload": "synthetic",
+                      "process_sps": [49566.5, 49410.2, 49601.0], "store": "/abs/selfcheck.sqlite", "sweep_id": 4})
     hostnoise.lookup("vm", "cuda", "NVIDIA H100 80GB HBM3", "bf16")   # that host, device and precision's latest, or None
 
 The file: $BENCH_HOST_NOISE, else ~/.cache/bench/host-noise.json ($XDG_CACHE_HOME where set). Rows in, rows out:
 the spread is derived by bench.stats.host_noise, never stored. A file that cannot be read is as good as none. An entry
-without "precision" is fp32's: the files written before precisions were told apart held the fp32 single x1 alone.
+without "precision" is fp32's: the files written before precisions were told apart held the fp32 single x1 alone; one
+without "workload" is the synthetic MLP's, the only workload selfcheck's main sweep runs.
 """
 from __future__ import annotations
 
@@ -25,6 +26,19 @@ from typing import Optional
 
 KEY = ("hostname", "device_type", "device_name", "precision")
 OLD_PRECISION = "fp32"   # an entry without "precision": what selfcheck measured before it kept one per precision
+SELFCHECK_WORKLOAD = "synthetic"   # an entry without "workload": selfcheck's main sweep runs the synthetic MLP alone
+WORKLOAD_WORDS = {"synthetic": "the synthetic MLP"}
+
+
+def workload(entry: dict) -> str:
+    """The workload the entry's processes ran: its "workload", else selfcheck's (the synthetic MLP). A report that falls
+    back on the figure names it: DeepLabV3's 108 ms steps were held against the MLP's 3.2 ms ones, unnamed."""
+    return entry.get("workload") or SELFCHECK_WORKLOAD
+
+
+def workload_words(entry: dict) -> str:
+    """'the synthetic MLP', or the workload's own name."""
+    return WORKLOAD_WORDS.get(workload(entry), workload(entry))
 
 
 def key(entry: dict) -> tuple:
