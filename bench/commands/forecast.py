@@ -70,8 +70,8 @@ def parse(argv: list) -> argparse.Namespace:
                    "GPU names its preset for the rest)")
     p.add_argument("--gpus-per-node", default=None, help="devices per node at the forecast counts (default: the "
                    "preset's, else the sweep's)")
-    p.add_argument("--memory-budget-gib", default=None, help="memory per device to fit in, GiB (default: the GPU's "
-                   "memory on CUDA; none on CPU)")
+    p.add_argument("--memory-budget-gib", default=None, help="memory per device to fit in, GiB (default: the sweep's "
+                   "own --memory-budget-gib, else the GPU's memory on CUDA; none on CPU)")
     p.add_argument(cost.FLAG, dest="price", default=None, help=cost.HELP)
     p.add_argument("--peak-tflops", default=None, help="dense peak TFLOP/s per device for the MFU column: a number, or "
                    "PRECISION=TFLOPS,... (e.g. bf16=989,fp32=67); overrides the table of known GPUs (default: the "
@@ -106,10 +106,9 @@ def table(headers: list, rows: list) -> str:
     return "\n".join(line(r) for r in [headers] + rows)
 
 
-def budget_mib(ns, sweep) -> float | None:
-    if ns.memory_budget_gib is not None:
-        return ns.memory_budget_gib * 1024
-    return fo.device_memory_mib(sweep)
+def budget_mib(ns, sweep) -> tuple:
+    """(MiB per device, which budget in words): --memory-budget-gib, else the sweep's own, else the GPU's (fo.budget)."""
+    return fo.budget(sweep, ns.memory_budget_gib)
 
 
 def price_of(ns, sweep):
@@ -161,14 +160,14 @@ def main(argv: list) -> int:
     m = fo.machine(f.sweep, f.runs, ns.preset, ns.levels, ns.gpus_per_node)   # exit 2 here, before anything printed
     from bench.report.bound import bound          # the report's bound of each run at one device, for the local step
     fo.attach_bounds(f.sets, lambda c: bound(f.sweep, c.workload, c)[0])
-    budget = budget_mib(ns, f.sweep)
+    budget, budget_name = budget_mib(ns, f.sweep)
     grid = tuple(sorted(set(ns.to) | {n for n in fo.DOUBLING if n <= max(ns.to)}))
     print(f"forecast of sweep {f.sid} ({ns.store}); {m.net.gpus_per_node} devices per node; {m.net.backend}")
     for name, lv in (("inside a node", m.net.node), ("between nodes", m.net.net)):
         print(f"  network {name}: {lv.busbw_gbps:.3g} GB/s, {lv.latency_us:.3g} us per step, {lv.call_us:.3g} us per "
               f"call ({'measured' if lv.measured else 'assumed'}: {lv.source})")
     print(f"  {m.inter.words()}")
-    print("  memory budget: " + (f"{budget / 1024:.3g} GiB per device" if budget else "none (--memory-budget-gib)"))
+    print("  memory budget: " + (f"{budget_name} per device" if budget else "none (--memory-budget-gib)"))
     price = price_of(ns, f.sweep)
     for s in f.sets:
         inp = fs.inputs(s, m)
@@ -190,14 +189,13 @@ def main(argv: list) -> int:
             print(f"  MFU: {mfu_words}")
         if s.configs.keys() - {1}:
             print(f"  {fo.BASIS_WORDS}")
-        print(f"  efficiency under {fo.EFFICIENT:.0%} from: " + "; ".join(
-            f"{what}: {n if n else 'not up to ' + str(grid[-1])}" for what, n in ((w, fo.first_below(p)) for w, p in whatifs)))
+        print(f"  efficiency under {fo.EFFICIENT:.0%} from: {fo.below_words(whatifs, grid[-1])}")
         print("  " + fo.recommendation(s, whatifs[0][1], whatifs))
         if price is not None:
             print("  " + cost_line(s, pts, price, ns.prices.unit()))
         mems = [p.memory for p in whatifs[0][1] if p.memory is not None]
         if mems:
-            print(f"  memory: {mm.fit_words(mems, budget, s.strategy)}; at {mems[-1].count}: "
+            print(f"  memory: {mm.fit_words(mems, budget, s.strategy, budget_name)}; at {mems[-1].count}: "
                   + ", ".join(f"{k} {v:.0f}" for k, v in mems[-1].parts.items()) + " MiB"
                   + (f", CUDA context, NCCL and the allocator's cache {mems[-1].runtime_mib:.0f} MiB (measured at "
                      f"x{inp.memory.count}; NCCL's buffers grow with its peers: not modelled)" if mems[-1].runtime_mib else ""))

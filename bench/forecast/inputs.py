@@ -297,3 +297,37 @@ def tail_words(n_steps: int, where: str) -> str:
 
 def finite(v) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def unresolved(s, sources: list) -> str:
+    """s: a bench.forecast.settings.Setting. Why the setting's forecast efficiency is not resolved: its single-device baseline or a run its compute is read
+    from ran one unstable process (stats.unsteady, the rule the report's recommendation uses); '' where none did. One
+    H100's self-check held DDP [bf16] against a single x1 whose steps spread 80% of their median: 152% at 2 GPUs."""
+    seen = {}
+    for c in [s.single, *sources]:
+        if c is not None and hasattr(c, "summary") and hasattr(c, "process_sps"):
+            seen.setdefault(c.key, c)
+    return stats.unsteady_words(list(seen.values()))
+
+
+def host_x(s, count: int, per_node: int) -> float:
+    """CPU offload: how much longer each rank's share of the host's optimizer step takes than x1's divided by the ranks.
+    The node's ranks share its cores: x1 ran on `threads` threads; at `count` each of the node's min(count, per_node)
+    ranks has cores / ranks of them, so its shard (1/count of the work) takes x1's time x threads / (its threads) /
+    count, never less than divided by the ranks. 1.0 (divided by the ranks, said as assumed) where the sweep stored
+    no cores or no one thread count. One H200's offload forecast divided a host step by the ranks as if each GPU had
+    its own CPU: 69 samples/s per GPU at 16 against 38.4 measured on one."""
+    if not s.offloaded or not s.host_cores or not s.threads:
+        return 1.0
+    mine = max(1, s.host_cores // max(1, min(count, per_node)))
+    return max(1.0, s.threads / mine)
+
+
+def host_words(s) -> str:
+    """What an offloaded optimizer's forecast rests on (`host_x`), in words."""
+    if s.host_cores and s.threads:
+        return (f"optimizer: on the host (CPU offload), whose {s.host_cores} cores (measured) a node's ranks share: x1's "
+                f"step on {s.threads} threads, each rank's shard on its share of the cores (assumed: the step scales "
+                "with the cores; the offload's copies over PCIe are not modelled)")
+    return ("optimizer: on the host (CPU offload), its time divided by the ranks as if each had its own cores "
+            "(assumed, and not so: a node's ranks share its host; this is what makes the rate per GPU rise)")

@@ -137,15 +137,26 @@ def fits(memory: Memory, budget_mib: Optional[float]) -> Optional[bool]:
     return None if budget_mib is None or math.isnan(budget_mib) else memory.device_mib <= budget_mib
 
 
-def fit_words(points: list, budget_mib: Optional[float], strategy: str) -> str:
-    """'fits at every count' / 'fits from N devices' / 'does not fit up to N', over [Memory] in count order."""
+def budget_text(budget_mib: float) -> str:
+    """'16 GiB', '431 MiB' (under 1 GiB in MiB, as the report's other figures)."""
+    return f"{budget_mib / 1024:.3g} GiB" if budget_mib >= 1024 else f"{budget_mib:.0f} MiB"
+
+
+def fit_words(points: list, budget_mib: Optional[float], strategy: str, name: str = "") -> str:
+    """'fits in NAME at every count' / 'fits from N devices' / 'does not fit up to N', over [Memory] in count order.
+    name: which budget it is ('the sweep's 16 GiB budget', 'the GPU's 140 GiB'; default its size): a fit sweep's
+    forecast read 'fits in 140 GiB' at 17.5 GiB per device while the same page held it to the sweep's 16 GiB."""
     if budget_mib is None:
         return "no memory budget: --memory-budget-gib (CUDA: the device's memory) sets one"
+    name = name or f"{budget_mib / 1024:.3g} GiB"
     ok = [m.count for m in points if m.device_mib <= budget_mib]
     if not ok:
-        return f"does not fit in {budget_mib / 1024:.3g} GiB at any count up to {points[-1].count}"
+        least = min(m.device_mib for m in points)
+        return (f"does not fit in {name} at any count up to {points[-1].count} (at least {least:.0f} MiB per "
+                "device)")
     if len(ok) == len(points):
-        return f"fits in {budget_mib / 1024:.3g} GiB at every count"
+        return f"fits in {name} at every count"
     if strategy in ("fsdp", "hsdp", "zero") and ok == [m.count for m in points if m.count >= min(ok)]:
-        return f"does not fit on one device at this batch; {STRATEGY_NAMES.get(strategy, strategy)} fits from {min(ok)} devices"
-    return f"fits up to {max(ok)} devices"
+        return (f"does not fit on one device at this batch; {STRATEGY_NAMES.get(strategy, strategy)} fits from "
+                f"{min(ok)} devices")
+    return f"fits in {name} up to {max(ok)} devices"

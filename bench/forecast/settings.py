@@ -55,6 +55,13 @@ class Setting:
     single: Optional[object] = None  # single at 1 device of the same numerics (the efficiency baseline)
     unstable: dict = field(default_factory=dict)   # config key -> why the analysis calls it unstable (the caller's words)
     bounds: dict = field(default_factory=dict)     # config key at 1 device -> its measured bound (the caller's words)
+    host_cores: Optional[int] = None               # the sweep's host: its CPU cores (measured) ...
+    threads: Optional[int] = None                  # ... and the threads each process ran with (CPU offload's optimizer)
+
+    @property
+    def offloaded(self) -> bool:
+        """FSDP's CPU offload: the optimizer steps on the host, whose cores a node's ranks share (`host_x`)."""
+        return self.strategy in ("fsdp", "hsdp") and str(self.any.options.get("offload", "")) == "cpu"
 
     @property
     def label(self) -> str:
@@ -90,6 +97,8 @@ class Inputs:
     process_x: object = 1.0                           # a fresh run's luck on the whole step
     memory_x: object = 1.0                            # on the measured peak
     unsteady: str = ""                                # the unstable configuration the compute and tail are read from
+    unresolved: str = ""                              # stats.unsteady_words of the efficiency's inputs (its baseline,
+                                                      # the compute's run): one unstable process each, '' where none
     local: str = fc.LOCAL                             # the bound when no term beyond the one-device step counts
 
 
@@ -106,6 +115,9 @@ class Point:
     algorithm: str = ""
     refused: str = ""
     unsteady: str = ""                               # Inputs.unsteady: the unstable run the figures are read from
+    unresolved: str = ""                             # Inputs.unresolved: why its efficiency is not resolved
+    optimizer_ms: float = math.nan                   # the optimizer's time per rank here (central) ...
+    optimizer_one_ms: float = math.nan               # ... and at one rank: ZeRO and FSDP divide it by the ranks
     basis: str = ""                                  # a measured row's throughput basis ('windows', outlook.WINDOWS);
                                                      # '' for a forecast: its step against single x1's median step
     memory: Optional[mm.Memory] = None
@@ -132,6 +144,9 @@ def settings(sweep, raw: dict, unstable: Optional[dict] = None) -> list:
     for the configurations the caller's analysis calls unstable (the forecast says so where it reads one)."""
     unstable = unstable or {}
     out = []
+    cores = min((int(e["cpu_cores"]) for e in getattr(sweep, "envs", []) if e.get("cpu_cores")), default=None)
+    threads = getattr(sweep, "threads", [])
+    threads = int(threads[0]) if len(threads) == 1 else None     # one figure for every run, else not said
     for workload, configs in sweep.bench.items():
         singles = {c.label: c for c in configs if c.strategy == "single" and c.device_count == 1}
         by: dict = {}
@@ -145,7 +160,8 @@ def settings(sweep, raw: dict, unstable: Optional[dict] = None) -> list:
                 raws[single.key] = raw[single.key]
             keys = set(raws)
             out.append(Setting(workload, strategy, variant, dict(sorted(cs.items())), raws, single,
-                               {k: w for k, w in unstable.items() if k in keys and w}))
+                               {k: w for k, w in unstable.items() if k in keys and w}, host_cores=cores,
+                               threads=threads))
     return out
 
 
@@ -197,6 +213,7 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
                       words=[f"step: a line through the measured steps at {','.join(map(str, sorted(pts)))} device(s)"]
                       + ([f"the line rests on {shaky}"] if shaky else []),
                       from_counts=tuple(sorted(pts)), unsteady=shaky,
+                      unresolved=fi.unresolved(s, [c for n, c in sorted(configs.items()) if n in pts]),
                       dp_spreads={n: s.raws[c.key].spreads.get("measured", fi.Spread()) for n, c in configs.items()
                                   if c.key in s.raws})
     base, ph, said = _source(s, allowed)
@@ -225,7 +242,7 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
                  compute_spread=raw.spreads.get("no_sync" if ph is raw.no_sync else "measured", fi.Spread()),
                  co_run_at=(base.device_count, base.nodes),
                  own_ms=own if own is not None and (ph is raw.no_sync or base is one) else 0.0,
-                 unsteady=unsteady, local=fc.local_bound(measured))
+                 unsteady=unsteady, local=fc.local_bound(measured), unresolved=fi.unresolved(s, [base]))
     inp.words.append(inter.words())
     inp.words.append(fi.tail_words(len(raw.step_ms), f"x{base.device_count}"))
     grad_bytes = (s.any.grad_mib or 0) * 2**20
@@ -262,7 +279,8 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
         else:
             inp.units = [(grad_bytes * gather, grad_bytes)]
             inp.words.append("FSDP units: assumed, none stored (all parameters in one unit)")
-        inp.words.append("optimizer: on this rank's shard, its time divided by the ranks (assumed)")
+        inp.words.append(fi.host_words(s) if s.offloaded else
+                         "optimizer: on this rank's shard, its time divided by the ranks (assumed)")
     sized = ([("all_reduce", max(b.size_bytes for b in inp.buckets))] if inp.buckets else
              [(op, max(u[i] for u in inp.units)) for i, op in enumerate(("all_gather", "reduce_scatter"))] if inp.units
              else [])
@@ -308,7 +326,7 @@ def point(s: Setting, inp: Inputs, count: int, machine: Machine) -> Point:
     range of each over the draws."""
     net = machine.net
     nodes = math.ceil(count / net.gpus_per_node)
-    p = Point(count=count, nodes=nodes, unsteady=inp.unsteady)
+    p = Point(count=count, nodes=nodes, unsteady=inp.unsteady, unresolved=inp.unresolved)
     scaling = s.any.scaling
     if scaling == "strong":
         samples = s.any.global_batch / count
@@ -329,7 +347,9 @@ def point(s: Setting, inp: Inputs, count: int, machine: Machine) -> Point:
         inter = machine.inter
         if s.strategy in ("ddp", "zero"):
             if s.strategy == "zero":  # the optimizer on this rank's shard, then every rank's shard broadcast
+                p.optimizer_one_ms = fc.central(compute.optimizer_ms)
                 compute = replace(compute, optimizer_ms=compute.optimizer_ms / count)
+                p.optimizer_ms = fc.central(compute.optimizer_ms)
             step = fc.forecast_ddp(compute, inp.buckets, net, count, inter, sync, inp.buffer_bytes)
             if s.strategy == "zero" and count > 1:
                 extra = nw.allgather_ms(net, (s.any.params or 0) * 4, count)
@@ -337,6 +357,9 @@ def point(s: Setting, inp: Inputs, count: int, machine: Machine) -> Point:
                 step.exposed_comm_ms = step.exposed_comm_ms + extra
         else:
             shard = int(opts.get("shard_size") or count) if s.strategy == "hsdp" else count
+            p.optimizer_one_ms = fc.central(compute.optimizer_ms)
+            compute = replace(compute, optimizer_ms=compute.optimizer_ms * fi.host_x(s, count, net.gpus_per_node))
+            p.optimizer_ms = fc.central(compute.optimizer_ms) / max(1, min(shard, count))
             step = fc.forecast_fsdp(compute, inp.units, net, min(shard, count), inter, bool(opts.get("reshard", True)), sync)
             if s.strategy == "hsdp" and count > shard:  # the shards' gradients all-reduced across the replicas
                 extra = nw.allreduce_ms(net, sum(r for _, r in inp.units) / shard, count // shard)

@@ -4,14 +4,15 @@ preset its GPUs name for what it did not), with the check against the measured c
     bl = blocks(store_path, sweep, plots_dir)     # report blocks (bench.report.pages); [] with nothing to forecast
 
 Per workload two plots, one colour per setting. <workload>_forecast.png: scaling efficiency against device count
-(log scale): the measured points; each measured count above the smallest as the check forecast it (from the smaller
-counts, a hollow marker joined to the measurement: the check table's numbers); the forecast line from the largest
-measured count on, with its range as a band (bench.forecast.spread: the inputs drawn from their repeated
-measurements); where it rests on an assumption (interference not measured, the network between nodes not measured)
-the legend says so and a hatched band spans how far the check erred where the sweep measured a count; the 75% line
-and what-if lines (a faster inter-node network, bigger buckets, bf16 gradients).
-<workload>_forecast_memory.png: memory per device (CUDA: the device level) against count, per setting, with its range,
-the measured peaks, and the budget (the GPU's memory on CUDA) as a line. The tables: the forecast at 16, 64, 256 and
+(log scale): the measured points; each measured count above the smallest as the check forecast it (a hollow marker
+joined to the measurement); the forecast line from the largest measured count on, with its range as a band (faint, its
+edges drawn: bench.forecast.spread); where it rests on an assumption a hatched band spans how far the check erred; the
+75% line; a what-if line (faster network, bigger buckets, bf16 gradients) only where it leaves its setting's line by
+VISIBLE_POINTS, the rest listed once. One legend entry per setting, each mark's meaning once, the y axis from the data
+(values past Y_CAP marked at the edge). <workload>_forecast_memory.png: memory per device (CUDA: the device level)
+against count, per setting (its own marker for the measured peak), with its range, and the budget the page holds it to
+(bench.forecast.outlook.budget: the sweep's --memory-budget-gib, else the GPU's memory), drawn where it is near the
+data, else named as above the scale. The tables: the forecast at 16, 64, 256 and
 1024 devices (bench.forecast.outlook.COLUMNS, each figure with its range), what it rests on (measured or assumed) and
 what its range rests on, and the check with its range, whether the measurement fell inside, its basis and why where
 it missed by more than 10%.
@@ -45,6 +46,7 @@ def _ticks(ax, counts: list) -> None:
     ticks = sorted({1, *fo.DOUBLING} & set(range(min(counts + [2]), max(counts + [2]) + 1))) or list(fo.DOUBLING)
     ax.set_xscale("log", base=2)
     ax.set_xticks(ticks, [str(n) for n in ticks])
+    ax.set_xlim(min(ticks) / 1.25, max(ticks) * 1.25)   # set, not autoscaled: the legend's proxies hold no data
 
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
@@ -117,22 +119,72 @@ def assumed_words(m) -> str:
     return " and ".join(w for w, _ in fk.assumed(m, fo.DOUBLING))
 
 
+VISIBLE_POINTS = 2.0      # a what-if line within 2 percentage points of its setting's line everywhere is not drawn
+Y_CAP = 250.0             # efficiency (%) above this is marked at the top edge with its value, not drawn off the axes
+
+
+def _band(ax, xs: list, lo: list, hi: list, color) -> None:
+    """A range as a faint fill with its two edges drawn: five settings' fills at alpha 0.18 merged into one mass."""
+    ax.fill_between(xs, lo, hi, color=color, alpha=0.10, linewidth=0)
+    for ys in (lo, hi):
+        ax.plot(xs, ys, "-", color=color, linewidth=0.7, alpha=0.7)
+
+
+def _off_scale(ax, pts: list, top: float) -> None:
+    """pts: [(x, y, color)]: each value above the axes' top marked at the edge with its value (never clipped silently)."""
+    for x, y, color in pts:
+        if y > top:
+            ax.annotate(f"{y:.0f}%", (x, top), xytext=(0, -10), textcoords="offset points", ha="center",
+                        fontsize="x-small", color=color, arrowprops={"arrowstyle": "->", "color": color})
+
+
+def efficiency_top(values: list) -> float:
+    """The y-limit (%) from the data: at least 110, 5 points above the highest value, at most Y_CAP (`_off_scale`)."""
+    return min(Y_CAP, max([110.0] + [v + 5.0 for v in values if not math.isnan(v)]))
+
+
+def _key(ax, assumed: str) -> None:
+    """What each mark means, once for every setting (a legend of one entry per mark and setting ran to 29 entries);
+    assumed: what every line assumes ('' where they differ, each line's entry then says its own)."""
+    ax.plot([], [], "-", color="#555555", label="forecast, this network" + (f" ({assumed} assumed)" if assumed else ""))
+    ax.plot([], [], "o", color="#555555", label="measured (dots); the check's forecast of that count: hollow, joined")
+    ax.fill_between([], [], [], color="#555555", alpha=0.2, label="range from the inputs' spreads (5-95% of the draws)")
+
+
+def _what_ifs(ax, name: str, color, whatifs: list, main: dict, hidden: dict) -> list:
+    """Draw the what-ifs that move off the setting's line by VISIBLE_POINTS somewhere; the others into `hidden`
+    (what -> [setting names]), listed once. Returns the drawn values (%)."""
+    drawn = []
+    for i, (what, pts) in enumerate(whatifs):
+        pts = [p for p in pts if p.count in main and not p.refused and not math.isnan(p.efficiency)]
+        ys = [p.efficiency * 100 for p in pts]
+        if not pts or max(abs(y - main[p.count]) for p, y in zip(pts, ys)) < VISIBLE_POINTS:
+            hidden.setdefault(what, []).append(name)
+            continue
+        ax.plot([p.count for p in pts], ys, WHAT_IF_STYLES[i % len(WHAT_IF_STYLES)], color=color, alpha=0.7,
+                label=f"{name}: {what}")
+        drawn += ys
+    return drawn
+
+
 def figure(workload: str, where: str, lines: list):
-    """lines: [(setting, what_ifs, checks, assumed)] -> a matplotlib Figure (Agg, no pyplot). The band around each
-    forecast line is its range (bench.forecast.spread); where the forecast rests on an assumption (`assumed`, the
-    check's band: how far it erred where the sweep measured a count) a hatched band beside it, and its legend says
-    what is assumed."""
+    """lines: [(setting, what_ifs, checks, assumed)] -> a matplotlib Figure (Agg, no pyplot). One legend entry per
+    setting (its forecast line; what it assumes and how far that erred, hatched, in the same entry), the marks' meaning
+    once, a what-if only where it leaves its setting's line by VISIBLE_POINTS (the rest listed once: on one H100 every
+    what-if lay on its line, 29 entries described nothing visible), the y-limit from the data (`efficiency_top`)."""
     from bench.report import plots
     fig, ax = plots._figure("Forecast: scaling efficiency past the measured counts", where, workload, width=10.0)
-    xs_all = []
+    xs_all, marks, hidden = [], [], {}
     palette = colors([line[0] for line in lines])
+    shared = {a[0] for *_, a in lines}
     for s, whatifs, checks, assumed in lines:
         color = palette[(s.strategy, s.variant)]
         name = f"{plots.NAMES.get(s.strategy, s.strategy)} [{s.variant}]"
         # at one device a wrapper against single is its overhead (the report's table says it), not scaling
-        measured = [(n, c.efficiency) for n, c in s.configs.items() if n > 1 and not math.isnan(c.efficiency)]
+        measured = [(n, c.efficiency * 100) for n, c in s.configs.items() if n > 1 and not math.isnan(c.efficiency)]
         if measured:
-            ax.plot([n for n, _ in measured], [e * 100 for _, e in measured], "o", color=color, label=f"{name} measured")
+            ax.plot([n for n, _ in measured], [e for _, e in measured], "o", color=color)
+            marks += [(n, e, color) for n, e in measured]
         for r in checks:
             eff = s.configs[r["device_count"]].efficiency
             if r.get("error") is None or math.isnan(eff):
@@ -140,62 +192,86 @@ def figure(workload: str, where: str, lines: list):
             fe = eff / (1 + r["error"])  # the same samples at the forecast step: efficiency scales inversely
             ax.plot([r["device_count"]] * 2, [eff * 100, fe * 100], "-", color=color, alpha=0.5)
             ax.plot([r["device_count"]], [fe * 100], "o", mfc="none", color=color)
+            marks.append((r["device_count"], fe * 100, color))
         top = max(s.configs)
-        for i, (what, pts) in enumerate(whatifs):
-            pts = [p for p in pts if not p.refused and not math.isnan(p.efficiency) and p.count >= top]
-            if not pts:
-                continue
-            xs, ys = [p.count for p in pts], [p.efficiency * 100 for p in pts]
-            xs_all += xs
-            if i > 0:
-                ax.plot(xs, ys, WHAT_IF_STYLES[(i - 1) % len(WHAT_IF_STYLES)], color=color, alpha=0.6, label=f"{name}: {what}")
-                continue
-            what_assumed, (lo, hi) = assumed
-            ax.plot(xs, ys, "-", color=color, label=f"{name} forecast, this network"
-                    + (f" ({what_assumed} assumed)" if what_assumed else ""))
-            ranges = [p.range_of("efficiency") for p in pts]
-            if not any(math.isnan(r[0]) for r in ranges):
-                ax.fill_between(xs, [r[0] * 100 for r in ranges], [r[1] * 100 for r in ranges], color=color, alpha=0.18,
-                                label=f"{name}: range from the inputs' spreads (5-95% of the draws)")
-            if what_assumed and not math.isnan(lo):  # step error e: efficiency / (1 + e)
-                ax.fill_between(xs, [y / (1 + hi) for y in ys], [y / (1 + lo) for y in ys], facecolor="none",
-                                edgecolor=color, hatch="//", alpha=0.5, label=f"{name}: {what_assumed} assumed, erred "
-                                f"{lo:+.0%} to {hi:+.0%} where measured")
+        pts = [p for p in whatifs[0][1] if not p.refused and not math.isnan(p.efficiency) and p.count >= top]
         xs_all += [n for n in s.configs if n > 1]
+        if not pts:
+            continue
+        xs, ys = [p.count for p in pts], [p.efficiency * 100 for p in pts]
+        xs_all += xs
+        what_assumed, (lo, hi) = assumed
+        hatched = what_assumed and not math.isnan(lo)
+        said = what_assumed if len(shared) > 1 else ""   # one assumption for every line: said once (`_key`)
+        shaky = any(p.unresolved for p in pts) and "not resolved: one unstable process (--repeats 3)"
+        ax.plot(xs, ys, "-", color=color, label=f"{name} forecast" + "".join(
+            f"; {w}" for w in (shaky, said and f"{said} assumed", hatched and f"hatched: {what_assumed} assumed, erred "
+                               f"{lo:+.0%} to {hi:+.0%} where measured") if w))
+        marks += [(x, y, color) for x, y in zip(xs, ys)]
+        ranges = [p.range_of("efficiency") for p in pts]
+        if not any(math.isnan(r[0]) for r in ranges):
+            _band(ax, xs, [r[0] * 100 for r in ranges], [r[1] * 100 for r in ranges], color)
+            marks += [(x, r[1] * 100, color) for x, r in zip(xs, ranges)]
+        if hatched:  # step error e: efficiency / (1 + e)
+            ax.fill_between(xs, [y / (1 + hi) for y in ys], [y / (1 + lo) for y in ys], facecolor="none",
+                            edgecolor=color, hatch="//", alpha=0.4, linewidth=0)
+            marks += [(x, y / (1 + lo), color) for x, y in zip(xs, ys)]
+        marks += [(x, y, color) for x, y in zip(xs, _what_ifs(ax, name, color, whatifs[1:], dict(zip(xs, ys)), hidden))]
+    _key(ax, next(iter(shared)) if len(shared) == 1 else "")
     ax.axhline(fo.EFFICIENT * 100, color="#999999", linestyle="--", label=f"{fo.EFFICIENT:.0%}: scaling stops paying")
+    if hidden:
+        ax.plot([], [], " ", label=f"not drawn, within {VISIBLE_POINTS:g} points of their setting's line at every "
+                "count: " + "; ".join(f"{what} ({'every setting' if len(names) == len(lines) else ', '.join(names)})"
+                                 for what, names in hidden.items()))
     _ticks(ax, xs_all)
     ax.set(xlabel="device count (log scale)", ylabel="scaling efficiency (%)")
-    ax.set_ylim(0, 110)
+    top = efficiency_top([y for _, y, _ in marks])
+    ax.set_ylim(0, top)
+    _off_scale(ax, marks, top)
     _legend(fig, ax)
     return fig
 
 
-def memory_figure(workload: str, where: str, lines: list, budget_mib):
-    """lines: [(setting, [Point])] -> memory per device against count, the measured peaks, the budget."""
+NEAR = 1.5    # the budget is drawn where it lies within 1.5x the data's top; further up it squashed the data
+
+
+def memory_figure(workload: str, where: str, lines: list, budget_mib, budget_name: str = ""):
+    """lines: [(setting, [Point])] -> memory per device against count, the measured peaks (each setting its own marker,
+    so that two equal peaks both show), the budget. The y axis is the data's: the budget is drawn where it is near
+    (NEAR), else named in the legend as above the scale (a 140 GiB line over 17 GiB of data squashed both lines)."""
     from bench.report import plots
     fig, ax = plots._figure("Forecast: memory per device", where, workload, width=10.0)
-    xs_all = []
+    xs_all, tops = [], []
     palette = colors([s for s, _ in lines])
-    for s, pts in lines:
-        color = palette[(s.strategy, s.variant)]
+    for i, (s, pts) in enumerate(lines):
+        color, marker = palette[(s.strategy, s.variant)], plots.MARKERS[i % len(plots.MARKERS)]
         name = f"{plots.NAMES.get(s.strategy, s.strategy)} [{s.variant}]"
+        ax.plot([], [], "-" + marker, color=color, mfc="none", label=f"{name}: forecast (line), measured peak (marker)")
         mem = [(p.count, p.memory.device_mib, p.range_of("memory_mib")) for p in pts if p.memory is not None]
         if mem:
-            ax.plot([n for n, _, _ in mem], [m for _, m, _ in mem], "-", color=color, label=f"{name} forecast")
+            ax.plot([n for n, _, _ in mem], [m for _, m, _ in mem], "-", color=color)
+            tops += [m for _, m, _ in mem]
             if not any(math.isnan(r[0]) for _, _, r in mem):
-                ax.fill_between([n for n, _, _ in mem], [r[0] for _, _, r in mem], [r[1] for _, _, r in mem], color=color,
-                                alpha=0.18)
+                _band(ax, [n for n, _, _ in mem], [r[0] for _, _, r in mem], [r[1] for _, _, r in mem], color)
+                tops += [r[1] for _, _, r in mem]
             xs_all += [n for n, _, _ in mem]
         seen = [(n, s.raws[c.key].peak_mib + (s.raws[c.key].runtime_mib or 0.0)) for n, c in s.configs.items()
                 if c.key in s.raws and s.raws[c.key].peak_mib]  # the device level, as the line
         if seen:
-            ax.plot([n for n, _ in seen], [m for _, m in seen], "o", color=color, label=f"{name} measured peak")
+            ax.plot([n for n, _ in seen], [m for _, m in seen], marker, color=color, mfc="none", ms=11 - 2 * (i % 4),
+                    mew=1.5)
             xs_all += [n for n, _ in seen]
-    if budget_mib:
-        ax.axhline(budget_mib, color="#c0392b", linestyle="--", label=f"budget {budget_mib / 1024:.3g} GiB per device")
+            tops += [m for _, m in seen]
+    top = max(tops, default=1.0)
+    name = budget_name or (f"budget {mm.budget_text(budget_mib)}" if budget_mib else "")
+    if budget_mib and budget_mib <= NEAR * top:
+        ax.axhline(budget_mib, color="#c0392b", linestyle="--", label=f"{name} per device")
+        top = max(top, budget_mib)
+    elif budget_mib:
+        ax.plot([], [], " ", label=f"{name} per device ({budget_mib:.0f} MiB): above the scale, not drawn")
     _ticks(ax, xs_all or [2])
     ax.set(xlabel="device count (log scale)", ylabel="memory per device (MiB; CUDA: the device level)")
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, top * 1.1)
     _legend(fig, ax)
     return fig
 
@@ -221,7 +297,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
     sets = [(s, inp) for s, inp in sets if not isinstance(inp, str)]
     if not sets:
         return []
-    budget = fo.device_memory_mib(f.sweep)
+    budget, budget_name = fo.budget(f.sweep)
     b: list = [("h", 2, "Forecast past the measured counts")]
     sentences, by_workload, mem_lines, rows, checks, errors = [], {}, {}, [], [], []
     for s, inp in sets:
@@ -239,8 +315,8 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
                             f"{', '.join(format(r['error'], '+.0%') for r in checked)}"
                             + (f", {sum(r['in_range'] for r in inside)} of {len(inside)} inside the range" if inside else "")
                             if checked else "; not checked (one measured count)")
-                         + (f"; memory: {mm.fit_words(mems, budget, s.strategy)}" if mems else ""))
-        moves = "; ".join(f"{what}: {fo.first_below(pts) or 'not up to 1024'}" for what, pts in ws[1:])
+                         + (f"; memory: {mm.fit_words(mems, budget, s.strategy, budget_name)}" if mems else ""))
+        moves = fo.below_words(ws, fo.DOUBLING[-1]) if len(ws) > 1 else ""
         shown = [p for p in ws[0][1] if p.count in TABLE_COUNTS]
         rows += [[s.label] + cells(s, p) for p in shown]   # each with its own MFU
         mfu = mfu_words(s, [(p, None) for p in shown])
@@ -272,7 +348,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
         b.append(("img", path, f"{workload}: forecast scaling efficiency"))
         if any(p.memory is not None for _, pts in mem_lines[workload] for p in pts):
             path = os.path.join(plots_dir, plots.file_name(workload, "forecast_memory"))
-            memory_figure(workload, where, mem_lines[workload], budget).savefig(path, dpi=100)
+            memory_figure(workload, where, mem_lines[workload], budget, budget_name).savefig(path, dpi=100)
             b.append(("img", path, f"{workload}: forecast memory per device"))
     b.append(("p", f"Each figure is the forecast on the inputs as measured (robust: medians of processes, rounds and "
                    f"steps) and, in brackets, its range: {spread.LOW:.0%} to {spread.HIGH:.0%} of {spread.DRAWS} draws of "
