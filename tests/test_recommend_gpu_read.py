@@ -104,4 +104,20 @@ def test_an_unstable_pick_that_stands_only_because_dataparallels_lead_is_not_res
     steady = build(str(tmp_path / "t.sqlite"), [(spec("ddp", 1, "bf16"), payload(1, 100.0)),
                                                 (spec("dp", 1, "bf16"), payload(1, 60.0))])
     row, said = recommend.answer(steady, "synthetic", steady.bench["synthetic"], "bf16")
-    assert row[2] == "DDP x1 [bf16]" and "so DDP x1 [bf16] is recommended" in " ".join(said)   # a steady pick stands
+    assert row[2].startswith("DDP x1 [bf16]") and "so DDP x1 [bf16] is recommended" in " ".join(said)   # steady: stands
+
+
+def test_a_one_device_wrapper_picked_without_single_device_x1_says_what_it_was_chosen_among(tmp_path):
+    # An H200 sweep recommended FSDP x1 [bf16, adamw] with no single device x1 in it (on an H100, single device x1 of
+    # the same model stepped 46% faster than FSDP x1); only the efficiency column said "its own baseline".
+    sw = build(str(tmp_path / "s.sqlite"), [(spec("fsdp", 1, "bf16"), payload(1, 100.0)),
+                                            (spec("ddp", 1, "bf16"), payload(1, 150.0))])
+    row, said = recommend.answer(sw, "synthetic", sw.bench["synthetic"], "bf16")
+    assert row[2] == ("FSDP x1 [bf16] (among the strategies swept; no single device x1 with its settings in this sweep "
+                      "to hold it against)"), row
+    assert ("It is chosen among the strategies swept: no single device x1 with its settings ran in this sweep to hold "
+            "it against") in " ".join(said)
+    held = build(str(tmp_path / "h.sqlite"), [(spec("single", 1, "bf16"), payload(1, 150.0)),
+                                              (spec("fsdp", 1, "bf16"), payload(1, 100.0))])
+    row, said = recommend.answer(held, "synthetic", held.bench["synthetic"], "bf16")
+    assert row[2] == "FSDP x1 [bf16]" and "chosen among the strategies swept" not in " ".join(said)   # single ran

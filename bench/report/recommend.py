@@ -23,6 +23,7 @@ import shlex
 
 from bench import stats, sweepfile
 from bench.config import DEFAULT_STRATEGIES, ConfigError
+from bench.forecast.outlook import own_baseline
 from bench.report import traces as trace_report
 from bench.report import utilisation as utilisation_report
 from bench.report.fit import over_budget
@@ -97,6 +98,11 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
            + utilisation_report.clause(best) + (f", or {name(fastest)}, {fastest.samples_per_s:.1f} samples/s"
                                                 + utilisation_report.clause(fastest) if open_pick else "")
            + f" {where(workload, 'throughput')}."]
+    alone = _unwrapped_missing(best)
+    if alone:
+        out.append("It is chosen among the strategies swept: no single device x1 with its settings ran in this sweep "
+                   "to hold it against, and at one device a wrapper has nothing to spread (add single to --strategies "
+                   "to measure one).")
     if tie is not None:
         out.append(_tie_sentence(best, fastest, tie, name))
     if not_training:
@@ -166,9 +172,20 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
         margin = "–" if lead is None else f"{lead[0].gap:.0%} ({_margin_note(lead[0])})"
     row = [workload, precision, name(best), f"{best.samples_per_s:.1f}",
            eff, dp_cost, scaling, kind, margin, best.utilisation.mfu_cell() if best.utilisation else "–"]
+    if alone:
+        row[2] = f"{name(best)} ({alone})"
     if open_pick:   # no answer yet: no figure of either stands for the row
         row = [workload, precision, unresolved_cell(best, fastest, name)] + ["–"] * 5 + [margin, "–"]
     return row, out
+
+
+def _unwrapped_missing(best) -> str:
+    """Where the pick is a one-device wrapper held against itself (no single device x1 of its settings ran), what it
+    was chosen among, else '': an H200 sweep recommended FSDP x1 [bf16, adamw] with no single device x1 beside it,
+    where on an H100 single device x1 of the same model stepped 46% faster than FSDP x1."""
+    if best.device_count == 1 and best.strategy != "single" and own_baseline(best):
+        return "among the strategies swept; no single device x1 with its settings in this sweep to hold it against"
+    return ""
 
 
 def _recipe(c) -> tuple:
@@ -318,7 +335,10 @@ def blocks(sweep: Sweep, figures: list = ()) -> list:
                 paragraphs.append(("p", f"{workload}, {precision}: " + " ".join(text)))
     key = ("p", "One row per workload and precision: the recommended configuration, the one with the most samples per "
                 "second unless a simpler one is within the noise of it (fewer devices first; at equal devices single "
-                "device, then DDP, then FSDP and the rest, DataParallel only where it is strictly faster); its scaling "
+                "device, then DDP, then FSDP and the rest, DataParallel only where it is strictly faster; 'not resolved: "
+                "--repeats 3' and both where it stands only on a faster one's unresolved lead and ran one unstable "
+                "process itself; a wrapper at one device without single device x1 beside it, chosen among the "
+                "strategies swept, says so); its scaling "
                 "efficiency; how much slower DataParallel ran at that count; the largest count whose efficiency stays "
                 f"at or above {EFFICIENCY_FLOOR:.0%}; what bounds its step; and its lead over the next fastest, 'within "
                 "noise' where that cannot be told from process-to-process variation, 'under the "
