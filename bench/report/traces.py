@@ -109,17 +109,44 @@ class Busy:
     device: str
     devices: dict
     comm_share: float
+    measured: float = math.nan   # the least busy GPU's work over the step, unclamped
+    span_ms: float = math.nan    # the trace's window per traced step (its steps, to the end of the last one's kernels)
+    traced_ms: float = math.nan  # the traced steps' own wall time (steps of kind 'profile'), where their rows carry it
 
     @property
     def idle_share(self) -> float:
         return max(0.0, 1.0 - self.share - self.comm_share)
 
+    @property
+    def over(self) -> bool:
+        """The kernels add up to more than the steps they ran in (the traced steps' own wall time where known, else the
+        measured step): a measurement error, never 'full'."""
+        held = self.step_ms if math.isnan(self.traced_ms) else self.traced_ms
+        return not math.isnan(self.measured) and self.work_ms > held
+
     def words(self) -> str:
-        """'GPU busy 38%', with the least and the busiest GPU where there are several."""
+        """'GPU busy 38%', with the least and the busiest GPU where there are several; above 100% it says that is an
+        error of the measurement (the committed H100 DeepLabV3 read 'GPU busy 100%' from 111.0 ms in 108.0 ms steps)."""
+        if self.over:
+            return f"GPU busy {self.measured:.0%}: over 100%, a measurement error"
         if len(self.devices) < 2:
             return f"GPU busy {self.share:.0%}"
         top = max(self.devices, key=self.devices.get)
         return f"GPU busy {self.share:.0%} ({self.device}; {top} {self.devices[top]:.0%})"
+
+    def error(self) -> str:
+        """Why a share above 100% is an error, with its likely cause from the trace ('' where it is not over)."""
+        if not self.over:
+            return ""
+        held = self.step_ms if math.isnan(self.traced_ms) else self.traced_ms
+        which = "measured step" if math.isnan(self.traced_ms) else "traced steps' own wall time"
+        cause = ("kernels on overlapping streams counted twice, or kernels outside the traced steps" if
+                 math.isnan(self.span_ms) or self.span_ms <= held else
+                 f"the trace's window spans {self.span_ms:.1f} ms a traced step, past the {held:.1f} ms, so it counts "
+                 "kernels outside the traced steps (the GPU runs behind the host)")
+        return (f"GPU busy {self.measured:.0%} is a measurement error, not a full GPU: {self.work_ms:.1f} ms of kernels "
+                f"per traced step against {held:.1f} ms ({which}); likely cause: {cause}. A compute-bound verdict "
+                "read on it rests on that error")
 
 
 def busy(c) -> Optional[Busy]:
@@ -128,13 +155,17 @@ def busy(c) -> Optional[Busy]:
     step = c.summary.median_ms
     if not step or math.isnan(step) or step <= 0:
         return None
-    devs = {d: v for f in per_rank(c).values() for d, v in f["devices"].items() if not math.isnan(v["work_ms"])}
+    ranks = per_rank(c)
+    devs = {d: v for f in ranks.values() for d, v in f["devices"].items() if not math.isnan(v["work_ms"])}
     if not devs:
         return None
-    shares = {d: min(1.0, v["work_ms"] / step) for d, v in devs.items()}
+    measured = {d: v["work_ms"] / step for d, v in devs.items()}
+    shares = {d: min(1.0, v) for d, v in measured.items()}
     least = min(shares, key=shares.get)
     comm = min(1.0 - shares[least], devs[least]["comm_ms"] / step) if not math.isnan(devs[least]["comm_ms"]) else 0.0
-    return Busy(shares[least], devs[least]["work_ms"], step, least, shares, max(0.0, comm))
+    span = _mean(f["span_per_step_ms"] for f in ranks.values())
+    return Busy(shares[least], devs[least]["work_ms"], step, least, shares, max(0.0, comm), measured[least], span,
+                _mean(t.get("traced_step_ms") for t in c.traces))
 
 
 def straggler(c) -> Optional[tuple]:
@@ -271,6 +302,8 @@ def blocks(configs: list, workload: str) -> list:
             read_from = ", ".join(READ_FROM.get(m, m) for m in f["methods"]) or "–"
             mine = {d: v for d, v in (b.devices if b else {}).items() if d in f["devices"]}
             gpu = ", ".join(f"{d} {v:.0%}" if len(mine) > 1 else f"{v:.0%}" for d, v in mine.items()) or "–"
+            if b is not None and b.over and b.device in mine:
+                gpu = f"{b.measured:.0%} (over 100%: a measurement error)"
             rows.append([_label(c), str(rank), read_from, gpu] + [_fmt(f[k] * 100, ".0f", "%") for k, _, _ in SEGMENTS]
                         + [_fmt(f["overlap_share"] * 100, ".0f", "%"), _fmt(f["wait_per_step_ms"], ".2f"),
                            _fmt(f["trace_mb"], ".2f"), _fmt(f["mb_per_step"], ".3f"), _fmt(f["profile_s"], ".1f"), link])
@@ -279,6 +312,8 @@ def blocks(configs: list, workload: str) -> list:
                              _fmt(sh["work"] * 100, ".0f", "% (with copies)"), _fmt(sh["comm"] * 100, ".0f", "%"), "–",
                              _fmt(sh["idle"] * 100, ".0f", "%")] + ["–"] * 6)
             lines += [f"{_label(c)}, rank {rank}: {n}" for n in f["notes"]]
+        if b is not None and b.over:
+            lines.append(f"{_label(c)}: {b.error()}.")
         s = straggler(c)
         if s:
             lines.append(f"{_label(c)}: rank {s[0]} waits {s[1]:.2f} ms per traced step in collectives, the others "

@@ -1,0 +1,43 @@
+"""A GPU busy share above 100% is a measurement error, never clamped to a full GPU (bench.report.traces.busy). The
+committed H100 DeepLabV3 single x1 fp32 summed 111.0 ms of kernels per traced step (333.04 ms over 3) against a
+108.0 ms measured step (108.4 ms the traced steps' own) and the report read 'GPU busy 100%', compute-bound."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from bench.report import pages
+from bench.report import traces as trace_report
+from conftest import example_stores
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "h100-2026-11-26"
+
+
+@pytest.fixture
+def deeplabv3(tmp_path, monkeypatch):
+    sweep = example_stores(EXAMPLE, ("gpu.sqlite",), tmp_path, monkeypatch)("gpu.sqlite", 1)
+    return {c.label: c for c in sweep.bench["deeplabv3"]}
+
+
+def test_kernels_past_the_step_read_as_a_measurement_error_with_its_likely_cause(deeplabv3, tmp_path):
+    b = trace_report.busy(deeplabv3["single device x1"])
+    assert b.over and b.measured == pytest.approx(333.04 / 3 / b.step_ms, rel=1e-3) and b.measured > 1.02
+    assert b.words() == "GPU busy 103%: over 100%, a measurement error"
+    assert ("GPU busy 103% is a measurement error, not a full GPU: 111.0 ms of kernels per traced step against 108.0 ms "
+            "(measured step); likely cause: the trace's window spans 113.5 ms a traced step, past the 108.0 ms, so it "
+            "counts kernels outside the traced steps") in b.error()
+    md = pages.to_markdown(trace_report.blocks(list(deeplabv3.values()), "deeplabv3"), str(tmp_path))
+    assert "| single device x1 | 0 | kernels | 103% (over 100%: a measurement error) |" in md
+    assert "single device x1: GPU busy 103% is a measurement error" in md
+    ok = trace_report.busy(deeplabv3["DDP x1"])   # 103.6 ms of kernels in a 110 ms step: 94%, no error
+    assert not ok.over and ok.error() == "" and ok.words() == "GPU busy 94%"
+
+
+def test_the_traced_steps_own_wall_time_judges_the_error_where_the_rows_carry_it(deeplabv3):
+    c = deeplabv3["single device x1"]
+    slower = dataclasses.replace(c, traces=[dict(t, traced_step_ms=112.0) for t in c.traces])  # kernels fit in them
+    assert not trace_report.busy(slower).over
+    own = dataclasses.replace(c, traces=[dict(t, traced_step_ms=108.4) for t in c.traces])     # the store's 3 steps
+    assert "against 108.4 ms (traced steps' own wall time)" in trace_report.busy(own).error()
