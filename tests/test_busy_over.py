@@ -25,9 +25,9 @@ def test_kernels_past_the_step_read_as_a_measurement_error_with_its_likely_cause
     b = trace_report.busy(deeplabv3["single device x1"])
     assert b.over and b.measured == pytest.approx(333.04 / 3 / b.step_ms, rel=1e-3) and b.measured > 1.02
     assert b.words() == "GPU busy 103%: over 100%, a measurement error"
-    assert ("GPU busy 103% is a measurement error, not a full GPU: 111.0 ms of kernels per traced step against 108.0 ms "
-            "(measured step); likely cause: the trace's window spans 113.5 ms a traced step, past the 108.0 ms, so it "
-            "counts kernels outside the traced steps") in b.error()
+    assert ("GPU busy 103% is a measurement error, not a full GPU: 111.0 ms of kernels per traced step against 108.4 ms "
+            "(traced steps' own wall time); likely cause: the trace's window spans 113.5 ms a traced step, past the "
+            "108.4 ms, so it counts kernels outside the traced steps") in b.error()
     md = pages.to_markdown(trace_report.blocks(list(deeplabv3.values()), "deeplabv3"), str(tmp_path))
     assert "| single device x1 | 0 | kernels | 103% (over 100%: a measurement error) |" in md
     assert "single device x1: GPU busy 103% is a measurement error" in md
