@@ -4,6 +4,9 @@
     each trace row from its result's steps of kind 'profile', that rank's): the H100 DeepLabV3 single x1 fp32 summed
     333.04 ms of kernels over 3 traced steps of 108.35, 108.38 and 108.46 ms, and its report named the 108.0 ms measured
     median instead.
+(b) selfcheck's host-noise entry names its workload (bench.commands.selfcheck._noise_entry): it keeps the configuration
+    repeated most at each precision, whatever its workload, and an entry without "workload" reads back as the synthetic
+    MLP's (bench.store.hostnoise), so a DeepLabV3 figure was kept as the MLP's.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench.report import pages
+from bench.sweep import record
 from bench.report import traces as trace_report
 from conftest import example_stores
 
@@ -36,3 +40,37 @@ def test_trace_rows_carry_their_traced_steps_mean_and_the_report_names_it(deepla
     assert ("single device x1: GPU busy 103% is a measurement error, not a full GPU: 111.0 ms of kernels per traced step "
             "against 108.4 ms (traced steps' own wall time)") in md
     assert "against 108.0 ms (measured step)" not in md
+
+
+def _deeplabv3_bf16_processes(path: str, repeats: tuple) -> None:
+    """More processes of the H100 fixture's DeepLabV3 single x1 [bf16] (its steps as the fixture's first one)."""
+    from bench.store import store
+    from report_fixtures import H100, H100_DEEPLAB, h100_spec, spread_steps
+    median, p10, p90 = H100_DEEPLAB[("single", "bf16", False)][:3]
+    conn = store.connect(path)
+    sid, env_id = conn.execute("SELECT sweep_id, env_id FROM sweeps ORDER BY sweep_id DESC").fetchone()
+    for r in repeats:
+        ms = [t * (1 + 0.02 * r) for t in spread_steps(median, p10, p90)]
+        pl = {"steps": [{"kind": "measure", "rank": 0, "step": i, "step_ms": t} for i, t in enumerate(ms)],
+              "windows": [{"kind": "measure", "rank": 0, "wall_s": sum(ms) / 1e3, "samples": 8 * len(ms), "steps": len(ms)}],
+              "memory": [{"rank": 0, "device": "cuda:0", "device_name": H100, "peak_allocated_mib": 2559}]}
+        record.record_result(conn, sid, env_id, h100_spec("deeplabv3", "single", "bf16", repeat=r), "ok", payload=pl)
+    conn.close()
+
+
+def test_a_host_noise_entry_names_its_workload_and_reads_back_as_it(tmp_path, monkeypatch):
+    from bench.commands import selfcheck
+    from bench.store import hostnoise
+    from report_fixtures import H100, build_h100_store
+    monkeypatch.setenv("BENCH_HOST_NOISE", str(tmp_path / "host-noise.json"))
+    path = str(tmp_path / "s.sqlite")
+    sid = build_h100_store(path, 0.01)          # fp32: the MLP in 3 processes; DeepLabV3 bf16 single x1 in one
+    _deeplabv3_bf16_processes(path, (1, 2))     # bf16: DeepLabV3 the configuration repeated, in 3 processes
+    _, _, detail = selfcheck.host_noise(path, sid)
+    fp32, bf16 = (hostnoise.lookup("vm", "cuda", H100, p) for p in ("fp32", "bf16"))
+    assert (fp32["workload"], bf16["workload"]) == ("synthetic", "deeplabv3")   # written, not hostnoise's default
+    assert hostnoise.workload(bf16) == "deeplabv3" and hostnoise.workload(fp32) == "synthetic"
+    said_bf16 = detail.split("; fp32: ")[0]    # its steps spread 17% (the H100's bf16), so it says so before the workload
+    assert said_bf16.startswith("bf16: ") and "of single device x1 [bf16] (all 3 unstable" in said_bf16, detail
+    assert "on deeplabv3, on host vm" in said_bf16 and "synthetic MLP" not in said_bf16
+    assert "single device x1 on the synthetic MLP, on host vm" in detail

@@ -259,14 +259,17 @@ def unsteady_words(steadiness: list) -> str:
 
 
 def _noise_entry(c, env: dict, sweep, path: str, sweep_id: int, steadiness: list = ()) -> dict:
-    """The hostnoise entry of configuration c's processes (bench.store.hostnoise), under its precision, with each
-    process's steadiness (`_steadiness`). Where some were unstable the configuration's words say so too: they are what
-    bench.stats.host_noise names in selfcheck's line and in every report that falls back on the figure."""
+    """The hostnoise entry of configuration c's processes (bench.store.hostnoise), under its precision and workload, with
+    each process's steadiness (`_steadiness`). Where some were unstable the configuration's words say so too: they are
+    what bench.stats.host_noise names in selfcheck's line and in every report that falls back on the figure. The
+    workload is written, not left to hostnoise's default (the synthetic MLP): the configuration repeated most is taken
+    whatever its workload, and a DeepLabV3 one kept without it read back as the MLP's."""
     shaky = unsteady_words(list(steadiness))
     return {"hostname": env.get("hostname"), "device_type": c.device_type,
             "device_name": (str(env.get("gpu_names") or "").split(",")[0].strip() if c.device_type == "cuda"
                             else env.get("cpu_model")) or None, "precision": c.precision,
-            "measured_at": sweep.sweep.get("started_at"), "configuration": c.label + (f" ({shaky})" if shaky else ""),
+            "measured_at": sweep.sweep.get("started_at"), "workload": c.workload,
+            "configuration": c.label + (f" ({shaky})" if shaky else ""),
             "process_sps": list(c.process_sps), "processes": list(steadiness),
             "store": os.path.abspath(path), "sweep_id": sweep_id}
 
