@@ -269,3 +269,23 @@ def test_missing_file_and_missing_module_are_refused_before_anything_runs(tmp_pa
         usermodel.load_user_builder("no_such_pkg_xyz.mod:build")
     with pytest.raises(ConfigError, match=r"expected MODULE:FUNCTION"):
         models.resolve_workload_name("my_mod:")
+
+
+def test_the_broken_contract_docs_workloads_md_quotes_is_the_message_the_suite_prints(tmp_path, monkeypatch):
+    """docs/workloads.md quoted a make_batch returning a list as refused, but a list of two tensors is accepted (a
+    user tried it: it ran). The quote is now a make_batch that returns the images alone, run here as a module
+    `my_mod:build`, and its message must appear in the docs word for word."""
+    source = EXAMPLE.read_text().replace("make_batch = lambda g, batch: (torch.randn(batch, 3, side, side, generator=g),\n"
+                                         "                                   torch.randint(0, 10, (batch,), generator=g))",
+                                         "make_batch = lambda g, batch: torch.randn(batch, 3, side, side, generator=g)")
+    assert source != EXAMPLE.read_text()
+    (tmp_path / "my_mod.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_mod", raising=False)
+    try:
+        with pytest.raises(ConfigError) as e:
+            models.validate_workload("my_mod:build")
+    finally:
+        sys.modules.pop("my_mod", None)
+    assert "returned a tensor of shape (2, 3, 32, 32)" in str(e.value)
+    assert f"`{e.value}`" in (REPO / "docs" / "workloads.md").read_text()
