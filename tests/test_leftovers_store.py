@@ -7,9 +7,13 @@
 (b) selfcheck's host-noise entry names its workload (bench.commands.selfcheck._noise_entry): it keeps the configuration
     repeated most at each precision, whatever its workload, and an entry without "workload" reads back as the synthetic
     MLP's (bench.store.hostnoise), so a DeepLabV3 figure was kept as the MLP's.
+(c) The export gives the GPU's state as the report reads it (bench.report.tables.gpu_state): it wrote
+    gpu_throttled=False where the report read 'too few samples (2)', and no power, where the report read 'not updated
+    in the window (43 ms)'; each is empty now, with why in the column beside it.
 """
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
@@ -74,3 +78,21 @@ def test_a_host_noise_entry_names_its_workload_and_reads_back_as_it(tmp_path, mo
     assert said_bf16.startswith("bf16: ") and "of single device x1 [bf16] (all 3 unstable" in said_bf16, detail
     assert "on deeplabv3, on host vm" in said_bf16 and "synthetic MLP" not in said_bf16
     assert "single device x1 on the synthetic MLP, on host vm" in detail
+
+
+def test_the_export_leaves_empty_what_the_report_does_not_give_and_says_why(tmp_path):
+    from bench.commands import export
+    from test_gpustate_stale import long_busy, short_stale
+    from test_utilisation import MLP_FLOPS, build, payload, rspec
+    path = str(tmp_path / "s.sqlite")
+    build(path, [(rspec("single", 1), payload(1, 3.2, MLP_FLOPS, gpu_samples=short_stale())),   # 2 samples, 43 ms
+                 (rspec("ddp", 1), payload(1, 3.3, MLP_FLOPS, gpu_samples=long_busy()))])      # 67 samples, 3.3 s
+    assert export.main(["--store", path, "--out", str(tmp_path / "out")]) == 0
+    with open(tmp_path / "out" / "configurations.csv", newline="") as f:
+        rows = {r["label"]: r for r in csv.DictReader(f)}
+    short, long = rows["single device x1"], rows["DDP x1"]
+    assert (short["gpu_throttled"], short["gpu_throttled_why"]) == ("", "too few samples (2)")   # was False
+    assert (short["gpu_power_w"], short["gpu_power_why"]) == ("", "not updated in the window (43 ms)")
+    assert short["gpu_power_limit_w"] == "700.0" and short["gpu_sm_clock_mhz"] == "1980.0"
+    assert (long["gpu_throttled"], long["gpu_throttled_why"]) == ("False", "")                   # 67 samples: a "no"
+    assert (float(long["gpu_power_w"]), long["gpu_power_why"]) == (571.0, "")

@@ -88,8 +88,7 @@ def _config_row(sweep: Sweep, c: Config, recommended: bool, costs: Optional[cost
         row.update(flops_per_sample=u.flops.per_sample, flops_source=u.flops.source, flops_check=u.flops.check or None,
                    achieved_tflops_per_device=u.achieved_tflops, peak_tflops=u.peak_tflops, mfu=u.mfu, hfu=u.hfu,
                    mfu_error=u.error or None, mfu_note=u.note or None)
-    row.update(gpu_sm_clock_mhz=c.gpu.sm_clock_mhz if c.gpu else None, gpu_throttled=c.gpu.throttled if c.gpu else None,
-               gpu_throttle=(c.gpu.words() or None) if c.gpu else None)
+    row.update(gpu_state(c.gpu))
     for f in dataclasses.fields(c):   # fields added later (utilisation, tokens/s): under their own names
         value = getattr(c, f.name)
         if f.name not in row and f.name not in NOT_SCALAR and isinstance(value, SCALAR):
@@ -100,6 +99,20 @@ def _config_row(sweep: Sweep, c: Config, recommended: bool, costs: Optional[cost
             if isinstance(value, SCALAR):
                 row[name] = value
     return row
+
+
+def gpu_state(g) -> dict:
+    """The GPU's state in the window as the report reads it (bench.analysis.gpustate.GpuState; all None where not
+    sampled): a figure the report does not give is empty here, with why beside it. The export wrote gpu_throttled=False
+    where the report read 'too few samples (2)', and no power at all, where the report read 'not updated in the
+    window (43 ms)' for NVML's idle reading from before a short window."""
+    if g is None:
+        return dict.fromkeys(("gpu_sm_clock_mhz", "gpu_throttled", "gpu_throttled_why", "gpu_throttle", "gpu_power_w",
+                              "gpu_power_limit_w", "gpu_power_why"))
+    return {"gpu_sm_clock_mhz": g.sm_clock_mhz, "gpu_throttled": None if g.too_few else g.throttled,
+            "gpu_throttled_why": g.verdict() if g.too_few else None, "gpu_throttle": g.words() or None,
+            "gpu_power_w": g.power_w, "gpu_power_limit_w": g.power_limit_w,
+            "gpu_power_why": g.power_text() if g.power_w is None else None}
 
 
 def configurations(sweep: Sweep, prices: Optional[cost.Prices] = None) -> list:
