@@ -10,6 +10,9 @@
 (c) The export gives the GPU's state as the report reads it (bench.report.tables.gpu_state): it wrote
     gpu_throttled=False where the report read 'too few samples (2)', and no power, where the report read 'not updated
     in the window (43 ms)'; each is empty now, with why in the column beside it.
+(d) report --memory-budget-gib reaches the forecast section (bench.report.forecast.blocks, to
+    bench.forecast.outlook.budget): a page re-budgeted on the command line held its recommendation to the budget typed
+    and its forecast to the sweep's own, or the GPU's memory.
 """
 from __future__ import annotations
 
@@ -96,3 +99,15 @@ def test_the_export_leaves_empty_what_the_report_does_not_give_and_says_why(tmp_
     assert short["gpu_power_limit_w"] == "700.0" and short["gpu_sm_clock_mhz"] == "1980.0"
     assert (long["gpu_throttled"], long["gpu_throttled_why"]) == ("False", "")                   # 67 samples: a "no"
     assert (float(long["gpu_power_w"]), long["gpu_power_why"]) == (571.0, "")
+
+
+def test_a_budget_given_to_the_report_holds_its_forecast_too(tmp_path, monkeypatch):
+    from bench.report import report
+    example_stores(H100, ("selfcheck.sqlite",), tmp_path, monkeypatch)   # the MLP needs 1.58 GiB a GPU at least
+    out = report.render(str(tmp_path / "selfcheck.sqlite"), 1, str(tmp_path / "plots"), str(tmp_path / "report"),
+                        memory_budget_gib=1.0)
+    md = Path(out["markdown"]).read_text()
+    assert "Nothing measured fits 1.00 GiB per GPU" in md                  # the recommendation, as before
+    ddp = next(line for line in md.splitlines() if line.startswith("synthetic DDP [fp32]:"))
+    assert "memory: does not fit in the 1 GiB budget (--memory-budget-gib) at any count" in ddp, ddp
+    assert "fits in the GPU's" not in md

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 import textwrap
+from typing import Optional
 
 from bench.forecast import check as fk
 from bench.analysis import forecastable
@@ -276,8 +277,12 @@ def memory_figure(workload: str, where: str, lines: list, budget_mib, budget_nam
     return fig
 
 
-def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
-    """The forecast section of the report, from the store alone; [] when the sweep has nothing to forecast."""
+def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budget_gib: Optional[float] = None) -> list:
+    """The forecast section of the report, from the store alone; [] when the sweep has nothing to forecast.
+    memory_budget_gib: report --memory-budget-gib, which the forecast's memory is held to as the rest of the page is
+    (bench.forecast.outlook.budget; None: the sweep's own, else the GPU's). Without it, the H100 self-check's report
+    with --memory-budget-gib 1 read 'Nothing measured fits 1.00 GiB per GPU' and, in its forecast, 'memory: fits in the
+    GPU's 79.2 GiB at every count'."""
     conn = store.connect(store_path, readonly=True)
     try:
         f = forecastable.load(conn, int(sweep.sweep["sweep_id"]))
@@ -297,7 +302,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "") -> list:
     sets = [(s, inp) for s, inp in sets if not isinstance(inp, str)]
     if not sets:
         return []
-    budget, budget_name = fo.budget(f.sweep)
+    budget, budget_name = fo.budget(f.sweep, memory_budget_gib)
     b: list = [("h", 2, "Forecast past the measured counts")]
     sentences, by_workload, mem_lines, rows, checks, errors = [], {}, {}, [], [], []
     for s, inp in sets:

@@ -303,7 +303,7 @@ def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "pl
     from bench.report import forecast
     at = next((i for i, x in enumerate(bl) if x[:3] == ("h", 2, "Environment")), len(bl))  # before the environment
     bl[at:at] = ahead = forecast.blocks(store_path, sweep, plots_dir, device_title(
-        sweep, next(iter(sweep.bench.values()))[0].device_type) if sweep.bench else "")
+        sweep, next(iter(sweep.bench.values()))[0].device_type) if sweep.bench else "", memory_budget_gib)
     forecast_plots = [x[1] for x in ahead if x[0] == "img"]
     md, page, replaced = pages.write(bl, report_dir, "report", f"sweep {sweep.sweep['sweep_id']} of {os.path.abspath(store_path)}")
     return {"markdown": md, "html": page, "replaced": replaced,
