@@ -27,9 +27,9 @@ from bench.shared.spec import STRATEGY_NAMES, default_mesh
 from bench.stats.noise import not_carried
 from bench.analysis.memory_rows import device_names as _device_names, per_device as _memory, state as _state
 from bench.store import hostnoise, read
-from bench.store.read import pick_sweep  # noqa: F401  (readers of a sweep take both from here)
 
 STRATEGY_ORDER = ("single", "dp", "ddp", "zero", "fsdp", "hsdp")
+pick_sweep = read.pick_sweep   # re-exported: readers of a sweep take load and pick_sweep from here
 
 
 def variant(precision: str, channels_last: bool, compiled: bool, options: dict, optimizer: str = "sgd",
