@@ -190,6 +190,7 @@ def resolve_workload_name(name: str) -> str:
         return name
     if usermodel.is_user_text(name):
         return usermodel.normalize(name)
+    usermodel.refuse_bare_path(name)  # `examples/my_model.py` without :build is no torchvision name
     reason = _refusal(name)
     if reason:
         float_model = name.removeprefix("quantized_")

@@ -100,6 +100,50 @@ def _import(where: str, text: str):
         raise ConfigError(f"--workloads {text}: importing {where!r} failed: {type(e).__name__}: {e}") from e
 
 
+def _required_args(fn: Callable) -> list:
+    """The arguments `fn` needs that the suite does not pass (it passes image_size, or nothing)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return []
+    return [n for n, p in params.items() if p.default is p.empty and n != "image_size"
+            and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def builders(module) -> list:
+    """The functions `module` itself defines (not imports) that the suite could call as a builder: public, and needing
+    no argument but image_size. What a hint offers when the function named is not there (nothing is called)."""
+    return [n for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_")
+            and v.__module__ == module.__name__ and not _required_args(v)]
+
+
+def _did_you_mean(func: str, module) -> str:
+    """'; did you mean build?': close names first; failing those the module's builders (`mymod:nope` got no hint where
+    `my_model.py:nobuild` got one, only because 'nope' looks like nothing), at most 5."""
+    names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+    offer = difflib.get_close_matches(func, names, n=3) or builders(module)[:5]
+    return f"; did you mean {', '.join(offer)}?" if offer else ""
+
+
+def refuse_bare_path(text: str) -> None:
+    """ConfigError for a file given without :FUNCTION (`--workloads examples/my_model.py`), which otherwise read as an
+    unknown torchvision model; it names the file's builders where the file imports. Returns if `text` is no file path."""
+    text = text.strip()
+    if is_user_text(text) or not _is_path(text):
+        return
+    path = os.path.abspath(os.path.expanduser(text))
+    if not os.path.isfile(path):
+        raise ConfigError(f"--workloads {text}: file {path!r} does not exist ({FORM})")
+    try:
+        found = builders(_import_file(path, text))
+    except Exception:  # noqa: BLE001 - the hint is extra; `PATH.py:FUNCTION` will show the import's own error
+        found = None
+    hint = (f"; did you mean {', '.join(f'{text}:{n}' for n in found[:5])}?" if found else
+            "; it defines no function that takes no argument but image_size" if found == [] else "")
+    raise ConfigError(f"--workloads {text}: a file needs :FUNCTION, the function in it that builds the model{hint} "
+                      f"({FORM})")
+
+
 def load_user_builder(text: str) -> Callable:
     """The builder function named by MODULE:FUNCTION or PATH.py:FUNCTION; ConfigError if it cannot be had."""
     text = normalize(text)
@@ -107,10 +151,7 @@ def load_user_builder(text: str) -> Callable:
     module = _import(where, text)
     builder = getattr(module, func, None)
     if builder is None:
-        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
-        close = difflib.get_close_matches(func, names, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ConfigError(f"--workloads {text}: {where!r} has no function {func!r}{hint}")
+        raise ConfigError(f"--workloads {text}: {where!r} has no function {func!r}{_did_you_mean(func, module)}")
     if not callable(builder):
         raise ConfigError(f"--workloads {text}: {func!r} is a {type(builder).__name__}, not a function")
     return builder
@@ -122,8 +163,7 @@ def _call(builder: Callable, text: str, image_size: Optional[int]):
     except (TypeError, ValueError):
         params = {}
     takes_size = "image_size" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-    required = [n for n, p in params.items() if p.default is p.empty and n != "image_size"
-                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    required = _required_args(builder)
     if required:
         raise ConfigError(f"--workloads {text}: the function requires argument(s) {', '.join(required)}; "
                           "expected it to take none, or only image_size")
