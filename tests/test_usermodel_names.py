@@ -3,6 +3,8 @@ every heading and clipped the overview plot's title), and the hints for a path w
 missing function (trial B: 'unknown model' plus the torchvision blurb; no 'did you mean' for `mymod:nope`)."""
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +15,36 @@ from bench.workloads import models, usermodel
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "my_model.py"
+
+
+def test_a_model_given_by_path_is_shown_by_file_stem_and_function_while_its_stored_name_stays_whole(monkeypatch):
+    monkeypatch.chdir(REPO)
+    stored = models.resolve_workload_name("examples/my_model.py:build")
+    assert stored == f"{EXAMPLE}:build"   # what processes import and configuration keys hold: unchanged
+    assert usermodel.display_name(stored) == "my_model:build"
+    assert usermodel.display_name(stored, [stored, "resnet18"]) == "my_model:build"
+
+
+def test_other_names_are_shown_as_they_are():
+    for name in ("resnet18", "transformer", "synthetic", "my_pkg.nets:build"):
+        assert usermodel.display_name(name) == name
+
+
+def test_two_models_whose_short_names_collide_keep_their_full_names():
+    a, b, mod = "/x/my_model.py:build", "/y/my_model.py:build", "my_model:build"
+    assert usermodel.display_name(a, [a, b]) == a and usermodel.display_name(b, [a, b]) == b
+    assert usermodel.display_name(a, [a, mod]) == a   # a module of the same name: the short form would be ambiguous
+    assert usermodel.display_name(a, [a, "/y/other.py:build"]) == "my_model:build"
+
+
+def test_the_display_name_imports_no_torch():
+    """Reports render without torch; display_name must be callable from them without importing it."""
+    code = ("import sys; from bench.workloads.usermodel import display_name; "
+            "print(display_name('/a/b.py:f'), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["b:f", "False"]
 
 
 def test_a_path_without_function_is_refused_naming_the_missing_function_and_the_files_builders(monkeypatch):

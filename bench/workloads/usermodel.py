@@ -26,12 +26,11 @@ import inspect
 import os
 import sys
 from collections.abc import Mapping
-from typing import Callable, Optional
-
-from torch import nn
+from typing import Callable, Iterable, Optional
 
 from bench.config import ConfigError
-from bench.workloads.modelspec import ModelSpec, has_batchnorm
+
+# torch is imported where a model is built, not here: reports call display_name and stay torch-free.
 
 REQUIRED = ("model", "make_batch", "loss_fn")
 OPTIONAL = ("min_batch_per_replica", "details")
@@ -51,6 +50,25 @@ def _split(text: str) -> tuple[str, str]:
 
 def _is_path(where: str) -> bool:
     return where.endswith(".py") or "/" in where or os.sep in where
+
+
+def _short(workload: str) -> str:
+    if not is_user_text(workload):
+        return workload
+    where, _, func = workload.rpartition(":")
+    return f"{os.path.splitext(os.path.basename(where))[0]}:{func}" if _is_path(where) else workload
+
+
+def display_name(workload: str, among: Iterable[str] = ()) -> str:
+    """The name headings, plot titles and plot file names give a workload. A user's model given by path is stored by
+    its absolute path (the text every process imports it by, and part of each configuration's key, so resume and
+    re-rendering find it), which filled every heading and clipped the overview's title: `/work/main/examples/
+    my_model.py:build` reads `my_model:build` (file stem and function). Other names are unchanged. Where another
+    workload of `among` (the page's) has the same short form (two my_model.py in different folders), the full text."""
+    short = _short(workload)
+    if short != workload and any(o != workload and _short(o) == short for o in among):
+        return workload
+    return short
 
 
 def normalize(text: str) -> str:
@@ -173,8 +191,11 @@ def _call(builder: Callable, text: str, image_size: Optional[int]):
         raise ConfigError(f"--workloads {text}: calling it raised {type(e).__name__}: {e}") from e
 
 
-def build_user(text: str, image_size: Optional[int] = None) -> ModelSpec:
-    """Call the user's builder and check the shape of what it returned (check_spec does the dry run)."""
+def build_user(text: str, image_size: Optional[int] = None):
+    """Call the user's builder and check the shape of what it returned (check_spec does the dry run): a ModelSpec."""
+    from torch import nn
+
+    from bench.workloads.modelspec import ModelSpec, has_batchnorm
     text = normalize(text)
     result = _call(load_user_builder(text), text, image_size)
     if isinstance(result, ModelSpec):
