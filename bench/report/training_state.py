@@ -15,8 +15,8 @@ import math
 
 from matplotlib.figure import Figure
 
-from bench.report import plots
-from bench.report.pages import fmt
+from bench.report import choice, plots
+from bench.report.pages import BOTH_AT, fmt, slower_share
 from bench.analysis.memory_rows import STATE_KEYS
 from bench.shared.spec import ONE_SHARD_GROUP
 
@@ -30,22 +30,71 @@ def label(c) -> str:
     return c.label
 
 
-def hsdp_mesh(c, said: bool = False) -> str:
+def fsdp_twin(c, configs):
+    """FSDP at c's count with all c's other settings (precision, format, compilation, optimizer, activation
+    checkpointing, offload, resharding), so the one difference is HSDP's mesh; None where the sweep ran none."""
+    same = lambda x: (x.device_count, x.nodes, x.precision, x.channels_last, x.compiled, x.optimizer,  # noqa: E731
+                      x.activation_checkpointing, x.aux, {k: v for k, v in x.options.items() if k != "shard_size"})
+    return next((f for f in configs if f.strategy == "fsdp" and same(f) == same(c)), None)
+
+
+def _how_far(h_sps: float, f_sps: float) -> str:
+    """'9% slower', '2.44x as fast, FSDP 59% slower': HSDP against FSDP, by throughput (pages.slower_words' rule)."""
+    if abs(h_sps / f_sps - 1) < 0.005:
+        return "less than 1% apart"
+    if h_sps < f_sps:
+        return f"{slower_share(f_sps, h_sps):.0%} slower" + (f", FSDP {f_sps / h_sps:.2f}x as fast"
+                                                            if f_sps / h_sps >= BOTH_AT else "")
+    ratio = h_sps / f_sps
+    return (f"{ratio:.2f}x as fast, FSDP {slower_share(h_sps, f_sps):.0%} slower" if ratio >= BOTH_AT
+            else f"{ratio - 1:.0%} faster")
+
+
+def _unresolved(c, f) -> str:
+    """Why HSDP against its FSDP twin is not resolved ('' where it is): either side one unstable process, or
+    choice.apart does not tell them apart (within the noise, under the floor, or the noise not measured)."""
+    shaky = [x.label for x in (c, f) if choice.unsteady(x)]
+    if shaky:
+        return "each ran one unstable process" if len(shaky) > 1 else f"{shaky[0]} ran one unstable process"
+    a = choice.apart(*sorted((c, f), key=lambda x: -x.samples_per_s))
+    if a.within is False:
+        return ""
+    if a.within is None:
+        return a.why or f"the noise between processes is {a.noise.words()}"
+    return choice.floor_words() if choice.by_floor(a) else f"within the {a.noise.words()} noise between processes"
+
+
+def against_fsdp(c, configs) -> str:
+    """'in this sweep it ran 105.8 samples/s against 116.7 for FSDP x1 [bf16, adamw] (9% slower; not resolved: ...)':
+    the sweep's own HSDP beside FSDP at the same count and settings ('' where it ran no such FSDP). The note once
+    quoted one H100's '53% slower than fsdp' on an H200 whose HSDP x1 ran 9% slower and whose HSDP x2 ran 2.4x FSDP's."""
+    f = fsdp_twin(c, configs)
+    if f is None:
+        return ""
+    why = _unresolved(c, f)
+    return (f"in this sweep it ran {fmt(c.samples_per_s)} samples/s against {fmt(f.samples_per_s)} for {label(f)} "
+            f"({_how_far(c.samples_per_s, f.samples_per_s)}" + (f"; not resolved: {why}" if why else "") + ")")
+
+
+def hsdp_mesh(c, said: bool = False, configs: list = ()) -> str:
     """HSDP's mesh from its count and shard size, and what one shard group still runs, in full unless `said` before on
-    the same line ('' for other strategies): four HSDP configurations repeated the whole note four times."""
+    the same line ('' for other strategies): four HSDP configurations repeated the whole note four times. With the
+    sweep's `configs`, its own figure against FSDP at the same count and settings (`against_fsdp`)."""
     if c.strategy != "hsdp" or not c.options.get("shard_size"):
         return ""
     shard = int(c.options["shard_size"])
     alone = "one shard group, as above" if said else ONE_SHARD_GROUP
-    return f"{label(c)}: replicate {c.device_count // shard} x shard {shard}" + (f" ({alone})" if shard == c.device_count else "")
+    notes = ([alone] if shard == c.device_count else []) + [t for t in [against_fsdp(c, configs)] if t]
+    return f"{label(c)}: replicate {c.device_count // shard} x shard {shard}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def hsdp_meshes(configs: list) -> list:
-    """Each HSDP configuration's mesh, what one shard group still runs said at the first that is one."""
+    """Each HSDP configuration's mesh, what one shard group still runs said at the first that is one, each beside
+    FSDP at its count and settings where the sweep ran that."""
     out, said = [], False
     for c in configs:
         if hsdp_mesh(c):
-            out.append(hsdp_mesh(c, said))
+            out.append(hsdp_mesh(c, said, configs))
             said = said or int(c.options["shard_size"]) == c.device_count
     return out
 
