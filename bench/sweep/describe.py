@@ -4,11 +4,15 @@
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from bench.config import SweepConfig
+from bench.machine import peaks
 from bench.shared import rehearsal
+from bench.shared.spec import DDP_BASED, FSDP_BASED, RunSpec
 from bench.sweep import settings
 from bench.sweep.plan import noise_probes
-from bench.workloads import registry
+from bench.workloads import registry, synthetic, transformer
 
 
 def describe_resolved(cfg: SweepConfig, given: set) -> list:
@@ -71,6 +75,159 @@ def _noise_line(cfg: SweepConfig) -> str:
             f"{'each run' if several else 'runs'} in {cfg.noise_repeats} processes, the spread every single-process "
             f"comparison {'at that precision ' if several else ''}of this device is held against "
             "(--noise-repeats sets how many)")
+
+
+# ---------------------------------------------------------------- the plan's length, guessed before anything runs
+
+COMM_RUN_S = {False: 8.0, True: 30.0}  # a collectives run with its interference stage (CPU: 25 s for 3 measured; CUDA: unmeasured)
+BUCKET_STEPS_GUESS = 2  # DDP's bucket-timing steps (bench/rank/buckets.py: 2 on CPU, 3 on CUDA)
+# Seconds a step at the least: what a step of a small model costs in dispatch and the strategy's own work whatever
+# its FLOPs (calibrated on the default CPU sweep), and the whole guess for a workload whose FLOPs are not known here.
+FLAT_STEP_S = {"cpu": {"synthetic": 0.05, "deeplabv3": 0.7, "": 0.2}, "cuda": {"synthetic": 0.02, "deeplabv3": 0.5, "": 0.2}}
+# ASSUMED, not measured here: what one torch thread of a CPU process computes. One-thread processes of this suite
+# reached 12.6 GFLOP/s (the MLP 4 x 1024, loaded cores) to 55 GFLOP/s (a 4 x 256 transformer) on its 2-core machines.
+CPU_GFLOPS_PER_THREAD = 30.0
+GPU_PEAK_FRACTION = 0.3   # ASSUMED share of a GPU's dense peak (bench.machine.peaks) a step reaches
+LONG_CPU_PLAN_S = 3600.0  # a CPU plan guessed longer than this is said to be so, before it starts
+
+
+def plan_summary(items: list, cfg: SweepConfig, machine=None) -> str:
+    runs = [i for i in items if isinstance(i, RunSpec)]
+    skips = len(items) - len(runs)
+    modes = {m: sum(1 for r in runs if r.mode == m) for m in ("bench", "equivalence", "loader", "comm")}
+    parts = [f"{modes['bench']} benchmark configuration(s)"] + [f"{n} {m}" for m, n in modes.items() if m != "bench" and n]
+    if skips:
+        parts.append(f"{skips} skipped (reasons recorded)")
+    est = estimate_s(runs, cfg, machine)
+    return "plan: " + ", ".join(parts) + (f"; roughly {duration(est)} (process start-up and steps; a first guess)" if est else "")
+
+
+def duration(s: float) -> str:
+    return (f"{s:.0f} s" if s < 90 else f"{s / 60:.1f} min" if s < 600 else f"{s / 60:.0f} min" if s < 7200
+            else f"{s / 3600:.0f} h")
+
+
+def estimate_s(runs: list, cfg: SweepConfig, machine=None) -> float:
+    """A first guess of the sweep's length: start-up per configuration (on CPU ~6 s a new interpreter, under 1 s forked
+    from the fork server), steps at `step_guess`, and a collectives run as a whole. Calibrated on the default CPU
+    sweep: 138 s of configurations measured (2026-11-27), 142 s guessed."""
+    return sum(run_s(r, cfg, machine) for r in runs)
+
+
+def run_s(r: RunSpec, cfg: SweepConfig, machine=None) -> float:
+    """One run's guess: start-up, warm-up and measured steps (a DDP run times its window twice, synchronised and under
+    no_sync(), and its buckets for a few steps more)."""
+    if r.mode == "comm":
+        return COMM_RUN_S[cfg.device == "cuda"]
+    per_start = 15.0 if cfg.device == "cuda" else 1.0 if r.process_start == "forked" else 6.0
+    step_s = step_guess(r, machine)[0] * (2 if r.mode == "equivalence" else 1)
+    window_s = max(r.steps * step_s, r.min_window_s)
+    ddp = r.strategy in DDP_BASED
+    return per_start + r.warmup * step_s + window_s * (2 if ddp else 1) + (BUCKET_STEPS_GUESS * step_s if ddp else 0)
+
+
+def step_guess(r: RunSpec, machine=None) -> tuple:
+    """(seconds a step, how it was guessed: '' for a flat guess). Where the FLOPs of a sample are known before anything
+    runs (the transformer, the synthetic MLP), the step's FLOPs at an assumed rate of the device, never less than the
+    flat guess: a flat 0.2 s once stood for a 1.4b transformer step at 4,096 tokens that took about 11 minutes on CPU."""
+    flat = FLAT_STEP_S[r.device_type].get(r.workload, FLAT_STEP_S[r.device_type][""])
+    work, rate = sample_flops(r), assumed_rate(r, machine)
+    if not work or not rate:
+        return flat, ""
+    flops, what = work
+    per_s, how = rate
+    step = flops * r.per_device_batch / per_s
+    return max(flat, step), (f"{what}, batch {r.per_device_batch} on {r.device_type.upper()}: {_flops(flops)} a sample "
+                             f"at {how}")
+
+
+def sample_flops(r: RunSpec) -> Optional[tuple]:
+    """(training FLOPs of one sample, the workload in words), analytic, or None where not known before a run."""
+    if r.workload == "transformer" and r.transformer_layers:
+        s = transformer.spec_shape(r)
+        name = next((f" {k}" for k, p in transformer.PRESETS.items()
+                     if (p.layers, p.width, p.heads, p.vocab) == (s.layers, s.width, s.heads, s.vocab)), "")
+        return (transformer.flops_per_token(s) * s.seq_len,
+                f"transformer{name} ({s.layers} x {s.width}) at seq-len {s.seq_len}")
+    if r.workload == "synthetic" and r.synthetic_width:
+        return (synthetic.flops_per_sample(r.synthetic_width, r.synthetic_depth, r.synthetic_repeats),
+                f"synthetic MLP {r.synthetic_depth} x {r.synthetic_width}")
+    return None
+
+
+def assumed_rate(r: RunSpec, machine=None) -> Optional[tuple]:
+    """(FLOP/s one process computes, in words naming it an assumption) or None (a GPU whose peak is not known)."""
+    if r.device_type == "cpu":
+        threads = max(1, r.threads)
+        cores = getattr(machine, "cpu_cores", 0)
+        if cores:  # processes sharing the cores take turns
+            threads = min(threads, max(1, cores // max(1, r.processes)))
+        return (CPU_GFLOPS_PER_THREAD * threads * 1e9,
+                f"an assumed {CPU_GFLOPS_PER_THREAD:g} GFLOP/s a torch thread ({threads} a process)")
+    names = getattr(machine, "gpu_names", ())
+    peak = peaks.lookup(names[0], peaks.precision_key(r.precision, dict(r.options))) if names else None
+    if peak is None:
+        return None
+    return (GPU_PEAK_FRACTION * peak.tflops * 1e12,
+            f"an assumed {GPU_PEAK_FRACTION:.0%} of the {peak.device}'s dense {r.precision} peak of {peak.tflops:g} TFLOP/s")
+
+
+def _flops(f: float) -> str:
+    unit, scale = next((u, s) for u, s in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("", 1.0)) if f >= s or not u)
+    return f"{f / scale:.3g} {unit}FLOP"
+
+
+def plan_warnings(items: list, cfg: SweepConfig, machine=None) -> list:
+    """Lines said before a plan starts that it will not go as a user expects: a CPU plan guessed at hours (the 1.4b
+    sweep file, meant for GPUs, was promised in '2.3 min' on a 2-core CPU and would have taken days) with its biggest
+    contributor, and a transformer whose fp32 state cannot fit this host's RAM. Warnings, not refusals: the guess is
+    rough, and a user may mean it."""
+    runs = [i for i in items if isinstance(i, RunSpec)]
+    out = []
+    total = estimate_s(runs, cfg, machine)
+    bench = [r for r in runs if r.mode != "comm"]
+    if cfg.device == "cpu" and total > LONG_CPU_PLAN_S and bench:
+        big = max(bench, key=lambda r: run_s(r, cfg, machine))
+        step, how = step_guess(big, machine)
+        same = [r for r in bench if step_guess(r, machine) == (step, how)]
+        what = how or f"{big.workload}: a flat guess of {step:g} s a step"
+        out.append(f"WARNING: this plan is guessed at about {duration(total)} on this CPU (a rough guess, not a "
+                   f"measurement); the biggest contributor: {what}: about {duration(step)} a step, "
+                   f"{duration(sum(run_s(r, cfg, machine) for r in same))} for the {len(same)} run(s) of that shape. "
+                   "Transformer presets above tiny and sweeps/transformer.toml are meant for GPUs; on CPU "
+                   "--transformer-preset tiny runs in minutes. Ctrl-C stops it and keeps finished results")
+    out += ram_warnings(runs, cfg, machine)
+    return out
+
+
+def state_bytes(r: RunSpec) -> Optional[int]:
+    """The host RAM a CPU run's processes hold together AT LEAST for a transformer's fp32 training state: weights and
+    gradients (4 bytes a parameter each) and the optimizer's (AdamW's two moments: 8; SGD's momentum: 4), once per
+    process under single and DDP, the optimizer state sharded under ZeRO, all of it sharded under FSDP and HSDP."""
+    if r.workload != "transformer" or not r.transformer_layers:
+        return None
+    p = transformer.parameters(transformer.spec_shape(r))
+    opt = 8 if r.optimizer == "adamw" else 4
+    n = r.processes
+    if r.strategy in FSDP_BASED:
+        return (8 + opt) * p
+    return n * 8 * p + (opt * p if r.strategy == "zero" else n * opt * p)
+
+
+def ram_warnings(runs: list, cfg: SweepConfig, machine=None) -> list:
+    """One line per CPU transformer configuration whose fp32 weights, gradients and optimizer state (`state_bytes`)
+    alone exceed this host's RAM: the plan's own memory check (bench.sweep.resolve) counts the weights only."""
+    ram = getattr(machine, "host_memory_bytes", None)
+    if cfg.device != "cpu" or not ram:
+        return []
+    over = {}
+    for r in runs:
+        b = state_bytes(r) if r.mode == "bench" else None
+        if b and b > ram:
+            over.setdefault((r.strategy, r.device_count, r.optimizer), b)
+    return [f"WARNING: transformer {s} x{n} [{opt}] holds at least {b / 2**30:.1f} GiB of fp32 weights, gradients and "
+            f"{opt} state in this host's RAM, more than its {ram / 2**30:.1f} GiB: it will likely run out of memory"
+            for (s, n, opt), b in over.items()]
 
 
 def _text(v) -> str:

@@ -25,9 +25,9 @@ from bench.shared import faults
 from bench.shared.procs import signals_deferred, stdout_closed
 from bench.store import store
 from bench.sweep import describe, equivalence, plan, profiling, record
+from bench.sweep.describe import plan_summary
 from bench.sweep.diagnose import Outcome
 from bench.sweep.launch import Limits, run_config
-from bench.shared.spec import DDP_BASED
 from bench.sweep.plan import RunSpec, Skip
 
 EXIT_STATUS = {0: "every configuration ok or skipped", 1: "a configuration failed (recorded with its reason; the sweep went on)",
@@ -92,18 +92,28 @@ def _summary_line(conn, rid: int, outcome: Outcome) -> str:
 
 def _progress(log: Callable, head: str) -> Callable:
     """A heartbeat reader that says, at most every PROGRESS_EVERY_S, how far a long configuration is."""
-    last = [time.monotonic()]
+    last, first_step_at = [time.monotonic()], [None]
 
     def show(watch) -> None:
         now = time.monotonic()
+        if first_step_at[0] is None and watch.steps_done() >= 1:
+            first_step_at[0] = now
         if now - last[0] >= PROGRESS_EVERY_S and watch.total() > 0 and watch.steps_done() >= 0:
             last[0] = now
-            log(f"{head}: ... step {watch.steps_done() + 1}/{watch.total()} ({now - watch.started:.0f} s)")
+            log(f"{head}: ... step {watch.steps_done() + 1}/{watch.total()} ({now - watch.started:.0f} s"
+                f"{pace(watch, first_step_at[0])})")
     return show
 
 
-COMM_RUN_S = {False: 8.0, True: 30.0}  # a collectives run with its interference stage (CPU: 25 s for 3 measured; CUDA: unmeasured)
-BUCKET_STEPS_GUESS = 2  # DDP's bucket-timing steps (bench/rank/buckets.py: 2 on CPU, 3 on CUDA)
+def pace(watch, first_step_at: Optional[float]) -> str:
+    """'; about 41 s a step, about 6.2 min to step 14': the pace measured so far (the steps after the first, which
+    holds compilation), so that a plan's guess far off (a 1.4b transformer step guessed at 0.2 s that took about 11
+    minutes on CPU) shows while the configuration runs, not after it."""
+    step_s = Limits.step_s(watch, first_step_at)
+    if step_s is None:
+        return ""
+    more_s = max(0, watch.total() - watch.steps_done()) * step_s
+    return f"; about {describe.duration(step_s)} a step, about {describe.duration(more_s)} to step {watch.total()}"
 
 
 def oversubscribed(cfg: SweepConfig, machine) -> str:
@@ -126,37 +136,6 @@ def _started_fresh_instead(spec: RunSpec, outcome: Outcome) -> bool:
     no server and said so only in the rank's log)."""
     return (spec.process_start == "forked" and outcome.status == "ok"
             and (outcome.payload or {}).get("process_start") == "fresh")
-
-
-def plan_summary(items: list, cfg: SweepConfig) -> str:
-    runs = [i for i in items if isinstance(i, RunSpec)]
-    skips = len(items) - len(runs)
-    modes = {m: sum(1 for r in runs if r.mode == m) for m in ("bench", "equivalence", "loader", "comm")}
-    parts = [f"{modes['bench']} benchmark configuration(s)"] + [f"{n} {m}" for m, n in modes.items() if m != "bench" and n]
-    if skips:
-        parts.append(f"{skips} skipped (reasons recorded)")
-    est = estimate_s(runs, cfg)
-    rough = f"{est:.0f} s" if est < 90 else f"{est / 60:.1f} min" if est < 600 else f"{est / 60:.0f} min"
-    return "plan: " + ", ".join(parts) + (f"; roughly {rough} (process start-up and steps; a first guess)" if est else "")
-
-
-def estimate_s(runs: list, cfg: SweepConfig) -> float:
-    """A first guess of the sweep's length: start-up per configuration (on CPU ~6 s a new interpreter, under 1 s forked
-    from the fork server), steps at a per-device guess (a DDP run times its window twice, synchronised and under
-    no_sync(), and its buckets for a few steps more), and a collectives run as a whole. Calibrated on the default CPU
-    sweep: 138 s of configurations measured (2026-11-27), 142 s guessed."""
-    per_step = {"synthetic": 0.02 if cfg.device == "cuda" else 0.05, "deeplabv3": 0.5 if cfg.device == "cuda" else 0.7}
-    total = 0.0
-    for r in runs:
-        if r.mode == "comm":
-            total += COMM_RUN_S[cfg.device == "cuda"]
-            continue
-        per_start = 15.0 if cfg.device == "cuda" else 1.0 if r.process_start == "forked" else 6.0
-        step_s = per_step.get(r.workload, 0.2) * (2 if r.mode == "equivalence" else 1)
-        window_s = max(r.steps * step_s, r.min_window_s)
-        ddp = r.strategy in DDP_BASED
-        total += per_start + r.warmup * step_s + window_s * (2 if ddp else 1) + (BUCKET_STEPS_GUESS * step_s if ddp else 0)
-    return total
 
 
 def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = print, given: frozenset = frozenset(),
@@ -220,7 +199,9 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
                 log(crowded)
         left = [i for i in items if ((i.spec if isinstance(i, Skip) else i).key, (i.spec if isinstance(i, Skip) else i).repeat)
                 not in done]   # a resume plans what is left, not the whole sweep again
-        log(plan_summary(left, cfg) + (f" (left of {len(items)})" if resumed else ""))
+        log(plan_summary(left, cfg, machine) + (f" (left of {len(items)})" if resumed else ""))
+        for line in describe.plan_warnings(left, cfg, machine):
+            log(line)
         shared = os.path.join(os.path.dirname(os.path.abspath(cfg.store)), ".bench-runs")
         refs = equivalence.References(items)  # the gate's references, one per count (and recipe) for every strategy
         failed_before: dict = {}  # config key -> why its first failed repeat failed, for the later rounds
