@@ -146,17 +146,32 @@ def no_evidence(earlier: int) -> str:
     return f"too few earlier sweeps of this configuration ({earlier}; {stats.MIN_EVIDENCE_SWEEPS - 1} needed)"
 
 
+def geometric_mean(values) -> float:
+    """The geometric mean of samples/s over processes: what compare's ratio is of (a line printed the median processes,
+    80.4 -> 84.4 samples/s, beside '1.17x faster', the ratio of the geometric means, where 84.4 / 80.4 is 1.05)."""
+    values = [float(v) for v in values]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values and min(values) > 0 else math.nan
+
+
+def means_words(means: tuple) -> str:
+    """'80.4 -> 84.4 samples/s': the two geometric means a ratio is of."""
+    return f"{means[0]:.1f} -> {means[1]:.1f} samples/s"
+
+
 def verdict(pc: stats.ProcessComparison, ev: Optional[stats.Evidence], floor: Optional[float], slower: bool,
-            different: bool, alpha: float = ALPHA, device_type: str = "cpu", earlier: int = 0) -> str:
+            different: bool, alpha: float = ALPHA, device_type: str = "cpu", earlier: int = 0,
+            means: tuple = ()) -> str:
     """pyperf-style words for one configuration. slower / different: the one-sided (candidate slower) /
     two-sided test survived the correction over configurations; floor: the smallest slowdown that counts;
     alpha: the level a lone slowdown must reach after the correction (ALPHA / configurations compared); earlier: the
-    earlier sweeps of it that the store held. Interleaved pairs (`ab`) say their ratio is the geometric mean of the
-    paired ratios, which the medians beside it need not give (an ab line read '24260.1 -> 28084.9 samples/s: 1.29x
-    faster'), and use no drift between sweeps: it cancels in each pair."""
+    earlier sweeps of it that the store held; means: the geometric means over each side's processes. Interleaved pairs
+    (`ab`) say their ratio is the geometric mean of the paired ratios, which the medians beside it need not give (an ab
+    line read '24260.1 -> 28084.9 samples/s: 1.29x faster'), with the two geometric means that give it, and use no drift
+    between sweeps: it cancels in each pair."""
     change = "no change" if pc.ratio == 1 else f"{pc.ratio:.2f}x faster" if pc.ratio > 1 else f"{1 / pc.ratio:.2f}x slower"
     if pc.decided_by == "pairs":
-        change = f"paired ratio {change} ({'1 pair' if pc.n_a == 1 else f'geometric mean of {pc.n_a} pairs'})"
+        of = f": {means_words(means)}" if means else ""
+        change = f"paired ratio {change} ({'1 pair' if pc.n_a == 1 else f'geometric means of {pc.n_a} pairs' + of})"
     if not pc.decidable and pc.decided_by == "pairs":
         return f"{change}: cannot decide (fewer than 2 interleaved pairs where both sides succeeded)"
     if not pc.decidable:
@@ -198,6 +213,7 @@ class Call:
     words: str
     regression: bool
     improvement: bool
+    means: tuple = (math.nan, math.nan)   # geometric means of samples/s over each side's processes: the ratio's figures
 
     @property
     def decided(self) -> bool:
@@ -241,11 +257,12 @@ def judge(samples: dict, threshold: float = 0.05, drift: Optional[float] = None,
     lone = ALPHA / max(1, sum(pc.decidable for pc in pcs.values()))  # Holm's first step: one slowdown among them
     out = {}
     for name, pc in pcs.items():
+        means = (geometric_mean(samples[name][0]), geometric_mean(samples[name][1]))
         device = (device_types or {}).get(name, "cpu")
         between = drift_for(device, drift)
         floor = threshold if interleaved or evidence.get(name) else (None if between is None else max(threshold, between))
         words = verdict(pc, evidence.get(name), floor, name in significant, name in different, lone, device,
-                        earlier=sum(1 for h in samples[name][2] if h))
+                        earlier=sum(1 for h in samples[name][2] if h), means=means)
         decided = pc.decidable and floor is not None
         regression = decided and name in significant and 1 / pc.ratio - 1 > floor
         if evidence.get(name) and labels and name in labels and not regression:
@@ -254,7 +271,7 @@ def judge(samples: dict, threshold: float = 0.05, drift: Optional[float] = None,
             words += disturbed_words(d, labels[name][d.index]) if d else ""
         out[name] = Call(pc, evidence.get(name), floor if floor is not None else math.nan, words,
                          regression=regression,
-                         improvement=decided and name in different and pc.ratio - 1 > floor)
+                         improvement=decided and name in different and pc.ratio - 1 > floor, means=means)
     return out
 
 
@@ -294,7 +311,10 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
                 + (f"; sweep(s) {', '.join(map(str, leave_out))} left out (--leave-out)" if leave_out else "")
                 + (f" ({', '.join(map(str, unread))}: not among the sweeps read anyway: another host, or beyond "
                    f"--history {history})" if unread else ""))
-    lines = [f"baseline: {store_a} sweep {sid_a}; candidate: {store_b or store_a} sweep {sid_b}; {rule}", ""]
+    figures = ("each line's samples/s: the two sides' median processes, then the paired ratio with the geometric means "
+               "of the pairs it is of" if interleaved else "each line's samples/s: the geometric means over each side's "
+               "processes, the figures its ratio is of (a report shows the median process)")
+    lines = [f"baseline: {store_a} sweep {sid_a}; candidate: {store_b or store_a} sweep {sid_b}; {rule}; {figures}", ""]
     common = _matched(base, cand, interleaved)
     samples = {}
     for p in common:
@@ -318,9 +338,9 @@ def compare(store_a: str, store_b: Optional[str], sweep_a: Optional[int], sweep_
             regressed.append(p[1])
             words += " (REGRESSION)"
         name = p[0] if p[0] == p[1] else f"{p[0]} vs {p[1]}"
-        medians = f"median {a.samples_per_s:.1f} -> {b.samples_per_s:.1f} samples/s;" if interleaved else \
-            f"{a.samples_per_s:.1f} -> {b.samples_per_s:.1f} samples/s:"
-        lines.append(f"{name}: {medians} {words}")
+        figures = f"median {a.samples_per_s:.1f} -> {b.samples_per_s:.1f} samples/s;" if interleaved else \
+            f"{means_words(call.means)}:"
+        lines.append(f"{name}: {figures} {words}")
     matched_a, matched_b = {p[0] for p in common}, {p[1] for p in common}
     head = lambda key: key.split("/")[:4]  # noqa: E731  mode/workload/strategy/devicexN
     for key in sorted(set(base) - matched_a):
