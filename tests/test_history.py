@@ -167,7 +167,7 @@ def test_at_a_price_each_sweep_of_the_history_says_what_a_million_samples_cost(u
     (["--gpus", "two"], "--gpus: 'two' is not a whole number"),
     (["--precision", "bf16"], "'bf16' is not in the store; it holds fp32"),
     (["--since", "yesterday"], "--since 'yesterday': expected a date such as 2025-06-01"),
-    (["--since", "2999-01-01"], "no configuration (since 2999-01-01) was measured in more than one of its 0 sweep(s)"),
+    (["--since", "2999-01-01"], "0 of its 8 sweeps are since 2999-01-01; a history needs two"),
     (["--threshold", "nan"], "--threshold: 'nan' is not a finite number"),
 ])
 def test_a_bad_filter_is_refused_with_exit_2_naming_it(upgraded, args, expected, tmp_path, capsys):

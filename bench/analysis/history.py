@@ -13,6 +13,7 @@ history never marks what compare would not call, whatever the filters show.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -53,6 +54,8 @@ class Point:
     changes: list = field(default_factory=list)  # ["torch 2.14 -> 2.15", ...] since `previous`
     base: Optional[results.Config] = None       # its baseline there (single device x1 of its settings), for the words
                                                 # of a wrapper's overhead at one device (bench.report.report)
+    partial: str = ""                           # 'interrupted: 2 of 3 processes' where its sweep did not run to its end
+    level: Optional[int] = None                 # the sweep its level began, where a marked step before bounds its noise
 
     @property
     def sweep_id(self) -> int:
@@ -60,8 +63,8 @@ class Point:
 
     @property
     def marked(self) -> str:
-        """'regression', 'improvement', 'failed' (ok before, not now) or ''."""
-        if self.failed and self.previous is not None:
+        """'regression', 'improvement', 'failed' (ok before, failed now; interrupted is not failed) or ''."""
+        if self.failed and self.previous is not None and not self.failed.startswith("interrupted"):
             return "failed"
         if self.call is None:
             return ""
@@ -90,6 +93,8 @@ class History:
     once: list = field(default_factory=list)      # [(config key, sweep id)] of configurations measured in one sweep only
     threshold: float = 0.05
     drift: Optional[float] = None     # None: compare's default for each configuration's device (compare.drift_for)
+    stored: int = 0                   # the store's own sweeps, --since aside
+    leave_out: tuple = ()             # sweeps whose noise counts for no step (--leave-out)
 
 
 def since_key(text: str) -> str:
@@ -131,15 +136,45 @@ def _broken(sweep: results.Sweep) -> dict:
             if r["mode"] == "bench" and r["status"] in ("failed", "interrupted")}
 
 
+def partial_words(sweep: dict, c: Optional[results.Config]) -> str:
+    """'interrupted: 2 of 3 processes' for a configuration of a sweep that did not run to its end (Ctrl-C, a death, or
+    one still running), '' for a completed one: a history showed a sweep interrupted after 2 of its 3 rounds as a
+    normal row. The count planned is the sweep's --repeats (its noise probe may have planned more)."""
+    status = str(sweep.get("status") or "completed")
+    if status == "completed" or c is None:
+        return ""
+    planned = json.loads(sweep.get("config_json") or "{}").get("repeats")
+    n = len(c.process_sps)
+    if isinstance(planned, int) and n < planned:
+        return f"{status}: {n} of {planned} processes"
+    return f"{status} sweep; {n} process{'es' if n != 1 else ''} of this configuration had run"
+
+
+def _steps(ok: dict) -> dict:
+    """{sweep id: [(config key, the sweep that measured it before)]}: every configuration's steps, all sweeps read."""
+    out: dict = {}
+    last: dict = {}
+    for sid in sorted(ok):
+        for key in ok[sid]:
+            if key in last:
+                out.setdefault(sid, []).append((key, last[key]))
+            last[key] = sid
+    return out
+
+
 def build(conn, filters: Filters = Filters(), threshold: float = 0.05, drift: Optional[float] = None,
-          history: int = compare.DEFAULT_HISTORY) -> History:
-    """The history of every configuration the filters keep, over the store's own sweeps since filters.since."""
-    rows = read.sweeps(conn)
-    if filters.since:
-        rows = [r for r in rows if str(r.get("started_at") or "")[:len(filters.since)] >= filters.since]
-    loaded = {int(r["sweep_id"]): results.load(conn, int(r["sweep_id"])) for r in rows}
+          history: int = compare.DEFAULT_HISTORY, leave_out: tuple = ()) -> History:
+    """The history of every configuration the filters keep, over the store's own sweeps since filters.since.
+    leave_out: sweep ids whose noise counts for no step (compare's --leave-out); their own rows stay."""
+    every = read.sweeps(conn)
+    loaded = {int(r["sweep_id"]): results.load(conn, int(r["sweep_id"])) for r in every}
     ok = {sid: {c.key: c for cs in s.bench.values() for c in cs} for sid, s in loaded.items()}
-    broken = {sid: _broken(s) for sid, s in loaded.items()}
+    calls = _Calls(conn, ok, {int(r["sweep_id"]): r for r in every}, threshold, drift, history, leave_out)
+    calls.judge_in_order(_steps(ok))   # every step of every configuration, filters aside: levels need all of them
+    rows = every
+    if filters.since:
+        rows = [r for r in every if str(r.get("started_at") or "")[:len(filters.since)] >= filters.since]
+    broken = {int(r["sweep_id"]): _broken(loaded[int(r["sweep_id"])]) for r in rows}
     by_id = {int(r["sweep_id"]): r for r in rows}
     shown: dict = {}                 # key -> [(sweep id, Config or None)]
     for sid in by_id:
@@ -150,7 +185,6 @@ def build(conn, filters: Filters = Filters(), threshold: float = 0.05, drift: Op
         for key in broken[sid]:
             if key in shown and key not in ok[sid]:
                 shown[key].append((sid, None))
-    calls = _Calls(conn, ok, by_id, threshold, drift, history)
     series, once = [], []
     for key, appearances in shown.items():
         appearances.sort(key=lambda a: a[0])
@@ -160,12 +194,14 @@ def build(conn, filters: Filters = Filters(), threshold: float = 0.05, drift: Op
         points, last_ok = [], None
         for sid, c in appearances:
             p = Point(sweep=by_id[sid], config=c, failed="" if c is not None else broken[sid][key],
-                      base=next((b for b in ok[sid].values() if c is not None and b.label == c.baseline), None))
+                      base=next((b for b in ok[sid].values() if c is not None and b.label == c.baseline), None),
+                      partial=partial_words(by_id[sid], c))
             if last_ok is not None:
                 p.previous = last_ok
                 p.changes = changes(by_id[last_ok]["env"], by_id[sid]["env"])
                 if c is not None:
                     p.call = calls.get(last_ok, sid, key)
+                    p.level = calls.level_at.get((key, last_ok))
             if c is not None:
                 last_ok = sid
             points.append(p)
@@ -175,33 +211,53 @@ def build(conn, filters: Filters = Filters(), threshold: float = 0.05, drift: Op
     series.sort(key=lambda s: (s.workload, s.variant != "fp32", s.variant, order.get(s.strategy, 9), s.device_count))
     drawn = {p.sweep_id for s in series for p in s.points}
     return History(sweeps=[r for sid, r in by_id.items() if sid in drawn] if series else list(by_id.values()),
-                   series=series, once=sorted(once), threshold=threshold, drift=drift)
+                   series=series, once=sorted(once), threshold=threshold, drift=drift, stored=len(every),
+                   leave_out=tuple(leave_out))
 
 
 class _Calls:
-    """compare's calls on the steps between two sweeps, made once per pair over every configuration they share."""
+    """compare's calls on the steps between two sweeps, made once per pair over every configuration they share, in time
+    order. A configuration's noise is measured within its level: from the sweeps since its last step that a call marked
+    (a regression or an improvement: a level shift), never across it. Measured across, one real regression (55.9k to
+    27.8k samples/s) read as noise, and the next step, 3x slower, was 'within the noise (sd 65%, calls slowdowns
+    beyond 391%)'. Sweeps in `leave_out` are no step's evidence (compare's --leave-out)."""
 
-    def __init__(self, conn, ok: dict, by_id: dict, threshold: float, drift: Optional[float], history: int):
+    def __init__(self, conn, ok: dict, by_id: dict, threshold: float, drift: Optional[float], history: int,
+                 leave_out: tuple = ()):
         self.conn, self.ok, self.by_id = conn, ok, by_id
-        self.threshold, self.drift, self.history = threshold, drift, history
+        self.threshold, self.drift, self.history, self.leave_out = threshold, drift, history, set(leave_out)
         self.done: dict = {}
         self.throughputs: dict = {}
+        self.marked: dict = {}         # config key -> the sweeps into which a step of it was marked, in time order
+        self.level_at: dict = {}       # (config key, baseline sweep) -> the level's first sweep, where one was marked
 
     def _processes(self, sid: int) -> dict:
         if sid not in self.throughputs:
             self.throughputs[sid] = results.process_throughputs(self.conn, sid)
         return self.throughputs[sid]
 
+    def judge_in_order(self, steps: dict) -> None:
+        """Judge every step oldest first, so that each pair's levels are known when its call is made."""
+        for cur in sorted(steps):
+            for key, prev in steps[cur]:
+                call = self.get(prev, cur, key)
+                if call is not None and (call.regression or call.improvement):
+                    self.marked.setdefault(key, []).append(cur)
+
+    def _earlier(self, prev: int, key: str, ids: list) -> list:
+        start = max((m for m in self.marked.get(key, ()) if m <= prev), default=0)   # its level at the baseline
+        if start:
+            self.level_at[(key, prev)] = start
+        kept = [e for e in ids if e >= start and e not in self.leave_out and key in self._processes(e)]
+        return [self._processes(e)[key] for e in kept][-self.history:]
+
     def get(self, prev: int, cur: int, key: str) -> Optional[compare.Call]:
         if (prev, cur) not in self.done:
             base, cand = self.ok[prev], self.ok[cur]
-            earlier_ids = read.earlier_sweeps(self.conn, prev, self.by_id[prev].get("hostname"), self.history) \
-                if self.history else []
-            samples = {}
-            for k in sorted(set(base) & set(cand)):
-                earlier = [self._processes(e)[k] for e in earlier_ids if k in self._processes(e)][-self.history:] \
-                    if self.history else []
-                samples[k] = (base[k].process_sps, cand[k].process_sps, earlier)
+            ids = read.earlier_sweeps(self.conn, prev, self.by_id[prev].get("hostname"),
+                                      self.history + len(self.leave_out)) if self.history else []
+            samples = {k: (base[k].process_sps, cand[k].process_sps, self._earlier(prev, k, ids) if self.history else [])
+                       for k in sorted(set(base) & set(cand))}
             self.done[(prev, cur)] = compare.judge(samples, self.threshold, self.drift,
                                                    device_types={k: base[k].device_type for k in samples})
         return self.done[(prev, cur)].get(key)
@@ -235,13 +291,15 @@ def summary_lines(h: History) -> list:
         marked = [p for p in s.points if p.marked]
         for p in marked:
             what = "; ".join(p.changes) or "nothing in the environment changed"
+            what += f"; sweep {p.sweep_id} {p.partial}" if p.partial else ""
             if p.marked == "failed":
                 out.append(f"{s.name}: ok in sweep {p.previous}, {p.failed} in sweep {p.sweep_id} ({what})")
             else:
                 out.append(f"{s.name}: {change_words(p)} since sweep {p.sweep_id} ({what}), p={p_value(p):.2g}"
                            + (" (REGRESSION)" if p.marked == "regression" else " (IMPROVEMENT)"))
         if not marked:
-            out.append(f"{s.name}: {_unmarked(s)}")
+            out.append(f"{s.name}: {_unmarked(s)}" + "".join(f"; sweep {p.sweep_id} {p.partial}" for p in s.points
+                                                             if p.partial))
     return out
 
 

@@ -3,6 +3,7 @@
     ./run_bench.sh history                                        # results/bench.sqlite, every configuration
     ./run_bench.sh history --workloads synthetic --strategies ddp --gpus 8 --since 2025-06-01
     ./run_bench.sh history --price-per-device-hour prices.toml     # and what a million samples cost, sweep by sweep
+    ./run_bench.sh history --leave-out 3                          # sweep 3 was disturbed: its noise counts for no step
 
 For every configuration measured in more than one sweep: samples/s and efficiency sweep by sweep (bench.analysis.
 history), each step that compare's rule calls a regression or an improvement, with what changed in the environment
@@ -18,6 +19,7 @@ from typing import Optional
 from bench import config, options
 from bench.analysis import cost
 from bench.analysis import history as hist
+from bench.commands.compare import sweep_ids
 from bench.config import ConfigError
 from bench.store import read
 from bench.store.store import StoreError
@@ -36,6 +38,9 @@ def parse(argv: list) -> argparse.Namespace:
         p.add_argument(config.flag(name), default=None, help=help_)
     p.add_argument("--since", default=None, help="only sweeps started on or after this date (2025-06-01, or 2025-06-01T18:00)")
     p.add_argument("--threshold", default="0.05", help="smallest change that counts, as compare's (0.05 = 5%%)")
+    p.add_argument("--leave-out", default="",
+                   help="sweeps whose noise should not count for any step, comma-separated ids (a sweep you know was "
+                        "disturbed, as compare's --leave-out); their own rows and steps stay")
     p.add_argument(cost.FLAG, dest="price", default=None, help=cost.HELP)
     p.add_argument("--plots-dir", default="plots", help="where <workload>_history.png is written")
     p.add_argument("--report-dir", default="results", help="where history.md and history.html are written")
@@ -53,6 +58,7 @@ def parse(argv: list) -> argparse.Namespace:
     if not 0 <= ns.threshold < 10:
         raise ConfigError(f"--threshold: {ns.threshold:g} is not allowed; expected a fraction such as 0.05 (5%)")
     ns.prices = cost.parse_price(ns.price)
+    ns.leave_out = sweep_ids(ns.leave_out, "--leave-out")
     return ns
 
 
@@ -69,6 +75,33 @@ def check_filters(conn, ns: argparse.Namespace) -> None:
                               f"in the store; it holds {', '.join(map(str, held)) or 'no benchmark'}")
 
 
+def check_leave_out(conn, ids: tuple, h: hist.History, store_name: str) -> None:
+    """--leave-out names sweeps of the store that are some step's earlier evidence, as compare's (check_leave_out):
+    ConfigError otherwise. A sweep is evidence only for steps whose baseline comes after it."""
+    held = set(read.sweep_ids(conn))
+    last = max((p.previous for s in h.series for p in s.points if p.previous is not None), default=0)
+    for i in ids:
+        if i not in held:
+            raise ConfigError(f"--leave-out {i}: {store_name} holds no sweep {i}; expected an earlier sweep of it "
+                              f"(it holds {read.id_runs(sorted(held)) or 'none'})")
+        if i >= last:
+            raise ConfigError(f"--leave-out {i}: no step of this history has its baseline after sweep {i} (the last "
+                              f"step's is sweep {last}); the evidence is the sweeps before a step's baseline, so leaving "
+                              f"{i} out would change nothing")
+
+
+def no_history(ns: argparse.Namespace, h: hist.History) -> str:
+    """Why there is no history: '0 of its 4 sweeps are since 2030-01-01' where --since left none (it read 'measured in
+    more than one of its 0 sweep(s)' of a store of 4), else no configuration twice among the sweeps read."""
+    n = len(h.sweeps)
+    if ns.since and n < 2:
+        return (f"--store {ns.store}: {n} of its {h.stored} sweep{'s' if h.stored != 1 else ''} "
+                f"{'is' if n == 1 else 'are'} since {ns.since}; a history needs two")
+    where = f" (of {h.stored}) since {ns.since}" if ns.since else ""
+    return (f"--store {ns.store}: no configuration{describe(ns)} was measured in more than one of its {n} "
+            f"sweep(s){where}; a history needs two")
+
+
 def describe(ns: argparse.Namespace) -> str:
     parts = [f"{config.flag(n)} {','.join(map(str, getattr(ns, n)))}" for n, _, _, _ in FILTERS if getattr(ns, n)]
     parts += [f"since {ns.since}"] if ns.since else []
@@ -82,16 +115,18 @@ def main(argv: Optional[list] = None) -> int:
         check_filters(conn, ns)
         filters = hist.Filters(workloads=ns.workloads, strategies=ns.strategies, counts=ns.gpus,
                                precisions=ns.precision, since=ns.since)
-        h = hist.build(conn, filters, threshold=ns.threshold)
+        h = hist.build(conn, filters, threshold=ns.threshold, leave_out=ns.leave_out)
+        if not h.series:
+            raise StoreError(no_history(ns, h))
+        check_leave_out(conn, ns.leave_out, h, ns.store)
     finally:
         conn.close()
-    if not h.series:
-        raise StoreError(f"--store {ns.store}: no configuration{describe(ns)} was measured in more than one of its "
-                         f"{len(h.sweeps)} sweep(s); a history needs two")
     from bench.report import history as page
     out = page.render(h, ns.store, ns.plots_dir, ns.report_dir, ns.prices, describe(ns))
+    left = f"; sweep(s) {', '.join(map(str, ns.leave_out))} left out of the noise (--leave-out)" if ns.leave_out else ""
     print(f"history of {ns.store}: {len(h.sweeps)} sweeps, {len(h.series)} configuration(s){describe(ns)}; "
-          f"steps judged by compare's rule (threshold {ns.threshold:.0%}; {hist.MEANING})")
+          f"steps judged by compare's rule, the noise measured within each level (threshold {ns.threshold:.0%}{left}; "
+          f"{hist.MEANING})")
     for line in hist.summary_lines(h):
         print("  " + line)
     print(f"wrote {out['markdown']}, {out['html']} and {len(out['plots'])} plot(s) in {ns.plots_dir}")

@@ -33,7 +33,9 @@ MARKS = {"regression": ("v", "#d62728"), "improvement": ("^", "#2ca02c"), "faile
 def sweep_title(s: dict) -> str:
     """'sweep 41 (2025-06-01, nightly-a100)': the sweep, its date, its --label where it has one."""
     day = str(s.get("started_at") or "")[:16].replace("T", " ")
-    return f"sweep {s['sweep_id']} ({day}" + (f", {s['label']}" if s.get("label") else "") + ")"
+    status = str(s.get("status") or "completed")
+    return (f"sweep {s['sweep_id']} ({day}" + (f", {s['label']}" if s.get("label") else "")
+            + ("" if status == "completed" else f", {status}") + ")")
 
 
 def _x(h: History) -> dict:
@@ -126,7 +128,11 @@ def _step_text(p: history.Point) -> str:
         return f"FAILED (ok in sweep {p.previous})"
     if p.call is None:
         return "–" if p.previous is None else "not judged"
-    words = p.call.words
+    words = f"{compare.means_words(p.call.means)}: {p.call.words}"
+    if p.level is not None:
+        words += f"; noise measured only from sweeps since sweep {p.level} (a marked step there began its level)"
+    if p.partial:
+        words += f"; judged on the processes that ran ({p.partial})"
     return words + (" (REGRESSION)" if p.call.regression else " (IMPROVEMENT)" if p.call.improvement else "")
 
 
@@ -143,7 +149,8 @@ def series_table(s: Series, prices: Optional[cost.Prices]) -> tuple:
         if c is None:
             row += [p.failed, "–", "–", "–"]
         else:
-            band = f"{min(c.process_sps):.1f}–{max(c.process_sps):.1f} ({len(c.process_sps)})" if c.process_sps else "–"
+            band = (f"{min(c.process_sps):.1f}–{max(c.process_sps):.1f} ({p.partial or len(c.process_sps)})"
+                    if c.process_sps else "–")
             row += [fmt(c.samples_per_s), band, report.efficiency_text(c, ".1%", [p.base] if p.base else []),
                     c.utilisation.mfu_cell() if c.utilisation else "–"]
         row += [_step_text(p), "; ".join(p.changes) or "–"]
@@ -158,14 +165,20 @@ def series_table(s: Series, prices: Optional[cost.Prices]) -> tuple:
 def blocks(h: History, store_path: str, plot_paths: dict, prices: Optional[cost.Prices], filters: str) -> list:
     first, last = h.sweeps[0], h.sweeps[-1]
     b: list = [("h", 1, f"History: {len(h.sweeps)} sweeps of {store_path}, {sweep_title(first)} to {sweep_title(last)}")]
+    left = (f"; sweep(s) {', '.join(map(str, h.leave_out))} left out of every step's noise (--leave-out)"
+            if h.leave_out else "")
     b.append(("p", f"Each configuration measured in two sweeps or more{filters}, sweep by sweep in time order. A step is "
                    f"judged as ./run_bench.sh compare judges two sweeps: each configuration against its own noise "
-                   f"(its processes, and up to {compare.DEFAULT_HISTORY} earlier sweeps of it on the same host), "
+                   f"(its processes, and up to {compare.DEFAULT_HISTORY} earlier sweeps of it on the same host, since "
+                   f"its last marked step: a regression or an improvement begins a new level, and the noise is not "
+                   f"measured across it{left}), "
                    f"Holm-corrected over the configurations the two sweeps share; a regression or an improvement is "
                    f"significant and beyond {h.threshold:.0%} ("
                    + (f"{max(h.threshold, h.drift):.0%}" if h.drift is not None else
                       f"{max(h.threshold, compare.DEFAULT_DRIFT):.0%} on CPU, undecided on a GPU,")
-                   + f" where no earlier sweep measures the noise). {history.MEANING}."))
+                   + f" where no earlier sweep measures the noise). A step's two samples/s are the geometric means over "
+                   f"each sweep's processes, the figures its ratio is of; the samples/s column is the median process, as a "
+                   f"sweep's report shows it. {history.MEANING}."))
     b.append(("h", 2, "Summary"))
     b += [("p", line) for line in history.summary_lines(h)]
     b.append(("h", 2, "Sweeps and their environment"))
