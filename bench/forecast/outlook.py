@@ -25,6 +25,7 @@ from bench.forecast import settings as fs
 from bench.forecast import memory as mm
 from bench.forecast import network as nw
 from bench.forecast import spread
+from bench.forecast import overhead
 from bench import stats
 from bench.shared.spec import STRATEGY_NAMES
 
@@ -35,6 +36,7 @@ WHAT_IF_NET = 4.0                                 # "a faster inter-node network
 WHAT_IF_BUCKET_MB = 100.0                         # torchtitan's bucket size
 GPU_PRESETS = (("H100", "h100"), ("H200", "h100"), ("A100", "a100"), ("V100", "v100"))
 DOUBLING = tuple(2**k for k in range(1, 11))      # 2 .. 1024: past one device
+wrapper_overhead, own_baseline = overhead.wrapper_overhead, overhead.own_baseline  # the report's too (efficiency)
 WINDOWS = "windows"                               # a measured row's efficiency basis (`_efficiency`)
 BASIS_WORDS = (f"efficiency ({WINDOWS}): a measured row's, as the report's, from its measured windows' throughput; a "
                "forecast row's from its step against single device x1's median step (the forecast has no windows)")
@@ -142,34 +144,6 @@ def what_ifs(s: fs.Setting, inp: fs.Inputs, m: fs.Machine, counts: tuple, draws:
     return out
 
 
-def wrapper_overhead(c, base=None) -> str:
-    """'wrapper overhead 2.7% (against single device x1)': a wrapper (DDP, FSDP, DataParallel) at one device against
-    single is the time its step takes more, not scaling; 'not resolved' inside the noise between processes, or where
-    the wrapper or its baseline `base` ran one unstable process (stats.unsteady: the noise measured on steady processes
-    does not speak for it; one H100's DDP x1 [bf16] read 'wrapper overhead 35.5%'). The report's and the forecast's
-    words for the row alike; '' without a single-device baseline, and '' where the baseline is c itself (`own_baseline`:
-    a sweep without single x1 of its settings holds each x1 against itself; an H200 sweep read 'wrapper overhead not
-    resolved (0.0% against FSDP x1 [bf16, adamw]: FSDP x1 [bf16, adamw] and FSDP x1 [bf16, adamw] ran ...')."""
-    if math.isnan(c.speedup) or not c.baseline or own_baseline(c):
-        return ""
-    over = 1 / c.speedup - 1
-    shaky = stats.unsteady_words([b for b in (c, base) if b is not None])
-    if shaky:
-        return f"wrapper overhead not resolved ({over:.1%} against {c.baseline}: {shaky}; --repeats 3 measures it)"
-    noise = c.efficiency_noise
-    if math.isnan(noise):
-        return f"wrapper overhead {over:.1%} (against {c.baseline}; the noise between processes is not measured)"
-    if abs(over) <= noise:
-        return f"wrapper overhead not resolved ({over:.1%} against {c.baseline}, within the {stats.percent(noise)} noise)"
-    return f"wrapper overhead {over:.1%} (against {c.baseline})"
-
-
-def own_baseline(c) -> bool:
-    """Whether c was held against itself: the analysis falls back to a series' own one-device run where the sweep has
-    no single device x1 of its settings, so at one device the wrapper is its own baseline and has no overhead to tell."""
-    return bool(c.baseline) and c.baseline == c.label
-
-
 def measured_point(s: fs.Setting, count: int) -> fs.Point:
     """A measured configuration as a Point (its median step, throughput, efficiency, peak), for the same table. At one
     device there is no scaling: no efficiency, and its bound column says the wrapper's overhead against single."""
@@ -178,9 +152,9 @@ def measured_point(s: fs.Setting, count: int) -> fs.Point:
     mem = (mm.Memory(count, {"measured peak": raw.peak_mib}, runtime_mib=raw.runtime_mib or 0.0)
            if raw is not None and raw.peak_mib is not None else None)
     one = count == 1 and c.strategy != "single"
-    overhead = wrapper_overhead(c, s.single) if one else ""
+    over = wrapper_overhead(c, s.single) if one else ""
     return fs.Point(count=count, nodes=c.nodes, step_ms=c.summary.median_ms, samples_per_s=c.samples_per_s,
-                    efficiency=math.nan if one else c.efficiency, bound="measured" + (f"; {overhead}" if overhead else ""),
+                    efficiency=math.nan if one else c.efficiency, bound="measured" + (f"; {over}" if over else ""),
                     memory=mem, basis=WINDOWS)
 
 

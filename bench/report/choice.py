@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from bench import stats
+from bench.forecast import overhead
 
 
 SIMPLER = ("single", "ddp", "fsdp")   # at equal device counts a tie goes to the first; other strategies next, DataParallel last
@@ -23,7 +24,7 @@ def simplicity(c) -> tuple:
     return c.device_count, order, len(c.options) + c.channels_last + c.compiled
 
 
-LEAD_FLOOR = 0.05            # a gap under 5% is never a lead: let simplicity decide
+LEAD_FLOOR = overhead.LEAD_FLOOR   # a gap under 5% is never a lead: let simplicity decide (nor a wrapper's overhead)
 NOISE_SOURCE = {"repeats": "their repeats", "sweep": "this sweep", "host": "selfcheck", "none": "not measured"}
 
 
