@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.forecast import outlook
-from bench.report import choice
+from bench.report import choice, recommend
 from conftest import example_stores
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,3 +41,19 @@ def test_a_small_overhead_the_median_steps_do_show_stays_measured(tmp_path, monk
     by = _by_label(sweep, "deeplabv3")
     assert outlook.wrapper_overhead(by["DDP x1"], by["single device x1"]) == "wrapper overhead 1.3% (against single device x1)"
     assert choice.LEAD_FLOOR == 0.05   # one floor for the pick's lead and the overhead the windows alone make
+
+
+# (d) ----------------------------------------------------------------------------------------------------------------
+
+def test_the_summary_cell_names_the_workload_selfchecks_noise_came_from(tmp_path, monkeypatch):
+    # The H100 DeepLabV3 summary read '... noise 1.0%, selfcheck': the synthetic MLP's 3.2 ms steps, not DeepLabV3's.
+    sweep = example_stores(H100, ("gpu.sqlite",), tmp_path, monkeypatch)("gpu.sqlite", 1)
+    rows = {(r[0], r[1]): dict(zip(recommend.SUMMARY_HEADERS, r)) for r in recommend.blocks(sweep)[1][2]}
+    lead = rows[("deeplabv3", "fp32")]["lead over runner-up"]
+    assert lead.endswith("noise 1.0%, selfcheck on the synthetic MLP)"), lead
+
+
+def test_an_unstable_process_names_selfchecks_workload_too(tmp_path, monkeypatch):
+    sweep = example_stores(H200, ("rehearsal.sqlite",), tmp_path, monkeypatch)("rehearsal.sqlite", 1)
+    said = " ".join(b[1] for b in recommend.blocks(sweep) if b[0] == "p")
+    assert "is not held against the 0.5% noise between processes (selfcheck on the synthetic MLP)" in said

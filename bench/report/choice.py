@@ -25,7 +25,6 @@ def simplicity(c) -> tuple:
 
 
 LEAD_FLOOR = overhead.LEAD_FLOOR   # a gap under 5% is never a lead: let simplicity decide (nor a wrapper's overhead)
-NOISE_SOURCE = {"repeats": "their repeats", "sweep": "this sweep", "host": "selfcheck", "none": "not measured"}
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,7 @@ def apart(faster, slower, name=_label) -> Apart:
     shaky = [name(c) for c in (faster, slower) if unsteady(c)]
     if noise.source != "repeats" and shaky:  # unstable first: it holds whether or not a noise figure exists
         held = (f"and one unstable process is not held against the {stats.percent(noise.fraction)} noise between "
-                f"processes ({NOISE_SOURCE.get(noise.source, noise.source)})" if noise.measured
+                f"processes ({noise.source_words()})" if noise.measured
                 else f"and the noise between processes at its precision is {noise.words()}")
         return Apart(gap, None, noise, f"{' and '.join(shaky)} ran one process whose steps spread more than "
                                        f"{stats.UNSTABLE_IQR_FRACTION:.0%} of their median (unstable), {held}")
@@ -103,11 +102,13 @@ def _noise_words(a: Apart) -> str:
 
 def _margin_note(a: Apart) -> str:
     """How the summary table qualifies a gap: 'within 25% noise, selfcheck', 'beyond 0.8% noise, this sweep',
-    'not resolved: noise not measured', 'under the 5% floor the suite calls a difference; noise 1.0%, this sweep'."""
+    'not resolved: noise not measured', 'under the 5% floor the suite calls a difference; noise 1.0%, this sweep'. A
+    selfcheck figure names its workload ('noise 1.0%, selfcheck on the synthetic MLP'): the H100 DeepLabV3 summary read
+    'noise 1.0%, selfcheck', the MLP's 3.2 ms steps held against 108 ms ones, and did not say so."""
     if a.within is None:
         why = ([] if a.noise.measured else ["noise not measured"]) + (["one unstable process, --repeats 3"] if a.why else [])
         return "not resolved: " + ", ".join(why)
-    src = NOISE_SOURCE.get(a.noise.source, a.noise.source)
+    src = a.noise.source_words()
     if by_floor(a):
         return f"{floor_words()}; " + (f"noise {stats.percent(a.noise.fraction)}, {src}" if a.noise.measured
                                         else "noise not measured")
