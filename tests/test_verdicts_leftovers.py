@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.forecast import outlook
-from bench.report import choice, recommend
+from bench.report import bound, choice, recommend
 from conftest import example_stores
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +41,21 @@ def test_a_small_overhead_the_median_steps_do_show_stays_measured(tmp_path, monk
     by = _by_label(sweep, "deeplabv3")
     assert outlook.wrapper_overhead(by["DDP x1"], by["single device x1"]) == "wrapper overhead 1.3% (against single device x1)"
     assert choice.LEAD_FLOOR == 0.05   # one floor for the pick's lead and the overhead the windows alone make
+
+
+# (c) ----------------------------------------------------------------------------------------------------------------
+
+def test_the_compute_bound_sentence_says_a_busy_share_over_100_percent_is_a_measurement_error(tmp_path, monkeypatch):
+    # The H100 DeepLabV3 single x1: 111.0 ms of kernels a traced step in 108.0 ms steps; its label read 'GPU busy 103%:
+    # over 100%, a measurement error' and its sentence 'fill 100% of a 108.0 ms step'.
+    sweep = example_stores(H100, ("gpu.sqlite",), tmp_path, monkeypatch)("gpu.sqlite", 1)
+    kind, why = bound.bound(sweep, "deeplabv3", _by_label(sweep, "deeplabv3")["single device x1"])
+    assert kind == "compute-bound (GPU busy 103%: over 100%, a measurement error)"
+    assert "fill 100%" not in why and "sum to 103% of a 108.0 ms step (111.0 ms from its kernel traces)" in why, why
+    assert "over 100%: a measurement error" in why
+    # a share under 100% reads as before
+    kind, why = bound.bound(sweep, "deeplabv3", _by_label(sweep, "deeplabv3")["DDP x1"])
+    assert "fill 94% of a 109.9 ms step" in why and "measurement error" not in why
 
 
 # (d) ----------------------------------------------------------------------------------------------------------------
