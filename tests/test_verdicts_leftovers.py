@@ -9,9 +9,12 @@ from pathlib import Path
 from bench.forecast import outlook
 from bench.report import bound, choice, recommend
 from conftest import example_stores
+from test_kineto_traces import _kernel, _step, _write
+from test_recommend import build, payload, spec
 
 ROOT = Path(__file__).resolve().parents[1]
 H100, H200 = ROOT / "examples" / "h100-2026-11-26", ROOT / "examples" / "h200-2026-11-27"
+REHEARSAL = (("rehearsal", "2 ranks on 1 GPU, gloo"),)
 
 
 def _by_label(sweep, workload: str) -> dict:
@@ -41,6 +44,40 @@ def test_a_small_overhead_the_median_steps_do_show_stays_measured(tmp_path, monk
     by = _by_label(sweep, "deeplabv3")
     assert outlook.wrapper_overhead(by["DDP x1"], by["single device x1"]) == "wrapper overhead 1.3% (against single device x1)"
     assert choice.LEAD_FLOOR == 0.05   # one floor for the pick's lead and the overhead the windows alone make
+
+
+# (b) ----------------------------------------------------------------------------------------------------------------
+
+def _traced(tmp_path, name: str, kernel_us: float, ranks: int = 2) -> list:
+    """Two traced steps per rank, one kernel of `kernel_us` each and no collective kernel (gloo's run on the host)."""
+    events = [e for k in range(2) for e in (_step(k + 1, k * 2000, 2000), _kernel("sm90_xmma_gemm", k * 2000 + 100, kernel_us))]
+    return [{"rank": r, "device_type": "cuda", "path": _write(tmp_path, f"{name}{r}", events)} for r in range(ranks)]
+
+
+def test_a_rehearsals_fsdp_without_a_probe_is_not_advised_compile_on_gloos_idle_share(tmp_path):
+    # An H200 rehearsal's FSDP x2 and HSDP x2 (2 ranks on 1 GPU, gloo) read 'host-bound ... --compile' at GPU busy 2%:
+    # gloo's collectives run on the host, leave no kernel in the traces, and sat in the idle share.
+    fsdp = {**payload(2, 10.0), "traces": _traced(tmp_path, "f", 1000.0)}   # busy 10%, no probe (FSDP has none)
+    sw = build(str(tmp_path / "r.sqlite"), [(spec("fsdp", 2, options=REHEARSAL), fsdp)])
+    kind, why = bound.bound(sw, "synthetic", sw.bench["synthetic"][0])
+    assert kind.startswith("host-bound (GPU busy 10%") and kind.endswith("; gloo's collectives among it)"), kind
+    assert bound.bound_category(kind) == "host"
+    assert "--compile" not in why.replace("no case for --compile", ""), why
+    assert "idle share includes gloo's collectives" in why and "not told apart from the host's own work" in why
+    assert "A rehearsal's figures are not scaling figures" in why
+    # the same FSDP x2 on a GPU per rank: host-bound, and the advice stands
+    real = {**payload(2, 10.0), "traces": _traced(tmp_path, "g", 1000.0)}
+    rs = build(str(tmp_path / "g.sqlite"), [(spec("fsdp", 2), real)])
+    kind, why = bound.bound(rs, "synthetic", rs.bench["synthetic"][0])
+    assert kind.startswith("host-bound (GPU busy 10%") and "gloo" not in kind
+    assert "fewer, larger kernels help: --compile" in why
+
+
+def test_the_h200_rehearsals_hsdp_and_fsdp_say_gloo_and_no_compile(tmp_path, monkeypatch):
+    sweep = example_stores(H200, ("rehearsal.sqlite",), tmp_path, monkeypatch)("rehearsal.sqlite", 1)
+    for c in sweep.bench["transformer"]:
+        kind, why = bound.bound(sweep, "transformer", c)
+        assert kind.endswith("; gloo's collectives among it)") and "fewer, larger kernels help" not in why, (c.label, why)
 
 
 # (c) ----------------------------------------------------------------------------------------------------------------

@@ -86,6 +86,8 @@ def bound(sweep: Sweep, workload: str, c) -> tuple:
         return f"communication ({b.words()}, collectives {share:.0%})", (
             f"Communication-bound: the GPU's own work fills {b.share:.0%} of a {step:.1f} ms step and collectives outside "
             f"it {share:.0%} (table: {workload}: profiler traces; `./run_bench.sh tune` searches DDP's settings).")
+    if rehearsal.shares(c.options) and got is None:
+        return f"host-bound ({b.words()}; gloo's collectives among it)", _rehearsal_host(c, b, comm_words, workload)
     return f"host-bound ({b.words()})", (
         f"Host-bound: the GPU's computation and copies take {b.work_ms:.1f} ms of a {step:.1f} ms step ({b.words()}); "
         f"it waits for the host to issue work {b.idle_share:.0%} of the time{comm_words} (table: {workload}: profiler "
@@ -104,6 +106,21 @@ def _compute_sentence(b, comm_words: str, workload: str) -> str:
                 f"traces, with its likely cause).")
     return (f"Compute-bound: the GPU's computation and copies fill {b.share:.0%} of a {b.step_ms:.1f} ms step "
             f"({b.work_ms:.1f} ms from its kernel traces; {floor}){comm_words} (table: {workload}: profiler traces).")
+
+
+def _rehearsal_host(c, b, comm_words: str, workload: str) -> str:
+    """Host-bound in a rehearsal (ranks sharing one GPU over gloo) where no DDP probe resolves the communication: gloo's
+    collectives run on the host and leave no kernel in the traces, so the idle share holds them with the host's own work,
+    not told apart. The H200 rehearsal's FSDP x2 and HSDP x2 read 'host-bound ... --compile' at GPU busy 2%: advice
+    a rehearsal's figures, which are not scaling figures, cannot carry."""
+    why = ("no DDP probe (only DDP has one)" if c.strategy not in ("ddp", "zero") else "DDP's probe not resolving it")
+    return (f"Host-bound, gloo's collectives among it: the GPU's computation and copies take {b.work_ms:.1f} ms of a "
+            f"{b.step_ms:.1f} ms step ({b.words()}); it waits for the host {b.idle_share:.0%} of the time, and in this "
+            f"rehearsal that idle share includes gloo's collectives, which run on the host and leave no kernel in the "
+            f"traces: with {why}, they are not told apart from the host's own work{comm_words} (table: {workload}: "
+            f"profiler traces). A rehearsal's figures are not scaling figures (its ranks share one GPU, and gloo "
+            f"copies every gradient through the host): they are no case for --compile or a larger --per-device-batch; "
+            f"on a GPU per rank over NCCL the traces show the collectives and tell the bound.")
 
 
 def _fit_untraced(c) -> str:
