@@ -15,4 +15,5 @@ if [ "$PWD" != "$here" ] && { [ -e "$PWD/bench/__init__.py" ] || [ -e "$PWD/benc
     exit 2
 fi
 source "$here/scripts/ensure_venv.sh"
+export BENCH_INVOKED_AS="$0"   # the path the user typed: the lines that say what to run next print it (--resume)
 exec "$BENCH_PY" -m bench "$@"

@@ -174,6 +174,13 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
             if own:
                 log("note: the resumed sweep keeps its own output choices: " + " ".join(own))
             cfg = dataclasses.replace(original, **kept)
+            machine = machine or plan.detect_machine()
+            if row["status"] == "completed" and not _left(plan.plan(cfg, machine), store.ok_keys(conn, row["sweep_id"])):
+                # `--resume last` on a finished sweep read 'plan: 0 benchmark configuration(s) (left of 12)' and counted a
+                # resume that ran nothing; it is left as it was, and only its report is rendered again
+                log(f"sweep {row['sweep_id']} is already complete: nothing left to run"
+                    + ("; re-rendering its report" if cfg.report else " (and --no-report: nothing to render)"))
+                return render_report(cfg, row["sweep_id"], log) if cfg.report else 0
         from bench.machine import env as env_mod
         env_id = store.insert_environment(conn, env_mod.capture())
         with signals_deferred():  # the sweep row exists exactly when sweep_id is known here
@@ -197,8 +204,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
             crowded = oversubscribed(cfg, machine)
             if crowded:
                 log(crowded)
-        left = [i for i in items if ((i.spec if isinstance(i, Skip) else i).key, (i.spec if isinstance(i, Skip) else i).repeat)
-                not in done]   # a resume plans what is left, not the whole sweep again
+        left = _left(items, done)   # a resume plans what is left, not the whole sweep again
         log(plan_summary(left, cfg, machine) + (f" (left of {len(items)})" if resumed else ""))
         for line in describe.plan_warnings(left, cfg, machine):
             log(line)
@@ -256,7 +262,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
                                         started_at=started, ended_at=store.now())
                 store.end_sweep(conn, sweep_id, "interrupted")
         log(f"interrupted by {name}: finished results are kept"
-            + (f"; resume with ./run_bench.sh --resume {sweep_id} --store {cfg.store}" if sweep_id is not None else ""))
+            + (f"; resume with {resume_command(sweep_id, cfg.store)}" if sweep_id is not None else ""))
         return 128 + int(signum)
     except (ConfigError, store.StoreError):
         if sweep_id is not None and conn is not None:
@@ -277,6 +283,22 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
     if cfg.report:
         status = render_report(cfg, sweep_id, log) or status
     return status
+
+
+def _left(items: list, done: set) -> list:
+    """The plan's items a resume still has to run: those whose (config key, repeat) has no result it keeps."""
+    return [i for i in items if ((i.spec if isinstance(i, Skip) else i).key, (i.spec if isinstance(i, Skip) else i).repeat)
+            not in done]
+
+
+def resume_command(sweep_id: int, store_path: str) -> str:
+    """The resume line as the user can type it where they are: './run_bench.sh' was printed to a user who had run
+    /work/main/run_bench.sh from another folder, where no ./run_bench.sh exists. run_bench.sh passes the path it was
+    invoked by (BENCH_INVOKED_AS); without it (python -m bench), this suite's run_bench.sh by its absolute path."""
+    script = os.environ.get("BENCH_INVOKED_AS") or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "run_bench.sh")
+    script = script if "/" in script else "./" + script   # `bash run_bench.sh`: $0 has no folder, PATH would not find it
+    return " ".join(shlex.quote(a) for a in (script, "--resume", str(sweep_id), "--store", store_path))
 
 
 OUTPUT_CHOICES = ("report", "report_dir", "plots_dir")   # what a resume keeps from its sweep unless it names new ones
