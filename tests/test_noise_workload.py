@@ -17,8 +17,13 @@ ENTRY = {"hostname": "vm", "device_type": "cuda", "device_name": "NVIDIA H100 80
          "process_sps": [78328.6, 79106.0, 78911.6], "store": "selfcheck.sqlite", "sweep_id": 1}
 
 
-def test_the_host_figure_names_selfchecks_synthetic_mlp_or_the_workload_its_entry_names():
-    n = stats.host_noise(ENTRY)   # selfcheck's entries name no workload: its main sweep runs the synthetic MLP alone
+def test_the_host_figure_names_selfchecks_synthetic_mlp_or_the_workload_its_entry_names(tmp_path):
+    import json
+    from bench.store import hostnoise
+    where = tmp_path / "host-noise.json"
+    where.write_text(json.dumps({"entries": [ENTRY]}))
+    (read,) = hostnoise.entries(str(where))   # older entries name no workload: selfcheck's main sweep ran the MLP alone
+    n = stats.host_noise(read)
     assert n.words().startswith("1.0%, selfcheck's spread between 3 processes of single device x1 on the synthetic MLP, "
                                 "on host vm, NVIDIA H100 80GB HBM3, 2026-11-26")
     assert n.source_words() == "selfcheck on the synthetic MLP"

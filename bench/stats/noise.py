@@ -144,6 +144,9 @@ def sweep_noise(repeated: Sequence[tuple], device: str) -> Optional[Noise]:
     return Noise(worst[0], "sweep", f"this sweep's spread between the {worst[2]} processes of {worst[1]} on this {where}{others}")
 
 
+WORKLOAD_WORDS = {"synthetic": "the synthetic MLP"}
+
+
 def host_noise(entry: Optional[dict]) -> Optional[Noise]:
     """The per-host figure selfcheck stored (bench.store.hostnoise: raw per-process throughputs and where they came
     from) as a Noise; None without an entry of two processes or more."""
@@ -152,9 +155,8 @@ def host_noise(entry: Optional[dict]) -> Optional[Noise]:
     spread = repeat_spread(entry.get("process_sps") or [])
     if math.isnan(spread):
         return None
-    from bench.store import hostnoise   # the entry's workload: selfcheck's synthetic MLP where it names none
     where = f"{entry['store']} sweep {entry.get('sweep_id')}" if entry.get("store") else "selfcheck's store"
-    workload = hostnoise.workload_words(entry)
+    workload = WORKLOAD_WORDS.get(entry.get("workload"), entry.get("workload") or "one workload")  # hostnoise fills it
     return Noise(spread, "host", f"selfcheck's spread between {len(entry['process_sps'])} processes of "
                                  f"{entry.get('configuration') or 'one configuration'} on {workload}, on host "
                                  f"{entry.get('hostname')}, {entry.get('device_name') or entry.get('device_type')}, "

@@ -27,18 +27,12 @@ from typing import Optional
 KEY = ("hostname", "device_type", "device_name", "precision")
 OLD_PRECISION = "fp32"   # an entry without "precision": what selfcheck measured before it kept one per precision
 SELFCHECK_WORKLOAD = "synthetic"   # an entry without "workload": selfcheck's main sweep runs the synthetic MLP alone
-WORKLOAD_WORDS = {"synthetic": "the synthetic MLP"}
 
 
 def workload(entry: dict) -> str:
     """The workload the entry's processes ran: its "workload", else selfcheck's (the synthetic MLP). A report that falls
     back on the figure names it: DeepLabV3's 108 ms steps were held against the MLP's 3.2 ms ones, unnamed."""
     return entry.get("workload") or SELFCHECK_WORKLOAD
-
-
-def workload_words(entry: dict) -> str:
-    """'the synthetic MLP', or the workload's own name."""
-    return WORKLOAD_WORDS.get(workload(entry), workload(entry))
 
 
 def key(entry: dict) -> tuple:
@@ -55,13 +49,14 @@ def path() -> str:
 
 
 def entries(where: Optional[str] = None) -> list:
-    """Every entry of the file (none when it is missing or unreadable)."""
+    """Every entry of the file (none when it is missing or unreadable), each naming its workload (`workload`)."""
     try:
         with open(where or path(), encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError):
         return []
-    return [e for e in data.get("entries", []) if isinstance(e, dict)] if isinstance(data, dict) else []
+    kept = [e for e in data.get("entries", []) if isinstance(e, dict)] if isinstance(data, dict) else []
+    return [{**e, "workload": workload(e)} for e in kept]
 
 
 def record(entry: dict, where: Optional[str] = None) -> str:
