@@ -23,7 +23,9 @@ from typing import Optional
 from bench import stats
 from bench.analysis import cost, reference
 from bench.analysis.results import STRATEGY_NAMES, Config, Sweep, diverged, label, row_aux, row_variant
+from bench.forecast import outlook
 from bench.report import bound, comm, frontier, recommend, training_state
+from bench.report.efficiency import efficiency_text
 from bench.report import traces as trace_report
 from bench.report.cost import price_of
 from bench.report.report import memory_text
@@ -54,14 +56,35 @@ def _identity(r: dict) -> dict:
     return out
 
 
-def _config_row(sweep: Sweep, c: Config, recommended: bool, costs: Optional[cost.Cost]) -> dict:
+def efficiency_shown(c: Config, configs: list) -> tuple:
+    """(shown, note, within noise) of c's efficiency as the report's configurations table shows it. At one device a
+    wrapper against single is its overhead, worded by the report's own function (bench.report.efficiency
+    .efficiency_text, from bench.forecast.outlook.wrapper_overhead): the export had no note and within_noise False for
+    'DDP x1: wrapper overhead not resolved (26.0% against single device x1, within the 34% noise)'."""
+    shown = stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count)
+    if not (c.device_count == 1 and c.strategy != "single" and not math.isnan(c.speedup) and c.baseline):
+        return shown.shown, shown.note or None, shown.within_noise
+    note = efficiency_text(c, ".1%", configs) or None
+    return shown.shown, note, not outlook.own_baseline(c) and _overhead_within_noise(c, configs)
+
+
+def _overhead_within_noise(c: Config, configs: list) -> bool:
+    """Whether a one-device wrapper's overhead is within the noise between processes: the case wrapper_overhead words
+    'not resolved (... within the N% noise)'; not where either side ran one unstable process (that note says why)."""
+    base = next((b for b in configs if b.label == c.baseline), None)
+    if stats.unsteady_words([b for b in (c, base) if b is not None]) or math.isnan(c.efficiency_noise):
+        return False
+    return abs(1 / c.speedup - 1) <= c.efficiency_noise
+
+
+def _config_row(sweep: Sweep, c: Config, recommended: bool, costs: Optional[cost.Cost], configs: list = ()) -> dict:
     row = {"config_key": c.key, **{k: getattr(c, k) for k in IDENTITY}}
     row.update(strategy_name=STRATEGY_NAMES.get(c.strategy, c.strategy), options=json.dumps(c.options, sort_keys=True),
                variant=c.variant, label=c.label, status="ok", reason=None, processes=len(c.process_sps) or 1,
                samples_per_s=c.samples_per_s, speedup=c.speedup, baseline=c.baseline or None, efficiency=c.efficiency,
                efficiency_noise=c.efficiency_noise)
-    shown = stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count)
-    row.update(efficiency_shown=shown.shown, efficiency_note=shown.note or None, efficiency_within_noise=shown.within_noise,
+    shown, note, within = efficiency_shown(c, configs or [c])
+    row.update(efficiency_shown=shown, efficiency_note=note, efficiency_within_noise=within,
                repeat_spread=c.repeat_spread, unstable=c.unstable, loss_not_finite=diverged(c))
     row.update({f"step_{k}": v for k, v in c.summary.asdict().items() if k != "unstable"})
     row.update({f"phase_{k}": v for k, v in c.phases_ms.items()})
@@ -123,7 +146,7 @@ def configurations(sweep: Sweep, prices: Optional[cost.Prices] = None) -> list:
         picks = {id(p) for p in (recommend.recommended(sweep, configs, precision)   # the summary's own pick
                                  for precision in dict.fromkeys(c.precision for c in configs)) if p is not None}
         costs = cost.of_configs(configs, price.per_device_hour) if price else {}
-        rows += [_config_row(sweep, c, id(c) in picks, costs.get(c.key) if price else None) for c in configs]
+        rows += [_config_row(sweep, c, id(c) in picks, costs.get(c.key) if price else None, configs) for c in configs]
         if workload == "deeplabv3":
             for row, (_, seconds) in zip(rows[-len(configs):], reference.train_times(configs)[0]):
                 row["reference_train_s"] = seconds
