@@ -4,6 +4,7 @@ not show, a rehearsal's host-bound verdict on gloo's host-side collectives, a bu
 sentence, the summary's noise source naming its workload, and docs/verdicts.md quoting the labels the code gives."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from bench.forecast import outlook
@@ -109,3 +110,23 @@ def test_an_unstable_process_names_selfchecks_workload_too(tmp_path, monkeypatch
     sweep = example_stores(H200, ("rehearsal.sqlite",), tmp_path, monkeypatch)("rehearsal.sqlite", 1)
     said = " ".join(b[1] for b in recommend.blocks(sweep) if b[0] == "p")
     assert "is not held against the 0.5% noise between processes (selfcheck on the synthetic MLP)" in said
+
+
+# (e) ----------------------------------------------------------------------------------------------------------------
+
+def test_the_bound_rule_in_the_docs_quotes_the_labels_the_committed_stores_give(tmp_path, monkeypatch):
+    # docs/verdicts.md's bound rule named neither the probe's rule (ab70187) nor the rehearsal's; each label it quotes
+    # is what the code gives on the store it comes from.
+    text = re.sub(r"\s+", " ", (ROOT / "docs" / "verdicts.md").read_text())
+    h100 = example_stores(H100, ("rehearsal.sqlite", "gpu.sqlite"), tmp_path, monkeypatch)
+    rehearsal = h100("rehearsal.sqlite", 1)
+    ddp = next(c for c in rehearsal.bench["synthetic"] if c.strategy == "ddp")
+    gpu = h100("gpu.sqlite", 1)
+    (tmp_path / "h200").mkdir()
+    h200 = example_stores(H200, ("rehearsal.sqlite",), tmp_path / "h200", monkeypatch)("rehearsal.sqlite", 1)
+    hsdp = next(c for c in h200.bench["transformer"] if c.strategy == "hsdp")
+    for sweep, workload, c in ((rehearsal, "synthetic", ddp), (gpu, "deeplabv3", _by_label(gpu, "deeplabv3")["single device x1"]),
+                               (h200, "transformer", hsdp)):
+        kind = bound.bound(sweep, workload, c)[0]
+        assert f'"{kind}"' in text, kind
+    assert "taken out of the idle share" in text and "not scaling figures" in text
