@@ -12,6 +12,7 @@ from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
 from bench.report import frontier
+from bench.report.labels import place_labels
 
 # (peak GiB per GPU, samples/s, label) as the H100's sweep 2 stored them
 POINTS = [(10.139, 174.6, "single device x1 [bf16, adamw]"), (6.747, 97.0, "single device x1 [bf16, adamw, ac=full]"),
@@ -32,7 +33,7 @@ def figure():
     ax.set_xlim(0, 12.081 * 1.15)
     ax.set_ylim(0, 177.6 * 1.12)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    labels = frontier.place_labels(fig, ax, POINTS)
+    labels = place_labels(fig, ax, POINTS)
     renderer = fig.canvas.get_renderer()
     pixels = {text: tuple(ax.transData.transform((x, y))) for x, y, text in POINTS}
     steps = ax.get_lines()[0]
