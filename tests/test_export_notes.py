@@ -3,9 +3,11 @@ report read 'wrapper overhead not resolved (26.0% against single device x1, with
 had no note and within_noise False), JSON without escaped slashes, and no allocator figure on CPU."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from bench import results
+from bench import cli, results
 from bench.analysis import results as analysis
 from bench.report import report
 from bench.store import read, store
@@ -47,3 +49,21 @@ def test_a_one_device_wrappers_note_is_the_reports_cell(tmp_path, ddp_ms, within
     cell = _report_cell(path, "DDP x1")
     assert cell.startswith("wrapper overhead") and row.efficiency_note == cell
     assert bool(row.efficiency_within_noise) is within and ("within the" in cell) is within
+
+
+def test_json_export_writes_slashes_as_they_are_and_keeps_types(tmp_path, capsys):
+    path = _store(str(tmp_path / "s.sqlite"))
+    out = tmp_path / "json"
+    assert cli.main(["export", "--store", path, "--format", "json", "--out", str(out)]) == 0
+    text = (out / "configurations.json").read_text()
+    assert "\\/" not in text and '"config_key": "bench/synthetic/single/' in text   # pandas wrote bench\/synthetic\/...
+    rows = {r["label"]: r for r in json.loads(text)}
+    frame = results.load(path).configurations.set_index("label")
+    assert rows["DDP x1"]["samples_per_s"] == pytest.approx(frame.loc["DDP x1"].samples_per_s, rel=1e-14)
+    assert rows["DDP x1"]["device_count"] == 1 and rows["DDP x1"]["efficiency_within_noise"] is True
+
+
+def test_on_cpu_there_is_no_allocator_peak_only_rss(tmp_path):
+    """On CPU the memory figure is the peak RSS (peak_mib); peak_allocated_mib repeated it under an allocator's name."""
+    ok = results.load(_store(str(tmp_path / "s.sqlite"))).configurations
+    assert ok.peak_mib.gt(0).all() and ok.peak_allocated_mib.isna().all() and ok.peak_reserved_mib.isna().all()

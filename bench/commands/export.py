@@ -10,6 +10,7 @@ a store that is not one exit 2 before anything is written; a write that fails al
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -58,6 +59,12 @@ def check_out(out: str) -> None:
                           "this user can write to")
 
 
+def json_records(frame) -> str:
+    """A DataFrame as a JSON list of records, NaN as null, types as pandas writes them, but slashes as they are:
+    pandas' own writer escapes them ('"config_key":"bench\\/transformer\\/single..."'), valid JSON that reads badly."""
+    return json.dumps(json.loads(frame.to_json(orient="records", double_precision=15)), indent=1, ensure_ascii=False)
+
+
 def write(r: results.Results, folder: str, fmt: str) -> list:
     """Each table of R as FOLDER/<table>.<fmt>; the paths written."""
     os.makedirs(folder, exist_ok=True)
@@ -67,7 +74,8 @@ def write(r: results.Results, folder: str, fmt: str) -> list:
         if fmt == "csv":
             frame.to_csv(path, index=False)
         else:
-            frame.to_json(path, orient="records", indent=1, double_precision=15)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(json_records(frame))
         paths.append(path)
     return paths
 

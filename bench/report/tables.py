@@ -92,7 +92,7 @@ def _config_row(sweep: Sweep, c: Config, recommended: bool, costs: Optional[cost
     compute, allreduce, no_overlap, full_overlap = comm.step_bounds_ms(sweep, c)
     row.update(compute_ms=compute, allreduce_grads_ms=allreduce, no_overlap_bound_ms=no_overlap,
                full_overlap_bound_ms=full_overlap)
-    alloc, reserved, level = memory_text(c)
+    alloc, reserved, level = memory_text(c) if c.device_type != "cpu" else (None, None, None)  # CPU: RSS, in peak_mib
     row.update(peak_mib=frontier.peak_mib(c), peak_allocated_mib=alloc, peak_reserved_mib=reserved,
                device_level_mib=level)
     rank, state = training_state.fullest(c)
