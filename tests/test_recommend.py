@@ -312,7 +312,7 @@ def test_a_gap_under_the_floor_beyond_the_noise_is_not_called_within_the_noise(t
                                             (bucket, payload(2, 68.0))])
     t, row = _paragraph(sw), recommend.blocks(sw)[1][2][0]
     assert row[2] == "DDP x2" and row[8] == ("tie: DDP x2 [fp32, bucket_cap_mb=100.0] 3% faster (under the 5% floor the "
-                                             "suite calls a difference; noise 1.0%, selfcheck)")
+                                             "suite calls a difference; noise 1.0%, selfcheck on the synthetic MLP)")
     assert ("DDP x2 [fp32, bucket_cap_mb=100.0] is 3% faster, under the 5% floor the suite calls a difference: DDP x2 "
             "is recommended, fewer settings changed from the defaults. The noise: 1.0%, selfcheck's spread") in t
     assert "the gap is beyond it." in t and "within the noise" not in t and "within 1.0%" not in t
@@ -320,7 +320,7 @@ def test_a_gap_under_the_floor_beyond_the_noise_is_not_called_within_the_noise(t
     sw = build(str(tmp_path / "lead.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 68.0)),
                                                (bucket, payload(2, 70.0))])
     t, row = _paragraph(sw), recommend.blocks(sw)[1][2][0]
-    assert row[8] == "3% (under the 5% floor the suite calls a difference; noise 1.0%, selfcheck)"
+    assert row[8] == "3% (under the 5% floor the suite calls a difference; noise 1.0%, selfcheck on the synthetic MLP)"
     assert ("The runner-up, DDP x2 [fp32, bucket_cap_mb=100.0], is only 3% slower: under the 5% floor the suite calls a "
             "difference (the noise: 1.0%, selfcheck's spread") in t and "within" not in t
 

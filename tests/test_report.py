@@ -108,7 +108,10 @@ def test_workload_table_numbers_equal_values_computed_from_raw_rows(which, reque
         close(row["speed-up"], exp["samples_per_s"] / base["samples_per_s"])
         eff = 100 * exp["samples_per_s"] / base["samples_per_s"] / n
         if n == 1 and name != "single":   # a wrapper at one device: its overhead against single, not scaling
-            assert row["efficiency"].startswith(f"wrapper overhead {100 / eff - 1:.1%}"), row["efficiency"]
+            # 102 against 100 ms median steps inside a 6.2 ms p10-p90 spread, under the 5% floor: not resolved
+            assert row["efficiency"].startswith((f"wrapper overhead {100 / eff - 1:.1%}",
+                                                 f"wrapper overhead not resolved ({100 / eff - 1:.1%} by the windows'")), \
+                row["efficiency"]
         elif eff > 100:   # DataParallel x2 of cuda_voc: 125%, one process each and no noise measured: not capped
             assert row["efficiency"].startswith("125.0% (measured 125%; the noise between processes is not measured"), row
             close(re.search(r"measured (\d+)%", row["efficiency"]).group(1), eff)
