@@ -121,6 +121,8 @@ class Config:
     activation_checkpointing: str = "none"        # none | full | selective:K
     aux: str = "false"                            # --deeplabv3-aux: false | true | unused
     tokens_per_sample: Optional[int] = None       # a language model's sequence length (tokens/s = samples/s x this)
+    input_shape: tuple = ()                       # one sample's input as the workload's dry step saw it: (C, H, W) for images
+    natural_image_size: Optional[int] = None      # a torchvision model's own image side (224 for resnet18)
     flops: dict = field(default_factory=dict)      # flops_per_sample, hw_flops_per_sample, how (flops_json), analytic_per_sample
     device_names: tuple = ()                       # the GPU of each device it ran on (memory rows), for its peak
     gpu: Optional[object] = None                   # bench.analysis.gpustate.GpuState over its measured windows
@@ -251,10 +253,16 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         warmup_s=stats.median(warmup_s), warmup_steps=int(stats.median(warmup_steps)) if warmup_steps else 0,
         optimizer=r0["optimizer"] if "optimizer" in r0 and r0["optimizer"] else "sgd", state_mib=_state(memory),
         activation_checkpointing=r0.get("activation_checkpointing") or "none", aux=row_aux(r0),
-        tokens_per_sample=json.loads(r0["details_json"] or "{}").get("workload_details", {}).get("tokens_per_sample"),
+        tokens_per_sample=_details(r0).get("tokens_per_sample"),
+        input_shape=tuple(_details(r0).get("input_shape") or ()), natural_image_size=_details(r0).get("natural_image_size"),
         flops=_flops(results), device_names=_device_names(memory), gpu=gpustate.summarise(samples),
         loss_not_finite=_loss_not_finite(results),
     )
+
+
+def _details(r: dict) -> dict:
+    """The workload's details a results row stores (sequence length, input shape, natural image size)."""
+    return json.loads(r["details_json"] or "{}").get("workload_details") or {}
 
 
 def _traced_step_ms(steps: list) -> dict:

@@ -135,6 +135,7 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
     dev = configs[0].device_type
     u = units(dev)
     b: list = [("h", 2, f"{workload}: all configurations ({device_title(sweep, dev)}, {configs[0].scaling} scaling, {configs[0].data} data)")]
+    b += [("p", s) for s in [image_line(workload, configs)] if s]
     b += [("p", s) for s in verdicts(configs)]
     cuda = dev == "cuda"
     tokens = any(c.tokens_per_sample for c in configs)  # a language model: tokens/s, global and per device, beside
@@ -210,6 +211,29 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
     for key, path in plot_paths.items():
         b.append(("img", path, f"{workload} {key.replace('_', ' ')}"))
     return b
+
+
+def image_size(c) -> tuple:
+    """('32x32', 3) for a configuration of an image workload: its input (C, H, W) as the dry step saw it (torchvision's
+    and a user's model), else the side the run used (deeplabv3) and no channel count; ('', None) where no image."""
+    if len(c.input_shape) == 3:
+        return f"{c.input_shape[1]}x{c.input_shape[2]}", c.input_shape[0]
+    return (f"{c.image_size}x{c.image_size}", None) if c.image_size else ("", None)
+
+
+def image_line(workload: str, configs: list) -> str:
+    """'A sample is one 32x32 image (3 channels; resnet18's natural size is 224x224, --image-size sets it).' under an
+    image workload's heading: trial B's resnet18 ran at --image-size 32, which its report said nowhere but in the
+    command line, and samples/s at 32 and 224 px differ 50-fold. '' for a workload whose samples are no images."""
+    found = [x for x in dict.fromkeys(image_size(c) for c in configs) if x[0]]
+    if not found:
+        return ""
+    natural = configs[0].natural_image_size
+    extra = [f"{found[0][1]} channel{'s' if found[0][1] != 1 else ''}"] if len(found) == 1 and found[0][1] else []
+    if natural and {c.image_size for c in configs} != {natural}:
+        extra.append(f"{workload}'s natural size is {natural}x{natural}, --image-size sets it")
+    return (f"A sample is one {' or '.join(size for size, _ in found)} image"
+            + (f" ({'; '.join(extra)})" if extra else "") + ".")
 
 
 def _one_process_note(c) -> str:
