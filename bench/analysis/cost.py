@@ -1,5 +1,6 @@
 """What a run costs: a price per device-hour (a number, or a table of prices in a TOML file the user keeps; nothing
-is fetched), and per configuration the cost of a million samples and of one epoch of the reference experiment.
+is fetched), and per configuration the cost of a million samples (a language model's: of a million tokens too) and of
+one epoch of the reference experiment.
 
     prices = parse_price(ns.price_per_device_hour)     # ConfigError (exit 2) unless positive finite numbers
     price = prices.lookup(label, hostname, names)       # -> Price(per_device_hour, source) or None
@@ -149,6 +150,7 @@ class Cost:
     per_million_samples: float
     per_epoch: float = float("nan")
     epoch_s: float = float("nan")
+    per_million_tokens: float = float("nan")   # a language model's: LM users price tokens (nan for any other workload)
 
 
 def of_configs(configs: list, per_device_hour: float) -> dict:
@@ -159,4 +161,6 @@ def of_configs(configs: list, per_device_hour: float) -> dict:
         epoch = {c.key: s / reference.REFERENCE_EPOCHS for c, (_, s) in zip(configs, bars)}
     return {c.key: Cost(per_million_samples(per_device_hour, c.device_count, c.samples_per_s),
                         per_epoch(per_device_hour, c.device_count, epoch.get(c.key, float("nan"))),
-                        epoch.get(c.key, float("nan"))) for c in configs}
+                        epoch.get(c.key, float("nan")),
+                        per_million_samples(per_device_hour, c.device_count, getattr(c, "tokens_per_s", float("nan"))))
+            for c in configs}

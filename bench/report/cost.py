@@ -1,6 +1,6 @@
 """The report's cost section (`--price-per-device-hour`, bench.analysis.cost): per configuration the cost of a million
-samples and, for DeepLabV3, of one epoch of the reference experiment; per workload and precision the cheapest run
-beside the fastest, right after the recommendation.
+samples (a language model's: of a million tokens too) and, for DeepLabV3, of one epoch of the reference experiment;
+per workload and precision the cheapest run beside the fastest, right after the recommendation.
 
     blocks(sweep, prices)      -> report blocks ([] without a price)
     price_of(sweep, prices)    -> the Price that applies to a sweep, or None (the table names none of its machines)
@@ -60,16 +60,17 @@ def blocks(sweep: Sweep, prices: Optional[cost.Prices]) -> list:
     for workload, configs in sweep.bench.items():
         costs = cost.of_configs(configs, price.per_device_hour)
         epochs = workload == "deeplabv3"
+        tokens = any(c.tokens_per_sample for c in configs)   # a language model: per million tokens beside
         rows = []
         for c in configs:
             k = costs[c.key]
             rows.append([_what(c), str(c.device_count), fmt(c.samples_per_s),
                          fmt(cost.device_hours(c.device_count, 1e6 / c.samples_per_s) if c.samples_per_s > 0 else None, ".4g"),
-                         fmt(k.per_million_samples, ".4g")]
+                         fmt(k.per_million_samples, ".4g")] + ([fmt(k.per_million_tokens, ".4g")] if tokens else [])
                         + ([fmt(k.epoch_s, ".1f"), fmt(k.per_epoch, ".4g")] if epochs else []))
         b.append(("h", 3, f"{workload}: cost"))
         b.append(("table", ["configuration", "devices", "samples/s", "device-hours per million samples",
-                            f"cost per million samples ({unit})"]
+                            f"cost per million samples ({unit})"] + ([f"cost per million tokens ({unit})"] if tokens else [])
                   + (["reference epoch s", f"cost per reference epoch ({unit})"] if epochs else []), rows))
         for precision in dict.fromkeys(c.precision for c in configs):
             line = cheapest_sentence([c for c in configs if c.precision == precision], costs, unit)

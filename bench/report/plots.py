@@ -106,18 +106,30 @@ def category_ticks(fig: Figure, ax, labels: list, positions=None) -> None:
     fig.get_layout_engine().set(h_pad=TICK_MARGIN_IN)
 
 
+def throughput_axis(configs: list, label: str = "samples/s") -> tuple:
+    """(factor, y label) of a throughput plot: a language model's in tokens/s, all devices (samples/s x its sequence
+    length, as its configurations table gives it), since LM users compare tokens/s (trial B read 'throughput
+    (samples/s)' for sequences of 32 tokens); else samples/s as measured."""
+    tokens = {c.tokens_per_sample for c in configs}
+    if len(tokens) == 1 and next(iter(tokens)):
+        t = next(iter(tokens))
+        return t, f"tokens/s, all devices (samples/s x {t})"
+    return 1, label
+
+
 def throughput_figure(configs: list, workload: str, where: str) -> Figure:
     """samples/s against device count per strategy, and the ideal line from the 1-device baseline."""
     fig, ax = _figure("Throughput against device count", where, workload, width=10.0)
     counts = sorted({c.device_count for c in configs})
     style = _series_style(configs)
+    k, ylabel = throughput_axis(configs, "throughput (samples/s)")
     for key, cs in _by_series(configs).items():
-        ax.plot([c.device_count for c in cs], [c.samples_per_s for c in cs], **style[key])
+        ax.plot([c.device_count for c in cs], [c.samples_per_s * k for c in cs], **style[key])
     bases = [c for c in configs if c.device_count == 1 and c.strategy == "single"] or [c for c in configs if c.device_count == 1]
     for b in bases:
-        ax.plot(counts, [b.samples_per_s * n for n in counts], ":", color="#999999", alpha=0.7,
+        ax.plot(counts, [b.samples_per_s * k * n for n in counts], ":", color="#999999", alpha=0.7,
                 label=f"ideal linear (from {_label(b)})")
-    ax.set(xlabel=_devices_label(configs), ylabel="throughput (samples/s)", xticks=counts)
+    ax.set(xlabel=_devices_label(configs), ylabel=ylabel, xticks=counts)
     ax.set_ylim(bottom=0)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")  # beside the axes: it covers no point
     return fig
@@ -137,17 +149,18 @@ def overview_figure(configs: list, workload: str, where: str, picks: list = ()) 
     ax = fig.subplots()
     fig.suptitle(f"{workload}: throughput against device count\n{where}".replace("$", r"\$"), fontsize="medium")
     counts = sorted({c.device_count for c in configs})
+    k, ylabel = throughput_axis(configs)
     for key, cs in _by_series(configs).items():
-        ax.plot([c.device_count for c in cs], [c.samples_per_s for c in cs], markersize=4, **style[key])
+        ax.plot([c.device_count for c in cs], [c.samples_per_s * k for c in cs], markersize=4, **style[key])
     bases = [c for c in configs if c.device_count == 1 and c.strategy == "single"] or [c for c in configs if c.device_count == 1]
     for i, b in enumerate(bases):
-        ax.plot(counts, [b.samples_per_s * n for n in counts], ":", color="#999999", alpha=0.7, label="ideal" if not i else None)
+        ax.plot(counts, [b.samples_per_s * k * n for n in counts], ":", color="#999999", alpha=0.7, label="ideal" if not i else None)
     for i, c in enumerate(picks):
         # an outline, not a filled star: two filled stars hid three of six series' markers at their points (the H100
         # self-check's synthetic_overview.png)
-        ax.plot([c.device_count], [c.samples_per_s], marker="*", markersize=17, linestyle="none", markerfacecolor="none",
+        ax.plot([c.device_count], [c.samples_per_s * k], marker="*", markersize=17, linestyle="none", markerfacecolor="none",
                 markeredgecolor="#ff7f0e", markeredgewidth=1.6, zorder=5, label="recommended" if not i else None)
-    ax.set(xlabel=_devices_label(configs), ylabel="samples/s", xticks=counts)
+    ax.set(xlabel=_devices_label(configs), ylabel=ylabel, xticks=counts)
     ax.set_xlim(min(counts) - 0.5, max(counts) + 0.5)
     ax.set_ylim(bottom=0)
     fig.legend(loc="outside lower center", ncol=ncol, fontsize="x-small")

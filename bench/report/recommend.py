@@ -47,6 +47,16 @@ def _efficiency_words(c, with_baseline: bool = True) -> str:
             + (f" ({e.note})" if e.note else ""))
 
 
+def tokens_clause(c) -> str:
+    """' (19488 tokens/s, 9744 per process)' after a language model's samples/s (its configurations table's figures:
+    samples/s x the sequence length, and that over its devices), '' for any other workload: the first screen gave
+    'Fastest: single device x1, 609.0 samples/s' alone, where LM users compare tokens/s per device."""
+    if not c.tokens_per_sample:
+        return ""
+    per = SINGULAR["GPUs" if c.device_type == "cuda" else "processes"]
+    return f" ({c.tokens_per_s:.0f} tokens/s, {c.tokens_per_s_per_device:.0f} per {per})"
+
+
 def _straggler_sentence(cs: list, best, workload: str, name=_label):
     """The straggler --profile's traces found, preferring the recommended configuration's; None without one."""
     for c in sorted(cs, key=lambda c: c is not best):
@@ -94,8 +104,8 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
     best, fastest, tie = choose(cs, name)
     many, open_pick = best.device_count > 1, unresolved(best, tie)
     out = [f"{'Fastest' if tie is None else 'Not resolved' if open_pick else 'Recommended'}: {name(best)}, "
-           f"{best.samples_per_s:.1f} samples/s" + (f", {_efficiency_words(best)}" if many and not math.isnan(best.efficiency) else "")
-           + utilisation_report.clause(best) + (f", or {name(fastest)}, {fastest.samples_per_s:.1f} samples/s"
+           f"{best.samples_per_s:.1f} samples/s{tokens_clause(best)}" + (f", {_efficiency_words(best)}" if many and not math.isnan(best.efficiency) else "")
+           + utilisation_report.clause(best) + (f", or {name(fastest)}, {fastest.samples_per_s:.1f} samples/s{tokens_clause(fastest)}"
                                                 + utilisation_report.clause(fastest) if open_pick else "")
            + f" {where(workload, 'throughput')}."]
     alone = _unwrapped_missing(best)
@@ -170,7 +180,7 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
         margin = (f"{'tie: ' if tie.within else ''}{name(fastest)} {tie.gap:.0%} faster ({_margin_note(tie)})")
     else:
         margin = "–" if lead is None else f"{lead[0].gap:.0%} ({_margin_note(lead[0])})"
-    row = [workload, precision, name(best), f"{best.samples_per_s:.1f}",
+    row = [workload, precision, name(best), f"{best.samples_per_s:.1f}{tokens_clause(best)}",
            eff, dp_cost, scaling, kind, margin, best.utilisation.mfu_cell() if best.utilisation else "–"]
     if alone:
         row[2] = f"{name(best)} ({alone})"

@@ -105,7 +105,8 @@ def _config_row(sweep: Sweep, c: Config, recommended: bool, costs: Optional[cost
     row["epochs"] = len(c.epoch_wall_s)
     row["epoch_wall_s_median"] = stats.median(c.epoch_wall_s) if c.epoch_wall_s else math.nan
     if costs is not None:
-        row.update(cost_per_million_samples=costs.per_million_samples, cost_per_epoch=costs.per_epoch)
+        row.update(cost_per_million_samples=costs.per_million_samples, cost_per_epoch=costs.per_epoch,
+                   cost_per_million_tokens=costs.per_million_tokens)   # nan where a sample is no sequence
     u = c.utilisation   # bench.analysis.utilisation: FLOPs, achieved FLOP/s, MFU (nan: no peak, or an error)
     if u is not None:
         row.update(flops_per_sample=u.flops.per_sample, flops_source=u.flops.source, flops_check=u.flops.check or None,
