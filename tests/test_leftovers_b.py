@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 from bench.report import pages
 from bench.report import traces as trace_report
 from conftest import example_stores
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "h100-2026-11-26"
+
 
 def test_each_busy_share_stands_beside_the_figure_it_is_of(tmp_path, monkeypatch):
     sweep = example_stores(EXAMPLE, ("gpu.sqlite",), tmp_path, monkeypatch)("gpu.sqlite", 1)
@@ -35,3 +37,16 @@ def test_each_busy_share_stands_beside_the_figure_it_is_of(tmp_path, monkeypatch
     assert not re.search(r"103%[^;]*against 108\.4 ms", text)
     md = pages.to_markdown(trace_report.blocks([c], "deeplabv3"), str(tmp_path))
     assert "against the 108.0 ms measured median step (102% of the traced steps' own wall time, 108.4 ms)" in md
+
+
+def _two_ranks(work_ms: tuple) -> SimpleNamespace:
+    """A stand-in DDP x2 whose ranks' traced kernels took `work_ms` per step (3 traced steps) in 100 ms steps."""
+    rows = [{"rank": r, "span_ms": 300.0, "steps": 3, "method": "device_kernels", "work_ms": 3 * w,
+             "exposed_comm_ms": 0.0, "compute_share": w / 100, "comm_share": 0.0, "copy_share": 0.0,
+             "idle_share": 1 - w / 100} for r, w in enumerate(work_ms)]
+    return SimpleNamespace(summary=SimpleNamespace(median_ms=100.0), traces=rows)
+
+
+def test_equally_busy_gpus_name_the_other_one_as_the_busiest():
+    assert trace_report.busy(_two_ranks((10.0, 10.0))).words() == "GPU busy 10% (rank 0; rank 1 10%)"
+    assert trace_report.busy(_two_ranks((30.0, 10.0))).words() == "GPU busy 10% (rank 1; rank 0 30%)"

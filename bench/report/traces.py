@@ -126,12 +126,14 @@ class Busy:
 
     def words(self) -> str:
         """'GPU busy 38%', with the least and the busiest GPU where there are several; above 100% it says that is an
-        error of the measurement (the committed H100 DeepLabV3 read 'GPU busy 100%' from 111.0 ms in 108.0 ms steps)."""
+        error of the measurement (the committed H100 DeepLabV3 read 'GPU busy 100%' from 111.0 ms in 108.0 ms steps).
+        The busiest is another GPU than the least: two equally busy ranks read 'GPU busy 10% (rank 0; rank 0 10%)'."""
         if self.over:
             return f"GPU busy {self.measured:.0%}: over 100%, a measurement error"
         if len(self.devices) < 2:
             return f"GPU busy {self.share:.0%}"
-        top = max(self.devices, key=self.devices.get)
+        others = {d: v for d, v in self.devices.items() if d != self.device}  # equally busy GPUs: the other one
+        top = max(others, key=others.get)
         return f"GPU busy {self.share:.0%} ({self.device}; {top} {self.devices[top]:.0%})"
 
     def error(self) -> str:
