@@ -36,7 +36,11 @@ def test_configurations_hold_the_figures_the_report_shows(quick):
             row, _ = recommend.answer(sweep, workload, configs, precision)   # the report's first table, as printed
             picked = ok[(ok.workload == workload) & (ok.precision == precision) & ok.recommended]
             assert len(picked) == 1
-            assert row[2] == f"{picked.strategy_name.iloc[0]} x{picked.device_count.iloc[0]}"   # no settings in this sweep
+            label = f"{picked.strategy_name.iloc[0]} x{picked.device_count.iloc[0]}"   # no settings in this sweep
+            if not picked.recommendation_resolved.iloc[0]:   # an unstable pick on an unresolved lead: no answer yet
+                assert row[2] == picked.recommendation_note.iloc[0] and row[2].startswith(f"not resolved: --repeats 3 ({label}, ")
+                continue
+            assert row[2] == label and pd.isna(picked.recommendation_note.iloc[0])
             assert f"{picked.samples_per_s.iloc[0]:.1f}" == row[3] and picked.bound_detail.iloc[0] == row[7]
         for c in configs:
             got = ok.loc[c.key]
@@ -212,3 +216,18 @@ def test_steps_carry_the_configurations_identity_so_a_filter_on_them_cannot_pool
     assert set(plain.step_ms) == {50.0, 51.0}   # rank 0 and rank 1 of the plain configuration alone
     failed = r.configurations.set_index("status").loc["failed"]
     assert failed.label == "DDP x2 [fp32, comm_hook=fp16]" and failed.variant == "fp32, comm_hook=fp16"
+
+
+def test_a_pick_the_summary_calls_not_resolved_says_so_in_the_dataframe(tmp_path, monkeypatch):
+    # The H100 self-check's bf16 pick, DDP x1 (one unstable process), stands only on DataParallel x1's unresolved 69%
+    # lead: the report's cell reads 'not resolved: --repeats 3 (...)', while the DataFrame said recommended and nothing else.
+    from pathlib import Path
+    from conftest import example_stores
+    folder = Path(__file__).resolve().parents[1] / "examples" / "h100-2026-11-26"
+    load = example_stores(folder, ("selfcheck.sqlite",), tmp_path, monkeypatch)
+    c = results.load(str(load.path / "selfcheck.sqlite"), 1).configurations
+    picked = c[c.recommended.fillna(False).astype(bool)].set_index("precision")
+    assert not picked.loc["bf16", "recommendation_resolved"]
+    assert picked.loc["bf16", "recommendation_note"] == (
+        "not resolved: --repeats 3 (DDP x1 [bf16], unstable, or DataParallel x1 [bf16])")
+    assert picked.loc["fp32", "recommendation_resolved"] and pd.isna(picked.loc["fp32", "recommendation_note"])

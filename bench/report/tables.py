@@ -148,6 +148,11 @@ def configurations(sweep: Sweep, prices: Optional[cost.Prices] = None) -> list:
                                  for precision in dict.fromkeys(c.precision for c in configs)) if p is not None}
         costs = cost.of_configs(configs, price.per_device_hour) if price else {}
         rows += [_config_row(sweep, c, id(c) in picks, costs.get(c.key) if price else None, configs) for c in configs]
+        for row in rows[-len(configs):]:   # the summary's cell where its pick is no answer yet ('not resolved: ...')
+            if row["recommended"]:
+                cell = recommend.answer(sweep, workload, configs, row["precision"])[0][2]
+                row["recommendation_resolved"] = not cell.startswith("not resolved")
+                row["recommendation_note"] = None if row["recommendation_resolved"] else cell
         if workload == "deeplabv3":
             for row, (_, seconds) in zip(rows[-len(configs):], reference.train_times(configs)[0]):
                 row["reference_train_s"] = seconds
