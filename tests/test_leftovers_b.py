@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-from bench.report import pages
+from bench.report import frontier, pages
 from bench.report import traces as trace_report
 from conftest import example_stores
 
@@ -50,3 +50,18 @@ def _two_ranks(work_ms: tuple) -> SimpleNamespace:
 def test_equally_busy_gpus_name_the_other_one_as_the_busiest():
     assert trace_report.busy(_two_ranks((10.0, 10.0))).words() == "GPU busy 10% (rank 0; rank 1 10%)"
     assert trace_report.busy(_two_ranks((30.0, 10.0))).words() == "GPU busy 10% (rank 1; rank 0 30%)"
+
+
+def test_the_budget_table_gives_the_recommendations_not_resolved_cell(tmp_path, monkeypatch):
+    sweep = example_stores(EXAMPLE, ("selfcheck.sqlite",), tmp_path, monkeypatch)("selfcheck.sqlite", 1)
+    budget, how = frontier.budget_mib(sweep)
+    md = pages.to_markdown(frontier.blocks(sweep, budget, how), str(tmp_path))
+    cell = "not resolved: --repeats 3 (DDP x1 [bf16], unstable, or DataParallel x1 [bf16])"
+    assert f"| synthetic | bf16, sgd | {cell} | – | – | – |" in md
+    assert "DDP x1 [bf16] stands" not in md and "Recommended within" not in md
+    assert ("Not resolved within 79.18 GiB per GPU: DDP x1 [bf16], 85913.3 samples/s at a peak of 2.76 GiB per GPU, "
+            "unstable, or DataParallel x1 [bf16], 145527.8 samples/s") in md
+    assert "| synthetic | fp32, sgd | single device x1 | 78911.6 | 1.58 GiB | – |" in md   # a resolved pick stays
+    from bench.report import recommend
+    row, _ = recommend.answer(sweep, "synthetic", sweep.bench["synthetic"], "bf16")
+    assert row[2] == cell   # the same words as the recommendation's row, from the same rule

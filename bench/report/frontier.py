@@ -181,11 +181,8 @@ def answer(workload: str, configs: list, budget: Optional[float], batches: bool 
             text = (f"Nothing measured fits {size(budget)} per {u}: the least memory, "
                     f"{_least_words(least, alike, _name, with_size=False)}, needs {size(peak_mib(least))} {where}.")
         else:
-            text = (f"{'Fastest' if tie is None else 'Recommended'} within "
-                    f"{size(budget) + ' per ' + u if budget else 'any memory (no budget)'}: {_name(best)}, "
-                    f"{best.samples_per_s:.1f} samples/s at a peak of {size(peak_mib(best))} per {u}")
-            if tie is not None:
-                text += f"; {choice.tie_clause(best, fastest, tie, _name)}"
+            within = size(budget) + ' per ' + u if budget else 'any memory (no budget)'
+            text = _pick_words(best, fastest, tie, within, u, _name)
             text += (f"; did not fit: {'; '.join(missed)}" if missed else ("; every configuration fits" if budget else ""))
             if best is not least and best not in alike:
                 text += (f". The least memory: {_least_words(least, alike, _name)} at "
@@ -195,8 +192,26 @@ def answer(workload: str, configs: list, budget: Optional[float], batches: bool 
                fmt(best.samples_per_s) if best else "–",
                (size(peak_mib(best)) + (" (reserved)" if peak_source(best) == "reserved" else "")) if best else "–",
                "; ".join(missed) or "–"]
+        if best is not None and choice.unresolved(best, tie):   # the recommendation's row: no answer yet, no figures
+            row[2:5] = [choice.unresolved_cell(best, fastest, _name), "–", "–"]
         out.append((row, f"{workload}, {precision}, {optimizer}: {text}"))
     return out
+
+
+def _pick_words(best, fastest, tie, within: str, u: str, name) -> str:
+    """'Recommended within 79.18 GiB per GPU: X, N samples/s at a peak of M per GPU; <why X stands>', or where the pick
+    is no answer yet (bench.report.choice.unresolved: it stands only on the fastest's unresolved lead and ran one
+    unstable process) both, recommending neither: the H100 self-check's table named DDP x1 [bf16] where its
+    recommendation read 'not resolved: --repeats 3 (DDP x1 [bf16], unstable, or DataParallel x1 [bf16])'."""
+    def at(c) -> str:
+        return f"{name(c)}, {c.samples_per_s:.1f} samples/s at a peak of {size(peak_mib(c))} per {u}"
+    if tie is not None and choice.unresolved(best, tie):
+        faster = "as fast (less than 1% apart)" if tie.gap < 0.005 else f"{tie.gap:.0%} faster"
+        return (f"Not resolved within {within}: {at(best)}, unstable, or {at(fastest)}; {name(fastest)} is {faster} "
+                f"({choice._margin_note(tie)}): neither is recommended until --repeats 3 tells them apart, as in the "
+                "recommendation")
+    text = f"{'Fastest' if tie is None else 'Recommended'} within {within}: {at(best)}"
+    return text + (f"; {choice.tie_clause(best, fastest, tie, name)}" if tie is not None else "")
 
 
 HEADERS = ["workload", "precision, optimizer", "recommended within the budget", "samples/s", "its peak memory per device",
@@ -220,8 +235,9 @@ def blocks(sweep: Sweep, budget: Optional[float], how: str) -> list:
             ("p", f"Memory budget: {how}. {peak} Every strategy, setting and count of a workload competes; the plot "
                   "shows them all. Each row names the configuration the recommendation's rule picks among those that "
                   "fit: the fastest, unless a simpler one is within the noise of it, DataParallel only on a lead the "
-                  f"noise resolves. Peaks within {MEMORY_ALIKE:.0%} of each other are alike: the least memory names "
-                  "the simplest of them."),
+                  "noise resolves; 'not resolved: --repeats 3' and both, as in the recommendation, where it stands only "
+                  "on a faster one's unresolved lead and ran one unstable process itself. Peaks within "
+                  f"{MEMORY_ALIKE:.0%} of each other are alike: the least memory names the simplest of them."),
             ("table", headers, [r for r, _ in answers])] + [("p", t) for _, t in answers]
 
 
