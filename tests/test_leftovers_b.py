@@ -14,6 +14,8 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from bench.report import frontier, pages
 from bench.report import traces as trace_report
 from conftest import example_stores
@@ -65,3 +67,47 @@ def test_the_budget_table_gives_the_recommendations_not_resolved_cell(tmp_path, 
     from bench.report import recommend
     row, _ = recommend.answer(sweep, "synthetic", sweep.bench["synthetic"], "bf16")
     assert row[2] == cell   # the same words as the recommendation's row, from the same rule
+
+
+def _plan(args: list, tmp_path, ram_gib: float = 16):
+    """options.prepare on a fake 2-core CPU host with `ram_gib` of RAM: (items, cfg, machine), or the ConfigError."""
+    from bench import options
+    from bench.sweep import plan
+    machine = plan.Machine(cuda_devices=0, cpu_cores=2, host_memory_bytes=int(ram_gib * 2**30))
+    cfg, _, machine = options.prepare(["--workloads", "transformer", "--transformer-preset", "1.4b", "--seq-len", "512",
+                                       "--no-comm-bench", *args, "--device", "cpu", "--store",
+                                       str(tmp_path / "s.sqlite")], machine=machine)
+    return plan.plan(cfg, machine), cfg, machine
+
+
+def test_a_cpu_plan_whose_gradients_and_optimizer_state_cannot_fit_the_ram_is_refused(tmp_path):
+    # 1.4b: 5.1 GiB of fp32 weights, which the check alone counted, in 16 GiB of RAM; AdamW holds 16 bytes a parameter
+    from bench.config import ConfigError
+    with pytest.raises(ConfigError) as e:
+        _plan(["--strategies", "single", "--optimizer", "adamw"], tmp_path)
+    said = str(e.value)
+    assert ("needs at least 20.4 GiB on one device (single x1 [adamw], the least of any configuration)" in said
+            and "plus 20.3 GiB of fp32 weights, gradients and adamw state (16 bytes a parameter" in said
+            and "more than this host's 16.0 GiB of RAM" in said and "--optimizer sgd" in said), said
+    with pytest.raises(ConfigError) as e:   # SGD's 12 bytes a parameter fit once, not in each of two DDP processes
+        _plan(["--strategies", "ddp", "--gpus", "2"], tmp_path)
+    assert "needs at least 30.6 GiB in one host's RAM (ddp x2 [sgd], 2 processes a host" in str(e.value), str(e.value)
+    with pytest.raises(ConfigError) as e:   # FSDP shards it, but 20.3 GiB is still more than 16
+        _plan(["--strategies", "fsdp", "--gpus", "2", "--optimizer", "adamw"], tmp_path)
+    assert "(16 bytes a parameter: 4 each for the weights and gradients, 4 a state; sharded over its 2 processes)" \
+        in str(e.value), str(e.value)
+
+
+def test_the_refusal_and_the_plans_ram_warning_count_by_one_function(tmp_path):
+    from bench.sweep import describe
+    from bench.shared.spec import RunSpec
+    from bench.workloads import transformer
+    items, cfg, machine = _plan(["--strategies", "single,ddp,zero,hsdp", "--gpus", "1,2"], tmp_path)  # single fits
+    runs = {(r.strategy, r.device_count): r for r in items if isinstance(r, RunSpec) and r.mode == "bench"}
+    p = transformer.parameters(transformer.spec_shape(runs[("single", 1)]))
+    assert {k: transformer.state_bytes(r) / p for k, r in runs.items()} == {
+        ("single", 1): 12, ("ddp", 1): 12, ("ddp", 2): 24, ("zero", 1): 12, ("zero", 2): 20, ("hsdp", 1): 12,
+        ("hsdp", 2): 12}
+    assert all(describe.state_bytes(r) == transformer.state_bytes(r) for r in runs.values())
+    warned = describe.ram_warnings(list(runs.values()), cfg, machine)
+    assert [w.split(" holds")[0] for w in warned] == ["WARNING: transformer ddp x2 [sgd]", "WARNING: transformer zero x2 [sgd]"]

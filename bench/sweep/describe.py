@@ -9,7 +9,7 @@ from typing import Optional
 from bench.config import SweepConfig
 from bench.machine import peaks
 from bench.shared import rehearsal
-from bench.shared.spec import DDP_BASED, FSDP_BASED, RunSpec
+from bench.shared.spec import DDP_BASED, RunSpec
 from bench.sweep import settings
 from bench.sweep.plan import noise_probes
 from bench.workloads import registry, synthetic, transformer
@@ -201,22 +201,17 @@ def plan_warnings(items: list, cfg: SweepConfig, machine=None) -> list:
 
 
 def state_bytes(r: RunSpec) -> Optional[int]:
-    """The host RAM a CPU run's processes hold together AT LEAST for a transformer's fp32 training state: weights and
-    gradients (4 bytes a parameter each) and the optimizer's (AdamW's two moments: 8; SGD's momentum: 4), once per
-    process under single and DDP, the optimizer state sharded under ZeRO, all of it sharded under FSDP and HSDP."""
+    """The host RAM a CPU transformer run's processes hold together AT LEAST for its fp32 training state
+    (bench.workloads.transformer.state_bytes, which the plan's refusal counts too); None for other workloads."""
     if r.workload != "transformer" or not r.transformer_layers:
         return None
-    p = transformer.parameters(transformer.spec_shape(r))
-    opt = 8 if r.optimizer == "adamw" else 4
-    n = r.processes
-    if r.strategy in FSDP_BASED:
-        return (8 + opt) * p
-    return n * 8 * p + (opt * p if r.strategy == "zero" else n * opt * p)
+    return transformer.state_bytes(r)
 
 
 def ram_warnings(runs: list, cfg: SweepConfig, machine=None) -> list:
     """One line per CPU transformer configuration whose fp32 weights, gradients and optimizer state (`state_bytes`)
-    alone exceed this host's RAM: the plan's own memory check (bench.sweep.resolve) counts the weights only."""
+    alone exceed this host's RAM. The plan's memory check (bench.sweep.resolve) refuses a plan none of whose
+    configurations fits, by the same count; this warns of each one that does not, in a plan where another may."""
     ram = getattr(machine, "host_memory_bytes", None)
     if cfg.device != "cpu" or not ram:
         return []

@@ -213,12 +213,14 @@ def check_transformer_memory(cfg: SweepConfig, machine: Machine, shape, items: l
     RAM too), and the least any configuration needs on one device (activations at the batch given, --micro-batch or
     --per-device-batch, else at 1 sequence, where `fit` starts; plus its share of the weights: all of them, a 1/n shard
     under FSDP, none with FSDP's CPU offload) against one device's memory (CUDA: the largest GPU's; CPU: the host's
-    RAM). Unknown memory (None): not checked."""
+    RAM). Unknown memory (None): not checked. On CPU every process's state sits in the host's RAM: `check_cpu_ram`."""
     cuda = cfg.device == "cuda"
     device = max(machine.gpu_memory_bytes, default=None) if cuda else machine.host_memory_bytes
     runs = [s for s in items if isinstance(s, RunSpec) and s.mode == "bench" and s.workload == "transformer"]
     if not runs or not device:
         return
+    if not cuda:
+        return check_cpu_ram(runs, shape, device, given_batch)
     what = "GPU memory" if cuda else "RAM"
     params = transformer.parameters(shape)
     weights = 4 * params
@@ -257,6 +259,42 @@ def check_transformer_memory(cfg: SweepConfig, machine: Machine, shape, items: l
                           f"plus {_size(share)} of fp32 weights, more than {'the largest GPU' if cuda else 'this host'}'s "
                           f"{_size(device)} of {what}; lower --seq-len or --per-device-batch, or choose a smaller {shape_flags}"
                           + (", or shard it over more devices (--strategies fsdp, --gpus)" if cuda else ""))
+
+
+def check_cpu_ram(runs: list, shape, ram: int, given_batch=None) -> None:
+    """Refuses a CPU transformer plan none of whose configurations fits the host's RAM: its processes' fp32 weights,
+    gradients and optimizer state together (bench.workloads.transformer.state_bytes, the plan's RAM warning's count)
+    plus each process's activations (memory_floor's). Counting the fp32 weights alone let a plan through that the
+    first steps then ran out of memory on (ddp x2 with AdamW holds 16 bytes a parameter in each of its processes)."""
+    def need(s: RunSpec) -> tuple:
+        batch = (s.micro_batch or s.per_device_batch) if given_batch else 1
+        act = s.processes * transformer.memory_floor(shape, batch)[1]
+        state = transformer.state_bytes(s)
+        return (act + state) // s.nodes, act, state, batch, s   # the fullest host holds at least the average
+
+    total, act, state, batch, least = min((need(s) for s in runs), key=lambda t: t[0])
+    if total <= ram:
+        return
+    k = least.processes // least.nodes
+    where, procs = ("on one device", "") if least.processes == 1 else ("in one host's RAM", f", {k} processes a host")
+    each = "" if least.processes == 1 else f", x {least.processes} processes"
+    raise ConfigError(
+        f"transformer of {transformer.parameters(shape):,} parameters at {batch} sequence(s) per device needs at least "
+        f"{_size(total)} {where} ({least.strategy} x{least.device_count} [{least.optimizer}]{procs}, the least of any "
+        f"configuration): {_size(act)} of activations counted as one saved 16-bit tensor per block ({batch} x --seq-len "
+        f"{shape.seq_len} x width {shape.width} x {shape.layers} layers x 2 bytes{each}) plus {_size(state)} of fp32 "
+        f"weights, gradients and {least.optimizer} state ({_state_words(least)}), more than this host's {_size(ram)} "
+        "of RAM; lower --seq-len or --per-device-batch, or choose a smaller --transformer-preset, --transformer-width "
+        "or --transformer-layers" + ("" if least.optimizer == "sgd" else ", or --optimizer sgd (one state, not two)"))
+
+
+def _state_words(s: RunSpec) -> str:
+    """How `transformer.state_bytes` counted a run's state: '16 bytes a parameter, once per process'."""
+    per = 8 + 4 * transformer.OPTIMIZER_STATES[s.optimizer]
+    how = {"zero": "weights and gradients once per process, the optimizer state sharded over them",
+           "fsdp": f"sharded over its {s.processes} processes",
+           "hsdp": "sharded within each shard group, once per group"}.get(s.strategy, "once per process")
+    return f"{per} bytes a parameter: 4 each for the weights and gradients, 4 a state; {how}"
 
 
 def refuse_all_skipped(items: list) -> None:

@@ -93,8 +93,28 @@ def memory_floor(s: Shape, batch: int) -> tuple:
     workspace counted) and one saved 16-bit tensor per block, its input (batch x seq_len x width: all that full
     activation checkpointing keeps of a block; 2 bytes, the least of any precision: FSDP's bf16 mixed precision keeps
     the residual stream in bf16, autocast in fp32). Lower bounds only, so that a shape refused by them could run on no
-    strategy or setting (bench.sweep.resolve refuses what exceeds the machine's memory, never what merely might)."""
+    strategy or setting (bench.sweep.resolve refuses what exceeds the machine's memory, never what merely might). On
+    CPU, where gradients and optimizer state sit in the same RAM, resolve counts `state_bytes` in the weights' place."""
     return 4 * parameters(s), 2 * batch * s.seq_len * s.width * s.layers
+
+
+OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}   # fp32 tensors a parameter the optimizer keeps: AdamW's moments, SGD's momentum
+
+
+def state_bytes(spec) -> int:
+    """The fp32 training state a run's processes hold together AT LEAST, all of it in host RAM on CPU: weights and
+    gradients (4 bytes a parameter each) and the optimizer's state (4 bytes a state: AdamW 2, SGD with momentum 1),
+    once per process under single, DataParallel and DDP; ZeRO shards the optimizer state over the processes, FSDP
+    all three; HSDP all three within each shard group, held once per group. The CPU memory check counted the weights
+    alone (bench.sweep.resolve), so a DDP x2 AdamW run needing 16 bytes a parameter twice passed a check of 4 bytes;
+    the plan's RAM warning (bench.sweep.describe) counts by this function too."""
+    p = parameters(spec_shape(spec))
+    n, opt = spec.processes, 4 * OPTIMIZER_STATES[spec.optimizer]
+    if spec.strategy == "fsdp":
+        return (8 + opt) * p
+    if spec.strategy == "hsdp":
+        return (8 + opt) * p * max(1, n // int(spec.option("shard_size") or n))
+    return n * 8 * p + (opt * p if spec.strategy == "zero" else n * opt * p)
 
 
 def flops_per_token(s: Shape) -> float:
