@@ -111,3 +111,14 @@ def test_the_refusal_and_the_plans_ram_warning_count_by_one_function(tmp_path):
     assert all(describe.state_bytes(r) == transformer.state_bytes(r) for r in runs.values())
     warned = describe.ram_warnings(list(runs.values()), cfg, machine)
     assert [w.split(" holds")[0] for w in warned] == ["WARNING: transformer ddp x2 [sgd]", "WARNING: transformer zero x2 [sgd]"]
+
+
+def test_the_docs_say_the_recomputed_flops_leave_each_blocks_down_projection_out():
+    # (e) docs/transformer.md said 'the forward of the checkpointed blocks again' after 37d4a61 left the down projection out
+    from bench.workloads import transformer
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "transformer.md").read_text().split())
+    said = text[text.index("`recomputed_flops_per_sample` ("):][:400]
+    assert "but for each block's feed-forward down projection" in said and "does not run again" in said, said
+    s = transformer.shape_of("tiny", layers=4)
+    assert (transformer.forward_flops_per_token(s, 4) - transformer.recomputed_flops_per_token(s, 4)
+            == 4 * 2.0 * s.ffn * s.width)   # the down projection's matmul, each block's, is what the docs say is left out
