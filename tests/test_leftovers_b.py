@@ -64,6 +64,10 @@ def test_the_budget_table_gives_the_recommendations_not_resolved_cell(tmp_path, 
     assert ("Not resolved within 79.18 GiB per GPU: DDP x1 [bf16], 85913.3 samples/s at a peak of 2.76 GiB per GPU, "
             "unstable, or DataParallel x1 [bf16], 145527.8 samples/s") in md
     assert "| synthetic | fp32, sgd | single device x1 | 78911.6 | 1.58 GiB | – |" in md   # a resolved pick stays
+    assert frontier.UNRESOLVED_RULE in md   # the paragraph says what the cell means, where a row reads so, else not
+    other = example_stores(EXAMPLE, ("gpu.sqlite",), tmp_path, monkeypatch)("gpu.sqlite", 1)
+    assert frontier.UNRESOLVED_RULE not in pages.to_markdown(frontier.blocks(other, *frontier.budget_mib(other)),
+                                                             str(tmp_path))
     from bench.report import recommend
     row, _ = recommend.answer(sweep, "synthetic", sweep.bench["synthetic"], "bf16")
     assert row[2] == cell   # the same words as the recommendation's row, from the same rule

@@ -214,6 +214,10 @@ def _pick_words(best, fastest, tie, within: str, u: str, name) -> str:
     return text + (f"; {choice.tie_clause(best, fastest, tie, name)}" if tie is not None else "")
 
 
+UNRESOLVED_RULE = ("; 'not resolved: --repeats 3' and both, as in the recommendation, where it stands only on a faster "
+                   "one's unresolved lead and ran one unstable process itself")  # said where a row reads so
+
+
 HEADERS = ["workload", "precision, optimizer", "recommended within the budget", "samples/s", "its peak memory per device",
            "did not fit (over the budget by)"]
 
@@ -231,13 +235,13 @@ def blocks(sweep: Sweep, budget: Optional[float], how: str) -> list:
             "'reserved' (the context then comes on top). On CPU the largest rank's peak RSS." if cuda
             else "Peak memory per process: the largest rank's peak RSS.")  # a CPU page speaks of processes only
     headers = HEADERS if cuda else [h.replace("per device", "per process") for h in HEADERS]
+    rule = UNRESOLVED_RULE if any(r[2].startswith("not resolved") for r, _ in answers) else ""
     return [("h", 3, "Fastest within the memory budget"),
             ("p", f"Memory budget: {how}. {peak} Every strategy, setting and count of a workload competes; the plot "
                   "shows them all. Each row names the configuration the recommendation's rule picks among those that "
                   "fit: the fastest, unless a simpler one is within the noise of it, DataParallel only on a lead the "
-                  "noise resolves; 'not resolved: --repeats 3' and both, as in the recommendation, where it stands only "
-                  "on a faster one's unresolved lead and ran one unstable process itself. Peaks within "
-                  f"{MEMORY_ALIKE:.0%} of each other are alike: the least memory names the simplest of them."),
+                  f"noise resolves{rule}. "
+                  f"Peaks within {MEMORY_ALIKE:.0%} of each other are alike: the least memory names the simplest of them."),
             ("table", headers, [r for r, _ in answers])] + [("p", t) for _, t in answers]
 
 
