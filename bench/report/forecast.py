@@ -34,6 +34,7 @@ from bench.config import ConfigError
 from bench.report.bound import bound
 from bench.report.utilisation import forecast_cells, forecast_headers
 from bench.store import store
+from bench.workloads.usermodel import display_name
 
 TABLE_COUNTS = (16, 64, 256, 1024)
 WHAT_IF_STYLES = ("--", ":", "-.")
@@ -348,13 +349,14 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
     os.makedirs(plots_dir, exist_ok=True)
     from bench.report import plots
     for workload, lines in by_workload.items():
+        shown = display_name(workload, by_workload)   # a model given by path: its titles say my_model:build
         path = os.path.join(plots_dir, plots.file_name(workload, "forecast"))
-        figure(workload, where, lines).savefig(path, dpi=100)
-        b.append(("img", path, f"{workload}: forecast scaling efficiency"))
+        figure(shown, where, lines).savefig(path, dpi=100)
+        b.append(("img", path, f"{shown}: forecast scaling efficiency"))
         if any(p.memory is not None for _, pts in mem_lines[workload] for p in pts):
             path = os.path.join(plots_dir, plots.file_name(workload, "forecast_memory"))
-            memory_figure(workload, where, mem_lines[workload], budget, budget_name).savefig(path, dpi=100)
-            b.append(("img", path, f"{workload}: forecast memory per device"))
+            memory_figure(shown, where, mem_lines[workload], budget, budget_name).savefig(path, dpi=100)
+            b.append(("img", path, f"{shown}: forecast memory per device"))
     b.append(("p", f"Each figure is the forecast on the inputs as measured (robust: medians of processes, rounds and "
                    f"steps) and, in brackets, its range: {spread.LOW:.0%} to {spread.HIGH:.0%} of {spread.DRAWS} draws of "
                    f"the inputs from their own repeated measurements (docs/forecast.md, \"The range: what the measurement supports\")."))

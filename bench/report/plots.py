@@ -19,6 +19,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from bench.report import comm as comm_report  # noqa: E402
 from bench.shared.spec import STRATEGY_NAMES  # noqa: E402
+from bench.workloads.usermodel import display_name  # noqa: E402
 
 COLORS = {"single": "#555555", "dp": "#d62728", "ddp": "#1f77b4", "zero": "#9467bd", "fsdp": "#2ca02c", "hsdp": "#ff7f0e"}
 NAMES = STRATEGY_NAMES   # the one table of strategies' names (bench.shared.spec)
@@ -28,9 +29,11 @@ SEGMENT_COLORS = ("#8c564b", "#e377c2", "#2ca02c", "#17becf", "#d62728", "#bcbd2
 
 
 def file_name(workload: str, question: str) -> str:
-    """The plot's file name: <workload>_<question>.png, the workload's name made safe for a path
-    (`examples/my_model.py:build` -> `examples_my_model.py_build`)."""
-    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', workload)}_{question}.png"
+    """The plot's file name: <workload>_<question>.png, the workload's name as pages show it, made safe for a path:
+    a model given by path, stored as `/work/main/examples/my_model.py:build`, was `_work_main_examples_my_model.py_build_
+    overview.png` in trial B; it is `my_model_build_overview.png` (usermodel.display_name: the same file whether a caller
+    passes the stored or the shown name)."""
+    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', display_name(workload))}_{question}.png"
 
 
 def where(workload: str, what: str) -> str:

@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from collections import Counter
 from typing import Optional
@@ -38,6 +39,7 @@ from bench.report import utilisation as utilisation_report
 from bench.report.pages import fmt
 from bench.report.recommend import SINGULAR
 from bench.store import store
+from bench.workloads.usermodel import display_name
 
 from bench.analysis.results import STRATEGY_NAMES, Sweep, diverged, load, pick_sweep
 
@@ -127,6 +129,36 @@ def _top(d: dict):
 
 TIMING = {"cuda_window_events": "CUDA: window wall time between two synchronisations, steps and phases from CUDA events",
           "cpu_clock": "CPU: monotonic clock"}
+
+
+def shown_names(workloads) -> dict:
+    """stored name -> the name a page shows, for the workloads whose differ: a model given by path is stored by its
+    absolute path (what its processes import and part of each configuration's key), which trial B's report printed in
+    every heading, table and plot file name; the page shows `my_model:build` (usermodel.display_name)."""
+    ws = list(dict.fromkeys(workloads))
+    return {w: display_name(w, ws) for w in ws if display_name(w, ws) != w}
+
+
+def relabel(bl: list, names: dict) -> list:
+    """The blocks with each stored name of `names` replaced by its shown name in their words (headings, paragraphs,
+    table cells, image captions; not the images' paths). The code that writes them keeps the stored name, which it
+    matches against stored rows; only the page's words change."""
+    if not names:
+        return bl
+    pattern = re.compile("|".join(re.escape(w) for w in sorted(names, key=len, reverse=True)) + r"(?!\w)")
+    sub = lambda x: pattern.sub(lambda m: names[m.group(0)], x) if isinstance(x, str) else x  # noqa: E731
+    out = []
+    for blk in bl:
+        if blk[0] == "table":
+            blk = ("table", [sub(h) for h in blk[1]], [[sub(x) for x in row] for row in blk[2]])
+        elif blk[0] == "img":
+            blk = ("img", blk[1], sub(blk[2]))
+        elif blk[0] == "imgs":
+            blk = ("imgs", [(path, sub(alt)) for path, alt in blk[1]])
+        else:
+            blk = (*blk[:-1], sub(blk[-1]))
+        out.append(blk)
+    return out
 
 
 # ---------------------------------------------------------------- the report as blocks
@@ -274,9 +306,21 @@ def blocks(sweep: Sweep, plot_paths: dict, figures: list = (), memory_budget_gib
     b += frontier.blocks(sweep, *frontier.budget_mib(sweep, memory_budget_gib))  # the fastest that fits
     b += levers.blocks(sweep)  # what activation checkpointing, CPU offload, find_unused_parameters saved and cost
     b += cost_report.blocks(sweep, prices)  # --price-per-device-hour: the cheapest run beside the fastest
+    names = page_names(sweep)
+    b = relabel(b, names)   # the command line below is quoted as the user gave it
     b.append(("p", f"Sweep {s['sweep_id']}: {s['status']}, started {s['started_at']}, ended {s['ended_at'] or '–'}"
                    + (f", resumed {s['resumed']} time(s)" if s["resumed"] else "") + f". Command: {s['command_line']}"))
-    b += [("p", f"Warning: {w}") for w in starved_nodes(sweep)]  # a node with fewer cores than its ranks need
+    return b + relabel(_evidence_blocks(sweep, plot_paths), names)
+
+
+def page_names(sweep: Sweep) -> dict:
+    """shown_names of every workload the page names: measured, failed or skipped, checked for equivalence."""
+    return shown_names([*sweep.bench, *(r["workload"] for r in [*sweep.problems, *sweep.equivalence])])
+
+
+def _evidence_blocks(sweep: Sweep, plot_paths: dict) -> list:
+    """Warnings, each workload's evidence, communication, correctness, problems and the environment."""
+    b = [("p", f"Warning: {w}") for w in starved_nodes(sweep)]  # a node with fewer cores than its ranks need
     for workload, configs in sweep.bench.items():
         b += _workload_blocks(sweep, workload, configs, plot_paths.get(workload, {}))
     if sweep.comm:
@@ -314,39 +358,42 @@ def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "pl
         conn.close()
     if peak_tflops is not None:
         utilisation.attach(sweep, peak_tflops)
-    plot_paths = {w: plots.render_workload(w, cs, device_title(sweep, cs[0].device_type), plots_dir,
-                                           train_times(cs) if w == "deeplabv3" else None,
+    names = page_names(sweep)   # each plot's title and file name by the page's name of its workload
+    shown = {w: names.get(w, w) for w in sweep.bench}
+    title = {w: device_title(sweep, cs[0].device_type) for w, cs in sweep.bench.items()}
+    plot_paths = {w: plots.render_workload(shown[w], cs, title[w], plots_dir, train_times(cs) if w == "deeplabv3" else None,
                                            REFERENCE_V100_S if cs[0].data == "voc" else None)
                   for w, cs in sweep.bench.items()}
-    plot_paths = {w: trace_report.plot_paths(p, sweep.bench[w], w, device_title(sweep, sweep.bench[w][0].device_type), plots_dir)
+    plot_paths = {w: trace_report.plot_paths(p, sweep.bench[w], shown[w], title[w], plots_dir)
                   for w, p in plot_paths.items()}  # --profile: the traces' figure beside the phases plot
     budget = frontier.budget_mib(sweep, memory_budget_gib)[0]
-    plot_paths = {w: {**p, **frontier.save_plots(sweep.bench[w], w, device_title(sweep, sweep.bench[w][0].device_type),
-                                                 plots_dir, budget)} for w, p in plot_paths.items()}
-    plot_paths = {w: {**p, **utilisation_report.save_plots(sweep.bench[w], w, device_title(sweep, sweep.bench[w][0].device_type),
-                                                           plots_dir)} for w, p in plot_paths.items()}
-    figures = [(first_screen_figure(sweep, w, cs, plots_dir), f"{w}: throughput against device count, recommended starred")
-               for w, cs in sweep.bench.items()]
+    plot_paths = {w: {**p, **frontier.save_plots(sweep.bench[w], shown[w], title[w], plots_dir, budget)}
+                  for w, p in plot_paths.items()}
+    plot_paths = {w: {**p, **utilisation_report.save_plots(sweep.bench[w], shown[w], title[w], plots_dir)}
+                  for w, p in plot_paths.items()}
+    figures = [(first_screen_figure(sweep, w, cs, plots_dir, shown[w]), f"{shown[w]}: throughput against device count, "
+                f"recommended starred") for w, cs in sweep.bench.items()]
     bl = blocks(sweep, plot_paths, figures, memory_budget_gib, prices)
     from bench.report import forecast
     at = next((i for i, x in enumerate(bl) if x[:3] == ("h", 2, "Environment")), len(bl))  # before the environment
-    bl[at:at] = ahead = forecast.blocks(store_path, sweep, plots_dir, device_title(
-        sweep, next(iter(sweep.bench.values()))[0].device_type) if sweep.bench else "", memory_budget_gib)
+    bl[at:at] = ahead = relabel(forecast.blocks(store_path, sweep, plots_dir, device_title(
+        sweep, next(iter(sweep.bench.values()))[0].device_type) if sweep.bench else "", memory_budget_gib), names)
     forecast_plots = [x[1] for x in ahead if x[0] == "img"]
     md, page, replaced = pages.write(bl, report_dir, "report", f"sweep {sweep.sweep['sweep_id']} of {os.path.abspath(store_path)}")
     return {"markdown": md, "html": page, "replaced": replaced,
             "plots": [x[0] for x in figures] + [p for d in plot_paths.values() for p in d.values()] + forecast_plots}
 
 
-def first_screen_figure(sweep: Sweep, workload: str, configs: list, plots_dir: str) -> str:
+def first_screen_figure(sweep: Sweep, workload: str, configs: list, plots_dir: str, shown: str = "") -> str:
     """Save the workload's small figure for the first screen (bench.report.plots.overview_figure), the recommended
-    configuration of each precision starred; returns its path."""
+    configuration of each precision starred; returns its path. shown: the workload's name on the page (title, file)."""
+    shown = shown or page_names(sweep).get(workload, workload)
     from bench.report import plots, recommend
     # the summary's own pick (a fit sweep passes over runs over the budget, a diverged run is no pick)
     picks = [p for p in (recommend.recommended(sweep, configs, precision)
                          for precision in dict.fromkeys(c.precision for c in configs)) if p is not None]
-    path = os.path.join(plots_dir, plots.file_name(workload, "overview"))
-    plots.overview_figure(configs, workload, device_title(sweep, configs[0].device_type), picks).savefig(path, dpi=100)
+    path = os.path.join(plots_dir, plots.file_name(shown, "overview"))
+    plots.overview_figure(configs, shown, device_title(sweep, configs[0].device_type), picks).savefig(path, dpi=100)
     return path
 
 
