@@ -17,9 +17,11 @@ import shlex
 import signal
 import time
 import traceback
+from types import SimpleNamespace
 from typing import Callable, Optional
 
 from bench import stats
+from bench.analysis import results
 from bench.config import ConfigError, SweepConfig
 from bench.shared import faults
 from bench.shared.procs import signals_deferred, stdout_closed
@@ -29,6 +31,7 @@ from bench.sweep.describe import plan_summary
 from bench.sweep.diagnose import Outcome
 from bench.sweep.launch import Limits, run_config
 from bench.sweep.plan import RunSpec, Skip
+from bench.workloads.usermodel import display_name
 
 EXIT_STATUS = {0: "every configuration ok or skipped", 1: "a configuration failed (recorded with its reason; the sweep went on)",
                2: "bad input, refused before anything ran", 3: "internal error of the suite (traceback file named on stderr)",
@@ -45,9 +48,11 @@ class Interrupted(Exception):
         self.signum = signum
 
 
-def _describe(spec: RunSpec) -> str:
+def _describe(spec: RunSpec, among: tuple = ()) -> str:
+    """'[3/12] my_model:build ddp cpu x2': a model given by path by its short name (usermodel.display_name, among the
+    sweep's workloads), as the report names it; trial B's lines carried the absolute path the store keeps."""
     what = {"bench": "", "equivalence": "equivalence check: ", "comm": "collectives: ", "loader": "data loader alone: "}[spec.mode]
-    name = "" if spec.mode in ("comm", "loader") else f"{spec.workload} {spec.strategy} "
+    name = "" if spec.mode in ("comm", "loader") else f"{display_name(spec.workload, among)} {spec.strategy} "
     axes = [spec.precision] if spec.precision != "fp32" else []
     axes += (["channels_last"] if spec.channels_last else []) + (["compiled"] if spec.compile else [])
     axes += [f"{k}={v}" for k, v in spec.options] + ([spec.optimizer] if spec.optimizer != "sgd" else [])
@@ -87,7 +92,24 @@ def _summary_line(conn, rid: int, outcome: Outcome) -> str:
     flag += f"  [{stats.loss_words(bad)}]" if bad else ""
     steps = (f", step median {r['step_ms_median']:.1f} ms (p10 {r['step_ms_p10']:.1f}, p90 {r['step_ms_p90']:.1f})"
              if r["step_ms_median"] is not None else "")
-    return f"ok, {r['samples_per_s']:.1f} samples/s{steps}{flag}"
+    return f"ok, {r['samples_per_s']:.1f} samples/s{_tokens(r)}{steps}{flag}"
+
+
+class _Run(SimpleNamespace):
+    """One run's results row as recommend.tokens_clause reads a Config: its tokens/s by Config's own properties."""
+    tokens_per_s = results.Config.tokens_per_s
+    tokens_per_s_per_device = results.Config.tokens_per_s_per_device
+
+
+def _tokens(r) -> str:
+    """' (1677 tokens/s, 838 per process)' after a language model's samples/s, as the report's first screen gives it
+    (trial B: the terminal said samples/s alone for sequences of 32 tokens); '' for any other workload."""
+    per_sample = (json.loads(r["details_json"] or "{}").get("workload_details") or {}).get("tokens_per_sample")
+    if not per_sample:
+        return ""
+    from bench.report.recommend import tokens_clause   # the report's words (and matplotlib) only for a language model
+    return tokens_clause(_Run(samples_per_s=r["samples_per_s"], tokens_per_sample=per_sample,
+                              device_count=int(r["device_count"]), device_type=r["device_type"]))
 
 
 def _progress(log: Callable, head: str) -> Callable:
@@ -216,7 +238,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
             spec = item.spec if isinstance(item, Skip) else item
             if (spec.key, spec.repeat) in done:
                 continue
-            head = f"[{i}/{len(items)}] {_describe(spec)}"
+            head = f"[{i}/{len(items)}] {_describe(spec, cfg.workloads)}"
             if not isinstance(item, Skip) and spec.key in failed_before:
                 item = Skip(spec, failed_before[spec.key])
             if isinstance(item, Skip):
