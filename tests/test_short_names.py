@@ -125,3 +125,18 @@ def test_the_plot_file_name_is_the_same_from_the_stored_or_the_shown_name():
     assert plots.file_name("/work/main/examples/my_model.py:build", "overview") == "my_model_build_overview.png"
     assert plots.file_name(SHORT, "overview") == "my_model_build_overview.png"
     assert plots.file_name("resnet18", "overview") == "resnet18_overview.png"
+
+
+def test_the_docs_say_the_short_name_reports_show_and_the_full_path_the_store_keeps():
+    """docs/workloads.md's example, held to the code: the stored path, the name shown, the plot file's name."""
+    import re
+    from pathlib import Path
+
+    from bench.workloads.usermodel import display_name
+    text = (Path(__file__).resolve().parents[1] / "docs" / "workloads.md").read_text()
+    said = " ".join(text.split("## Your own model")[1].split("\n## ")[0].split())
+    stored = re.search(r"stored by its absolute path \(`([^`]+)`\)", said).group(1)
+    shown = re.search(r"by its short name, file stem and function: `([^`]+)`", said).group(1)
+    assert os.path.isabs(stored.split(":")[0]) and display_name(stored) == shown == SHORT
+    assert f"plot file names: `{plots.file_name(stored, 'overview')}`" in said
+    assert "`--resume` and re-rendering find it by it" in said
