@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from bench.analysis import history as hist
 from bench.analysis import results
 from bench.report import history as history_page
+from bench.report import names as naming
 from bench.report import plots, report, sidebyside
 from bench.store import store
 from bench.sweep import record
@@ -92,11 +93,11 @@ def test_the_report_names_a_model_given_by_path_by_its_short_name(tmp_path, monk
 
 def test_two_models_of_one_short_name_keep_their_paths_on_the_page():
     a, b = "/x/my_model.py:build", "/y/my_model.py:build"
-    assert report.shown_names([a, b, "resnet18"]) == {}
-    assert report.shown_names([a, "resnet18"]) == {a: SHORT}
+    assert naming.shown_names([a, b, "resnet18"]) == {}
+    assert naming.shown_names([a, "resnet18"]) == {a: SHORT}
     blocks = [("h", 2, f"{a}: all configurations"), ("table", ["workload"], [[f"{a}/ddp/cpu/2"], [f"{a}x"]]),
               ("img", f"plots/{a}.png", f"{a} throughput")]
-    assert report.relabel(blocks, {a: SHORT}) == [
+    assert naming.relabel(blocks, {a: SHORT}) == [
         ("h", 2, f"{SHORT}: all configurations"), ("table", ["workload"], [[f"{SHORT}/ddp/cpu/2"], [f"{a}x"]]),
         ("img", f"plots/{a}.png", f"{SHORT} throughput")]   # another function's name (buildx) is not this one
 

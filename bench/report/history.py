@@ -23,6 +23,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from bench.analysis import compare, cost, history  # noqa: E402
 from bench.analysis.history import History, Series  # noqa: E402
 from bench.report import report  # noqa: E402
+from bench.report import names as naming  # noqa: E402
 from bench.report import pages  # noqa: E402
 from bench.report.pages import fmt  # noqa: E402
 from bench.report.plots import COLORS, STYLES, file_name  # noqa: E402
@@ -208,7 +209,7 @@ def render(h: History, store_path: str, plots_dir: str = "plots", report_dir: st
     """Write <plots_dir>/<workload>_history.png, <report_dir>/history.md and history.html. Returns their paths."""
     os.makedirs(plots_dir, exist_ok=True)
     plot_paths = {}
-    names = report.shown_names(s.workload for s in h.series)   # a model given by path: my_model:build on the page
+    names = naming.shown_names(s.workload for s in h.series)   # a model given by path: my_model:build on the page
     for workload in dict.fromkeys(s.workload for s in h.series):
         series = [s for s in h.series if s.workload == workload]
         c = next(p.config for p in series[0].points if p.config is not None)
@@ -216,6 +217,6 @@ def render(h: History, store_path: str, plots_dir: str = "plots", report_dir: st
         where = report.device_title(SimpleNamespace(envs=[env] if env else []), c.device_type)
         plot_paths[workload] = os.path.join(plots_dir, file_name(workload, "history"))
         figure(h, names.get(workload, workload), series, where).savefig(plot_paths[workload], dpi=100)
-    bl = report.relabel(blocks(h, store_path, plot_paths, prices, filters), names)
+    bl = naming.relabel(blocks(h, store_path, plot_paths, prices, filters), names)
     md, page, _ = pages.write(bl, report_dir, "history", f"history of {os.path.abspath(store_path)}")
     return {"markdown": md, "html": page, "plots": list(plot_paths.values())}

@@ -16,7 +16,6 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 from collections import Counter
 from typing import Optional
@@ -39,7 +38,7 @@ from bench.report import utilisation as utilisation_report
 from bench.report.pages import fmt
 from bench.report.recommend import SINGULAR
 from bench.store import store
-from bench.workloads.usermodel import display_name
+from bench.report.names import image_line, relabel, shown_names
 
 from bench.analysis.results import STRATEGY_NAMES, Sweep, diverged, load, pick_sweep
 
@@ -131,36 +130,6 @@ TIMING = {"cuda_window_events": "CUDA: window wall time between two synchronisat
           "cpu_clock": "CPU: monotonic clock"}
 
 
-def shown_names(workloads) -> dict:
-    """stored name -> the name a page shows, for the workloads whose differ: a model given by path is stored by its
-    absolute path (what its processes import and part of each configuration's key), which trial B's report printed in
-    every heading, table and plot file name; the page shows `my_model:build` (usermodel.display_name)."""
-    ws = list(dict.fromkeys(workloads))
-    return {w: display_name(w, ws) for w in ws if display_name(w, ws) != w}
-
-
-def relabel(bl: list, names: dict) -> list:
-    """The blocks with each stored name of `names` replaced by its shown name in their words (headings, paragraphs,
-    table cells, image captions; not the images' paths). The code that writes them keeps the stored name, which it
-    matches against stored rows; only the page's words change."""
-    if not names:
-        return bl
-    pattern = re.compile("|".join(re.escape(w) for w in sorted(names, key=len, reverse=True)) + r"(?!\w)")
-    sub = lambda x: pattern.sub(lambda m: names[m.group(0)], x) if isinstance(x, str) else x  # noqa: E731
-    out = []
-    for blk in bl:
-        if blk[0] == "table":
-            blk = ("table", [sub(h) for h in blk[1]], [[sub(x) for x in row] for row in blk[2]])
-        elif blk[0] == "img":
-            blk = ("img", blk[1], sub(blk[2]))
-        elif blk[0] == "imgs":
-            blk = ("imgs", [(path, sub(alt)) for path, alt in blk[1]])
-        else:
-            blk = (*blk[:-1], sub(blk[-1]))
-        out.append(blk)
-    return out
-
-
 # ---------------------------------------------------------------- the report as blocks
 
 def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dict) -> list:
@@ -243,29 +212,6 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
     for key, path in plot_paths.items():
         b.append(("img", path, f"{workload} {key.replace('_', ' ')}"))
     return b
-
-
-def image_size(c) -> tuple:
-    """('32x32', 3) for a configuration of an image workload: its input (C, H, W) as the dry step saw it (torchvision's
-    and a user's model), else the side the run used (deeplabv3) and no channel count; ('', None) where no image."""
-    if len(c.input_shape) == 3:
-        return f"{c.input_shape[1]}x{c.input_shape[2]}", c.input_shape[0]
-    return (f"{c.image_size}x{c.image_size}", None) if c.image_size else ("", None)
-
-
-def image_line(workload: str, configs: list) -> str:
-    """'A sample is one 32x32 image (3 channels; resnet18's natural size is 224x224, --image-size sets it).' under an
-    image workload's heading: trial B's resnet18 ran at --image-size 32, which its report said nowhere but in the
-    command line, and samples/s at 32 and 224 px differ 50-fold. '' for a workload whose samples are no images."""
-    found = [x for x in dict.fromkeys(image_size(c) for c in configs) if x[0]]
-    if not found:
-        return ""
-    natural = configs[0].natural_image_size
-    extra = [f"{found[0][1]} channel{'s' if found[0][1] != 1 else ''}"] if len(found) == 1 and found[0][1] else []
-    if natural and {c.image_size for c in configs} != {natural}:
-        extra.append(f"{workload}'s natural size is {natural}x{natural}, --image-size sets it")
-    return (f"A sample is one {' or '.join(size for size, _ in found)} image"
-            + (f" ({'; '.join(extra)})" if extra else "") + ".")
 
 
 def _one_process_note(c) -> str:
