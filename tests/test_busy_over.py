@@ -25,9 +25,10 @@ def test_kernels_past_the_step_read_as_a_measurement_error_with_its_likely_cause
     b = trace_report.busy(deeplabv3["single device x1"])
     assert b.over and b.measured == pytest.approx(333.04 / 3 / b.step_ms, rel=1e-3) and b.measured > 1.02
     assert b.words() == "GPU busy 103%: over 100%, a measurement error"
-    assert ("GPU busy 103% is a measurement error, not a full GPU: 111.0 ms of kernels per traced step against 108.4 ms "
-            "(traced steps' own wall time); likely cause: the trace's window spans 113.5 ms a traced step, past the "
-            "108.4 ms, so it counts kernels outside the traced steps") in b.error()
+    assert ("GPU busy 103% is a measurement error, not a full GPU: 111.0 ms of kernels per traced step against the "
+            "108.0 ms measured median step (102% of the traced steps' own wall time, 108.4 ms); likely cause: the "
+            "trace's window spans 113.5 ms a traced step, past the traced steps' 108.4 ms, so it counts kernels outside "
+            "the traced steps") in b.error()
     md = pages.to_markdown(trace_report.blocks(list(deeplabv3.values()), "deeplabv3"), str(tmp_path))
     assert "| single device x1 | 0 | kernels | 103% (over 100%: a measurement error) |" in md
     assert "single device x1: GPU busy 103% is a measurement error" in md
@@ -40,4 +41,4 @@ def test_the_traced_steps_own_wall_time_judges_the_error_where_the_rows_carry_it
     slower = dataclasses.replace(c, traces=[dict(t, traced_step_ms=112.0) for t in c.traces])  # kernels fit in them
     assert not trace_report.busy(slower).over
     own = dataclasses.replace(c, traces=[dict(t, traced_step_ms=108.4) for t in c.traces])     # the store's 3 steps
-    assert "against 108.4 ms (traced steps' own wall time)" in trace_report.busy(own).error()
+    assert "(102% of the traced steps' own wall time, 108.4 ms)" in trace_report.busy(own).error()

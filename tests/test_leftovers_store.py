@@ -49,7 +49,7 @@ def test_trace_rows_carry_their_traced_steps_mean_and_the_report_names_it(deepla
                                                              + 110.5123178223148) / 3)
     md = pages.to_markdown(trace_report.blocks(list(deeplabv3.values()), "deeplabv3"), str(tmp_path))
     assert ("single device x1: GPU busy 103% is a measurement error, not a full GPU: 111.0 ms of kernels per traced step "
-            "against 108.4 ms (traced steps' own wall time)") in md
+            "against the 108.0 ms measured median step (102% of the traced steps' own wall time, 108.4 ms)") in md
     assert "against 108.0 ms (measured step)" not in md
 
 
