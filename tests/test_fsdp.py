@@ -340,7 +340,7 @@ def test_hsdp_at_one_shard_group_says_what_it_still_runs_and_is_not_called_fsdp(
     from bench.rank import fsdp
     note = fsdp.mesh_words(1, 2)["note"]
     assert note.startswith("replicate 1: one shard group") and "all-reduces every gradient shard" in note
-    assert "not FSDP" in note and "53% slower" in note and "this is FSDP" not in note
+    assert "not FSDP" in note and "%" not in note and "this is FSDP" not in note   # no other run's figure
     assert "note" not in fsdp.mesh_words(2, 1)   # replicated across groups: HSDP proper
 
 

@@ -28,10 +28,10 @@ def test_the_defaults_line_lists_only_the_defaults_that_act_on_the_sweep(tmp_pat
     assert "--steps" not in line and "--min-window-s" not in line and "--num-workers 1" in line
 
 
-def test_the_hsdp_line_says_what_one_shard_group_runs_once_and_whose_measurement_the_53_percent_is():
+def test_the_hsdp_line_says_what_one_shard_group_runs_once_and_quotes_no_figure_of_another_run():
+    # it quoted the H100 example's 53% (another machine, model and session) in every sweep's header
     lines = describe_resolved(resolve(SweepConfig(workloads=("synthetic",), strategies=("hsdp",), gpus=(1, 2)), CPU2), set())
     hsdp = [line for line in lines if line.startswith("hsdp mesh")]
-    assert len(hsdp) == 1 and hsdp[0].count("all-reduces every gradient shard") == 1 and hsdp[0].count("53%") == 1
-    assert "on another machine, the H100 example examples/h100-2026-11-24, replicate 1 x shard 1 stepped 53% slower " \
-           "than fsdp" in hsdp[0]
+    assert len(hsdp) == 1 and hsdp[0].count("all-reduces every gradient shard") == 1
+    assert "%" not in hsdp[0] and "H100" not in hsdp[0]
     assert "x2 replicate 1 x shard 2 (one shard group, as at x1)" in hsdp[0] and "the default" in hsdp[0]
