@@ -295,7 +295,7 @@ def noise(configs: list, envs: list) -> dict:
     one process: the sweep's own spread between the processes of the configurations it repeated on its device at that
     precision, else the figure selfcheck stored for that host, device and precision (bench.store.hostnoise), else not
     measured (`not_carried` names the figures of other precisions that do not speak for it). Never another device's or
-    precision's: one H200's fp32 DeepLabV3 processes ran 0.5% apart, two of its bf16 ones 38%."""
+    precision's: one H200's fp32 DeepLabV3 processes ran 0.6% apart, two of its bf16 ones 38%."""
     if not configs:
         return {}
     device = configs[0].device_type

@@ -9,8 +9,9 @@ this sweep's spread between the processes of the configurations it repeated on t
 bench.sweep.plan); else the figure `selfcheck` measured on this host and device at that precision (`host_noise`, kept
 by bench.store.hostnoise); else it is not measured (NOT_MEASURED, or `not_carried` where another precision's was), and
 no lead and no tie is called on it. One precision's figure does not speak for another's: on one H200 three fp32
-processes of DeepLabV3 single x1 ran 0.5% apart (compute-bound, GPU busy 91%) and two bf16 ones of it 144 and 200
-samples/s (host-bound, GPU busy 39-56%), 38% apart.
+processes of DeepLabV3 single x1 ran 0.6% apart (75.09-75.55 samples/s, compute-bound, GPU busy 91%) and two bf16 ones
+of it 144 and 200 samples/s (host-bound, GPU busy 39-56%), 38% apart. That story stays here and in docs/verdicts.md: a
+report says only why the figures do not carry over, never that run's figures, which are not of the device it reports.
 """
 from __future__ import annotations
 
@@ -109,9 +110,7 @@ def not_carried(precision: str, measured: dict) -> Noise:
     return Noise(float("nan"), "none", f"no {precision} configuration ran in several processes on this device in this "
                                        f"sweep, and selfcheck has stored no {precision} figure for this host and device; "
                                        f"{others} {'does' if len(measured) == 1 else 'do'} not carry over, since "
-                                       "processes of one precision can differ far more than another's: on one H200, "
-                                       "three fp32 processes of DeepLabV3 single x1 ran 0.5% apart, two host-bound bf16 "
-                                       "ones 144 and 200 samples/s")
+                                       "processes of one precision can differ far more than another's")
 
 
 def pair_noise(a_sps: Sequence[float], b_sps: Sequence[float], fallback: Noise = NOT_MEASURED) -> Noise:

@@ -5,7 +5,7 @@ same code differ there. `selfcheck` runs one configuration per precision in seve
 device and precision, the raw per-process throughputs with where they came from; a report of any store whose sweep ran
 on that host and device finds them here (bench.analysis.results), and says which host, device, date and store they
 came from. Per precision, because one precision's figure does not speak for another's: on one H200 three fp32
-processes of DeepLabV3 single x1 ran 0.5% apart (compute-bound) and two bf16 ones 144 and 200 samples/s (host-bound).
+processes of DeepLabV3 single x1 ran 0.6% apart (compute-bound) and two bf16 ones 144 and 200 samples/s (host-bound).
 
     hostnoise.record({"hostname": ..., "device_type": "cuda", "device_name": "NVIDIA H100 80GB HBM3",
                       "precision": "bf16", "measured_at": "2026-11-24T22:50:00+0000",

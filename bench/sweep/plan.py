@@ -138,7 +138,7 @@ def noise_probe(cfg: SweepConfig, precision: Optional[str] = None) -> tuple:
 
 def noise_probes(cfg: SweepConfig) -> list:
     """`noise_probe` at every precision of the sweep: noise measured at one precision does not speak for another (one
-    H200's DeepLabV3 single x1: three fp32 processes 0.5% apart, compute-bound; two bf16 ones at 144 and 200 samples/s,
+    H200's DeepLabV3 single x1: three fp32 processes 0.6% apart, compute-bound; two bf16 ones at 144 and 200 samples/s,
     host-bound), so each precision's single-process comparisons are held against their own precision's processes."""
     return [noise_probe(cfg, p) for p in cfg.precision]
 

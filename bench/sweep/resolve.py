@@ -39,7 +39,7 @@ DEFAULT_MIN_WINDOW_S = 1.0
 DEFAULT_REPEATS = {"cuda": 1, "cpu": 3}
 # The process-to-process noise the report holds a single process against must be measured on the device it speaks
 # of (25% measured between fresh processes on 2-core CPUs, 0.2-1% on one H100) and at the precision it speaks of (one
-# H200: fp32 DeepLabV3 processes 0.5% apart, bf16 ones 38%): on CUDA the cheapest configuration at each precision runs in
+# H200: fp32 DeepLabV3 processes 0.6% apart, bf16 ones 38%): on CUDA the cheapest configuration at each precision runs in
 # 3 processes (`noise_probes`), two more model builds and CUDA start-ups each; on CPU every configuration already does.
 DEFAULT_NOISE_REPEATS = {"cuda": 3, "cpu": 1}
 # The bound's evidence: on CUDA a few traced steps after every measured window (bench.rank.profile) give the GPU's
