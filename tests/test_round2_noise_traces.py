@@ -10,6 +10,8 @@
 """
 from __future__ import annotations
 
+import math
+
 from bench.stats.noise import Noise, not_carried
 
 
@@ -20,3 +22,44 @@ def test_the_bf16_noise_paragraph_gives_the_reason_and_no_figure_of_another_run(
                            "precision can differ far more than another's")
     for other_run in ("H200", "DeepLabV3", "144", "200 samples/s", "0.5%"):
         assert other_run not in detail, other_run
+
+
+# --- finding 8: the traced steps' own duration beside their shares -----------------------------------------------
+
+def _config(median_ms: float, traced_ms: float):
+    """A Config as bench.analysis.results reads it: one rank's traced steps (3, read from kernels, 40.4 ms of work a
+    step, 41% computation and 59% idle of the traced step) whose own wall time is traced_ms, beside a measured median."""
+    from bench import stats
+    from bench.analysis.results import Config
+    steps = [median_ms] * 5
+    row = {"rank": 0, "repeat": 0, "method": "device_kernels", "steps": 3, "span_ms": 3 * traced_ms,
+           "compute_share": 0.41, "comm_share": 0.0, "copy_share": 0.01, "idle_share": 0.58, "work_ms": 3 * 40.4,
+           "exposed_comm_ms": 0.0, "traced_step_ms": traced_ms}
+    return Config(key="k", workload="w", strategy="single", device_type="cuda", device_count=1, global_batch=8,
+                  scaling="weak", data="synthetic", step_ms=steps, summary=stats.summarize(steps), samples_per_s=1.0,
+                  process_sps=[1.0], phases_ms={}, exposed_comm_ms=math.nan, grad_mib=None, comm_method=None,
+                  memory_mib={}, epoch_wall_s=[], traces=[row])
+
+
+def _table_and_lines(configs: list):
+    from bench.report import traces as trace_report
+    blocks = trace_report.blocks(configs, "w")
+    header, rows = next((b[1], b[2]) for b in blocks if b[0] == "table")
+    return [dict(zip(header, r)) for r in rows], [b[1] for b in blocks if b[0] == "p"]
+
+
+def test_a_trace_whose_steps_ran_far_longer_than_the_measured_ones_says_its_shares_are_of_the_profiled_step():
+    (row,), lines = _table_and_lines([_config(42.93, 97.75)])
+    assert row["GPU busy (of a measured step)"] == "94%" and row["idle"] == "58%"
+    assert row["traced step ms"] == "97.8 (measured 42.9: +128%)"
+    note = [x for x in lines if x.startswith("The traced steps of ")]
+    assert note == ["The traced steps of single device x1 ran more than 20% longer than the measured median ('traced "
+                    "step ms': the profiler's own work slowed them), so their computation, communication, copies and "
+                    "idle shares describe the profiled step, not the measured one; GPU busy holds their kernels against "
+                    "the measured step."]
+
+
+def test_a_trace_whose_steps_ran_as_long_as_the_measured_ones_gives_its_duration_and_no_warning():
+    (row,), lines = _table_and_lines([_config(108.0, 108.4)])   # the H100 DeepLabV3 fp32: 108.4 ms traced, 108.0 measured
+    assert row["traced step ms"] == "108.4"
+    assert not any(x.startswith("The traced steps of ") for x in lines)

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from bench.analysis.waits import Call, match, step_waits, straggler, waits_ms  # noqa: F401 (public here too)
+from bench.analysis.waits import WAIT_MATCHES
 from bench.shared import chrometrace
 
 COMM_CALLS = ("c10d::", "record_param_comms")
@@ -360,3 +361,22 @@ def derive(records: list) -> list:
         waits_by_step = by_step.get(row.get("rank"))  # the wait in each traced step: the straggler's evidence
         row["step_waits_json"] = json.dumps(waits_by_step) if waits_by_step else None
     return rows
+
+
+READ_FROM = {"device_kernels": "kernels", "host_ops": "host ops"}
+
+
+def method_text(methods: set, matches: set) -> str:
+    """How the shares and waits of these traces were found: HTA's method on kernels, the suite's adaptation of it on
+    host operations, and how collectives were matched across ranks."""
+    kernels = "on the device's kernels ('kernels'), by Holistic Trace Analysis's method"
+    host = ("on host operations ('host ops': CPU/gloo, or CUDA where the profiler recorded no kernels), by this suite's "
+            "own adaptation of Holistic Trace Analysis's method, which reads kernels only")
+    how = [h for m, h in (("device_kernels", kernels), ("host_ops", host)) if m in methods]
+    if not how:  # rows stored before the method was: it was the kernels where the trace had any
+        how = [kernels + " where the trace has kernels", "else " + host]
+    text = "Shares of the traced steps " + "; ".join(how) + (" (computation first; communication where computation does "
+                                                              "not hide it; then copies; the rest idle)")
+    matched = "; ".join(f"{WAIT_MATCHES[m]}" for m in sorted(matches) if m in WAIT_MATCHES)
+    return (text + "; overlapped: the share of communication under computation; waiting: time in collectives beyond "
+            "the rank that spent least in each" + (f", collectives matched across ranks {matched}" if matched else "") + ".")

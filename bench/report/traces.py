@@ -23,12 +23,17 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
+from bench.analysis import traces as trace_analysis
 from bench.analysis import waits as wait_analysis
 from bench.report.pages import Link
 from bench.report.plots import _figure, _label
 
 SEGMENTS = (("compute_share", "computation", "#2ca02c"), ("comm_share", "exposed communication", "#d62728"),
             ("copy_share", "memory copies", "#e377c2"), ("idle_share", "idle", "#c7c7c7"))
+# A traced step this much longer than the measured median is a different step: the profiler's host-side work turned
+# the H100 transformer's 42.9 ms compute-bound step into a 97.8 ms one (busy 94% of the measured step, idle 59% of the
+# traced one), so its shares describe the profiled step, not the measured one (`slow_trace`).
+TRACED_LONGER = 0.20
 COMPUTE_BOUND_BUSY = 0.85  # the GPU's own work fills at least 85% of a measured step: compute-bound, nothing else
 NOISE_FLOOR = 0.10   # the probe is a difference of two medians of a few steps: below 10% of a step, not told apart
 HOW_TO_OPEN = ("Open a trace at https://ui.perfetto.dev (drag the .gz file in), or the sweep's traces in TensorBoard: "
@@ -53,6 +58,7 @@ def per_rank(c) -> dict:
         fig["trace_mb"] = _mean((t.get("trace_bytes") or 0) / 1e6 if t.get("trace_bytes") else None for t in rows)
         fig["mb_per_step"] = _mean(t["trace_bytes"] / 1e6 / t["steps"] for t in rows if t.get("trace_bytes") and t.get("steps"))
         fig["profile_s"] = _mean(t.get("profile_s") for t in rows)
+        fig["traced_step_ms"] = _mean(t.get("traced_step_ms") for t in rows)
         fig["paths"] = [t["path"] for t in rows if t.get("path")]
         fig["notes"] = [t.get("error") or t.get("note") for t in rows if t.get("error") or t.get("note")]
         fig["methods"] = sorted({t["method"] for t in ok if t.get("method")})
@@ -175,6 +181,32 @@ def busy(c) -> Optional[Busy]:
                 _mean(t.get("traced_step_ms") for t in c.traces))
 
 
+def traced_longer(c, f: dict) -> float:
+    """How much longer a rank's traced steps (their own wall time, traced_step_ms) ran than the measured median step
+    (fraction); nan where either is not known. Past TRACED_LONGER its shares are of the profiled step, not the measured."""
+    step, traced = c.summary.median_ms, f.get("traced_step_ms", math.nan)
+    return traced / step - 1 if step and not math.isnan(step) and not math.isnan(traced) else math.nan
+
+
+def traced_cell(c, f: dict) -> str:
+    """'42.9', or '97.8 (measured 42.9: +128%)' past TRACED_LONGER; '–' where the store kept no traced step time."""
+    longer = traced_longer(c, f)
+    return (f"{f['traced_step_ms']:.1f} (measured {c.summary.median_ms:.1f}: +{longer:.0%})" if longer > TRACED_LONGER
+            else _fmt(f.get("traced_step_ms", math.nan)))
+
+
+def slow_trace_line(configs: list) -> Optional[str]:
+    """One note under the table naming the configurations whose traced steps ran past TRACED_LONGER longer than their
+    measured median (a note per configuration repeated itself seven times on the H100 transformer); else None."""
+    slow = [_label(c) for c in configs if any(traced_longer(c, f) > TRACED_LONGER for f in per_rank(c).values())]
+    if not slow:
+        return None
+    return (f"The traced steps of {', '.join(slow)} ran more than {TRACED_LONGER:.0%} longer than the measured median "
+            "('traced step ms': the profiler's own work slowed them), so their computation, communication, copies and "
+            "idle shares describe the profiled step, not the measured one; GPU busy holds their kernels against the "
+            "measured step.")
+
+
 def straggler(c) -> Optional[tuple]:
     """(rank, its wait ms per traced step, the others' median) when the same rank waits least in every traced step of
     every repeat, by more than the measured steps' jitter (their IQR) and `bench.analysis.waits.straggler`'s margins;
@@ -273,25 +305,6 @@ def figure(configs: list, workload: str, where: str):
     return fig
 
 
-READ_FROM = {"device_kernels": "kernels", "host_ops": "host ops"}
-
-
-def method_text(methods: set, matches: set) -> str:
-    """How the shares and waits of these traces were found: HTA's method on kernels, the suite's adaptation of it on
-    host operations, and how collectives were matched across ranks."""
-    kernels = "on the device's kernels ('kernels'), by Holistic Trace Analysis's method"
-    host = ("on host operations ('host ops': CPU/gloo, or CUDA where the profiler recorded no kernels), by this suite's "
-            "own adaptation of Holistic Trace Analysis's method, which reads kernels only")
-    how = [h for m, h in (("device_kernels", kernels), ("host_ops", host)) if m in methods]
-    if not how:  # rows stored before the method was: it was the kernels where the trace had any
-        how = [kernels + " where the trace has kernels", "else " + host]
-    text = "Shares of the traced steps " + "; ".join(how) + (" (computation first; communication where computation does "
-                                                              "not hide it; then copies; the rest idle)")
-    matched = "; ".join(f"{wait_analysis.WAIT_MATCHES[m]}" for m in sorted(matches) if m in wait_analysis.WAIT_MATCHES)
-    return (text + "; overlapped: the share of communication under computation; waiting: time in collectives beyond "
-            "the rank that spent least in each" + (f", collectives matched across ranks {matched}" if matched else "") + ".")
-
-
 def _fmt(v, spec: str = ".1f", suffix: str = "") -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:{spec}}{suffix}"
 
@@ -306,18 +319,18 @@ def blocks(configs: list, workload: str) -> list:
         b = busy(c)
         for rank, f in per_rank(c).items():
             link = _trace_cell(f)
-            read_from = ", ".join(READ_FROM.get(m, m) for m in f["methods"]) or "–"
+            read_from = ", ".join(trace_analysis.READ_FROM.get(m, m) for m in f["methods"]) or "–"
             mine = {d: v for d, v in (b.devices if b else {}).items() if d in f["devices"]}
             gpu = ", ".join(f"{d} {v:.0%}" if len(mine) > 1 else f"{v:.0%}" for d, v in mine.items()) or "–"
             if b is not None and b.over and b.device in mine:
                 gpu = f"{b.measured:.0%} (over 100%: a measurement error)"
             rows.append([_label(c), str(rank), read_from, gpu] + [_fmt(f[k] * 100, ".0f", "%") for k, _, _ in SEGMENTS]
-                        + [_fmt(f["overlap_share"] * 100, ".0f", "%"), _fmt(f["wait_per_step_ms"], ".2f"),
+                        + [traced_cell(c, f), _fmt(f["overlap_share"] * 100, ".0f", "%"), _fmt(f["wait_per_step_ms"], ".2f"),
                            _fmt(f["trace_mb"], ".2f"), _fmt(f["mb_per_step"], ".3f"), _fmt(f["profile_s"], ".1f"), link])
             for d, sh in device_rows(f):  # the rank's row above is its GPUs' union: each GPU's own shares
                 rows.append([_label(c), f"{rank}, {d}", read_from, _fmt(mine.get(d, math.nan) * 100, ".0f", "%"),
                              _fmt(sh["work"] * 100, ".0f", "% (with copies)"), _fmt(sh["comm"] * 100, ".0f", "%"), "–",
-                             _fmt(sh["idle"] * 100, ".0f", "%")] + ["–"] * 6)
+                             _fmt(sh["idle"] * 100, ".0f", "%"), traced_cell(c, f)] + ["–"] * 6)
             lines += [f"{_label(c)}, rank {rank}: {n}" for n in f["notes"]]
         if b is not None and b.over:
             lines.append(f"{_label(c)}: {b.error()}.")
@@ -341,6 +354,7 @@ def blocks(configs: list, workload: str) -> list:
             lines.append(f"{_label(c)}: the traces show {trace_ms:.2f} ms of exposed communication per step (rank {rank}, "
                          f"the one that waits least), the probe {probe_ms:.2f} ms; {verdict} ({noise:.2f} ms: the measured "
                          f"steps' IQR, at least {NOISE_FLOOR:.0%} of the median step).")
+    lines += [x for x in [slow_trace_line(traced)] if x]
     methods = {m for c in traced for t in c.traces for m in [t.get("method")] if m and t.get("span_ms") is not None}
     matches = {t["wait_match"] for c in traced for t in c.traces if t.get("wait_match")}
     paths = [t["path"] for c in traced for t in c.traces if t.get("path")]
@@ -354,10 +368,12 @@ def blocks(configs: list, workload: str) -> list:
                   "GPU busy: the GPU's computation and copies per traced step against the measured median step; its "
                   "collectives are left out (a kernel waiting for a peer is not work), every GPU on its own. Where one "
                   "process drives several GPUs (DataParallel) its row's shares are the GPUs' union, and a row per GPU "
-                  "follows with that GPU's own (computation and copies together). "
-                  + method_text(methods, matches)),
+                  "follows with that GPU's own (computation and copies together). The shares (computation to idle) are "
+                  "of the traced steps, whose own wall time the 'traced step ms' column gives: the profiler's work can "
+                  "make them longer than the measured median, and past "
+                  f"{TRACED_LONGER:.0%} longer the cell and a note below say so. " + trace_analysis.method_text(methods, matches)),
             ("table", ["configuration", "rank", "read from", "GPU busy (of a measured step)", "computation",
-                       "exposed communication", "copies", "idle", "comm overlapped", "waiting in collectives ms/step",
+                       "exposed communication", "copies", "idle", "traced step ms", "comm overlapped", "waiting in collectives ms/step",
                        "trace MB", "MB/step", "profiling s", "trace"], rows),
             *[("p", line) for line in lines],
             ("p", _how_to_open(folder))]
