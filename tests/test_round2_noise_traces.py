@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from bench.analysis import gpustate as state
 from bench.stats.noise import Noise, not_carried
 
 
@@ -63,3 +64,46 @@ def test_a_trace_whose_steps_ran_as_long_as_the_measured_ones_gives_its_duration
     (row,), lines = _table_and_lines([_config(108.0, 108.4)])   # the H100 DeepLabV3 fp32: 108.4 ms traced, 108.0 measured
     assert row["traced step ms"] == "108.4"
     assert not any(x.startswith("The traced steps of ") for x in lines)
+
+
+# --- finding 10: power readings per physical GPU, not per rank ----------------------------------------------------
+
+def _samples(result: int, rank: int, device: str, times_ms: list, watts: list) -> list:
+    return [{"result_id": result, "rank": rank, "device": device, "sample": i, "t_ms": t, "sm_clock_mhz": 1980,
+             "sm_clock_max_mhz": 1980, "power_w": w, "power_limit_w": 700, "temperature_c": 40, "reasons": 0}
+            for i, (t, w) in enumerate(zip(times_ms, watts))]
+
+
+# The H100 rehearsal's FSDP x2 (result 3): before 1 s the draw climbs; from 1 s in, 3 samples per rank, both ranks
+# reading cuda:0.
+EARLY = [50.0 * i for i in range(20)]
+LATE = [1006.0, 1056.3, 1087.0]
+
+
+def _rank(rank: int, device: str, result: int = 3) -> list:
+    return _samples(result, rank, device, EARLY + LATE, [120.0 + i for i in range(20)] + [131.838, 131.838, 131.670])
+
+
+def test_two_ranks_on_one_gpu_count_its_readings_once():
+    both = _rank(0, "cuda:0") + _rank(1, "cuda:0")      # 6 readings from 1 s in, of one GPU: 3
+    s = state.summarise(both)
+    assert s.power_w is None and s.power_text() == "not updated in the window (1087 ms)"
+
+
+def test_two_gpus_each_count_their_own_readings():
+    s = state.summarise(_rank(0, "cuda:0") + _rank(1, "cuda:1"))   # 3 readings of each of 2 GPUs: 6
+    assert s.power_w is not None and round(s.power_w) == 132
+
+
+def test_two_nodes_gpus_of_one_device_index_are_two_gpus(tmp_path):
+    # DDP x2 over 2 nodes, one GPU each: both ranks sample their node's cuda:0, two physical GPUs. results.load tells
+    # the nodes apart (rank // ranks per node); one node's view would count one GPU and give no power.
+    from dataclasses import replace
+    from test_utilisation import MLP_FLOPS, build, payload, rspec
+    samples = _rank(0, "cuda:0", result=1) + _rank(1, "cuda:0", result=1)
+    assert state.summarise(samples).power_w is None                      # as if one node: one GPU
+    assert state.summarise(samples, ranks_per_node=1).power_w is not None
+    sw = build(str(tmp_path / "s.sqlite"), [(replace(rspec("ddp", 2), nodes=2),
+                                             payload(2, 3.3, MLP_FLOPS, gpu_samples=samples))])
+    (c,) = [c for c in sw.bench["synthetic"] if c.strategy == "ddp"]
+    assert c.nodes == 2 and c.gpu.power_w is not None and round(c.gpu.power_w) == 132

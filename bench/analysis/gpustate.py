@@ -21,7 +21,9 @@ on Ampere and newer GPUs (GA100 aside) is the average over the last second, refr
 less than POWER_AVERAGE_S into a window averages in the draw from before it, and a window whose readings never change
 was not updated at all (a self-check's 43-150 ms windows on an H100 read 123 W, the idle draw, where DeepLabV3's read
 510-574 W). So power counts only from POWER_AVERAGE_S into windows whose readings changed, and where fewer than
-MIN_POWER_READINGS such readings remain it is not given (None: "not updated in the window").
+MIN_POWER_READINGS such readings remain it is not given (None: "not updated in the window"). Readings are counted per
+physical GPU (node and device), once: in a rehearsal both ranks sample cuda:0, and the H100 rehearsal's FSDP x2 met the
+5 with 3 readings of its one GPU counted once per rank (`_power`).
 """
 from __future__ import annotations
 
@@ -134,11 +136,22 @@ def _span_ms(window: list) -> float:
     return max(ts) - min(ts) if ts else math.nan
 
 
-def _power(windows: dict) -> Optional[float]:
+def _physical(windows: dict, ranks_per_node: int) -> dict:
+    """(result, node, device) -> one window of each physical GPU: the lowest rank's where several ranks sampled the
+    same GPU (a rehearsal's ranks share cuda:0; NVML's reading is one figure of that GPU, not one per rank).
+    ranks_per_node: 0 where every rank ran on one node."""
+    out: dict = {}
+    for (result, rank, device), w in sorted(windows.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] or 0, str(kv[0][2]))):
+        node = (rank or 0) // ranks_per_node if ranks_per_node else 0
+        out.setdefault((result, node, device), w)
+    return out
+
+
+def _power(windows: dict, ranks_per_node: int = 0) -> Optional[float]:
     """The median power over the readings that average the window's own work: POWER_AVERAGE_S or more into a window
-    whose readings changed; None with fewer than MIN_POWER_READINGS of them."""
+    whose readings changed, each physical GPU's once (`_physical`); None with fewer than MIN_POWER_READINGS of them."""
     readings = []
-    for w in windows.values():
+    for w in _physical(windows, ranks_per_node).values():
         values = [r["power_w"] for r in w if r.get("power_w") is not None]
         if len(set(values)) < 2:   # never refreshed in the window: the reading from before it
             continue
@@ -147,9 +160,10 @@ def _power(windows: dict) -> Optional[float]:
     return stats.median(readings) if len(readings) >= MIN_POWER_READINGS else None
 
 
-def summarise(rows: list) -> Optional[GpuState]:
+def summarise(rows: list, ranks_per_node: int = 0) -> Optional[GpuState]:
     """The state over every stored sample of a configuration (any ranks, devices, repeats), throttles judged per GPU;
-    None without any."""
+    None without any. ranks_per_node: how a rank's node is found (rank // it), so that power counts each physical GPU
+    once; 0 where every rank ran on one node."""
     rows = [r for r in rows if r.get("sm_clock_mhz") is not None or r.get("reasons") is not None]
     if not rows:
         return None
@@ -165,7 +179,7 @@ def summarise(rows: list) -> Optional[GpuState]:
     windows = _windows(rows)
     spans = [s for s in map(_span_ms, windows.values()) if not math.isnan(s)]
     return GpuState(samples=len(rows), sm_clock_mhz=stats.median(r.get("sm_clock_mhz") for r in rows),
-                    sm_clock_max_mhz=top("sm_clock_max_mhz"), power_w=_power(windows),
+                    sm_clock_max_mhz=top("sm_clock_max_mhz"), power_w=_power(windows, ranks_per_node),
                     power_limit_w=top("power_limit_w"), temperature_max_c=top("temperature_c") or float("nan"),
                     throttles=tuple(sorted(throttles, key=lambda t: -t.share)), gpus=len(by_gpu),
                     fewest=min(len(v) for v in by_gpu.values()), window_ms=max(spans) if spans else math.nan)

@@ -255,7 +255,8 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         activation_checkpointing=r0.get("activation_checkpointing") or "none", aux=row_aux(r0),
         tokens_per_sample=_details(r0).get("tokens_per_sample"),
         input_shape=tuple(_details(r0).get("input_shape") or ()), natural_image_size=_details(r0).get("natural_image_size"),
-        flops=_flops(results), device_names=_device_names(memory), gpu=gpustate.summarise(samples),
+        flops=_flops(results), device_names=_device_names(memory),
+        gpu=gpustate.summarise(samples, int(r0["device_count"]) // nodes if nodes > 1 else 0),
         loss_not_finite=_loss_not_finite(results),
     )
 
