@@ -22,6 +22,7 @@ import math
 
 from bench import options
 from bench.analysis import cost, utilisation
+from bench.forecast import batches
 from bench.forecast import check as fk
 from bench.analysis import forecastable
 from bench.forecast import outlook as fo
@@ -160,6 +161,7 @@ def main(argv: list) -> int:
     m = fo.machine(f.sweep, f.runs, ns.preset, ns.levels, ns.gpus_per_node)   # exit 2 here, before anything printed
     from bench.report.bound import bound          # the report's bound of each run at one device, for the local step
     fo.attach_bounds(f.sets, lambda c: bound(f.sweep, c.workload, c)[0])
+    batches.mark(f.sets, f.sweep)                 # a fit sweep's forecast names the batch it rests on
     budget, budget_name = budget_mib(ns, f.sweep)
     grid = tuple(sorted(set(ns.to) | {n for n in fo.DOUBLING if n <= max(ns.to)}))
     print(f"forecast of sweep {f.sid} ({ns.store}); {m.net.gpus_per_node} devices per node; {m.net.backend}")
@@ -171,7 +173,7 @@ def main(argv: list) -> int:
     price = price_of(ns, f.sweep)
     for s in f.sets:
         inp = fs.inputs(s, m)
-        print(f"\n{s.label}")
+        print(f"\n{s.label}" + (f": {batches.head_words(s).rstrip('; ')}" if s.batch else ""))
         if isinstance(inp, str):
             print(f"  not forecast: {inp}")
             continue
@@ -195,7 +197,9 @@ def main(argv: list) -> int:
             print("  " + cost_line(s, pts, price, ns.prices.unit()))
         mems = [p.memory for p in whatifs[0][1] if p.memory is not None]
         if mems:
-            print(f"  memory: {mm.fit_words(mems, budget, s.strategy, budget_name)}; at {mems[-1].count}: "
+            print(f"  memory: {mm.fit_words(mems, budget, s.strategy, budget_name)}"
+                  + batches.over_words(s, budget, rf.frontier.peak_mib(s.configs[min(s.configs)]))
+                  + f"; at {mems[-1].count}: "
                   + ", ".join(f"{k} {v:.0f}" for k, v in mems[-1].parts.items()) + " MiB"
                   + (f", CUDA context, NCCL and the allocator's cache {mems[-1].runtime_mib:.0f} MiB (measured at "
                      f"x{inp.memory.count}; NCCL's buffers grow with its peers: not modelled)" if mems[-1].runtime_mib else ""))

@@ -16,27 +16,25 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
 from typing import Optional
 
-from bench.forecast import step as fc
 from bench.forecast import check as fk
 from bench.forecast import settings as fs
 from bench.forecast import memory as mm
 from bench.forecast import network as nw
 from bench.forecast import spread
 from bench.forecast import overhead
+from bench.forecast import whatif
 from bench import stats
 from bench.shared.spec import STRATEGY_NAMES
 
 import numpy as np
 
 EFFICIENT = 0.75                                  # below this, scaling stops paying
-WHAT_IF_NET = 4.0                                 # "a faster inter-node network": 4x its bus bandwidth
-WHAT_IF_BUCKET_MB = 100.0                         # torchtitan's bucket size
 GPU_PRESETS = (("H100", "h100"), ("H200", "h100"), ("A100", "a100"), ("V100", "v100"))
 DOUBLING = tuple(2**k for k in range(1, 11))      # 2 .. 1024: past one device
 wrapper_overhead, own_baseline = overhead.wrapper_overhead, overhead.own_baseline  # the report's too (efficiency)
+what_ifs = whatif.what_ifs                        # [(what, [Point])]: this network first (bench.forecast.whatif)
 WINDOWS = "windows"                               # a measured row's efficiency basis (`_efficiency`)
 BASIS_WORDS = (f"efficiency ({WINDOWS}): a measured row's, as the report's, from its measured windows' throughput; a "
                "forecast row's from its step against single device x1's median step (the forecast has no windows)")
@@ -125,25 +123,6 @@ def series(s: fs.Setting, inp: fs.Inputs, counts: tuple, m: fs.Machine, draws: i
     return fs.series(s, inp, counts, m, draws)
 
 
-def what_ifs(s: fs.Setting, inp: fs.Inputs, m: fs.Machine, counts: tuple, draws: int = spread.DRAWS) -> list:
-    """[(what, points)]: this network (with its range over `draws`), then each change that could move the 75% count
-    (central values only)."""
-    out = [("this network", series(s, inp, counts, m, draws))]
-    if s.strategy == "dp":
-        return out
-    faster = replace(m, net=nw.faster_net(m.net, WHAT_IF_NET, "what-if"))
-    out.append((f"{WHAT_IF_NET:g}x faster inter-node network", series(s, inp, counts, faster)))
-    if s.strategy in ("ddp", "zero"):
-        out.append((f"{WHAT_IF_BUCKET_MB:g} MiB buckets",
-                    series(s, replace(inp, buckets=fs.regroup(inp.buckets, WHAT_IF_BUCKET_MB * 2**20)), counts, m)))
-        half = [fc.Bucket(b.size_bytes / 2, b.ready_fraction) for b in inp.buckets]
-        out.append(("bf16 gradients (bf16_compress_hook)", series(s, replace(inp, buckets=half), counts, m)))
-    else:
-        out.append(("bf16 parameters and gradients",
-                    series(s, replace(inp, units=[(g / 2, r / 2) for g, r in inp.units]), counts, m)))
-    return out
-
-
 def measured_point(s: fs.Setting, count: int) -> fs.Point:
     """A measured configuration as a Point (its median step, throughput, efficiency, peak), for the same table. At one
     device there is no scaling: no efficiency, and its bound column says the wrapper's overhead against single."""
@@ -229,10 +208,24 @@ COLUMNS = [
     ("samples/s", lambda s, p: ranged(p, "samples_per_s", None if p.refused else p.samples_per_s, ".0f")),
     ("efficiency", lambda s, p: "–" if p.refused else _efficiency(s, p)),
     ("MiB/device", lambda s, p: ranged(p, "memory_mib", p.memory.device_mib if p.memory else None, ".0f")),
-    ("bound", lambda s, p: f"refused: {p.refused}" if p.refused else p.bound + (
+    ("bound", lambda s, p: f"refused: {p.refused}" if p.refused else sharded_net(p) or p.bound + (
         f" ({p.algorithm})" if p.algorithm and p.bound == "exposed communication" else "") + (
         " (unstable run)" if p.unsteady and p.bound == "straggler/jitter" else "")),
 ]
+
+
+def sharded_net(p: fs.Point) -> str:
+    """A forecast row above 100% because the optimizer step divides by the ranks (ZeRO, FSDP): the net effect, the
+    optimizer time saved against the exposed communication, both in ms, in place of a bound; '' for any other row. A
+    ZeRO row at 101% read 'exposed communication (tree)': no bound a step faster than the ideal can have."""
+    saved = p.optimizer_one_ms - p.optimizer_ms
+    if p.basis == WINDOWS or not p.efficiency > 1.0 or not saved > 0:
+        return ""
+    exposed = 0.0 if math.isnan(p.exposed_comm_ms) else p.exposed_comm_ms
+    algorithm = f" ({p.algorithm})" if p.algorithm and exposed > 0 else ""
+    return (f"no bound above 100%: optimizer {saved:.2f} ms saved by the shards against {exposed:.2f} ms exposed "
+            f"communication{algorithm}: net {abs(saved - exposed):.2f} ms a step "
+            + ("saved" if saved >= exposed else "lost"))
 
 
 def cells(s: fs.Setting, p: fs.Point) -> list:

@@ -57,6 +57,7 @@ class Setting:
     bounds: dict = field(default_factory=dict)     # config key at 1 device -> its measured bound (the caller's words)
     host_cores: Optional[int] = None               # the sweep's host: its CPU cores (measured) ...
     threads: Optional[int] = None                  # ... and the threads each process ran with (CPU offload's optimizer)
+    batch: str = ""                                # 'at batch 14 a GPU' where the page names it (bench.forecast.batches)
 
     @property
     def offloaded(self) -> bool:
@@ -389,16 +390,3 @@ def point(s: Setting, inp: Inputs, count: int, machine: Machine) -> Point:
             p.draws[name] = np.asarray(v, dtype=float)[1:]
     return p
 
-
-def regroup(buckets: list, cap_bytes: float) -> list:
-    """The same gradients in buckets of up to cap_bytes (what a bigger bucket_cap_mb would make): consecutive
-    buckets merge, ready when the last of them is."""
-    out, size, ready = [], 0.0, 0.0
-    for b in buckets:
-        if size and size + b.size_bytes > cap_bytes:
-            out.append(fc.Bucket(size, ready))
-            size = 0.0
-        size, ready = size + b.size_bytes, b.ready_fraction
-    if size:
-        out.append(fc.Bucket(size, ready))
-    return out

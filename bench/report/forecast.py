@@ -24,6 +24,7 @@ import os
 import textwrap
 from typing import Optional
 
+from bench.forecast import batches
 from bench.forecast import check as fk
 from bench.analysis import forecastable
 from bench.forecast import outlook as fo
@@ -31,13 +32,15 @@ from bench.forecast import settings as fs
 from bench.forecast import memory as mm
 from bench.forecast import spread
 from bench.config import ConfigError
+from bench.report import frontier
 from bench.report.bound import bound
 from bench.report.utilisation import forecast_cells, forecast_headers
 from bench.store import store
 from bench.workloads.usermodel import display_name
 
 TABLE_COUNTS = (16, 64, 256, 1024)
-WHAT_IF_STYLES = ("--", ":", "-.")
+UNRESOLVED_STYLE = "--"   # a forecast line resting on one unstable process (`Point.unresolved`): dashed
+WHAT_IF_STYLES = (":", "-.", (0, (3, 1, 1, 1, 1, 1)), (0, (1, 3)))   # never dashed: `UNRESOLVED_STYLE`
 
 
 def _text(v: float, spec: str) -> str:
@@ -73,6 +76,12 @@ def _legend(fig, ax) -> None:
     tallest = max((sum(t.count("\n") + 1 for t in col) for col in (labels[:rows], labels[rows:])), default=0)
     fig.set_figheight(fig.get_figheight() + LEGEND_LINE_IN * tallest)
     fig.legend(handles, labels, fontsize="small", loc="outside lower center", ncols=2)
+
+
+def plot_name(s: fs.Setting) -> str:
+    """'DDP [bf16, adamw]', with the batch its forecast rests on where the page names it ('... at batch 14 a GPU')."""
+    from bench.report import plots
+    return f"{plots.NAMES.get(s.strategy, s.strategy)} [{s.variant}]" + (f" {s.batch}" if s.batch else "")
 
 
 def own_mfu(s: fs.Setting, p: fs.Point, c=None) -> tuple:
@@ -145,12 +154,19 @@ def efficiency_top(values: list) -> float:
     return min(Y_CAP, max([110.0] + [v + 5.0 for v in values if not math.isnan(v)]))
 
 
-def _key(ax, assumed: str) -> None:
-    """What each mark means, once for every setting (a legend of one entry per mark and setting ran to 29 entries);
-    assumed: what every line assumes ('' where they differ, each line's entry then says its own)."""
-    ax.plot([], [], "-", color="#555555", label="forecast, this network" + (f" ({assumed} assumed)" if assumed else ""))
-    ax.plot([], [], "o", color="#555555", label="measured (dots); the check's forecast of that count: hollow, joined")
-    ax.fill_between([], [], [], color="#555555", alpha=0.2, label="range from the inputs' spreads (5-95% of the draws)")
+def _key(ax, assumed: str, drawn: set) -> None:
+    """What each mark means, once for every setting (a legend of one entry per mark and setting ran to 29 entries),
+    and only for the marks drawn (`drawn`: 'line', 'measured', 'checked', 'band'): a one-GPU sweep's legend explained
+    'measured (dots)' where no dot was drawn. A dashed line (not resolved) says so in its own entry. assumed: what
+    every line assumes ('' where they differ, each line's entry then says its own)."""
+    if "line" in drawn:
+        ax.plot([], [], "-", color="#555555", label="forecast, this network" + (f" ({assumed} assumed)" if assumed else ""))
+    marks = [w for k, w in (("measured", "measured (dots)"), ("checked", "the check's forecast of a measured count: "
+                                                                         "hollow, joined to its measurement")) if k in drawn]
+    if marks:
+        ax.plot([], [], "o", color="#555555", label="; ".join(marks))
+    if "band" in drawn:
+        ax.fill_between([], [], [], color="#555555", alpha=0.2, label="range from the inputs' spreads (5-95% of the draws)")
 
 
 def _what_ifs(ax, name: str, color, whatifs: list, main: dict, hidden: dict) -> list:
@@ -163,7 +179,7 @@ def _what_ifs(ax, name: str, color, whatifs: list, main: dict, hidden: dict) -> 
         if not pts or max(abs(y - main[p.count]) for p, y in zip(pts, ys)) < VISIBLE_POINTS:
             hidden.setdefault(what, []).append(name)
             continue
-        ax.plot([p.count for p in pts], ys, WHAT_IF_STYLES[i % len(WHAT_IF_STYLES)], color=color, alpha=0.7,
+        ax.plot([p.count for p in pts], ys, linestyle=WHAT_IF_STYLES[i % len(WHAT_IF_STYLES)], color=color, alpha=0.7,
                 label=f"{name}: {what}")
         drawn += ys
     return drawn
@@ -176,17 +192,18 @@ def figure(workload: str, where: str, lines: list):
     what-if lay on its line, 29 entries described nothing visible), the y-limit from the data (`efficiency_top`)."""
     from bench.report import plots
     fig, ax = plots._figure("Forecast: scaling efficiency past the measured counts", where, workload, width=10.0)
-    xs_all, marks, hidden = [], [], {}
+    xs_all, marks, hidden, drawn = [], [], {}, set()
     palette = colors([line[0] for line in lines])
     shared = {a[0] for *_, a in lines}
     for s, whatifs, checks, assumed in lines:
         color = palette[(s.strategy, s.variant)]
-        name = f"{plots.NAMES.get(s.strategy, s.strategy)} [{s.variant}]"
+        name = plot_name(s)
         # at one device a wrapper against single is its overhead (the report's table says it), not scaling
         measured = [(n, c.efficiency * 100) for n, c in s.configs.items() if n > 1 and not math.isnan(c.efficiency)]
         if measured:
             ax.plot([n for n, _ in measured], [e for _, e in measured], "o", color=color)
             marks += [(n, e, color) for n, e in measured]
+            drawn.add("measured")
         for r in checks:
             eff = s.configs[r["device_count"]].efficiency
             if r.get("error") is None or math.isnan(eff):
@@ -195,6 +212,7 @@ def figure(workload: str, where: str, lines: list):
             ax.plot([r["device_count"]] * 2, [eff * 100, fe * 100], "-", color=color, alpha=0.5)
             ax.plot([r["device_count"]], [fe * 100], "o", mfc="none", color=color)
             marks.append((r["device_count"], fe * 100, color))
+            drawn.add("checked")
         top = max(s.configs)
         pts = [p for p in whatifs[0][1] if not p.refused and not math.isnan(p.efficiency) and p.count >= top]
         xs_all += [n for n in s.configs if n > 1]
@@ -205,8 +223,9 @@ def figure(workload: str, where: str, lines: list):
         what_assumed, (lo, hi) = assumed
         hatched = what_assumed and not math.isnan(lo)
         said = what_assumed if len(shared) > 1 else ""   # one assumption for every line: said once (`_key`)
-        shaky = any(p.unresolved for p in pts) and "not resolved: one unstable process (--repeats 3)"
-        ax.plot(xs, ys, "-", color=color, label=f"{name} forecast" + "".join(
+        shaky = any(p.unresolved for p in pts) and "not resolved, dashed: one unstable process (--repeats 3)"
+        drawn.add("line")
+        ax.plot(xs, ys, UNRESOLVED_STYLE if shaky else "-", color=color, label=f"{name} forecast" + "".join(
             f"; {w}" for w in (shaky, said and f"{said} assumed", hatched and f"hatched: {what_assumed} assumed, erred "
                                f"{lo:+.0%} to {hi:+.0%} where measured") if w))
         marks += [(x, y, color) for x, y in zip(xs, ys)]
@@ -214,12 +233,13 @@ def figure(workload: str, where: str, lines: list):
         if not any(math.isnan(r[0]) for r in ranges):
             _band(ax, xs, [r[0] * 100 for r in ranges], [r[1] * 100 for r in ranges], color)
             marks += [(x, r[1] * 100, color) for x, r in zip(xs, ranges)]
+            drawn.add("band")
         if hatched:  # step error e: efficiency / (1 + e)
             ax.fill_between(xs, [y / (1 + hi) for y in ys], [y / (1 + lo) for y in ys], facecolor="none",
                             edgecolor=color, hatch="//", alpha=0.4, linewidth=0)
             marks += [(x, y / (1 + lo), color) for x, y in zip(xs, ys)]
         marks += [(x, y, color) for x, y in zip(xs, _what_ifs(ax, name, color, whatifs[1:], dict(zip(xs, ys)), hidden))]
-    _key(ax, next(iter(shared)) if len(shared) == 1 else "")
+    _key(ax, next(iter(shared)) if len(shared) == 1 else "", drawn)
     ax.axhline(fo.EFFICIENT * 100, color="#999999", linestyle="--", label=f"{fo.EFFICIENT:.0%}: scaling stops paying")
     if hidden:
         ax.plot([], [], " ", label=f"not drawn, within {VISIBLE_POINTS:g} points of their setting's line at every "
@@ -247,7 +267,7 @@ def memory_figure(workload: str, where: str, lines: list, budget_mib, budget_nam
     palette = colors([s for s, _ in lines])
     for i, (s, pts) in enumerate(lines):
         color, marker = palette[(s.strategy, s.variant)], plots.MARKERS[i % len(plots.MARKERS)]
-        name = f"{plots.NAMES.get(s.strategy, s.strategy)} [{s.variant}]"
+        name = plot_name(s)
         ax.plot([], [], "-" + marker, color=color, mfc="none", label=f"{name}: forecast (line), measured peak (marker)")
         mem = [(p.count, p.memory.device_mib, p.range_of("memory_mib")) for p in pts if p.memory is not None]
         if mem:
@@ -278,6 +298,13 @@ def memory_figure(workload: str, where: str, lines: list, budget_mib, budget_nam
     return fig
 
 
+def batched(s: fs.Setting, sentence: str) -> str:
+    """The recommendation with the batch it rests on after the setting's name, where the page names it
+    (bench.forecast.batches): 'transformer DDP [bf16, adamw]: forecast at batch 14 a GPU, ...; efficiency ...'."""
+    head, said = f"{s.label}: ", batches.head_words(s)
+    return head + said + sentence[len(head):] if said and sentence.startswith(head) else sentence
+
+
 def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budget_gib: Optional[float] = None) -> list:
     """The forecast section of the report, from the store alone; [] when the sweep has nothing to forecast.
     memory_budget_gib: report --memory-budget-gib, which the forecast's memory is held to as the rest of the page is
@@ -299,6 +326,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
         m = fo.machine(f.sweep, f.runs)
     except ConfigError as e:  # no all-reduce rows and no preset: say so rather than fail the report
         return [("h", 2, "Forecast past the measured counts"), ("p", f"No forecast: {e}")]
+    batches.mark(f.sets, f.sweep)   # a fit sweep, or several per-device batches: each forecast names its batch
     sets = [(s, fs.inputs(s, m)) for s in f.sets]
     sets = [(s, inp) for s, inp in sets if not isinstance(inp, str)]
     if not sets:
@@ -316,12 +344,14 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
         checked = [r for r in check if r.get("error") is not None]
         inside = [r for r in checked if r.get("in_range") is not None]
         mems = [p.memory for p in ws[0][1] if p.memory is not None]
-        sentences.append(fo.recommendation(s, ws[0][1], ws)
+        sentences.append(batched(s, fo.recommendation(s, ws[0][1], ws))
                          + (f"; checked at x{','.join(str(r['device_count']) for r in checked)} with errors "
                             f"{', '.join(format(r['error'], '+.0%') for r in checked)}"
                             + (f", {sum(r['in_range'] for r in inside)} of {len(inside)} inside the range" if inside else "")
                             if checked else "; not checked (one measured count)")
-                         + (f"; memory: {mm.fit_words(mems, budget, s.strategy, budget_name)}" if mems else ""))
+                         + (f"; memory: {mm.fit_words(mems, budget, s.strategy, budget_name)}"
+                            + batches.over_words(s, budget, frontier.peak_mib(s.configs[min(s.configs)]))
+                            if mems else ""))
         moves = fo.below_words(ws, fo.DOUBLING[-1]) if len(ws) > 1 else ""
         shown = [p for p in ws[0][1] if p.count in TABLE_COUNTS]
         rows += [[s.label] + cells(s, p) for p in shown]   # each with its own MFU
@@ -329,7 +359,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
         if mfu:
             errors.append(f"MFU of {s.label}: {mfu}.")
         rows.append([s.label, "rests on"] + [""] * (len(forecast_headers()) - 2) + ["; ".join(
-            fo.rests_on(s, inp, m) + [spread.words(inp, m)] + ([assumed] if assumed else []))
+            ([batches.head_words(s).rstrip("; ")] if s.batch else []) + fo.rests_on(s, inp, m) + [spread.words(inp, m)] + ([assumed] if assumed else []))
             + (f". Under 75% from: {moves}" if moves else "")])
         for r in check:
             ranged = (f"{r['forecast_step_ms_low']:.2f}-{r['forecast_step_ms_high']:.2f}"

@@ -1,0 +1,54 @@
+"""The changes that could move where a setting's scaling stops paying (the what-ifs), each a forecast series on the same
+inputs: the inter-node network faster and slower (its figure is most often a preset's assumed line rate, not a
+measurement: a verdict tested only against a faster network showed how far it leaned on the preset one way only),
+bigger buckets, and half the bytes on the wire.
+
+    what_ifs(setting, inputs, machine, counts)    # [(what, [Point])]: this network first (with its range)
+    regroup(buckets, cap_bytes)                   # the same gradients in buckets of up to cap_bytes
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from bench.forecast import step as fc
+from bench.forecast import settings as fs
+from bench.forecast import network as nw
+from bench.forecast import spread
+
+WHAT_IF_NET = 4.0                                 # "a faster inter-node network": 4x its bus bandwidth
+WHAT_IF_SLOWER = 2.0                              # "a slower one": half its bus bandwidth (the preset's is a line rate)
+WHAT_IF_BUCKET_MB = 100.0                         # torchtitan's bucket size
+
+
+def what_ifs(s: fs.Setting, inp: fs.Inputs, m: fs.Machine, counts: tuple, draws: int = spread.DRAWS) -> list:
+    """[(what, points)]: this network (with its range over `draws`), then each change that could move the 75% count
+    (central values only): the inter-node network 4x faster and 2x slower, then the strategy's own levers."""
+    out = [("this network", fs.series(s, inp, counts, m, draws))]
+    if s.strategy == "dp":
+        return out
+    for factor, what in ((WHAT_IF_NET, f"{WHAT_IF_NET:g}x faster inter-node network"),
+                         (1 / WHAT_IF_SLOWER, f"{WHAT_IF_SLOWER:g}x slower inter-node network")):
+        out.append((what, fs.series(s, inp, counts, replace(m, net=nw.faster_net(m.net, factor, "what-if")))))
+    if s.strategy in ("ddp", "zero"):
+        out.append((f"{WHAT_IF_BUCKET_MB:g} MiB buckets",
+                    fs.series(s, replace(inp, buckets=regroup(inp.buckets, WHAT_IF_BUCKET_MB * 2**20)), counts, m)))
+        half = [fc.Bucket(b.size_bytes / 2, b.ready_fraction) for b in inp.buckets]
+        out.append(("bf16 gradients (bf16_compress_hook)", fs.series(s, replace(inp, buckets=half), counts, m)))
+    else:
+        out.append(("bf16 parameters and gradients",
+                    fs.series(s, replace(inp, units=[(g / 2, r / 2) for g, r in inp.units]), counts, m)))
+    return out
+
+
+def regroup(buckets: list, cap_bytes: float) -> list:
+    """The same gradients in buckets of up to cap_bytes (what a bigger bucket_cap_mb would make): consecutive
+    buckets merge, ready when the last of them is."""
+    out, size, ready = [], 0.0, 0.0
+    for b in buckets:
+        if size and size + b.size_bytes > cap_bytes:
+            out.append(fc.Bucket(size, ready))
+            size = 0.0
+        size, ready = size + b.size_bytes, b.ready_fraction
+    if size:
+        out.append(fc.Bucket(size, ready))
+    return out
