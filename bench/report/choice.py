@@ -36,6 +36,7 @@ class Apart:
     within: Optional[bool]
     noise: stats.Noise
     why: Optional[str] = None        # why it is not told, where the noise is measured but does not speak for a side
+    steps: str = ""                  # a gap under LEAD_FLOOR not in the median steps (overhead.steps_alike's words)
 
 
 unsteady, unsteady_words = stats.unsteady, stats.unsteady_words  # one rule for the report and the forecast
@@ -51,8 +52,8 @@ def apart(faster, slower, name=_label) -> Apart:
     'the 12% noise was measured on steady processes' where selfcheck's three processes behind it were all unstable."""
     gap = faster.samples_per_s / slower.samples_per_s - 1
     noise = stats.pair_noise(faster.process_sps, slower.process_sps, faster.noise_fallback)
-    if gap < LEAD_FLOOR:
-        return Apart(gap, True, noise)
+    if gap < LEAD_FLOOR:   # the wrapper cell's rule for the same pair (overhead.steps_alike), so the two agree
+        return Apart(gap, True, noise, steps=overhead.steps_alike(faster, slower))
     shaky = [name(c) for c in (faster, slower) if unsteady(c)]
     if noise.source != "repeats" and shaky:  # unstable first: it holds whether or not a noise figure exists
         held = (f"and one unstable process is not held against the {stats.percent(noise.fraction)} noise between "
@@ -94,6 +95,8 @@ def _noise_words(a: Apart) -> str:
     """The noise held against a gap, and where it came from; where it was not measured, that and how to measure it."""
     if not a.noise.measured:
         return f"{a.noise.words()}; --repeats 3 measures it"
+    if a.steps and by_floor(a):   # beyond the noise by the windows alone: not said so where the steps do not show it
+        return a.noise.words()
     if a.gap >= a.noise.fraction:
         return f"{a.noise.words()}; the gap is beyond it"
     return a.noise.words() + ("" if a.noise.source == "repeats" else
@@ -110,9 +113,16 @@ def _margin_note(a: Apart) -> str:
         return "not resolved: " + ", ".join(why)
     src = a.noise.source_words()
     if by_floor(a):
-        return f"{floor_words()}; " + (f"noise {stats.percent(a.noise.fraction)}, {src}" if a.noise.measured
-                                        else "noise not measured")
+        return f"{floor_words()}; " + ("not resolved: the median steps alike; " if a.steps else "") + (
+            f"noise {stats.percent(a.noise.fraction)}, {src}" if a.noise.measured else "noise not measured")
     return f"{'within' if a.within else 'beyond'} {stats.percent(a.noise.fraction)} noise, {src}"
+
+
+def steps_clause(a: Apart) -> str:
+    """'by the windows' throughput, not resolved: the median steps, 3.01 and 3.01 ms, differ by less than ...' where a
+    gap under the floor is not in the median steps (overhead.steps_alike, the wrapper cell's rule), else '': the H200
+    self-check's paragraph read DataParallel x1's 1.4% 'beyond' the 0.5% noise, its table cell 'not resolved'."""
+    return f" by the windows' throughput, not resolved: {a.steps};" if a.steps and by_floor(a) else ""
 
 
 def _why_simpler(pick, fastest) -> str:
@@ -159,5 +169,5 @@ def _tie_sentence(pick, fastest, tie: Apart, name=_label) -> str:
                 f"is recommended only where it is strictly faster, and a lead the noise cannot resolve is not. Not "
                 f"resolved because {held}; rerun with --repeats 3 to tell them apart.")
     why = floor_words() if by_floor(tie) else "within the noise"
-    return (f"{name(fastest)} is {faster}, {why}: {name(pick)} is recommended, "
+    return (f"{name(fastest)} is {faster}{steps_clause(tie) or ','} {why}: {name(pick)} is recommended, "
             f"{_why_simpler(pick, fastest)}. The noise: {_noise_words(tie)}.")

@@ -31,7 +31,7 @@ from bench.report.frontier import names, peak_mib, peak_source, per_device_batch
 from bench.report.pages import slower_words
 from bench.report.bound import bound
 from bench.report.choice import (LEAD_FLOOR, _label, _margin_note, _noise_words, _tie_sentence, apart, by_floor,
-                                  choose, floor_words, unresolved, unresolved_cell)
+                                  choose, floor_words, steps_clause, unresolved, unresolved_cell)
 from bench.report.plots import where
 from bench.shared import rehearsal
 from bench.analysis.results import Sweep, diverged
@@ -323,8 +323,9 @@ def _runner_up(best, second, name=_label) -> tuple:
         held = a.why if a.why else f"the noise between processes is {a.noise.words()}"
         return a, (f"The runner-up, {name(second)}, is {gap_words}: not told apart, {held}; rerun with --repeats 3 to "
                    f"tell them apart.")
-    if a.within and by_floor(a):
-        return a, f"The runner-up, {name(second)}, is only {gap_words}: {floor_words()} (the noise: {_noise_words(a)})."
+    if a.within and by_floor(a):   # where the median steps do not show the gap: not resolved, as the wrapper cell says
+        return a, (f"The runner-up, {name(second)}, is only {gap_words}{steps_clause(a) or ':'} {floor_words()} "
+                   f"(the noise: {_noise_words(a)}).")
     if a.within:
         return a, f"The runner-up, {name(second)}, is only {gap_words}: within {_noise_words(a)}."
     return a, f"The runner-up, {name(second)}, is {gap_words}: beyond the noise, {a.noise.words()}."
