@@ -26,12 +26,13 @@ def test_a_batch_over_the_budget_is_never_the_largest_that_fits_and_is_said_as_o
     sweep = SimpleNamespace(fit=[s], bench={"transformer": [c]})
     blocks = fit_report.blocks(sweep)
     [row] = next(b for b in blocks if b[0] == "table")[2]
-    assert row[2] == "12 (by its trial; not measured)" and row[3] == "14.91 GiB", row
+    assert row[2] == ("12 (the largest tried that fits, by its trial; not measured); 13 not tried (./run_bench.sh fit "
+                      "again bisects it)") and row[3] == "14.91 GiB", row   # 13 never tried (trial C, 1)
     assert row[5] == "at 14: 17.56 GiB (over)" and row[6] == "–", row
     text = " ".join(b[1] for b in blocks if b[0] == "p")
     assert "fits 14" not in text and "(over)" not in row[3], text
-    assert ("DDP x1: 14 ran (226.8 samples/s), but over the 16.00 GiB budget by 1.56 GiB; largest within it: 12 "
-            "(by its trial; no measured run there)") in text, text
+    assert ("DDP x1: 14 ran (226.8 samples/s), but over the 16.00 GiB budget by 1.56 GiB; 12 is the largest tried that "
+            "fits (by its trial; no measured run there); 13 not tried") in text, text
     assert "by today's rule they do not fit" in text
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -37,6 +38,7 @@ FITS, OVER, OOM, ERROR = "fits", "over the budget", "out of memory", "error"
 NOT_FITTING = (OVER, OOM)
 IN_MEASURED_RUN = " in the measured run"   # OVER + IN_MEASURED_RUN: a batch whose trial fit and measured run did not
 OOM_WORDS = ("OutOfMemoryError", "out of memory", "CUDA error: out of memory", "SIGKILL")
+MAX_BATCH = 4096    # --max-batch's default: the search stops there
 
 
 DEVICE_LEVEL, RESERVED, RSS = "device level", "reserved", "RSS"
@@ -183,6 +185,7 @@ class Search:
     bench_keys: dict = field(default_factory=dict)  # batch -> the config key of the measured run at that batch
     measured: dict = field(default_factory=dict)    # batch -> (verdict, peak MiB or None) of its measured runs (the
                                                     # worst repeat), where their rows carry details 'fit'
+    order: list = field(default_factory=list)       # the trials' batches in the order the search tried them
 
     def now(self, v: str, peak: Optional[float]) -> str:
         """A stored verdict held to today's rule: 'fits' whose peak (device_peak's figure) is over the budget is over it.
@@ -236,6 +239,17 @@ class Search:
         return min(out) if out else None
 
     @property
+    def untried(self) -> list:
+        """The batches between the largest that fits and the smallest that did not, by today's rule, that no trial
+        tried. The search bisects to one sample, but under the rule of its time: the H200 fit ran 8, 16, 12, 14, 15
+        (14 fit by the allocator's peak reserved), so once 14 is held to today's rule, 12 fits and 14 does not, and 13
+        was never tried; '12 fits, 14 does not' would read as a resolved boundary."""
+        nxt = self.smallest_not
+        if self.largest is None or nxt is None:
+            return []
+        return [b for b in range(self.largest + 1, nxt[0]) if b not in {t[0] for t in self.trials}]
+
+    @property
     def errors(self) -> list:
         return [t for t in self.trials if t[1] == ERROR]
 
@@ -286,9 +300,27 @@ def searches(rows: list, memory_of: Callable[[int], list], names: dict) -> list:
                                           float(d.get("budget_mib") or math.nan))
         batch = int(r["per_device_batch"])
         peak = peak_mib(memory_of(r["result_id"]), r["device_type"]) if r["status"] == "ok" else None
+        s.order.append(batch)
         s.trials.append((batch, d.get("verdict") or verdict(r["status"], r["reason"], peak, s.budget_mib), peak,
                          r["reason"] or ""))
         s.bench_keys.setdefault(batch, d.get("bench_key", ""))
     for s in out.values():
         s.trials.sort()
     return list(out.values())
+
+
+def max_batch_of(command_line: str) -> Optional[int]:
+    """The --max-batch a fit was given on its stored command line (None: not given, so MAX_BATCH), where the search
+    stopped doubling; the report says the search's start and cap from the stored sweep, not from the defaults."""
+    try:
+        argv = shlex.split(command_line or "")
+    except ValueError:
+        return None
+    for i, a in enumerate(argv):
+        value = a.split("=", 1)[1] if a.startswith("--max-batch=") else argv[i + 1] if a == "--max-batch" and i + 1 < len(argv) else None
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None

@@ -34,7 +34,7 @@ from bench.store import store
 
 FIT_WARMUP = 1      # the first step allocates the optimizer's state and the allocator's pools
 FIT_STEPS = 1       # the measured step: the peak of a step as training runs it
-MAX_BATCH = 4096
+MAX_BATCH = fitting.MAX_BATCH
 MIN_BUDGET_GIB = 0.01  # 10 MiB: below any process's need (Python with torch alone takes several hundred MiB)
 REFUSED = {"check_equivalence": "fit measures memory and speed; run the gate in a sweep",
            "epochs": "fit's trials take a few steps; whole epochs belong to a sweep",

@@ -9,6 +9,7 @@ the budget (judged when it ran by the allocator's peak reserved) is marked and s
 """
 from __future__ import annotations
 
+import json
 import math
 
 from bench import stats
@@ -24,13 +25,29 @@ def _measured(sweep, s, batch="largest"):
     return next((c for c in sweep.bench.get(s.workload, []) if c.key == key), None) if key else None
 
 
+AGAIN = "./run_bench.sh fit again bisects it"
+
+
+def _gap(s) -> str:
+    """'13' or '13-15': the batches between the largest that fits and the smallest that did not that no trial tried
+    (`Search.untried`), '' where the boundary is resolved."""
+    gap = s.untried
+    return "" if not gap else str(gap[0]) if len(gap) == 1 else f"{gap[0]}-{gap[-1]}"
+
+
+def _untried(s) -> str:
+    """'13 not tried (./run_bench.sh fit again bisects it)', '' where the boundary is resolved."""
+    return f"{_gap(s)} not tried ({AGAIN})" if s.untried else ""
+
+
 def _why_not(s) -> str:
     nxt = s.smallest_not
     if nxt is None:
         return "every batch tried fit (the search's cap)"
     batch, v, peak, reason = nxt
     if v.endswith(fitting.IN_MEASURED_RUN):
-        return f"{batch}: its trial fit (peak {size(s.peak_at(batch))}), its measured run did not ({_peak_over(s, v, peak)})"
+        return (f"{batch}: its trial fit (peak {size(s.peak_at(batch))}), its measured run did not "
+                f"({_peak_over(s, v, peak)})")
     if v == fitting.OOM:
         return f"{batch}: out of memory"
     ran = s.measured_now(batch)
@@ -41,7 +58,8 @@ def _why_not(s) -> str:
 def _peak_over(s, verdict: str, peak) -> str:
     if peak is None:
         return verdict
-    return f"peak {size(peak)}, over by {over_size(peak - s.budget_mib)}" if peak > s.budget_mib else f"peak {size(peak)}, {verdict}"
+    return (f"peak {size(peak)}, over by {over_size(peak - s.budget_mib)}" if peak > s.budget_mib
+            else f"peak {size(peak)}, {verdict}")
 
 
 def _ran_over(sweep, s) -> str:
@@ -53,8 +71,10 @@ def _ran_over(sweep, s) -> str:
     speed = f" ({c.samples_per_s:.1f} samples/s)" if c is not None and not math.isnan(c.samples_per_s) else ""
     over = (f"over the {size(s.budget_mib)} budget by {over_size(peak - s.budget_mib)}"
             if peak is not None and peak > s.budget_mib else "out of memory")
-    within = (f"largest within it: {s.largest}" + ("" if _measured(sweep, s) else " (by its trial; no measured run there)")
-              if s.largest is not None else "none verified within the budget")
+    trial = "" if _measured(sweep, s) else " (by its trial; no measured run there)"
+    within = ("none verified within the budget" if s.largest is None
+              else f"{s.largest} is the largest tried that fits{trial}; {_untried(s)}" if s.untried
+              else f"largest within it: {s.largest}{trial}")
     return f"{s.name}: {b} ran{speed}, but {over}; {within}"
 
 
@@ -93,7 +113,8 @@ def sentences(sweep) -> list:
     for (workload, recipe), ss in groups.items():
         u = "GPU" if ss[0].device_type == "cuda" else "process"
         fits = [s for s in ss if s.largest is not None]
-        parts = [f"{s.name} fits {s.largest}" for s in fits if not s.ran_over]
+        parts = [f"{s.name} fits {s.largest}" + (f" (the largest tried; {_gap(s)} not tried: {AGAIN})" if s.untried else "")
+                 for s in fits if not s.ran_over]
         said = [_ran_over(sweep, s) for s in ss if s.ran_over]
         text = f"{workload} [{', '.join(recipe)}]: " + "; ".join(
             ([", ".join(parts) + f" a {u}"] if parts else []) + said or ["nothing fits"])
@@ -129,6 +150,49 @@ def over_budget(sweep) -> set:
     return out - {None}
 
 
+def _largest_cell(s, c) -> str:
+    """'12 (the largest tried that fits, by its trial; not measured); 13 not tried (./run_bench.sh fit again bisects
+    it)': the H200 fit's '12' beside 'smallest that did not fit: 14' read as a resolved boundary, 13 never tried."""
+    if s.largest is None:
+        return "none within the budget"
+    notes = [x for x in ("the largest tried that fits" if s.untried else "",
+                         "by its trial; not measured" if c is None else "") if x]
+    return str(s.largest) + (f" ({', '.join(notes)})" if notes else "") + (f"; {_untried(s)}" if s.untried else "")
+
+
+def _doubling(start: int, cap: int) -> str:
+    """'1, 2, 4, ...' from `start`, at most `cap`: the batches the search doubles through; '8, 16' where it reaches the
+    cap at once."""
+    seq = [start]
+    while seq[-1] < cap and len(seq) < 3:
+        seq.append(min(2 * seq[-1], cap))
+    return ", ".join(str(b) for b in seq) + (", ..." if seq[-1] < cap else "")
+
+
+def _search_words(sweep) -> str:
+    """How the search ran, from the stored sweep: its first batch and its cap (--per-device-batch, --max-batch on the
+    stored command line) and each configuration's batches in the order tried. The H200 fit's page described 'batches
+    1, 2, 4, ...' for a search that ran 8, 16, 12, 14, 15 (--per-device-batch 8 --max-batch 16)."""
+    row = getattr(sweep, "sweep", None) or {}
+    given = fitting.max_batch_of(row.get("command_line") or "")
+    cap = given or fitting.MAX_BATCH
+    cap_words = f"--max-batch {cap}" if given else f"--max-batch's default, {cap}"
+    starts = sorted({s.order[0] for s in sweep.fit if s.order})
+    if len(starts) != 1:   # configurations that start apart (BatchNorm's least batch), or a stand-in without order
+        start = " from each configuration's first" if starts else ""
+        return (f"batches doubling{start} up to {cap_words}, until one did not fit, then bisection between the largest "
+                "that fit and the smallest that did not" + _orders(sweep))
+    first = starts[0]
+    flag = "--per-device-batch " if json.loads(row.get("config_json") or "{}").get("per_device_batch") == first else ""
+    return (f"batches {_doubling(first, cap)} (from {flag}{first}, doubling up to {cap_words}) until one did not fit, "
+            "then bisection between the largest that fit and the smallest that did not" + _orders(sweep))
+
+
+def _orders(sweep) -> str:
+    tried = [f"{s.name} {', '.join(str(b) for b in s.order)}" for s in sweep.fit if s.order]
+    return f" (tried, in order: {'; '.join(tried)})" if tried else ""
+
+
 def blocks(sweep) -> list:
     if not sweep.fit:
         return []
@@ -137,9 +201,7 @@ def blocks(sweep) -> list:
         c = _measured(sweep, s)
         tokens = c.tokens_per_s_per_device if c is not None and c.tokens_per_sample else math.nan
         measured_peak = peak_mib(c) if c is not None else None
-        largest = (str(s.largest) + ("" if c is not None else " (by its trial; not measured)") if s.largest is not None
-                   else "none within the budget")
-        rows.append([s.workload, s.label, largest, size(s.peak_at(s.largest)), _why_not(s),
+        rows.append([s.workload, s.label, _largest_cell(s, c), size(s.peak_at(s.largest)), _why_not(s),
                      size(measured_peak) if c is not None else "; ".join(
                          f"at {b}: {size(p)} (over)" for b, p in s.ran_over) or "–",
                      fmt(c.samples_per_s) if c else "–",
@@ -151,8 +213,7 @@ def blocks(sweep) -> list:
            if u == "GPU" else "the largest rank's peak RSS")
     b = [("h", 2, "The largest batch that fits"),
          ("p", f"Per configuration, the largest per-device batch whose measured peak stayed within "
-               f"{size(sweep.fit[0].budget_mib)} per {u} ({how}): batches 1, 2, 4, ... until one did not fit, then "
-               "bisection, each trial a warm-up step and a measured one in fresh processes; then each measured as a sweep "
+               f"{size(sweep.fit[0].budget_mib)} per {u} ({how}): {_search_words(sweep)}, each trial a warm-up step and a measured one in fresh processes; then each measured as a sweep "
                "measures it, at its own largest batch; where that measured run passed the budget, the batch did not fit, "
                "and the next smaller one was measured."),
          ("table", ["workload", "configuration", f"largest batch per {u}", "its peak in the trial", "smallest that did not fit",

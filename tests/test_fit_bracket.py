@@ -1,0 +1,94 @@
+"""The H200 transformer fit (sweep 4 of examples/h200-2026-11-27/gpu.sqlite) as a GPU user read it (trial C, findings
+1, 7 and 11): its search ran 8, 16, 12, 14, 15 under the old rule (--per-device-batch 8 --max-batch 16); held to
+today's, 12 fits and 14 does not, and 13 was never tried, yet the page read '12' beside 'smallest that did not fit:
+14' as a resolved boundary, described a search of 'batches 1, 2, 4, ...', gave one column's overages in MiB and GiB,
+and its frontier plot labelled the batch-14 runs, over the budget, 'DDP x1 [bf16, adamw]'. Stand-ins built here with
+the store's figures; no GPU needed."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+from bench.analysis import fit
+from bench.report import fit as fit_report
+
+BUDGET = 16384.0
+ORDER = [8, 16, 12, 14, 15]
+# batch -> (stored verdict, device-level peak MiB) as sweep 4 stored DDP x1's trials: 14 kept as fitting by the
+# allocator's peak reserved (15.61 GiB), its device level 16.90 GiB
+DDP = {8: (fit.FITS, 11972.4), 16: (fit.OVER, 19000.0), 12: (fit.FITS, 15266.25), 14: (fit.FITS, 17306.16),
+       15: (fit.OVER, 18372.1)}
+COMMAND = ("./run_bench.sh fit --store results/gpu.sqlite --workloads transformer --strategies ddp,fsdp --precision bf16 "
+           "--optimizer adamw --per-device-batch 8 --max-batch 16 --memory-budget-gib 16 --no-report")
+
+
+def _rows(strategy: str, trials: dict, order: list) -> list:
+    """A fit sweep's results rows as bench.store.read gives them, in the order the search wrote them."""
+    search = f"bench/transformer/{strategy}/cudax1/b0"
+    return [{"result_id": i, "mode": "fit", "status": "ok", "reason": "", "workload": "transformer",
+             "strategy": strategy, "device_type": "cuda", "device_count": 1, "per_device_batch": b,
+             "precision": "bf16", "optimizer": "adamw", "options_json": "{}", "activation_checkpointing": "none",
+             "config_key": f"fit/{strategy}/b{b}",
+             "details_json": json.dumps({"fit": {"search": search, "verdict": trials[b][0], "peak_mib": trials[b][1],
+                                                 "budget_mib": BUDGET, "bench_key": f"bench/{strategy}/b{b}"}})}
+            for i, b in enumerate(order, 1)]
+
+
+def _memory(trials: dict, order: list):
+    return lambda rid: [{"device": "cuda:0", "device_used_mib": trials[order[rid - 1]][1]}]
+
+
+def _sweep(trials=DDP, order=ORDER, command=COMMAND, config=None):
+    [s] = fit.searches(_rows("ddp", trials, order), _memory(trials, order), {"ddp": "DDP"})
+    row = {"command_line": command, "config_json": json.dumps(config if config is not None else {"per_device_batch": 8})}
+    return SimpleNamespace(fit=[s], bench={}, sweep=row), s
+
+
+def _text(blocks) -> str:
+    return " ".join(b[1] for b in blocks if b[0] == "p")
+
+
+def test_an_untried_batch_between_the_largest_that_fits_and_the_smallest_that_did_not_is_said():
+    sweep, s = _sweep()
+    assert s.largest == 12 and s.smallest_not[0] == 14 and s.untried == [13]
+    blocks = fit_report.blocks(sweep)
+    [row] = next(b for b in blocks if b[0] == "table")[2]
+    assert row[2] == ("12 (the largest tried that fits, by its trial; not measured); 13 not tried "
+                      "(./run_bench.sh fit again bisects it)"), row
+    text = _text(blocks)
+    assert "DDP x1 fits 12 (the largest tried; 13 not tried: ./run_bench.sh fit again bisects it) a GPU" in text, text
+
+
+def test_a_measured_run_over_the_budget_names_the_untried_batch_beside_the_largest_tried():
+    sweep, s = _sweep()
+    s.measured = {14: (fit.FITS, 17978.16)}   # the measured run at 14, stored as fitting, 17.56 GiB
+    text = _text(fit_report.blocks(sweep))
+    assert ("DDP x1: 14 ran, but over the 16.00 GiB budget by 1.56 GiB; 12 is the largest tried that fits (by its "
+            "trial; no measured run there); 13 not tried (./run_bench.sh fit again bisects it)") in text, text
+    assert "largest within it: 12" not in text
+
+
+def test_a_boundary_the_trials_bracket_reads_as_resolved():
+    trials = {**DDP, 13: (fit.OVER, 16400.0)}
+    sweep, s = _sweep(trials, ORDER + [13])
+    assert s.untried == []
+    blocks = fit_report.blocks(sweep)
+    [row] = next(b for b in blocks if b[0] == "table")[2]
+    assert row[2] == "12 (by its trial; not measured)" and row[4].startswith("13: peak 16.02 GiB"), row
+    assert "not tried" not in _text(blocks)
+
+
+def test_the_search_is_described_as_the_stored_sweep_ran_it():
+    sweep, s = _sweep()
+    assert s.order == ORDER
+    text = _text(fit_report.blocks(sweep))
+    assert ("batches 8, 16 (from --per-device-batch 8, doubling up to --max-batch 16) until one did not fit, then "
+            "bisection between the largest that fit and the smallest that did not (tried, in order: DDP x1 8, 16, 12, "
+            "14, 15)") in text, text
+    assert "1, 2, 4" not in text
+    # no --per-device-batch and no --max-batch: from 1 up to the default cap
+    trials = {1: (fit.FITS, 2000.0), 2: (fit.FITS, 3000.0), 4: (fit.OVER, 17000.0), 3: (fit.FITS, 4000.0)}
+    sweep, _ = _sweep(trials, [1, 2, 4, 3], command="./run_bench.sh fit --workloads transformer", config={})
+    text = _text(fit_report.blocks(sweep))
+    assert "batches 1, 2, 4, ... (from 1, doubling up to --max-batch's default, 4096)" in text, text
+    assert fit.max_batch_of("fit --max-batch=32") == 32 and fit.max_batch_of("fit --gpus 2") is None
