@@ -19,6 +19,14 @@ def _by_label(sweep, workload: str) -> dict:
     return {c.label: c for c in sweep.bench[workload]}
 
 
+def _unstable(n: int, step_ms: float) -> dict:
+    """One process whose steps alternate 0.7x and 1.3x step_ms: an IQR far above 10% of the median (unstable)."""
+    p = payload(n, step_ms)
+    for row in p["steps"]:
+        row["step_ms"] = step_ms * (0.7 if row["step"] % 2 else 1.3)
+    return p
+
+
 def _jittered(n: int, step_ms: float, window_ms: float) -> dict:
     """Steps alternating step_ms and 1.01x step_ms (a p10-p90 spread of 1%), the window's rate from window_ms a step."""
     p = payload(n, step_ms)
@@ -59,3 +67,37 @@ def test_a_gap_under_the_floor_the_median_steps_do_show_stays_beyond_the_noise(t
     row, said = recommend.answer(alike, "synthetic", alike.bench["synthetic"], "fp32")
     assert "the gap is beyond it" not in " ".join(said) and "by the windows' throughput, not resolved" in " ".join(said)
     assert "not resolved: the median steps alike" in row[8]
+
+
+# Finding 3 ----------------------------------------------------------------------------------------------------------
+
+def test_disjoint_steps_of_one_process_each_say_why_the_gap_stays_open(tmp_path):
+    # DDP x2 steady at 41 ms, ZeRO x2 one unstable process around 100 ms (70-130): the steps do not overlap, yet the
+    # gap stays unresolved (one process each), and the paragraph says why; the lead column stays compact.
+    sw = build(str(tmp_path / "d.sqlite"), [(spec("ddp", 2), payload(2, 41.0)), (spec("zero", 2), _unstable(2, 100.0))])
+    row, said = recommend.answer(sw, "synthetic", sw.bench["synthetic"], "fp32")
+    text = " ".join(said)
+    assert ("the steps of the two processes do not overlap, but one process each: a process-level difference (placement, "
+            "clocks) is not told from the strategy's without --repeats 3") in text, text
+    assert "--repeats 3; rerun with --repeats 3" not in text and text.count("without --repeats 3") == 1
+    assert row[8].endswith("(not resolved: noise not measured, one unstable process, --repeats 3)"), row[8]
+
+
+def test_overlapping_steps_do_not_claim_disjoint(tmp_path):
+    # ZeRO x2's unstable steps (58-112 ms at 80) overlap DDP x2's 70 ms: no disjoint clause, the rerun advice as before.
+    sw = build(str(tmp_path / "o.sqlite"), [(spec("ddp", 2), payload(2, 70.0)), (spec("zero", 2), _unstable(2, 80.0))])
+    text = " ".join(recommend.answer(sw, "synthetic", sw.bench["synthetic"], "fp32")[1])
+    assert "do not overlap" not in text and "rerun with --repeats 3 to tell them apart" in text, text
+
+
+def test_the_committed_rehearsal_and_wrapper_cell_give_the_disjoint_reason(tmp_path, monkeypatch):
+    # The H100 rehearsal: DDP x2 steps 9.7-13.4 ms, ZeRO x2 18.1-77.0 ms, 2.20x, one process each.
+    sweep = example_stores(H100, ("rehearsal.sqlite",), tmp_path, monkeypatch)("rehearsal.sqlite", 1)
+    row, said = recommend.answer(sweep, "synthetic", sweep.bench["synthetic"], "fp32")
+    assert "the steps of the two processes do not overlap, but one process each" in " ".join(said)
+    assert row[8] == "120% (not resolved: one unstable process, --repeats 3)", row[8]
+    # a one-device wrapper that ran one unstable process, its steps all above single's: the cell says why too
+    sw = build(str(tmp_path / "w.sqlite"), [(spec("single", 1), payload(1, 50.0)), (spec("fsdp", 1), _unstable(1, 100.0))])
+    by = _by_label(sw, "synthetic")
+    cell = outlook.wrapper_overhead(by["FSDP x1"], by["single device x1"])
+    assert cell.startswith("wrapper overhead not resolved (") and cell.endswith("is not told from the strategy's without --repeats 3)"), cell

@@ -37,6 +37,7 @@ class Apart:
     noise: stats.Noise
     why: Optional[str] = None        # why it is not told, where the noise is measured but does not speak for a side
     steps: str = ""                  # a gap under LEAD_FLOOR not in the median steps (overhead.steps_alike's words)
+    disjoint: bool = False           # `why` says the two single processes' steps do not overlap (overhead.DISJOINT)
 
 
 unsteady, unsteady_words = stats.unsteady, stats.unsteady_words  # one rule for the report and the forecast
@@ -59,8 +60,10 @@ def apart(faster, slower, name=_label) -> Apart:
         held = (f"and one unstable process is not held against the {stats.percent(noise.fraction)} noise between "
                 f"processes ({noise.source_words()})" if noise.measured
                 else f"and the noise between processes at its precision is {noise.words()}")
+        apart_steps = overhead.disjoint_words(faster, slower)   # why even a 2.2x gap stays open: one process each
         return Apart(gap, None, noise, f"{' and '.join(shaky)} ran one process whose steps spread more than "
-                                       f"{stats.UNSTABLE_IQR_FRACTION:.0%} of their median (unstable), {held}")
+                                       f"{stats.UNSTABLE_IQR_FRACTION:.0%} of their median (unstable), {held}"
+                                       + (f"; {apart_steps}" if apart_steps else ""), disjoint=bool(apart_steps))
     return Apart(gap, gap < noise.fraction if noise.measured else None, noise)
 
 
@@ -167,7 +170,7 @@ def _tie_sentence(pick, fastest, tie: Apart, name=_label) -> str:
         cpu = " (on CPU it times single device again)" if fastest.device_type == "cpu" else ""
         return (f"{name(fastest)} is {faster}, a lead not resolved, so {name(pick)} is recommended: DataParallel{cpu} "
                 f"is recommended only where it is strictly faster, and a lead the noise cannot resolve is not. Not "
-                f"resolved because {held}; rerun with --repeats 3 to tell them apart.")
+                f"resolved because {held}" + ("." if tie.disjoint else "; rerun with --repeats 3 to tell them apart."))
     why = floor_words() if by_floor(tie) else "within the noise"
     return (f"{name(fastest)} is {faster}{steps_clause(tie) or ','} {why}: {name(pick)} is recommended, "
             f"{_why_simpler(pick, fastest)}. The noise: {_noise_words(tie)}.")

@@ -24,6 +24,7 @@ import shlex
 from bench import stats, sweepfile
 from bench.config import DEFAULT_STRATEGIES, ConfigError
 from bench.forecast.outlook import own_baseline
+from bench.forecast.overhead import DISJOINT
 from bench.report import traces as trace_report
 from bench.report import utilisation as utilisation_report
 from bench.report.fit import over_budget
@@ -243,7 +244,8 @@ def _fsdp_beside_ddp(sweep: Sweep, cs: list, best, u: str, name) -> tuple:
     fast = (f"as fast as {other} (less than 1% apart)" if abs(1 - speed) < 0.005
             else f"{abs(1 - speed):.0%} {'slower' if speed < 1 else 'faster'} than {other}")
     told = apart(*sorted((f, d), key=lambda c: -c.samples_per_s), name)
-    flag = (f"{them}'s {abs(1 - speed):.0%} against {'DDP' if them == 'FSDP' else name(d)} is {_margin_note(told)}. "
+    verdict = (f"not resolved: one unstable process, and {DISJOINT}" if told.disjoint else _margin_note(told))
+    flag = (f"{them}'s {abs(1 - speed):.0%} against {'DDP' if them == 'FSDP' else name(d)} is {verdict}. "
             if told.within is None and abs(1 - speed) >= 0.005 else "")   # as the lead column flags such a pair
     one = (f"; at 1 {word} FSDP has nothing to shard across, so its sharding shows only at 2 or more "
            f"{'ranks' if word == 'rank' else u}" if n == 1 else "")
@@ -321,8 +323,8 @@ def _runner_up(best, second, name=_label) -> tuple:
     gap_words = "as fast (less than 1% apart)" if a.gap < 0.005 else slower_words(best.samples_per_s, second.samples_per_s)
     if a.within is None:
         held = a.why if a.why else f"the noise between processes is {a.noise.words()}"
-        return a, (f"The runner-up, {name(second)}, is {gap_words}: not told apart, {held}; rerun with --repeats 3 to "
-                   f"tell them apart.")
+        rerun = "" if a.disjoint else "; rerun with --repeats 3 to tell them apart"   # the disjoint words say it
+        return a, f"The runner-up, {name(second)}, is {gap_words}: not told apart, {held}{rerun}."
     if a.within and by_floor(a):   # where the median steps do not show the gap: not resolved, as the wrapper cell says
         return a, (f"The runner-up, {name(second)}, is only {gap_words}{steps_clause(a) or ':'} {floor_words()} "
                    f"(the noise: {_noise_words(a)}).")
