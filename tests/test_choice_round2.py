@@ -4,10 +4,11 @@ median steps; why a large gap with disjoint steps stays unresolved on one proces
 one shard group ahead of FSDP, said for what they are; the overview's marks as the summary reads."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from bench.forecast import outlook
-from bench.report import recommend
+from bench.report import recommend, training_state
 from conftest import example_stores
 from test_recommend import build, payload, spec
 
@@ -101,3 +102,33 @@ def test_the_committed_rehearsal_and_wrapper_cell_give_the_disjoint_reason(tmp_p
     by = _by_label(sw, "synthetic")
     cell = outlook.wrapper_overhead(by["FSDP x1"], by["single device x1"])
     assert cell.startswith("wrapper overhead not resolved (") and cell.endswith("is not told from the strategy's without --repeats 3)"), cell
+
+
+# Finding 4 ----------------------------------------------------------------------------------------------------------
+
+def test_the_h200_rehearsal_says_its_pick_is_no_recommendation_and_hsdps_lead_unexplained(tmp_path, monkeypatch):
+    sweep = example_stores(H200, ("rehearsal.sqlite",), tmp_path, monkeypatch)("rehearsal.sqlite", 1)
+    configs = sweep.bench["transformer"]
+    row, said = recommend.answer(sweep, "transformer", configs, "fp32")
+    text = " ".join(said)
+    assert "(a rehearsal: not scaling figures and not a recommendation for a real multi-GPU run;" in row[2] and "its lead over FSDP unexplained by the strategy" in row[2], row[2]
+    assert "its figures are not scaling figures, and what it ranks first is no recommendation for a real multi-GPU run" in text
+    assert "at one shard group does FSDP's work plus an all-reduce, so its 144% lead over FSDP x2" in text, text
+    assert "is unexplained by the strategy: rerun with --repeats 3" in text
+    assert "a lead the strategy does not explain: --repeats 3" in "; ".join(training_state.hsdp_meshes(configs))
+
+
+def hsdp(n: int, **kw):
+    return dataclasses.replace(spec("hsdp", n, options=(("shard_size", n),)), **kw)
+
+
+def test_hsdp_one_shard_group_ahead_of_fsdp_is_flagged_only_where_it_leads(tmp_path):
+    # Not a rehearsal: no rehearsal words. HSDP x2 at one shard group 2.44x FSDP x2: unexplained; 9% slower: not.
+    ahead = build(str(tmp_path / "a.sqlite"), [(hsdp(2), payload(2, 41.0)), (spec("fsdp", 2), _unstable(2, 100.0))])
+    row, said = recommend.answer(ahead, "synthetic", ahead.bench["synthetic"], "fp32")
+    assert "unexplained by the strategy" in " ".join(said) and "rehearsal" not in " ".join(said) + row[2], said
+    behind = build(str(tmp_path / "b.sqlite"), [(hsdp(2, repeat=r), payload(2, 110.0 + r * 0.1)) for r in range(3)]
+                   + [(spec("fsdp", 2, repeat=r), payload(2, 100.0 + r * 0.1)) for r in range(3)])
+    row, said = recommend.answer(behind, "synthetic", behind.bench["synthetic"], "fp32")
+    assert "unexplained" not in " ".join(said) + row[2]
+    assert training_state.UNEXPLAINED not in "; ".join(training_state.hsdp_meshes(behind.bench["synthetic"]))

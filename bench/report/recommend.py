@@ -25,6 +25,7 @@ from bench import stats, sweepfile
 from bench.config import DEFAULT_STRATEGIES, ConfigError
 from bench.forecast.outlook import own_baseline
 from bench.forecast.overhead import DISJOINT
+from bench.report import training_state
 from bench.report import traces as trace_report
 from bench.report import utilisation as utilisation_report
 from bench.report.fit import over_budget
@@ -109,6 +110,9 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
            + utilisation_report.clause(best) + (f", or {name(fastest)}, {fastest.samples_per_s:.1f} samples/s{tokens_clause(fastest)}"
                                                 + utilisation_report.clause(fastest) if open_pick else "")
            + f" {where(workload, 'throughput')}."]
+    rehearsed = _rehearsal_sentence(cs)
+    if rehearsed:
+        out.append(rehearsed)
     alone = _unwrapped_missing(best)
     if alone:
         out.append("It is chosen among the strategies swept: no single device x1 with its settings ran in this sweep "
@@ -131,6 +135,9 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
     lead = _runner_up(best, rivals[0], name) if rivals and tie is None else None
     if lead:
         out.append(lead[1])
+    odd = training_state.unexplained_lead(best, cs)   # HSDP at one shard group ahead of FSDP: not the strategy's doing
+    if odd:
+        out.append(odd[0].upper() + odd[1:] + ".")
     dp_cost = "–"
     dp = [c for c in cs if c.strategy == "dp" and c.device_count == best.device_count]
     if best.strategy != "dp" and best.device_count > 1:
@@ -183,11 +190,34 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
         margin = "–" if lead is None else f"{lead[0].gap:.0%} ({_margin_note(lead[0])})"
     row = [workload, precision, name(best), f"{best.samples_per_s:.1f}{tokens_clause(best)}",
            eff, dp_cost, scaling, kind, margin, best.utilisation.mfu_cell() if best.utilisation else "–"]
-    if alone:
-        row[2] = f"{name(best)} ({alone})"
+    notes = ([alone] if alone else []) + _row_notes(best, cs)
+    if notes:
+        row[2] = f"{name(best)} ({'; '.join(notes)})"
     if open_pick:   # no answer yet: no figure of either stands for the row
         row = [workload, precision, unresolved_cell(best, fastest, name)] + ["–"] * 5 + [margin, "–"]
     return row, out
+
+
+REHEARSAL_NOTE = "a rehearsal: not scaling figures and not a recommendation for a real multi-GPU run"
+
+
+def _rehearsal_sentence(cs: list) -> str:
+    """Where any candidate is a rehearsal (ranks sharing one GPU over gloo, bench.shared.rehearsal), what its figures are
+    not: the H200 rehearsal recommended HSDP x2 at 2.44x FSDP x2's throughput on one GPU, as if for a multi-GPU run."""
+    shared = [c for c in cs if rehearsal.shares(c.options)]
+    if not shared:
+        return ""
+    return ("This is a rehearsal (ranks sharing one GPU over gloo, which copies every collective through the host): its "
+            "figures are not scaling figures, and what it ranks first is no recommendation for a real multi-GPU run.")
+
+
+def _row_notes(best, cs: list) -> list:
+    """The recommended cell's qualifiers: a rehearsal's pick (`REHEARSAL_NOTE`), and HSDP at one shard group ahead of
+    its FSDP twin by a lead the strategy does not explain (training_state.unexplained_twin)."""
+    notes = [REHEARSAL_NOTE] if rehearsal.shares(best.options) else []
+    if training_state.unexplained_twin(best, cs) is not None:
+        notes.append("its lead over FSDP unexplained by the strategy: --repeats 3")
+    return notes
 
 
 def _unwrapped_missing(best) -> str:
