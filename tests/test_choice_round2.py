@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from bench.forecast import outlook
-from bench.report import recommend, training_state
+from bench.report import plots, recommend, training_state
 from conftest import example_stores
 from test_recommend import build, payload, spec
 
@@ -132,3 +132,33 @@ def test_hsdp_one_shard_group_ahead_of_fsdp_is_flagged_only_where_it_leads(tmp_p
     row, said = recommend.answer(behind, "synthetic", behind.bench["synthetic"], "fp32")
     assert "unexplained" not in " ".join(said) + row[2]
     assert training_state.UNEXPLAINED not in "; ".join(training_state.hsdp_meshes(behind.bench["synthetic"]))
+
+
+# Finding 6 ----------------------------------------------------------------------------------------------------------
+
+def _marks(fig) -> dict:
+    """label -> [(y, zorder)] of the overview's marks (the lines drawn with no line style and a star or ring)."""
+    out: dict = {}
+    current = None
+    for line in fig.axes[0].get_lines():
+        if line.get_linestyle() == "None" and line.get_marker() in ("*", "o") and line.get_markersize() > 10:
+            current = line.get_label() if not line.get_label().startswith("_") else current
+            out.setdefault(current, []).append((round(float(line.get_ydata()[0])), line.get_zorder()))
+    return out
+
+
+def test_the_overview_stars_no_unresolved_pick_and_draws_marks_behind_the_markers(tmp_path, monkeypatch):
+    # The H100 self-check: bf16's cell reads 'not resolved: --repeats 3 (DDP x1 [bf16], unstable, or DataParallel x1
+    # [bf16])'; its overview starred DDP x1 [bf16] at 85.9k and covered single device fp32's marker at 78.9k.
+    sweep = example_stores(H100, ("selfcheck.sqlite",), tmp_path, monkeypatch)("selfcheck.sqlite", 1)
+    configs = sweep.bench["synthetic"]
+    picks = [recommend.recommended(sweep, configs, p) for p in ("fp32", "bf16")]
+    assert recommend.answer(sweep, "synthetic", configs, "bf16")[0][2].startswith("not resolved: --repeats 3")
+    marks = _marks(plots.overview_figure(configs, "synthetic", "H100", picks))
+    by = _by_label(sweep, "synthetic")
+    assert [y for y, _ in marks["recommended"]] == [round(by["single device x1"].samples_per_s)], marks
+    assert sorted(y for y, _ in marks[plots.OPEN_LABEL]) == sorted(
+        round(by[k].samples_per_s) for k in ("DDP x1 [bf16]", "DataParallel x1 [bf16]")), marks
+    series = min(line.get_zorder() for line in plots.overview_figure(configs, "synthetic", "H100", picks).axes[0].get_lines()
+                 if line.get_markersize() <= 10)
+    assert all(z < series for v in marks.values() for _, z in v), marks

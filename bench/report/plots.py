@@ -138,11 +138,49 @@ def throughput_figure(configs: list, workload: str, where: str) -> Figure:
     return fig
 
 
+def open_pair(pick, configs: list) -> tuple:
+    """(pick, fastest) where the summary's cell for `pick` reads 'not resolved: --repeats 3 (pick, unstable, or
+    fastest)' (bench.report.choice.unresolved, judged among the measured, training configurations of its precision),
+    else (): the H100 self-check's overview starred DDP x1 [bf16] 'recommended' beside that cell. A fit sweep's runs
+    over the budget are not known here; where they change the pick, the star stays as the summary's pick."""
+    from bench.analysis.results import diverged
+    from bench.report import choice
+    cs = [c for c in configs if c.precision == pick.precision and not math.isnan(c.samples_per_s) and not diverged(c)]
+    best, fastest, tie = choice.choose(cs)
+    return (best, fastest) if best is pick and choice.unresolved(best, tie) else ()
+
+
+OPEN_LABEL = "not resolved: --repeats 3"
+
+
+def _marks(configs: list, picks: list) -> tuple:
+    """(starred, ringed): a star on each resolved pick, a ring on both candidates of an unresolved one (`open_pair`)."""
+    star, ring = [], []
+    for p in picks:
+        pair = open_pair(p, configs)
+        ring += [c for c in pair if all(c is not r for r in ring)]
+        star += [] if pair else [p]
+    return star, ring
+
+
+def _draw_marks(ax, star: list, ring: list, k: float) -> None:
+    """Outlines, larger than the series' markers and drawn behind them (zorder 1), so the markers at their point stay
+    seen: two filled stars hid three of six series' markers, and the outline above them still covered the single
+    device fp32 marker at 78.9k (the H100 self-check's synthetic_overview.png)."""
+    for cs, marker, size, label in ((star, "*", 20, "recommended"), (ring, "o", 14, OPEN_LABEL)):
+        for i, c in enumerate(cs):
+            ax.plot([c.device_count], [c.samples_per_s * k], marker=marker, markersize=size, linestyle="none",
+                    markerfacecolor="none", markeredgecolor="#ff7f0e", markeredgewidth=1.6, zorder=1,
+                    label=label if not i else None)
+
+
 def overview_figure(configs: list, workload: str, where: str, picks: list = ()) -> Figure:
     """The first screen's small figure: samples/s against device count, one line per strategy and variant, the ideal
-    line from the 1-device baseline, and a star on each recommended configuration (`picks`)."""
+    line from the 1-device baseline, and a star on each recommended configuration (`picks`), a ring instead on the two
+    candidates where the summary reads 'not resolved' (`_marks`)."""
     style = _series_style(configs)
-    entries = len(_by_series(configs)) + 2   # the series, ideal, recommended
+    star, ring = _marks(configs, list(picks))
+    entries = len(_by_series(configs)) + 1 + bool(star) + bool(ring)   # the series, ideal, the marks drawn
     ncol = 1 if max(len(v["label"]) for v in style.values()) > 34 else 2   # long settings' labels: one column, wider
     rows = math.ceil(entries / ncol)
     # the legend below the axes, two columns, the figure taller by its rows: inside a 3.3-inch figure five variants'
@@ -158,11 +196,7 @@ def overview_figure(configs: list, workload: str, where: str, picks: list = ()) 
     bases = [c for c in configs if c.device_count == 1 and c.strategy == "single"] or [c for c in configs if c.device_count == 1]
     for i, b in enumerate(bases):
         ax.plot(counts, [b.samples_per_s * k * n for n in counts], ":", color="#999999", alpha=0.7, label="ideal" if not i else None)
-    for i, c in enumerate(picks):
-        # an outline, not a filled star: two filled stars hid three of six series' markers at their points (the H100
-        # self-check's synthetic_overview.png)
-        ax.plot([c.device_count], [c.samples_per_s * k], marker="*", markersize=17, linestyle="none", markerfacecolor="none",
-                markeredgecolor="#ff7f0e", markeredgewidth=1.6, zorder=5, label="recommended" if not i else None)
+    _draw_marks(ax, star, ring, k)
     ax.set(xlabel=_devices_label(configs), ylabel=ylabel, xticks=counts)
     ax.set_xlim(min(counts) - 0.5, max(counts) + 0.5)
     ax.set_ylim(bottom=0)
