@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 from bench.analysis import fit
 from bench.report import fit as fit_report
+from bench.report import frontier
 
 BUDGET = 16384.0
 ORDER = [8, 16, 12, 14, 15]
@@ -92,3 +93,18 @@ def test_the_search_is_described_as_the_stored_sweep_ran_it():
     text = _text(fit_report.blocks(sweep))
     assert "batches 1, 2, 4, ... (from 1, doubling up to --max-batch's default, 4096)" in text, text
     assert fit.max_batch_of("fit --max-batch=32") == 32 and fit.max_batch_of("fit --gpus 2") is None
+
+
+def test_one_column_gives_its_overages_in_one_unit():
+    sweep, s = _sweep()
+    s.measured = {14: (fit.FITS, 17978.16)}
+    blocks = fit_report.blocks(sweep)
+    [row] = next(b for b in blocks if b[0] == "table")[2]
+    # 14's trial 922 MiB over, its measured run 1.56 GiB: both in GiB, two decimals
+    assert row[4] == "14: peak 16.90 GiB, over by 0.90 GiB; its measured run: peak 17.56 GiB, over by 1.56 GiB", row
+    assert "MiB" not in row[4]
+    # an overage GiB's two decimals would read as none: the whole column in MiB
+    assert frontier.over_unit([5.0, 1597.0]) == "MiB" and frontier.over_unit([922.16, 1597.0]) == "GiB"
+    assert frontier.over_unit([34.0, 64.0]) is None and frontier.over_unit([1597.0, 1822.0]) is None  # one unit already
+    assert frontier.over_size(922.16, "GiB") == "0.90 GiB" and frontier.over_size(1597.0, "MiB") == "1597 MiB"
+    assert frontier.over_size(0.3) == "307 KiB" and frontier.over_size(922.16) == "922 MiB"   # a lone figure as before

@@ -15,7 +15,7 @@ import math
 from bench import stats
 from bench.analysis import fit as fitting
 from bench.analysis.results import diverged
-from bench.report.frontier import over_size, peak_mib, size
+from bench.report.frontier import over_size, over_unit, peak_mib, size
 from bench.report.pages import fmt
 
 
@@ -40,36 +40,48 @@ def _untried(s) -> str:
     return f"{_gap(s)} not tried ({AGAIN})" if s.untried else ""
 
 
-def _why_not(s) -> str:
+def _unit(ss: list):
+    """The one unit every overage the fit block writes is in (`over_unit`): those of the smallest batch that did not
+    fit (its trial, its measured run) and of the measured runs over the budget."""
+    overs = []
+    for s in ss:
+        nxt = s.smallest_not
+        peaks = [p for _, p in s.ran_over] + [t[3] for t in s.overturned]
+        peaks += [nxt[2], (s.measured_now(nxt[0]) or (None, None))[1]] if nxt else []
+        overs += [p - s.budget_mib for p in peaks if p is not None and p > s.budget_mib]
+    return over_unit(overs)
+
+
+def _why_not(s, unit=None) -> str:
     nxt = s.smallest_not
     if nxt is None:
         return "every batch tried fit (the search's cap)"
     batch, v, peak, reason = nxt
     if v.endswith(fitting.IN_MEASURED_RUN):
         return (f"{batch}: its trial fit (peak {size(s.peak_at(batch))}), its measured run did not "
-                f"({_peak_over(s, v, peak)})")
+                f"({_peak_over(s, v, peak, unit)})")
     if v == fitting.OOM:
         return f"{batch}: out of memory"
     ran = s.measured_now(batch)
-    return (f"{batch}: peak {size(peak)}, over by {over_size(peak - s.budget_mib)}"
-            + (f"; its measured run: {_peak_over(s, ran[0], ran[1])}" if ran else ""))
+    return (f"{batch}: peak {size(peak)}, over by {over_size(peak - s.budget_mib, unit)}"
+            + (f"; its measured run: {_peak_over(s, ran[0], ran[1], unit)}" if ran else ""))
 
 
-def _peak_over(s, verdict: str, peak) -> str:
+def _peak_over(s, verdict: str, peak, unit=None) -> str:
     if peak is None:
         return verdict
-    return (f"peak {size(peak)}, over by {over_size(peak - s.budget_mib)}" if peak > s.budget_mib
+    return (f"peak {size(peak)}, over by {over_size(peak - s.budget_mib, unit)}" if peak > s.budget_mib
             else f"peak {size(peak)}, {verdict}")
 
 
-def _ran_over(sweep, s) -> str:
+def _ran_over(sweep, s, unit=None) -> str:
     """A batch measured and over the budget whose trial, by today's rule, did not fit either (a store judged by an
     older figure): said as such, with the largest batch within the budget, so the page never calls it fitting (the
     H200 fit said 'DDP x1 fits 14' beside '17.56 GiB (over)' and 'nothing fits the budget')."""
     b, peak = s.ran_over[-1]
     c = _measured(sweep, s, b)
     speed = f" ({c.samples_per_s:.1f} samples/s)" if c is not None and not math.isnan(c.samples_per_s) else ""
-    over = (f"over the {size(s.budget_mib)} budget by {over_size(peak - s.budget_mib)}"
+    over = (f"over the {size(s.budget_mib)} budget by {over_size(peak - s.budget_mib, unit)}"
             if peak is not None and peak > s.budget_mib else "out of memory")
     trial = "" if _measured(sweep, s) else " (by its trial; no measured run there)"
     within = ("none verified within the budget" if s.largest is None
@@ -78,13 +90,13 @@ def _ran_over(sweep, s) -> str:
     return f"{s.name}: {b} ran{speed}, but {over}; {within}"
 
 
-def _overturned(ss: list) -> str:
+def _overturned(ss: list, unit=None) -> str:
     """Where a trial fit and its longer measured run did not: both peaks, and the batch that fit instead."""
     said = []
     for s in ss:
         if s.overturned:
             said.append(", ".join(f"{s.name}'s trial at {batch} fit (peak {size(trial_peak)}) but its measured run there "
-                                  f"did not ({_peak_over(s, v, peak)})" for batch, trial_peak, v, peak in s.overturned)
+                                  f"did not ({_peak_over(s, v, peak, unit)})" for batch, trial_peak, v, peak in s.overturned)
                         + (f", so it fits {s.largest}" if s.largest is not None else ", so nothing fits it"))
     if not said:
         return ""
@@ -108,6 +120,7 @@ def sentences(sweep) -> list:
     """One per workload and recipe: how much each configuration fits, and which trains fastest at its largest batch."""
     out = []
     groups: dict = {}
+    unit = _unit(sweep.fit)
     for s in sweep.fit:
         groups.setdefault((s.workload, s.recipe), []).append(s)
     for (workload, recipe), ss in groups.items():
@@ -115,7 +128,7 @@ def sentences(sweep) -> list:
         fits = [s for s in ss if s.largest is not None]
         parts = [f"{s.name} fits {s.largest}" + (f" (the largest tried; {_gap(s)} not tried: {AGAIN})" if s.untried else "")
                  for s in fits if not s.ran_over]
-        said = [_ran_over(sweep, s) for s in ss if s.ran_over]
+        said = [_ran_over(sweep, s, unit) for s in ss if s.ran_over]
         text = f"{workload} [{', '.join(recipe)}]: " + "; ".join(
             ([", ".join(parts) + f" a {u}"] if parts else []) + said or ["nothing fits"])
         none = [s.name for s in ss if s.largest is None and not s.overturned and not s.ran_over]
@@ -133,7 +146,7 @@ def sentences(sweep) -> list:
             text += f"; at its largest batch {ran[0][0].name} trains {ran[0][1].samples_per_s:.1f} samples/s"
         text += "".join(f"; at its largest batch {s.name} did not train ({stats.loss_words(c.loss_not_finite, verdict=False)})"
                         for s, c in lost)
-        text += _overturned(ss)
+        text += _overturned(ss, unit)
         out.append(text + ".")
     return out
 
@@ -196,12 +209,12 @@ def _orders(sweep) -> str:
 def blocks(sweep) -> list:
     if not sweep.fit:
         return []
-    rows = []
+    rows, unit = [], _unit(sweep.fit)
     for s in sweep.fit:
         c = _measured(sweep, s)
         tokens = c.tokens_per_s_per_device if c is not None and c.tokens_per_sample else math.nan
         measured_peak = peak_mib(c) if c is not None else None
-        rows.append([s.workload, s.label, _largest_cell(s, c), size(s.peak_at(s.largest)), _why_not(s),
+        rows.append([s.workload, s.label, _largest_cell(s, c), size(s.peak_at(s.largest)), _why_not(s, unit),
                      size(measured_peak) if c is not None else "; ".join(
                          f"at {b}: {size(p)} (over)" for b, p in s.ran_over) or "–",
                      fmt(c.samples_per_s) if c else "–",

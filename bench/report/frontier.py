@@ -64,9 +64,27 @@ def over_words(peak: float, budget: float) -> str:
     return f"{over_size(peak - budget)} (+{share:.{digits}f}%)"
 
 
-def over_size(over_mib: float) -> str:
-    """An overage in MiB as `size` writes it, under 1 MiB in KiB: never '0 MiB'."""
-    return f"{max(over_mib * 1024, 1):.0f} KiB" if over_mib < 1 else size(over_mib)
+def over_size(over_mib: float, unit: Optional[str] = None) -> str:
+    """An overage in MiB as `size` writes it, under 1 MiB in KiB: never '0 MiB'; with `unit` ('GiB' or 'MiB', from
+    `over_unit`) in that unit whatever its size, so one column reads in one."""
+    if unit == "GiB":
+        return f"{over_mib / 1024:.2f} GiB"
+    if over_mib < 1:
+        return f"{max(over_mib * 1024, 1):.0f} KiB"
+    return f"{over_mib:.0f} MiB" if unit == "MiB" else size(over_mib)
+
+
+GIB_READABLE_MIB = 10.24   # 0.01 GiB: the least overage GiB's two decimals still tell from none
+
+
+def over_unit(overs_mib: list) -> Optional[str]:
+    """The one unit a column's overages are written in: None where `size` writes them all in one already (all under
+    1 GiB: '34 MiB' stays so, not '0.03 GiB'; or all at least 1 GiB); where they straddle 1 GiB, GiB (two decimals, as
+    the page's peaks) if each reads at least 0.01 GiB, else MiB. The H200 fit's column read 'over by 922 MiB' beside
+    'over by 1.14 GiB'."""
+    if all(o < 1024 for o in overs_mib) or all(o >= 1024 for o in overs_mib):
+        return None
+    return "GiB" if all(o >= GIB_READABLE_MIB for o in overs_mib) else "MiB"
 
 
 def per_device_batch(c) -> float:
