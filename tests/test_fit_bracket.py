@@ -108,3 +108,36 @@ def test_one_column_gives_its_overages_in_one_unit():
     assert frontier.over_unit([34.0, 64.0]) is None and frontier.over_unit([1597.0, 1822.0]) is None  # one unit already
     assert frontier.over_size(922.16, "GiB") == "0.90 GiB" and frontier.over_size(1597.0, "MiB") == "1597 MiB"
     assert frontier.over_size(0.3) == "307 KiB" and frontier.over_size(922.16) == "922 MiB"   # a lone figure as before
+
+
+def _config(strategy: str, label: str, batch: int, peak: float, sps: float):
+    return SimpleNamespace(strategy=strategy, label=label, device_type="cuda", device_count=1, global_batch=batch,
+                           samples_per_s=sps, device_mib={"cuda:0": peak}, run_device_mib={}, reserved_mib={},
+                           memory_mib={}, precision="bf16", optimizer="adamw")
+
+
+def _labels(fig) -> list:
+    return sorted(t.get_text() for t in fig.axes[0].texts)
+
+
+def test_the_fit_frontier_plot_names_each_point_s_batch_and_marks_those_over_the_budget_hollow():
+    over = [_config("ddp", "DDP x1 [bf16, adamw]", 14, 17978.16, 226.8),
+            _config("fsdp", "FSDP x1 [bf16, adamw]", 14, 18202.0, 164.4)]
+    fig = frontier.frontier_figure(over, "transformer", "H200", BUDGET)
+    assert _labels(fig) == ["DDP x1 [bf16, adamw] at batch 14 (over)", "FSDP x1 [bf16, adamw] at batch 14 (over)"]
+    ax = fig.axes[0]
+    faces = [c.get_facecolors() for c in ax.collections if len(c.get_offsets())]
+    assert len(faces) == 2 and all(len(f) == 0 or f[0][3] == 0 for f in faces), faces   # hollow
+    legend = ax.get_legend()
+    entries = dict(zip([t.get_text() for t in legend.get_texts()], legend.legend_handles))
+    assert "hollow: over the budget" in entries
+    assert entries["DDP"].get_facecolors()[0][3] == 1, "the strategy's legend entry is filled, its colour"
+    # within the budget at their own batches (a fit sweep's answers): each named with its batch, filled, no '(over)'
+    fits = [_config("ddp", "DDP x1 [bf16, adamw]", 12, 15266.25, 220.0),
+            _config("fsdp", "FSDP x1 [bf16, adamw]", 13, 16000.0, 160.0)]
+    fig = frontier.frontier_figure(fits, "transformer", "H200", BUDGET)
+    assert _labels(fig) == ["DDP x1 [bf16, adamw] at batch 12", "FSDP x1 [bf16, adamw] at batch 13"]
+    assert "hollow: over the budget" not in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    # a sweep at one batch per count, within the budget: labels as they were
+    same = [_config("ddp", "DDP x1 [bf16, adamw]", 12, 15266.25, 220.0)]
+    assert _labels(frontier.frontier_figure(same, "transformer", "H200", BUDGET)) == ["DDP x1 [bf16, adamw]"]

@@ -288,12 +288,17 @@ def frontier_figure(configs: list, workload: str, where: str, budget: Optional[f
     fig.suptitle(f"Speed against peak memory per {'GPU' if cuda else 'process'}\n{workload} on {where}".replace("$", r"\$"))
     counts = sorted({c.device_count for c in configs})
     shown = [c for c in configs if not math.isnan(c.samples_per_s) and peak_mib(c) is not None]
+    over = {id(c) for c in shown if budget and peak_mib(c) > budget}
     seen = set()
     for c in shown:
+        colour, marker = plots.COLORS.get(c.strategy, "#333333"), MARKERS[counts.index(c.device_count) % len(MARKERS)]
         label = STRATEGY_NAMES.get(c.strategy, c.strategy) if c.strategy not in seen else None
         seen.add(c.strategy)
-        ax.scatter([peak_mib(c) / scale], [c.samples_per_s], color=plots.COLORS.get(c.strategy, "#333333"),
-                   marker=MARKERS[counts.index(c.device_count) % len(MARKERS)], s=50, label=label, zorder=3)
+        if label and id(c) in over:   # the strategy's legend entry filled, as its colour, not hollow as this point
+            ax.scatter([], [], color=colour, marker=marker, s=50, label=label)
+            label = None
+        ax.scatter([peak_mib(c) / scale], [c.samples_per_s], facecolors="none" if id(c) in over else colour,
+                   edgecolors=colour, marker=marker, s=50, label=label, zorder=3)
     groups = _groups(shown)  # one frontier per training recipe: precision and optimizer
     for i, ((precision, optimizer), cs) in enumerate(groups.items()):
         line = frontier([(peak_mib(c) / scale, c.samples_per_s) for c in cs])
@@ -313,13 +318,26 @@ def frontier_figure(configs: list, workload: str, where: str, budget: Optional[f
     ax.set_xlim(0, top * 1.15)
     for n in counts if len(counts) > 1 else ():  # at one count the markers tell nothing apart: no 'x1' entry
         ax.scatter([], [], color="#777777", marker=MARKERS[counts.index(n) % len(MARKERS)], label=f"x{n}")
+    if over:
+        ax.scatter([], [], facecolors="none", edgecolors="#777777", marker="o", label="hollow: over the budget")
     what = "GPU, device level over the whole run" if cuda and all(peak_source(c) == "device level" for c in shown) \
         else "GPU (device level; reserved where none)" if cuda else "process, RSS"
     ax.set(xlabel=f"peak memory per {what} ({unit})", ylabel="throughput (samples/s)")
     ax.set_ylim(0, max([c.samples_per_s for c in shown], default=1.0) * 1.12)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    place_labels(fig, ax, [(peak_mib(c) / scale, c.samples_per_s, c.label) for c in shown])
+    place_labels(fig, ax, [(peak_mib(c) / scale, c.samples_per_s, point_label(c, shown, over)) for c in shown])
     return fig
+
+
+def point_label(c, shown: list, over: set) -> str:
+    """A point's label: with its batch where points at one device count ran at several per-device batches (a fit sweep
+    measures each configuration at its own largest; strong scaling's batches differ only between counts) or where it
+    is over the budget, and '(over)' there. The H200 fit's plot labelled 'DDP x1 [bf16, adamw]' the batch-14 runs over
+    its 16 GiB budget, beside a page whose answer was 12."""
+    batches = any(len({per_device_batch(x) for x in shown if x.device_count == n}) > 1
+                  for n in {x.device_count for x in shown})
+    return (c.label + (f" at batch {per_device_batch(c)}" if batches or id(c) in over else "")
+            + (" (over)" if id(c) in over else ""))
 
 
 def save_plots(configs: list, workload: str, where: str, plots_dir: str, budget: Optional[float]) -> dict:
