@@ -4,7 +4,7 @@ table alone (bench.analysis.results: Config.traces).
 Per configuration and rank: what the traced steps held (computation, exposed communication, copies,
 idle: bench.analysis.traces), read from what (the device's kernels by HTA's method, or host operations by the
 suite's adaptation of it), how much of the communication computation hid, how long each rank waited
-in collectives (bench.analysis.waits), and a link to its trace. How busy each GPU is (`busy`): its computation and
+in collectives (bench.analysis.waits), and a link to its trace. How busy each GPU is (`busy`, bench.report.busy): its computation and
 copies per traced step against the measured median step, collectives left out (a kernel waiting for a peer is not
 work), per GPU where one process drives several (DataParallel): the recommendation's bound rests on it. A straggler is
 named only where the same rank waits least in every traced step by more than the measured steps' jitter
@@ -20,165 +20,26 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
 from typing import Optional
 
 from bench.analysis import traces as trace_analysis
 from bench.analysis import waits as wait_analysis
+from bench.report import busy as busy_share
 from bench.report.pages import Link
 from bench.report.plots import _figure, _label
 
-SEGMENTS = (("compute_share", "computation", "#2ca02c"), ("comm_share", "exposed communication", "#d62728"),
-            ("copy_share", "memory copies", "#e377c2"), ("idle_share", "idle", "#c7c7c7"))
+# the busy share lives in bench.report.busy; its names stay reachable here, where the bound and the tables read them
+Busy, busy, per_rank, device_rows, _mean = (busy_share.Busy, busy_share.busy, busy_share.per_rank,
+                                            busy_share.device_rows, busy_share._mean)
+COMPUTE_BOUND_BUSY, SEGMENTS = busy_share.COMPUTE_BOUND_BUSY, busy_share.SEGMENTS
+
 # A traced step this much longer than the measured median is a different step: the profiler's host-side work turned
 # the H100 transformer's 42.9 ms compute-bound step into a 97.8 ms one (busy 94% of the measured step, idle 59% of the
 # traced one), so its shares describe the profiled step, not the measured one (`slow_trace`).
 TRACED_LONGER = 0.20
-COMPUTE_BOUND_BUSY = 0.85  # the GPU's own work fills at least 85% of a measured step: compute-bound, nothing else
 NOISE_FLOOR = 0.10   # the probe is a difference of two medians of a few steps: below 10% of a step, not told apart
 HOW_TO_OPEN = ("Open a trace at https://ui.perfetto.dev (drag the .gz file in), or the sweep's traces in TensorBoard: "
                "`pip install torch-tb-profiler`, then `tensorboard --logdir {folder}`.")
-
-
-def _mean(values) -> float:
-    vs = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    return sum(vs) / len(vs) if vs else math.nan
-
-
-def per_rank(c) -> dict:
-    """rank -> its figures, averaged over repeats; *_per_step_ms divide the traced steps' sums by their count."""
-    out: dict = {}
-    for rank in sorted({t["rank"] for t in c.traces}):
-        rows = [t for t in c.traces if t["rank"] == rank]
-        ok = [t for t in rows if t.get("span_ms") is not None and t.get("steps")]
-        fig = {k: _mean(t.get(k) for t in ok) for k, _, _ in SEGMENTS}
-        fig["overlap_share"] = _mean(t.get("overlap_share") for t in ok)
-        for k in ("span_ms", "wait_ms", "exposed_comm_ms", "comm_ms"):
-            fig[k.replace("_ms", "_per_step_ms")] = _mean(t[k] / t["steps"] if t.get(k) is not None else None for t in ok)
-        fig["trace_mb"] = _mean((t.get("trace_bytes") or 0) / 1e6 if t.get("trace_bytes") else None for t in rows)
-        fig["mb_per_step"] = _mean(t["trace_bytes"] / 1e6 / t["steps"] for t in rows if t.get("trace_bytes") and t.get("steps"))
-        fig["profile_s"] = _mean(t.get("profile_s") for t in rows)
-        fig["traced_step_ms"] = _mean(t.get("traced_step_ms") for t in rows)
-        fig["paths"] = [t["path"] for t in rows if t.get("path")]
-        fig["notes"] = [t.get("error") or t.get("note") for t in rows if t.get("error") or t.get("note")]
-        fig["methods"] = sorted({t["method"] for t in ok if t.get("method")})
-        fig["wait_matches"] = sorted({t["wait_match"] for t in ok if t.get("wait_match")})
-        fig["devices"] = _devices(rank, ok)
-        out[rank] = fig
-    return out
-
-
-def _devices(rank: int, rows: list) -> dict:
-    """'rank R' (one GPU per rank) or 'cuda:D' (a process that drives several) -> {work, comm} ms per traced step,
-    averaged over repeats; {} where the rows were read from host operations. Rows stored before the device's work was
-    (schema 5): computation plus copies outside it, from their shares."""
-    out: dict = {}
-    for t in rows:
-        if t.get("method") != "device_kernels" or not t.get("steps"):
-            continue
-        per = json.loads(t["devices_json"]) if t.get("devices_json") else {}
-        if len(per) <= 1:
-            work = t.get("work_ms")
-            if work is None:
-                work = (t.get("compute_ms") or 0.0) + (t.get("copy_ms") or 0.0)
-            per = {f"rank {rank}": {"work_ms": work, "exposed_comm_ms": t.get("exposed_comm_ms") or 0.0}}
-        else:
-            per = {f"cuda:{d}": v for d, v in per.items()}
-        for d, v in per.items():
-            got = out.setdefault(d, {"work": [], "comm": [], "idle": []})
-            got["work"].append(v["work_ms"] / t["steps"])
-            got["comm"].append((v.get("exposed_comm_ms") or 0.0) / t["steps"])
-            got["idle"].append(v["idle_ms"] / t["steps"] if v.get("idle_ms") is not None else None)
-    return {d: {"work_ms": _mean(v["work"]), "comm_ms": _mean(v["comm"]), "idle_ms": _mean(v["idle"])}
-            for d, v in out.items()}
-
-
-def device_rows(f: dict) -> list:
-    """[(device, {work, exposed comm, idle} as shares of its traced steps)] of a rank that drives several GPUs
-    (DataParallel), each GPU on its own: the rank's own shares are the GPUs' union, where a starved GPU reads busy
-    beside a busy one. [] for a rank with one GPU."""
-    devs, span = f["devices"], f["span_per_step_ms"]
-    if len(devs) < 2 or not span or math.isnan(span):
-        return []
-    return [(d, {k: v[f"{k}_ms"] / span for k in ("work", "comm", "idle")}) for d, v in sorted(devs.items())]
-
-
-@dataclass(frozen=True)
-class Busy:
-    """How busy the GPUs are in a measured step, from their kernels in the traced steps: work (computation and copies;
-    collectives left out: a kernel waiting for a peer is not work) per traced step against the measured median step
-    (a traced step runs slower on the host, the profiler's own work; the kernels' time does not move). `share` is the
-    least busy GPU's, `devices` every GPU's; comm_share: that GPU's collectives outside its work; idle_share: the rest."""
-    share: float
-    work_ms: float
-    step_ms: float
-    device: str
-    devices: dict
-    comm_share: float
-    measured: float = math.nan   # the least busy GPU's work over the step, unclamped
-    span_ms: float = math.nan    # the trace's window per traced step (its steps, to the end of the last one's kernels)
-    traced_ms: float = math.nan  # the traced steps' own wall time (steps of kind 'profile'), where their rows carry it
-
-    @property
-    def idle_share(self) -> float:
-        return max(0.0, 1.0 - self.share - self.comm_share)
-
-    @property
-    def over(self) -> bool:
-        """The kernels add up to more than the steps they ran in (the traced steps' own wall time where known, else the
-        measured step): a measurement error, never 'full'."""
-        held = self.step_ms if math.isnan(self.traced_ms) else self.traced_ms
-        return not math.isnan(self.measured) and self.work_ms > held
-
-    def words(self) -> str:
-        """'GPU busy 38%', with the least and the busiest GPU where there are several; above 100% it says that is an
-        error of the measurement (the committed H100 DeepLabV3 read 'GPU busy 100%' from 111.0 ms in 108.0 ms steps).
-        The busiest is another GPU than the least: two equally busy ranks read 'GPU busy 10% (rank 0; rank 0 10%)'."""
-        if self.over:
-            return f"GPU busy {self.measured:.0%}: over 100%, a measurement error"
-        if len(self.devices) < 2:
-            return f"GPU busy {self.share:.0%}"
-        others = {d: v for d, v in self.devices.items() if d != self.device}  # equally busy GPUs: the other one
-        top = max(others, key=others.get)
-        return f"GPU busy {self.share:.0%} ({self.device}; {top} {self.devices[top]:.0%})"
-
-    def error(self) -> str:
-        """Why a share above 100% is an error, with its likely cause from the trace ('' where it is not over). Each
-        share stands beside the figure it is of: the H100 DeepLabV3's read '103% ... against 108.4 ms (traced steps'
-        own wall time)', where 111.0/108.4 is 102% and the 103% was against the 108.0 ms measured median."""
-        if not self.over:
-            return ""
-        traced = not math.isnan(self.traced_ms)
-        held = f"the traced steps' {self.traced_ms:.1f} ms" if traced else f"the measured step's {self.step_ms:.1f} ms"
-        beyond = self.traced_ms if traced else self.step_ms
-        own = (f" ({self.work_ms / self.traced_ms:.0%} of the traced steps' own wall time, {self.traced_ms:.1f} ms)"
-               if traced else "")
-        cause = ("kernels on overlapping streams counted twice, or kernels outside the traced steps" if
-                 math.isnan(self.span_ms) or self.span_ms <= beyond else
-                 f"the trace's window spans {self.span_ms:.1f} ms a traced step, past {held}, so it counts "
-                 "kernels outside the traced steps (the GPU runs behind the host)")
-        return (f"GPU busy {self.measured:.0%} is a measurement error, not a full GPU: {self.work_ms:.1f} ms of kernels "
-                f"per traced step against the {self.step_ms:.1f} ms measured median step{own}; likely cause: {cause}. "
-                "A compute-bound verdict read on it rests on that error")
-
-
-def busy(c) -> Optional[Busy]:
-    """The bound's evidence (`Busy`) where the traces read the device's kernels; None otherwise (CPU, host operations,
-    no traces). One H100, DeepLabV3 bf16 at batch 8: 23 ms of kernels in a 60 ms step, busy 38%."""
-    step = c.summary.median_ms
-    if not step or math.isnan(step) or step <= 0:
-        return None
-    ranks = per_rank(c)
-    devs = {d: v for f in ranks.values() for d, v in f["devices"].items() if not math.isnan(v["work_ms"])}
-    if not devs:
-        return None
-    measured = {d: v["work_ms"] / step for d, v in devs.items()}
-    shares = {d: min(1.0, v) for d, v in measured.items()}
-    least = min(shares, key=shares.get)
-    comm = min(1.0 - shares[least], devs[least]["comm_ms"] / step) if not math.isnan(devs[least]["comm_ms"]) else 0.0
-    span = _mean(f["span_per_step_ms"] for f in ranks.values())
-    return Busy(shares[least], devs[least]["work_ms"], step, least, shares, max(0.0, comm), measured[least], span,
-                _mean(t.get("traced_step_ms") for t in c.traces))
 
 
 def traced_longer(c, f: dict) -> float:
