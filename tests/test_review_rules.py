@@ -2,10 +2,17 @@
 Stored sweeps built here with test_recommend's helpers; plans resolved without running anything."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
 from test_hsdp_own_figure import fsdp, hsdp, mesh_line, unstable
 from test_recommend import build, payload
 
+from bench.analysis import compare
+from bench.commands import history
+from bench.config import ConfigError
 from bench.report import choice, pages
+from bench.store import read
 
 
 # Finding 7 ----------------------------------------------------------------------------------------------------------
@@ -27,3 +34,24 @@ def test_the_hsdp_gap_is_worded_by_pages_slower_and_faster_words():
     assert pages.slower_words(391.8, 160.9, fast="FSDP") == "59% slower, FSDP 2.44x as fast"
     assert pages.faster_words(391.8, 160.9, "FSDP") == "2.44x as fast, FSDP 59% slower"
     assert pages.faster_words(104.0, 100.0, "FSDP") == "4% faster"
+
+
+# Finding 14 ---------------------------------------------------------------------------------------------------------
+
+def test_history_and_compare_refuse_an_unknown_leave_out_id_through_one_check(tmp_path, monkeypatch):
+    # history's --leave-out copied compare's 'holds no sweep' check and its message; both now call compare.check_held.
+    build(str(tmp_path / "l.sqlite"), [(fsdp(1), payload(1, 100.0))])
+    conn = read.connect(str(tmp_path / "l.sqlite"))
+    try:
+        unknown = r"--leave-out 9: s holds no sweep 9; expected an earlier sweep of it \(it holds 1\)"
+        for check in (lambda: compare.check_leave_out(conn, (9,), 1, None, "s", False),
+                      lambda: history.check_leave_out(conn, (9,), SimpleNamespace(series=[]), "s")):
+            with pytest.raises(ConfigError, match=unknown):
+                check()
+        seen = []
+        monkeypatch.setattr(compare, "check_held", lambda conn, ids, name: seen.append(ids))
+        with pytest.raises(ConfigError, match="no step of this history"):   # history's own rule, after the shared one
+            history.check_leave_out(conn, (9,), SimpleNamespace(series=[]), "s")
+        assert seen == [(9,)]
+    finally:
+        conn.close()

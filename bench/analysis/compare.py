@@ -104,18 +104,25 @@ def _history(conn_a, conn_b, sid_a: int, sid_b: int, row_a: dict, row_b: dict, l
     return {k: v[-limit:] for k, v in out.items()}, {k: v[-limit:] for k, v in labels.items()}
 
 
+def check_held(conn, ids: tuple, store_name: str) -> None:
+    """Each --leave-out id is a sweep the store holds: ConfigError naming the ones it does hold otherwise. compare's
+    and history's --leave-out both start here, so the two commands refuse an unknown id in the same words."""
+    held = set(read.sweep_ids(conn))
+    for i in ids:
+        if i not in held:
+            raise ConfigError(f"--leave-out {i}: {store_name} holds no sweep {i}; expected an earlier sweep of it "
+                              f"(it holds {read.id_runs(sorted(held)) or 'none'})")
+
+
 def check_leave_out(conn, ids: tuple, sid_a: int, sid_b: Optional[int], store_name: str, interleaved: bool) -> None:
     """--leave-out names earlier sweeps of the baseline's store, before both sweeps compared (sid_b None: the
     candidate is in another store): refused (ConfigError) otherwise, and for A/B pairs, which use no earlier sweep."""
     if ids and interleaved:
         raise ConfigError(f"--leave-out {','.join(map(str, ids))}: the two sweeps of an ab run are compared pair by pair, "
                           "with no earlier sweep as evidence; there is nothing to leave out")
-    held = set(read.sweep_ids(conn))
+    check_held(conn, ids, store_name)
     first = min(i for i in (sid_a, sid_b) if i is not None)
     for i in ids:
-        if i not in held:
-            raise ConfigError(f"--leave-out {i}: {store_name} holds no sweep {i}; expected an earlier sweep of it "
-                              f"(it holds {read.id_runs(sorted(held)) or 'none'})")
         if i in (sid_a, sid_b):
             raise ConfigError(f"--leave-out {i}: that is the {'baseline' if i == sid_a else 'candidate'} compared; "
                               f"expected an earlier sweep whose noise should not count")

@@ -17,7 +17,7 @@ import argparse
 from typing import Optional
 
 from bench import config, options
-from bench.analysis import cost
+from bench.analysis import compare, cost
 from bench.analysis import history as hist
 from bench.commands.compare import sweep_ids
 from bench.config import ConfigError
@@ -76,14 +76,11 @@ def check_filters(conn, ns: argparse.Namespace) -> None:
 
 
 def check_leave_out(conn, ids: tuple, h: hist.History, store_name: str) -> None:
-    """--leave-out names sweeps of the store that are some step's earlier evidence, as compare's (check_leave_out):
-    ConfigError otherwise. A sweep is evidence only for steps whose baseline comes after it."""
-    held = set(read.sweep_ids(conn))
+    """--leave-out names sweeps of the store (compare.check_held, compare's own check) that are some step's earlier
+    evidence: ConfigError otherwise. A sweep is evidence only for steps whose baseline comes after it."""
+    compare.check_held(conn, ids, store_name)
     last = max((p.previous for s in h.series for p in s.points if p.previous is not None), default=0)
     for i in ids:
-        if i not in held:
-            raise ConfigError(f"--leave-out {i}: {store_name} holds no sweep {i}; expected an earlier sweep of it "
-                              f"(it holds {read.id_runs(sorted(held)) or 'none'})")
         if i >= last:
             raise ConfigError(f"--leave-out {i}: no step of this history has its baseline after sweep {i} (the last "
                               f"step's is sweep {last}); the evidence is the sweeps before a step's baseline, so leaving "
