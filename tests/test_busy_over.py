@@ -1,4 +1,4 @@
-"""A GPU busy share above 100% is a measurement error, never clamped to a full GPU (bench.report.traces.busy). The
+"""A GPU busy share above 100% is a measurement error, never clamped to a full GPU (bench.report.busy). The
 committed H100 DeepLabV3 single x1 fp32 summed 111.0 ms of kernels per traced step (333.04 ms over 3) against a
 108.0 ms measured step (108.4 ms the traced steps' own) and the report read 'GPU busy 100%', compute-bound."""
 from __future__ import annotations
@@ -10,6 +10,7 @@ import pytest
 
 from bench.report import pages
 from bench.report import traces as trace_report
+from bench.report.busy import busy
 from conftest import example_stores
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "h100-2026-11-26"
@@ -22,7 +23,7 @@ def deeplabv3(tmp_path, monkeypatch):
 
 
 def test_kernels_past_the_step_read_as_a_measurement_error_with_its_likely_cause(deeplabv3, tmp_path):
-    b = trace_report.busy(deeplabv3["single device x1"])
+    b = busy(deeplabv3["single device x1"])
     assert b.over and b.measured == pytest.approx(333.04 / 3 / b.step_ms, rel=1e-3) and b.measured > 1.02
     assert b.words() == "GPU busy 103%: over 100%, a measurement error"
     assert ("GPU busy 103% is a measurement error, not a full GPU: 111.0 ms of kernels per traced step against the "
@@ -32,13 +33,14 @@ def test_kernels_past_the_step_read_as_a_measurement_error_with_its_likely_cause
     md = pages.to_markdown(trace_report.blocks(list(deeplabv3.values()), "deeplabv3"), str(tmp_path))
     assert "| single device x1 | 0 | kernels | 103% (over 100%: a measurement error) |" in md
     assert "single device x1: GPU busy 103% is a measurement error" in md
-    ok = trace_report.busy(deeplabv3["DDP x1"])   # 103.6 ms of kernels in a 110 ms step: 94%, no error
+    ok = busy(deeplabv3["DDP x1"])   # 103.6 ms of kernels in a 110 ms step: 94%, no error
     assert not ok.over and ok.error() == "" and ok.words() == "GPU busy 94%"
 
 
-def test_the_traced_steps_own_wall_time_judges_the_error_where_the_rows_carry_it(deeplabv3):
+def test_the_traced_steps_own_wall_time_stands_beside_the_error(deeplabv3):
     c = deeplabv3["single device x1"]
     slower = dataclasses.replace(c, traces=[dict(t, traced_step_ms=112.0) for t in c.traces])  # kernels fit in them
-    assert not trace_report.busy(slower).over
+    assert busy(slower).over   # 111.0 ms of kernels in a 108.0 ms measured step: judged against the step it prints
+    assert "(99% of the traced steps' own wall time, 112.0 ms)" in busy(slower).error()
     own = dataclasses.replace(c, traces=[dict(t, traced_step_ms=108.4) for t in c.traces])     # the store's 3 steps
-    assert "(102% of the traced steps' own wall time, 108.4 ms)" in trace_report.busy(own).error()
+    assert "(102% of the traced steps' own wall time, 108.4 ms)" in busy(own).error()

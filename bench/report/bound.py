@@ -1,7 +1,7 @@
 """What bounds a configuration's step, in the report's words, with its evidence: data (the loader alone barely keeps up,
 or steps wait for data), a straggler (the traces: the same rank waits least in every traced step, beyond the steps'
 jitter), and on CUDA the GPU's busy share from its kernels (computation and copies, collectives left out;
-bench.report.traces.busy): compute-bound at COMPUTE_BOUND_BUSY or more, else host-bound (with the advice that fits its
+bench.report.busy): compute-bound at COMPUTE_BOUND_BUSY or more, else host-bound (with the advice that fits its
 cause: fewer, larger kernels, or FSDP's CPU offload named as the host's work) or communication-bound by what fills the
 rest, "not measured" without kernel traces (fit's runs are never traced: said so); on CPU what is measured (data,
 exposed communication) and that the rest is not split.
@@ -17,6 +17,7 @@ from bench.analysis.results import Sweep
 from bench.report import comm as comm_report
 from bench.report import levers
 from bench.report import traces as trace_report
+from bench.report.busy import COMPUTE_BOUND_BUSY, busy, percent
 from bench.report.plots import where
 from bench.shared import rehearsal
 
@@ -64,7 +65,7 @@ def bound(sweep: Sweep, workload: str, c) -> tuple:
                 f"On CPU, measured: {data or 'the data wait is not recorded'}{comm_words}; the rest of the step is the "
                 f"processes' own work on the cores, which is not split into computation and the host's overhead on CPU "
                 f"(no device sits idle waiting for it) {where(workload, 'phases')}.")
-    b = trace_report.busy(c)
+    b = busy(c)
     if b is None:
         if not math.isnan(comm) and comm > COMM_BOUND:
             return f"communication ({comm:.0%})", _comm_sentence(c, comm, workload)
@@ -75,7 +76,7 @@ def bound(sweep: Sweep, workload: str, c) -> tuple:
         return "not measured (no kernel traces)", (
             f"What bounds the step is not measured: no kernel traces of {c.label} (on CUDA a few traced steps run after "
             f"every measured window unless --no-profile; a failed profiler says why in the traces' notes); {measured}")
-    if b.share >= trace_report.COMPUTE_BOUND_BUSY:
+    if b.share >= COMPUTE_BOUND_BUSY:
         return f"compute-bound ({b.words()})", _compute_sentence(b, comm_words, workload)
     probe = 0.0 if math.isnan(comm) else comm
     unseen = max(0.0, probe - b.comm_share)   # exposed communication the kernels do not show sits in their idle share
@@ -98,9 +99,9 @@ def _compute_sentence(b, comm_words: str, workload: str) -> str:
     """The compute-bound sentence, its busy share as the label gives it: above 100% a measurement error, never 'fill
     100%' (the H100 DeepLabV3 read 'fill 100% of a 108.0 ms step (111.0 ms from its kernel traces)' beside its label's
     'GPU busy 103%: over 100%, a measurement error')."""
-    floor = f"{trace_report.COMPUTE_BOUND_BUSY:.0%} or more reads compute-bound"
+    floor = f"{COMPUTE_BOUND_BUSY:.0%} or more reads compute-bound"
     if b.over:
-        return (f"Compute-bound, on a measurement error: the GPU's computation and copies sum to {b.measured:.0%} of a "
+        return (f"Compute-bound, on a measurement error: the GPU's computation and copies sum to {percent(b.measured)} of a "
                 f"{b.step_ms:.1f} ms step ({b.work_ms:.1f} ms from its kernel traces), over 100%: a measurement error, "
                 f"not a full GPU, and the verdict ({floor}) rests on it{comm_words} (table: {workload}: profiler "
                 f"traces, with its likely cause).")

@@ -4,6 +4,7 @@
 copies per traced step against the measured median step, collectives left out: a kernel waiting for a peer is not work).
 
     busy(c) -> Busy or None          per_rank(c) -> {rank: figures}          device_rows(f) -> [(device, shares)]
+    percent(share) -> '103%'         # past 100% never printed as '100%'
 """
 from __future__ import annotations
 
@@ -80,19 +81,27 @@ def device_rows(f: dict) -> list:
     return [(d, {k: v[f"{k}_ms"] / span for k in ("work", "comm", "idle")}) for d, v in sorted(devs.items())]
 
 
+def percent(share: float) -> str:
+    """'103%'; a share over 100% that rounds to 100% keeps a decimal ('100.3%'), so 'over 100%' never stands beside a
+    figure that reads 100%."""
+    text = f"{share:.0%}"
+    return f"{share:.1%}" if share > 1.0 and text == "100%" else text
+
+
 @dataclass(frozen=True)
 class Busy:
     """How busy the GPUs are in a measured step, from their kernels in the traced steps: work (computation and copies;
     collectives left out: a kernel waiting for a peer is not work) per traced step against the measured median step
     (a traced step runs slower on the host, the profiler's own work; the kernels' time does not move). `share` is the
-    least busy GPU's, `devices` every GPU's; comm_share: that GPU's collectives outside its work; idle_share: the rest."""
+    least busy GPU's, at most 1 (`over` and `measured` say where its kernels exceed the step); `devices` every GPU's,
+    unclamped; comm_share: that GPU's collectives outside its work; idle_share: the rest."""
     share: float
     work_ms: float
     step_ms: float
     device: str
     devices: dict
     comm_share: float
-    measured: float = math.nan   # the least busy GPU's work over the step, unclamped
+    measured: float = math.nan   # the least busy GPU's work over the measured median step, unclamped
     span_ms: float = math.nan    # the trace's window per traced step (its steps, to the end of the last one's kernels)
     traced_ms: float = math.nan  # the traced steps' own wall time (steps of kind 'profile'), where their rows carry it
 
@@ -102,22 +111,24 @@ class Busy:
 
     @property
     def over(self) -> bool:
-        """The kernels add up to more than the steps they ran in (the traced steps' own wall time where known, else the
-        measured step): a measurement error, never 'full'."""
-        held = self.step_ms if math.isnan(self.traced_ms) else self.traced_ms
-        return not math.isnan(self.measured) and self.work_ms > held
+        """The least busy GPU's kernels add up to more than the measured median step, the step every printed share is
+        of: a measurement error, never 'full'. One step for the verdict and its figure: judged against the traced
+        steps, 111 ms of kernels beside a 108.4 ms traced step and a 112 ms median read 'GPU busy 99%: over 100%', and
+        beside a 115 ms traced step and a 108 ms median a silent 'GPU busy 100%'."""
+        return not math.isnan(self.measured) and self.measured > 1.0
 
     def words(self) -> str:
         """'GPU busy 38%', with the least and the busiest GPU where there are several; above 100% it says that is an
         error of the measurement (the committed H100 DeepLabV3 read 'GPU busy 100%' from 111.0 ms in 108.0 ms steps).
         The busiest is another GPU than the least: two equally busy ranks read 'GPU busy 10% (rank 0; rank 0 10%)'."""
         if self.over:
-            return f"GPU busy {self.measured:.0%}: over 100%, a measurement error"
+            return f"GPU busy {percent(self.measured)}: over 100%, a measurement error"
         if len(self.devices) < 2:
-            return f"GPU busy {self.share:.0%}"
+            return f"GPU busy {percent(self.share)}"
         others = {d: v for d, v in self.devices.items() if d != self.device}  # equally busy GPUs: the other one
         top = max(others, key=others.get)
-        return f"GPU busy {self.share:.0%} ({self.device}; {top} {self.devices[top]:.0%})"
+        beyond = ": over 100%, a measurement error" if others[top] > 1.0 else ""
+        return f"GPU busy {percent(self.share)} ({self.device}; {top} {percent(others[top])}{beyond})"
 
     def error(self) -> str:
         """Why a share above 100% is an error, with its likely cause from the trace ('' where it is not over). Each
@@ -125,18 +136,27 @@ class Busy:
         own wall time)', where 111.0/108.4 is 102% and the 103% was against the 108.0 ms measured median."""
         if not self.over:
             return ""
+        own = (f" ({percent(self.work_ms / self.traced_ms)} of the traced steps' own wall time, {self.traced_ms:.1f} ms)"
+               if not math.isnan(self.traced_ms) else "")
+        return (f"GPU busy {percent(self.measured)} is a measurement error, not a full GPU: {self.work_ms:.1f} ms of "
+                f"kernels per traced step against the {self.step_ms:.1f} ms measured median step{own}; likely cause: "
+                f"{self._cause()}. A compute-bound verdict read on it rests on that error")
+
+    def _cause(self) -> str:
+        """The likely cause of kernels past the measured step: where they fit the traced steps' own wall time, the
+        kernels ran longer there than in the measured steps; else the trace's window where it reaches past the traced
+        step, or streams counted twice."""
         traced = not math.isnan(self.traced_ms)
-        held = f"the traced steps' {self.traced_ms:.1f} ms" if traced else f"the measured step's {self.step_ms:.1f} ms"
+        if traced and self.work_ms <= self.traced_ms:
+            return (f"the kernels fit the traced steps' {self.traced_ms:.1f} ms but not the measured step: they ran "
+                    "longer under the profiler than in the measured steps, or kernels on overlapping streams were "
+                    "counted twice")
         beyond = self.traced_ms if traced else self.step_ms
-        own = (f" ({self.work_ms / self.traced_ms:.0%} of the traced steps' own wall time, {self.traced_ms:.1f} ms)"
-               if traced else "")
-        cause = ("kernels on overlapping streams counted twice, or kernels outside the traced steps" if
-                 math.isnan(self.span_ms) or self.span_ms <= beyond else
-                 f"the trace's window spans {self.span_ms:.1f} ms a traced step, past {held}, so it counts "
-                 "kernels outside the traced steps (the GPU runs behind the host)")
-        return (f"GPU busy {self.measured:.0%} is a measurement error, not a full GPU: {self.work_ms:.1f} ms of kernels "
-                f"per traced step against the {self.step_ms:.1f} ms measured median step{own}; likely cause: {cause}. "
-                "A compute-bound verdict read on it rests on that error")
+        held = f"the traced steps' {beyond:.1f} ms" if traced else f"the measured step's {beyond:.1f} ms"
+        if math.isnan(self.span_ms) or self.span_ms <= beyond:
+            return "kernels on overlapping streams counted twice, or kernels outside the traced steps"
+        return (f"the trace's window spans {self.span_ms:.1f} ms a traced step, past {held}, so it counts kernels "
+                "outside the traced steps (the GPU runs behind the host)")
 
 
 def busy(c) -> Optional[Busy]:
@@ -149,10 +169,10 @@ def busy(c) -> Optional[Busy]:
     devs = {d: v for f in ranks.values() for d, v in f["devices"].items() if not math.isnan(v["work_ms"])}
     if not devs:
         return None
-    measured = {d: v["work_ms"] / step for d, v in devs.items()}
-    shares = {d: min(1.0, v) for d, v in measured.items()}
-    least = min(shares, key=shares.get)
-    comm = min(1.0 - shares[least], devs[least]["comm_ms"] / step) if not math.isnan(devs[least]["comm_ms"]) else 0.0
+    measured = {d: v["work_ms"] / step for d, v in devs.items()}   # every GPU's, unclamped: past 1.0 an error, said
+    least = min(measured, key=measured.get)
+    share = min(1.0, measured[least])   # the bound's figure; `over` says where the measured one passes the step
+    comm = min(1.0 - share, devs[least]["comm_ms"] / step) if not math.isnan(devs[least]["comm_ms"]) else 0.0
     span = _mean(f["span_per_step_ms"] for f in ranks.values())
-    return Busy(shares[least], devs[least]["work_ms"], step, least, shares, max(0.0, comm), measured[least], span,
+    return Busy(share, devs[least]["work_ms"], step, least, measured, max(0.0, comm), measured[least], span,
                 _mean(t.get("traced_step_ms") for t in c.traces))

@@ -25,6 +25,7 @@ from typing import Optional
 from bench.analysis import traces as trace_analysis
 from bench.analysis import waits as wait_analysis
 from bench.report import busy as busy_share
+from bench.report.busy import percent
 from bench.report.pages import Link
 from bench.report.plots import _figure, _label
 
@@ -166,6 +167,13 @@ def figure(configs: list, workload: str, where: str):
     return fig
 
 
+def _busy_cell(share: float) -> str:
+    """A GPU's busy share of the measured step: '94%', '103% (over 100%: a measurement error)', '–' where not read."""
+    if math.isnan(share):
+        return "–"
+    return percent(share) + (" (over 100%: a measurement error)" if share > 1.0 else "")
+
+
 def _fmt(v, spec: str = ".1f", suffix: str = "") -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:{spec}}{suffix}"
 
@@ -182,14 +190,12 @@ def blocks(configs: list, workload: str) -> list:
             link = _trace_cell(f)
             read_from = ", ".join(trace_analysis.READ_FROM.get(m, m) for m in f["methods"]) or "–"
             mine = {d: v for d, v in (b.devices if b else {}).items() if d in f["devices"]}
-            gpu = ", ".join(f"{d} {v:.0%}" if len(mine) > 1 else f"{v:.0%}" for d, v in mine.items()) or "–"
-            if b is not None and b.over and b.device in mine:
-                gpu = f"{b.measured:.0%} (over 100%: a measurement error)"
+            gpu = ", ".join(("" if len(mine) < 2 else f"{d} ") + _busy_cell(v) for d, v in mine.items()) or "–"
             rows.append([_label(c), str(rank), read_from, gpu] + [_fmt(f[k] * 100, ".0f", "%") for k, _, _ in SEGMENTS]
                         + [traced_cell(c, f), _fmt(f["overlap_share"] * 100, ".0f", "%"), _fmt(f["wait_per_step_ms"], ".2f"),
                            _fmt(f["trace_mb"], ".2f"), _fmt(f["mb_per_step"], ".3f"), _fmt(f["profile_s"], ".1f"), link])
             for d, sh in device_rows(f):  # the rank's row above is its GPUs' union: each GPU's own shares
-                rows.append([_label(c), f"{rank}, {d}", read_from, _fmt(mine.get(d, math.nan) * 100, ".0f", "%"),
+                rows.append([_label(c), f"{rank}, {d}", read_from, _busy_cell(mine.get(d, math.nan)),
                              _fmt(sh["work"] * 100, ".0f", "% (with copies)"), _fmt(sh["comm"] * 100, ".0f", "%"), "–",
                              _fmt(sh["idle"] * 100, ".0f", "%"), traced_cell(c, f)] + ["–"] * 6)
             lines += [f"{_label(c)}, rank {rank}: {n}" for n in f["notes"]]
