@@ -180,8 +180,8 @@ def _flops(f: float) -> str:
 def plan_warnings(items: list, cfg: SweepConfig, machine=None) -> list:
     """Lines said before a plan starts that it will not go as a user expects: a CPU plan guessed at hours (the 1.4b
     sweep file, meant for GPUs, was promised in '2.3 min' on a 2-core CPU and would have taken days) with its biggest
-    contributor, and a transformer whose fp32 state cannot fit this host's RAM. Warnings, not refusals: the guess is
-    rough, and a user may mean it."""
+    contributor, and a transformer configuration whose fp32 state and activations cannot fit this host's RAM.
+    Warnings, not refusals: the guess is rough, and a user may mean it."""
     runs = [i for i in items if isinstance(i, RunSpec)]
     out = []
     total = estimate_s(runs, cfg, machine)
@@ -209,20 +209,28 @@ def state_bytes(r: RunSpec) -> Optional[int]:
 
 
 def ram_warnings(runs: list, cfg: SweepConfig, machine=None) -> list:
-    """One line per CPU transformer configuration whose fp32 weights, gradients and optimizer state (`state_bytes`)
-    alone exceed this host's RAM. The plan's memory check (bench.sweep.resolve) refuses a plan none of whose
-    configurations fits, by the same count; this warns of each one that does not, in a plan where another may."""
+    """One line per CPU transformer configuration that does not fit this host's RAM by transformer.host_bytes (fp32
+    weights, gradients and optimizer state plus each process's activations, per host), at the batch the plan's memory
+    check counts (transformer.floor_batch). That check (bench.sweep.resolve.check_cpu_ram) refuses a plan none of
+    whose configurations fits, by the same function; this warns of each one that does not, in a plan where another
+    does. It once counted the state alone, over every node's processes: a configuration whose state fit but whose
+    state and activations did not was neither refused (another fit) nor warned of."""
     ram = getattr(machine, "host_memory_bytes", None)
     if cfg.device != "cpu" or not ram:
         return []
+    given = cfg.per_device_batch or cfg.global_batch   # what resolve hands check_transformer_memory
     over = {}
     for r in runs:
-        b = state_bytes(r) if r.mode == "bench" else None
-        if b and b > ram:
-            over.setdefault((r.strategy, r.device_count, r.optimizer), b)
-    return [f"WARNING: transformer {s} x{n} [{opt}] holds at least {b / 2**30:.1f} GiB of fp32 weights, gradients and "
-            f"{opt} state in this host's RAM, more than its {ram / 2**30:.1f} GiB: it will likely run out of memory"
-            for (s, n, opt), b in over.items()]
+        if r.mode != "bench" or state_bytes(r) is None:
+            continue
+        batch = transformer.floor_batch(r, given)
+        total, act, state = transformer.host_bytes(r, transformer.spec_shape(r), batch)
+        if total > ram:
+            over.setdefault((r.strategy, r.device_count, r.optimizer), (total, act, state, batch))
+    return [f"WARNING: transformer {s} x{n} [{opt}] holds at least {t / 2**30:.1f} GiB in one host's RAM ({st / 2**30:.1f} "
+            f"GiB of fp32 weights, gradients and {opt} state, {a / 2**30:.1f} GiB of activations at {b} sequence(s) per "
+            f"device), more than its {ram / 2**30:.1f} GiB: it will likely run out of memory"
+            for (s, n, opt), (t, a, st, b) in over.items()]
 
 
 def _text(v) -> str:

@@ -208,12 +208,12 @@ def _size(b: float) -> str:
 
 
 def check_transformer_memory(cfg: SweepConfig, machine: Machine, shape, items: list, given_batch=None) -> None:
-    """Refuses a transformer that no configuration of the sweep could hold, by transformer.memory_floor's lower bounds:
-    its fp32 weights against every device of the largest configuration together (with FSDP's CPU offload, the nodes'
-    RAM too), and the least any configuration needs on one device (activations at the batch given, --micro-batch or
-    --per-device-batch, else at 1 sequence, where `fit` starts; plus its share of the weights: all of them, a 1/n shard
-    under FSDP, none with FSDP's CPU offload) against one device's memory (CUDA: the largest GPU's; CPU: the host's
-    RAM). Unknown memory (None): not checked. On CPU every process's state sits in the host's RAM: `check_cpu_ram`."""
+    """Refuses a transformer that no configuration of the sweep could hold, by transformer.memory_floor's lower bounds.
+    CUDA only (on CPU every process's state sits in the host's RAM: `check_cpu_ram`): its fp32 weights against every
+    GPU of the largest configuration together (with FSDP's CPU offload, the nodes' RAM too), and the least any
+    configuration needs on one GPU (activations at the batch given, --micro-batch or --per-device-batch, else at 1
+    sequence, where `fit` starts; plus its share of the weights: all of them, a 1/n shard under FSDP, none with FSDP's
+    CPU offload) against the largest GPU's memory. Unknown memory (None): not checked."""
     cuda = cfg.device == "cuda"
     device = max(machine.gpu_memory_bytes, default=None) if cuda else machine.host_memory_bytes
     runs = [s for s in items if isinstance(s, RunSpec) and s.mode == "bench" and s.workload == "transformer"]
@@ -221,56 +221,50 @@ def check_transformer_memory(cfg: SweepConfig, machine: Machine, shape, items: l
         return
     if not cuda:
         return check_cpu_ram(runs, shape, device, given_batch)
-    what = "GPU memory" if cuda else "RAM"
     params = transformer.parameters(shape)
     weights = 4 * params
     shape_flags = "--transformer-preset, --transformer-width or --transformer-layers"
     offload = lambda s: s.strategy in FSDP_BASED and s.option("offload", "none") == "cpu"  # noqa: E731
 
     def pool(s: RunSpec) -> int:
-        host = (machine.host_memory_bytes or 0) * s.nodes
-        return device * s.device_count + (host if offload(s) else 0) if cuda else host
+        return device * s.device_count + ((machine.host_memory_bytes or 0) * s.nodes if offload(s) else 0)
 
     largest = max(runs, key=pool)
     if weights > pool(largest):
-        if cuda:
-            n = largest.device_count
-            held = (f"the {n} x {_size(device)} = {_size(device * n)} of GPU memory"
-                    + (" plus the nodes' RAM (FSDP's CPU offload)" if offload(largest) else "")
-                    + f" of this sweep's largest configuration ({largest.strategy} x{n}) together")
-        else:
-            held = f"this host's {_size(pool(largest))} of RAM"
+        n = largest.device_count
+        held = (f"the {n} x {_size(device)} = {_size(device * n)} of GPU memory"
+                + (" plus the nodes' RAM (FSDP's CPU offload)" if offload(largest) else "")
+                + f" of this sweep's largest configuration ({largest.strategy} x{n}) together")
         raise ConfigError(f"transformer of {params:,} parameters: its fp32 weights alone are {_size(weights)} (4 bytes "
-                          f"a parameter), more than {held}; choose a smaller {shape_flags}"
-                          + (", or more devices (--gpus, --nodes)" if cuda else ""))
+                          f"a parameter), more than {held}; choose a smaller {shape_flags}, or more devices (--gpus, "
+                          "--nodes)")
 
     def need(s: RunSpec) -> tuple:
-        w, act = transformer.memory_floor(shape, (s.micro_batch or s.per_device_batch) if given_batch else 1)
+        w, act = transformer.memory_floor(shape, transformer.floor_batch(s, given_batch))
         share = 0 if offload(s) else w // s.device_count if s.strategy in FSDP_BASED else w
         return act + share, act, share, s
 
     total, act, share, least = min((need(s) for s in runs), key=lambda t: t[0])
     if total > device:
-        batch = (least.micro_batch or least.per_device_batch) if given_batch else 1
+        batch = transformer.floor_batch(least, given_batch)
         raise ConfigError(f"transformer of {params:,} parameters at {batch} sequence(s) per device needs at least "
                           f"{_size(total)} on one device ({least.strategy} x{least.device_count}, the least of any "
                           f"configuration): {_size(act)} of activations counted as one saved 16-bit tensor per block "
                           f"({batch} x --seq-len {shape.seq_len} x width {shape.width} x {shape.layers} layers x 2 bytes) "
-                          f"plus {_size(share)} of fp32 weights, more than {'the largest GPU' if cuda else 'this host'}'s "
-                          f"{_size(device)} of {what}; lower --seq-len or --per-device-batch, or choose a smaller {shape_flags}"
-                          + (", or shard it over more devices (--strategies fsdp, --gpus)" if cuda else ""))
+                          f"plus {_size(share)} of fp32 weights, more than the largest GPU's {_size(device)} of GPU "
+                          f"memory; lower --seq-len or --per-device-batch, or choose a smaller {shape_flags}, or shard "
+                          "it over more devices (--strategies fsdp, --gpus)")
 
 
 def check_cpu_ram(runs: list, shape, ram: int, given_batch=None) -> None:
-    """Refuses a CPU transformer plan none of whose configurations fits the host's RAM: its processes' fp32 weights,
-    gradients and optimizer state together (bench.workloads.transformer.state_bytes, the plan's RAM warning's count)
-    plus each process's activations (memory_floor's). Counting the fp32 weights alone let a plan through that the
-    first steps then ran out of memory on (ddp x2 with AdamW holds 16 bytes a parameter in each of its processes)."""
+    """Refuses a CPU transformer plan none of whose configurations fits the host's RAM, by transformer.host_bytes (its
+    processes' fp32 weights, gradients and optimizer state plus each process's activations, per host), the count the
+    plan's RAM warning (bench.sweep.describe.ram_warnings) gives each configuration. Counting the fp32 weights alone
+    let a plan through that the first steps then ran out of memory on (ddp x2 with AdamW holds 16 bytes a parameter
+    in each of its processes)."""
     def need(s: RunSpec) -> tuple:
-        batch = (s.micro_batch or s.per_device_batch) if given_batch else 1
-        act = s.processes * transformer.memory_floor(shape, batch)[1]
-        state = transformer.state_bytes(s)
-        return (act + state) // s.nodes, act, state, batch, s   # the fullest host holds at least the average
+        batch = transformer.floor_batch(s, given_batch)
+        return (*transformer.host_bytes(s, shape, batch), batch, s)
 
     total, act, state, batch, least = min((need(s) for s in runs), key=lambda t: t[0])
     if total <= ram:

@@ -107,7 +107,7 @@ def state_bytes(spec) -> int:
     once per process under single, DataParallel and DDP; ZeRO shards the optimizer state over the processes, FSDP
     all three; HSDP all three within each shard group, held once per group. The CPU memory check counted the weights
     alone (bench.sweep.resolve), so a DDP x2 AdamW run needing 16 bytes a parameter twice passed a check of 4 bytes;
-    the plan's RAM warning (bench.sweep.describe) counts by this function too."""
+    the plan's RAM warning (bench.sweep.describe) counts by this function too, through `host_bytes`."""
     p = parameters(spec_shape(spec))
     n, opt = spec.processes, 4 * OPTIMIZER_STATES[spec.optimizer]
     if spec.strategy == "fsdp":
@@ -115,6 +115,23 @@ def state_bytes(spec) -> int:
     if spec.strategy == "hsdp":
         return (8 + opt) * p * max(1, n // int(spec.option("shard_size") or n))
     return n * 8 * p + (opt * p if spec.strategy == "zero" else n * opt * p)
+
+
+def floor_batch(spec, given) -> int:
+    """The sequences per device the memory floors count a run at: its own (--micro-batch, else --per-device-batch)
+    where the user gave a batch (`given`: --per-device-batch or --global-batch), else 1, where `fit` starts."""
+    return (spec.micro_batch or spec.per_device_batch) if given else 1
+
+
+def host_bytes(spec, shape: Shape, batch: int) -> tuple:
+    """(bytes, activations, state): what the fullest host of a CPU run holds AT LEAST in its RAM: the processes'
+    `state_bytes` plus each process's activations at `batch` sequences (memory_floor's), over its nodes (the fullest
+    host holds at least the average). The plan's RAM refusal (bench.sweep.resolve.check_cpu_ram) and its RAM warning
+    (bench.sweep.describe.ram_warnings) both count by it: the warning once counted the state alone over every node, so
+    a configuration whose state fit but whose state and activations did not was neither refused nor warned of."""
+    act = spec.processes * memory_floor(shape, batch)[1]
+    state = state_bytes(spec)
+    return (act + state) // spec.nodes, act, state
 
 
 def flops_per_token(s: Shape) -> float:
