@@ -204,8 +204,8 @@ def test_a_collective_kernel_waiting_for_a_peer_is_not_the_gpus_work(tmp_path):
     assert f.work_ms == pytest.approx(0.6) and f.comm_ms == pytest.approx(2.1)   # 3 steps: 3 x 200 us, 3 x 700 us
     rows = traces.derive([{"rank": r, "path": _write(tmp_path, f"w{r}", rank(us)), "steps": 3, "device_type": "cuda"}
                           for r, us in ((0, 850), (1, 200))])
-    from bench.report import traces as trace_report
-    b = trace_report.busy(_config(_stored(rows), median_ms=1.0))
+    from bench.report.busy import busy
+    b = busy(_config(_stored(rows), median_ms=1.0))
     assert b.device == "rank 1" and b.share == pytest.approx(0.2) and b.devices["rank 0"] == pytest.approx(0.85)
     assert b.comm_share == pytest.approx(0.7) and b.words() == "GPU busy 20% (rank 1; rank 0 85%)"
 
@@ -224,7 +224,8 @@ def test_dataparallels_gpus_are_read_one_by_one_not_pooled_into_one(tmp_path):
                                                                "2": pytest.approx(0.4), "3": pytest.approx(0.4)}
     rows = traces.derive([{"rank": 0, "path": _write(tmp_path, "dp", events), "steps": 2, "device_type": "cuda"}])
     from bench.report import traces as trace_report
-    b = trace_report.busy(_config(_stored(rows), median_ms=1.0, device_count=4))
+    from bench.report.busy import busy
+    b = busy(_config(_stored(rows), median_ms=1.0, device_count=4))
     assert b.share == pytest.approx(0.2) and b.device == "cuda:1" and b.devices["cuda:0"] == pytest.approx(0.8)
     assert b.words() == "GPU busy 20% (cuda:1; cuda:0 80%)"
     # the traces table: the rank's row is its GPUs' union (80% computation); a row per GPU follows with its own

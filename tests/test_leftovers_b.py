@@ -18,6 +18,7 @@ import pytest
 
 from bench.report import frontier, pages
 from bench.report import traces as trace_report
+from bench.report.busy import busy
 from conftest import example_stores
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "h100-2026-11-26"
@@ -26,7 +27,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "h100-2026-11-26"
 def test_each_busy_share_stands_beside_the_figure_it_is_of(tmp_path, monkeypatch):
     sweep = example_stores(EXAMPLE, ("gpu.sqlite",), tmp_path, monkeypatch)("gpu.sqlite", 1)
     c = {c.label: c for c in sweep.bench["deeplabv3"]}["single device x1"]
-    b = trace_report.busy(c)
+    b = busy(c)
     text = b.error()
     assert text.startswith("GPU busy 103% is a measurement error, not a full GPU: 111.0 ms of kernels per traced step "
                            "against the 108.0 ms measured median step (102% of the traced steps' own wall time, "
@@ -50,8 +51,8 @@ def _two_ranks(work_ms: tuple) -> SimpleNamespace:
 
 
 def test_equally_busy_gpus_name_the_other_one_as_the_busiest():
-    assert trace_report.busy(_two_ranks((10.0, 10.0))).words() == "GPU busy 10% (rank 0; rank 1 10%)"
-    assert trace_report.busy(_two_ranks((30.0, 10.0))).words() == "GPU busy 10% (rank 1; rank 0 30%)"
+    assert busy(_two_ranks((10.0, 10.0))).words() == "GPU busy 10% (rank 0; rank 1 10%)"
+    assert busy(_two_ranks((30.0, 10.0))).words() == "GPU busy 10% (rank 1; rank 0 30%)"
 
 
 def test_the_budget_table_gives_the_recommendations_not_resolved_cell(tmp_path, monkeypatch):

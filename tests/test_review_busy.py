@@ -1,12 +1,13 @@
 """Review mend (findings 1 and 11): the GPU busy share, its 'over 100%' verdict and every figure printed beside them are
 of one step, the measured median. Judged against the traced steps' wall time, 111 ms of kernels beside a 108.4 ms
 traced step and a 112 ms median read 'GPU busy 99%: over 100%, a measurement error'; beside a 115 ms traced step and a
-108 ms median the share was clamped to a silent 'GPU busy 100%'."""
+108 ms median the share was clamped to a silent 'GPU busy 100%'. The traces table's method wording is one table in
+the report layer (bench.report.tracewords)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from bench.report import bound, pages
+from bench.report import bound, pages, tracewords
 from bench.report import traces as trace_report
 from bench.report.busy import busy
 
@@ -51,3 +52,12 @@ def test_a_busier_gpu_past_the_step_is_said_not_clamped():
     b = busy(SimpleNamespace(summary=SimpleNamespace(median_ms=100.0), traces=rows))
     assert not b.over and b.devices["rank 0"] > 1.0
     assert b.words() == "GPU busy 50% (rank 1; rank 0 105%: over 100%, a measurement error)"
+
+
+def test_the_method_wording_is_one_table_in_the_report_layer():
+    from bench.analysis import traces as trace_analysis
+    assert not hasattr(trace_analysis, "method_text") and not hasattr(trace_analysis, "METHODS")
+    assert not hasattr(trace_report, "Busy") and not hasattr(trace_report, "_mean")
+    for method, (cell, how) in tracewords.METHODS.items():
+        assert tracewords.read_from(method) == cell and f"('{cell}'" in how
+        assert how in tracewords.method_text({method}, set())

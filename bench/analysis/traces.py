@@ -20,8 +20,8 @@ is the time of every `cpu_op` on its thread less the communication calls on that
 issued from inside autograd's AccumulateGrad, and a call that blocks is waiting, not computing);
 communication is gloo's own operations (`gloo:all_reduce`, `gloo:broadcast` on gloo's threads, which last until
 every rank has joined) and the calls that issue them (`c10d::allreduce_`, `record_param_comms`). Which of the
-two read a trace is its `method` (METHODS), stored with its figures and shown by the report; a CUDA rank read
-from host operations says why in its note. The breakdown sums to the span with computation first:
+two read a trace is its `method` ('device_kernels' or 'host_ops'), stored with its figures and named by the report
+(bench.report.tracewords); a CUDA rank read from host operations says why in its note. The breakdown sums to the span with computation first:
 communication counts where computation does not hide it (exposed), copies where neither runs, the rest is idle.
 A trace cut to its size limit (bench.rank.tracefile) counts the steps whose work it kept whole, up to the cut.
 
@@ -44,14 +44,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from bench.analysis.waits import Call, match, step_waits, straggler, waits_ms  # noqa: F401 (public here too)
-from bench.analysis.waits import WAIT_MATCHES
 from bench.shared import chrometrace
 
 COMM_CALLS = ("c10d::", "record_param_comms")
 CUT_MARK = "bench: trace cut here"   # bench.rank.tracefile's instant event where it cut a trace
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
-METHODS = {"device_kernels": "the device's kernels (HTA's method)",
-           "host_ops": "host operations (the suite's adaptation of HTA's method, which reads kernels)"}
 
 
 @dataclass
@@ -65,7 +62,7 @@ class Figures:
     idle_ms: float
     overlap_ms: float       # communication under computation
     exposed_comm_ms: float  # communication not under computation
-    method: str = "host_ops"  # what the intervals are: 'device_kernels' or 'host_ops' (METHODS)
+    method: str = "host_ops"  # what the intervals are: 'device_kernels' or 'host_ops'
     work_ms: float = math.nan  # the device's work: computation and copies, collectives left out (device_kernels only)
     devices: dict = field(default_factory=dict)  # device -> {work_ms, comm_ms, exposed_comm_ms, idle_ms} (device_kernels)
 
@@ -361,22 +358,3 @@ def derive(records: list) -> list:
         waits_by_step = by_step.get(row.get("rank"))  # the wait in each traced step: the straggler's evidence
         row["step_waits_json"] = json.dumps(waits_by_step) if waits_by_step else None
     return rows
-
-
-READ_FROM = {"device_kernels": "kernels", "host_ops": "host ops"}
-
-
-def method_text(methods: set, matches: set) -> str:
-    """How the shares and waits of these traces were found: HTA's method on kernels, the suite's adaptation of it on
-    host operations, and how collectives were matched across ranks."""
-    kernels = "on the device's kernels ('kernels'), by Holistic Trace Analysis's method"
-    host = ("on host operations ('host ops': CPU/gloo, or CUDA where the profiler recorded no kernels), by this suite's "
-            "own adaptation of Holistic Trace Analysis's method, which reads kernels only")
-    how = [h for m, h in (("device_kernels", kernels), ("host_ops", host)) if m in methods]
-    if not how:  # rows stored before the method was: it was the kernels where the trace had any
-        how = [kernels + " where the trace has kernels", "else " + host]
-    text = "Shares of the traced steps " + "; ".join(how) + (" (computation first; communication where computation does "
-                                                              "not hide it; then copies; the rest idle)")
-    matched = "; ".join(f"{WAIT_MATCHES[m]}" for m in sorted(matches) if m in WAIT_MATCHES)
-    return (text + "; overlapped: the share of communication under computation; waiting: time in collectives beyond "
-            "the rank that spent least in each" + (f", collectives matched across ranks {matched}" if matched else "") + ".")

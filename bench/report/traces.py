@@ -4,14 +4,13 @@ table alone (bench.analysis.results: Config.traces).
 Per configuration and rank: what the traced steps held (computation, exposed communication, copies,
 idle: bench.analysis.traces), read from what (the device's kernels by HTA's method, or host operations by the
 suite's adaptation of it), how much of the communication computation hid, how long each rank waited
-in collectives (bench.analysis.waits), and a link to its trace. How busy each GPU is (`busy`, bench.report.busy): its computation and
+in collectives (bench.analysis.waits), and a link to its trace. How busy each GPU is (bench.report.busy): its computation and
 copies per traced step against the measured median step, collectives left out (a kernel waiting for a peer is not
 work), per GPU where one process drives several (DataParallel): the recommendation's bound rests on it. A straggler is
 named only where the same rank waits least in every traced step by more than the measured steps' jitter
 (`straggler`). The traces' exposed communication is set beside the probe's, and where they disagree by more than
 the measured steps' noise the report says so.
 
-    busy(c)                          -> Busy or None          # the bound's evidence
     figure(configs, workload, where) -> Figure or None    # drawn beside the phases plot
     blocks(configs, workload)        -> report blocks       # after the workload's tables
 """
@@ -22,17 +21,11 @@ import math
 import os
 from typing import Optional
 
-from bench.analysis import traces as trace_analysis
 from bench.analysis import waits as wait_analysis
-from bench.report import busy as busy_share
-from bench.report.busy import percent
+from bench.report import tracewords
+from bench.report.busy import SEGMENTS, busy, device_rows, per_rank, percent
 from bench.report.pages import Link
 from bench.report.plots import _figure, _label
-
-# the busy share lives in bench.report.busy; its names stay reachable here, where the bound and the tables read them
-Busy, busy, per_rank, device_rows, _mean = (busy_share.Busy, busy_share.busy, busy_share.per_rank,
-                                            busy_share.device_rows, busy_share._mean)
-COMPUTE_BOUND_BUSY, SEGMENTS = busy_share.COMPUTE_BOUND_BUSY, busy_share.SEGMENTS
 
 # A traced step this much longer than the measured median is a different step: the profiler's host-side work turned
 # the H100 transformer's 42.9 ms compute-bound step into a 97.8 ms one (busy 94% of the measured step, idle 59% of the
@@ -188,7 +181,7 @@ def blocks(configs: list, workload: str) -> list:
         b = busy(c)
         for rank, f in per_rank(c).items():
             link = _trace_cell(f)
-            read_from = ", ".join(trace_analysis.READ_FROM.get(m, m) for m in f["methods"]) or "–"
+            read_from = ", ".join(tracewords.read_from(m) for m in f["methods"]) or "–"
             mine = {d: v for d, v in (b.devices if b else {}).items() if d in f["devices"]}
             gpu = ", ".join(("" if len(mine) < 2 else f"{d} ") + _busy_cell(v) for d, v in mine.items()) or "–"
             rows.append([_label(c), str(rank), read_from, gpu] + [_fmt(f[k] * 100, ".0f", "%") for k, _, _ in SEGMENTS]
@@ -238,7 +231,7 @@ def blocks(configs: list, workload: str) -> list:
                   "follows with that GPU's own (computation and copies together). The shares (computation to idle) are "
                   "of the traced steps, whose own wall time the 'traced step ms' column gives: the profiler's work can "
                   "make them longer than the measured median, and past "
-                  f"{TRACED_LONGER:.0%} longer the cell and a note below say so. " + trace_analysis.method_text(methods, matches)),
+                  f"{TRACED_LONGER:.0%} longer the cell and a note below say so. " + tracewords.method_text(methods, matches)),
             ("table", ["configuration", "rank", "read from", "GPU busy (of a measured step)", "computation",
                        "exposed communication", "copies", "idle", "traced step ms", "comm overlapped", "waiting in collectives ms/step",
                        "trace MB", "MB/step", "profiling s", "trace"], rows),
