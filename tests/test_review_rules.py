@@ -78,3 +78,14 @@ def test_a_configuration_whose_state_fits_but_not_with_its_activations_is_warned
     assert [w.split(" holds")[0] for w in warned] == ["WARNING: transformer fsdp x2 [sgd]"], warned
     assert ("holds at least 16.0 GiB in one host's RAM (15.2 GiB of fp32 weights, gradients and sgd state, 0.8 GiB "
             "of activations at 8 sequence(s) per device), more than its 15.8 GiB") in warned[0], warned[0]
+
+
+# Finding 16 ---------------------------------------------------------------------------------------------------------
+
+def test_a_row_storing_its_workload_details_as_null_reads_as_none_for_the_flops_too():
+    # _details read a null 'workload_details' as {}; _flops' own parse (.get(..., {})) raised AttributeError on it
+    from bench.analysis import results
+    null = {"flops_json": None, "details_json": '{"workload_details": null}'}
+    older = {"flops_json": None, "details_json": '{"workload_details": {"flops_per_sample": 3.0e9}}'}
+    assert results._details(null) == {} and results._flops([null]) == {}
+    assert results._flops([null, older]) == {"analytic_per_sample": 3.0e9}

@@ -194,12 +194,9 @@ def _flops(results: list) -> dict:
         if how and not out:
             out = {"flops_per_sample": r.get("flops_per_sample"), "hw_flops_per_sample": r.get("hw_flops_per_sample"),
                    "how": how, "analytic_per_sample": how.get("analytic_per_sample")}
-    if out.get("analytic_per_sample") is None:
-        for r in results:
-            figure = json.loads(r.get("details_json") or "{}").get("workload_details", {}).get("flops_per_sample")
-            if isinstance(figure, (int, float)):
-                out["analytic_per_sample"] = float(figure)
-                break
+    older = [f for f in (_details(r).get("flops_per_sample") for r in results) if isinstance(f, (int, float))]
+    if out.get("analytic_per_sample") is None and older:
+        out["analytic_per_sample"] = float(older[0])
     return out
 
 
@@ -234,7 +231,9 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
             sps.append(summary["samples_per_s"])
             by_repeat[int(r["repeat"])] = summary["samples_per_s"]
     nodes = int(r0["nodes"] or 1)
-    alloc, reserved, level, run_level = _memory(memory, r0["device_type"], int(r0["device_count"]) // nodes if nodes > 1 else 0)
+    ranks_per_node = int(r0["device_count"]) // nodes if nodes > 1 else 0   # 0: one node, every rank on it
+    details = _details(r0)
+    alloc, reserved, level, run_level = _memory(memory, r0["device_type"], ranks_per_node)
     return Config(
         key=r0["config_key"], workload=r0["workload"], strategy=r0["strategy"], device_type=r0["device_type"],
         device_count=int(r0["device_count"]), global_batch=int(r0["global_batch"]), scaling=r0["scaling"] or "weak",
@@ -246,24 +245,24 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         grad_mib=r0["grad_mib"], comm_method=r0["comm_method"], memory_mib=alloc, reserved_mib=reserved, device_mib=level,
         run_device_mib=run_level,
         epoch_wall_s=epochs, epoch_images=int(stats.median(epoch_images)) if epoch_images else None, precision=r0["precision"] or "fp32", channels_last=bool(r0["channels_last"]),
-        compiled=bool(r0["compiled"]), options=json.loads(r0["options_json"] or "{}"), nodes=int(r0["nodes"] or 1),
+        compiled=bool(r0["compiled"]), options=json.loads(r0["options_json"] or "{}"), nodes=nodes,
         timing_method=r0["timing_method"], numerics=json.loads(r0["numerics_json"] or "{}"),
         compile_s=stats.median(r["compile_s"] for r in results), loader_workers=r0["loader_workers"],
         params=r0["params"], data_wait_ms=stats.median(s.get("host_data_ms") for s in slowest), traces=traces,
         warmup_s=stats.median(warmup_s), warmup_steps=int(stats.median(warmup_steps)) if warmup_steps else 0,
         optimizer=r0["optimizer"] if "optimizer" in r0 and r0["optimizer"] else "sgd", state_mib=_state(memory),
         activation_checkpointing=r0.get("activation_checkpointing") or "none", aux=row_aux(r0),
-        tokens_per_sample=_details(r0).get("tokens_per_sample"),
-        input_shape=tuple(_details(r0).get("input_shape") or ()), natural_image_size=_details(r0).get("natural_image_size"),
+        tokens_per_sample=details.get("tokens_per_sample"),
+        input_shape=tuple(details.get("input_shape") or ()), natural_image_size=details.get("natural_image_size"),
         flops=_flops(results), device_names=_device_names(memory),
-        gpu=gpustate.summarise(samples, int(r0["device_count"]) // nodes if nodes > 1 else 0),
+        gpu=gpustate.summarise(samples, ranks_per_node),
         loss_not_finite=_loss_not_finite(results),
     )
 
 
 def _details(r: dict) -> dict:
-    """The workload's details a results row stores (sequence length, input shape, natural image size)."""
-    return json.loads(r["details_json"] or "{}").get("workload_details") or {}
+    """The workload's details a results row stores (sequence length, input shape, an older version's FLOPs); {} if null."""
+    return json.loads(r.get("details_json") or "{}").get("workload_details") or {}
 
 
 def _traced_step_ms(steps: list) -> dict:
@@ -345,7 +344,6 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
         start = json.loads(r["details_json"] or "{}").get("process_start") if r["status"] == "ok" else None
         if start:
             out.process_starts[start] = out.process_starts.get(start, 0) + 1
-    for r in results:
         if r["env_id"] is not None:
             out.env_results.setdefault(r["env_id"], []).append(r["config_key"])
     groups: dict = {}
