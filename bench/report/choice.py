@@ -29,7 +29,7 @@ LEAD_FLOOR = overhead.LEAD_FLOOR   # a gap under 5% is never a lead: let simplic
 
 @dataclass(frozen=True)
 class Apart:
-    """Whether `faster` is told apart from `slower`: gap = faster / slower - 1; within True (a tie: inside the noise,
+    """Whether `faster` is told apart from `slower`: gap = faster / slower - 1 (overhead.throughput_gap); within True (a tie: inside the noise,
     or under LEAD_FLOOR), False (a lead), None (not told: the noise is not measured on this device, or `why`); noise:
     the figure held against, with its source (stats.pair_noise: their repeats, else the sweep's, else selfcheck's)."""
     gap: float
@@ -51,9 +51,9 @@ def apart(faster, slower, name=_label) -> Apart:
     """Whether `faster` is told apart from `slower` (`Apart`). One unstable process on a side is not held against the
     noise of other processes, and the words say that rule, not that those processes were steady: a CPU report read
     'the 12% noise was measured on steady processes' where selfcheck's three processes behind it were all unstable."""
-    gap = faster.samples_per_s / slower.samples_per_s - 1
+    gap = overhead.throughput_gap(faster.samples_per_s, slower.samples_per_s)   # faster / slower - 1
     noise = stats.pair_noise(faster.process_sps, slower.process_sps, faster.noise_fallback)
-    if gap < LEAD_FLOOR:   # the wrapper cell's rule for the same pair (overhead.steps_alike), so the two agree
+    if overhead.under_floor(gap):   # the wrapper cell's floor, on the same gap (overhead.overhead_verdict)
         return Apart(gap, True, noise, steps=overhead.steps_alike(faster, slower))
     shaky = [name(c) for c in (faster, slower) if unsteady(c)]
     if noise.source != "repeats" and shaky:  # unstable first: it holds whether or not a noise figure exists
@@ -64,7 +64,7 @@ def apart(faster, slower, name=_label) -> Apart:
         return Apart(gap, None, noise, f"{' and '.join(shaky)} ran one process whose steps spread more than "
                                        f"{stats.UNSTABLE_IQR_FRACTION:.0%} of their median (unstable), {held}"
                                        + (f"; {apart_steps}" if apart_steps else ""), disjoint=bool(apart_steps))
-    return Apart(gap, gap < noise.fraction if noise.measured else None, noise)
+    return Apart(gap, overhead.within_noise(gap, noise.fraction) if noise.measured else None, noise)
 
 
 def choose(cs: list, name=_label) -> tuple:
@@ -87,7 +87,7 @@ def choose(cs: list, name=_label) -> tuple:
 def by_floor(a: Apart) -> bool:
     """A tie that only the floor makes: a gap under LEAD_FLOOR beyond the measured noise, or with the noise not
     measured. Never "within the noise" then: the noise does not hide it, the suite just does not call it a difference."""
-    return a.within is True and not (a.noise.measured and a.gap < a.noise.fraction)
+    return a.within is True and not (a.noise.measured and overhead.within_noise(a.gap, a.noise.fraction))
 
 
 def floor_words() -> str:
@@ -100,7 +100,7 @@ def _noise_words(a: Apart) -> str:
         return f"{a.noise.words()}; --repeats 3 measures it"
     if a.steps and by_floor(a):   # beyond the noise by the windows alone: not said so where the steps do not show it
         return a.noise.words()
-    if a.gap >= a.noise.fraction:
+    if not overhead.within_noise(a.gap, a.noise.fraction):
         return f"{a.noise.words()}; the gap is beyond it"
     return a.noise.words() + ("" if a.noise.source == "repeats" else
                               " (a single process on at least one side: --repeats 3 measures theirs)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from bench import stats
-from bench.forecast import outlook
+from bench.forecast import overhead
 from bench.report.pages import fmt
 
 
@@ -28,7 +28,7 @@ def efficiency_text(c, spec: str = ".0%", configs: list = ()) -> str:
     looked up by label among `configs`); where that baseline is itself (no single device x1 of its settings ran), it
     says so: no overhead to tell, never '0.0% against' itself."""
     if c.device_count == 1 and c.strategy != "single" and not math.isnan(c.speedup) and c.baseline:
-        if outlook.own_baseline(c):
+        if overhead.own_baseline(c):
             return OWN_BASELINE
         return wrapper_text(c, next((b for b in configs if b.label == c.baseline), None))
     return stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count).text(spec)
@@ -37,12 +37,12 @@ def efficiency_text(c, spec: str = ".0%", configs: list = ()) -> str:
 def speedup_text(c) -> str:
     """The speed-up cell: '–' where a one-device wrapper is its own baseline (no single device x1 of its settings ran),
     as its efficiency says; a 1.00x there reads as a measured tie with single device that never ran."""
-    if c.device_count == 1 and c.strategy != "single" and outlook.own_baseline(c):
+    if c.device_count == 1 and c.strategy != "single" and overhead.own_baseline(c):
         return "–"
     return fmt(c.speedup, ".2f", "x")
 
 
 def wrapper_text(c, base=None) -> str:
     """A one-device wrapper's overhead against its baseline `base`, in the forecast's words for the same row
-    (bench.forecast.outlook.wrapper_overhead: not resolved where either ran one unstable process)."""
-    return outlook.wrapper_overhead(c, base)
+    (bench.forecast.overhead.wrapper_overhead: not resolved where either ran one unstable process)."""
+    return overhead.wrapper_overhead(c, base)

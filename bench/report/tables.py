@@ -23,7 +23,7 @@ from typing import Optional
 from bench import stats
 from bench.analysis import cost, reference
 from bench.analysis.results import STRATEGY_NAMES, Config, Sweep, diverged, label, row_aux, row_variant
-from bench.forecast import outlook
+from bench.forecast import overhead
 from bench.report import bound, comm, frontier, recommend, training_state
 from bench.report.efficiency import efficiency_text
 from bench.report import traces as trace_report
@@ -59,22 +59,17 @@ def _identity(r: dict) -> dict:
 def efficiency_shown(c: Config, configs: list) -> tuple:
     """(shown, note, within noise) of c's efficiency as the report's configurations table shows it. At one device a
     wrapper against single is its overhead, worded by the report's own function (bench.report.efficiency
-    .efficiency_text, from bench.forecast.outlook.wrapper_overhead): the export had no note and within_noise False for
-    'DDP x1: wrapper overhead not resolved (26.0% against single device x1, within the 34% noise)'."""
+    .efficiency_text, from bench.forecast.overhead.overhead_verdict), and within noise is that verdict's: True inside
+    the noise, False beyond it, None where the note says another reason it is not resolved (one unstable process, the
+    median steps alike) or the noise is not measured. The export had no note and within_noise False for 'DDP x1:
+    wrapper overhead not resolved (26.0% against single device x1, within the 34% noise)', and later False, read as
+    resolved, beside 'wrapper overhead not resolved (... by the windows' throughput ...; the median steps ...)'."""
     shown = stats.shown_efficiency(c.efficiency, c.efficiency_noise, c.device_count)
     if not (c.device_count == 1 and c.strategy != "single" and not math.isnan(c.speedup) and c.baseline):
         return shown.shown, shown.note or None, shown.within_noise
     note = efficiency_text(c, ".1%", configs) or None
-    return shown.shown, note, not outlook.own_baseline(c) and _overhead_within_noise(c, configs)
-
-
-def _overhead_within_noise(c: Config, configs: list) -> bool:
-    """Whether a one-device wrapper's overhead is within the noise between processes: the case wrapper_overhead words
-    'not resolved (... within the N% noise)'; not where either side ran one unstable process (that note says why)."""
-    base = next((b for b in configs if b.label == c.baseline), None)
-    if stats.unsteady_words([b for b in (c, base) if b is not None]) or math.isnan(c.efficiency_noise):
-        return False
-    return abs(1 / c.speedup - 1) <= c.efficiency_noise
+    v = overhead.overhead_verdict(c, next((b for b in configs if b.label == c.baseline), None))
+    return shown.shown, note, (v.within_noise if v else False)
 
 
 def _config_row(sweep: Sweep, c: Config, recommended: bool, costs: Optional[cost.Cost], configs: list = ()) -> dict:
