@@ -11,9 +11,9 @@ import pytest
 
 from bench import stats
 from bench.forecast import overhead
-from bench.report import choice, tables
-from test_choice_round2 import _jittered
-from test_recommend import build, spec
+from bench.report import choice, recommend, tables
+from test_choice_round2 import _jittered, _unstable
+from test_recommend import build, payload, spec
 
 SWEEP_NOISE = stats.Noise(0.005, "sweep", "this sweep's spread between the 3 processes of single device x1 on this GPU")
 
@@ -74,3 +74,14 @@ def test_the_export_calls_an_overhead_the_median_steps_leave_open_neither_within
     row = next(r for r in tables.configurations(sweep) if r["label"] == "DataParallel x1")
     assert row["efficiency_note"].startswith("wrapper overhead not resolved (") and "the median steps" in row["efficiency_note"]
     assert row["efficiency_within_noise"] is None
+
+
+def test_the_recommendation_cell_is_the_rules_own_not_a_rendered_answer(tmp_path, monkeypatch):
+    # DDP x1 unstable, DataParallel x1 faster on one process: the summary's cell reads 'not resolved: --repeats 3 (...)'.
+    # The export rendered the whole answer (bound, traces, FSDP beside DDP) per pick to match that string.
+    sweep = build(str(tmp_path / "open.sqlite"), [(spec("ddp", 1), _unstable(1, 10.0)), (spec("dp", 1), payload(1, 6.0))])
+    expected = recommend.answer(sweep, "synthetic", sweep.bench["synthetic"], "fp32")[0][2]
+    monkeypatch.setattr(recommend, "answer", lambda *a, **k: pytest.fail("the export rendered the recommendation"))
+    row = next(r for r in tables.configurations(sweep) if r["recommended"])
+    assert row["label"] == "DDP x1" and row["recommendation_resolved"] is False
+    assert row["recommendation_note"] == expected == "not resolved: --repeats 3 (DDP x1, unstable, or DataParallel x1)"

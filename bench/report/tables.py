@@ -24,7 +24,7 @@ from bench import stats
 from bench.analysis import cost, reference
 from bench.analysis.results import STRATEGY_NAMES, Config, Sweep, diverged, label, row_aux, row_variant
 from bench.forecast import overhead
-from bench.report import bound, comm, frontier, recommend, training_state
+from bench.report import bound, choice, comm, frontier, recommend, training_state
 from bench.report.efficiency import efficiency_text
 from bench.report import traces as trace_report
 from bench.report.cost import price_of
@@ -134,20 +134,31 @@ def gpu_state(g) -> dict:
             "gpu_power_why": g.power_text() if g.power_w is None else None}
 
 
+def _picks(sweep: Sweep, configs: list) -> dict:
+    """id(pick) -> None, or the summary's cell where its pick is no answer yet ('not resolved: --repeats 3 (...)'), for
+    the pick at each precision: the recommendation's own rule (recommend.candidates, choice.choose, choice.unresolved),
+    not its sentences: the export once wrote each whole answer (bound, traces, FSDP beside DDP) to match a string."""
+    name = frontier.names(configs, bool(sweep.fit))   # the summary's names for the cell
+    out = {}
+    for precision in dict.fromkeys(c.precision for c in configs):
+        cs = recommend.candidates(sweep, configs, precision)
+        if cs:
+            best, fastest, tie = choice.choose(cs, name)
+            out[id(best)] = choice.unresolved_cell(best, fastest, name) if choice.unresolved(best, tie) else None
+    return out
+
+
 def configurations(sweep: Sweep, prices: Optional[cost.Prices] = None) -> list:
     """One row per configuration of the sweep, in the report's order; those without a measurement after them."""
     price = price_of(sweep, prices)
     rows = []
     for workload, configs in sweep.bench.items():
-        picks = {id(p) for p in (recommend.recommended(sweep, configs, precision)   # the summary's own pick
-                                 for precision in dict.fromkeys(c.precision for c in configs)) if p is not None}
+        picks = _picks(sweep, configs)
         costs = cost.of_configs(configs, price.per_device_hour) if price else {}
         rows += [_config_row(sweep, c, id(c) in picks, costs.get(c.key) if price else None, configs) for c in configs]
-        for row in rows[-len(configs):]:   # the summary's cell where its pick is no answer yet ('not resolved: ...')
-            if row["recommended"]:
-                cell = recommend.answer(sweep, workload, configs, row["precision"])[0][2]
-                row["recommendation_resolved"] = not cell.startswith("not resolved")
-                row["recommendation_note"] = None if row["recommendation_resolved"] else cell
+        for c, row in zip(configs, rows[-len(configs):]):   # the summary's cell where its pick is no answer yet
+            if id(c) in picks:
+                row.update(recommendation_resolved=picks[id(c)] is None, recommendation_note=picks[id(c)])
         if workload == "deeplabv3":
             for row, (_, seconds) in zip(rows[-len(configs):], reference.train_times(configs)[0]):
                 row["reference_train_s"] = seconds
