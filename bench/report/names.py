@@ -2,10 +2,14 @@
 absolute path its processes import), and an image workload's sample by its size (`image_line`).
 
     names = shown_names(workloads); blocks = relabel(blocks, names); line = image_line(workload, configs)
+
+and the device, its unit and a duration as the report's pages write them (`device_title`, `units`, `hms`).
 """
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 
 from bench.workloads.usermodel import display_name
 
@@ -61,3 +65,24 @@ def image_line(workload: str, configs: list) -> str:
         extra.append(f"{workload}'s natural size is {natural}x{natural}, --image-size sets it")
     return (f"A sample is one {' or '.join(size for size, _ in found)} image"
             + (f" ({'; '.join(extra)})" if extra else "") + ".")
+
+
+def device_title(sweep, device_type: str) -> str:
+    """'cuda, 4x NVIDIA A100' or 'cpu, AMD EPYC (2 cores)' from a sweep's (bench.analysis.results.Sweep) environments."""
+    env = sweep.envs[0] if sweep.envs else {}
+    if device_type == "cuda" and env.get("gpu_names"):
+        names = Counter(n.strip() for n in str(env["gpu_names"]).split(","))
+        return "cuda, " + ", ".join(f"{k}x {n}" if k > 1 else n for n, k in names.items())
+    cores = f" ({env['cpu_cores']} cores)" if env.get("cpu_cores") else ""
+    return f"{device_type}, {env.get('cpu_model') or 'unknown CPU'}{cores}"
+
+
+def units(device_type: str) -> str:
+    return "GPUs" if device_type == "cuda" else "processes"
+
+
+def hms(seconds: float) -> str:
+    if seconds is None or math.isnan(seconds):
+        return "–"
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"

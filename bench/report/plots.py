@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Optional
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Iterable, Optional
 
 import matplotlib
 
@@ -28,12 +30,30 @@ SEGMENTS = ("data", "host to device", "forward", "backward (compute)", "exposed 
 SEGMENT_COLORS = ("#8c564b", "#e377c2", "#2ca02c", "#17becf", "#d62728", "#bcbd22", "#c7c7c7")
 
 
-def file_name(workload: str, question: str) -> str:
-    """The plot's file name: <workload>_<question>.png, the workload's name as pages show it, made safe for a path:
-    a model given by path, stored as `/work/main/examples/my_model.py:build`, was `_work_main_examples_my_model.py_build_
-    overview.png` in trial B; it is `my_model_build_overview.png` (usermodel.display_name: the same file whether a caller
-    passes the stored or the shown name)."""
-    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', display_name(workload))}_{question}.png"
+_PAGE: ContextVar = ContextVar("page_workloads", default=())   # the workloads the page being written names (`page`)
+
+
+@contextmanager
+def page(workloads: Iterable[str]):
+    """Within it, `file_name` names each plot by the page's name of its workload among `workloads` (every workload
+    the page names): two models of one short name (/a/my_model.py:build and /b/my_model.py:build) both wrote
+    my_model_build_overview.png, each section showing the second one's plots. Every module that saves or cites a plot
+    (the report's, frontier's, forecast's, traces', the summary's '(plot: ...)') reaches the same name through it."""
+    token = _PAGE.set(tuple(workloads))
+    try:
+        yield
+    finally:
+        _PAGE.reset(token)
+
+
+def file_name(workload: str, question: str, among: Optional[Iterable[str]] = None) -> str:
+    """The plot's file name: <workload>_<question>.png, the workload's name as pages show it among `among` (default:
+    the page's, `page`), made safe for a path: a model given by path, stored as `/work/main/examples/my_model.py:build`,
+    was `_work_main_examples_my_model.py_build_overview.png` in trial B; it is `my_model_build_overview.png`
+    (usermodel.display_name: the same file whether a caller passes the stored or the shown name), and where another of
+    the page's models has that short name, each keeps its path: `_a_my_model.py_build_overview.png`."""
+    shown = display_name(workload, _PAGE.get() if among is None else among)
+    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', shown)}_{question}.png"
 
 
 def where(workload: str, what: str) -> str:

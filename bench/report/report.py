@@ -17,7 +17,6 @@ import json
 import math
 import os
 import sys
-from collections import Counter
 from typing import Optional
 
 from bench import stats
@@ -31,14 +30,13 @@ from bench.report import efficiency
 from bench.report.efficiency import efficiency_text, efficiency_words, speedup_text
 from bench.report import fit as fit_report
 from bench.report import cost as cost_report
-from bench.report import environment, frontier, levers, sidebyside, training_state
+from bench.report import environment, frontier, levers, plots, recommend, sidebyside, training_state
 from bench.report import traces as trace_report
 from bench.report import pages
 from bench.report import utilisation as utilisation_report
 from bench.report.pages import fmt
-from bench.report.recommend import SINGULAR
 from bench.store import store
-from bench.report.names import image_line, relabel, shown_names
+from bench.report.names import device_title, hms, image_line, relabel, shown_names, units
 
 from bench.analysis.results import STRATEGY_NAMES, Sweep, diverged, load, pick_sweep
 
@@ -47,27 +45,6 @@ from bench.analysis.results import STRATEGY_NAMES, Sweep, diverged, load, pick_s
 OWN_BASELINE, wrapper_text = efficiency.OWN_BASELINE, efficiency.wrapper_text
 
 # ---------------------------------------------------------------- words and numbers
-
-def device_title(sweep: Sweep, device_type: str) -> str:
-    """'cuda, 4x NVIDIA A100' or 'cpu, AMD EPYC (2 cores)' from the environments table."""
-    env = sweep.envs[0] if sweep.envs else {}
-    if device_type == "cuda" and env.get("gpu_names"):
-        names = Counter(n.strip() for n in str(env["gpu_names"]).split(","))
-        return "cuda, " + ", ".join(f"{k}x {n}" if k > 1 else n for n, k in names.items())
-    cores = f" ({env['cpu_cores']} cores)" if env.get("cpu_cores") else ""
-    return f"{device_type}, {env.get('cpu_model') or 'unknown CPU'}{cores}"
-
-
-def units(device_type: str) -> str:
-    return "GPUs" if device_type == "cuda" else "processes"
-
-
-def hms(seconds: float) -> str:
-    if seconds is None or math.isnan(seconds):
-        return "–"
-    s = int(round(seconds))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
 
 def name(strategy: str) -> str:
     return STRATEGY_NAMES.get(strategy, strategy)
@@ -153,13 +130,13 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
                     + utilisation_report.cells(c) + ["loss not finite" if diverged(c) else "unstable" if c.unstable else "stable"])
     mem = ["peak allocated MiB (fullest GPU)", "peak reserved MiB", "device level MiB (nvidia-smi)",
            "whole run, device level MiB"] if cuda else ["peak RSS MiB (largest process)"]
-    tok = ["tokens/s (all devices)", f"tokens/s per {SINGULAR[u]}"] if tokens else []
+    tok = ["tokens/s (all devices)", f"tokens/s per {recommend.SINGULAR[u]}"] if tokens else []
     b.append(("table", ["strategy", "precision / settings", u, "global batch", "steps", "repeats", "samples/s", *tok,
                         "speed-up", "efficiency", "median step ms", "p10 ms", "p90 ms", *mem,
                         *utilisation_report.headers(cuda), "stability"], rows))
     if tokens:
         b.append(("p", f"A sample is one sequence of {configs[0].tokens_per_sample} tokens: tokens/s (all devices) is "
-                       f"samples/s x {configs[0].tokens_per_sample}; tokens/s per {SINGULAR[u]} is that over the "
+                       f"samples/s x {configs[0].tokens_per_sample}; tokens/s per {recommend.SINGULAR[u]} is that over the "
                        f"{u} of the configuration (the figure torchtitan and most papers report)."))
     methods = sorted({c.timing_method for c in configs if c.timing_method})
     b.append(("p", f"Throughput is samples over the timed window's wall time ({'; '.join(TIMING.get(m, m) for m in methods) or 'median step'}), "
@@ -244,7 +221,6 @@ def blocks(sweep: Sweep, plot_paths: dict, figures: list = (), memory_budget_gib
     """The whole report as ('h', level, text) / ('p', text) / ('table', headers, rows) / ('img', path, alt) /
     ('imgs', [(path, alt)]): the recommendation first with `figures` (one small figure per workload) right under its
     table, then the evidence per workload, then communication, correctness, problems, environment."""
-    from bench.report import recommend
     s = sweep.sweep
     b: list = [("h", 1, f"DataParallel vs DistributedDataParallel: sweep {s['sweep_id']}")]
     b += recommend.blocks(sweep, figures)
@@ -259,9 +235,13 @@ def blocks(sweep: Sweep, plot_paths: dict, figures: list = (), memory_budget_gib
     return b + relabel(_evidence_blocks(sweep, plot_paths), names)
 
 
+def page_workloads(sweep: Sweep) -> list:
+    """Every workload the page names: measured, failed or skipped, checked for equivalence."""
+    return [*sweep.bench, *(r["workload"] for r in [*sweep.problems, *sweep.equivalence])]
+
+
 def page_names(sweep: Sweep) -> dict:
-    """shown_names of every workload the page names: measured, failed or skipped, checked for equivalence."""
-    return shown_names([*sweep.bench, *(r["workload"] for r in [*sweep.problems, *sweep.equivalence])])
+    return shown_names(page_workloads(sweep))
 
 
 def _evidence_blocks(sweep: Sweep, plot_paths: dict) -> list:
@@ -296,7 +276,6 @@ def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "pl
     """Render plots into plots_dir and report.md + report.html into report_dir, from the store alone.
     sweep_id None: the latest sweep. peak_tflops: report --peak-tflops (default: the sweep's own).
     Returns {'markdown': path, 'html': path, 'plots': [paths]}."""
-    from bench.report import plots
     conn = store.connect(store_path, readonly=True)
     try:
         sweep = load(conn, pick_sweep(conn, sweep_id))
@@ -304,6 +283,14 @@ def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "pl
         conn.close()
     if peak_tflops is not None:
         utilisation.attach(sweep, peak_tflops)
+    with plots.page(page_workloads(sweep)):   # each plot's file named, and cited, by the page's name of its workload
+        bl, saved = _blocks_and_plots(store_path, sweep, plots_dir, memory_budget_gib, prices)
+    md, page, replaced = pages.write(bl, report_dir, "report", f"sweep {sweep.sweep['sweep_id']} of {os.path.abspath(store_path)}")
+    return {"markdown": md, "html": page, "replaced": replaced, "plots": saved}
+
+
+def _blocks_and_plots(store_path: str, sweep: Sweep, plots_dir: str, memory_budget_gib, prices) -> tuple:
+    """(the page's blocks, the paths of the plots saved for it)."""
     names = page_names(sweep)   # each plot's title and file name by the page's name of its workload
     shown = {w: names.get(w, w) for w in sweep.bench}
     title = {w: device_title(sweep, cs[0].device_type) for w, cs in sweep.bench.items()}
@@ -325,20 +312,17 @@ def render(store_path: str, sweep_id: Optional[int] = None, plots_dir: str = "pl
     bl[at:at] = ahead = relabel(forecast.blocks(store_path, sweep, plots_dir, device_title(
         sweep, next(iter(sweep.bench.values()))[0].device_type) if sweep.bench else "", memory_budget_gib), names)
     forecast_plots = [x[1] for x in ahead if x[0] == "img"]
-    md, page, replaced = pages.write(bl, report_dir, "report", f"sweep {sweep.sweep['sweep_id']} of {os.path.abspath(store_path)}")
-    return {"markdown": md, "html": page, "replaced": replaced,
-            "plots": [x[0] for x in figures] + [p for d in plot_paths.values() for p in d.values()] + forecast_plots}
+    return bl, [x[0] for x in figures] + [p for d in plot_paths.values() for p in d.values()] + forecast_plots
 
 
 def first_screen_figure(sweep: Sweep, workload: str, configs: list, plots_dir: str, shown: str = "") -> str:
     """Save the workload's small figure for the first screen (bench.report.plots.overview_figure), the recommended
     configuration of each precision starred; returns its path. shown: the workload's name on the page (title, file)."""
     shown = shown or page_names(sweep).get(workload, workload)
-    from bench.report import plots, recommend
     # the summary's own pick (a fit sweep passes over runs over the budget, a diverged run is no pick)
     picks = [p for p in (recommend.recommended(sweep, configs, precision)
                          for precision in dict.fromkeys(c.precision for c in configs)) if p is not None]
-    path = os.path.join(plots_dir, plots.file_name(shown, "overview"))
+    path = os.path.join(plots_dir, plots.file_name(shown, "overview", page_workloads(sweep)))
     plots.overview_figure(configs, shown, device_title(sweep, configs[0].device_type), picks).savefig(path, dpi=100)
     return path
 

@@ -1,0 +1,75 @@
+"""Review mends 3, 5 and 15 (git diff 5bf2ae3..HEAD): two models of one short name write their own plot files and
+each section and '(plot: ...)' names its own; the overview's star and ring are the summary's pick among the summary's
+candidates (a fit sweep's run over the budget is none); the side-by-side page relabels all its words."""
+from __future__ import annotations
+
+import os
+import re
+
+from bench.report import plots, report
+from bench.store import store
+from bench.sweep import record
+from report_fixtures import COMM_POINTS, measured, memory, spec
+
+JITTER = (1.00, 1.02, 0.98, 1.04, 0.96, 1.01, 0.99, 1.03, 0.97, 1.00)
+
+
+def _two_models(tmp_path) -> tuple:
+    """A stored sweep of /…/a/my_model.py:build and /…/b/my_model.py:build (one short name), the second 1.5x slower,
+    and the all-reduce points a forecast needs."""
+    a, b = f"{tmp_path}/a/my_model.py:build", f"{tmp_path}/b/my_model.py:build"
+    path = str(tmp_path / "s.sqlite")
+    conn = store.connect(path)
+    env_id = store.insert_environment(conn, {"hostname": "h", "cpu_model": "Test CPU", "cpu_cores": 2})
+    sid = store.begin_sweep(conn, f"bench sweep --workloads {a},{b} --gpus 1,2", "{}", env_id)
+    for workload, k in ((a, 1.0), (b, 1.5)):
+        for strategy, count, ms in (("single", 1, 100.0), ("ddp", 1, 102.0), ("ddp", 2, 110.0)):
+            record.record_result(conn, sid, env_id, spec(workload, strategy, count), "ok", "",
+                                 {**measured(count, [ms * k * j for j in JITTER], 64), "grad_bytes": 2**20,
+                                  "memory": memory("cpu", strategy, count, 500.0 * k)})
+    record.record_result(conn, sid, env_id, spec("comm", "ddp", 2, mode="comm"), "ok", "",   # the forecast's network
+                         {"comm": [{"size_bytes": s, "time_ms": t, "iters": 5, "ranks": 2} for s, t in COMM_POINTS]})
+    store.end_sweep(conn, sid, "completed")
+    conn.close()
+    return path, a, b
+
+
+def _sections(md: str, workloads: list) -> dict:
+    """workload -> its evidence section's text ('## <workload>: all configurations' to the next '## ')."""
+    out = {}
+    for w in workloads:
+        start = md.index(f"## {w}: all configurations")
+        nxt = md.find("\n## ", start + 1)
+        out[w] = md[start:nxt if nxt >= 0 else len(md)]
+    return out
+
+
+def test_two_models_of_one_short_name_write_and_show_their_own_plots(tmp_path):
+    path, a, b = _two_models(tmp_path)
+    plots_dir = tmp_path / "plots"
+    out = report.render(path, None, str(plots_dir), str(tmp_path / "rep"))
+    saved = [os.path.basename(p) for p in out["plots"]]
+    assert len(saved) == len(set(saved)), sorted(saved)   # no plot written twice: before, each of b's overwrote a's
+    md = open(out["markdown"]).read()
+    own = {w: plots.file_name(w, "", [a, b])[:-len("_.png")] for w in (a, b)}   # each model's file stem
+    assert own[a] != own[b] and {"my_model_build"} & set(own.values()) == set(), own
+    for w, other in ((a, b), (b, a)):
+        files = [n for n in saved if n.startswith(own[w] + "_")]
+        assert {f"{own[w]}_{q}.png" for q in ("overview", "throughput", "frontier", "forecast")} <= set(files), saved
+        section = _sections(md, [a, b])[w]
+        shown = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", section)
+        assert shown and all(os.path.basename(p).startswith(own[w] + "_") for p in shown), shown
+        assert not any(own[other] + "_" in p for p in shown), shown
+    # every '(plot: ...)' and 'Plot: ...' the page cites is a file it saved
+    cited = re.findall(r"[Pp]lot: ([^\s;)]+\.png)", md)
+    assert cited and set(cited) <= set(saved), (sorted(set(cited) - set(saved)), saved)
+    assert {n for n in cited if n.startswith(own[a])} and {n for n in cited if n.startswith(own[b])}, cited
+
+
+def test_one_model_of_its_short_name_keeps_the_short_file_name_within_a_page_or_without():
+    stored = "/work/main/examples/my_model.py:build"
+    assert plots.file_name(stored, "overview", [stored, "resnet18"]) == "my_model_build_overview.png"
+    with plots.page([stored, "/other/my_model.py:build"]):
+        assert plots.file_name(stored, "overview") == "_work_main_examples_my_model.py_build_overview.png"
+        assert plots.where(stored, "phases").endswith("plot: _work_main_examples_my_model.py_build_phases.png)")
+    assert plots.file_name(stored, "overview") == "my_model_build_overview.png"   # the page's names left with it
