@@ -10,6 +10,7 @@ import pytest
 
 from bench.analysis.results import load, pick_sweep
 from bench.report import forecast as rf
+from bench.report import forecastplots as fp
 from bench.store import store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,8 +23,8 @@ def _blocks(path: str, sid: int, tmp_path, monkeypatch=None) -> tuple:
     figs = []
     if monkeypatch is not None:
         for name in ("figure", "memory_figure"):
-            real = getattr(rf, name)
-            monkeypatch.setattr(rf, name, lambda *a, _real=real, _name=name, **k: figs.append((_name, _real(*a, **k)))
+            real = getattr(fp, name)
+            monkeypatch.setattr(fp, name, lambda *a, _real=real, _name=name, **k: figs.append((_name, _real(*a, **k)))
                                 or figs[-1][1])
     conn = store.connect(path, readonly=True)
     try:
@@ -55,7 +56,7 @@ def test_the_forecasts_memory_is_held_to_the_sweeps_own_budget_and_its_plot_to_t
     labels = fig.legends[0].get_texts()
     assert any("the sweep's 16 GiB budget" in t.get_text().replace("\n", " ") for t in labels)
     # the GPU's 140 GiB, far above the data: named as off the scale, the axis still the data's
-    far = rf.memory_figure("transformer", "test", _memory_lines(), 143155.0, "the GPU's 140 GiB")
+    far = fp.memory_figure("transformer", "test", _memory_lines(), 143155.0, "the GPU's 140 GiB")
     assert far.axes[0].get_ylim()[1] < 2 * 18000
     assert any("the GPU's 140 GiB per device (143155 MiB): above the scale" in t.get_text().replace("\n", " ")
                for t in far.legends[0].get_texts())

@@ -317,16 +317,16 @@ def test_an_unmeasured_interference_is_called_an_assumption_never_a_bound_with_h
 
 
 def test_every_forecast_series_of_a_plot_has_its_own_colour_and_an_assumption_is_marked_on_it(tmp_path):
-    from bench.report import forecast as rf
+    from bench.report import forecastplots as fp
     path = str(tmp_path / "plot.sqlite")
     build(path, [30.0, 31.0, 29.0])
     f, s, inp, m = ddp(path)
     variants = [fs.Setting(s.workload, "ddp", v, s.configs, s.raws, s.single) for v in ("fp32", "bf16", "fp32, compiled",
                                                                                         "bf16, compiled")]
-    assert len(set(rf.colors(variants).values())) == 4          # four DDP settings: four colours (not DDP's one)
+    assert len(set(fp.colors(variants).values())) == 4          # four DDP settings: four colours (not DDP's one)
     assumed = fs.Machine(m.net, itf.assumed("cpu"), m.counts)
     ws = fo.what_ifs(s, inp, assumed, (1, 2, 4))
-    fig = rf.figure("synthetic", "here", [(s, ws, [], ("interference", (-0.2, 0.0)))])
+    fig = fp.figure("synthetic", "here", [(s, ws, [], ("interference", (-0.2, 0.0)))])
     labels = [" ".join(t.get_text().split()) for t in fig.legends[0].get_texts()]   # labels wrap to fit the figure
     assert any("forecast, this network (interference assumed)" in t for t in labels)
     assert any("interference assumed, erred -20% to +0% where measured" in t for t in labels)

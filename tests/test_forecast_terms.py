@@ -69,15 +69,15 @@ def _table_row(out: str, count: int) -> str:
 # ---------------------------------------------------------------- the network inside a node, in words
 
 def test_a_one_gpu_sweeps_forecast_names_its_assumed_network_inside_a_node_in_words_as_its_plot_does():
-    from bench.report import forecast as rf
+    from bench.report import forecastplots as fp
     one_gpu = fs.Machine(nw.network_for({}, nw.PRESETS["h100"], {}, 8, "nccl"), itf.assumed("cuda"))
     inside = fk.assumed_words(one_gpu, [], (2, 4, 8))       # 2-8 GPUs: one node, on the preset's NVLink figures
     assert "assumed, not measured: interference none and the network inside a node (preset h100):" in inside
     assert "between nodes" not in inside                      # no count of these leaves the node
     assert "and the network between nodes (preset h100)" in fk.assumed_words(one_gpu, [], (2, 64))
     # the plot's legend names what the text names: one list (check.assumed), over the counts the plot draws
-    assert rf.assumed_words(one_gpu) == " and ".join(w for w, _ in fk.assumed(one_gpu, fo.DOUBLING))
-    assert rf.assumed_words(one_gpu) == "interference and network inside a node and network between nodes"
+    assert fp.assumed_words(one_gpu) == " and ".join(w for w, _ in fk.assumed(one_gpu, fo.DOUBLING))
+    assert fp.assumed_words(one_gpu) == "interference and network inside a node and network between nodes"
 
 
 def test_the_forecast_command_says_a_typed_network_inside_a_node_is_assumed(tmp_path, capsys):

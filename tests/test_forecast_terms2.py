@@ -12,6 +12,7 @@ from bench.forecast import batches
 from bench.forecast import outlook as fo
 from bench.forecast import settings as fs
 from bench.report import forecast as rf
+from bench.report import forecastplots as fp
 from bench.store import store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,8 +25,8 @@ def _blocks(path: str, sid: int, tmp_path, monkeypatch=None) -> tuple:
     figs = []
     if monkeypatch is not None:
         for name in ("figure", "memory_figure"):
-            real = getattr(rf, name)
-            monkeypatch.setattr(rf, name, lambda *a, _real=real, _name=name, **k: figs.append((_name, _real(*a, **k)))
+            real = getattr(fp, name)
+            monkeypatch.setattr(fp, name, lambda *a, _real=real, _name=name, **k: figs.append((_name, _real(*a, **k)))
                                 or figs[-1][1])
     conn = store.connect(path, readonly=True)
     try:
@@ -135,5 +136,5 @@ def test_the_forecast_legend_explains_only_the_marks_drawn_and_unresolved_lines_
     # a sweep that measured x2: its dot and the check's hollow forecast are drawn, and explained
     from test_report_figures import _forecast_lines
     _, _, lines2 = _forecast_lines(tmp_path / "hand")
-    said = _labels(rf.figure("synthetic", "cpu", lines2))
+    said = _labels(fp.figure("synthetic", "cpu", lines2))
     assert any("measured (dots)" in t and "hollow" in t for t in said), said

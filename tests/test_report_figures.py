@@ -56,7 +56,7 @@ def _forecast_lines(tmp_path, machine=None, variants=("fp32",)) -> tuple:
     from bench.forecast import check as fk
     from bench.forecast import outlook as fo
     from bench.forecast import settings as fs
-    from bench.report import forecast as rf
+    from bench.report import forecastplots as fp
     from bench.store import store
     path = str(tmp_path / "hand.sqlite")
     build_store(path)
@@ -70,15 +70,15 @@ def _forecast_lines(tmp_path, machine=None, variants=("fp32",)) -> tuple:
         sv = fs.Setting(s.workload, "ddp", v, s.configs, s.raws, s.single)
         check = fk.validate(sv, f.runs, None, {}, "")
         lines.append((sv, fo.what_ifs(sv, fs.inputs(sv, m), m, fo.DOUBLING), check,
-                      (rf.assumed_words(m), fk.band(check))))
+                      (fp.assumed_words(m), fk.band(check))))
     return s, m, lines
 
 
 def test_the_forecast_plot_shows_no_one_device_wrapper_as_scaling_efficiency(tmp_path):
-    from bench.report import forecast as rf
+    from bench.report import forecastplots as fp
     s, _, lines = _forecast_lines(tmp_path)
     assert not math.isnan(s.configs[1].efficiency)          # DDP x1 against single: its overhead, measured
-    ax = rf.figure("synthetic", "cpu", lines).axes[0]
+    ax = fp.figure("synthetic", "cpu", lines).axes[0]
     measured = [ln for ln in ax.get_lines() if ln.get_marker() == "o" and ln.get_linestyle() == "None"
                 and str(ln.get_markerfacecolor()) != "none" and len(ln.get_xdata())]   # filled: measured, no line
     assert measured and all(1 not in list(ln.get_xdata()) for ln in measured)
@@ -89,16 +89,16 @@ def test_the_forecast_plot_marks_the_network_inside_a_node_assumed_where_a_prese
     from bench.forecast import interference as itf
     from bench.forecast import network as nw
     from bench.forecast import settings as fs
-    from bench.report import forecast as rf
+    from bench.report import forecastplots as fp
     _, measured_x2, _ = _forecast_lines(tmp_path)     # the sweep measured the all-reduce and interference at x2
     assert measured_x2.net.node.measured and not measured_x2.net.net.measured
-    assert rf.assumed_words(measured_x2) == "network between nodes"
+    assert fp.assumed_words(measured_x2) == "network between nodes"
     # a one-GPU sweep on an H100: both levels of its network are the preset's, and interference is not measured
     one_gpu = fs.Machine(nw.network_for({}, nw.PRESETS["h100"], {}, 8, "nccl"), itf.assumed("cuda"))
-    said = rf.assumed_words(one_gpu)
+    said = fp.assumed_words(one_gpu)
     assert said == "interference and network inside a node and network between nodes"
     _, _, lines = _forecast_lines(tmp_path / "one", machine=one_gpu)
-    labels = [" ".join(t.get_text().split()) for t in rf.figure("synthetic", "cuda", lines).legends[0].get_texts()]
+    labels = [" ".join(t.get_text().split()) for t in fp.figure("synthetic", "cuda", lines).legends[0].get_texts()]
     assert any("network inside a node" in t and "assumed" in t for t in labels), labels
 
 
@@ -115,16 +115,16 @@ def test_the_forecast_plots_legends_fit_inside_their_figures(tmp_path):
     from bench.forecast import interference as itf
     from bench.forecast import network as nw
     from bench.forecast import settings as fs
-    from bench.report import forecast as rf
+    from bench.report import forecastplots as fp
     one_gpu = fs.Machine(nw.network_for({}, nw.PRESETS["h100"], {}, 8, "nccl"), itf.assumed("cuda"))
     # the committed H100 examples' longest labels: every assumption named, two and four settings of DDP
     for variants in (("fp32", "bf16"), ("fp32", "bf16", "fp32, compiled", "bf16, compiled")):
         _, _, lines = _forecast_lines(tmp_path / str(len(variants)), machine=one_gpu, variants=variants)
-        fig = rf.figure("deeplabv3", "cuda, NVIDIA H100 80GB HBM3", lines)
+        fig = fp.figure("deeplabv3", "cuda, NVIDIA H100 80GB HBM3", lines)
         texts = [t.get_text() for t in fig.legends[0].get_texts()]   # one entry per setting, the marks' meaning once
         assert sum(t.startswith("DDP [") for t in texts) == len(variants) and len(texts) <= len(variants) + 6, texts
         _inside(fig)
-        _inside(rf.memory_figure("deeplabv3", "cuda, NVIDIA H100 80GB HBM3",
+        _inside(fp.memory_figure("deeplabv3", "cuda, NVIDIA H100 80GB HBM3",
                                  [(s, ws[0][1]) for s, ws, _, _ in lines], 80 * 1024))
 
 
