@@ -5,11 +5,12 @@ the export."""
 from __future__ import annotations
 
 import math
+import sqlite3
 from types import SimpleNamespace
 
 import pytest
 
-from bench import stats
+from bench import results, stats
 from bench.forecast import overhead
 from bench.report import choice, recommend, tables
 from test_choice_round2 import _jittered, _unstable
@@ -85,3 +86,19 @@ def test_the_recommendation_cell_is_the_rules_own_not_a_rendered_answer(tmp_path
     row = next(r for r in tables.configurations(sweep) if r["recommended"])
     assert row["label"] == "DDP x1" and row["recommendation_resolved"] is False
     assert row["recommendation_note"] == expected == "not resolved: --repeats 3 (DDP x1, unstable, or DataParallel x1)"
+
+
+def test_a_gpu_busy_share_the_report_calls_a_measurement_error_is_empty_with_why(tmp_path):
+    # The export wrote the clamped 1.0 where the report read 'GPU busy 103%: over 100%, a measurement error'.
+    from report_fixtures import build_h100_store
+    path = str(tmp_path / "h100.sqlite")
+    build_h100_store(path)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE traces SET work_ms = steps * 1000.0")   # 1 s of kernels a traced step: far past any step
+    conn.commit()
+    conn.close()
+    c = results.load(path).configurations.set_index("label")
+    ddp = c.loc["DDP x1 [bf16]"]
+    assert ddp.gpu_busy_share is None or math.isnan(ddp.gpu_busy_share)
+    assert ddp.gpu_busy_device
+    assert "measurement error" in ddp.gpu_busy_why and ddp.gpu_busy_why.startswith("GPU busy ")

@@ -25,8 +25,8 @@ from bench.analysis import cost, reference
 from bench.analysis.results import STRATEGY_NAMES, Config, Sweep, diverged, label, row_aux, row_variant
 from bench.forecast import overhead
 from bench.report import bound, choice, comm, frontier, recommend, training_state
+from bench.report import busy as busy_share
 from bench.report.efficiency import efficiency_text
-from bench.report import traces as trace_report
 from bench.report.cost import price_of
 from bench.report.report import memory_text
 from bench.store import read
@@ -95,8 +95,7 @@ def _config_row(sweep: Sweep, c: Config, recommended: bool, costs: Optional[cost
     row["loader_alone_samples_per_s"] = sweep.loader.get(c.device_count)
     kind, why = bound.bound(sweep, c.workload, c)
     row.update(bound=bound.bound_category(kind), bound_detail=kind, bound_why=why, recommended=recommended)
-    busy = trace_report.busy(c)   # the bound's evidence on CUDA: the least busy GPU's work over a measured step
-    row.update(gpu_busy_share=busy.share if busy else None, gpu_busy_device=busy.device if busy else None)
+    row.update(busy_columns(busy_share.busy(c)))
     row["epochs"] = len(c.epoch_wall_s)
     row["epoch_wall_s_median"] = stats.median(c.epoch_wall_s) if c.epoch_wall_s else math.nan
     if costs is not None:
@@ -118,6 +117,17 @@ def _config_row(sweep: Sweep, c: Config, recommended: bool, costs: Optional[cost
             if isinstance(value, SCALAR):
                 row[name] = value
     return row
+
+
+def busy_columns(b) -> dict:
+    """The bound's evidence on CUDA (bench.report.busy.Busy, None without kernel traces): the least busy GPU's work over
+    a measured step, and that GPU. Where the report calls the share a measurement error (`over`: the kernels add up to
+    more than the steps they ran in), gpu_busy_share is empty and gpu_busy_why gives the report's words: the export
+    wrote a clamped 1.0 beside a report reading 'GPU busy 103%: over 100%, a measurement error'."""
+    if b is None:
+        return {"gpu_busy_share": None, "gpu_busy_device": None, "gpu_busy_why": None}
+    return {"gpu_busy_share": None if b.over else b.share, "gpu_busy_device": b.device,
+            "gpu_busy_why": (b.error() or b.words()) if b.over else None}
 
 
 def gpu_state(g) -> dict:
