@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from bench.forecast import outlook
-from bench.report import plots, recommend, training_state
+from bench.report import plots, recommend, report, training_state
 from conftest import example_stores
 from test_recommend import build, payload, spec
 
@@ -152,13 +152,13 @@ def test_the_overview_stars_no_unresolved_pick_and_draws_marks_behind_the_marker
     # [bf16])'; its overview starred DDP x1 [bf16] at 85.9k and covered single device fp32's marker at 78.9k.
     sweep = example_stores(H100, ("selfcheck.sqlite",), tmp_path, monkeypatch)("selfcheck.sqlite", 1)
     configs = sweep.bench["synthetic"]
-    picks = [recommend.recommended(sweep, configs, p) for p in ("fp32", "bf16")]
+    marked = report.overview_marks(sweep, configs)   # (picks, open pairs) by the summary's rule
     assert recommend.answer(sweep, "synthetic", configs, "bf16")[0][2].startswith("not resolved: --repeats 3")
-    marks = _marks(plots.overview_figure(configs, "synthetic", "H100", picks))
+    marks = _marks(plots.overview_figure(configs, "synthetic", "H100", *marked))
     by = _by_label(sweep, "synthetic")
     assert [y for y, _ in marks["recommended"]] == [round(by["single device x1"].samples_per_s)], marks
     assert sorted(y for y, _ in marks[plots.OPEN_LABEL]) == sorted(
         round(by[k].samples_per_s) for k in ("DDP x1 [bf16]", "DataParallel x1 [bf16]")), marks
-    series = min(line.get_zorder() for line in plots.overview_figure(configs, "synthetic", "H100", picks).axes[0].get_lines()
+    series = min(line.get_zorder() for line in plots.overview_figure(configs, "synthetic", "H100", *marked).axes[0].get_lines()
                  if line.get_markersize() <= 10)
     assert all(z < series for v in marks.values() for _, z in v), marks

@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import os
 import re
+from types import SimpleNamespace
+
+from matplotlib.figure import Figure
 
 from bench.report import plots, report
 from bench.store import store
 from bench.sweep import record
 from report_fixtures import COMM_POINTS, measured, memory, spec
+from test_choice_round2 import _marks, _unstable
+from test_recommend import build, payload
+from test_recommend import spec as gpu_spec
 
 JITTER = (1.00, 1.02, 0.98, 1.04, 0.96, 1.01, 0.99, 1.03, 0.97, 1.00)
 
@@ -73,3 +79,33 @@ def test_one_model_of_its_short_name_keeps_the_short_file_name_within_a_page_or_
         assert plots.file_name(stored, "overview") == "_work_main_examples_my_model.py_build_overview.png"
         assert plots.where(stored, "phases").endswith("plot: _work_main_examples_my_model.py_build_phases.png)")
     assert plots.file_name(stored, "overview") == "my_model_build_overview.png"   # the page's names left with it
+
+
+# Finding 5 ----------------------------------------------------------------------------------------------------------
+
+def _fit_like(tmp_path):
+    """DataParallel x1 fastest of the runs that fit, DDP x1 slower and unstable (the summary: 'not resolved: --repeats
+    3'), and DDP x2 fastest of all but over a fit's budget (a stand-in for the fit search that measured it)."""
+    sweep = build(str(tmp_path / "f.sqlite"), [(gpu_spec("dp", 1), payload(1, 50.0)), (gpu_spec("ddp", 1), _unstable(1, 60.0)),
+                                               (gpu_spec("ddp", 2), payload(2, 30.0))])
+    over = next(c for c in sweep.bench["synthetic"] if c.label == "DDP x2")
+    sweep.fit = [SimpleNamespace(measured={32: ("fits", 2000.0)}, budget_mib=1000.0, bench_keys={32: over.key})]
+    return sweep
+
+
+def test_the_overview_marks_the_summary_s_pick_where_a_run_over_the_budget_is_fastest(tmp_path, monkeypatch):
+    from bench.report import recommend
+    sweep = _fit_like(tmp_path)
+    configs = sweep.bench["synthetic"]
+    by = {c.label: c for c in configs}
+    assert max(configs, key=lambda c: c.samples_per_s) is by["DDP x2"]
+    assert recommend.answer(sweep, "synthetic", configs, "fp32")[0][2].startswith("not resolved: --repeats 3"), \
+        recommend.answer(sweep, "synthetic", configs, "fp32")[0]
+    drawn = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, p, *a, **kw: (drawn.append(fig), save(fig, p, *a, **kw)))
+    report.first_screen_figure(sweep, "synthetic", configs, str(tmp_path))
+    marks = _marks(drawn[-1])
+    assert "recommended" not in marks, marks   # before: DDP x1 starred, beside a cell reading 'not resolved'
+    assert sorted(y for y, _ in marks[plots.OPEN_LABEL]) == sorted(
+        round(by[k].samples_per_s) for k in ("DDP x1", "DataParallel x1")), marks

@@ -158,29 +158,15 @@ def throughput_figure(configs: list, workload: str, where: str) -> Figure:
     return fig
 
 
-def open_pair(pick, configs: list) -> tuple:
-    """(pick, fastest) where the summary's cell for `pick` reads 'not resolved: --repeats 3 (pick, unstable, or
-    fastest)' (bench.report.choice.unresolved, judged among the measured, training configurations of its precision),
-    else (): the H100 self-check's overview starred DDP x1 [bf16] 'recommended' beside that cell. A fit sweep's runs
-    over the budget are not known here; where they change the pick, the star stays as the summary's pick."""
-    from bench.analysis.results import diverged
-    from bench.report import choice
-    cs = [c for c in configs if c.precision == pick.precision and not math.isnan(c.samples_per_s) and not diverged(c)]
-    best, fastest, tie = choice.choose(cs)
-    return (best, fastest) if best is pick and choice.unresolved(best, tie) else ()
-
-
 OPEN_LABEL = "not resolved: --repeats 3"
 
 
-def _marks(configs: list, picks: list) -> tuple:
-    """(starred, ringed): a star on each resolved pick, a ring on both candidates of an unresolved one (`open_pair`)."""
-    star, ring = [], []
-    for p in picks:
-        pair = open_pair(p, configs)
-        ring += [c for c in pair if all(c is not r for r in ring)]
-        star += [] if pair else [p]
-    return star, ring
+def _marks(picks: list, open_pairs: list) -> tuple:
+    """(starred, ringed): a star on each pick the summary resolves, a ring on both candidates of each pair it reads
+    'not resolved: --repeats 3' (`open_pairs`: (pick, fastest), judged by the summary's rule in
+    bench.report.report.overview_marks, where a fit sweep's runs over the budget are no candidates)."""
+    ring = list({id(c): c for pair in open_pairs for c in pair}.values())
+    return [p for p in picks if all(p is not r for r in ring)], ring
 
 
 def _draw_marks(ax, star: list, ring: list, k: float) -> None:
@@ -194,12 +180,12 @@ def _draw_marks(ax, star: list, ring: list, k: float) -> None:
                     label=label if not i else None)
 
 
-def overview_figure(configs: list, workload: str, where: str, picks: list = ()) -> Figure:
+def overview_figure(configs: list, workload: str, where: str, picks: list = (), open_pairs: list = ()) -> Figure:
     """The first screen's small figure: samples/s against device count, one line per strategy and variant, the ideal
     line from the 1-device baseline, and a star on each recommended configuration (`picks`), a ring instead on the two
-    candidates where the summary reads 'not resolved' (`_marks`)."""
+    candidates of each pair where the summary reads 'not resolved' (`open_pairs`, `_marks`)."""
     style = _series_style(configs)
-    star, ring = _marks(configs, list(picks))
+    star, ring = _marks(list(picks), list(open_pairs))
     entries = len(_by_series(configs)) + 1 + bool(star) + bool(ring)   # the series, ideal, the marks drawn
     ncol = 1 if max(len(v["label"]) for v in style.values()) > 34 else 2   # long settings' labels: one column, wider
     rows = math.ceil(entries / ncol)

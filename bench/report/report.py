@@ -30,7 +30,7 @@ from bench.report import efficiency
 from bench.report.efficiency import efficiency_text, efficiency_words, speedup_text
 from bench.report import fit as fit_report
 from bench.report import cost as cost_report
-from bench.report import environment, frontier, levers, plots, recommend, sidebyside, training_state
+from bench.report import choice, environment, frontier, levers, plots, recommend, sidebyside, training_state
 from bench.report import traces as trace_report
 from bench.report import pages
 from bench.report import utilisation as utilisation_report
@@ -316,15 +316,22 @@ def _blocks_and_plots(store_path: str, sweep: Sweep, plots_dir: str, memory_budg
 
 
 def first_screen_figure(sweep: Sweep, workload: str, configs: list, plots_dir: str, shown: str = "") -> str:
-    """Save the workload's small figure for the first screen (bench.report.plots.overview_figure), the recommended
-    configuration of each precision starred; returns its path. shown: the workload's name on the page (title, file)."""
+    """Save the workload's small figure for the first screen (bench.report.plots.overview_figure), marked as the
+    summary reads (`overview_marks`); returns its path. shown: the workload's name on the page (title, file)."""
     shown = shown or page_names(sweep).get(workload, workload)
-    # the summary's own pick (a fit sweep passes over runs over the budget, a diverged run is no pick)
-    picks = [p for p in (recommend.recommended(sweep, configs, precision)
-                         for precision in dict.fromkeys(c.precision for c in configs)) if p is not None]
     path = os.path.join(plots_dir, plots.file_name(shown, "overview", page_workloads(sweep)))
-    plots.overview_figure(configs, shown, device_title(sweep, configs[0].device_type), picks).savefig(path, dpi=100)
+    plots.overview_figure(configs, shown, device_title(sweep, configs[0].device_type),
+                          *overview_marks(sweep, configs)).savefig(path, dpi=100)
     return path
+
+
+def overview_marks(sweep: Sweep, configs: list) -> tuple:
+    """(picks, open pairs) of each precision by the summary's own rule (recommend.candidates: a fit sweep's runs over
+    the budget are none; choice.choose, choice.unresolved): the overview chose among every run, so where a run over
+    the budget was fastest its ring or star could disagree with the summary's cell."""
+    chosen = [choice.choose(cs) for cs in (recommend.candidates(sweep, configs, p)
+                                           for p in dict.fromkeys(c.precision for c in configs)) if cs]
+    return [best for best, _, _ in chosen], [(best, fastest) for best, fastest, tie in chosen if choice.unresolved(best, tie)]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
