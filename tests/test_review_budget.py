@@ -1,14 +1,26 @@
-"""Review mends of the memory budget and the forecast section's layout (review finding 17).
+"""Review mends of the memory budget and the forecast section's layout (review findings 12, 17).
 
+(12) The report imports own_baseline from bench.forecast.overhead, where it is defined, not through outlook.
 (17) The forecast section's plots live in bench.report.forecastplots; bench/report/forecast.py stays under 400 lines.
 """
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = ROOT / "examples" / "h100-2026-11-26"
+
+
+def _imports(path: Path) -> dict:
+    """{name imported: module} of a source file's top-level 'from X import name' lines."""
+    return {a.asname or a.name: n.module for n in ast.parse(path.read_text()).body
+            if isinstance(n, ast.ImportFrom) for a in n.names}
+
+
+def test_own_baseline_is_imported_from_the_module_that_defines_it():
+    assert _imports(ROOT / "bench" / "report" / "recommend.py")["own_baseline"] == "bench.forecast.overhead"
 
 
 def test_the_forecast_sections_plots_are_their_own_module():

@@ -23,8 +23,7 @@ import shlex
 
 from bench import stats, sweepfile
 from bench.config import DEFAULT_STRATEGIES, ConfigError
-from bench.forecast.outlook import own_baseline
-from bench.forecast.overhead import DISJOINT
+from bench.forecast.overhead import DISJOINT, own_baseline
 from bench.report import training_state
 from bench.report import traces as trace_report
 from bench.report import utilisation as utilisation_report
