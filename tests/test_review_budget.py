@@ -1,5 +1,6 @@
-"""Review mends of the memory budget and the forecast section's layout (review findings 12, 17).
+"""Review mends of the memory budget and the forecast section's layout (review findings 8, 12, 17).
 
+(8) A configuration's batch per device is computed once (bench.forecast.batches.per_device).
 (12) The report imports own_baseline from bench.forecast.overhead, where it is defined, not through outlook.
 (17) The forecast section's plots live in bench.report.forecastplots; bench/report/forecast.py stays under 400 lines.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from bench.report import frontier
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = ROOT / "examples" / "h100-2026-11-26"
@@ -21,6 +23,13 @@ def _imports(path: Path) -> dict:
 
 def test_own_baseline_is_imported_from_the_module_that_defines_it():
     assert _imports(ROOT / "bench" / "report" / "recommend.py")["own_baseline"] == "bench.forecast.overhead"
+
+
+def test_the_batch_per_device_is_computed_once():
+    from bench.forecast import batches
+    from bench.report import recommend
+    assert not hasattr(frontier, "per_device_batch") and recommend.per_device_batch is batches.per_device
+    assert _imports(ROOT / "bench" / "report" / "recommend.py")["per_device_batch"] == "bench.forecast.batches"
 
 
 def test_the_forecast_sections_plots_are_their_own_module():

@@ -23,6 +23,7 @@ from typing import Optional
 from matplotlib.figure import Figure
 
 from bench.analysis import fit as fitting
+from bench.forecast.batches import per_device   # a configuration's batch per device
 from bench.analysis.results import STRATEGY_NAMES, Sweep  # noqa: F401
 from bench.report import choice, plots, training_state
 from bench.report.labels import place_labels
@@ -87,12 +88,6 @@ def over_unit(overs_mib: list) -> Optional[str]:
     return "GiB" if all(o >= GIB_READABLE_MIB for o in overs_mib) else "MiB"
 
 
-def per_device_batch(c) -> float:
-    """A configuration's batch per device (its global batch over its devices)."""
-    n = c.global_batch / c.device_count
-    return int(n) if n == int(n) else n
-
-
 def names(configs: list, batches: bool = False):
     """c -> its name in a sentence: its label, with ' at batch B' where the same label also ran at another per-device
     batch, or everywhere with `batches` (a fit sweep, which measures configurations at their own batches): 'DDP x2
@@ -101,8 +96,8 @@ def names(configs: list, batches: bool = False):
     adamw]', one label at three batches."""
     seen: dict = {}
     for c in configs:
-        seen.setdefault(c.label, set()).add(per_device_batch(c))
-    return lambda c: c.label + (f" at batch {per_device_batch(c)}" if batches or len(seen.get(c.label, ())) > 1 else "")
+        seen.setdefault(c.label, set()).add(per_device(c))
+    return lambda c: c.label + (f" at batch {per_device(c)}" if batches or len(seen.get(c.label, ())) > 1 else "")
 
 
 def budget_arg(text: str) -> float:
@@ -334,9 +329,9 @@ def point_label(c, shown: list, over: set) -> str:
     measures each configuration at its own largest; strong scaling's batches differ only between counts) or where it
     is over the budget, and '(over)' there. The H200 fit's plot labelled 'DDP x1 [bf16, adamw]' the batch-14 runs over
     its 16 GiB budget, beside a page whose answer was 12."""
-    batches = any(len({per_device_batch(x) for x in shown if x.device_count == n}) > 1
+    batches = any(len({per_device(x) for x in shown if x.device_count == n}) > 1
                   for n in {x.device_count for x in shown})
-    return (c.label + (f" at batch {per_device_batch(c)}" if batches or id(c) in over else "")
+    return (c.label + (f" at batch {per_device(c)}" if batches or id(c) in over else "")
             + (" (over)" if id(c) in over else ""))
 
 

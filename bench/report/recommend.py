@@ -23,12 +23,13 @@ import shlex
 
 from bench import stats, sweepfile
 from bench.config import DEFAULT_STRATEGIES, ConfigError
+from bench.forecast.batches import per_device as per_device_batch
 from bench.forecast.overhead import DISJOINT, own_baseline
 from bench.report import training_state
 from bench.report import traces as trace_report
 from bench.report import utilisation as utilisation_report
 from bench.report.fit import over_budget
-from bench.report.frontier import names, peak_mib, peak_source, per_device_batch
+from bench.report.frontier import names, peak_mib, peak_source
 from bench.report.pages import slower_words
 from bench.report.bound import bound
 from bench.report.choice import (LEAD_FLOOR, _label, _margin_note, _noise_words, _tie_sentence, apart, by_floor,
