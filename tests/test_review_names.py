@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from matplotlib.figure import Figure
 
-from bench.report import plots, report
+from bench.report import plots, report, sidebyside
 from bench.store import store
 from bench.sweep import record
 from report_fixtures import COMM_POINTS, measured, memory, spec
@@ -109,3 +109,27 @@ def test_the_overview_marks_the_summary_s_pick_where_a_run_over_the_budget_is_fa
     assert "recommended" not in marks, marks   # before: DDP x1 starred, beside a cell reading 'not resolved'
     assert sorted(y for y, _ in marks[plots.OPEN_LABEL]) == sorted(
         round(by[k].samples_per_s) for k in ("DDP x1", "DataParallel x1")), marks
+
+
+# Finding 15 ---------------------------------------------------------------------------------------------------------
+
+def test_the_side_by_side_page_relabels_every_word_naming_a_model_by_path(tmp_path):
+    w = f"{tmp_path}/models/my_model.py:build"
+    path = str(tmp_path / "s.sqlite")
+    conn = store.connect(path)
+    env_id = store.insert_environment(conn, {"hostname": "h", "cpu_model": "Test CPU", "cpu_cores": 2})
+    for n in range(2):
+        sid = store.begin_sweep(conn, "bench sweep", "{}", env_id)
+        for strategy, count, ms in (("single", 1, 100.0), ("ddp", 2, 110.0)):
+            record.record_result(conn, sid, env_id, spec(w, strategy, count), "ok", "",
+                                 {**measured(count, [ms * j for j in JITTER], 64), "grad_bytes": 2**20,
+                                  "memory": memory("cpu", strategy, count, 500.0)})
+        if n:   # the second sweep's DDP x1 failed, its reason naming the model as stored
+            record.record_result(conn, sid, env_id, spec(w, "ddp", 1), "failed", f"{w} raised ValueError in build()")
+        store.end_sweep(conn, sid, "completed")
+    conn.close()
+    cols = sidebyside.load_targets(sidebyside.targets([path], "1,2"))
+    out = sidebyside.render(cols, str(tmp_path / "sp"), str(tmp_path / "sr"))
+    md = open(out["markdown"]).read()
+    assert "failed: my_model:build raised ValueError in build()" in md, md
+    assert w not in md.replace(str(tmp_path / "sp"), ""), [line for line in md.splitlines() if w in line]

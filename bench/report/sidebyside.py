@@ -32,10 +32,10 @@ from bench.report import cost as cost_report  # noqa: E402
 from bench.report import choice, pages  # noqa: E402
 from bench.report.efficiency import efficiency_text  # noqa: E402
 from bench.report.pages import fmt  # noqa: E402
+from bench.report.names import relabel, shown_names  # noqa: E402
 from bench.report.plots import STYLES, file_name  # noqa: E402
 from bench.store import read  # noqa: E402
 from bench.store.store import StoreError  # noqa: E402
-from bench.workloads.usermodel import display_name  # noqa: E402
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 MARKERS = {"single": "s", "dp": "^", "ddp": "o", "fsdp": "D"}
@@ -59,11 +59,9 @@ class Column:
                 f"{r['status']}: {r['reason'] or 'no reason recorded'}" for r in self.sweep.problems if r["mode"] == "bench"}
 
 
-def _page_names(cols: list) -> dict:
-    """stored workload -> the name the page shows, (usermodel.display_name) over every sweep's workloads: a model
-    given by path is stored by its absolute path, which filled the page's workload cells and plot titles."""
-    ws = list(dict.fromkeys([w for c in cols for w in c.sweep.bench] + [i[0] for c in cols for i in c.not_run]))
-    return {w: display_name(w, ws) for w in ws}
+def page_workloads(cols: list) -> list:
+    """Every workload the page names, over every sweep: run, failed or skipped."""
+    return list(dict.fromkeys([w for c in cols for w in c.sweep.bench] + [i[0] for c in cols for i in c.not_run]))
 
 
 def ident(c) -> tuple:
@@ -217,18 +215,16 @@ TOLD_APART = ("'fastest of them' (and 'cheapest of them') names a sweep only whe
               "they are not told apart.")
 
 
-def recommendation_blocks(cols: list, prices: Optional[cost.Prices], names: Optional[dict] = None) -> list:
-    """names: stored workload -> the name the page shows (`_page_names`)."""
-    names = names or {}
+def recommendation_blocks(cols: list, prices: Optional[cost.Prices]) -> list:
     titles = [c.title for c in cols]
     keys = list(dict.fromkeys((w, c.precision) for col in cols for w, cs in col.sweep.bench.items() for c in cs))
     rows, cheap_rows = [], []
     for workload, precision in keys:
         cells, picks = zip(*(_fastest(col, workload, precision) for col in cols))
-        rows.append([names.get(workload, workload), precision, *cells, _best(titles, [(c, c.samples_per_s) if c else None for c in picks])])
+        rows.append([workload, precision, *cells, _best(titles, [(c, c.samples_per_s) if c else None for c in picks])])
         if prices is not None:
             cells, picks = zip(*(_cheapest(col, workload, precision, prices) for col in cols))
-            cheap_rows.append([names.get(workload, workload), precision, *cells, _best(titles, list(picks), "cost")])
+            cheap_rows.append([workload, precision, *cells, _best(titles, list(picks), "cost")])
     b: list = [("h", 2, "What to run, per sweep"),
                ("table", ["workload", "precision", *[f"fastest: {t}" for t in titles], "fastest of them"], rows),
                ("p", TOLD_APART)]
@@ -261,8 +257,7 @@ def _cost_cell(costs: dict, c) -> str:
     return fmt(k.per_million_samples, ".4g") + (f"; {fmt(k.per_epoch, '.4g')} per reference epoch" if c.workload == "deeplabv3" else "")
 
 
-def configuration_blocks(cols: list, prices: Optional[cost.Prices], names: Optional[dict] = None) -> list:
-    names = names or {}
+def configuration_blocks(cols: list, prices: Optional[cost.Prices]) -> list:
     per_col = [c.configs for c in cols]
     missing = [c.not_run for c in cols]
     idents = list(dict.fromkeys([i for cfgs in per_col for i in cfgs] + [i for m in missing for i in m]))
@@ -287,9 +282,9 @@ def configuration_blocks(cols: list, prices: Optional[cost.Prices], names: Optio
             cells.append(f"{fmt(c.samples_per_s)} ({_efficiency(c, cols[k])}{ratio}"
                          + (f", global batch {c.global_batch}" if len(batches) > 1 else "") + _mfu(c) + ")")
         where = "all" if len(present) == len(cols) else ("only " + ", ".join(present) if present else "none")
-        rows.append([names.get(i[0], i[0]), f"{STRATEGY_NAMES.get(i[1], i[1])} x{i[2]}", i[3], *cells, where])
+        rows.append([i[0], f"{STRATEGY_NAMES.get(i[1], i[1])} x{i[2]}", i[3], *cells, where])
         if prices is not None:
-            cost_rows.append([names.get(i[0], i[0]), f"{STRATEGY_NAMES.get(i[1], i[1])} x{i[2]}", i[3],
+            cost_rows.append([i[0], f"{STRATEGY_NAMES.get(i[1], i[1])} x{i[2]}", i[3],
                               *[_cost_cell(costs[k], c) for k, c in enumerate(got)]])
     titles = [c.title for c in cols]
     b: list = [("h", 2, "Every configuration, side by side"),
@@ -363,13 +358,13 @@ def render(cols: list, plots_dir: str = "plots", report_dir: str = "results", pr
     b.append(("table", ["column", "store", "sweep", "started", "status", "command"],
               [[c.title, c.store, str(c.sweep.sweep["sweep_id"]), str(c.sweep.sweep["started_at"]), c.sweep.sweep["status"],
                 c.sweep.sweep["command_line"]] for c in cols]))
-    names = _page_names(cols)
-    b += recommendation_blocks(cols, prices, names)
-    b += configuration_blocks(cols, prices, names)
+    ws = page_workloads(cols)
+    names = shown_names(ws)   # a model given by path by its short name, in every word below (bench.report.names)
+    b += relabel(recommendation_blocks(cols, prices) + configuration_blocks(cols, prices), names)
     os.makedirs(plots_dir, exist_ok=True)
     paths = []
     for workload in dict.fromkeys(w for c in cols for w in c.sweep.bench):
-        path = os.path.join(plots_dir, file_name(workload, "sidebyside"))
+        path = os.path.join(plots_dir, file_name(workload, "sidebyside", ws))
         figure(cols, workload, names.get(workload, workload)).savefig(path, dpi=100)
         paths.append(path)
         b.append(("img", path, f"{names.get(workload, workload)} side by side"))
