@@ -301,7 +301,7 @@ def test_a_sharded_measurement_is_unsharded_before_it_is_forecast():
 def test_fit_words_say_where_a_strategy_fits():
     base = _base(units=(10, 30, 30, 30))
     pts = lambda strategy: [mm.per_device(base, strategy, n, {}) for n in (1, 2, 4, 8)]  # noqa: E731
-    assert mm.fit_words(pts("ddp"), 600.0, "ddp") == "fits in 0.586 GiB at every count"
+    assert mm.fit_words(pts("ddp"), 600.0, "ddp") == "fits in 600 MiB at every count"
     assert mm.fit_words(pts("ddp"), 400.0, "ddp").startswith("does not fit")
     assert mm.fit_words(pts("fsdp"), 380.0, "fsdp") == "does not fit on one device at this batch; FSDP fits from 2 devices"
     assert mm.fit_words(pts("zero"), 460.0, "zero").endswith("DDP+ZeRO fits from 2 devices")  # the report's name

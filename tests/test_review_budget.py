@@ -1,7 +1,8 @@
-"""Review mends of the memory budget and the forecast section's layout (review findings 8, 12, 17).
+"""Review mends of the memory budget and the forecast section's layout (review findings 8, 12, 13, 17).
 
 (8) A configuration's batch per device is computed once (bench.forecast.batches.per_device).
 (12) The report imports own_baseline from bench.forecast.overhead, where it is defined, not through outlook.
+(13) fit_words' default budget name is budget_text's: '0.421 GiB' beside the page's '431 MiB'.
 (17) The forecast section's plots live in bench.report.forecastplots; bench/report/forecast.py stays under 400 lines.
 """
 from __future__ import annotations
@@ -9,10 +10,16 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from bench.forecast import memory as mm
 from bench.report import frontier
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = ROOT / "examples" / "h100-2026-11-26"
+
+
+def test_fit_words_name_a_budget_under_1_gib_as_the_page_does():
+    pts = [mm.Memory(n, {"activations and the rest (measured)": 300.0}) for n in (1, 2)]
+    assert mm.fit_words(pts, 431.0, "ddp") == "fits in 431 MiB at every count"    # was 'fits in 0.421 GiB'
 
 
 def _imports(path: Path) -> dict:

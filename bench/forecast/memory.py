@@ -144,11 +144,12 @@ def budget_text(budget_mib: float) -> str:
 
 def fit_words(points: list, budget_mib: Optional[float], strategy: str, name: str = "") -> str:
     """'fits in NAME at every count' / 'fits from N devices' / 'does not fit up to N', over [Memory] in count order.
-    name: which budget it is ('the sweep's 16 GiB budget', 'the GPU's 140 GiB'; default its size): a fit sweep's
-    forecast read 'fits in 140 GiB' at 17.5 GiB per device while the same page held it to the sweep's 16 GiB."""
+    name: which budget it is ("the sweep's 16 GiB budget", "the GPU's 140 GiB"; default its size, `budget_text`,
+    not a second format of it: '0.421 GiB' beside the page's '431 MiB'): a fit sweep's forecast read 'fits in 140 GiB'
+    at 17.5 GiB per device while the same page held it to the sweep's 16 GiB."""
     if budget_mib is None:
         return "no memory budget: --memory-budget-gib (CUDA: the device's memory) sets one"
-    name = name or f"{budget_mib / 1024:.3g} GiB"
+    name = name or budget_text(budget_mib)
     ok = [m.count for m in points if m.device_mib <= budget_mib]
     if not ok:
         least = min(m.device_mib for m in points)
