@@ -48,17 +48,17 @@ def test_the_forecasts_memory_is_held_to_the_sweeps_own_budget_and_its_plot_to_t
     # transformer-fit: --memory-budget-gib 16 on a 140 GiB H200, 17969 MiB per device: over the sweep's budget
     bl, figs = _blocks(os.path.join(H200, "gpu.sqlite"), 4, tmp_path, monkeypatch)
     ddp = next(t for t in _sentences(bl) if t.startswith("transformer DDP [bf16, adamw]:"))
-    assert "memory: does not fit in the sweep's 16 GiB budget at any count" in ddp
-    assert "fits in 140 GiB" not in " ".join(_sentences(bl))
+    assert "memory: does not fit in the sweep's 16.00 GiB budget at any count" in ddp
+    assert "fits in the GPU's" not in " ".join(_sentences(bl))
     fig = dict(figs)["memory_figure"]
     ax = fig.axes[0]
     assert ax.get_ylim()[1] < 2 * 18000                    # scaled to the data, the 16 GiB line drawn near it
     labels = fig.legends[0].get_texts()
-    assert any("the sweep's 16 GiB budget" in t.get_text().replace("\n", " ") for t in labels)
+    assert any("the sweep's 16.00 GiB budget" in t.get_text().replace("\n", " ") for t in labels)
     # the GPU's 140 GiB, far above the data: named as off the scale, the axis still the data's
-    far = fp.memory_figure("transformer", "test", _memory_lines(), 143155.0, "the GPU's 140 GiB")
+    far = fp.memory_figure("transformer", "test", _memory_lines(), 143155.0, "the GPU's 139.80 GiB")
     assert far.axes[0].get_ylim()[1] < 2 * 18000
-    assert any("the GPU's 140 GiB per device (143155 MiB): above the scale" in t.get_text().replace("\n", " ")
+    assert any("the GPU's 139.80 GiB per device (143155 MiB): above the scale" in t.get_text().replace("\n", " ")
                for t in far.legends[0].get_texts())
 
 

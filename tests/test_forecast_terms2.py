@@ -54,7 +54,7 @@ def test_a_fit_sweeps_forecast_names_the_batch_it_rests_on_over_the_budget_alrea
         said = _sentence(bl, f"transformer {name} [bf16, adamw]")
         assert said.startswith(f"transformer {name} [bf16, adamw]: forecast at batch 14 a GPU, the batch of {name} x1's"
                                " run"), said
-        assert ("does not fit in the sweep's 16 GiB budget at any count up to 1024 (at least" in said
+        assert ("does not fit in the sweep's 16.00 GiB budget at any count up to 1024 (at least" in said
                 and f"at batch 14 a GPU over the budget already at x1 ({peak} GiB measured)" in said), said
     labels = _labels(figs["memory_figure"])      # its plot's lines name it too (no efficiency: no line in the other)
     assert any(t.startswith("DDP [bf16, adamw] at batch 14 a GPU: forecast") for t in labels), labels

@@ -56,7 +56,7 @@ def test_the_fastest_that_fits_is_named_with_each_configuration_over_the_budget_
                                                (spec("hsdp", 2), payload(2, 20.0, 600.0))],      # least memory
                   config_json={"memory_budget_gib": 1.0})
     budget, how = frontier.budget_mib(sweep)
-    assert budget == GIB and how.startswith("1 GiB per GPU (--memory-budget-gib)")
+    assert budget == GIB and how.startswith("1.00 GiB per GPU (--memory-budget-gib)")
     ((row, text),) = frontier.answer("synthetic", sweep.bench["synthetic"], budget)
     assert row[:3] == ["synthetic", "fp32, sgd", "DDP+ZeRO x2"] and row[4] == "960 MiB"
     assert row[5] == "DDP x2 by 176 MiB (+17%)"

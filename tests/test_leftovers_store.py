@@ -113,7 +113,7 @@ def test_a_budget_given_to_the_report_holds_its_forecast_too(tmp_path, monkeypat
     md = Path(out["markdown"]).read_text()
     assert "Nothing measured fits 1.00 GiB per GPU" in md                  # the recommendation, as before
     ddp = next(line for line in md.splitlines() if line.startswith("synthetic DDP [fp32]:"))
-    assert "memory: does not fit in the 1 GiB budget (--memory-budget-gib) at any count" in ddp, ddp
+    assert "memory: does not fit in the 1.00 GiB budget (--memory-budget-gib) at any count" in ddp, ddp
     assert "fits in the GPU's" not in md
 
 

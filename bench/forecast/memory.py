@@ -2,7 +2,9 @@
 
     base = base_of(raw, config)                      # Base: the state one rank held at the measured count, and the rest
     m = per_device(base, "fsdp", count, options)     # Memory: the breakdown (MiB) and its total
-    fits_from(...) / words
+    fit_words(points, budget_mib, strategy, name)    # 'fits in the GPU's 79.18 GiB at every count'
+    budget(sweep, given_gib) -> (MiB, TYPED | SWEPT | GPU | '')   # the budget the report and the forecast hold to
+    budget_text(mib)                                 # '79.18 GiB', '431 MiB': the one format of a budget on a page
 
 Terms (MiB per device), each from the sweep's own measurements (bench.rank.memory counts the state from the tensors
 each rank holds; the peak is the allocator's on CUDA, the peak RSS less the process's RSS before its model on CPU):
@@ -31,6 +33,7 @@ steady state and that construction floor (P + A), said so.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Optional
@@ -137,14 +140,48 @@ def fits(memory: Memory, budget_mib: Optional[float]) -> Optional[bool]:
     return None if budget_mib is None or math.isnan(budget_mib) else memory.device_mib <= budget_mib
 
 
-def budget_text(budget_mib: float) -> str:
-    """'16 GiB', '431 MiB' (under 1 GiB in MiB, as the report's other figures)."""
-    return f"{budget_mib / 1024:.3g} GiB" if budget_mib >= 1024 else f"{budget_mib:.0f} MiB"
+def budget_text(mib: Optional[float]) -> str:
+    """'79.18 GiB', '16.00 GiB', '431 MiB', '–': a size as the report writes its peaks and every budget (GiB with two
+    decimals, under 1 GiB in MiB). One format for the budget on a page: its frontier read 'within 79.18 GiB per GPU'
+    above a forecast that read 'fits in the GPU's 79.2 GiB'."""
+    if mib is None or math.isnan(mib):
+        return "–"
+    return f"{mib / 1024:.2f} GiB" if abs(mib) >= 1024 else f"{mib:.0f} MiB"
+
+
+GPU_MEMORY_TOLERANCE_MIB = 16.0   # a sweep's stored budget this close to the GPU's memory is the GPU's (module: budget)
+TYPED, SWEPT, GPU = "typed", "sweep", "gpu"   # where a budget comes from (`budget`)
+
+
+def device_memory_mib(sweep) -> Optional[float]:
+    """The smallest GPU memory (MiB, nvidia-smi's total) of the sweep's environments; None where none was recorded."""
+    gpus = [g for e in sweep.envs for g in (json.loads(e.get("json") or "{}").get("gpus") or [])]
+    sizes = [g.get("memory_total_mib") for g in gpus]
+    sizes = [float(x) for x in sizes if x]
+    return min(sizes) if sizes else None
+
+
+def budget(sweep, given_gib: Optional[float] = None) -> tuple:
+    """(MiB per device or None, where it comes from: TYPED, SWEPT, GPU or ''): the budget the report and the forecast
+    hold memory to, one rule for both. The one typed (report or forecast --memory-budget-gib), else the sweep's own
+    --memory-budget-gib, else on CUDA the smallest GPU's memory; on CPU none unless given. A CUDA sweep without the flag
+    stores the GPU's memory as its budget, rounded to 0.01 GiB (bench.sweep.resolve, from torch's total): within
+    GPU_MEMORY_TOLERANCE_MIB of nvidia-smi's total it is the GPU's, and the GPU's figure is held. Written twice before,
+    the page's table held such a sweep to the stored 79.18 GiB and its forecast to the GPU's 81079 MiB, up to 16 MiB
+    apart; a CPU sweep on a host with a GPU had its forecast held to that GPU's memory, its table to none."""
+    if given_gib:
+        return given_gib * 1024, TYPED
+    cuda = any(getattr(c, "device_type", "") == "cuda" for cs in sweep.bench.values() for c in cs)
+    gpu = device_memory_mib(sweep) if cuda else None
+    swept = json.loads(sweep.sweep.get("config_json") or "{}").get("memory_budget_gib")
+    if swept and not (gpu and abs(swept * 1024 - gpu) < GPU_MEMORY_TOLERANCE_MIB):
+        return swept * 1024, SWEPT
+    return (gpu, GPU) if gpu else (None, "")
 
 
 def fit_words(points: list, budget_mib: Optional[float], strategy: str, name: str = "") -> str:
     """'fits in NAME at every count' / 'fits from N devices' / 'does not fit up to N', over [Memory] in count order.
-    name: which budget it is ("the sweep's 16 GiB budget", "the GPU's 140 GiB"; default its size, `budget_text`,
+    name: which budget it is ("the sweep's 16.00 GiB budget", "the GPU's 139.80 GiB"; default its size, `budget_text`,
     not a second format of it: '0.421 GiB' beside the page's '431 MiB'): a fit sweep's forecast read 'fits in 140 GiB'
     at 17.5 GiB per device while the same page held it to the sweep's 16 GiB."""
     if budget_mib is None:

@@ -42,28 +42,15 @@ BASIS_WORDS = (f"efficiency ({WINDOWS}): a measured row's, as the report's, from
                "forecast row's from its step against single device x1's median step (the forecast has no windows)")
 
 
-def device_memory_mib(sweep) -> Optional[float]:
-    """The smallest GPU memory of the sweep's environments (CUDA sees it), None on CPU."""
-    sizes = [g.get("memory_total_mib") for e in sweep.envs for g in (json.loads(e.get("json") or "{}").get("gpus") or [])]
-    sizes = [float(x) for x in sizes if x]
-    return min(sizes) if sizes else None
-
-
 def budget(sweep, given_gib: Optional[float] = None) -> tuple:
-    """(MiB per device, which budget in words) the forecast's memory is held to: the one typed (forecast
-    --memory-budget-gib), else the sweep's own --memory-budget-gib where it set one, else the GPU's memory; (None, '')
-    on CPU without one. A fit sweep with --memory-budget-gib 16 read 'fits in 140 GiB' at 17.5 GiB per device (the
-    GPU's memory) beside the page's own 'over the budget'. A CUDA sweep without the flag stores the GPU's memory as its
-    budget (bench.sweep.resolve): that one is the GPU's."""
-    gpu = device_memory_mib(sweep)
-    if given_gib:
-        return given_gib * 1024, f"the {mm.budget_text(given_gib * 1024)} budget (--memory-budget-gib)"
-    swept = json.loads(sweep.sweep.get("config_json") or "{}").get("memory_budget_gib")
-    if swept and not (gpu and abs(swept * 1024 - gpu) < 16):
-        return swept * 1024, f"the sweep's {mm.budget_text(swept * 1024)} budget"
-    if gpu:
-        return gpu, f"the GPU's {mm.budget_text(gpu)}"
-    return None, ""
+    """(MiB per device, which budget in words) the forecast's memory is held to, by the report's rule
+    (bench.forecast.memory.budget): 'the 16.00 GiB budget (--memory-budget-gib)', "the sweep's 16.00 GiB budget",
+    "the GPU's 79.18 GiB"; (None, '') without one. A fit sweep with --memory-budget-gib 16 read 'fits in 140 GiB' at
+    17.5 GiB per device (the GPU's memory) beside the page's own 'over the budget'."""
+    mib, source = mm.budget(sweep, given_gib)
+    text = mm.budget_text(mib)
+    return mib, {mm.TYPED: f"the {text} budget (--memory-budget-gib)", mm.SWEPT: f"the sweep's {text} budget",
+                 mm.GPU: f"the GPU's {text}"}.get(source, "")
 
 
 def shown_efficiency(s: fs.Setting, eff: float, count: int) -> str:

@@ -16,7 +16,6 @@ rest (strategy, settings, count) is how to run it.
 """
 from __future__ import annotations
 
-import json
 import math
 from typing import Optional
 
@@ -24,6 +23,7 @@ from matplotlib.figure import Figure
 
 from bench.analysis import fit as fitting
 from bench.forecast.batches import per_device   # a configuration's batch per device
+from bench.forecast import memory as mm
 from bench.analysis.results import STRATEGY_NAMES, Sweep  # noqa: F401
 from bench.report import choice, plots, training_state
 from bench.report.labels import place_labels
@@ -52,9 +52,8 @@ def _peak(c) -> tuple:
 
 
 def size(mib: Optional[float]) -> str:
-    if mib is None or math.isnan(mib):
-        return "–"
-    return f"{mib / 1024:.2f} GiB" if abs(mib) >= 1024 else f"{mib:.0f} MiB"
+    """'2.76 GiB', '431 MiB': a peak or a budget, as the forecast writes them too (bench.forecast.memory.budget_text)."""
+    return mm.budget_text(mib)
 
 
 def over_words(peak: float, budget: float) -> str:
@@ -113,35 +112,25 @@ def budget_arg(text: str) -> float:
     return value
 
 
-def _gpu_memory_mib(sweep: Sweep) -> Optional[float]:
-    totals = [g.get("memory_total_mib") for e in sweep.envs for g in (json.loads(e.get("json") or "{}").get("gpus") or [])]
-    totals = [t for t in totals if t]
-    return min(totals) if totals else None
-
-
 def _given(gib: float, u: str, flag: str) -> str:
-    """'16 GiB per GPU (--memory-budget-gib)'; under 1 GiB in MiB, as every other figure of the page, with the value
-    given: '431 MiB per process (report --memory-budget-gib 0.4205)' (a CPU page read '0.4205 GiB per device' above
-    'Fastest within 431 MiB per process')."""
-    if gib >= 1:
-        return f"{gib:g} GiB per {u} ({flag})"
-    return f"{size(gib * 1024)} per {u} ({flag} {gib:g})"
+    """'16.00 GiB per GPU (--memory-budget-gib)': the budget as every other figure of the page writes it (`size`), with
+    the value typed where that does not show it exactly: '431 MiB per process (report --memory-budget-gib 0.4205)' (a CPU
+    page read '0.4205 GiB per device' above 'Fastest within 431 MiB per process')."""
+    exact = gib >= 1 and round(gib, 2) == gib
+    return f"{size(gib * 1024)} per {u} ({flag}" + ("" if exact else f" {gib:g}") + ")"
 
 
 def budget_mib(sweep: Sweep, override_gib: Optional[float] = None) -> tuple:
-    """(budget MiB per device or None, how it was set)."""
-    cuda = any(c.device_type == "cuda" for cs in sweep.bench.values() for c in cs)
-    u = "GPU" if cuda else "process"
-    if override_gib:
-        return override_gib * 1024, _given(override_gib, u, "report --memory-budget-gib")
-    given = json.loads(sweep.sweep.get("config_json") or "{}").get("memory_budget_gib")
-    gpu = _gpu_memory_mib(sweep) if cuda else None
-    if given and gpu and abs(given * 1024 - gpu) < 16:
-        return given * 1024, f"{size(given * 1024)} per GPU (the GPU's memory; --memory-budget-gib sets another)"
-    if given:
-        return given * 1024, _given(given, u, "--memory-budget-gib")
-    if gpu:
-        return gpu, f"{size(gpu)} per GPU (the GPU's memory; --memory-budget-gib sets another)"
+    """(budget MiB per device or None, how it was set): the forecast's rule and figure (bench.forecast.memory.budget),
+    in the page's words."""
+    mib, source = mm.budget(sweep, override_gib)
+    u = "GPU" if any(c.device_type == "cuda" for cs in sweep.bench.values() for c in cs) else "process"
+    if source == mm.TYPED:
+        return mib, _given(override_gib, u, "report --memory-budget-gib")
+    if source == mm.SWEPT:
+        return mib, _given(mib / 1024, u, "--memory-budget-gib")
+    if source == mm.GPU:
+        return mib, f"{size(mib)} per GPU (the GPU's memory; --memory-budget-gib sets another)"
     return None, "none (on CPU --memory-budget-gib sets one, held against each rank's peak RSS)"
 
 
