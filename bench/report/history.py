@@ -209,13 +209,14 @@ def render(h: History, store_path: str, plots_dir: str = "plots", report_dir: st
     """Write <plots_dir>/<workload>_history.png, <report_dir>/history.md and history.html. Returns their paths."""
     os.makedirs(plots_dir, exist_ok=True)
     plot_paths = {}
-    names = naming.shown_names(s.workload for s in h.series)   # a model given by path: my_model:build on the page
+    names_all = list(dict.fromkeys(s.workload for s in h.series))
+    names = naming.shown_names(names_all)   # a model given by path: my_model:build on the page
     for workload in dict.fromkeys(s.workload for s in h.series):
         series = [s for s in h.series if s.workload == workload]
         c = next(p.config for p in series[0].points if p.config is not None)
         env = h.sweeps[-1]["env"]
         where = report.device_title(SimpleNamespace(envs=[env] if env else []), c.device_type)
-        plot_paths[workload] = os.path.join(plots_dir, file_name(workload, "history"))
+        plot_paths[workload] = os.path.join(plots_dir, file_name(workload, "history", names_all))
         figure(h, names.get(workload, workload), series, where).savefig(plot_paths[workload], dpi=100)
     bl = naming.relabel(blocks(h, store_path, plot_paths, prices, filters), names)
     md, page, _ = pages.write(bl, report_dir, "history", f"history of {os.path.abspath(store_path)}")
