@@ -81,8 +81,9 @@ def test_ram_counts_gradients_and_adamw_state_once_a_process_under_ddp_and_once_
     params = 1_364_297_728  # docs/transformer.md's table
     assert by[("ddp", 1)] == 16 * params and by[("ddp", 2)] == 32 * params and by[("fsdp", 2)] == 16 * params
     lines = describe.plan_warnings(items, cfg, machine)[1:]
-    assert lines == ["WARNING: transformer ddp x2 [adamw] holds at least 40.7 GiB of fp32 weights, gradients and adamw "
-                     "state in this host's RAM, more than its 23.0 GiB: it will likely run out of memory"], lines
+    assert lines == ["WARNING: transformer ddp x2 [adamw] holds at least 41.0 GiB in one host's RAM (40.7 GiB of fp32 "
+                     "weights, gradients and adamw state, 0.4 GiB of activations at 1 sequence(s) per device), more "
+                     "than its 23.0 GiB: it will likely run out of memory"], lines
 
 
 class _Watch:
