@@ -267,7 +267,7 @@ def _details(r: dict) -> dict:
 
 def _traced_step_ms(steps: list) -> dict:
     """rank -> the mean wall time of its traced steps (kind 'profile', after the measured window), in ms: what a trace's
-    kernels are held against (bench.report.traces.busy). The committed H100 DeepLabV3 summed 111.0 ms of kernels a
+    kernels are held against (bench.report.busy.busy). The committed H100 DeepLabV3 summed 111.0 ms of kernels a
     traced step; its traced steps took 108.4 ms each, its measured median 108.0 ms, and the report named the latter."""
     by_rank: dict = {}
     for s in steps:

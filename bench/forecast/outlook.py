@@ -252,7 +252,7 @@ def missing_baseline(s: fs.Setting) -> str:
 
 
 def unit(s: fs.Setting, n: int) -> str:
-    """'8 GPUs', '1 process': a count in the sweep's unit, as the report counts (bench.report.report.units, which the
+    """'8 GPUs', '1 process': a count in the sweep's unit, as the report counts (bench.report.names.units, which the
     forecast may not import: tests/test_layout.py): on CPU a device is a gloo process. A CPU sweep's verdict read
     'past 8 GPUs'."""
     cuda = getattr(s.any, "device_type", "cuda") == "cuda"
