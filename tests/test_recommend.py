@@ -8,7 +8,7 @@ import re
 import pytest
 
 from bench.analysis import results
-from bench.report import bound, recommend, report
+from bench.report import bound, cpu_notes, recommend, report
 from bench.store import store
 from bench.sweep import record
 from bench.sweep.plan import RunSpec
@@ -269,7 +269,7 @@ def test_a_cpu_sweep_without_dataparallel_says_why_it_is_left_out_and_a_gpu_swee
         return RunSpec(**{**spec(strategy, n).__dict__, "device_type": "cpu"})
     left_out = build(str(tmp_path / "cpu.sqlite"), [(cpu("single", 1), payload(1, 100.0)), (cpu("ddp", 2), payload(2, 110.0))],
                      command="./run_bench.sh --gpus 1,2", config=DEFAULT_CPU)
-    assert recommend.DP_LEFT_OUT in text(left_out)
+    assert cpu_notes.DP_LEFT_OUT in text(left_out)
     with_dp = build(str(tmp_path / "cpu_dp.sqlite"), [(cpu("single", 1), payload(1, 100.0)), (cpu("dp", 1), payload(1, 101.0))])
     assert "not in this CPU sweep" not in text(with_dp)
     gpu = build(str(tmp_path / "gpu.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 60.0))])
@@ -291,7 +291,7 @@ def test_a_cpu_sweep_without_dataparallel_says_why_it_is_left_out_and_a_gpu_swee
         assert dp_cell(chosen) == "not in this sweep" and "not in this CPU sweep" not in text(chosen), command
     toml.write_text('gpus = [1, 2]\n')   # a sweep file that leaves the strategies to the default
     by_file = build(str(tmp_path / "by_file.sqlite"), two, command=f"./run_bench.sh --config {toml}", config=DEFAULT_CPU)
-    assert dp_cell(by_file) == "left out on CPU" and recommend.DP_LEFT_OUT in text(by_file)
+    assert dp_cell(by_file) == "left out on CPU" and cpu_notes.DP_LEFT_OUT in text(by_file)
     assert dp_cell(gpu) == "not in this sweep" and "did not run" not in text(gpu)
     asked = build(str(tmp_path / "cpu_asked.sqlite"), [(cpu("single", 1), payload(1, 100.0)), (cpu("dp", 1), payload(1, 101.0)),
                                                        (cpu("ddp", 2), payload(2, 60.0))], skipped=(cpu("dp", 2),))

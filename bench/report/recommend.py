@@ -17,15 +17,12 @@ names with its source (`apart`: bench.stats.pair_noise, never a figure of anothe
 """
 from __future__ import annotations
 
-import json
 import math
-import shlex
 
-from bench import stats, sweepfile
-from bench.config import DEFAULT_STRATEGIES, ConfigError
+from bench import stats
 from bench.forecast.batches import per_device as per_device_batch
 from bench.forecast.overhead import DISJOINT, own_baseline
-from bench.report import training_state
+from bench.report import cpu_notes, training_state
 from bench.report import traces as trace_report
 from bench.report import utilisation as utilisation_report
 from bench.report.fit import over_budget
@@ -151,11 +148,13 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
             dp_cost = "did not run"
             out.append(f"DataParallel did not run on {best.device_count} {u} (see the skipped configurations).")
         else:  # not asked for (on CPU left out by default: the key paragraph says why)
-            dp_cost = "left out on CPU" if _dp_left_out(sweep) else "not in this sweep"
+            dp_cost = "left out on CPU" if cpu_notes.dp_left_out(sweep) else "not in this sweep"
     series = sorted((c for c in cs if c.series == best.series and not math.isnan(c.efficiency)), key=lambda c: c.device_count)
     below = [c for c in series if c.device_count > 1 and c.efficiency < EFFICIENCY_FLOOR]
     paying = [c.device_count for c in series if 1 < c.device_count < (below[0].device_count if below else math.inf)]
     scaling = str(paying[-1] if paying else 1) if any(c.device_count > 1 for c in series) or (not many and multi) else "–"
+    if below and not paying:   # '1' read as a count that scales; no count past one reaches the floor
+        scaling = f"none ({below[0].efficiency:.0%} at {below[0].device_count})"
     if below:
         last_good = [c.device_count for c in series if c.device_count < below[0].device_count]
         past = last_good[-1] if last_good else 1
@@ -303,44 +302,6 @@ def _memory_figure(f, d) -> tuple:
 FIGURE_WORDS = {"device level": "the device level", "reserved": "the allocator's peak reserved", "RSS": "the peak RSS"}
 
 
-DP_LEFT_OUT = ("DataParallel is not in this CPU sweep: without a GPU nn.DataParallel has no device to replicate to "
-               "and its forward calls the model itself, so it would time single device again (--strategies "
-               "single,dp,ddp runs it anyway).")
-
-
-def _dp_left_out(sweep: Sweep) -> bool:
-    """A CPU sweep in which no DataParallel configuration ran or was skipped because the CPU default left it out: no
-    strategies on its command line nor in its sweep file (`strategies_by_default`). Where the user or the sweep file
-    chose them (ddp-settings.toml, transformer.toml), DataParallel is simply not in this sweep: both reports had read
-    'DataParallel is not in this CPU sweep ... left out on CPU', as if the default had removed it."""
-    configs = [c for cs in sweep.bench.values() for c in cs]
-    return (bool(configs) and all(c.device_type == "cpu" for c in configs)
-            and not any(c.strategy == "dp" for c in configs)
-            and not any(r["strategy"] == "dp" for r in sweep.problems) and strategies_by_default(sweep.sweep))
-
-
-def strategies_by_default(row: dict) -> bool:
-    """Did the CPU default choose the strategies of this sweep (its stored row: command line, resolved config)? Only
-    where its config holds the CPU default, its command line gives no --strategies and no sweep file it names sets
-    them; a file that cannot be read now, or a config without strategies (a stand-in's), is not taken for the default."""
-    try:
-        strategies = json.loads(row.get("config_json") or "{}").get("strategies")
-        argv = shlex.split(row.get("command_line") or "")
-    except ValueError:
-        return False
-    if tuple(strategies or ()) != DEFAULT_STRATEGIES["cpu"] or any(a.split("=")[0] == "--strategies" for a in argv):
-        return False
-    files = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
-    files += [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"]
-    for f in files:
-        try:
-            if "strategies" in sweepfile.load(f):
-                return False
-        except (OSError, ConfigError):
-            return False
-    return True
-
-
 SUMMARY_HEADERS = ["workload", "precision", "recommended", "samples/s", "efficiency", "DataParallel there",
                    f"efficiency ≥ {EFFICIENCY_FLOOR:.0%} up to", "bound", "lead over runner-up", "MFU"]
 
@@ -391,6 +352,6 @@ def blocks(sweep: Sweep, figures: list = ()) -> list:
                 "configurations' own repeats, this sweep's repeated configuration, or selfcheck's figure for this "
                 "host); and its model FLOPs utilisation (MFU: achieved FLOP/s against the device's dense peak, where "
                 "the peak is known). Each claim, with the table or plot behind it, follows."
-                + (" " + DP_LEFT_OUT if _dp_left_out(sweep) else ""))
+                + (" " + cpu_notes.DP_LEFT_OUT if cpu_notes.dp_left_out(sweep) else "") + cpu_notes.device_note(sweep))
     shown = [("imgs", list(figures))] if figures else []
     return out + ([("table", SUMMARY_HEADERS, rows), *shown, key] if rows else []) + paragraphs
