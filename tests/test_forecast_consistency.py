@@ -102,6 +102,9 @@ def test_the_verdict_counts_in_the_sweeps_unit_and_says_the_ranges_open_end_plai
     assert "past 8 GPUs on this network (between 1 and 8)" in fo.recommendation(_Setting("cuda"), _points(True))
     one = [dataclasses.replace(p, efficiency=0.6 if p.count == 2 else p.efficiency) for p in _points(False)]
     assert "already at 2 processes on this network" in fo.recommendation(_Setting("cpu"), one)
+    # 'below 75% already at 2 ... (at the range's high end it pays up to 8)' read as paying and not in one sentence
+    said = fo.recommendation(_Setting("cpu"), one)
+    assert "(at the range's high end it stays at or above 75% up to 8)" in said and "pays up to" not in said, said
 
 
 def _slow_lone_store(path: str, lone_x: float) -> None:

@@ -364,7 +364,8 @@ def _recommendation(s: fs.Setting, points: list, whatifs: Optional[list] = None)
     bound = next(p.bound for p in known if p.count == below)
     if not ok:
         r = stop_range(known)
-        high_end = (f" (at the range's high end it pays up to {r[1] if r[1] is not None else f'beyond {top}'})"
+        high_end = (f" (at the range's high end it stays at or above {EFFICIENT:.0%} up to "
+                    f"{r[1] if r[1] is not None else f'beyond {top}'})"
                     if r is not None and r[1] != 0 else "")
         return f"{s.label}: below {EFFICIENT:.0%} already at {unit(s, below)} on this network{high_end}" + (
             f"; {sets}" if sets else "")

@@ -12,6 +12,7 @@ there is DDP's own work at one rank (its bucket copies, its hooks), not exposed 
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Optional
 
 from bench import stats
@@ -29,12 +30,13 @@ def step_bounds_ms(sweep: Sweep, c) -> tuple:
     bound) of a DDP step, ms; NaN where the configuration has no bounds (`has_step_bounds`) or its count no all-reduce."""
     if not has_step_bounds(c):
         return (math.nan,) * 4
-    comm_at = {n: [r for r in rows if r.get("scope", "world") == "world" and r.get("op", "all_reduce") == "all_reduce"]
-               for n, _, rows in sweep.comm}   # the last comm result at each count
-    cr = comm_at.get(c.device_count, [])
+    runs = [[r for r in rows if r.get("scope", "world") == "world" and r.get("op", "all_reduce") == "all_reduce"]
+            for n, _, rows in sweep.comm if n == c.device_count]   # every comm run at this count (repeats)
     sent = sent_bytes(c)
-    ar = (stats.allreduce_ms_at(sent, [r["size_bytes"] for r in cr], [r["time_ms"] for r in cr]) if sent is not None
-          else math.nan)
+    each = [stats.allreduce_ms_at(sent, [r["size_bytes"] for r in cr], [r["time_ms"] for r in cr])
+            for cr in runs if cr] if sent is not None else []
+    each = [x for x in each if not math.isnan(x)]
+    ar = statistics.median(each) if each else math.nan   # the median of the runs: the last of three read 175.58 ms of 170-176
     compute = compute_ms(c)
     return compute, ar, compute + ar, max(compute, ar) if not math.isnan(ar) else math.nan
 
