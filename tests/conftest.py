@@ -259,3 +259,35 @@ def example_stores(folder: Path, names: tuple, tmp_path, monkeypatch):
             conn.close()
     load.path = tmp_path
     return load
+
+
+def read_sweep(path: str, sweep_id: int = 1):
+    """The stored sweep as the report reads it (bench.analysis.results.Sweep), its store opened read-only and closed."""
+    from bench.analysis import results
+    from bench.store import store
+    conn = store.connect(path, readonly=True)
+    try:
+        return results.load(conn, sweep_id)
+    finally:
+        conn.close()
+
+
+def read_history(path: str):
+    """A store's history (bench.analysis.history.History), its store opened read-only and closed."""
+    from bench.analysis import history
+    from bench.store import store
+    conn = store.connect(path, readonly=True)
+    try:
+        return history.build(conn)
+    finally:
+        conn.close()
+
+
+H100_2026_11_26 = Path(__file__).resolve().parents[1] / "examples" / "h100-2026-11-26"
+
+
+@pytest.fixture
+def h100_deeplabv3(tmp_path, monkeypatch) -> dict:
+    """The committed H100 example's DeepLabV3 sweep (gpu.sqlite, sweep 1), its configurations by label."""
+    sweep = example_stores(H100_2026_11_26, ("gpu.sqlite",), tmp_path, monkeypatch)("gpu.sqlite", 1)
+    return {c.label: c for c in sweep.bench["deeplabv3"]}

@@ -4,22 +4,18 @@ committed H100 DeepLabV3 single x1 fp32 summed 111.0 ms of kernels per traced st
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 
 from bench.report import pages
 from bench.report import traces as trace_report
 from bench.report.busy import busy
-from conftest import example_stores
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "h100-2026-11-26"
 
 
 @pytest.fixture
-def deeplabv3(tmp_path, monkeypatch):
-    sweep = example_stores(EXAMPLE, ("gpu.sqlite",), tmp_path, monkeypatch)("gpu.sqlite", 1)
-    return {c.label: c for c in sweep.bench["deeplabv3"]}
+def deeplabv3(h100_deeplabv3):
+    return h100_deeplabv3
 
 
 def test_kernels_past_the_step_read_as_a_measurement_error_with_its_likely_cause(deeplabv3, tmp_path):

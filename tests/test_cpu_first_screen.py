@@ -3,19 +3,14 @@ past one reached 75% (DDP x2 at 72%: '1' reads as a count that scales), and noth
 cores where single device x1 uses one."""
 from __future__ import annotations
 
-from bench.analysis import results
 from bench.report import recommend
-from bench.store import store
+from conftest import read_sweep
 from report_fixtures import build_sweep_store
 
 
 def _sweep(path: str, device: str = "cpu"):
     build_sweep_store(path, device=device)
-    conn = store.connect(path, readonly=True)
-    try:
-        return results.load(conn, 1)
-    finally:
-        conn.close()
+    return read_sweep(path)
 
 
 def test_no_count_past_one_at_75_percent_reads_none_with_the_first_count_below(tmp_path):

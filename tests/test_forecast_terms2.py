@@ -7,33 +7,19 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
-from bench.analysis.results import load, pick_sweep
 from bench.forecast import batches
 from bench.forecast import outlook as fo
 from bench.forecast import settings as fs
-from bench.report import forecast as rf
 from bench.report import forecastplots as fp
 from bench.store import store
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-H100 = os.path.join(ROOT, "examples", "h100-2026-11-26")
-H200 = os.path.join(ROOT, "examples", "h200-2026-11-27")
+from test_forecast_gpu_read import H100, H200
+from test_forecast_gpu_read import _blocks as _drawn
 
 
 def _blocks(path: str, sid: int, tmp_path, monkeypatch=None) -> tuple:
     """(the forecast section's blocks, {'figure' | 'memory_figure': its last such Figure})."""
-    figs = []
-    if monkeypatch is not None:
-        for name in ("figure", "memory_figure"):
-            real = getattr(fp, name)
-            monkeypatch.setattr(fp, name, lambda *a, _real=real, _name=name, **k: figs.append((_name, _real(*a, **k)))
-                                or figs[-1][1])
-    conn = store.connect(path, readonly=True)
-    try:
-        sweep = load(conn, pick_sweep(conn, sid))
-    finally:
-        conn.close()
-    return rf.blocks(path, sweep, str(tmp_path / "plots"), "test"), dict(figs)
+    bl, figs = _drawn(path, sid, tmp_path, monkeypatch)
+    return bl, dict(figs)
 
 
 def _sentence(bl: list, label: str) -> str:

@@ -33,9 +33,8 @@ H100 = Path(__file__).resolve().parents[1] / "examples" / "h100-2026-11-26"
 
 
 @pytest.fixture
-def deeplabv3(tmp_path, monkeypatch):
-    sweep = example_stores(H100, ("gpu.sqlite",), tmp_path, monkeypatch)("gpu.sqlite", 1)
-    return {c.label: c for c in sweep.bench["deeplabv3"]}
+def deeplabv3(h100_deeplabv3):
+    return h100_deeplabv3
 
 
 def test_trace_rows_carry_their_traced_steps_mean_and_the_report_names_it(deeplabv3, tmp_path):

@@ -137,15 +137,10 @@ def test_the_side_by_side_page_relabels_every_word_naming_a_model_by_path(tmp_pa
 
 def test_the_history_page_of_two_models_of_one_short_name_writes_two_plots(tmp_path):
     # history.render named its plots without the page's other workloads: both wrote my_model_build_history.png
-    from bench.analysis import history as hist
+    from conftest import read_history
     from bench.report import history as history_page
     path, a, b = _two_models(tmp_path)
     _two_models(tmp_path)   # a second sweep into the same store: a history needs two
-    conn = store.connect(path, readonly=True)
-    try:
-        h = hist.build(conn)
-    finally:
-        conn.close()
-    out = history_page.render(h, path, str(tmp_path / "hp"), str(tmp_path / "hr"))
+    out = history_page.render(read_history(path), path, str(tmp_path / "hp"), str(tmp_path / "hr"))
     saved = [os.path.basename(p) for p in out["plots"]]
     assert len(saved) == 2 and len(set(saved)) == 2, saved

@@ -9,7 +9,7 @@ import os
 
 from matplotlib.figure import Figure
 
-from bench.analysis import history as hist
+from conftest import read_history
 from bench.analysis import results
 from bench.report import history as history_page
 from bench.report import names as naming
@@ -105,12 +105,7 @@ def test_two_models_of_one_short_name_keep_their_paths_on_the_page():
 def test_history_and_side_by_side_name_it_short_too(tmp_path):
     workload = _model(tmp_path)
     path = _store(str(tmp_path / "s.sqlite"), workload, sweeps=2)
-    conn = store.connect(path, readonly=True)
-    try:
-        h = hist.build(conn)
-    finally:
-        conn.close()
-    out = history_page.render(h, path, str(tmp_path / "hp"), str(tmp_path / "hr"))
+    out = history_page.render(read_history(path), path, str(tmp_path / "hp"), str(tmp_path / "hr"))
     md = open(out["markdown"]).read()
     assert f"## {SHORT}: history" in md and not _outside_the_command(md, workload), _outside_the_command(md, workload)
     assert [os.path.basename(p) for p in out["plots"]] == ["my_model_build_history.png"]

@@ -7,7 +7,7 @@ import pytest
 
 from bench import results
 from bench.analysis import cost as analysis_cost
-from bench.analysis import results as analysis
+from conftest import read_sweep
 from bench.report import cost, plots, recommend
 from bench.store import store
 from bench.sweep import record
@@ -31,11 +31,7 @@ def _store(path: str, workload: str = "transformer") -> str:
 
 
 def _sweep(path: str):
-    conn = store.connect(path, readonly=True)
-    try:
-        return analysis.load(conn, 1)
-    finally:
-        conn.close()
+    return read_sweep(path)
 
 
 def test_the_first_screen_gives_tokens_per_second_beside_samples(tmp_path):
