@@ -75,6 +75,13 @@ def candidates(sweep: Sweep, configs: list, precision: str) -> list:
             and c.key not in over]
 
 
+def chosen(sweep: Sweep, configs: list, name=_label) -> list:
+    """[(recommended, fastest, tie)] of each precision that has candidates: the summary's rule (`candidates`, `choose`),
+    which the overview's marks and the export's recommendation columns read rather than choosing again."""
+    return [choose(cs, name) for cs in (candidates(sweep, configs, p) for p in dict.fromkeys(c.precision for c in configs))
+            if cs]
+
+
 def recommended(sweep: Sweep, configs: list, precision: str):
     """The configuration the summary recommends at one precision, None where there is none."""
     cs = candidates(sweep, configs, precision)

@@ -329,8 +329,7 @@ def overview_marks(sweep: Sweep, configs: list) -> tuple:
     """(picks, open pairs) of each precision by the summary's own rule (recommend.candidates: a fit sweep's runs over
     the budget are none; choice.choose, choice.unresolved): the overview chose among every run, so where a run over
     the budget was fastest its ring or star could disagree with the summary's cell."""
-    chosen = [choice.choose(cs) for cs in (recommend.candidates(sweep, configs, p)
-                                           for p in dict.fromkeys(c.precision for c in configs)) if cs]
+    chosen = recommend.chosen(sweep, configs)
     return [best for best, _, _ in chosen], [(best, fastest) for best, fastest, tie in chosen if choice.unresolved(best, tie)]
 
 

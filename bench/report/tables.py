@@ -122,7 +122,7 @@ def _config_row(sweep: Sweep, c: Config, recommended: bool, costs: Optional[cost
 def busy_columns(b) -> dict:
     """The bound's evidence on CUDA (bench.report.busy.Busy, None without kernel traces): the least busy GPU's work over
     a measured step, and that GPU. Where the report calls the share a measurement error (`over`: the kernels add up to
-    more than the steps they ran in), gpu_busy_share is empty and gpu_busy_why gives the report's words: the export
+    more than the measured median step), gpu_busy_share is empty and gpu_busy_why gives the report's words: the export
     wrote a clamped 1.0 beside a report reading 'GPU busy 103%: over 100%, a measurement error'."""
     if b is None:
         return {"gpu_busy_share": None, "gpu_busy_device": None, "gpu_busy_why": None}
@@ -149,13 +149,8 @@ def _picks(sweep: Sweep, configs: list) -> dict:
     the pick at each precision: the recommendation's own rule (recommend.candidates, choice.choose, choice.unresolved),
     not its sentences: the export once wrote each whole answer (bound, traces, FSDP beside DDP) to match a string."""
     name = frontier.names(configs, bool(sweep.fit))   # the summary's names for the cell
-    out = {}
-    for precision in dict.fromkeys(c.precision for c in configs):
-        cs = recommend.candidates(sweep, configs, precision)
-        if cs:
-            best, fastest, tie = choice.choose(cs, name)
-            out[id(best)] = choice.unresolved_cell(best, fastest, name) if choice.unresolved(best, tie) else None
-    return out
+    return {id(best): choice.unresolved_cell(best, fastest, name) if choice.unresolved(best, tie) else None
+            for best, fastest, tie in recommend.chosen(sweep, configs, name)}
 
 
 def configurations(sweep: Sweep, prices: Optional[cost.Prices] = None) -> list:
