@@ -7,10 +7,11 @@
 #   scripts/gpu_session.sh one-call [LIMIT_S] a 15-minute lease in one call: the rehearsal of two ranks on the GPU
 #                                            beside the gpu tests, DeepLabV3's verdicts, the transformer, the self-check
 #   scripts/gpu_session.sh follow-up [LIMIT_S] what the 2026-11-26 and -27 leases left unproven: the gpu tests alone,
-#                                            DeepLabV3's noise at each precision, compile's time to train, fit
-#                                            meeting a real out-of-memory error (2026-11-27 it ran the sharded gate at
-#                                            two CUDA ranks, FSDP/HSDP with checkpointing, offload, fit in 16 GiB)
-#   scripts/gpu_session.sh finish [LIMIT_S]   follow-up's second call: the self-check (its noise at each precision)
+#                                            DeepLabV3's noise at each precision, compile's time to train (2026-11-27
+#                                            it ran the sharded gate at two CUDA ranks, FSDP/HSDP with checkpointing,
+#                                            offload, fit in 16 GiB)
+#   scripts/gpu_session.sh finish [LIMIT_S]   follow-up's second call, on the warm machine: fit meeting a real
+#                                            out-of-memory error, then the self-check where time is left
 # Every stage gets what is left of LIMIT_S (default 570 s) and is cut with `timeout`, so the command ends inside it;
 # an interrupted sweep is resumed by the next call (carry results/). Logs and results/ (stores, traces) are packed under $OUT (default results/gpu-session). On a machine whose Python already has a CUDA torch
 # and this suite's dependencies (BENCH_VENV, default /opt/torch/.venv where present) nothing is installed.
@@ -125,10 +126,12 @@ follow-up)  # what two leases left unproven (2026-11-26 H100, 2026-11-27 H200), 
         --strategies single --precision fp32,bf16 --noise-repeats 3 --no-report
     stage deeplabv3-compile 200 ./run_bench.sh --store "$STORE" --label "$gpu" --workloads deeplabv3 \
         --strategies single --precision bf16 --compile false,true --noise-repeats 1 --no-report
-    stage fit-oom 150 ./run_bench.sh fit --store "$STORE" --label "$gpu" --workloads transformer --strategies ddp \
-        --precision bf16 --optimizer adamw --per-device-batch 64 --max-batch 128 --no-report
     ;;
-finish)  # the second call of a follow-up lease, on the warm machine: the self-check whole (its host noise per precision)
+finish)  # the second call of a follow-up lease, on the warm machine (its store kept): fit meeting a real CUDA
+    # out-of-memory error (no budget: batches 64, 128, then bisection on the GPU's own memory); the self-check ran
+    # whole on 2026-11-27 (31 passed), so it goes last, only where time is left
+    stage fit-oom 170 ./run_bench.sh fit --store "$STORE" --label "$gpu" --workloads transformer --strategies ddp \
+        --precision bf16 --optimizer adamw --per-device-batch 64 --max-batch 128 --no-report
     stage selfcheck 280 ./run_bench.sh selfcheck
     ;;
 *) echo "unknown stage set: $what (check, sweeps, extras, one-call, follow-up or finish)" >&2; exit 2 ;;
