@@ -88,7 +88,7 @@ def test_ram_counts_gradients_and_adamw_state_once_a_process_under_ddp_and_once_
 
 class _Watch:
     """A heartbeat watch at step 6 of 14 whose steps after the first took 10 s each."""
-    started, advanced = 100.0, 150.0
+    started, advanced, first_step = 100.0, 150.0, (110.0, 1)
 
     def steps_done(self):
         return 5
@@ -100,8 +100,10 @@ class _Watch:
 def test_progress_lines_carry_the_measured_pace_and_what_is_left(monkeypatch):
     lines = []
     monkeypatch.setattr(run, "PROGRESS_EVERY_S", -1.0)
-    assert run.pace(_Watch(), 110.0) == "; about 10 s a step, about 1.5 min to step 14"
-    assert run.pace(_Watch(), None) == ""
+    assert run.pace(_Watch()) == "; about 10 s a step, about 1.5 min to step 14"
+    unseen = _Watch()
+    unseen.first_step = None
+    assert run.pace(unseen) == ""
     show = run._progress(lines.append, "[1/3] x")
     show(_Watch())
     assert lines and lines[0].startswith("[1/3] x: ... step 6/14 (") and "a step, about" in lines[0], lines

@@ -23,7 +23,8 @@ def test_ranks_one_phase_apart_while_both_progress_are_not_a_culprit():
                 1: ({"step": 1375, "phase": "backward", "total": 2000}, now - 0.3, now - 0.1)})
     assert w.at_limit(now, heartbeat.still_interval_s(0.06)) is None
     lim = Limits(fixed_s=30.0)
-    text = lim.still_progressing(0.0, w, first_step_at=5.0, now=now)
+    w.first_step = (5.0, 1)
+    text = lim.still_progressing(0.0, w, now=now)
     assert text.startswith("the limit was reached at step 1376 of 2000 with every rank progressing"), text
     assert "needs about" in text and "raise --timeout (more than" in text
     # the old rule named rank 1 all the same
@@ -76,7 +77,8 @@ def test_silent_and_missing_ranks_and_a_real_stall_keep_their_names():
 def test_the_work_following_limit_names_the_flag_that_fixes_a_longer_one():
     now = 50.0
     w = _watch({0: ({"step": 9, "phase": "forward", "total": 40}, now - 0.2, now - 0.1)}, ranks=1, advanced=50.0)
-    text = Limits(fixed_s=None).still_progressing(0.0, w, first_step_at=10.0, now=now)
+    w.first_step = (10.0, 1)
+    text = Limits(fixed_s=None).still_progressing(0.0, w, now=now)
     # steps 1 to 8 between 10 s and 50 s: 5 s a step; 10 s to the first step; 40 steps
     assert text == ("the limit was reached at step 10 of 40 with every rank progressing; at this pace the run needs "
                     "about 210 s in all; --timeout S sets a longer, fixed limit")
@@ -88,7 +90,27 @@ def test_a_stall_after_fast_steps_is_not_taken_for_slow_steps():
     now = 100.0
     w = _watch({0: ({"step": 2, "phase": "backward", "total": 8}, now - 0.2, now - 60.0),
                 1: ({"step": 2, "phase": "start", "total": 8}, now - 0.2, now - 60.0)}, advanced=now - 60.0)
-    step_s = Limits.step_s(w, first_step_at=now - 60.5)
+    w.first_step = (now - 60.5, 1)
+    step_s = Limits.step_s(w)
     assert step_s == 0.5 and heartbeat.still_interval_s(step_s) == heartbeat.STILL_MIN_S
     ranks, why = w.at_limit(now, heartbeat.still_interval_s(step_s))
     assert ranks == [1] and why.startswith("rank 1 made no progress after step 2 (start)"), why
+
+
+def test_a_first_step_seen_late_gives_no_pace_until_steps_are_made_after_it(tmp_path):
+    # The H200's compiled DeepLabV3: 74 s to the first step, then 50 ms steps, so one poll found step 4 begun. The pace
+    # counted 3 steps from when it was seen and read '-0 s a step'; it counts from the steps then done.
+    import json
+    w = Watch(str(tmp_path), 1, started=0.0)
+
+    def at(now: float, step: int) -> None:
+        with open(heartbeat.path_for(str(tmp_path), 0), "w") as f:
+            json.dump({"step": step, "phase": "forward", "total": 44, "seq": step}, f)
+        w.poll(now)
+    at(1.0, -1)
+    at(75.0, 4)
+    assert w.first_step == (75.0, 4) and Limits.step_s(w) is None
+    assert Limits(fixed_s=None).projected_s(0.0, w) is None
+    at(76.0, 24)
+    assert abs(Limits.step_s(w) - 0.05) < 1e-9
+    assert Limits(fixed_s=None).projected_s(0.0, w) == 75.0 + 44 * Limits.step_s(w)

@@ -96,6 +96,7 @@ class Watch:
     started: float = field(default_factory=time.monotonic)
     states: dict = field(default_factory=dict)
     advanced: Optional[float] = None    # sweep clock when steps_done() last grew: a pace that excludes a stall
+    first_step: Optional[tuple] = None  # (sweep clock, steps_done()) when a step past the first was first seen
     _done: int = -1
 
     def poll(self, now: Optional[float] = None) -> None:
@@ -104,6 +105,8 @@ class Watch:
         done = self.steps_done()
         if done != self._done:
             self._done, self.advanced = done, now
+            if self.first_step is None and done >= 1:  # the count too: a compiled first step is followed by fast
+                self.first_step = (now, done)           # ones, several of which one poll can find done at once
 
     def _read(self, now: float) -> None:
         for r in range(self.ranks):

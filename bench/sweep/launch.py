@@ -57,37 +57,40 @@ class Limits:
         return cls(fixed_s=timeout_s, startup_s=STARTUP_S.get(spec.device_type, 300.0),
                    stall_s=STALL_FRACTION * spec.pg_timeout_s)
 
-    def deadline(self, started: float, watch: heartbeat.Watch, first_step_at: Optional[float], now: float) -> float:
+    def deadline(self, started: float, watch: heartbeat.Watch, now: float) -> float:
         """The monotonic time past which the configuration is ended for taking too long."""
         if self.fixed_s is not None:
             return started + self.fixed_s
         if watch.total() <= 0 and watch.states:  # nothing to project from (the all-reduce microbenchmark)
             return started + 2 * self.startup_s
-        projected = self.projected_s(started, watch, first_step_at, now)
+        projected = self.projected_s(started, watch)
         if projected is None:
             extra = 3 * self.startup_s if watch.in_phase(now, heartbeat.EXTENDED_PHASES) else 0.0
             return started + self.startup_s + extra
         return started + WORK_FACTOR * projected + WORK_MARGIN_S
 
     @staticmethod
-    def step_s(watch: heartbeat.Watch, first_step_at: Optional[float]) -> Optional[float]:
-        """Seconds per step of the steps that were made, after the first (which holds compilation, autotuning):
-        up to when the slowest rank last began a step, so a stall since then is not taken for slow steps."""
-        done = watch.steps_done()
-        if first_step_at is None or done < 2 or watch.advanced is None:
+    def step_s(watch: heartbeat.Watch) -> Optional[float]:
+        """Seconds per step of the steps made after the first was seen (the first holds compilation, autotuning): up to
+        when the slowest rank last began a step, so a stall since then is not taken for slow steps. Counted from the
+        steps done when the first was seen, not from one: a compiled DeepLabV3 on the H200 was first seen at step 4
+        (74 s to the first step, then 50 ms steps), and the pace read '-0 s a step'."""
+        if watch.first_step is None or watch.advanced is None:
             return None
-        return (watch.advanced - first_step_at) / (done - 1)
+        at, count = watch.first_step
+        made = watch.steps_done() - count
+        return (watch.advanced - at) / made if made >= 1 else None
 
-    def projected_s(self, started: float, watch: heartbeat.Watch, first_step_at: Optional[float], now: float) -> Optional[float]:
+    def projected_s(self, started: float, watch: heartbeat.Watch) -> Optional[float]:
         """The run's whole length at the pace of its steps so far (start-up included); None before two steps."""
-        per_step = self.step_s(watch, first_step_at)
-        return None if per_step is None else (first_step_at - started) + watch.total() * per_step
+        per_step = self.step_s(watch)
+        return None if per_step is None else (watch.first_step[0] - started) + watch.total() * per_step
 
-    def still_progressing(self, started: float, watch: heartbeat.Watch, first_step_at: Optional[float], now: float) -> str:
+    def still_progressing(self, started: float, watch: heartbeat.Watch, now: float) -> str:
         """What the limit cut short when every rank was progressing: where it was, the projection, the flag."""
         done, total = watch.steps_done(), watch.total()
         at = f"at step {done + 1} of {total}" if total > 0 and done >= 0 else "before the first step"
-        projected = self.projected_s(started, watch, first_step_at, now)
+        projected = self.projected_s(started, watch)
         pace = f"; at this pace the run needs about {projected:.0f} s in all" if projected else ""
         if self.fixed_s is not None:
             more = f" (more than {projected:.0f})" if projected else ""
@@ -229,7 +232,6 @@ def supervise(proc: subprocess.Popen, spec: RunSpec, spec_path: str, log_path: s
               on_progress: Optional[Callable] = None) -> Outcome:
     """Poll until the launcher exits, a rank stalls or the limit passes; then diagnose."""
     watch = heartbeat.Watch(spec.out_dir, spec.processes)
-    first_step_at: Optional[float] = None
     while True:
         try:
             rc = proc.wait(timeout=POLL_S)
@@ -238,8 +240,6 @@ def supervise(proc: subprocess.Popen, spec: RunSpec, spec_path: str, log_path: s
             pass
         now = time.monotonic()
         watch.poll(now)
-        if first_step_at is None and watch.steps_done() >= 1:
-            first_step_at = now
         if on_progress:
             on_progress(watch)
         stalled = watch.stall(limits.stall_s, now)
@@ -250,12 +250,12 @@ def supervise(proc: subprocess.Popen, spec: RunSpec, spec_path: str, log_path: s
             return Outcome("failed", f"stalled: {why}; no progress for {limits.stall_s:.0f} s "
                                      f"({STALL_FRACTION:.0%} of --pg-timeout); all processes of the configuration were killed",
                            out.payload, failed_rank=ranks[0])
-        if now > limits.deadline(t0, watch, first_step_at, now):
+        if now > limits.deadline(t0, watch, now):
             watch.poll(now)
             _end(proc, spec, spec_path)
             out = diagnose(spec.out_dir, log_path, None, spec)
-            found = watch.at_limit(now, heartbeat.still_interval_s(limits.step_s(watch, first_step_at)))
-            why = f"at the limit {found[1]}" if found else limits.still_progressing(t0, watch, first_step_at, now)
+            found = watch.at_limit(now, heartbeat.still_interval_s(limits.step_s(watch)))
+            why = f"at the limit {found[1]}" if found else limits.still_progressing(t0, watch, now)
             return Outcome("failed", f"{limits.describe(now - t0)}; all processes of the configuration were killed; {why}"
                            + (f". {out.reason}" if out.reason and "no rank reported" not in out.reason else ""),
                            out.payload, failed_rank=found[0][0] if found else out.failed_rank)

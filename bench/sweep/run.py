@@ -114,24 +114,22 @@ def _tokens(r) -> str:
 
 def _progress(log: Callable, head: str) -> Callable:
     """A heartbeat reader that says, at most every PROGRESS_EVERY_S, how far a long configuration is."""
-    last, first_step_at = [time.monotonic()], [None]
+    last = [time.monotonic()]
 
     def show(watch) -> None:
         now = time.monotonic()
-        if first_step_at[0] is None and watch.steps_done() >= 1:
-            first_step_at[0] = now
         if now - last[0] >= PROGRESS_EVERY_S and watch.total() > 0 and watch.steps_done() >= 0:
             last[0] = now
             log(f"{head}: ... step {watch.steps_done() + 1}/{watch.total()} ({now - watch.started:.0f} s"
-                f"{pace(watch, first_step_at[0])})")
+                f"{pace(watch)})")
     return show
 
 
-def pace(watch, first_step_at: Optional[float]) -> str:
+def pace(watch) -> str:
     """'; about 41 s a step, about 6.2 min to step 14': the pace measured so far (the steps after the first, which
     holds compilation), so that a plan's guess far off (a 1.4b transformer step guessed at 0.2 s that took about 11
     minutes on CPU) shows while the configuration runs, not after it."""
-    step_s = Limits.step_s(watch, first_step_at)
+    step_s = Limits.step_s(watch)
     if step_s is None:
         return ""
     more_s = max(0, watch.total() - watch.steps_done()) * step_s
