@@ -696,3 +696,22 @@ def test_ddps_unused_parameter_error_at_run_time_names_the_flag_to_add(tmp_path)
     got = diagnose.diagnose(str(out), str(log), 1, spec)
     assert got.failed_rank == 1 and got.reason.startswith("rank 1: RuntimeError: Expected to have finished")
     assert got.reason.endswith("--find-unused-parameters true"), got.reason
+
+
+def test_a_rank_the_kernel_sigkilled_names_the_out_of_memory_killer_as_the_likely_cause(tmp_path):
+    # A 1.4b transformer on the 24 GiB CPU machine was stored as 'rank 0: killed by signal 9 (SIGKILL)' and nothing
+    # more; a SIGKILL the suite did not send is most often the kernel's out-of-memory killer, and the reason says so.
+    from bench.sweep import diagnose
+    out = tmp_path / "run"
+    out.mkdir()
+    log = out / "log0.txt"
+    spec = plan.RunSpec(workload="synthetic", strategy="single", device_type="cpu", device_count=1, per_device_batch=1,
+                        global_batch=1, image_size=0, steps=3, warmup=0, threads=0, seed=0, scaling="weak")
+    log.write_text("Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n"
+                   "  exitcode  : -9 (pid: 9204)\n  error_file: <N/A>\n  traceback : Signal 9 (SIGKILL) received by PID 9204\n")
+    got = diagnose.diagnose(str(out), str(log), 1, spec)
+    assert got.reason.startswith("rank 0: killed by signal 9 (SIGKILL); a SIGKILL nobody asked for is most often the "
+                                 "kernel's out-of-memory killer"), got.reason
+    log.write_text("")
+    assert "out-of-memory killer" in diagnose.diagnose(str(out), str(log), -9, spec).reason
+    assert "out-of-memory" not in diagnose.diagnose(str(out), str(log), -15, spec).reason  # SIGTERM: not memory

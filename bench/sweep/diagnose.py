@@ -54,6 +54,15 @@ def signal_name(num: int) -> str:
         return f"signal {num}"
 
 
+def killed_by(num: int) -> str:
+    """'killed by signal 9 (SIGKILL) ...': a SIGKILL nobody in the suite sent (the supervisor's own kills give their
+    own reason) is most often the kernel's out-of-memory killer. A 1.4b transformer on the 24 GiB CPU machine was
+    stored as 'rank 0: killed by signal 9 (SIGKILL)' with no word of memory."""
+    why = ("; a SIGKILL nobody asked for is most often the kernel's out-of-memory killer (`dmesg` or `journalctl -k` "
+           "names the process it killed)") if num == signal.SIGKILL else ""
+    return f"killed by {signal_name(num)}{why}"
+
+
 def error_text(err: dict) -> str:
     host = f" on {err['host']}" if err.get("host") else ""
     return f"rank {err['rank']}{host}: {err['type']}: {err['message']}".strip()
@@ -98,7 +107,7 @@ def diagnose(out_dir: str, log_path: str, rc: Optional[int], spec=None, watch=No
     if root and rc is not None:
         rank, code = int(root.group(1)), int(root.group(2))
         if code < 0 and code != -signal.SIGABRT and rank not in with_error:
-            return Outcome("failed", f"rank {rank}: killed by {signal_name(-code)}"
+            return Outcome("failed", f"rank {rank}: {killed_by(-code)}"
                            + (f"; then {error_text(errors[0])}" if errors else ""), details, failed_rank=rank)
     if errors and TIMEOUT_WORDS.search(errors[0]["message"]):
         ranks = set(exits) | with_error | (set(range(spec.processes)) if multi else set())
@@ -126,8 +135,8 @@ def diagnose(out_dir: str, log_path: str, rc: Optional[int], spec=None, watch=No
         return Outcome("failed", "no rank reported an error", details)
     if rc < 0:
         if multi or (spec is not None and spec.launcher == "slurm"):
-            return Outcome("failed", f"{'srun' if spec.launcher == 'slurm' else 'torchrun'} (the launcher) was killed by "
-                                     f"{signal_name(-rc)}", details)
-        return Outcome("failed", f"rank 0: killed by {signal_name(-rc)}", details, failed_rank=0)
+            return Outcome("failed", f"{'srun' if spec.launcher == 'slurm' else 'torchrun'} (the launcher) was "
+                                     f"{killed_by(-rc)}", details)
+        return Outcome("failed", f"rank 0: {killed_by(-rc)}", details, failed_rank=0)
     last = tail.splitlines()[-1] if tail else "no output"
     return Outcome("failed", f"exit code {rc}: {last}", details)
