@@ -114,7 +114,7 @@ def test_the_refusal_and_the_plans_ram_warning_count_by_one_function(tmp_path):
         ("single", 1): 12, ("ddp", 1): 12, ("ddp", 2): 24, ("zero", 1): 12, ("zero", 2): 20, ("hsdp", 1): 12,
         ("hsdp", 2): 12}
     assert all(describe.state_bytes(r) == transformer.state_bytes(r) for r in runs.values())
-    warned = describe.ram_warnings(list(runs.values()), cfg, machine)
+    warned = [w for w in describe.ram_warnings(list(runs.values()), cfg, machine) if "will likely" in w]
     assert [w.split(" holds")[0] for w in warned] == ["WARNING: transformer ddp x2 [sgd]", "WARNING: transformer zero x2 [sgd]"]
 
 

@@ -74,7 +74,7 @@ def test_a_configuration_whose_state_fits_but_not_with_its_activations_is_warned
     ram = machine.host_memory_bytes
     f2 = runs[("fsdp", 2)]
     assert transformer.state_bytes(f2) < ram < transformer.host_bytes(f2, transformer.spec_shape(f2), 8)[0]
-    warned = describe.ram_warnings(list(runs.values()), cfg, machine)
+    warned = [w for w in describe.ram_warnings(list(runs.values()), cfg, machine) if "will likely" in w]
     assert [w.split(" holds")[0] for w in warned] == ["WARNING: transformer fsdp x2 [sgd]"], warned
     assert ("holds at least 16.0 GiB in one host's RAM (15.2 GiB of fp32 weights, gradients and sgd state, 0.8 GiB "
             "of activations at 8 sequence(s) per device), more than its 15.8 GiB") in warned[0], warned[0]

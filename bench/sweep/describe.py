@@ -208,13 +208,22 @@ def state_bytes(r: RunSpec) -> Optional[int]:
     return transformer.state_bytes(r)
 
 
+# What a CPU transformer process's peak RSS came to over the training state transformer.state_bytes counts: the 134m
+# preset, single x1, 1 x 256 tokens, 2026-11-27 on the 2-core machine: peak 2986 MiB less 381 MiB before the model
+# against 2046 MiB of weights, gradients and AdamW state (1.27x; SGD 1.22x): the for-loop optimizer's temporaries, the
+# allocator, the logits. The 1.4b preset, single x1 with AdamW, counted 20.3 GiB of the machine's 23.0 and was killed.
+PEAK_OVER_STATE = 1.27
+TORCH_BASELINE_BYTES = 381 * 2**20  # a CPU rank's RSS before its model is built (torch, the suite, the data)
+
+
 def ram_warnings(runs: list, cfg: SweepConfig, machine=None) -> list:
     """One line per CPU transformer configuration that does not fit this host's RAM by transformer.host_bytes (fp32
     weights, gradients and optimizer state plus each process's activations, per host), at the batch the plan's memory
     check counts (transformer.floor_batch). That check (bench.sweep.resolve.check_cpu_ram) refuses a plan none of
     whose configurations fits, by the same function; this warns of each one that does not, in a plan where another
     does. It once counted the state alone, over every node's processes: a configuration whose state fit but whose
-    state and activations did not was neither refused (another fit) nor warned of."""
+    state and activations did not was neither refused (another fit) nor warned of. A configuration whose floor fits
+    but whose measured-like peak (PEAK_OVER_STATE, TORCH_BASELINE_BYTES) does not is warned of as 'may run out'."""
     ram = getattr(machine, "host_memory_bytes", None)
     if cfg.device != "cpu" or not ram:
         return []
@@ -225,12 +234,22 @@ def ram_warnings(runs: list, cfg: SweepConfig, machine=None) -> list:
             continue
         batch = transformer.floor_batch(r, given)
         total, act, state = transformer.host_bytes(r, transformer.spec_shape(r), batch)
-        if total > ram:
-            over.setdefault((r.strategy, r.device_count, r.optimizer), (total, act, state, batch))
-    return [f"WARNING: transformer {s} x{n} [{opt}] holds at least {t / 2**30:.1f} GiB in one host's RAM ({st / 2**30:.1f} "
-            f"GiB of fp32 weights, gradients and {opt} state, {a / 2**30:.1f} GiB of activations at {b} sequence(s) per "
-            f"device), more than its {ram / 2**30:.1f} GiB: it will likely run out of memory"
-            for (s, n, opt), (t, a, st, b) in over.items()]
+        likely = total + ((PEAK_OVER_STATE - 1) * state + r.processes * TORCH_BASELINE_BYTES) / r.nodes
+        if likely > ram:
+            over.setdefault((r.strategy, r.device_count, r.optimizer), (total, act, state, batch, likely))
+    return [_ram_line(key, *figures, ram) for key, figures in over.items()]
+
+
+def _ram_line(key: tuple, total: float, act: float, state: float, batch: int, likely: float, ram: float) -> str:
+    (s, n, opt), gib = key, 2**30
+    head = (f"WARNING: transformer {s} x{n} [{opt}] holds at least {total / gib:.1f} GiB in one host's RAM ({state / gib:.1f} "
+            f"GiB of fp32 weights, gradients and {opt} state, {act / gib:.1f} GiB of activations at {batch} sequence(s) per "
+            f"device)")
+    if total > ram:
+        return head + f", more than its {ram / gib:.1f} GiB: it will likely run out of memory"
+    return (head + f"; measured runs peaked about {likely / gib:.1f} GiB for such a count (the state {PEAK_OVER_STATE}x, "
+            f"torch's {TORCH_BASELINE_BYTES / gib:.1f} GiB a process), more than its {ram / gib:.1f} GiB: it may run "
+            "out of memory, and the kernel then kills it (SIGKILL)")
 
 
 def _text(v) -> str:
