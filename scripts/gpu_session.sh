@@ -118,8 +118,8 @@ one-call)  # everything a 15-minute lease allows in one call, most telling first
     ;;
 follow-up)  # what two leases left unproven (2026-11-26 H100, 2026-11-27 H200), most telling first: the gpu-marked tests
     # alone (beside other work both leases cut them); DeepLabV3's noise at each precision (fp32 and bf16 x 3 processes:
-    # on the H200 bf16 processes ran 38% apart); compile's time to train; fit meeting a real CUDA out-of-memory error
-    # (no budget: batches 64, 128, then bisection on the GPU's own memory)
+    # on the H200 bf16 processes ran 38% apart); compile's time to train. Run 2026-11-27 afternoon in 404 s
+    # (examples/h200-2026-11-27-pm), with finish after it on the warm machine in 304 s
     stage env 30 bash -c 'nvidia-smi; nproc; free -g; df -h /dev/shm; "$BENCH_VENV/bin/python" -c "import torch, torchvision; print(torch.__version__, torch.version.cuda, torchvision.__version__, torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0), torch.cuda.nccl.version())"'
     stage gpu-tests 150 ./run_tests.sh --run-gpu -m gpu -k "not selfcheck" -p no:cacheprovider
     stage deeplabv3-noise 180 ./run_bench.sh --store "$STORE" --label "$gpu" --workloads deeplabv3 \
