@@ -111,7 +111,10 @@ def test_the_report_flags_a_configuration_that_throttled_with_its_reason(tmp_pat
     words = "power cap on rank 0 (cuda:0), 1 of 2 GPUs: SM clock 1410 of 1980 MHz for 40% of the window"
     assert ddp.gpu.samples == 100 and ddp.gpu.gpus == 2 and ddp.gpu.words() == words
     text = recommend.answer(sw, "synthetic", sw.bench["synthetic"], "fp32")[1]
-    assert f"It throttled in the measured window ({words}): its speed is the throttled machine's." in text
+    # by how much: the throttled GPU's clock, 60% of its window at 1980 and 40% at 1410 MHz, averaged 1752 (-11.5%)
+    assert (f"It throttled in the measured window ({words}): the SM clock of rank 0 (cuda:0), the slowest GPU, averaged "
+            "1752 of 1980 MHz (-11.5%, as low as 1410 MHz), power 602 of 700 W (median), so its throughput is at most "
+            "about 11.5% under an uncapped clock's (clock-bound work scales at most with the clock).") in text
     md = pages.to_markdown(report.blocks(sw, {}), str(tmp_path))   # the report's blocks, no plots drawn
     table = md[md.index("| strategy | precision / settings | GPUs"):]
     assert re.search(r"\| DDP \| fp32 \| 2 \|.*\| " + re.escape(words) + r" \|", table)
@@ -120,6 +123,31 @@ def test_the_report_flags_a_configuration_that_throttled_with_its_reason(tmp_pat
     # power: the readings from 1 s into each window (NVML's one-second average), both GPUs' together
     assert "| DDP x2 | fp32 | 1980 of 1980 MHz | 602 of 700 | 72 | power cap on rank 0 (cuda:0)" in md
     assert "held one GPU's clock for 5% of its window or more, judged per GPU" in md
+
+
+def test_a_power_cap_says_how_much_it_held_the_clock_down_not_only_that_it_did(tmp_path):
+    # One H200 at its 700 W cap for 93% of a 280-sample window (examples/h200-2026-11-27-pm, transformer-fit): the
+    # flag gave the median clock while capped (1965 of 1980 MHz) and "its speed is the throttled machine's", read as a
+    # degraded number; the clock's mean over the window, its lowest and the power say how much (at most ~2%).
+    clocks = ([1965] * 174 + [1980] * 26 + [1950] * 18 + [1875] * 12 + [1920] * 10 + [1890] * 8 + [1905] * 8
+              + [1935] * 6 + [1785] * 6 + [1800] * 6 + [1710] * 2 + [1725] * 2 + [1740] * 2)
+    rows = [{"rank": 0, "device": "cuda:0", "sample": i, "t_ms": 50.0 * i, "sm_clock_max_mhz": 1980,
+             "power_limit_w": 700, "temperature_c": 60, "sm_clock_mhz": mhz, "power_w": 660 + i % 16,
+             "reasons": 0 if i % 14 == 0 else POWER_CAP} for i, mhz in enumerate(clocks)]
+    mean = sum(clocks) / len(clocks)
+    g = state.summarise(rows)
+    assert g.throttled and g.clock_mean_mhz == pytest.approx(mean) and g.clock_low_mhz == 1710
+    assert g.shortfall() == pytest.approx(1 - mean / 1980)   # 1.9%, where the median (1965) says 0.8%
+    path = str(tmp_path / "s.sqlite")
+    sw = build(path, [(rspec("ddp", 1), payload(1, 10.4, MLP_FLOPS, gpu_samples=rows))])
+    text = " ".join(recommend.answer(sw, "synthetic", sw.bench["synthetic"], "fp32")[1])
+    assert (f"for 93% of the window): the SM clock averaged {mean:.0f} of 1980 MHz (-1.9%, as low as 1710 MHz), power "
+            f"{g.power_w:.0f} of 700 W (median), so its throughput is at most about 1.9% under an uncapped clock's "
+            "(clock-bound work scales at most with the clock).") in text
+    assert "throttled machine's" not in text
+    # a cap that never lowered the clock on average is flagged, and said to hold nothing down
+    flat = state.summarise([dict(r, sm_clock_mhz=1980) for r in rows])
+    assert flat.shortfall() == 0 and flat.throttled
 
 
 def eight_gpus(throttled: dict) -> list:

@@ -8,6 +8,9 @@ throttle reason with the share of the window it held the clock down.
                                      #  of the window' (one GPU: 'power cap: SM clock ...')
     state.too_few                    # no throttle seen, but a GPU gave too few samples to see one (MIN_SAMPLES)
     state.power_text()               # '548 of 700', or 'not updated in the window (75 ms)'
+    state.shortfall()                # 0.019: the slowest GPU's mean SM clock under the maximum (nan: not known)
+    state.magnitude()                # 'the SM clock averaged 1943 of 1980 MHz (-1.9%, as low as 1710 MHz), power 668
+                                     #  of 700 W (median)': how much a throttle held it down
 
 A throttle is judged per GPU (rank and device; its repeats pooled, the sampler spaces samples evenly in time, so a share
 of samples is a share of the window) and flagged on the GPU it held longest: a DDP step runs at its slowest GPU's pace,
@@ -24,6 +27,11 @@ was not updated at all (a self-check's 43-150 ms windows on an H100 read 123 W, 
 MIN_POWER_READINGS such readings remain it is not given (None: "not updated in the window"). Readings are counted per
 physical GPU (node and device), once: in a rehearsal both ranks sample cuda:0, and the H100 rehearsal's FSDP x2 met the
 5 with 3 readings of its one GPU counted once per rank (`_power`).
+
+How much a throttle cost is the slowest GPU's mean SM clock (its samples are evenly spaced, so the mean is over time)
+against the maximum, with its lowest: an H200 capped at 700 W for 93% of a window read 'SM clock 1965 of 1980 MHz'
+(the median while capped), and 'its speed is the throttled machine's' read as a degraded number, where the clock
+averaged 1943 MHz (-1.9%, as low as 1710): clock-bound work runs at most that much slower (`shortfall`).
 """
 from __future__ import annotations
 
@@ -61,6 +69,9 @@ class GpuState:
     gpus: int = 1                # GPUs sampled (rank, device)
     fewest: int = 0              # samples of the GPU sampled least (its repeats pooled)
     window_ms: float = math.nan  # the longest measured window sampled (first to last sample)
+    clock_mean_mhz: float = math.nan   # the slowest GPU's mean SM clock (its samples evenly spaced: over time)
+    clock_low_mhz: float = math.nan    # that GPU's lowest sample
+    slowest_gpu: str = ""              # that GPU: 'rank 3 (cuda:3)'
 
     @property
     def throttled(self) -> bool:
@@ -98,6 +109,25 @@ class GpuState:
             return f" on {t.gpu}, 1 of {self.gpus} GPUs"
         return f" on {t.gpus_throttled} of {self.gpus} GPUs, longest {t.gpu}"
 
+    def shortfall(self) -> float:
+        """How far the slowest GPU's mean SM clock stayed under the maximum (0.019: 1.9%); nan where either is not
+        known. Clock-bound work runs at most this much slower than at an uncapped clock; memory-bound work less."""
+        if not self.sm_clock_max_mhz or math.isnan(self.clock_mean_mhz):
+            return math.nan
+        return 1 - self.clock_mean_mhz / self.sm_clock_max_mhz
+
+    def magnitude(self) -> str:
+        """'the SM clock averaged 1943 of 1980 MHz (-1.9%, as low as 1710 MHz), power 668 of 700 W (median)'; with
+        several GPUs the slowest is named. '' without clock samples."""
+        if math.isnan(self.clock_mean_mhz):
+            return ""
+        who = f"the SM clock of {self.slowest_gpu}, the slowest GPU," if self.gpus > 1 else "the SM clock"
+        top = f" of {self.sm_clock_max_mhz:.0f}" if self.sm_clock_max_mhz else ""
+        short = self.shortfall()
+        gap = f"{-short:+.1%}, " if not math.isnan(short) else ""
+        power = f", power {self.power_text()} W (median)" if self.power_w is not None else ""
+        return f"{who} averaged {self.clock_mean_mhz:.0f}{top} MHz ({gap}as low as {self.clock_low_mhz:.0f} MHz){power}"
+
     def clock_text(self) -> str:
         """'1980 of 1980 MHz' (median SM clock of its maximum)."""
         top = f" of {self.sm_clock_max_mhz:.0f}" if self.sm_clock_max_mhz else ""
@@ -121,6 +151,20 @@ def _throttle(name: str, bit: int, by_gpu: dict) -> Optional[Throttle]:
     share, held = shares[gpu]
     return Throttle(name, share, stats.median(r.get("sm_clock_mhz") for r in held), gpu,
                     sum(s >= THROTTLED_SHARE for s, _ in shares.values()))
+
+
+def _slowest(by_gpu: dict) -> tuple:
+    """(mean SM clock, lowest, the GPU) of the GPU whose mean clock is lowest: a step runs at its slowest GPU's pace;
+    (nan, nan, '') without clock samples."""
+    means = {}
+    for gpu, rows in by_gpu.items():
+        clocks = [r["sm_clock_mhz"] for r in rows if r.get("sm_clock_mhz") is not None]
+        if clocks:
+            means[gpu] = (sum(clocks) / len(clocks), min(clocks))
+    if not means:
+        return math.nan, math.nan, ""
+    gpu = min(means, key=lambda g: means[g][0])
+    return (*means[gpu], gpu)
 
 
 def _windows(rows: list) -> dict:
@@ -176,10 +220,12 @@ def summarise(rows: list, ranks_per_node: int = 0) -> Optional[GpuState]:
     def top(key):
         vals = [r[key] for r in rows if r.get(key) is not None]
         return max(vals) if vals else None
+    mean, low, slowest = _slowest(by_gpu)
     windows = _windows(rows)
     spans = [s for s in map(_span_ms, windows.values()) if not math.isnan(s)]
     return GpuState(samples=len(rows), sm_clock_mhz=stats.median(r.get("sm_clock_mhz") for r in rows),
                     sm_clock_max_mhz=top("sm_clock_max_mhz"), power_w=_power(windows, ranks_per_node),
                     power_limit_w=top("power_limit_w"), temperature_max_c=top("temperature_c") or float("nan"),
                     throttles=tuple(sorted(throttles, key=lambda t: -t.share)), gpus=len(by_gpu),
-                    fewest=min(len(v) for v in by_gpu.values()), window_ms=max(spans) if spans else math.nan)
+                    fewest=min(len(v) for v in by_gpu.values()), window_ms=max(spans) if spans else math.nan,
+                    clock_mean_mhz=mean, clock_low_mhz=low, slowest_gpu=slowest)

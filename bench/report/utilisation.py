@@ -119,10 +119,25 @@ def clause(c) -> str:
 
 
 def throttled_sentence(c) -> str:
-    """For the recommendation: '' unless a GPU of the configuration throttled."""
+    """For the recommendation: '' unless a GPU of the configuration throttled; then by how much. 'its speed is the
+    throttled machine's' once stood alone after an H200's power cap, read as a degraded number, where the clock had
+    averaged 1.9% under its maximum: the flag, then the clock's mean and lowest, the power, and what that bounds."""
     if c.gpu is None or not c.gpu.throttled:
         return ""
-    return f"It throttled in the measured window ({c.gpu.words()}): its speed is the throttled machine's."
+    flag = f"It throttled in the measured window ({c.gpu.words()})"
+    how = c.gpu.magnitude()
+    return f"{flag}: {how}{_throttle_bound(c.gpu)}." if how else f"{flag}: its speed is the throttled machine's."
+
+
+def _throttle_bound(g) -> str:
+    """What the clock's shortfall bounds: clock-bound work scales at most with the clock (memory-bound work less)."""
+    short = g.shortfall()
+    if math.isnan(short):
+        return ""
+    if short <= 0.0005:
+        return "; on average the clock was not held below its maximum, so the speed is not held down by it"
+    return (f", so its throughput is at most about {short:.1%} under an uncapped clock's (clock-bound work scales at "
+            "most with the clock)")
 
 
 def forecast_mfu(s, p) -> str:
