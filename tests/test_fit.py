@@ -200,14 +200,16 @@ def test_settle_steps_down_from_a_measured_run_over_the_budget_then_bisects_on_m
 
 
 def _fake_cpu_launcher(rss_mib, grows_mib: dict):
-    """run_config on CPU ranks: each rank's peak RSS is rss_mib(batch); a measured run (mode 'bench') adds
-    grows_mib[strategy] to it, as glibc's heap grows for several steps past a trial's two."""
+    """run_config on CPU ranks of one node: the node's peak RSS, its ranks' summed (the figure fit holds to the budget,
+    bench.analysis.fit.budget_peak), is rss_mib(batch), split unevenly between the ranks; a measured run (mode 'bench')
+    adds grows_mib[strategy] to it, as glibc's heap grows for several steps past a trial's two."""
     calls = []
 
     def run(spec, limits):
         calls.append((spec.mode, spec.strategy, spec.per_device_batch))
         rss = rss_mib(spec.per_device_batch) + (grows_mib[spec.strategy] if spec.mode == "bench" else 0.0)
-        memory = [{"rank": r, "device": "cpu", "peak_rss_mib": rss - r} for r in range(spec.device_count)]
+        n = spec.device_count
+        memory = [{"rank": r, "device": "cpu", "peak_rss_mib": rss / n + (n - 1) / 2 - r} for r in range(n)]
         ranks = range(spec.device_count)
         steps = [{"kind": "measure", "rank": r, "step": i, "step_ms": 100.0} for r in ranks for i in range(3)]
         windows = [{"kind": "measure", "rank": r, "wall_s": 0.3, "samples": 3 * spec.per_device_batch, "steps": 3}
@@ -217,8 +219,9 @@ def _fake_cpu_launcher(rss_mib, grows_mib: dict):
 
 
 def _cpu_fit(tmp_path, grows_mib: dict):
-    """A CPU fit of DDP and FSDP x2 within 1.5 GiB through the stand-in: every trial peaks 1000 + 150 MiB a sample, so
-    3 fits (1450 MiB) and 4 does not (1600); the measured runs add grows_mib. Returns (calls, store, sweep)."""
+    """A CPU fit of DDP and FSDP x2 within 1.5 GiB a node through the stand-in: every trial's node peaks 1000 + 150 MiB
+    a sample (its two ranks together), so 3 fits (1450 MiB) and 4 does not (1600); the measured runs add grows_mib.
+    Returns (calls, store, sweep)."""
     from bench import options
     from bench.analysis.results import load
     from bench.store import store
@@ -386,11 +389,11 @@ def test_a_fit_sweeps_recommendation_passes_over_measured_runs_over_the_budget_a
     t = " ".join(recommend.sentences(sweep, "transformer", sweep.bench["transformer"], "fp32"))
     assert t.startswith("Fastest: DDP x2 at batch 3, 60.0 samples/s"), t
     assert "Left out of the recommendation, over the memory budget in their measured run: FSDP x2 at batch 3" in t, t
-    assert "The runner-up, FSDP x2 at batch 2, is 33% slower (the fastest 1.50x as fast)" in t, t  # fit's own 1.50x
+    assert "The lead over the runner-up, FSDP x2 at batch 2, is 50% (1.50x as fast)" in t, t  # fit's own 1.50x
     assert "FSDP beside DDP: in the largest batch that fits below, each at its own largest batch." in t
     assert "than DDP" not in t
     [(row, text)] = frontier.answer("transformer", sweep.bench["transformer"], 1536.0, batches=True)
-    assert row[2] == "DDP x2 at batch 3" and row[5].startswith("FSDP x2 at batch 3 by 34 MiB (+2%)"), row
+    assert row[2] == "DDP x2 at batch 3" and row[6].startswith("FSDP x2 at batch 3 by 34 MiB (+2%)"), row  # CPU: [5] the node's
 
 
 def test_a_fit_whose_every_measured_run_passed_the_budget_recommends_nothing_and_says_so(tmp_path):

@@ -76,7 +76,8 @@ def test_the_budget_is_the_gpus_memory_unless_the_sweep_or_the_report_sets_one_a
     budget, how = frontier.budget_mib(cpu)
     assert budget is None and how.startswith("none")
     ((row, text),) = frontier.answer("synthetic", cpu.bench["synthetic"], budget)
-    assert row[2] == "DDP x2" and row[5] == "–" and "no budget" in text  # the fastest, and the least memory beside it
+    assert row[2] == "DDP x2" and row[6] == "–" and "no budget" in text  # the fastest, and the least memory beside it
+    assert row[4:6] == ["700 MiB", "1.37 GiB"]   # per process, and the node's two together (the budget's figure)
 
 
 def test_an_overage_never_reads_as_0_and_one_label_at_several_batches_names_its_batch(tmp_path):
@@ -89,13 +90,13 @@ def test_an_overage_never_reads_as_0_and_one_label_at_several_batches_names_its_
         sp = RunSpec(workload="synthetic", strategy="ddp", device_type="cpu", device_count=2, per_device_batch=batch,
                      global_batch=2 * batch, image_size=0, steps=4, warmup=1, threads=0, seed=0, scaling="weak")
         return sp, payload(2, step_ms, peak, "cpu")
-    sweep = build(str(tmp_path / "s.sqlite"), [at(2, 16.0, 430.0), at(3, 12.0, 457.0), at(4, 10.0, 463.0)],
-                  config_json={"memory_budget_gib": 0.45})
+    sweep = build(str(tmp_path / "s.sqlite"), [at(2, 16.0, 430.0), at(3, 12.0, 459.0), at(4, 10.0, 462.0)],
+                  config_json={"memory_budget_gib": 0.9})   # per node: the two ranks' 860, 918 and 924 MiB
     budget, how = frontier.budget_mib(sweep)
-    assert how == "461 MiB per process (--memory-budget-gib 0.45)"   # the unit every other figure of the page has
+    assert how == "922 MiB per node (--memory-budget-gib 0.9)"   # the unit every other figure of the page has
     ((row, text),) = frontier.answer("synthetic", sweep.bench["synthetic"], budget)
-    assert row[2] == "DDP x2 at batch 3" and row[5] == "DDP x2 at batch 4 by 2 MiB (+0.5%)"
-    assert "The least memory: DDP x2 at batch 2, 430 MiB" in text
+    assert row[2] == "DDP x2 at batch 3" and row[6] == "DDP x2 at batch 4 by 2 MiB (+0.3%)"
+    assert "The least memory: DDP x2 at batch 2, 430 MiB per process, 860 MiB per node (2 processes)" in text
 
 
 def test_the_budget_table_picks_by_the_recommendations_rule_and_calls_no_least_memory_on_a_2_mib_difference(tmp_path):
@@ -234,12 +235,12 @@ def test_the_report_of_the_sharded_sweep_names_the_fastest_within_a_budget_and_b
     finally:
         conn.close()
     configs = sweep.bench["synthetic"]
-    budget_gib = (max(frontier.peak_mib(c) for c in configs) - 1.0) / GIB  # the fullest configuration does not fit
+    budget_gib = (max(frontier.held_mib(c) for c in configs) - 1.0) / GIB  # the fullest node does not fit
     out = report.render(store_path, plots_dir=str(tmp_path / "plots"), report_dir=str(tmp_path), memory_budget_gib=budget_gib)
     md = open(out["markdown"]).read()
     # one unit and the CPU's word: 'Memory budget: 0.4205 GiB per device' sat above 'Fastest within 431 MiB per process'
     assert ("### Fastest within the memory budget" in md and f"Memory budget: {frontier.size(budget_gib * GIB)} per "
-            f"process (report --memory-budget-gib {budget_gib:g})" in md and "per device" not in md.split(
+            f"node (report --memory-budget-gib {budget_gib:g})" in md and "per device" not in md.split(
                 "### Fastest within the memory budget")[1].split("###")[0]), md
     row = next(ln for ln in md.splitlines() if ln.startswith("| synthetic | fp32, adamw |"))
     assert "by " in row.split("|")[-2]  # the configurations over the budget are named, by how much

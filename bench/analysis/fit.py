@@ -11,8 +11,8 @@ A trial fits when it ran and its peak per device stayed within the budget, by th
 table holds to the same budget (`device_peak`, the one rule for both): on CUDA the device level on its fullest GPU
 (nvidia-smi's figure, what runs out: the allocator's cache, the CUDA context and NCCL's buffers), the larger of the
 steady state's and the whole run's, net of the suite's pre-generated batches; where no device level was recorded, the
-allocator's peak reserved (source 'reserved'); on CPU its largest rank's peak RSS. It is held against the GPU's memory
-or --memory-budget-gib (on CPU --memory-budget-gib). Judged by the reserved peak alone, an H200 fit of the transformer
+allocator's peak reserved (source 'reserved'); on CPU the node's total, its processes' peak RSS summed (`budget_peak`:
+a node's ranks share its RAM). It is held against the GPU's memory or --memory-budget-gib (on CPU --memory-budget-gib). Judged by the reserved peak alone, an H200 fit of the transformer
 said DDP x1 fits 14 in 16 GiB (its trial's reserved peak 15.61 GiB, its device level 16.90 GiB; its measured run's 17.56
 GiB), and the fastest-that-fits table on the same page said nothing fits. A CUDA out-of-memory error, or a rank the
 kernel killed (SIGKILL: its out-of-memory killer, the usual reason), does not fit; any other failure is an error, which
@@ -42,12 +42,13 @@ MAX_BATCH = 4096    # --max-batch's default: the search stops there
 
 
 DEVICE_LEVEL, RESERVED, RSS = "device level", "reserved", "RSS"
+NODE_RSS = "RSS, node total"   # budget_peak's CPU figure: the peak RSS of a node's processes, summed
 
 
 def device_peak(device_type: str, level: dict, run_level: dict, reserved: dict, rss: dict,
                 allocated: Optional[dict] = None) -> tuple:
-    """(peak memory per device in MiB or None, its source): the one figure a budget is held against, in fit's verdicts
-    and the report's fastest-that-fits table alike. Each dict maps a device (or rank) to MiB, net of the pre-generated
+    """(peak memory per device in MiB or None, its source): per GPU the figure a budget is held against (`budget_peak`),
+    per process on CPU the page's figure beside the node's total. Each dict maps a device (or rank) to MiB, net of the pre-generated
     batches: level, the steady state's device level; run_level, the whole run's (warm-up, compilation, cuDNN's
     autotuning); reserved, the allocator's peak reserved (allocated, its peak allocated, stands in where no reserved
     peak was recorded); rss, a rank's peak RSS. CUDA: per device the larger of its two device levels, on the fullest
@@ -60,6 +61,30 @@ def device_peak(device_type: str, level: dict, run_level: dict, reserved: dict, 
         return max(levels.values()), DEVICE_LEVEL
     mem = reserved or allocated
     return (max(mem.values()) if mem else None), RESERVED
+
+
+def node_total(rss: dict, per_node: int = 0) -> Optional[float]:
+    """The fullest node's memory on CPU, MiB: the peak RSS of the processes it runs, summed (None: none recorded). A
+    node's ranks share its RAM: a CPU page read DDP x2 'at a peak of 1.40 GiB per process' within a budget a user
+    would set to the box's RAM, while its two processes together needed 2.80 GiB. rss: 'rank R' -> that rank's peak
+    (over repeats: peaks that need not coincide, so the sum errs high, never low); per_node: ranks per node of a
+    multi-node run, torchrun numbering ranks node by node (0: one node, every rank on it)."""
+    nodes: dict = {}
+    for label, mib in rss.items():
+        rank = int(str(label).split()[-1])
+        node = rank // per_node if per_node else 0
+        nodes[node] = nodes.get(node, 0.0) + float(mib)
+    return max(nodes.values()) if nodes else None
+
+
+def budget_peak(device_type: str, level: dict, run_level: dict, reserved: dict, rss: dict,
+                allocated: Optional[dict] = None, per_node: int = 0) -> tuple:
+    """(the figure a memory budget is held against, MiB or None; its source), in fit's verdicts and the report's
+    fastest-that-fits table alike: on CUDA `device_peak`'s (each GPU has its own memory); on CPU the node's total
+    (`node_total`, 'RSS, node total'), not one rank's peak: the ranks of a node share its RAM."""
+    if device_type != "cuda":
+        return node_total(rss, per_node), NODE_RSS
+    return device_peak(device_type, level, run_level, reserved, rss, allocated)
 
 
 def _per_device(memory_rows: list, column: str, device_type: str) -> dict:
@@ -79,15 +104,16 @@ def _per_device(memory_rows: list, column: str, device_type: str) -> dict:
     return out
 
 
-def peak_of_rows(memory_rows: list, device_type: str) -> tuple:
-    """(peak per device MiB or None, its source) of one run's memory rows, by `device_peak`."""
+def peak_of_rows(memory_rows: list, device_type: str, per_node: int = 0) -> tuple:
+    """(the peak held to the budget, MiB or None; its source) of one run's memory rows, by `budget_peak`: per GPU on
+    CUDA, per node on CPU. per_node: ranks per node of a multi-node run (0: one node)."""
     cols = ("device_used_mib", "run_device_used_mib", "peak_reserved_mib", "peak_rss_mib", "peak_allocated_mib")
-    return device_peak(device_type, *(_per_device(memory_rows, c, device_type) for c in cols))
+    return budget_peak(device_type, *(_per_device(memory_rows, c, device_type) for c in cols), per_node=per_node)
 
 
-def peak_mib(memory_rows: list, device_type: str) -> Optional[float]:
-    """Peak memory per device of one run, MiB, by `device_peak`; None where nothing was recorded."""
-    return peak_of_rows(memory_rows, device_type)[0]
+def peak_mib(memory_rows: list, device_type: str, per_node: int = 0) -> Optional[float]:
+    """The peak of one run held to the budget, MiB (`peak_of_rows`); None where nothing was recorded."""
+    return peak_of_rows(memory_rows, device_type, per_node)[0]
 
 
 def verdict(status: str, reason: str, peak: Optional[float], budget_mib: float) -> str:
@@ -269,6 +295,12 @@ def _details(r: dict) -> dict:
     return json.loads(r["details_json"] or "{}").get("fit") or {}
 
 
+def _per_node(r: dict) -> int:
+    """A results row's ranks per node where it ran on several nodes, else 0 (one node: every rank on it)."""
+    nodes = int(r.get("nodes") or 1)
+    return int(r["device_count"]) // nodes if nodes > 1 else 0
+
+
 def searches(rows: list, memory_of: Callable[[int], list], names: dict) -> list:
     """[Search] from a sweep's results rows, in the order the sweep searched them: its trials (mode 'fit'), and the
     measured runs at a search's batches (mode 'bench' with details 'fit'); other rows are passed over. memory_of(
@@ -281,7 +313,7 @@ def searches(rows: list, memory_of: Callable[[int], list], names: dict) -> list:
         s = out.get(d["search"])
         if r["mode"] == "bench":
             if s is not None:
-                peak = peak_mib(memory_of(r["result_id"]), r["device_type"]) if r["status"] == "ok" else None
+                peak = peak_mib(memory_of(r["result_id"]), r["device_type"], _per_node(r)) if r["status"] == "ok" else None
                 peak = peak if peak is not None else d.get("peak_mib")
                 got = (d.get("verdict") or verdict(r["status"], r["reason"], peak, s.budget_mib), peak)
                 b = int(r["per_device_batch"])
@@ -299,7 +331,7 @@ def searches(rows: list, memory_of: Callable[[int], list], names: dict) -> list:
                                           name, label, (r["precision"] or "fp32", r.get("optimizer") or "sgd"),
                                           float(d.get("budget_mib") or math.nan))
         batch = int(r["per_device_batch"])
-        peak = peak_mib(memory_of(r["result_id"]), r["device_type"]) if r["status"] == "ok" else None
+        peak = peak_mib(memory_of(r["result_id"]), r["device_type"], _per_node(r)) if r["status"] == "ok" else None
         s.order.append(batch)
         s.trials.append((batch, d.get("verdict") or verdict(r["status"], r["reason"], peak, s.budget_mib), peak,
                          r["reason"] or ""))

@@ -1,8 +1,8 @@
 """The largest batch that fits (./run_bench.sh fit), in the report: per configuration the largest per-device batch
 that fit the budget, the smallest that did not and why, and its throughput there; per workload and recipe the
 sentence that compares them ("DDP x8 fits 32 a GPU, FSDP x8 96; at its largest batch FSDP x8 trains 1.40x faster
-than DDP x8"). Every peak is bench.analysis.fit.device_peak's figure, the one the fastest-within-the-budget table holds
-to the same budget; verdicts are read back as stored, and a trial stored as fitting whose peak by that figure is over
+than DDP x8"). Every peak is bench.analysis.fit.budget_peak's figure (per GPU; on CPU per node, its processes' peak RSS
+summed), the one the fastest-within-the-budget table holds to the same budget; verdicts are read back as stored, and a trial stored as fitting whose peak by that figure is over
 the budget (judged when it ran by the allocator's peak reserved) is marked and said so.
 
     blocks(sweep)   # [] unless the sweep was a fit
@@ -15,7 +15,7 @@ import math
 from bench import stats
 from bench.analysis import fit as fitting
 from bench.analysis.results import diverged
-from bench.report.frontier import over_size, over_unit, peak_mib, size
+from bench.report.frontier import held_mib, over_size, over_unit, size
 from bench.report.pages import fmt
 
 
@@ -213,7 +213,7 @@ def blocks(sweep) -> list:
     for s in sweep.fit:
         c = _measured(sweep, s)
         tokens = c.tokens_per_s_per_device if c is not None and c.tokens_per_sample else math.nan
-        measured_peak = peak_mib(c) if c is not None else None
+        measured_peak = held_mib(c) if c is not None else None
         rows.append([s.workload, s.label, _largest_cell(s, c), size(s.peak_at(s.largest)), _why_not(s, unit),
                      size(measured_peak) if c is not None else "; ".join(
                          f"at {b}: {size(p)} (over)" for b, p in s.ran_over) or "–",
@@ -223,21 +223,25 @@ def blocks(sweep) -> list:
     how = ("the device level on the fullest GPU, the larger of the steady state's and the whole run's, net of the suite's "
            "pre-generated batches, as the fastest-within-the-budget table takes it; where no device level was recorded, "
            "the allocator's peak reserved; an out-of-memory error does not fit"
-           if u == "GPU" else "the largest rank's peak RSS")
+           if u == "GPU" else "the peak RSS of the processes one node runs, summed, since they share its RAM, as the "
+                              "fastest-within-the-budget table takes it")
+    per_node = "" if u == "GPU" else " (per node)"   # on CPU the processes' peaks summed, not the batch's process
     b = [("h", 2, "The largest batch that fits"),
          ("p", f"Per configuration, the largest per-device batch whose measured peak stayed within "
-               f"{size(sweep.fit[0].budget_mib)} per {u} ({how}): {_search_words(sweep)}, each trial a warm-up step and a measured one in fresh processes; then each measured as a sweep "
+               f"{size(sweep.fit[0].budget_mib)} per {'GPU' if u == 'GPU' else 'node'} ({how}): {_search_words(sweep)}, each trial a warm-up step and a measured one in fresh processes; then each measured as a sweep "
                "measures it, at its own largest batch; where that measured run passed the budget, the batch did not fit, "
                "and the next smaller one was measured."),
-         ("table", ["workload", "configuration", f"largest batch per {u}", "its peak in the trial", "smallest that did not fit",
-                    "peak in the measured run", "samples/s at the largest", f"tokens/s per {u}", "trials"], rows)]
+         ("table", ["workload", "configuration", f"largest batch per {u}", "its peak in the trial" + per_node,
+                    "smallest that did not fit", "peak in the measured run" + per_node, "samples/s at the largest",
+                    f"tokens/s per {u}", "trials"], rows)]
     b += [("p", t) for t in sentences(sweep)]
     before = [f"{s.name} at {', '.join(str(x) for x in s.restated)}" for s in sweep.fit if s.restated]
     if before:
+        older = ("the allocator's peak reserved, without the CUDA context and NCCL's buffers" if u == "GPU"
+                 else "the largest rank's peak RSS alone, not the node's processes summed")
         b.append(("p", f"Stored as fitting, but over the budget by today's figure: {'; '.join(before)}. These verdicts "
-                       "were judged when they ran by an older figure (the allocator's peak reserved, without the CUDA "
-                       "context and NCCL's buffers); by today's rule they do not fit, and this page counts them as over "
-                       "the budget throughout."))
+                       f"were judged when they ran by an older figure ({older}); by today's rule they do not fit, and "
+                       "this page counts them as over the budget throughout."))
     errors = [(s, t) for s in sweep.fit for t in s.errors]
     if errors:
         b.append(("p", "Trials that failed for another reason than memory (their search stopped there): "

@@ -1,15 +1,18 @@
-"""The fastest configuration that fits a memory budget per device, and the memory-speed frontier behind it.
+"""The fastest configuration that fits a memory budget (per GPU; on CPU per node), and the memory-speed frontier behind it.
 
-    budget, how = budget_mib(sweep, override_gib)   # MiB per device (None: no budget), and how it was set
+    budget, how = budget_mib(sweep, override_gib)   # MiB per GPU, on CPU per node (None: no budget), how it was set
     blocks(sweep, budget, how)                      # report blocks: one row per workload, precision and optimizer
-    frontier_figure(configs, workload, where, budget) -> Figure: samples/s against peak memory per device
+    frontier_figure(configs, workload, where, budget) -> Figure: samples/s against the peak the budget holds
 
 A configuration's peak memory per device (`peak_mib`): on CUDA the device level on its fullest GPU, what runs out
 (nvidia-smi's figure: the CUDA context and NCCL's buffers on top of the allocator's cache; 0.6-1.3 GiB above the
 reserved peak on one H100), over the whole run (the warm-up's compilation and cuDNN autotuning included), net of the
 suite's pre-generated batches; where no device level was recorded, the allocator's peak reserved, said so
-(`peak_source`). On CPU its largest rank's peak RSS. The rule is written once, in bench.analysis.fit.device_peak:
-`./run_bench.sh fit` judges its trials by the same figure, so the two never disagree on one page. The budget:
+(`peak_source`). On CPU its largest rank's peak RSS per process, and the figure the budget holds (`held_mib`) is the
+node's: its processes' peak RSS summed, as a node's ranks share its RAM (a CPU page held DDP x2 at 1.40 GiB a process
+to a budget, while its two processes needed 2.80 GiB of the box). The rule is written once, in
+bench.analysis.fit.budget_peak: `./run_bench.sh fit` judges its trials by the same figure, so the two never disagree
+on one page. The budget:
 `./run_bench.sh report --memory-budget-gib`, else the sweep's `--memory-budget-gib`, else on CUDA the smallest GPU's
 memory; on CPU none unless given. Rows are per workload, precision and optimizer: those choose the training recipe, the
 rest (strategy, settings, count) is how to run it.
@@ -34,8 +37,42 @@ LISTED = 8   # configurations named per row as not fitting; the rest are counted
 
 
 def peak_mib(c) -> Optional[float]:
-    """Peak memory per device of a configuration, MiB (None: not recorded): see `peak_source`."""
+    """Peak memory per device of a configuration, MiB (None: not recorded): see `peak_source`. On CPU per process."""
     return _peak(c)[0]
+
+
+def processes_per_node(c) -> int:
+    """How many of a configuration's processes one node runs (all of them on one node)."""
+    return c.device_count // max(int(getattr(c, "nodes", 1) or 1), 1)
+
+
+def node_mib(c) -> Optional[float]:
+    """CPU: the fullest node's peak RSS, its processes' summed (bench.analysis.fit.node_total); None on CUDA."""
+    if c.device_type == "cuda":
+        return None
+    per_node = processes_per_node(c) if int(getattr(c, "nodes", 1) or 1) > 1 else 0
+    return fitting.node_total(c.memory_mib, per_node)
+
+
+def held_mib(c) -> Optional[float]:
+    """The peak the memory budget is held against (bench.analysis.fit.budget_peak): per GPU on CUDA (`peak_mib`), the
+    node's total on CPU (`node_mib`)."""
+    return peak_mib(c) if c.device_type == "cuda" else node_mib(c)
+
+
+def unit(c) -> str:
+    """What the budget is per: 'GPU', or on CPU 'node' (its processes share its RAM)."""
+    return "GPU" if c.device_type == "cuda" else "node"
+
+
+def peak_words(c) -> str:
+    """'2.76 GiB per GPU'; on CPU '1.40 GiB per process, 2.80 GiB per node (2 processes)' or '1.17 GiB per node (1
+    process)': the node's total, which the budget holds, beside the per-process peak where they differ."""
+    if c.device_type == "cuda":
+        return f"{size(peak_mib(c))} per GPU"
+    k = processes_per_node(c)
+    return (f"{size(peak_mib(c))} per process, " if k > 1 else "") + \
+        f"{size(node_mib(c))} per node ({k} process{'es' if k > 1 else ''})"
 
 
 def peak_source(c) -> str:
@@ -121,23 +158,23 @@ def _given(gib: float, u: str, flag: str) -> str:
 
 
 def budget_mib(sweep: Sweep, override_gib: Optional[float] = None) -> tuple:
-    """(budget MiB per device or None, how it was set): the forecast's rule and figure (bench.forecast.memory.budget),
-    in the page's words."""
+    """(budget MiB or None, how it was set): per GPU, on CPU per node (`held_mib`); the forecast's rule and figure
+    (bench.forecast.memory.budget), in the page's words."""
     mib, source = mm.budget(sweep, override_gib)
-    u = "GPU" if any(c.device_type == "cuda" for cs in sweep.bench.values() for c in cs) else "process"
+    u = "GPU" if any(c.device_type == "cuda" for cs in sweep.bench.values() for c in cs) else "node"
     if source == mm.TYPED:
         return mib, _given(override_gib, u, "report --memory-budget-gib")
     if source == mm.SWEPT:
         return mib, _given(mib / 1024, u, "--memory-budget-gib")
     if source == mm.GPU:
         return mib, f"{size(mib)} per GPU (the GPU's memory; --memory-budget-gib sets another)"
-    return None, "none (on CPU --memory-budget-gib sets one, held against each rank's peak RSS)"
+    return None, "none (on CPU --memory-budget-gib sets one, per node)"
 
 
 def _groups(configs: list) -> dict:
     out: dict = {}
     for c in configs:
-        if not math.isnan(c.samples_per_s) and peak_mib(c) is not None:
+        if not math.isnan(c.samples_per_s) and held_mib(c) is not None:
             out.setdefault((c.precision, c.optimizer), []).append(c)
     return out
 
@@ -149,15 +186,17 @@ def least_memory(cs: list) -> tuple:
     """(the configuration named as holding the least memory, the others alike to it): among those whose peak is within
     MEMORY_ALIKE of the least, the simplest (bench.report.choice.simplicity), then the fastest. A CPU page named
     DataParallel x1, a pass-through timing single again, 'the least memory' at 1144 MiB against single's 1146."""
-    low = min(peak_mib(c) for c in cs)
-    alike = [c for c in cs if peak_mib(c) <= low * (1 + MEMORY_ALIKE)]
+    low = min(held_mib(c) for c in cs)   # on CPU the node's total: the machine's memory it takes
+    alike = [c for c in cs if held_mib(c) <= low * (1 + MEMORY_ALIKE)]
     least = min(alike, key=lambda c: (choice.simplicity(c), -c.samples_per_s))
     return least, [c for c in alike if c is not least]
 
 
 def _least_words(least, alike: list, name, with_size: bool = True) -> str:
-    """'single device x1, 1.12 GiB (DataParallel x1 alike, within 2% of it)'."""
-    return (name(least) + (f", {size(peak_mib(least))}" if with_size else "")
+    """'single device x1, 1.12 GiB (DataParallel x1 alike, within 2% of it)'; on CPU '..., 1.12 GiB per node (1
+    process)'."""
+    figure = size(peak_mib(least)) if least.device_type == "cuda" else peak_words(least)
+    return (name(least) + (f", {figure}" if with_size else "")
             + (f" ({', '.join(name(c) for c in alike)} alike, within {MEMORY_ALIKE:.0%} of it)" if alike else ""))
 
 
@@ -171,20 +210,21 @@ def answer(workload: str, configs: list, budget: Optional[float], batches: bool 
     _name = names(configs, batches)
     out = []
     for (precision, optimizer), cs in _groups(configs).items():
-        fits = [c for c in cs if budget is None or peak_mib(c) <= budget]
-        over = sorted((c for c in cs if c not in fits), key=lambda c: peak_mib(c) - budget)
+        fits = [c for c in cs if budget is None or held_mib(c) <= budget]
+        over = sorted((c for c in cs if c not in fits), key=lambda c: held_mib(c) - budget)
         best, fastest, tie = choice.choose(fits, _name) if fits else (None, None, None)
-        missed = [f"{_name(c)} by {over_words(peak_mib(c), budget)}" for c in over[:LISTED]]
+        missed = [f"{_name(c)} by {over_words(held_mib(c), budget)}" for c in over[:LISTED]]
         missed += [f"{len(over) - LISTED} more"] if len(over) > LISTED else []
         least, alike = least_memory(cs)
-        u = "GPU" if cs[0].device_type == "cuda" else "process"
+        cuda, u = cs[0].device_type == "cuda", unit(cs[0])
         where = f"(plot: {plots.file_name(workload, 'frontier')})"
         if best is None:
             text = (f"Nothing measured fits {size(budget)} per {u}: the least memory, "
-                    f"{_least_words(least, alike, _name, with_size=False)}, needs {size(peak_mib(least))} {where}.")
+                    f"{_least_words(least, alike, _name, with_size=False)}, needs "
+                    f"{size(peak_mib(least)) if cuda else peak_words(least)} {where}.")
         else:
             within = size(budget) + ' per ' + u if budget else 'any memory (no budget)'
-            text = _pick_words(best, fastest, tie, within, u, _name)
+            text = _pick_words(best, fastest, tie, within, _name)
             text += (f"; did not fit: {'; '.join(missed)}" if missed else ("; every configuration fits" if budget else ""))
             if best is not least and best not in alike:
                 text += (f". The least memory: {_least_words(least, alike, _name)} at "
@@ -196,17 +236,19 @@ def answer(workload: str, configs: list, budget: Optional[float], batches: bool 
                "; ".join(missed) or "–"]
         if best is not None and choice.unresolved(best, tie):   # the recommendation's row: no answer yet, no figures
             row[2:5] = [choice.unresolved_cell(best, fastest, _name), "–", "–"]
+        if not cuda:   # the node's total beside the per-process peak: the figure the budget holds
+            row.insert(5, size(node_mib(best)) if best is not None and row[4] != "–" else "–")
         out.append((row, f"{workload}, {precision}, {optimizer}: {text}"))
     return out
 
 
-def _pick_words(best, fastest, tie, within: str, u: str, name) -> str:
+def _pick_words(best, fastest, tie, within: str, name) -> str:
     """'Recommended within 79.18 GiB per GPU: X, N samples/s at a peak of M per GPU; <why X stands>', or where the pick
     is no answer yet (bench.report.choice.unresolved: it stands only on the fastest's unresolved lead and ran one
     unstable process) both, recommending neither: the H100 self-check's table named DDP x1 [bf16] where its
     recommendation read 'not resolved: --repeats 3 (DDP x1 [bf16], unstable, or DataParallel x1 [bf16])'."""
     def at(c) -> str:
-        return f"{name(c)}, {c.samples_per_s:.1f} samples/s at a peak of {size(peak_mib(c))} per {u}"
+        return f"{name(c)}, {c.samples_per_s:.1f} samples/s at a peak of {peak_words(c)}"
     if tie is not None and choice.unresolved(best, tie):
         faster = "as fast (less than 1% apart)" if tie.gap < 0.005 else f"{tie.gap:.0%} faster"
         return (f"Not resolved within {within}: {at(best)}, unstable, or {at(fastest)}; {name(fastest)} is {faster} "
@@ -224,6 +266,12 @@ HEADERS = ["workload", "precision, optimizer", "recommended within the budget", 
            "did not fit (over the budget by)"]
 
 
+def _cpu_headers() -> list:
+    """A CPU page's: the peak per process, then the node's total beside it."""
+    out = [h.replace("per device", "per process") for h in HEADERS]
+    return out[:5] + ["per node (its processes summed)"] + out[5:]
+
+
 def blocks(sweep: Sweep, budget: Optional[float], how: str) -> list:
     """The 'fastest within the memory budget' table, one row per workload, precision and optimizer, and its claims."""
     answers = [a for workload, configs in sweep.bench.items() for a in answer(workload, configs, budget, bool(sweep.fit))]
@@ -235,8 +283,9 @@ def blocks(sweep: Sweep, budget: Optional[float], how: str) -> list:
             "context and NCCL's buffers on top of the allocator's cache), net of the suite's pre-generated "
             "batches; where a configuration recorded no device level, its allocator peak reserved, marked "
             "'reserved' (the context then comes on top). On CPU the largest rank's peak RSS." if cuda
-            else "Peak memory per process: the largest rank's peak RSS.")  # a CPU page speaks of processes only
-    headers = HEADERS if cuda else [h.replace("per device", "per process") for h in HEADERS]
+            else "Peak memory per process: the largest rank's peak RSS; per node: the peak RSS of the processes one "
+                 "node runs, summed, since they share its RAM: the budget is held against the node's.")
+    headers = HEADERS if cuda else _cpu_headers()
     rule = UNRESOLVED_RULE if any(r[2].startswith("not resolved") for r, _ in answers) else ""
     return [("h", 3, "Fastest within the memory budget"),
             ("p", f"Memory budget: {how}. {peak} Every strategy, setting and count of a workload competes; the plot "
@@ -261,7 +310,8 @@ BUDGET_IN_VIEW = 1.3   # a budget beyond 1.3x the largest point is named at the 
 
 
 def frontier_figure(configs: list, workload: str, where: str, budget: Optional[float]) -> Figure:
-    """samples/s against peak memory per device: one point per configuration (colour: strategy, marker: count), each
+    """samples/s against the peak the budget holds (`held_mib`: per GPU; on CPU per node, its processes' peak RSS
+    summed): one point per configuration (colour: strategy, marker: count), each
     labelled without overprinting another (`labels.place_labels`), the frontier through the points nothing beats (one per
     precision and optimizer), the budget as a vertical line where it lies near the points, else named at the edge
     (79 GiB beside points of 3-6 GiB squeezed them all into the left 6% of the width)."""
@@ -269,10 +319,10 @@ def frontier_figure(configs: list, workload: str, where: str, budget: Optional[f
     scale, unit = (1024.0, "GiB") if cuda else (1.0, "MiB")
     fig = Figure(figsize=(10.0, 5.5), layout="constrained")
     ax = fig.subplots()
-    fig.suptitle(f"Speed against peak memory per {'GPU' if cuda else 'process'}\n{workload} on {where}".replace("$", r"\$"))
+    fig.suptitle(f"Speed against peak memory per {'GPU' if cuda else 'node'}\n{workload} on {where}".replace("$", r"\$"))
     counts = sorted({c.device_count for c in configs})
-    shown = [c for c in configs if not math.isnan(c.samples_per_s) and peak_mib(c) is not None]
-    over = {id(c) for c in shown if budget and peak_mib(c) > budget}
+    shown = [c for c in configs if not math.isnan(c.samples_per_s) and held_mib(c) is not None]
+    over = {id(c) for c in shown if budget and held_mib(c) > budget}
     seen = set()
     for c in shown:
         colour, marker = plots.COLORS.get(c.strategy, "#333333"), MARKERS[counts.index(c.device_count) % len(MARKERS)]
@@ -281,17 +331,17 @@ def frontier_figure(configs: list, workload: str, where: str, budget: Optional[f
         if label and id(c) in over:   # the strategy's legend entry filled, as its colour, not hollow as this point
             ax.scatter([], [], color=colour, marker=marker, s=50, label=label)
             label = None
-        ax.scatter([peak_mib(c) / scale], [c.samples_per_s], facecolors="none" if id(c) in over else colour,
+        ax.scatter([held_mib(c) / scale], [c.samples_per_s], facecolors="none" if id(c) in over else colour,
                    edgecolors=colour, marker=marker, s=50, label=label, zorder=3)
     groups = _groups(shown)  # one frontier per training recipe: precision and optimizer
     for i, ((precision, optimizer), cs) in enumerate(groups.items()):
-        line = frontier([(peak_mib(c) / scale, c.samples_per_s) for c in cs])
+        line = frontier([(held_mib(c) / scale, c.samples_per_s) for c in cs])
         if len(line) < 2:  # one point beats the rest: no line to draw, so none in the legend (the H200 fit listed one)
             continue
         ax.step([p[0] for p in line], [p[1] for p in line], where="post", color="#999999", zorder=2,
                 linestyle=plots.STYLES[(i + 1) % len(plots.STYLES)],
                 label="frontier (nothing faster for less memory)" + (f" [{precision}, {optimizer}]" if len(groups) > 1 else ""))
-    top = max([peak_mib(c) / scale for c in shown], default=1.0)
+    top = max([held_mib(c) / scale for c in shown], default=1.0)
     if budget and budget / scale <= BUDGET_IN_VIEW * top:
         ax.axvline(budget / scale, color="#d62728", linestyle=":", label=f"budget {size(budget)}")
         top = max(top, budget / scale)
@@ -305,11 +355,11 @@ def frontier_figure(configs: list, workload: str, where: str, budget: Optional[f
     if over:
         ax.scatter([], [], facecolors="none", edgecolors="#777777", marker="o", label="hollow: over the budget")
     what = "GPU, device level over the whole run" if cuda and all(peak_source(c) == "device level" for c in shown) \
-        else "GPU (device level; reserved where none)" if cuda else "process, RSS"
+        else "GPU (device level; reserved where none)" if cuda else "node: the peak RSS of its processes, summed"
     ax.set(xlabel=f"peak memory per {what} ({unit})", ylabel="throughput (samples/s)")
     ax.set_ylim(0, max([c.samples_per_s for c in shown], default=1.0) * 1.12)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    place_labels(fig, ax, [(peak_mib(c) / scale, c.samples_per_s, point_label(c, shown, over)) for c in shown])
+    place_labels(fig, ax, [(held_mib(c) / scale, c.samples_per_s, point_label(c, shown, over)) for c in shown])
     return fig
 
 
