@@ -103,7 +103,7 @@ class SweepConfig:
     hsdp_shard_size: Optional[tuple] = _f(None, "HSDP devices per shard group, an axis (default: the devices per node, or the count below one node); every count must be a multiple of it", "ints", 1)
     optimizer: tuple = _f(("sgd",), "optimizers to sweep: sgd (momentum 0.9, lr 0.01), adamw (torch's defaults: lr 1e-3, betas 0.9/0.999, weight_decay 0.01); one implementation for every strategy", "names")
     activation_checkpointing: tuple = _f(("none",), "activation checkpointing axis: none, full (every block), selective (every 2nd block; selective:K every K-th): the transformer's blocks, ResNet blocks, the MLP's layers; recomputed in backward", "names")
-    memory_budget_gib: Optional[float] = _f(None, "memory per device the recommendation must fit, GiB (default: the GPU's memory on CUDA; on CPU none unless given, then held against each rank's peak RSS)", "float", 0.0)
+    memory_budget_gib: Optional[float] = _f(None, "memory the recommendation must fit, GiB: per GPU on CUDA (default: the GPU's memory); on CPU per node, held against the peak RSS of the processes one node runs, summed (none unless given)", "float", 0.0)
     check_equivalence: bool = _f(False, "check that dp/ddp/fsdp end k steps with the same parameters as one process", "bool")
     comm_bench: bool = _f(True, "run the collectives microbenchmark (all-reduce, all-gather, reduce-scatter) at every count > 1", "bool")
     comm_counts: Optional[tuple] = _f(None, "device counts at which only the machine is measured (the collectives and their interference), with no training there: the forecast's held-out form, e.g. --gpus 1 --comm-counts 2; threads per process follow these counts too", "ints", 2)
