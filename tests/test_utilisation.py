@@ -240,3 +240,29 @@ def test_a_version_5_store_reads_without_flops_or_samples_and_migrates_to_hold_t
     assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
     assert conn.execute("SELECT COUNT(*) FROM gpu_samples").fetchone()[0] == 0
     conn.close()
+
+
+@pytest.mark.parametrize("name,precision,how", [
+    ("NVIDIA H200", "fp32", "as listed"), ("NVIDIA H200", "bf16", "half the sparse figure"),
+    (H100, "tf32", "half the sparse figure"), ("NVIDIA A100-SXM4-80GB", "fp32", "as listed"),
+    ("Tesla V100-SXM2-32GB", "fp16", "as listed")])
+def test_each_precisions_peak_says_how_it_was_read_off_the_datasheet(name, precision, how):
+    # The H200's FP32 67 TFLOP/s (no tensor cores) was sourced '(dense: half the sparse figure)', as the BF16 989 is:
+    # the datasheet's FP32 figure is not a sparsity figure, nor is anything on a V100's.
+    src = peaks.lookup(name, precision).source
+    assert how in src and ("half the sparse" in src) is (how == "half the sparse figure")
+
+
+def test_mfu_at_two_precisions_side_by_side_says_each_is_against_its_own_peak_and_to_compare_tflops(tmp_path):
+    # DeepLabV3 on an H200 read MFU 40.5% at fp32 beside 5.6% at bf16, as if fp32 were the efficient one, where bf16 did
+    # 55.4 TFLOP/s of the model's work against fp32's 27.2: the note under the table says to compare TFLOP/s.
+    fp32, bf16 = rspec("single", 1), rspec("single", 1, precision="bf16")
+    sw = build(str(tmp_path / "s.sqlite"), [(fp32, payload(1, 10.32, MLP_FLOPS)), (bf16, payload(1, 2.0, MLP_FLOPS))])
+    got = {c.precision: c.utilisation for c in sw.bench["synthetic"]}
+    assert got["fp32"].mfu > got["bf16"].mfu and got["bf16"].achieved_tflops > got["fp32"].achieved_tflops
+    text = " ".join(b[1] for b in utilisation_report.blocks("synthetic", sw.bench["synthetic"]) if b[0] == "p")
+    assert (f"MFU is against each precision's own peak (bf16 989, fp32 67 TFLOP/s), so across precisions compare "
+            f"TFLOP/s per GPU, not MFU: the most each reached, bf16 {got['bf16'].achieved_tflops:.1f} against fp32 "
+            f"{got['fp32'].achieved_tflops:.1f}.") in text
+    one = build(str(tmp_path / "t.sqlite"), [(fp32, payload(1, 10.32, MLP_FLOPS))])   # one precision: nothing to say
+    assert "each precision's own peak" not in str(utilisation_report.blocks("synthetic", one.bench["synthetic"]))

@@ -76,6 +76,7 @@ class Utilisation:
     error: str = ""                        # MFU above 100%: the peak or the count is wrong
     note: str = ""                         # why there is no MFU
     device_type: str = "cuda"
+    precision_key: str = ""                # the peak's precision (bench.machine.peaks.precision_key); '' without one
 
     @property
     def measured(self) -> float:
@@ -152,6 +153,7 @@ def of(c, override: Optional[dict] = None, env_names: tuple = ()) -> Utilisation
     peak = sum(found[n].tflops for n in names) / len(names)
     p = found[names[0]]
     text = f"{p.device}, {_key_words(key, cuda)}: {peak:.4g} TFLOP/s per device ({p.source})"
+    base["precision_key"] = key
     mfu = achieved / peak
     hfu = hw / peak if not math.isnan(hw) else math.nan
     if mfu > 1.0 or hfu > 1.0:

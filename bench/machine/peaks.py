@@ -21,13 +21,17 @@ from dataclasses import dataclass
 from typing import Optional
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
-_H100 = "NVIDIA H100 datasheet, https://www.nvidia.com/en-us/data-center/h100/ (dense: half the sparse figure)"
-_H200 = "NVIDIA H200 datasheet, https://www.nvidia.com/en-us/data-center/h200/ (dense: half the sparse figure)"
-_A100 = ("NVIDIA A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/ (dense: half the sparse figure; "
-         "40 and 80 GB, SXM4 and PCIe alike)")
+_H100 = "NVIDIA H100 datasheet, https://www.nvidia.com/en-us/data-center/h100/"
+_H200 = "NVIDIA H200 datasheet, https://www.nvidia.com/en-us/data-center/h200/"
+_A100 = "NVIDIA A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/ (40 and 80 GB, SXM4 and PCIe alike)"
 _V100 = "NVIDIA V100 datasheet, https://www.nvidia.com/en-us/data-center/v100/ (no TF32, no BF16)"
-_L40S = "NVIDIA L40S datasheet, https://www.nvidia.com/en-us/data-center/l40s/ (dense: half the sparse figure)"
-_L4 = "NVIDIA L4 datasheet, https://www.nvidia.com/en-us/data-center/l4/ (dense: half the sparse figure)"
+_L40S = "NVIDIA L40S datasheet, https://www.nvidia.com/en-us/data-center/l40s/"
+_L4 = "NVIDIA L4 datasheet, https://www.nvidia.com/en-us/data-center/l4/"
+# How a figure was read off its datasheet, per precision: the tensor-core figures of Ampere and newer are printed with
+# 2:4 sparsity (halved here); the FP32 figure without tensor cores (and a V100's, which has no sparsity) is no sparsity
+# figure and is taken as listed. One note for all once called the H200's FP32 67 TFLOP/s 'half the sparse figure'.
+DENSE_HALF = "dense: half the sparse figure"
+AS_LISTED = "as listed: not a sparsity figure"
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,13 @@ class Device:
     bf16: Optional[float]
     fp16: Optional[float]
     source: str
+    sparse_tensor: bool = True   # its datasheet prints the tensor-core figures with sparsity (Ampere and newer)
+
+    def source_of(self, precision: str) -> str:
+        """The source with how this precision's figure was read: tensor-core figures of a sparsity datasheet halved,
+        FP32 (no tensor cores) and a V100's as listed."""
+        how = DENSE_HALF if self.sparse_tensor and precision in ("tf32", "bf16", "fp16") else AS_LISTED
+        return f"{self.source}; {how}"
 
 
 # Figures: ../shared/ANCHORS.md, "Utilisation against the physical limit" (NVIDIA's datasheets).
@@ -50,8 +61,8 @@ DEVICES = (
     Device("H200 SXM", r"NVIDIA H200|NVIDIA H200 141GB HBM3e", 67.0, 495.0, 989.0, 989.0, _H200),
     Device("A100", r"NVIDIA A100-SXM4-(40|80)GB|NVIDIA A100-PCIE-(40|80)GB|NVIDIA A100 80GB PCIe", 19.5, 156.0, 312.0,
            312.0, _A100),
-    Device("V100 SXM2", r"Tesla V100-SXM2-(16|32)GB", 15.7, None, None, 125.0, _V100),
-    Device("V100 PCIe", r"Tesla V100-PCIE-(16|32)GB", 14.0, None, None, 112.0, _V100),
+    Device("V100 SXM2", r"Tesla V100-SXM2-(16|32)GB", 15.7, None, None, 125.0, _V100, sparse_tensor=False),
+    Device("V100 PCIe", r"Tesla V100-PCIE-(16|32)GB", 14.0, None, None, 112.0, _V100, sparse_tensor=False),
     Device("L40S", r"NVIDIA L40S", 91.6, 183.0, 362.0, 362.0, _L40S),
     Device("L4", r"NVIDIA L4", 30.3, 60.0, 121.0, 121.0, _L4),
 )
@@ -88,9 +99,10 @@ def lookup(name: str, precision: str, override: Optional[dict] = None) -> Option
             return Peak(value, name or "this device", "--peak-tflops")
     d = device_entry(name)
     if d is not None and precision == "tf32" and d.tf32 is None:  # TF32 asked of a GPU without it (V100): FP32 ran
-        return Peak(d.fp32, d.name, d.source + "; no TF32 unit, so --precision tf32 ran on the FP32 units: their peak")
+        return Peak(d.fp32, d.name, d.source_of("fp32") + "; no TF32 unit, so --precision tf32 ran on the FP32 units: "
+                    "their peak")
     value = getattr(d, precision, None) if d is not None and precision in PRECISIONS else None
-    return Peak(value, d.name, d.source) if value else None
+    return Peak(value, d.name, d.source_of(precision)) if value else None
 
 
 def parse_override(text: Optional[str]) -> dict:
