@@ -50,8 +50,8 @@ def test_the_h200_runner_up_under_the_floor_reads_not_resolved_as_its_wrapper_ce
     row, said = recommend.answer(sweep, "synthetic", configs, "fp32")
     text = " ".join(said)
     assert "the gap is beyond it" not in text, text
-    assert ("The runner-up, DataParallel x1, is only 1% slower by the windows' throughput, not resolved: the median "
-            "steps, 3.01 and 3.01 ms, differ by less than either's p10-p90 spread") in text, text
+    assert ("The lead over the runner-up, DataParallel x1, is only 1% by the windows' throughput, not resolved: the "
+            "median steps, 3.01 and 3.01 ms, differ by less than either's p10-p90 spread") in text, text
     assert "not resolved: the median steps alike; noise 0.5%" in row[8], row[8]
 
 

@@ -181,8 +181,8 @@ def test_a_winner_within_noise_of_the_runner_up_is_flagged(tmp_path, monkeypatch
             "measures theirs).") in t
     fast = build(str(tmp_path / "fast.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 69.0)),
                                                  (spec("ddp", 2, options=(("bucket_cap_mb", 100.0),)), payload(2, 70.0))])
-    assert ("The runner-up, DDP x2 [fp32, bucket_cap_mb=100.0], is only 1% slower: within 25%, selfcheck's spread "
-            "between 3 processes") in text(fast)   # the fastest is also the simplest: it stays, the runner-up is flagged
+    assert ("The lead over the runner-up, DDP x2 [fp32, bucket_cap_mb=100.0], is only 1%: within 25%, selfcheck's "
+            "spread between 3 processes") in text(fast)   # the fastest is also the simplest: it stays, the runner-up is flagged
 
 
 def test_a_clear_lead_is_not_called_noise_even_when_the_winner_is_unstable(tmp_path):
@@ -205,7 +205,7 @@ def test_with_repeats_the_measured_spread_between_processes_decides(tmp_path):
     tight = [(spec(s, n, repeat=r), payload(n, ms * (1 + r / 100))) for s, n, ms in (("single", 1, 100.0), ("ddp", 2, 185.0))
              for r in range(3)]
     t = text(build(str(tmp_path / "tight.sqlite"), tight))   # 9% apart, processes spread 2%: a real lead
-    assert "The runner-up, single device x1, is 8% slower: beyond the noise, 2.0%, the spread between their 3 processes each" in t, t
+    assert "The lead over the runner-up, single device x1, is 8%: beyond the noise, 2.0%, the spread between their 3 processes each" in t, t
 
 
 def test_the_plot_a_claim_points_to_is_the_file_the_report_writes(tmp_path):
@@ -321,8 +321,8 @@ def test_a_gap_under_the_floor_beyond_the_noise_is_not_called_within_the_noise(t
                                                (bucket, payload(2, 70.0))])
     t, row = _paragraph(sw), recommend.blocks(sw)[1][2][0]
     assert row[8] == "3% (under the 5% floor the suite calls a difference; noise 1.0%, selfcheck on the synthetic MLP)"
-    assert ("The runner-up, DDP x2 [fp32, bucket_cap_mb=100.0], is only 3% slower: under the 5% floor the suite calls a "
-            "difference (the noise: 1.0%, selfcheck's spread") in t and "within" not in t
+    assert ("The lead over the runner-up, DDP x2 [fp32, bucket_cap_mb=100.0], is only 3%: under the 5% floor the suite "
+            "calls a difference (the noise: 1.0%, selfcheck's spread") in t and "within" not in t
 
 
 def test_a_gap_under_the_floor_with_the_noise_not_measured_says_so_never_within_the_noise(tmp_path, monkeypatch):
@@ -346,8 +346,9 @@ def test_how_much_slower_is_one_minus_the_ratio_of_throughputs_and_a_large_gap_g
     monkeypatch.setenv("BENCH_HOST_NOISE", str(tmp_path / "none.json"))   # no selfcheck figure: the gap is not resolved
     sw = build(str(tmp_path / "s.sqlite"), [(spec("single", 1), payload(1, 100.0)), (spec("ddp", 2), payload(2, 130.0))])
     t, row = _paragraph(sw), recommend.blocks(sw)[1][2][0]   # 492.3 against 320.0 samples/s
-    assert "The runner-up, single device x1, is 35% slower (the fastest 1.54x as fast): not told apart" in t, t
-    assert row[8] == "54% (not resolved: noise not measured)"   # the lead column keeps the lead: how much faster
+    # the sentence gives the lead as the lead column does (a new user read '44%' there beside '31% slower' here)
+    assert "The lead over the runner-up, single device x1, is 54% (1.54x as fast): not told apart" in t, t
+    assert row[8] == "54% (not resolved: noise not measured)" and "slower" not in t
 
 
 def test_a_fit_sweeps_unmeasured_bound_says_fit_does_not_trace_and_how_to_get_the_bound(tmp_path):

@@ -13,6 +13,7 @@ from typing import Optional
 
 from bench import stats
 from bench.forecast import overhead
+from bench.report.pages import BOTH_AT
 
 
 SIMPLER = ("single", "ddp", "fsdp")   # at equal device counts a tie goes to the first; other strategies next, DataParallel last
@@ -145,6 +146,15 @@ def tie_clause(pick, fastest, tie: Apart, name=_label) -> str:
     why = ("DataParallel is recommended only where it is strictly faster" if fastest.strategy == "dp"
            else _why_simpler(pick, fastest))
     return f"{name(fastest)} is {faster} ({_margin_note(tie)}): {name(pick)} stands, {why}, as in the recommendation"
+
+
+def lead_words(a) -> str:
+    """The lead as the summary's lead column gives it, faster / slower - 1: '44% (1.44x as fast)' (the ratio from
+    pages.BOTH_AT apart), 'less than 1%'. The column read '44%' beside 'single device x1 is 31% slower (the fastest
+    1.44x as fast)', and '9%' beside '8% slower': two conventions for one gap."""
+    if a.gap < 0.005:
+        return "less than 1%"
+    return f"{a.gap:.0%}" + (f" ({1 + a.gap:.2f}x as fast)" if 1 + a.gap >= BOTH_AT else "")
 
 
 def unresolved(pick, tie: Optional[Apart]) -> bool:

@@ -27,10 +27,9 @@ from bench.report import traces as trace_report
 from bench.report import utilisation as utilisation_report
 from bench.report.fit import over_budget
 from bench.report.frontier import names, peak_mib, peak_source
-from bench.report.pages import slower_words
 from bench.report.bound import bound
 from bench.report.choice import (LEAD_FLOOR, _label, _margin_note, _noise_words, _tie_sentence, apart, by_floor,
-                                  choose, floor_words, steps_clause, unresolved, unresolved_cell)
+                                  choose, floor_words, lead_words, steps_clause, unresolved, unresolved_cell)
 from bench.report.plots import where
 from bench.shared import rehearsal
 from bench.analysis.results import Sweep, diverged
@@ -315,20 +314,18 @@ SUMMARY_HEADERS = ["workload", "precision", "recommended", "samples/s", "efficie
 
 def _runner_up(best, second, name=_label) -> tuple:
     """(Apart, sentence): whether the recommended (and fastest) configuration is told apart from the runner-up, and the
-    noise that says so with its source. How much slower the runner-up is, in throughput (bench.report.pages.slower_words:
-    1 - slower / faster); the summary's lead column keeps the lead, how much faster the fastest is."""
+    noise that says so with its source; the lead in the summary's lead column's words (choice.lead_words)."""
     a = apart(best, second, name)
-    gap_words = "as fast (less than 1% apart)" if a.gap < 0.005 else slower_words(best.samples_per_s, second.samples_per_s)
+    head, lead = f"The lead over the runner-up, {name(second)}, is", lead_words(a)
     if a.within is None:
         held = a.why if a.why else f"the noise between processes is {a.noise.words()}"
         rerun = "" if a.disjoint else "; rerun with --repeats 3 to tell them apart"   # the disjoint words say it
-        return a, f"The runner-up, {name(second)}, is {gap_words}: not told apart, {held}{rerun}."
+        return a, f"{head} {lead}: not told apart, {held}{rerun}."
     if a.within and by_floor(a):   # where the median steps do not show the gap: not resolved, as the wrapper cell says
-        return a, (f"The runner-up, {name(second)}, is only {gap_words}{steps_clause(a) or ':'} {floor_words()} "
-                   f"(the noise: {_noise_words(a)}).")
+        return a, f"{head} only {lead}{steps_clause(a) or ':'} {floor_words()} (the noise: {_noise_words(a)})."
     if a.within:
-        return a, f"The runner-up, {name(second)}, is only {gap_words}: within {_noise_words(a)}."
-    return a, f"The runner-up, {name(second)}, is {gap_words}: beyond the noise, {a.noise.words()}."
+        return a, f"{head} only {lead}: within {_noise_words(a)}."
+    return a, f"{head} {lead}: beyond the noise, {a.noise.words()}."
 
 
 def blocks(sweep: Sweep, figures: list = ()) -> list:
