@@ -153,7 +153,7 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
                  for r in sweep.problems):
             dp_cost = "did not run"
             out.append(f"DataParallel did not run on {best.device_count} {u} (see the skipped configurations).")
-        else:  # not asked for (on CPU left out by default: the key paragraph says why)
+        else:  # not asked for (on CPU left out by default: the CPU notes under the verdicts say why)
             dp_cost = "left out on CPU" if cpu_notes.dp_left_out(sweep) else "not in this sweep"
     series = sorted((c for c in cs if c.series == best.series and not math.isnan(c.efficiency)), key=lambda c: c.device_count)
     below = [c for c in series if c.device_count > 1 and c.efficiency < EFFICIENCY_FLOOR]
@@ -343,7 +343,8 @@ def _runner_up(best, second, name=_label) -> tuple:
 
 def blocks(sweep: Sweep, figures: list = ()) -> list:
     """The heading, the summary table, `figures` ((path, alt) per workload: drawn right under the table, before any
-    prose) and one paragraph per workload and precision."""
+    prose), one paragraph per workload and precision, then a CPU sweep's own notes and the table's rule (`rule_words`):
+    the verdicts first. The rule's ~255 words sat between the table and the verdicts, pushing them off a first screen."""
     out: list = [("h", 2, "Recommendation")]
     if not sweep.bench:
         return out + [("p", "No configuration produced a measurement; see the failed configurations below.")]
@@ -354,21 +355,25 @@ def blocks(sweep: Sweep, figures: list = ()) -> list:
             if text:
                 rows.append(row)
                 paragraphs.append(("p", f"{workload}, {precision}: " + " ".join(text)))
-    key = ("p", "One row per workload and precision: the recommended configuration, the one with the most samples per "
-                "second unless a simpler one is within the noise of it (fewer devices first; at equal devices single "
-                "device, then DDP, then FSDP and the rest, DataParallel only where it is strictly faster; 'not resolved: "
-                "--repeats 3' and both where it stands only on a faster one's unresolved lead and ran one unstable "
-                "process itself; a wrapper at one device without single device x1 beside it, chosen among the "
-                "strategies swept, says so); its scaling "
-                "efficiency; how much slower DataParallel ran at that count; the largest count whose efficiency stays "
-                f"at or above {EFFICIENCY_FLOOR:.0%}; what bounds its step; and its lead over the next fastest, 'within "
-                "noise' where that cannot be told from process-to-process variation, 'under the "
-                f"{LEAD_FLOOR:.0%} floor' where it is beyond the noise but smaller than the {LEAD_FLOOR:.0%} the suite "
-                "calls a difference (or the noise is not measured), 'not resolved' where that "
-                "variation is not measured on this device, with the noise figure and where it came from (the "
-                "configurations' own repeats, this sweep's repeated configuration, or selfcheck's figure for this "
-                "host); and its model FLOPs utilisation (MFU: achieved FLOP/s against the device's dense peak, where "
-                "the peak is known). Each claim, with the table or plot behind it, follows."
-                + (" " + cpu_notes.DP_LEFT_OUT if cpu_notes.dp_left_out(sweep) else "") + cpu_notes.device_note(sweep))
+    cpu = ((cpu_notes.DP_LEFT_OUT if cpu_notes.dp_left_out(sweep) else "") + cpu_notes.device_note(sweep)).strip()
+    notes = [("p", cpu)] if cpu else []
     shown = [("imgs", list(figures))] if figures else []
-    return out + ([("table", SUMMARY_HEADERS, rows), *shown, key] if rows else []) + paragraphs
+    return out + ([("table", SUMMARY_HEADERS, rows), *shown, *paragraphs, *notes, ("p", rule_words())] if rows else [])
+
+
+def rule_words() -> str:
+    """The summary table's columns and the rule that picks its recommended cell (choice.choose), under the verdicts."""
+    return ("One row per workload and precision: the recommended configuration, the one with the most samples per "
+            "second unless a simpler one is within the noise of it (fewer devices first; at equal devices single "
+            "device, then DDP, then FSDP and the rest, DataParallel only where it is strictly faster; 'not resolved: "
+            "--repeats 3' and both where it stands only on a faster one's unresolved lead and ran one unstable "
+            "process itself; a wrapper at one device without single device x1 beside it, chosen among the "
+            "strategies swept, says so); its scaling efficiency; how much slower DataParallel ran "
+            f"at that count; the largest count whose efficiency stays at or above {EFFICIENCY_FLOOR:.0%}; what bounds "
+            "its step; and its lead over the next fastest (faster / slower - 1), 'within noise' where that cannot be "
+            f"told from process-to-process variation, 'under the {LEAD_FLOOR:.0%} floor' where it is beyond the noise "
+            f"but smaller than the {LEAD_FLOOR:.0%} the suite calls a difference (or the noise is not measured), 'not "
+            "resolved' where that variation is not measured on this device, with the noise figure and where it came "
+            "from (the configurations' own repeats, this sweep's repeated configuration, or selfcheck's figure for "
+            "this host); and its model FLOPs utilisation (MFU: achieved FLOP/s against the device's dense peak, where "
+            "the peak is known). Each claim above names the table or plot behind it.")
