@@ -235,7 +235,10 @@ def test_a_tie_within_noise_goes_to_the_simpler_configuration_and_says_why(tmp_p
     assert (best.strategy, fastest.strategy) == ("single", "dp") and tie.within
     t = text(sw)
     assert ("synthetic, fp32: Recommended: single device x1, 290.9 samples/s (table: synthetic: all configurations; "
-            "plot: synthetic_throughput.png). DataParallel x1 is 1% faster, within the noise: single device x1 is "
+            "plot: synthetic_throughput.png). single device x1 is unstable: its steps spread 18% of their median "
+            "(interquartile range, the steps of its 3 processes pooled; unstable above 10%) and its 3 processes' "
+            "throughputs spread 18% (fastest less slowest over their median; unstable above 10%; table: synthetic: all "
+            "configurations). DataParallel x1 is 1% faster, within the noise: single device x1 is "
             "recommended, the simpler strategy (DataParallel is recommended only where it is strictly faster). The noise: "
             "18%, the spread between their 3 processes each.") in t, t
     row = recommend.blocks(sw)[1][2][0]

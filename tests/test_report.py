@@ -123,7 +123,7 @@ def test_workload_table_numbers_equal_values_computed_from_raw_rows(which, reque
         close(next(v for k, v in row.items() if k.startswith(("peak allocated MiB", "peak RSS MiB"))), exp["peak_mib"])
         assert row["precision / settings"] == "fp32"
         assert row["stability"] == ("unstable" if s.unstable else "stable")
-        assert int(row["steps"]) == s.n
+        assert int(row["steps (all repeats)"]) == s.n
         seen += 1
     assert seen == (4 if device == "cpu" else 5)
     ddp2 = next(r for r in table if r["strategy"] == "DDP" and r[units] == "2")

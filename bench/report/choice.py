@@ -148,6 +148,35 @@ def tie_clause(pick, fastest, tie: Apart, name=_label) -> str:
     return f"{name(fastest)} is {faster} ({_margin_note(tie)}): {name(pick)} stands, {why}, as in the recommendation"
 
 
+def _spread(fraction: float, threshold: float) -> str:
+    """'13%'; one decimal where whole percent would read as the threshold itself ('10.3%', not '10%')."""
+    return f"{fraction:.1%}" if round(fraction, 2) == round(threshold, 2) else f"{fraction:.0%}"
+
+
+def instability(c) -> list:
+    """[(short, detail)] of what makes c unstable (results.Config.unstable, the configurations table's stability column),
+    from its stored figures; [] for a steady one. The first screen said nothing where the default CPU sweep's
+    recommended synthetic DDP x2 had steps spread 13% of their median: only that table's column and the forecast did."""
+    n, s = len(c.process_sps) or 1, c.summary
+    out = []
+    if s.unstable and s.median_ms > 0:
+        pooled = "its one process's steps" if n == 1 else f"the steps of its {n} processes pooled"
+        out.append((f"its steps spread {_spread(s.iqr_ms / s.median_ms, stats.UNSTABLE_IQR_FRACTION)} of their median",
+                    f"interquartile range, {pooled}; unstable above {stats.UNSTABLE_IQR_FRACTION:.0%}"))
+    if n > 1 and c.repeat_spread > stats.UNSTABLE_REPEAT_SPREAD:
+        out.append((f"its {n} processes' throughputs spread {_spread(c.repeat_spread, stats.UNSTABLE_REPEAT_SPREAD)}",
+                    f"fastest less slowest over their median; unstable above {stats.UNSTABLE_REPEAT_SPREAD:.0%}"))
+    return out
+
+
+def unstable_sentence(best, shaky: list, workload: str, name) -> str:
+    """'DDP x2 is unstable: its steps spread 13% of their median (interquartile range, ...; unstable above 10%; table:
+    synthetic: all configurations)': `shaky` is instability(best), on the first screen for any device."""
+    said = " and ".join(f"{short} ({detail}" + (f"; table: {workload}: all configurations)" if i == len(shaky) - 1 else ")")
+                        for i, (short, detail) in enumerate(shaky))
+    return f"{name(best)} is unstable: {said}."
+
+
 def lead_words(a) -> str:
     """The lead as the summary's lead column gives it, faster / slower - 1: '44% (1.44x as fast)' (the ratio from
     pages.BOTH_AT apart), 'less than 1%'. The column read '44%' beside 'single device x1 is 31% slower (the fastest

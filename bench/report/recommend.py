@@ -29,7 +29,8 @@ from bench.report.fit import over_budget
 from bench.report.frontier import names, peak_mib, peak_source
 from bench.report.bound import bound
 from bench.report.choice import (LEAD_FLOOR, _label, _margin_note, _noise_words, _tie_sentence, apart, by_floor,
-                                  choose, floor_words, lead_words, steps_clause, unresolved, unresolved_cell)
+                                  choose, floor_words, instability, lead_words, steps_clause, unresolved,
+                                  unresolved_cell, unstable_sentence)
 from bench.report.plots import where
 from bench.shared import rehearsal
 from bench.analysis.results import Sweep, diverged
@@ -113,6 +114,9 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
            + utilisation_report.clause(best) + (f", or {name(fastest)}, {fastest.samples_per_s:.1f} samples/s{tokens_clause(fastest)}"
                                                 + utilisation_report.clause(fastest) if open_pick else "")
            + f" {where(workload, 'throughput')}."]
+    shaky = [] if open_pick else instability(best)   # an open pick's cell and sentence say it already
+    if shaky:
+        out.append(unstable_sentence(best, shaky, workload, name))
     rehearsed = _rehearsal_sentence(cs)
     if rehearsed:
         out.append(rehearsed)
@@ -190,7 +194,8 @@ def answer(sweep: Sweep, workload: str, configs: list, precision: str) -> tuple:
         margin = (f"{'tie: ' if tie.within else ''}{name(fastest)} {tie.gap:.0%} faster ({_margin_note(tie)})")
     else:
         margin = "–" if lead is None else f"{lead[0].gap:.0%} ({_margin_note(lead[0])})"
-    row = [workload, precision, name(best), f"{best.samples_per_s:.1f}{tokens_clause(best)}",
+    unstable_cell = f" (unstable: {'; '.join(short for short, _ in shaky)})" if shaky else ""
+    row = [workload, precision, name(best), f"{best.samples_per_s:.1f}{tokens_clause(best)}{unstable_cell}",
            eff, dp_cost, scaling, kind, margin, best.utilisation.mfu_cell() if best.utilisation else "–"]
     notes = ([alone] if alone else []) + _row_notes(best, cs)
     if notes:
@@ -368,7 +373,8 @@ def rule_words() -> str:
             "device, then DDP, then FSDP and the rest, DataParallel only where it is strictly faster; 'not resolved: "
             "--repeats 3' and both where it stands only on a faster one's unresolved lead and ran one unstable "
             "process itself; a wrapper at one device without single device x1 beside it, chosen among the "
-            "strategies swept, says so); its scaling efficiency; how much slower DataParallel ran "
+            "strategies swept, says so), 'unstable' beside its samples/s where its steps or its processes spread "
+            f"more than {stats.UNSTABLE_IQR_FRACTION:.0%}; its scaling efficiency; how much slower DataParallel ran "
             f"at that count; the largest count whose efficiency stays at or above {EFFICIENCY_FLOOR:.0%}; what bounds "
             "its step; and its lead over the next fastest (faster / slower - 1), 'within noise' where that cannot be "
             f"told from process-to-process variation, 'under the {LEAD_FLOOR:.0%} floor' where it is beyond the noise "

@@ -103,6 +103,9 @@ def _top(d: dict):
     return max(d.values()) if d else None
 
 
+STEPS_HEADER = "steps (all repeats)"   # 'steps 18, repeats 3' read as 18 per process: the count is their total (6 each)
+
+
 TIMING = {"cuda_window_events": "CUDA: window wall time between two synchronisations, steps and phases from CUDA events",
           "cpu_clock": "CPU: monotonic clock"}
 
@@ -131,7 +134,7 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
     mem = ["peak allocated MiB (fullest GPU)", "peak reserved MiB", "device level MiB (nvidia-smi)",
            "whole run, device level MiB"] if cuda else ["peak RSS MiB (largest process)"]
     tok = ["tokens/s (all devices)", f"tokens/s per {recommend.SINGULAR[u]}"] if tokens else []
-    b.append(("table", ["strategy", "precision / settings", u, "global batch", "steps", "repeats", "samples/s", *tok,
+    b.append(("table", ["strategy", "precision / settings", u, "global batch", STEPS_HEADER, "repeats", "samples/s", *tok,
                         "speed-up", "efficiency", "median step ms", "p10 ms", "p90 ms", *mem,
                         *utilisation_report.headers(cuda), "stability"], rows))
     if tokens:
