@@ -405,3 +405,33 @@ def test_a_fit_whose_every_measured_run_passed_the_budget_recommends_nothing_and
     assert row[2] == "nothing fits the budget" and recommend.recommended(sweep, sweep.bench["transformer"], "fp32") is None
     assert said[0].startswith("Nothing to recommend within the memory budget: every measured run went over it (DDP x2 "
                               "at batch 3, "), said
+
+
+def test_fit_says_the_batches_it_will_try_from_its_start_and_that_a_search_ending_at_the_cap_met_no_limit(tmp_path):
+    # An H200 fit from --per-device-batch 64 to --max-batch 128 printed 'batches 1, 2, 4, ... then bisection' and ran 64,
+    # 128; then 'largest batch that fits 128 (the cap, --max-batch 128); measuring it (2 trial(s))', as if 128 were the
+    # limit and were measured in 2 trials, where every batch fit and the limit lay above the cap.
+    from bench import options
+    from bench.sweep import plan
+    machine = plan.Machine(cuda_devices=1, cpu_cores=16, gpu_names=("H200",), gpu_capabilities=((9, 0),),
+                           arch_list=("sm_90",), gpu_memory_bytes=(141 * 2**30,))
+    cfg, given, _ = options.prepare(["--device", "cuda", "--workloads", "transformer", "--strategies", "ddp", "--gpus", "1",
+                                     "--per-device-batch", "64", "--no-report", "--no-comm-bench", "--store",
+                                     str(tmp_path / "fit.sqlite"), "--memory-budget-gib", "64"], machine=machine)
+    fit_cmd.refuse(cfg, given)
+    for limit, found in ((1000, "largest batch that fits 128 (the cap, --max-batch 128) from 2 trials; every batch "
+                                "tried fit: the limit is above the cap; raise --max-batch to find it; measuring it"),
+                         (96, "largest batch that fits 96; 97 does not; from 8 trials; measuring it")):
+        run, calls = _fake_gpu_launcher({"ddp": limit}, {"ddp": 10.0})
+        lines = []
+        assert fit_cmd.run_fit(cfg, machine, 128, "fit ...", log=lines.append, run_config=run) == 0
+        assert [b for mode, _, b in calls if mode == "fit"][:2] == [64, 128]
+        assert lines[0].endswith("1 configuration(s), batches 64, 128 until one does not fit (at most --max-batch 128), "
+                                 "then bisection"), lines[0]
+        assert f"transformer ddp x1: {found}" in lines, lines
+    assert fit_cmd.ladder_words({"transformer": 1}, 4096) == ("batches 1, 2, 4, ..., 4096 until one does not fit (at most "
+                                                              "--max-batch 4096), then bisection")
+    assert fit_cmd.ladder(48, 128) == [48, 96, 128]   # the search's own steps: doubling, the last at the cap
+    # an error ended the search below the cap: it reached neither the cap nor a batch that does not fit
+    assert fit_cmd.found_words(8, None, {4: fit.FITS, 8: fit.FITS, 16: fit.ERROR}, 128) == (
+        "largest batch that fits 8; the search stopped at an error at batch 16; from 3 trials; measuring it")

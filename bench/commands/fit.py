@@ -7,7 +7,7 @@ search it for one process.
     ./run_bench.sh fit --device cpu --memory-budget-gib 2 --strategies ddp,fsdp --gpus 2    # CPU: each rank's peak RSS
 
 Each configuration of the sweep (one repeat) is tried at per-device batches 1, 2, 4, ... (from --per-device-batch if
-given, at least what BatchNorm needs) until one does not fit or --max-batch is reached, then bisected between the
+given, at least what BatchNorm needs; the first line names the ones it will try) until one does not fit or --max-batch is reached, then bisected between the
 largest that fit and the smallest that did not, to one sample. A trial is one configuration at one batch in fresh
 processes, through the sweep's own launch (bench.sweep.launch.run_config): FIT_WARMUP steps and FIT_STEPS measured
 ones, its peak measured (bench.analysis.fit.device_peak, the figure the report's fastest-within-the-budget table holds
@@ -74,7 +74,6 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
     from bench.sweep import plan
     from bench.sweep.launch import Limits
     from bench.sweep.record import record_result
-    from bench.workloads import registry
     if run_config is None:
         from bench.sweep.launch import run_config
     budget_mib = cfg.memory_budget_gib * 1024
@@ -84,8 +83,9 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
     items = plan.bench_specs(dataclasses.replace(cfg, repeats=1, noise_repeats=1), machine)  # one search per configuration
     u = "GPU" if cfg.device == "cuda" else "process"
     figure = "the device level, as the report's budget table; reserved where none is read" if cfg.device == "cuda" else "peak RSS"
+    starts = {s.workload: start_of(s, cfg) for s in items if not isinstance(s, plan.Skip)}
     log(f"fit {sweep_id} -> {cfg.store}: the largest per-device batch within {cfg.memory_budget_gib:g} GiB per {u} "
-        f"({figure}), {len(items)} configuration(s), batches 1, 2, 4, ... then bisection, at most {max_batch}")
+        f"({figure}), {len(items)} configuration(s), {ladder_words(starts, max_batch)}")
     errors, status, failed_runs = 0, "interrupted", []  # failed_runs: a measured run's failure for another reason
     try:
         for item in items:
@@ -94,7 +94,7 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
                 log(f"{describe(item.spec)}: skipped: {item.reason}")
                 continue
             spec = item
-            info_min = max(1, registry.info(spec.workload, cfg).min_replica_batch)
+            info_min = min_batch(spec, cfg)
             limits = Limits.for_spec(spec, cfg.timeout)
 
             def try_batch(b: int, spec=spec, limits=limits) -> str:
@@ -110,15 +110,12 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
                 log(f"  {describe(spec)} batch {b}: {v} ({where})")
                 return v
 
-            largest, smallest_not, tried = fitting.search(try_batch, max(info_min, cfg.per_device_batch or 1), max_batch,
-                                                          smallest=info_min)
+            largest, smallest_not, tried = fitting.search(try_batch, start_of(spec, cfg), max_batch, smallest=info_min)
             if largest is None:
                 errors += any(v == fitting.ERROR for v in tried.values())
                 log(f"{describe(spec)}: nothing fits" + (f" (batch {min(tried)} does not)" if tried else ""))
                 continue
-            log(f"{describe(spec)}: largest batch that fits {largest}"
-                + (f" (the cap, --max-batch {max_batch})" if smallest_not is None else f"; {smallest_not} does not")
-                + f"; measuring it ({len(tried)} trial(s))")
+            log(f"{describe(spec)}: {found_words(largest, smallest_not, tried, max_batch)}")
 
             def measure(b: int, spec=spec, limits=limits) -> str:
                 """The measured runs at b, stored with details 'fit'; the first that does not fit ends them."""
@@ -162,6 +159,53 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
         from bench.sweep.run import render_report
         rc = render_report(cfg, sweep_id, log) or rc
     return rc
+
+
+def min_batch(spec: RunSpec, cfg) -> int:
+    """The smallest per-device batch the workload trains on (BatchNorm needs 2 samples a replica)."""
+    from bench.workloads import registry
+    return max(1, registry.info(spec.workload, cfg).min_replica_batch)
+
+
+def start_of(spec: RunSpec, cfg) -> int:
+    """Where the search starts: --per-device-batch where given, at least the workload's smallest batch."""
+    return max(min_batch(spec, cfg), cfg.per_device_batch or 1)
+
+
+def ladder(start: int, max_batch: int) -> list:
+    """The batches the search doubles through from `start` (bench.analysis.fit.search), the last at most max_batch."""
+    out = [start]
+    while out[-1] < max_batch:
+        out.append(min(2 * out[-1], max_batch))
+    return out
+
+
+def ladder_words(starts: dict, max_batch: int) -> str:
+    """'batches 64, 128 until one does not fit (at most --max-batch 128), then bisection', from where the search
+    starts: it once printed 'batches 1, 2, 4, ...' for a search from --per-device-batch 64 that ran 64 and 128.
+    starts: workload -> its start (several where workloads start apart)."""
+    def seq(start: int) -> str:
+        b = ladder(start, max_batch)
+        return ", ".join(map(str, b if len(b) <= 4 else b[:3] + ["...", b[-1]]))
+    if len(set(starts.values())) > 1:
+        tried = "; ".join(f"{w}: {seq(b)}" for w, b in starts.items())
+        return f"batches ({tried}) until one does not fit (at most --max-batch {max_batch}), then bisection"
+    return (f"batches {seq(next(iter(starts.values()), 1))} until one does not fit (at most --max-batch {max_batch}), "
+            "then bisection")
+
+
+def found_words(largest: int, smallest_not, tried: dict, max_batch: int) -> str:
+    """The search's answer and how many trials gave it, before its measured run. 'measuring it (2 trial(s))' read as a
+    batch measured in 2 trials, and a search that reached --max-batch with every batch fitting (an H200's 128 of its
+    140 GiB) did not say that the limit lies above it."""
+    n = f"{len(tried)} trial{'s' if len(tried) != 1 else ''}"
+    if smallest_not is not None:
+        return f"largest batch that fits {largest}; {smallest_not} does not; from {n}; measuring it"
+    stopped = [b for b, v in tried.items() if v == fitting.ERROR]
+    if stopped:   # an error ended the search where it stood: neither the cap nor a batch that does not fit
+        return f"largest batch that fits {largest}; the search stopped at an error at batch {stopped[0]}; from {n}; measuring it"
+    return (f"largest batch that fits {largest} (the cap, --max-batch {max_batch}) from {n}; every batch tried fit: the "
+            "limit is above the cap; raise --max-batch to find it; measuring it")
 
 
 def mib(value: float) -> str:
