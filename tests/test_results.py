@@ -49,7 +49,7 @@ def test_configurations_hold_the_figures_the_report_shows(quick):
     base = ok[(ok.strategy == "single") & (ok.device_count == 1)].set_index("workload").samples_per_s
     weak = ok.samples_per_s / (ok.workload.map(base) * ok.device_count)   # efficiency, derived here independently
     assert ((ok.efficiency - weak).abs() < 1e-9).all()
-    assert (ok.peak_mib > 0).all() and ok.bound.isin(["compute", "communication", "data", "host", "straggler", "cpu", "not measured"]).all()
+    assert (ok.peak_mib > 0).all() and ok.bound.isin(["compute", "communication", "contention", "data", "host", "straggler", "cpu", "not measured"]).all()
     assert ok.loc[ok.workload == "deeplabv3", "reference_train_s"].gt(0).all()
     ddp2 = ok[(ok.strategy == "ddp") & (ok.device_count == 2)]
     # compute: the probe's no_sync() steps as measured, each step at its slowest rank, their median (derived here)

@@ -4,10 +4,12 @@ jitter), and on CUDA the GPU's busy share from its kernels (computation and copi
 bench.report.busy): compute-bound at COMPUTE_BOUND_BUSY or more, else host-bound (with the advice that fits its
 cause: fewer, larger kernels, or FSDP's CPU offload named as the host's work) or communication-bound by what fills the
 rest, "not measured" without kernel traces (fit's runs are never traced: said so); on CPU what is measured (data,
-exposed communication) and that the rest is not split.
+exposed communication) and that the rest is not split. After data and a straggler, before the rest: a step above its
+no-overlap bound (compute and a whole all-reduce one after the other) is contention, said by device, never
+communication-bound with DDP's settings as the remedy.
 
     bound(sweep, workload, config) -> (kind, sentence)   # the recommendation's and bench.report.tables' alike
-    bound_category(kind)           -> compute, host, communication, data, straggler, cpu or not measured
+    bound_category(kind)           -> compute, host, communication, contention, data, straggler, cpu or not measured
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ BOUND_CATEGORIES = {"compute-bound": "compute", "host-bound": "host", "CPU work"
 
 
 def bound_category(kind: str) -> str:
-    """A bound's category, for a table's column: compute, host, communication, data, straggler, cpu or not measured."""
+    """A bound's category, for a table's column: compute, host, communication, contention, data, straggler, cpu or not
+    measured."""
     head = kind.split(" (")[0]
     return BOUND_CATEGORIES.get(head, head)
 
@@ -52,6 +55,9 @@ def bound(sweep: Sweep, workload: str, c) -> tuple:
         return f"straggler (rank {lagging[0]})", (f"Held back by a straggler, rank {lagging[0]}: {trace_report.wait_words(c)}; "
                                                   f"the same rank in every traced step, by more than the steps' jitter "
                                                   f"(table: {workload}: profiler traces).")
+    over = comm_report.above_bound(sweep, c)
+    if over:
+        return _contention(sweep, c, over, workload)
     got = comm_report.resolved(c) if c.device_count > 1 else None  # at one rank DDP's probe is its own work
     comm = got / step if got is not None and step > 0 else math.nan
     comm_words = f"; {comm_report.probe_words(c)}" if comm_report.probe_words(c) else ""
@@ -93,6 +99,22 @@ def bound(sweep: Sweep, workload: str, c) -> tuple:
         f"Host-bound: the GPU's computation and copies take {b.work_ms:.1f} ms of a {step:.1f} ms step ({b.words()}); "
         f"it waits for the host to issue work {b.idle_share:.0%} of the time{comm_words} (table: {workload}: profiler "
         f"traces); {_host_advice(sweep, workload, c)}.")
+
+
+def _contention(sweep: Sweep, c, over: tuple, workload: str) -> tuple:
+    """A step above its no-overlap bound (bench.report.comm.above_bound): slower than its compute and a whole all-reduce
+    one after the other, so neither DDP's buckets nor its overlap are what holds it back. On a 2-core CPU DDP x2 took
+    933 ms against 667 + 175 = 842 ms, its probe read 248 ms of exposed communication against a 175 ms all-reduce, and
+    the verdict read 'Communication-bound: 27% ... `./run_bench.sh tune` searches DDP's settings'."""
+    compute, ar, no_overlap = over
+    step, got = c.summary.median_ms, comm_report.resolved(c)
+    probe = (f"; DDP's probe, {got:.2f} ms of exposed communication against a {ar:.2f} ms all-reduce, counts that "
+             f"slowdown too" if got is not None and got > ar else "")
+    return f"contention (step {step / no_overlap - 1:.0%} above its no-overlap bound)", (
+        f"Above its no-overlap bound: the step, {step:.2f} ms (p10 {c.summary.p10_ms:.2f} ms), takes longer than its "
+        f"compute ({compute:.2f} ms under no_sync()) and an all-reduce of every gradient ({ar:.2f} ms) one after the "
+        f"other, {no_overlap:.2f} ms: {comm_report.contention_words(sweep, c)}{probe} (table: {workload}: DDP against "
+        f"the bounds of its step).")
 
 
 def _compute_sentence(b, comm_words: str, workload: str) -> str:
