@@ -41,9 +41,25 @@ def test_the_phases_plot_draws_exposed_communication_only_where_the_text_resolve
         assert all(v >= 0 for v in seg.values()) and sum(seg.values()) == c.summary.median_ms
     fig = plots.phases_figure([told, inside, negative, one_rank], "synthetic", "cpu")
     bars = _bars(fig)
-    assert bars["exposed communication"] == [12.0, 0.0, 0.0, 0.0]
+    assert bars[plots.INFERRED] == [12.0, 0.0, 0.0, 0.0]
     labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert ["not resolved" in t for t in labels] == [False, True, True, False]   # one rank: nothing to resolve
+
+
+def test_the_phases_plot_says_its_split_of_backward_is_inferred_and_outlines_the_measured_backward():
+    # DDP x2's 'backward (compute)' drew 11.9 ms beside single device's 14.1: its measured 35.34 ms less the probe's
+    # 23.48 ms, measured in blocks of their own, read as DDP computing faster than one device
+    told, inside = config(2, 12.0), config(2, 11.0, p10_ms=90.0, p90_ms=105.0, label="DDP x2 [bf16]")
+    fig = plots.phases_figure([told, inside], "synthetic", "cpu")
+    bars = {c.get_label(): c for c in fig.axes[0].containers}
+    assert all(p.get_hatch() == "//" for p in bars[plots.INFERRED])             # the probe's share, hatched
+    outline = bars[plots.MEASURED_BACKWARD]                                        # the backward as measured, whole
+    assert [(p.get_x() + p.get_width() / 2, p.get_y(), p.get_height()) for p in outline] == [(0.0, 35.0, 50.0)]
+    assert not outline[0].get_fill()
+    caption = fig.get_supxlabel().replace("\n", " ")
+    assert "inferred" in caption and "DDP x2: 50.00 ms measured = 38.00 + 12.00 ms." in caption, caption
+    plain = plots.phases_figure([inside], "synthetic", "cpu")                    # nothing split: no outline, no caption
+    assert plots.MEASURED_BACKWARD not in {c.get_label() for c in plain.axes[0].containers} and not plain.get_supxlabel()
 
 
 # ---------------------------------------------------------------- the forecast's plot
