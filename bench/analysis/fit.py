@@ -282,6 +282,21 @@ class Search:
     def peak_at(self, batch: Optional[int]) -> Optional[float]:
         return next((p for b, _, p, _ in self.trials if b == batch), None)
 
+    @property
+    def capped(self) -> bool:
+        """Every batch tried fit and no error ended the search: it stopped at its cap (--max-batch), so its largest is
+        a lower bound, not the limit (the H200 fit read 'fits 128' with 15.5 GiB left and no batch out of memory)."""
+        return self.largest is not None and self.smallest_not is None and not self.errors
+
+    def mib_per_sample(self) -> Optional[float]:
+        """How much the trials' peak grew per sample between the two largest batches that fit, MiB (None: fewer than two
+        with a peak, or no growth): what reads the memory a batch beyond the largest tried would take."""
+        fit = sorted((b, p) for b, v, p, _ in self.judged if v == FITS and p is not None)
+        if len(fit) < 2:
+            return None
+        (b0, p0), (b1, p1) = fit[-2:]
+        return (p1 - p0) / (b1 - b0) if p1 > p0 else None
+
 
 def is_answer(r: dict) -> bool:
     """A fit's row that did not fit is an answer, not a failed run: a trial that did not error, or a measured run

@@ -52,10 +52,29 @@ def _unit(ss: list):
     return over_unit(overs)
 
 
+def _left(s) -> float:
+    """The budget less the largest batch's peak (its trial's or its measured run's, the larger), MiB."""
+    ran = (s.measured_now(s.largest) or (None, None))[1]
+    return s.budget_mib - max(p for p in (s.peak_at(s.largest), ran) if p is not None)
+
+
+def _capped(s, c, u: str = "") -> str:
+    """Where the search stopped at its cap with every batch fitting: a lower bound, said as one, with the headroom and,
+    where two trials give the memory a sample takes, the batch that would fill it, not tried. The H200 fit read 'DDP
+    x1 fits 128 a GPU' with 15.5 GiB left at 128 and no batch out of memory: 128 was --max-batch, not the limit."""
+    said = (f"at least {s.largest}" + (f" a {u}" if u else "") + f" (the search's cap, --max-batch {s.largest}; "
+            f"{size(_left(s))} left at {s.largest}; no batch ran out of memory): raise --max-batch to find the limit")
+    per, left = s.mib_per_sample(), _left(s)
+    if per is None or left < per:
+        return said
+    what = "a sequence" if c is not None and getattr(c, "tokens_per_sample", None) else "a sample"
+    return said + f"; ~{size(per)} {what}: about {s.largest + int(left // per)} might fit, not tried"
+
+
 def _why_not(s, unit=None) -> str:
     nxt = s.smallest_not
     if nxt is None:
-        return "every batch tried fit (the search's cap)"
+        return "none: every batch tried fit, up to the search's cap" if s.capped else "every batch tried fit"
     batch, v, peak, reason = nxt
     if v.endswith(fitting.IN_MEASURED_RUN):
         return (f"{batch}: its trial fit (peak {size(s.peak_at(batch))}), its measured run did not "
@@ -127,13 +146,14 @@ def sentences(sweep) -> list:
         u = "GPU" if ss[0].device_type == "cuda" else "process"
         fits = [s for s in ss if s.largest is not None]
         parts = [f"{s.name} fits {s.largest}" + (f" (the largest tried; {_gap(s)} not tried: {AGAIN})" if s.untried else "")
-                 for s in fits if not s.ran_over]
+                 for s in fits if not s.ran_over and not s.capped]
+        capped = [f"{s.name} fits {_capped(s, _measured(sweep, s), u)}" for s in fits if not s.ran_over and s.capped]
         said = [_ran_over(sweep, s, unit) for s in ss if s.ran_over]
         text = f"{workload} [{', '.join(recipe)}]: " + "; ".join(
-            ([", ".join(parts) + f" a {u}"] if parts else []) + said or ["nothing fits"])
+            ([", ".join(parts) + f" a {u}"] if parts else []) + capped + said or ["nothing fits"])
         none = [s.name for s in ss if s.largest is None and not s.overturned and not s.ran_over]
         text += (f"; {', '.join(none)} fit{'s' if len(none) == 1 else ''} not even the smallest batch"
-                 if none and (parts or said) else "")
+                 if none and (parts or capped or said) else "")
         ran = [(s, c) for s in fits for c in [_measured(sweep, s)] if c is not None and not math.isnan(c.samples_per_s)]
         lost = [(s, c) for s, c in ran if diverged(c)]  # it fit, but its speed there is no training's
         ran = [(s, c) for s, c in ran if not diverged(c)]
@@ -168,6 +188,8 @@ def _largest_cell(s, c) -> str:
     it)': the H200 fit's '12' beside 'smallest that did not fit: 14' read as a resolved boundary, 13 never tried."""
     if s.largest is None:
         return "none within the budget"
+    if s.capped:
+        return _capped(s, c)
     notes = [x for x in ("the largest tried that fits" if s.untried else "",
                          "by its trial; not measured" if c is None else "") if x]
     return str(s.largest) + (f" ({', '.join(notes)})" if notes else "") + (f"; {_untried(s)}" if s.untried else "")
@@ -231,7 +253,7 @@ def blocks(sweep) -> list:
                f"{size(sweep.fit[0].budget_mib)} per {'GPU' if u == 'GPU' else 'node'} ({how}): {_search_words(sweep)}, each trial a warm-up step and a measured one in fresh processes; then each measured as a sweep "
                "measures it, at its own largest batch; where that measured run passed the budget, the batch did not fit, "
                "and the next smaller one was measured."),
-         ("table", ["workload", "configuration", f"largest batch per {u}", "its peak in the trial" + per_node,
+         ("table", ["workload", "configuration", f"largest tried that fits, per {u}", "its peak in the trial" + per_node,
                     "smallest that did not fit", "peak in the measured run" + per_node, "samples/s at the largest",
                     f"tokens/s per {u}", "trials"], rows)]
     b += [("p", t) for t in sentences(sweep)]
