@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.analysis import fit
 from bench.report import fit as fit_report
 from conftest import example_stores
 
@@ -33,3 +34,31 @@ def test_a_search_stopped_by_its_cap_says_at_least_with_the_room_left_and_an_unt
                       "tried"), row   # (127287 - 65486) MiB / 64 sequences; 15868 MiB left / 966 = 16 more
     assert row[4] == "none: every batch tried fit, up to the search's cap", row
     assert "fits 128 a GPU" not in text and "DDP x1 fits at least 128 a GPU (the search's cap" in text, text
+
+
+def test_the_trials_speeds_are_shown_and_a_flat_speed_per_sample_is_said_with_the_memory_it_costs(h200_fit):
+    table, text = _table_and_text(h200_fit)
+    assert table[1][-1] == "samples/s by batch (trials' figures, 1 measured step each)"
+    assert table[2][0][-1] == "64: 262.7; 128: 262.6"
+    assert ("DDP x1's speed per sample is flat from 64 to 128 (trials' figures, 1 measured step each: 262.7 and 262.6 "
+            "samples/s, under the suite's 5% floor): the larger batch buys no speed here, 60.35 GiB more memory") in text
+
+
+def _search(speeds: dict, verdicts: dict) -> fit.Search:
+    s = fit.Search("k", "mlp", "ddp", "cuda", 1, "DDP x1", "DDP x1", ("fp32", "sgd"), 10_000.0,
+                   trials=[(b, v, 1000.0 + 50.0 * b, "") for b, v in sorted(verdicts.items())])
+    s.speeds = speeds
+    return s
+
+
+def test_a_larger_batch_faster_beyond_the_floor_or_a_search_ended_by_memory_says_neither():
+    s = _search({16: 100.0, 32: 130.0}, {16: fit.FITS, 32: fit.FITS, 33: fit.OOM})
+    assert not s.capped and fit_report._flat(s) == "" and fit_report._largest_cell(s, object()) == "32"
+    assert fit_report._why_not(s) == "33: out of memory"
+    # 16 ran 20% faster than 32, 8 much slower than 32: no higher from 16, not from 8
+    s = _search({8: 60.0, 16: 120.0, 32: 100.0}, {8: fit.FITS, 16: fit.FITS, 32: fit.FITS})
+    assert s.capped and fit_report._flat(s).startswith("DDP x1's speed per sample is no higher from 16 to 32 (trials' "
+                                                       "figures, 1 measured step each: 120.0 and 100.0 samples/s, the "
+                                                       "smaller faster)")
+    s.speeds = {8: 60.0, 16: 99.0, 32: 100.0}   # 1% apart: under the floor
+    assert "is flat from 16 to 32 (trials' figures, 1 measured step each: 99.0 and 100.0 samples/s" in fit_report._flat(s)

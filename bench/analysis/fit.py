@@ -212,6 +212,7 @@ class Search:
     measured: dict = field(default_factory=dict)    # batch -> (verdict, peak MiB or None) of its measured runs (the
                                                     # worst repeat), where their rows carry details 'fit'
     order: list = field(default_factory=list)       # the trials' batches in the order the search tried them
+    speeds: dict = field(default_factory=dict)      # batch -> its trial's samples/s (one measured step: a trial's figure)
 
     def now(self, v: str, peak: Optional[float]) -> str:
         """A stored verdict held to today's rule: 'fits' whose peak (device_peak's figure) is over the budget is over it.
@@ -348,6 +349,8 @@ def searches(rows: list, memory_of: Callable[[int], list], names: dict) -> list:
         batch = int(r["per_device_batch"])
         peak = peak_mib(memory_of(r["result_id"]), r["device_type"], _per_node(r)) if r["status"] == "ok" else None
         s.order.append(batch)
+        if r["status"] == "ok" and r.get("samples_per_s") is not None:
+            s.speeds[batch] = float(r["samples_per_s"])
         s.trials.append((batch, d.get("verdict") or verdict(r["status"], r["reason"], peak, s.budget_mib), peak,
                          r["reason"] or ""))
         s.bench_keys.setdefault(batch, d.get("bench_key", ""))

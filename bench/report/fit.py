@@ -15,6 +15,7 @@ import math
 from bench import stats
 from bench.analysis import fit as fitting
 from bench.analysis.results import diverged
+from bench.forecast import overhead
 from bench.report.frontier import held_mib, over_size, over_unit, size
 from bench.report.pages import fmt
 
@@ -166,9 +167,42 @@ def sentences(sweep) -> list:
             text += f"; at its largest batch {ran[0][0].name} trains {ran[0][1].samples_per_s:.1f} samples/s"
         text += "".join(f"; at its largest batch {s.name} did not train ({stats.loss_words(c.loss_not_finite, verdict=False)})"
                         for s, c in lost)
+        text += "".join(f"; {flat}" for s in fits for flat in [_flat(s)] if flat)
         text += _overturned(ss, unit)
         out.append(text + ".")
     return out
+
+
+TRIALS = "trials' figures, 1 measured step each"
+
+
+def _trial_speeds(s) -> str:
+    """'64: 262.7; 128: 262.6': each trial's samples/s by batch (a trial's one measured step), '–' where none ran."""
+    return "; ".join(f"{b}: {v:.1f}" for b, v in sorted(s.speeds.items())) or "–"
+
+
+def _flat(s) -> str:
+    """Where the largest batch that fits is not faster per sample than smaller ones that fit, by the trials, beyond the
+    5% the suite calls a difference: said, with the memory the larger batch costs. The H200 fit's trials ran 262.7
+    samples/s at 64 and 262.6 at 128 (3.80 ms a sequence each) and the page recommended 128 as the fastest, 60 GiB
+    more for no speed. A trial is one short process, so this never resolves a difference; it only says none showed."""
+    fit = {b: s.speeds[b] for b, v, _, _ in s.judged if v == fitting.FITS and b in s.speeds}
+    top = fit.get(s.largest) if s.largest is not None else None
+    same = []
+    for b in sorted((b for b in fit if top is not None and b < s.largest), reverse=True):
+        if top > fit[b] and not overhead.under_floor(overhead.throughput_gap(top, fit[b])):
+            break   # the largest is faster than this one beyond the floor: the run of alike batches ends above it
+        same.append(b)
+    if not same:
+        return ""
+    low = same[-1]
+    figures = [f"{fit[b]:.1f}" for b in sorted(same) + [s.largest]]
+    flat = all(overhead.under_floor(overhead.throughput_gap(top, fit[b])) for b in same)
+    more = (s.peak_at(s.largest) or 0.0) - (s.peak_at(low) or 0.0)
+    return (f"{s.name}'s speed per sample is {'flat' if flat else 'no higher'} from {low} to {s.largest} ({TRIALS}: "
+            f"{' and '.join([', '.join(figures[:-1]), figures[-1]])} samples/s, "
+            + (f"under the suite's {overhead.LEAD_FLOOR:.0%} floor" if flat else "the smaller faster") + "): the larger batch buys no speed here"
+            + (f", {size(more)} more memory" if more > 0 else "") + f"; a sweep at --per-device-batch {low} measures it")
 
 
 def over_budget(sweep) -> set:
@@ -240,7 +274,7 @@ def blocks(sweep) -> list:
                      size(measured_peak) if c is not None else "; ".join(
                          f"at {b}: {size(p)} (over)" for b, p in s.ran_over) or "–",
                      fmt(c.samples_per_s) if c else "–",
-                     fmt(tokens, ".0f") if not math.isnan(tokens) else "–", str(len(s.trials))])
+                     fmt(tokens, ".0f") if not math.isnan(tokens) else "–", str(len(s.trials)), _trial_speeds(s)])
     u = "GPU" if sweep.fit[0].device_type == "cuda" else "process"
     how = ("the device level on the fullest GPU, the larger of the steady state's and the whole run's, net of the suite's "
            "pre-generated batches, as the fastest-within-the-budget table takes it; where no device level was recorded, "
@@ -255,7 +289,7 @@ def blocks(sweep) -> list:
                "and the next smaller one was measured."),
          ("table", ["workload", "configuration", f"largest tried that fits, per {u}", "its peak in the trial" + per_node,
                     "smallest that did not fit", "peak in the measured run" + per_node, "samples/s at the largest",
-                    f"tokens/s per {u}", "trials"], rows)]
+                    f"tokens/s per {u}", "trials", f"samples/s by batch ({TRIALS})"], rows)]
     b += [("p", t) for t in sentences(sweep)]
     before = [f"{s.name} at {', '.join(str(x) for x in s.restated)}" for s in sweep.fit if s.restated]
     if before:
