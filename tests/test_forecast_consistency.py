@@ -104,7 +104,8 @@ def test_the_verdict_counts_in_the_sweeps_unit_and_says_the_ranges_open_end_plai
     assert "already at 2 processes on this network" in fo.recommendation(_Setting("cpu"), one)
     # 'below 75% already at 2 ... (at the range's high end it pays up to 8)' read as paying and not in one sentence
     said = fo.recommendation(_Setting("cpu"), one)
-    assert "(at the range's high end it stays at or above 75% up to 8)" in said and "pays up to" not in said, said
+    assert "(forecast 60%; at the range's high end at or above 75% up to 8 processes)" in said, said
+    assert "pays up to" not in said
 
 
 def _slow_lone_store(path: str, lone_x: float) -> None:

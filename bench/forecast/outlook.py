@@ -30,13 +30,14 @@ from bench.shared.spec import STRATEGY_NAMES
 
 import numpy as np
 
-EFFICIENT = 0.75                                  # below this, scaling stops paying
+EFFICIENT = whatif.EFFICIENT                      # below this, scaling stops paying (0.75)
 GPU_PRESETS = (("H100", "h100"), ("H200", "h100"), ("A100", "a100"), ("V100", "v100"))
 DOUBLING = tuple(2**k for k in range(1, 11))      # 2 .. 1024: past one device
 # Defined in bench.forecast.overhead, which bench/ imports them from; kept here only for the tests that still read them
 # through outlook (test_verdicts, test_verdicts_leftovers, test_choice_round2, test_report): new code imports overhead.
 wrapper_overhead, own_baseline = overhead.wrapper_overhead, overhead.own_baseline
 what_ifs = whatif.what_ifs                        # [(what, [Point])]: this network first (bench.forecast.whatif)
+first_below, network_sets = whatif.first_below, whatif.network_sets   # the first count under 75%; what sets it
 WINDOWS = "windows"                               # a measured row's efficiency basis (`_efficiency`)
 BASIS_WORDS = (f"efficiency ({WINDOWS}): a measured row's, as the report's, from its measured windows' throughput; a "
                "forecast row's from its step against single device x1's median step (the forecast has no windows)")
@@ -221,12 +222,6 @@ def cells(s: fs.Setting, p: fs.Point) -> list:
     return [cell(s, p) for _, cell in COLUMNS]
 
 
-def first_below(points: list, threshold: float = EFFICIENT) -> Optional[int]:
-    """The first count whose efficiency is known and under the threshold."""
-    return next((p.count for p in points if not p.refused and not math.isnan(p.efficiency) and p.efficiency < threshold),
-                None)
-
-
 def stop_range(points: list, threshold: float = EFFICIENT) -> Optional[tuple]:
     """(N1, N2): the 5th and 95th percentile over the draws of the last count before efficiency falls under the
     threshold (None for a percentile whose draws stay above it at every count; 0: under it already at the first);
@@ -268,20 +263,6 @@ def _between(r: Optional[tuple], top: int, first: int = 2) -> str:
     low = lambda n: ("1" if first <= 2 else f"fewer than {first}") if n == 0 else str(n)  # noqa: E731
     word = lambda n: f"beyond {top}" if n is None else low(n)  # noqa: E731
     return "" if lo == hi else f" (between {word(lo)} and {word(hi)})"
-
-
-def network_sets(whatifs: list) -> str:
-    """Whether the network sets the 75% count: '' when a what-if moves it; else what does, in words."""
-    if len(whatifs) < 2:
-        return ""
-    base = first_below(whatifs[0][1])
-    if base is None or any(first_below(pts) != base for _, pts in whatifs[1:]):
-        return ""
-    bound = next(p.bound for p in whatifs[0][1] if p.count == base)
-    every = f"every what-if ({', '.join(w for w, _ in whatifs[1:])}) falls under {EFFICIENT:.0%} at {base} too"
-    if bound == "exposed communication":
-        return f"no what-if moves it: {every}"
-    return f"the network does not set it: {every}; {bound} does"
 
 
 def unsteady_words(points: list, bound: str = "") -> str:
@@ -360,14 +341,46 @@ def _recommendation(s: fs.Setting, points: list, whatifs: Optional[list] = None)
                    and r[0] is not None else "")
         return f"{s.label}: efficiency stays at or above {EFFICIENT:.0%} up to {unit(s, top)} on this network{low_end}"
     ok = [p.count for p in known if p.count < below]
-    sets = network_sets(whatifs or [])
+    sets = network_sets(whatifs or []) or lifted_words(s, whatifs or [])
     bound = next(p.bound for p in known if p.count == below)
     if not ok:
-        r = stop_range(known)
-        high_end = (f" (at the range's high end it stays at or above {EFFICIENT:.0%} up to "
-                    f"{r[1] if r[1] is not None else f'beyond {top}'})"
-                    if r is not None and r[1] != 0 else "")
-        return f"{s.label}: below {EFFICIENT:.0%} already at {unit(s, below)} on this network{high_end}" + (
-            f"; {sets}" if sets else "")
+        return (f"{s.label}: under {EFFICIENT:.0%} already at {unit(s, below)} on this network"
+                f"{first_words(s, known[0], stop_range(known), top)}" + (f"; {sets}" if sets else ""))
     return (f"{s.label}: past {unit(s, max(ok))} on this network{between}, scaling stops "
             f"paying (efficiency under {EFFICIENT:.0%} at {below}, bound there: {bound})" + (f"; {sets}" if sets else ""))
+
+
+def first_words(s: fs.Setting, p: fs.Point, r: Optional[tuple], top: int) -> str:
+    """' (forecast 69%, its range reaching 77%; measured 72%)': the first count's efficiency, already under 75%, its
+    range, the measurement where there is one. '... already at 2 processes (at the range's high end it stays at or above
+    75% up to 2)' read as both under and over 75% at 2."""
+    lo, hi = p.range_of("efficiency")
+    said = f"forecast {p.efficiency:.0%}"
+    if not math.isnan(hi):
+        said += f", its range reaching {hi:.0%}" if hi >= EFFICIENT else f", its range {lo:.0%}-{hi:.0%}"
+    if r is not None and r[1] != 0 and (r[1] is None or r[1] > p.count):
+        said += (f"; at the range's high end at or above {EFFICIENT:.0%} up to "
+                 f"{unit(s, r[1]) if r[1] is not None else f'beyond {unit(s, top)}'}")
+    c = getattr(s, "configs", {}).get(p.count)
+    if c is not None and not math.isnan(getattr(c, "efficiency", math.nan)):
+        said += f"; measured {c.efficiency:.0%}"
+    return f" ({said})"
+
+
+def lifted_words(s: fs.Setting, whatifs: list) -> str:
+    """'bf16 gradients (bf16_compress_hook) keeps it at or above 75% up to 2 processes (under from 4)': each what-if
+    that lifts the first count under 75%, and to where; '' for none. Only 'no what-if moves it' was said: DeepLabV3 on
+    two CPU processes read 'below 75% already at 2' where bf16 gradients kept it at 75%."""
+    if len(whatifs) < 2:
+        return ""
+    base = first_below(whatifs[0][1])
+    said = []
+    for what, pts in whatifs[1:]:
+        below = first_below(pts)
+        if base is None or (below is not None and below <= base):
+            continue
+        paying = [p.count for p in pts if not p.refused and (below is None or p.count < below)]
+        if paying:
+            said.append(f"{what} keeps it at or above {EFFICIENT:.0%} up to {unit(s, max(paying))}"
+                        + (f" (under from {below})" if below is not None else ""))
+    return "a what-if lifts it: " + "; ".join(said) if said else ""

@@ -5,10 +5,13 @@ bigger buckets, and half the bytes on the wire.
 
     what_ifs(setting, inputs, machine, counts)    # [(what, [Point])]: this network first (with its range)
     regroup(buckets, cap_bytes)                   # the same gradients in buckets of up to cap_bytes
+    first_below(points), network_sets(what_ifs)   # the first count under 75%; whether the network sets it
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
+from typing import Optional
 
 from bench.forecast import step as fc
 from bench.forecast import settings as fs
@@ -18,6 +21,7 @@ from bench.forecast import spread
 WHAT_IF_NET = 4.0                                 # "a faster inter-node network": 4x its bus bandwidth
 WHAT_IF_SLOWER = 2.0                              # "a slower one": half its bus bandwidth (the preset's is a line rate)
 WHAT_IF_BUCKET_MB = 100.0                         # torchtitan's bucket size
+EFFICIENT = 0.75                                  # below this, scaling stops paying (bench.forecast.outlook's)
 
 
 def what_ifs(s: fs.Setting, inp: fs.Inputs, m: fs.Machine, counts: tuple, draws: int = spread.DRAWS) -> list:
@@ -52,3 +56,23 @@ def regroup(buckets: list, cap_bytes: float) -> list:
     if size:
         out.append(fc.Bucket(size, ready))
     return out
+
+
+def first_below(points: list, threshold: float = EFFICIENT) -> Optional[int]:
+    """The first count whose efficiency is known and under the threshold."""
+    return next((p.count for p in points if not p.refused and not math.isnan(p.efficiency) and p.efficiency < threshold),
+                None)
+
+
+def network_sets(whatifs: list) -> str:
+    """Whether the network sets the 75% count: '' when a what-if moves it; else what does, in words."""
+    if len(whatifs) < 2:
+        return ""
+    base = first_below(whatifs[0][1])
+    if base is None or any(first_below(pts) != base for _, pts in whatifs[1:]):
+        return ""
+    bound = next(p.bound for p in whatifs[0][1] if p.count == base)
+    every = f"every what-if ({', '.join(w for w, _ in whatifs[1:])}) falls under {EFFICIENT:.0%} at {base} too"
+    if bound == "exposed communication":
+        return f"no what-if moves it: {every}"
+    return f"the network does not set it: {every}; {bound} does"
