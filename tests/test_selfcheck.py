@@ -43,6 +43,10 @@ def test_selfcheck_on_the_cpu_path_runs_every_check_and_they_pass(tmp_path):
     fp16 = [l for l in lines if "runs one step: fp16 with the gradient scaler" in l]
     assert len(fp16) == 1 and fp16[0].startswith("  SKIP") and "skipped by design" in fp16[0], text
     assert "3 sweep(s)" in p.stdout and "not on the CPU path" in p.stdout  # compile and DeepLabV3: said, not hidden
+    # a one-step sweep's run is a smoke test: its line and its check give no speed (2 steps, no warm-up)
+    assert "[1/1] synthetic fsdp cpu x2: ok, ran 2 steps after 0 warm-up (a smoke test, not a speed)" in p.stdout, p.stdout
+    fsdp = [l for l in lines if "runs one step: FSDP" in l]
+    assert len(fsdp) == 1 and fsdp[0].endswith("ok, ran 2 steps after 0 warm-up (a smoke test, not a speed)"), fsdp
     assert not (tmp_path / "report.md").exists()  # the self-check renders no report over a sweep's results/report.md
 
 
@@ -329,3 +333,39 @@ def test_a_timed_run_whose_last_loss_is_not_finite_fails_the_check_and_a_recover
     name, ok, why = selfcheck._trained(rows)
     assert not ok and why == "bench/a: loss not finite at 3 of 8 steps (first: measured step 5, rank 1): timed, but not training"
     assert selfcheck._trained(rows[1:])[1:] == (True, "yes")
+
+
+def test_a_one_step_run_is_said_to_be_a_smoke_test_not_a_speed_in_its_sweep_line_and_its_check(tmp_path):
+    # On an H200 the self-check printed 'torch.compile ... ok, 22456.8 samples/s' (2 steps after 1 warm-up) beside
+    # DDP's 75,233 from the main sweep's 20 steps, as if compiling were 3.3x slower; its table said the same.
+    from bench.commands import selfcheck, selfcheck_sweeps as ss
+    from bench.store import store
+    from bench.sweep import run as sweep_run
+    from bench.sweep.diagnose import Outcome
+    path = str(tmp_path / "s.sqlite")
+    conn = store.connect(path)
+    main, own = store.begin_sweep(conn, "cmd", "{}", None), store.begin_sweep(conn, "cmd", "{}", None)
+
+    def ok(sid, steps, **spec):
+        from bench.shared.spec import RunSpec
+        s = RunSpec(**{**dict(workload="synthetic", strategy="ddp", device_type="cuda", device_count=1,
+                              per_device_batch=256, global_batch=256, image_size=0, steps=steps, warmup=0, threads=1,
+                              seed=0, scaling="weak"), **spec})
+        payload = {"steps": [{"kind": "measure", "rank": 0, "step": i, "step_ms": 6.0 + 10 * (i % 2)} for i in range(steps)],
+                   "windows": [{"kind": "measure", "rank": 0, "wall_s": steps * 0.011, "samples": 256 * steps,
+                                "steps": steps}], "memory": [], "timing_method": "cuda_window_events"}
+        return record.record_result(conn, sid, None, s, "ok", None, payload=payload)
+    ok(main, 20)                                    # DDP: the main sweep's 20 measured steps, a speed
+    rid = ok(own, 2, compile=True, warmup=1)        # torch.compile: a one-step sweep of its own
+    conn.commit()
+    line = "[1/1] synthetic ddp cuda x1 [compiled]: " + sweep_run._summary_line(conn, rid, Outcome("ok"))
+    conn.close()
+    compiled = next(s for s in ss.steps("cuda", 1, True) if s.compile)
+    assert "samples/s" in line
+    said = []
+    selfcheck.smoke_log(compiled, said.append)(line)
+    assert said == ["[1/1] synthetic ddp cuda x1 [compiled]: ok, ran 2 steps after 1 warm-up (a smoke test, not a "
+                    "speed)"]
+    got = {c: d for c, _, d in selfcheck.checks(path, None, tuple(ss.steps("cuda", 1, True))[:1] + (compiled,))}
+    assert got["runs one step: torch.compile (ddp x1)"] == "ok, ran 2 steps after 1 warm-up (a smoke test, not a speed)"
+    assert got["runs one step: DDP (ddp x1)"].endswith("samples/s over 20 measured step(s)")   # the main sweep's: a speed

@@ -31,7 +31,9 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
+from typing import Callable
 
 from bench import stats
 from bench.commands import machinecheck, selfcheck_sweeps
@@ -101,12 +103,36 @@ def _step(step, raw: list) -> tuple:
     if not found:
         return step.label(), False, "no result in the self-check's store: it did not run"
     r = found[-1]
+    if r["status"] == "ok" and not step.in_main:   # its own one-step run: it ran, at no speed worth a figure
+        return step.label(), True, f"ok, {step.smoke_words(r['n_steps'] or selfcheck_sweeps.ONE_STEP)}"
     if r["status"] == "ok":
         sps = r["samples_per_s"]
         return step.label(), True, "ok" + (f", {sps:.1f} samples/s over {r['n_steps']} measured step(s)" if sps else "")
     if r["status"] == "skipped" and step.by_design:
         return step.label(), None, f"skipped by design: {r['reason'] or step.by_design}"
     return step.label(), False, f"{r['status']}: {r['reason']}"
+
+
+# A sweep's result line, '[1/1] synthetic ddp cuda x1 [compiled]: ok, 22456.8 samples/s, step median ... [flags]'
+# (bench.sweep.run._summary_line): in a one-step sweep the self-check prints it without the speed.
+RESULT_LINE = re.compile(r"^(\[\d+/\d+\] .*?): ok, [\d.]+ samples/s")
+FLAG = re.compile(r"  \[[^\]]*\]")
+
+
+def smoke_line(step, line: str) -> str:
+    """A one-step sweep's result line with its speed replaced by what the run is ('ran 2 steps after 0 warm-up (a
+    smoke test, not a speed)'); a flag that the loss was not finite stays, the unstable one goes (2 steps have no
+    spread to speak of). Any other line as it is."""
+    m = RESULT_LINE.match(line)
+    if not m:
+        return line
+    flags = "".join(f for f in FLAG.findall(line[m.end():]) if "unstable" not in f)
+    return f"{m.group(1)}: ok, {step.smoke_words()}{flags}"
+
+
+def smoke_log(step, out: Callable[[str], None] = print) -> Callable[[str], None]:
+    """The log a one-step sweep runs with (bench.sweep.run.run_sweep's log): its lines through smoke_line."""
+    return lambda line: out(smoke_line(step, line))
 
 
 def _trained(raw: list, last_losses: dict = None) -> tuple:
@@ -316,10 +342,12 @@ def main(argv: list) -> int:
         before.append(("no other process on the GPUs", *machinecheck.other_gpu_processes(
             gpuinfo.load_nvml(), (os.getpid(),), gpuinfo.torch_devices())))  # torch is initialised (detect_machine)
     first = _last_sweep_id(path) + 1
+    smoke = {s.title(): s for s in selfcheck_sweeps.steps(ns.device, n, bf16)}
     for title, args in planned:
         print(f"\nselfcheck, {title}: ./run_bench.sh " + " ".join(args))
         cfg, given, machine = options.prepare(args, machine=machine)
-        sweep_run.run_sweep(cfg, sweep_run.command_line(args), given=given, machine=machine)
+        log = smoke_log(smoke[title]) if title in smoke else print
+        sweep_run.run_sweep(cfg, sweep_run.command_line(args), log=log, given=given, machine=machine)
     conn = store.connect(path, readonly=True)
     ids = [r[0] for r in conn.execute("SELECT sweep_id FROM sweeps WHERE sweep_id >= ? ORDER BY sweep_id", (first,))]
     conn.close()

@@ -11,7 +11,8 @@ ran (bench.commands.selfcheck reads them back).
    between those processes is kept as this host's process noise per precision (bench.store.hostnoise).
 2. One step (the fewest a sweep measures, ONE_STEP) of each configuration a machine must carry, at the largest count:
    DDP (the main sweep's own), FSDP, fp16 with the gradient scaler, bf16, torch.compile, DeepLabV3 in channels_last on
-   synthetic images (nothing is downloaded).
+   synthetic images (nothing is downloaded). A smoke test: that the path runs; its samples/s is no speed
+   (Step.smoke_words), and the self-check prints none for it.
 3. The equivalence gate at GATE_COUNT devices for DataParallel, DDP and FSDP: inside the main and FSDP sweeps when
    their count is GATE_COUNT, else a sweep of its own at GATE_COUNT (with the all-reduce there: a second count for the
    bandwidth check). With one device there is no gate to run; selfcheck says so.
@@ -69,6 +70,21 @@ class Step:
     def label(self) -> str:
         return f"runs one step: {self.what} ({self.strategy} x{self.count})"
 
+    def title(self) -> str:
+        """Its sweep's title, when it runs one of its own."""
+        return f"one step: {self.what}"
+
+    @property
+    def warmup(self) -> int:
+        """Warm-up steps of its one-step run: compilation happens in a warm-up step, out of the measured ones."""
+        return 1 if self.compile else 0
+
+    def smoke_words(self, n_steps: int = ONE_STEP) -> str:
+        """What its run's figure is: a path that ran, not a speed. Its samples/s over 2 steps after no warm-up sat in
+        the terminal and the check's line as a result (an H200's torch.compile '22456.8 samples/s' beside DDP's
+        75,233 from the main sweep's 20 steps, as if compiling were 3.3x slower)."""
+        return f"ran {n_steps} step{'s' if n_steps != 1 else ''} after {self.warmup} warm-up (a smoke test, not a speed)"
+
 
 def gate_strategies(device: str) -> tuple:
     """The strategies the equivalence gate checks at GATE_COUNT on this device."""
@@ -107,7 +123,7 @@ def step_args(step: Step, device: str, store: str) -> list:
     return ["--device", device, "--gpus", str(step.count), "--workloads", step.workload, "--strategies", step.strategy,
             "--precision", step.precision, *(["--channels-last"] if step.channels_last else []),
             *(["--compile"] if step.compile else []), *size, "--steps", str(ONE_STEP), "--repeats", "1", *ONE_PROCESS,
-            "--warmup", "1" if step.compile else "0",  # compilation happens in a warm-up step, out of the measured one
+            "--warmup", str(step.warmup),
             "--no-comm-bench", *(["--check-equivalence"] if step.gate else []), "--store", store, "--no-report"]
 
 
@@ -122,7 +138,7 @@ def sweeps(device: str, count: int, bf16: bool, store: str) -> list:
     """[(title, argv)] in run order: the main sweep, a sweep per one-step configuration it does not run, the gate. A step
     skipped by design here (fp16 on CPU) runs no sweep: planning refuses a sweep whose every configuration is skipped."""
     out = [("main sweep", main_args(device, count, bf16, store))]
-    out += [(f"one step: {s.what}", step_args(s, device, store)) for s in steps(device, count, bf16)
+    out += [(s.title(), step_args(s, device, store)) for s in steps(device, count, bf16)
             if not s.in_main and not s.by_design]
     if count > GATE_COUNT:
         out.append((f"equivalence gate at {GATE_COUNT}", gate_args(device, store)))
