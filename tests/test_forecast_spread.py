@@ -137,7 +137,7 @@ def test_nothing_measured_twice_gives_no_range_and_the_words_say_what_is_missing
     assert lo == pytest.approx(p.step_ms) and hi == pytest.approx(p.step_ms)
     words = spread.words(inp, m)
     assert "one process" in words and "not measured, left out" in words
-    assert "memory: one process's peak, no range (--repeats 3 gives it one)" in words
+    assert "memory: one process's peak RSS above its RSS before the model, no range (--repeats 3 gives it one)" in words
     assert "efficiency: against the single device's median, its own spread left out" in words
     assert "interference's spread unknown (its rounds were not stored" in words
 
@@ -369,7 +369,8 @@ def test_the_memory_range_draws_from_the_processes_peaks_and_says_so(tmp_path):
     p = fs.series(s, inp, (2,), m, spread.DRAWS)[0]
     lo, hi = p.range_of("memory_mib")
     assert lo < p.memory.device_mib < hi
-    assert "memory: the largest rank's peak, 3 processes (150, 200, 260 MiB)" in spread.words(inp, m)
+    assert ("memory: the largest rank's peak RSS above its RSS before the model, 3 processes (150, 200, 260 MiB), its "
+            "RSS before the model (500 MiB, the median of processes) added as measured") in spread.words(inp, m)
 
 
 def test_one_slow_step_of_twenty_stays_one_step_in_every_draw_and_the_tail_range_holds_the_central():

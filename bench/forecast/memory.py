@@ -27,6 +27,9 @@ On CUDA what runs out is the device level: the CUDA context, NCCL's buffers and 
 tensors. Where nvidia-smi's process level was measured (bench.rank.memory) its excess over the allocator's peak is
 carried as it was measured (`runtime_mib`; NCCL's buffers grow with its peers, which this does not model) and the
 device level (`Memory.device_mib`) is what the budget holds; the check holds the allocator's peak to the forecast's.
+On CPU the process's RSS before its model (the interpreter, torch's libraries) is carried the same way (`runtime_mib`):
+the device level is then the largest rank's peak RSS, the figure the report's memory section shows and its budget holds,
+and the check holds the rise over that baseline to the forecast's.
 On CPU the peak RSS cannot be reset after the model is built, so a rank's RSS peak holds the whole model once
 however it is sharded later (FSDP, HSDP build it whole, then shard): the check's forecast on CPU is the larger of the
 steady state and that construction floor (P + A), said so.
@@ -58,7 +61,8 @@ class Base:
     device_type: str = "cpu"
     samples: float = 0.0             # samples per rank at the measured count (strong scaling scales A)
     peak_mib: float = 0.0            # the measured peak the rest was read from
-    runtime_mib: Optional[float] = None   # CUDA: the device level beyond the allocator's peak (context, NCCL, cache)
+    runtime_mib: Optional[float] = None   # CUDA: the device level beyond the allocator's peak (context, NCCL, cache);
+                                          # CPU: the process's RSS before its model
 
 
 @dataclass
@@ -66,7 +70,8 @@ class Memory:
     count: int
     parts: dict = field(default_factory=dict)        # term -> MiB
     floor_mib: float = 0.0                           # CPU: the whole model once, before sharding (RSS peak)
-    runtime_mib: float = 0.0                         # CUDA: the context, NCCL's buffers, the allocator's cache
+    runtime_mib: float = 0.0                         # CUDA: the context, NCCL's buffers, the allocator's cache;
+                                                     # CPU: the process's RSS before its model
 
     @property
     def total_mib(self) -> float:
@@ -75,7 +80,8 @@ class Memory:
 
     @property
     def device_mib(self) -> float:
-        """The device level (CUDA: the CUDA context and NCCL's buffers included): what runs out, held to the budget."""
+        """The device level (CUDA: the CUDA context and NCCL's buffers included; CPU: the peak RSS, the pre-model RSS
+        included): what runs out, held to the budget."""
         return self.total_mib + self.runtime_mib
 
     @property
@@ -179,19 +185,23 @@ def budget(sweep, given_gib: Optional[float] = None) -> tuple:
     return (gpu, GPU) if gpu else (None, "")
 
 
-def fit_words(points: list, budget_mib: Optional[float], strategy: str, name: str = "") -> str:
+def fit_words(points: list, budget_mib: Optional[float], strategy: str, name: str = "", per_node: int = 0) -> str:
     """'fits in NAME at every count' / 'fits from N devices' / 'does not fit up to N', over [Memory] in count order.
     name: which budget it is ("the sweep's 16.00 GiB budget", "the GPU's 139.80 GiB"; default its size, `budget_text`,
     not a second format of it: '0.421 GiB' beside the page's '431 MiB'): a fit sweep's forecast read 'fits in 140 GiB'
-    at 17.5 GiB per device while the same page held it to the sweep's 16 GiB."""
+    at 17.5 GiB per device while the same page held it to the sweep's 16 GiB. per_node (CPU: the processes a node
+    runs; 0 on CUDA): the budget is a node's, held against its processes' peak RSS summed, as the report's memory
+    section holds it (bench.analysis.fit.budget_peak), not against one process's."""
     if budget_mib is None:
-        return "no memory budget: --memory-budget-gib (CUDA: the device's memory) sets one"
-    name = name or budget_text(budget_mib)
-    ok = [m.count for m in points if m.device_mib <= budget_mib]
+        return ("no memory budget: --memory-budget-gib sets one, held against a node's processes summed" if per_node
+                else "no memory budget: --memory-budget-gib (CUDA: the device's memory) sets one")
+    name = (name or budget_text(budget_mib)) + (" per node" if per_node else "")
+    held = {m.count: m.device_mib * (min(m.count, per_node) if per_node else 1) for m in points}
+    ok = [m.count for m in points if held[m.count] <= budget_mib]
     if not ok:
-        least = min(m.device_mib for m in points)
+        least = min(held.values())
         return (f"does not fit in {name} at any count up to {points[-1].count} (at least {least:.0f} MiB per "
-                "device)")
+                + ("node)" if per_node else "device)"))
     if len(ok) == len(points):
         return f"fits in {name} at every count"
     if strategy in ("fsdp", "hsdp", "zero") and ok == [m.count for m in points if m.count >= min(ok)]:

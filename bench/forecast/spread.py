@@ -142,10 +142,20 @@ def words(inp, machine) -> str:
                  else "straggler/jitter: none (too few steps)")
     parts += [w for w in (itf.spread_words(machine.inter), nw.spread_words(machine.net)) if w]
     if inp.memory is not None:
-        pk = inp.peak_spread
-        parts.append(f"memory: the largest rank's peak, {pk.words('MiB')}" if pk.n >= 2 else
-                     "memory: one process's peak, no range (--repeats 3 gives it one)")
+        parts.append(memory_words(inp.memory, inp.peak_spread))
     if not machine.inter.measured:
         parts.append("interference: assumed, no spread (outside the range)")
     parts.append("efficiency: against the single device's median, its own spread left out")
     return f"range ({LOW:.0%}-{HIGH:.0%} of {DRAWS} draws, seed {SEED}): " + "; ".join(parts)
+
+
+def memory_words(base, pk: fi.Spread) -> str:
+    """What the memory range rests on. On CPU the spread drawn is the rise of peak RSS over the process's RSS before its
+    model, and that pre-model RSS is added as measured (bench.forecast.inputs._memory): the figures listed are the rise,
+    never to be read as the peak the memory section gives (1037 MiB listed there beside a peak of 1436 MiB)."""
+    cpu = base.device_type == "cpu" and base.runtime_mib
+    what = "the largest rank's peak RSS above its RSS before the model" if cpu else "the largest rank's peak"
+    added = (f", its RSS before the model ({fi.figure(base.runtime_mib)} MiB, the median of processes) added as "
+             "measured" if cpu else "")
+    return (f"memory: {what}, {pk.words('MiB')}" if pk.n >= 2 else "memory: one process's peak" + (
+        " RSS above its RSS before the model" if cpu else "") + ", no range (--repeats 3 gives it one)") + added

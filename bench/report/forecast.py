@@ -6,7 +6,8 @@ preset its GPUs name for what it did not), with the check against the measured c
 Per workload two plots (bench.report.forecastplots): scaling efficiency and memory per device against count. The
 tables: the forecast at 16, 64, 256 and 1024 devices (bench.forecast.outlook.COLUMNS, each figure with its range), what
 it rests on (measured or assumed) and what its range rests on, and the check with its range, whether the measurement
-fell inside, its basis and why where it missed by more than 10%.
+fell inside, its basis and why where it missed by more than 10%. On CPU the memory is a process's peak RSS, the memory
+section's figure, and a budget a node's (its processes summed), as that section holds it.
 """
 from __future__ import annotations
 
@@ -111,6 +112,8 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
     if not sets:
         return []
     budget, budget_name = fo.budget(f.sweep, memory_budget_gib)
+    cpu = all(getattr(s.any, "device_type", "cuda") == "cpu" for s, _ in sets)
+    per_node = m.gpus_per_node if cpu else 0     # CPU: a budget is a node's, its processes summed (fit.budget_peak)
     b: list = [("h", 2, "Forecast past the measured counts")]
     sentences, by_workload, mem_lines, rows, checks, errors = [], {}, {}, [], [], []
     for s, inp in sets:
@@ -128,7 +131,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
                             f"{', '.join(format(r['error'], '+.0%') for r in checked)}"
                             + (f", {sum(r['in_range'] for r in inside)} of {len(inside)} inside the range" if inside else "")
                             if checked else "; not checked (one measured count)")
-                         + (f"; memory: {mm.fit_words(mems, budget, s.strategy, budget_name)}"
+                         + (f"; memory: {mm.fit_words(mems, budget, s.strategy, budget_name, per_node)}"
                             + batches.over_words(s, budget, frontier.peak_mib(s.configs[min(s.configs)]))
                             if mems else ""))
         moves = fo.below_words(ws, fo.DOUBLING[-1]) if len(ws) > 1 else ""
@@ -164,17 +167,21 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
         b.append(("img", path, f"{shown}: forecast scaling efficiency"))
         if any(p.memory is not None for _, pts in mem_lines[workload] for p in pts):
             path = os.path.join(plots_dir, plots.file_name(workload, "forecast_memory"))
-            fp.memory_figure(shown, where, mem_lines[workload], budget, budget_name).savefig(path, dpi=100)
-            b.append(("img", path, f"{shown}: forecast memory per device"))
+            fp.memory_figure(shown, where, mem_lines[workload], budget, budget_name, per_node).savefig(path, dpi=100)
+            b.append(("img", path, f"{shown}: forecast " + ("peak RSS per process" if cpu else "memory per device")))
     b.append(("p", f"Each figure is the forecast on the inputs as measured (robust: medians of processes, rounds and "
                    f"steps) and, in brackets, its range: {spread.LOW:.0%} to {spread.HIGH:.0%} of {spread.DRAWS} draws of "
-                   f"the inputs from their own repeated measurements (docs/forecast.md, \"The range: what the measurement supports\")."))
+                   f"the inputs from their own repeated measurements (docs/forecast.md, \"The range: what the measurement supports\")."
+                   + (" MiB/device is a process's peak RSS (its largest rank's), the figure the memory section gives."
+                      if cpu else "")))
     b.append(("table", ["setting"] + forecast_headers(), rows))
     b += [("p", e) for e in errors]
     if checks:
         b.append(("p", "The check: each measured count forecast from what its basis allows (held out: nothing of that "
                        "count; machine at xN: its collectives measured apart from training, nothing of its training), "
-                       "beside the measurement; memory against the measured peak."))
+                       "beside the measurement; memory against the measured peak"
+                       + (" (on CPU both less the process's RSS before its model: what the model moves)." if cpu else
+                          ".")))
         b.append(("table", ["setting", "devices", "from", "forecast ms", "range ms", "measured ms", "error", "inside",
                             "memory error", "basis", "beyond 10%: why"], checks))
     return b

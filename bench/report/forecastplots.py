@@ -10,7 +10,7 @@ largest measured count on, with its range as a band (faint, its edges drawn: ben
 an assumption a hatched band spans how far the check erred; the 75% line; a what-if line only where it leaves its
 setting's line by VISIBLE_POINTS, the rest listed once. One legend entry per setting, each mark's meaning once, the y
 axis from the data (values past Y_CAP marked at the edge). <workload>_forecast_memory.png: memory per device (CUDA: the
-device level) against count, per setting (its own marker for the measured peak), with its range, and the budget the
+device level; CPU: a process's peak RSS, as the memory section) against count, per setting (its own marker for the measured peak), with its range, and the budget the
 page holds it to (bench.forecast.memory.budget), drawn where it is near the data, else named as above the scale.
 Moved out of bench/report/forecast.py, which had grown past 400 lines.
 """
@@ -188,7 +188,8 @@ def figure(workload: str, where: str, lines: list):
                 "count: " + "; ".join(f"{what} ({'every setting' if len(names) == len(lines) else ', '.join(names)})"
                                  for what, names in hidden.items()))
     _ticks(ax, xs_all)
-    ax.set(xlabel="device count (log scale)", ylabel="scaling efficiency (%)")
+    cpu = bool(lines) and all(getattr(line[0].any, "device_type", "cuda") == "cpu" for line in lines)
+    ax.set(xlabel="process count (log scale)" if cpu else "device count (log scale)", ylabel="scaling efficiency (%)")
     top = efficiency_top([y for _, y, _ in marks])
     ax.set_ylim(0, top)
     _off_scale(ax, marks, top)
@@ -199,12 +200,16 @@ def figure(workload: str, where: str, lines: list):
 NEAR = 1.5    # the budget is drawn where it lies within 1.5x the data's top; further up it squashed the data
 
 
-def memory_figure(workload: str, where: str, lines: list, budget_mib, budget_name: str = ""):
+def memory_figure(workload: str, where: str, lines: list, budget_mib, budget_name: str = "", per_node: int = 0):
     """lines: [(setting, [Point])] -> memory per device against count, the measured peaks (each setting its own marker,
     so that two equal peaks both show), the budget. The y axis is the data's: the budget is drawn where it is near
-    (NEAR), else named in the legend as above the scale (a 140 GiB line over 17 GiB of data squashed both lines)."""
+    (NEAR), else named in the legend as above the scale (a 140 GiB line over 17 GiB of data squashed both lines). On
+    CPU the figure is a process's peak RSS, as the memory section's (bench.forecast.inputs._memory), and said so; the
+    budget is a node's (per_node processes summed, as the memory section holds it), drawn as its share per process."""
     from bench.report import plots
-    fig, ax = plots._figure("Forecast: memory per device", where, workload, width=10.0)
+    cpu = bool(lines) and all(getattr(s.any, "device_type", "cuda") == "cpu" for s, _ in lines)
+    fig, ax = plots._figure("Forecast: peak RSS per process" if cpu else "Forecast: memory per device", where, workload,
+                            width=10.0)
     xs_all, tops = [], []
     palette = colors([s for s, _ in lines])
     for i, (s, pts) in enumerate(lines):
@@ -226,15 +231,22 @@ def memory_figure(workload: str, where: str, lines: list, budget_mib, budget_nam
                     mew=1.5)
             xs_all += [n for n, _ in seen]
             tops += [m for _, m in seen]
-    top = max(tops, default=1.0)
+    top, per = max(tops, default=1.0), "process" if cpu else "device"
     name = budget_name or (f"budget {mm.budget_text(budget_mib)}" if budget_mib else "")
+    label = f"{name} per {per}"
+    if budget_mib and per_node > 1:    # a node's budget, shared by its processes
+        budget_mib = budget_mib / per_node
+        label = f"{name} per node, shared by its {per_node} processes: {budget_mib:.0f} MiB each"
     if budget_mib and budget_mib <= NEAR * top:
-        ax.axhline(budget_mib, color="#c0392b", linestyle="--", label=f"{name} per device")
+        ax.axhline(budget_mib, color="#c0392b", linestyle="--", label=label)
         top = max(top, budget_mib)
     elif budget_mib:
-        ax.plot([], [], " ", label=f"{name} per device ({budget_mib:.0f} MiB): above the scale, not drawn")
+        ax.plot([], [], " ", label=f"{label} ({budget_mib:.0f} MiB): above the scale, not drawn" if per_node <= 1
+                else f"{label}: above the scale, not drawn")
     _ticks(ax, xs_all or [2])
-    ax.set(xlabel="device count (log scale)", ylabel="memory per device (MiB; CUDA: the device level)")
+    ax.set(xlabel="process count (log scale)" if cpu else "device count (log scale)",
+           ylabel="peak RSS per process (MiB, as the memory section)" if cpu else
+           "memory per device (MiB; CUDA: the device level)")
     ax.set_ylim(0, top * 1.1)
     _legend(fig, ax)
     return fig
