@@ -6,8 +6,9 @@ preset its GPUs name for what it did not), with the check against the measured c
 Per workload two plots (bench.report.forecastplots): scaling efficiency and memory per device against count. The
 tables: the forecast at 16, 64, 256 and 1024 devices (bench.forecast.outlook.COLUMNS, each figure with its range), what
 it rests on (measured or assumed) and what its range rests on, and the check with its range, whether the measurement
-fell inside, its basis and why where it missed by more than 10%. On CPU the memory is a process's peak RSS, the memory
-section's figure, and a budget a node's (its processes summed), as that section holds it.
+fell inside, its basis and why where it missed by more than 10%. Before any figure, what was measured and what every
+count past it rests on (`scope_words`); on CPU the memory is a process's peak RSS, the memory section's figure, and a
+budget a node's (its processes summed), as that section holds it.
 """
 from __future__ import annotations
 
@@ -78,6 +79,43 @@ def mfu_words(s: fs.Setting, rows: list) -> str:
 
 
 
+def scope_words(sets: list, m, threads: list) -> str:
+    """What the forecast rests on, before any figure: the counts and nodes measured, that every count past them is an
+    extrapolation, what it assumes there (the network inside a node or between nodes, interference: bench.forecast.
+    check.assumed), which the ranges leave out, and on CPU what a device is. A new user's 2-core CPU report forecast
+    1024 'devices' on 512 nodes from two one-thread processes, past one node on a network taken as fast as the node
+    level, and its ranges ('55% (48%-63%)') read as if they covered that."""
+    s = sets[0]
+    top = max((c for t in sets for c in t.configs.values()), key=lambda c: (c.device_count, c.nodes))
+    n, nodes = top.device_count, max(1, top.nodes)
+    said = (f"Measured: up to {fo.unit(s, n)}, on {'one node' if nodes == 1 else f'{nodes} nodes'}. Every count past "
+            f"{n} is an extrapolation from {'it' if n == 1 else 'them'}")
+    assumed = fk.assumed(m, fo.DOUBLING)
+    if assumed:
+        typed = ",".join(f"{level}=GBPS@US" for what, level in (("network inside a node", "node"),
+                                                                ("network between nodes", "net")) if what in dict(assumed))
+        said += (f", resting on what was assumed, not measured: "
+                 f"{'; '.join(_assumed_words(w, how, fo.unit(s, m.gpus_per_node)) for w, how in assumed)}. The ranges "
+                 "in brackets cover the spread of the measured inputs, not these assumptions"
+                 + (f" (`./run_bench.sh forecast --network {typed}` types the network)" if typed else ""))
+    said += "."
+    if getattr(s.any, "device_type", "cuda") == "cpu":
+        per = (f"of {threads[0]} torch thread{'s' if threads[0] != 1 else ''}" if len(threads) == 1
+               else "with its torch threads")
+        said += (f" On CPU a device is one process {per}; a node is taken to hold {m.gpus_per_node} of them, as this "
+                 "machine ran.")
+    return said
+
+
+def _assumed_words(what: str, how: str, node: str) -> str:
+    """'past one node (2 processes), the network between nodes, taken as fast as the node level': one assumption."""
+    how = {"as fast as the other level": "taken as fast as the " + ("node" if "between" in what else "net") + " level",
+           "none": "taken as none", "serial": "taken as serial"}.get(how, how)
+    where = f"past one node ({node}), " if "between" in what else ""
+    return f"{where}{'interference of collectives and computation' if what == 'interference' else f'the {what}'}" + (
+        f", {how}" if how else "")
+
+
 def batched(s: fs.Setting, sentence: str) -> str:
     """The recommendation with the batch it rests on after the setting's name, where the page names it
     (bench.forecast.batches): 'transformer DDP [bf16, adamw]: forecast at batch 14 a GPU, ...; efficiency ...'."""
@@ -114,7 +152,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
     budget, budget_name = fo.budget(f.sweep, memory_budget_gib)
     cpu = all(getattr(s.any, "device_type", "cuda") == "cpu" for s, _ in sets)
     per_node = m.gpus_per_node if cpu else 0     # CPU: a budget is a node's, its processes summed (fit.budget_peak)
-    b: list = [("h", 2, "Forecast past the measured counts")]
+    b: list = [("h", 2, "Forecast past the measured counts"), ("p", scope_words([s for s, _ in sets], m, sweep.threads))]
     sentences, by_workload, mem_lines, rows, checks, errors = [], {}, {}, [], [], []
     for s, inp in sets:
         ws = fo.what_ifs(s, inp, m, fo.DOUBLING)
