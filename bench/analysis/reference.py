@@ -5,6 +5,7 @@ it, measured (its epochs' wall times) or estimated from its throughput.
     bars, how = train_times(configs)        # [(label, seconds for REFERENCE_EPOCHS epochs)], and how they were obtained
     epoch_s = seconds / REFERENCE_EPOCHS    # one epoch (bench.analysis.cost prices it)
     steps, eager = break_even(c, configs)   # steps after which compiling c has paid for its warm-up
+    extra_s, eager = compile_cost(c, configs)  # the warm-up compiling adds; payback_words(c, eager, extra_s) what pays it
 """
 from __future__ import annotations
 
@@ -81,11 +82,59 @@ def break_even(c, configs: list) -> Optional[tuple]:
     same configuration uncompiled (its key but for `compiled`: a compiled ac=full run is never held against an eager
     ac=none one), over the time it saves a step; steps nan where it saves nothing. None where `c` is not compiled or
     has no measured eager twin."""
+    cost = compile_cost(c, configs)
+    if cost is None:
+        return None
+    extra_s, twin = cost
+    saved_s = c.global_batch / twin.samples_per_s - c.global_batch / c.samples_per_s
+    return (max(0.0, extra_s) / saved_s if saved_s > 0 else math.nan), twin
+
+
+def compile_cost(c, configs: list) -> Optional[tuple]:
+    """(seconds, eager twin): the warm-up compiling `c` adds over the same configuration uncompiled (`break_even`'s twin),
+    compilation net of eager's own warm-up (cuDNN's autotuning is in both: 74.93 s against 4.45 s on one H200 is 70.5 s
+    of compilation, not 74.9). None where `c` is not compiled or has no measured eager twin."""
     if not c.compiled:
         return None
     twin = next((e for e in configs if not e.compiled and uncompiled_key(c.key) == e.key), None)
     if twin is None or math.isnan(c.warmup_s) or math.isnan(twin.warmup_s):
         return None
-    saved_s = c.global_batch / twin.samples_per_s - c.global_batch / c.samples_per_s
-    extra_s = c.warmup_s - twin.warmup_s
-    return (max(0.0, extra_s) / saved_s if saved_s > 0 else math.nan), twin
+    return c.warmup_s - twin.warmup_s, twin
+
+
+GAIN = 0.10   # the step gain payback_words prices: what a user would hope compiling buys
+
+
+def reference_steps(c) -> int:
+    """The reference job's steps at c's global batch: 20 epochs x 1464 images / 8 = 3,660."""
+    return math.ceil(REFERENCE_EPOCHS * REFERENCE_IMAGES / c.global_batch)
+
+
+def payback_words(c, twin, extra_s: float) -> str:
+    """What compiling would have to buy to pay for `extra_s` more warm-up than `twin` (eager), where the two throughputs
+    are not told apart, so no break-even can be read off them: 'compilation costs 70.5 s more warm-up (74.9 s against
+    4.5 s): to pay it back within the reference job (20 epochs x 1464 images / batch 8 = 3,660 steps) the compiled step
+    would have to be at least 1.6x faster than eager's; a step 10% shorter pays after ~13,900 steps (76 epochs of VOC 2012
+    train)'. One H200's compile table read 'never' on one unstable process each, 6% apart, inside the noise."""
+    warm = f" ({c.warmup_s:.1f} s against {twin.warmup_s:.1f} s)"
+    if extra_s <= 0:
+        return f"compilation costs no more warm-up than eager's here{warm}: any speed-up pays from the first step"
+    step_s = c.global_batch / twin.samples_per_s   # eager's step at its throughput, as break_even's
+    gain_steps = extra_s / (GAIN * step_s)
+    shown = f"{round(gain_steps, -2):,.0f}" if gain_steps >= 1000 else f"{math.ceil(gain_steps)}"
+    per_epoch = REFERENCE_IMAGES / c.global_batch
+    at_gain = (f"a step {GAIN:.0%} shorter pays after ~{shown} steps"
+               + (f" ({gain_steps / per_epoch:.0f} epochs of VOC 2012 train)" if c.workload == "deeplabv3" else ""))
+    head = f"compilation costs {extra_s:.1f} s more warm-up{warm}"
+    if c.workload != "deeplabv3":
+        return f"{head}: {at_gain}"
+    steps = reference_steps(c)
+    job = (f"the reference job ({REFERENCE_EPOCHS} epochs x {REFERENCE_IMAGES} images / batch {c.global_batch} = "
+           f"{steps:,} steps)")
+    left_s = step_s - extra_s / steps   # the compiled step that pays it back by the job's end
+    ratio = step_s / left_s if left_s > 0 else math.inf
+    need = (f"no compiled step pays it back within {job}" if left_s <= 0 else
+            f"to pay it back within {job} the compiled step would have to be at least {ratio:.{2 if ratio < 1.1 else 1}f}x "
+            f"faster than eager's")
+    return f"{head}: {need}; {at_gain}"
+

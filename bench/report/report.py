@@ -23,7 +23,7 @@ from bench import stats
 from bench.analysis import cost, utilisation
 from bench.analysis.nodes import starved_nodes
 from bench.analysis.reference import (REFERENCE_EPOCHS, REFERENCE_IMAGES, REFERENCE_V100_S, break_even,  # noqa: F401
-                                      shape_note, train_times)
+                                      compile_cost, payback_words, shape_note, train_times)
 from bench.config import ConfigError
 from bench.report import comm as comm_report
 from bench.report import efficiency
@@ -163,7 +163,9 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
         b.append(("table", ["configuration", "first step with compilation s", "warm-up s (all its steps)",
                             "compiling pays after (steps)", "that is"], [_compile_row(c, configs) for c in compiled]))
         b.append(("p", "Compiling pays after the steps whose time saved, against the same configuration uncompiled, "
-                       "adds up to the longer warm-up it costs"
+                       "adds up to the longer warm-up it costs (its warm-up less the uncompiled one's: compilation); "
+                       "not resolved where the two throughputs are not told apart (the recommendation's rule: the noise "
+                       "between processes, an unstable process, the 5% floor), with what compiling would have to gain"
                        + ("; the time to train below includes the warm-up." if workload == "deeplabv3" else ".")))
     if workload == "deeplabv3":
         bars, how = train_times(configs)
@@ -203,13 +205,38 @@ def _one_process_note(c) -> str:
     return f" (one process; noise at {c.precision} not measured on this device)"
 
 
+def _not_told(a) -> str:
+    """Why choice.apart does not tell a compiled configuration from its eager twin: its own words."""
+    if a.within is None:
+        return a.why or "the noise between processes at its precision is not measured on this device"
+    if choice.by_floor(a):
+        return choice.floor_words()
+    return f"inside the {_noise(a)}"
+
+
+def _noise(a) -> str:
+    return f"{stats.percent(a.noise.fraction)} noise between processes ({a.noise.source_words()})"
+
+
 def _compile_row(c, configs: list) -> list:
-    """A compiled configuration: its first step, its warm-up, and after how many steps compiling has paid."""
+    """A compiled configuration: its first step, its warm-up, and after how many steps compiling has paid. 'never'
+    only where its step is slower beyond the noise (choice.apart, the recommendation's rule); where the two are not told
+    apart, 'not resolved' with why and what would pay: one H200's table read 'never' on one unstable process each, 6%
+    apart, while its first screen said the two could not be told apart."""
     got = break_even(c, configs)
     if got is None:
-        pays, that = "– (no eager twin measured)", "–"
+        return [c.label, fmt(c.compile_s, ".1f"), fmt(c.warmup_s, ".1f"), "– (no eager twin measured)", "–"]
+    faster, slower = sorted((c, got[1]), key=lambda x: -x.samples_per_s)
+    a = choice.apart(faster, slower)
+    if a.within is not False:
+        pay = payback_words(c, got[1], compile_cost(c, configs)[0])
+        retry = " --repeats 3 tells them apart." if a.within is None and a.noise.source != "repeats" else ""
+        lead = "as fast (less than 1% apart: " if a.gap < 0.005 else f"{a.gap:.0%} faster ("
+        pays, that = "not resolved", (
+            f"{faster.label} ran {lead}{fmt(faster.samples_per_s)} against "
+            f"{fmt(slower.samples_per_s)} samples/s), not told apart: {_not_told(a)}. {pay[:1].upper()}{pay[1:]}.{retry}")
     elif math.isnan(got[0]):
-        pays, that = "never", f"no faster than {got[1].label}"
+        pays, that = "never", f"slower than {got[1].label} beyond the {_noise(a)}"
     else:
         steps = math.ceil(got[0])
         epoch = REFERENCE_IMAGES / c.global_batch if c.workload == "deeplabv3" else math.nan
