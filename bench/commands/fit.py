@@ -230,8 +230,8 @@ def refuse(cfg, given: frozenset) -> None:
     if cfg.scaling != "weak":
         raise ConfigError("fit: --scaling strong fixes the global batch; fit searches the per-device batch (weak scaling)")
     if cfg.memory_budget_gib is None:
-        raise ConfigError("fit on CPU needs --memory-budget-gib G: each trial's largest rank's peak RSS is held against it "
-                          "(on CUDA the GPU's memory is the default)")
+        raise ConfigError("fit on CPU needs --memory-budget-gib G: each trial's node total, the peak RSS of its processes "
+                          "summed, is held against it (on CUDA the GPU's memory is the default)")
     if cfg.memory_budget_gib < MIN_BUDGET_GIB:
         raise ConfigError(f"fit: --memory-budget-gib {cfg.memory_budget_gib:g} ({cfg.memory_budget_gib * 1024:.3g} MiB) is "
                           f"below the floor of {MIN_BUDGET_GIB:g} GiB ({MIN_BUDGET_GIB * 1024:.3g} MiB): no process fits "
