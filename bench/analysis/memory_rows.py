@@ -2,6 +2,7 @@
 the peaks per device label, net of the suite's pre-generated batches, the training state each rank held, the GPUs used.
 
     alloc, reserved, level, run_level = per_device(rows, "cuda", per_node)
+    run_reserved(rows, "cuda", per_node) -> {device: the whole run's allocator peak reserved}
     state(rows) -> {rank: {params_mib, grads_mib, ...}}     device_names(rows) -> ("NVIDIA H100 ...", ...)
 """
 from __future__ import annotations
@@ -34,6 +35,20 @@ def per_device(rows: list, device_type: str, per_node: int = 0) -> tuple:
             label = f"rank {m['rank']}"
             alloc[label] = max(alloc.get(label, 0.0), float(m["peak_rss_mib"]))
     return alloc, reserved, level, run_level
+
+
+def run_reserved(rows: list, device_type: str, per_node: int = 0) -> dict:
+    """device label (as `per_device` labels it) -> the allocator's peak reserved over the whole run (warm-up, cuDNN's
+    benchmark search, compilation), net of artefacts, max over repeats; {} on CPU or where none was stored. What the
+    warm-up held and gave back before the device level was read (DeepLabV3 fp32 on an H200: 21234 MiB reserved in the
+    warm-up, the device level 5609 MiB after it): bench.analysis.fit.warmup_held reads it."""
+    out: dict = {}
+    for m in rows if device_type == "cuda" else ():
+        if str(m.get("device", "")).startswith("cuda") and m.get("run_peak_reserved_mib") is not None:
+            d = f"node {int(m['rank']) // per_node} {m['device']}" if per_node else str(m["device"])
+            mib = float(m["run_peak_reserved_mib"]) - float(m.get("artefact_mib") or 0.0)
+            out[d] = max(out.get(d, mib), mib)
+    return out
 
 
 def state(rows: list) -> dict:

@@ -276,7 +276,8 @@ def blocks(sweep) -> list:
                      fmt(c.samples_per_s) if c else "–",
                      fmt(tokens, ".0f") if not math.isnan(tokens) else "–", str(len(s.trials)), _trial_speeds(s)])
     u = "GPU" if sweep.fit[0].device_type == "cuda" else "process"
-    how = ("the device level on the fullest GPU, the larger of the steady state's and the whole run's, net of the suite's "
+    how = ("the device level on the fullest GPU, the larger of the steady state's and the level at the end of the "
+           "warm-up, net of the suite's "
            "pre-generated batches, as the fastest-within-the-budget table takes it; where no device level was recorded, "
            "the allocator's peak reserved; an out-of-memory error does not fit"
            if u == "GPU" else "the peak RSS of the processes one node runs, summed, since they share its RAM, as the "

@@ -6,8 +6,9 @@
 
 A configuration's peak memory per device (`peak_mib`): on CUDA the device level on its fullest GPU, what runs out
 (nvidia-smi's figure: the CUDA context and NCCL's buffers on top of the allocator's cache; 0.6-1.3 GiB above the
-reserved peak on one H100), over the whole run (the warm-up's compilation and cuDNN autotuning included), net of the
-suite's pre-generated batches; where no device level was recorded, the allocator's peak reserved, said so
+reserved peak on one H100), the larger of the steady state's and the level at the end of the warm-up (compilation's
+memory included; cuDNN's benchmark workspaces, given back before that reading, are said beside: `warmup_words`), net
+of the suite's pre-generated batches; where no device level was recorded, the allocator's peak reserved, said so
 (`peak_source`). On CPU its largest rank's peak RSS per process, and the figure the budget holds (`held_mib`) is the
 node's: its processes' peak RSS summed, as a node's ranks share its RAM (a CPU page held DDP x2 at 1.40 GiB a process
 to a budget, while its two processes needed 2.80 GiB of the box). The rule is written once, in
@@ -86,6 +87,28 @@ def _peak(c) -> tuple:
     cuda = c.device_type == "cuda"
     return fitting.device_peak(c.device_type, c.device_mib, c.run_device_mib, c.reserved_mib,
                                {} if cuda else c.memory_mib, c.memory_mib if cuda else {})
+
+
+def warmup(c) -> Optional[tuple]:
+    """(MiB the allocator held in the warm-up, that with the CUDA context) where it passed the held peak
+    (bench.analysis.fit.warmup_held: not held to the budget, said beside it), else None. run_reserved_mib: the
+    whole run's peak reserved per device (bench.analysis.memory_rows.run_reserved), absent from older Configs."""
+    if c.device_type != "cuda":
+        return None
+    return fitting.warmup_held(c.device_mib, c.reserved_mib, getattr(c, "run_reserved_mib", None) or {}, peak_mib(c))
+
+
+def warmup_words(c, name=lambda c: c.label) -> str:
+    """'single device x1: steady 5.45 GiB; during the warm-up the allocator held 20.71 GiB (21.33 GiB with the CUDA
+    context), ...', '' where it held no more: the DeepLabV3 fp32 page said '5.45 GiB, cuDNN's autotuning included'."""
+    held = warmup(c)
+    if held is None:
+        return ""
+    cudnn = bool((getattr(c, "numerics", None) or {}).get("cudnn_benchmark"))
+    return (f"{name(c)}: steady {size(peak_mib(c))}; during the warm-up the allocator held {size(held[0])} "
+            f"({size(held[1])} with the CUDA context), given back before the device level was read"
+            + (" (cuDNN's benchmark search, on in this run, sizes its workspaces to the memory free: a smaller GPU "
+               "searches less rather than runs out)" if cudnn else "") + ": not held to the budget")
 
 
 def size(mib: Optional[float]) -> str:
@@ -229,7 +252,8 @@ def answer(workload: str, configs: list, budget: Optional[float], batches: bool 
             if best is not least and best not in alike:
                 text += (f". The least memory: {_least_words(least, alike, _name)} at "
                          f"{least.samples_per_s:.1f} samples/s")
-            text += f" {where}."
+            text += f" {where}"
+            text += "".join(f"; {w}" for w in [warmup_words(best, _name)] if w) + "."
         row = [workload, f"{precision}, {optimizer}", _name(best) if best else "nothing fits",
                fmt(best.samples_per_s) if best else "–",
                (size(peak_mib(best)) + (" (reserved)" if peak_source(best) == "reserved" else "")) if best else "–",
@@ -258,6 +282,9 @@ def _pick_words(best, fastest, tie, within: str, name) -> str:
     return text + (f"; {choice.tie_clause(best, fastest, tie, name)}" if tie is not None else "")
 
 
+WARMUP_RULE = (" cuDNN's benchmark search in the warm-up gives its workspaces back before that level is read, and "
+               "sizes them to the memory free: where the allocator held more in the warm-up, the row's sentence says "
+               "how much, not held to the budget.")
 UNRESOLVED_RULE = ("; 'not resolved: --repeats 3' and both, as in the recommendation, where it stands only on a faster "
                    "one's unresolved lead and ran one unstable process itself")  # said where a row reads so
 
@@ -278,11 +305,13 @@ def blocks(sweep: Sweep, budget: Optional[float], how: str) -> list:
     if not answers:
         return []
     cuda = any(c.device_type == "cuda" for cs in sweep.bench.values() for c in cs)
-    peak = ("Peak memory per device: on CUDA the device level (nvidia-smi) on the fullest "
-            "GPU over the whole run, warm-up, compilation and cuDNN's autotuning included: what runs out (the CUDA "
-            "context and NCCL's buffers on top of the allocator's cache), net of the suite's pre-generated "
+    peak = ("Peak memory per device: on CUDA the device level (nvidia-smi) on the fullest GPU, the larger of the "
+            "steady state's and the level at the end of the warm-up (compilation's memory included): what runs out "
+            "(the CUDA context and NCCL's buffers on top of the allocator's cache), net of the suite's pre-generated "
             "batches; where a configuration recorded no device level, its allocator peak reserved, marked "
-            "'reserved' (the context then comes on top). On CPU the largest rank's peak RSS." if cuda
+            "'reserved' (the context then comes on top)." + (WARMUP_RULE if any(
+                warmup(c) for cs in sweep.bench.values() for c in cs) else "") + " On CPU the largest rank's peak RSS."
+            if cuda
             else "Peak memory per process: the largest rank's peak RSS; per node: the peak RSS of the processes one "
                  "node runs, summed, since they share its RAM: the budget is held against the node's.")
     headers = HEADERS if cuda else _cpu_headers()
