@@ -6,6 +6,7 @@ it, measured (its epochs' wall times) or estimated from its throughput.
     epoch_s = seconds / REFERENCE_EPOCHS    # one epoch (bench.analysis.cost prices it)
     steps, eager = break_even(c, configs)   # steps after which compiling c has paid for its warm-up
     extra_s, eager = compile_cost(c, configs)  # the warm-up compiling adds; payback_words(c, eager, extra_s) what pays it
+    low_s, high_s = process_range(c)        # the reference job per process: its own warm-up, then its own speed
 """
 from __future__ import annotations
 
@@ -28,9 +29,8 @@ def train_times(configs: list) -> tuple:
     measured warm-up steps as they ran (compilation and cuDNN's autotuning in them) and the rest of the images at the
     measured throughput (bf16 compiled on one H100: 3m00s at its throughput, 84 s of compilation on top)."""
     compiled = any(c.compiled for c in configs)
-    measured = all(c.epoch_wall_s for c in configs)
-    smaller = sorted({c.epoch_images for c in configs if getattr(c, "epoch_images", None)} - {REFERENCE_IMAGES})
-    if measured and not smaller:
+    smaller = _smaller_epochs(configs)
+    if not estimated(configs):
         bars = [(c.label, stats.median(c.epoch_wall_s) * REFERENCE_EPOCHS
                  + (c.compile_s if c.compile_s is not None and not math.isnan(c.compile_s) else 0.0)) for c in configs]
         return bars, (f"measured: median epoch wall time x {REFERENCE_EPOCHS}"
@@ -44,6 +44,15 @@ def train_times(configs: list) -> tuple:
     in_warmup = (" (compilation and autotuning in them)" if compiled else " (cuDNN's autotuning in them)" if cuda else "")
     return bars, (f"estimate: {held}the measured warm-up steps{in_warmup}"
                   + f", then the rest of {REFERENCE_EPOCHS} x {REFERENCE_IMAGES} images at the {data}-data samples/s")
+
+
+def _smaller_epochs(configs: list) -> list:
+    return sorted({c.epoch_images for c in configs if getattr(c, "epoch_images", None)} - {REFERENCE_IMAGES})
+
+
+def estimated(configs: list) -> bool:
+    """Whether train_times estimates (warm-up, then the rest at the throughput) rather than times measured epochs."""
+    return not (all(c.epoch_wall_s for c in configs) and not _smaller_epochs(configs))
 
 
 def shape_note(configs: list) -> str:
@@ -66,9 +75,27 @@ def shape_note(configs: list) -> str:
 def job_s(c, samples: int) -> float:
     """Seconds to train `samples` samples: the warm-up as measured (its steps, compilation included), then the rest at
     the measured throughput; the throughput alone where no warm-up was recorded (older stores)."""
-    warm = c.warmup_s if not math.isnan(c.warmup_s) else 0.0
-    rest = max(0, samples - c.warmup_steps * c.global_batch) if not math.isnan(c.warmup_s) else samples
-    return warm + stats.train_time_s(c.samples_per_s, rest, 1)
+    return _job_s(c, c.warmup_s, c.samples_per_s, samples)
+
+
+def _job_s(c, warmup_s: float, samples_per_s: float, samples: int) -> float:
+    warm = warmup_s if not math.isnan(warmup_s) else 0.0
+    rest = max(0, samples - c.warmup_steps * c.global_batch) if not math.isnan(warmup_s) else samples
+    return warm + stats.train_time_s(samples_per_s, rest, 1)
+
+
+def process_range(c, samples: int = REFERENCE_IMAGES * REFERENCE_EPOCHS) -> tuple:
+    """(fastest, slowest) seconds to train `samples` over c's processes, each its own warm-up and then the rest at its
+    own throughput: one H200's DeepLabV3 [bf16] ran 140.3-166.0 samples/s in 3 processes (3m02s-3m44s each) and the
+    report gave 3m17s alone. Each process's warm-up where the configuration carries them (`process_warmup_s`, in the
+    order of process_sps), else the median warm-up for each. (nan, nan) under two processes."""
+    if len(c.process_sps) < 2:
+        return math.nan, math.nan
+    warms = list(getattr(c, "process_warmup_s", None) or ())
+    if len(warms) != len(c.process_sps):
+        warms = [c.warmup_s] * len(c.process_sps)
+    times = [_job_s(c, w, sps, samples) for w, sps in zip(warms, c.process_sps)]
+    return min(times), max(times)
 
 
 def uncompiled_key(key: str) -> str:
