@@ -49,15 +49,21 @@ def _label(c) -> str:
 
 
 def apart(faster, slower, name=_label) -> Apart:
-    """Whether `faster` is told apart from `slower` (`Apart`). One unstable process on a side is not held against the
-    noise of other processes, and the words say that rule, not that those processes were steady: a CPU report read
-    'the 12% noise was measured on steady processes' where selfcheck's three processes behind it were all unstable."""
+    """Whether `faster` is told apart from `slower` (`Apart`). A gap inside the measured noise is a tie, whether or not
+    a side ran one unstable process: an unsteady process can only widen what the noise already hides (the H200
+    self-check read DataParallel x1 [bf16], a pass-through at one device, '11% faster (not resolved: one unstable
+    process)' beside single's own three processes 15% apart). Beyond the noise, one unstable process on a side is not
+    held against the noise of other processes (a lead it may owe to its own unsteadiness is not resolved), and the
+    words say that rule, not that those processes were steady: a CPU report read 'the 12% noise was measured on steady
+    processes' where selfcheck's three processes behind it were all unstable."""
     gap = overhead.throughput_gap(faster.samples_per_s, slower.samples_per_s)   # faster / slower - 1
     noise = stats.pair_noise(faster.process_sps, slower.process_sps, faster.noise_fallback)
     if overhead.under_floor(gap):   # the wrapper cell's floor, on the same gap (overhead.overhead_verdict)
         return Apart(gap, True, noise, steps=overhead.steps_alike(faster, slower))
+    if noise.measured and overhead.within_noise(gap, noise.fraction):
+        return Apart(gap, True, noise)
     shaky = [name(c) for c in (faster, slower) if unsteady(c)]
-    if noise.source != "repeats" and shaky:  # unstable first: it holds whether or not a noise figure exists
+    if noise.source != "repeats" and shaky:  # beyond the noise or none measured: one unstable process decides nothing
         held = (f"and one unstable process is not held against the {stats.percent(noise.fraction)} noise between "
                 f"processes ({noise.source_words()})" if noise.measured
                 else f"and the noise between processes at its precision is {noise.words()}")
