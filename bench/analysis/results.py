@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from bench import stats
-from bench.analysis import fit, gpustate, utilisation
+from bench.analysis import fit, gpustate, noise_source, utilisation
 from bench.shared import rehearsal
 from bench.shared.spec import STRATEGY_NAMES, default_mesh
 from bench.stats.noise import not_carried
@@ -95,6 +95,7 @@ class Config:
     options: dict = field(default_factory=dict)
     nodes: int = 1
     by_repeat: dict = field(default_factory=dict)      # repeat -> that process's throughput (interleaved A/B pairs)
+    process_unstable: int = 0                          # how many of its processes stepped unsteadily (IQR > 10%)
     reserved_mib: dict = field(default_factory=dict)   # device -> peak reserved, net of artefacts
     device_mib: dict = field(default_factory=dict)     # device -> device level (nvidia-smi)
     run_device_mib: dict = field(default_factory=dict)  # device -> device level over the whole run (warm-up, compile)
@@ -203,6 +204,7 @@ def _flops(results: list) -> dict:
 def _config(conn: sqlite3.Connection, results: list) -> Config:
     r0 = results[0]
     step_ms, sync_ms, nosync_ms, slowest, memory, epochs, sps, by_repeat, traces = [], [], [], [], [], [], [], {}, []
+    shaky = 0
     epoch_images: list = []
     warmup_s, warmup_steps = [], []
     samples = []
@@ -230,6 +232,7 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         if summary.get("samples_per_s") is not None:
             sps.append(summary["samples_per_s"])
             by_repeat[int(r["repeat"])] = summary["samples_per_s"]
+            shaky += bool(summary.get("summary") and summary["summary"].unstable)
     nodes = int(r0["nodes"] or 1)
     ranks_per_node = int(r0["device_count"]) // nodes if nodes > 1 else 0   # 0: one node, every rank on it
     details = _details(r0)
@@ -238,7 +241,7 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         key=r0["config_key"], workload=r0["workload"], strategy=r0["strategy"], device_type=r0["device_type"],
         device_count=int(r0["device_count"]), global_batch=int(r0["global_batch"]), scaling=r0["scaling"] or "weak",
         data=r0["data"] or "synthetic", step_ms=step_ms, summary=stats.summarize(step_ms),
-        samples_per_s=stats.median(sps), process_sps=sps, by_repeat=by_repeat,
+        samples_per_s=stats.median(sps), process_sps=sps, by_repeat=by_repeat, process_unstable=shaky,
         phases_ms={p: stats.median(s.get(p) for s in slowest) for p in stats.PHASES_MS},
         exposed_comm_ms=stats.exposed_comm_ms(sync_ms or step_ms, nosync_ms) if nosync_ms else math.nan,
         probe_sync_ms=sync_ms, probe_nosync_ms=nosync_ms, image_size=r0.get("image_size") or None,
@@ -290,22 +293,29 @@ def diverged(c) -> bool:
     return bool(c.loss_not_finite) and c.loss_not_finite.get("last", True)
 
 
-def noise(configs: list, envs: list) -> dict:
+def noise(configs: list, envs: list, earlier=None) -> dict:
     """precision -> the process noise this sweep's comparisons at that precision fall back on where a configuration ran
     one process: the sweep's own spread between the processes of the configurations it repeated on its device at that
-    precision, else the figure selfcheck stored for that host, device and precision (bench.store.hostnoise), else not
-    measured (`not_carried` names the figures of other precisions that do not speak for it). Never another device's or
-    precision's: one H200's fp32 DeepLabV3 processes ran 0.6% apart, two of its bf16 ones 38%."""
+    precision; else, where its configurations at that precision are of one workload, the same store's most recent
+    earlier sweep's figure for that workload and precision on this host and device (`earlier`: (workload, precision,
+    device type) ->
+    Noise or None, bench.analysis.noise_source.earlier); else the figure selfcheck stored for that host, device and
+    precision (bench.store.hostnoise); else not measured (`not_carried` names the figures of other precisions that do
+    not speak for it). Never another device's or precision's: one H200's fp32 DeepLabV3 processes ran 0.6% apart, two
+    of its bf16 ones 38%; and its compile sweep was held against selfcheck's MLP figure while the store's sweep two
+    minutes earlier had measured DeepLabV3 bf16's own."""
     if not configs:
         return {}
     device = configs[0].device_type
     env = envs[0] if envs else {}
-    name = str(env.get("gpu_names") or "").split(",")[0].strip() if device == "cuda" else env.get("cpu_model")
-    host = {p: stats.host_noise(e) for p, e in hostnoise.by_precision(env.get("hostname"), device, name or None).items()}
+    name = noise_source.device_name(env, device)
+    host = {p: stats.host_noise(e) for p, e in hostnoise.by_precision(env.get("hostname"), device, name).items()}
     found = {}
     for p in sorted({c.precision for c in configs if c.device_type == device}):
-        found[p] = (stats.sweep_noise([(c.label, c.process_sps) for c in configs
-                                       if c.device_type == device and c.precision == p], device) or host.get(p))
+        mine = [c for c in configs if c.device_type == device and c.precision == p]
+        workloads = {c.workload for c in mine}
+        found[p] = (stats.sweep_noise([(c.label, c.process_sps, c.process_unstable) for c in mine], device)
+                    or (earlier(workloads.pop(), p, device) if earlier and len(workloads) == 1 else None) or host.get(p))
     measured = {p: n for p, n in {**host, **found}.items() if n is not None}
     return {p: n if n is not None else not_carried(p, measured) for p, n in found.items()}
 

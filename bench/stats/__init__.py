@@ -10,7 +10,7 @@ from bench.stats.noise import (  # noqa: F401
     MIN_EVIDENCE_SWEEPS, NOT_MEASURED, UNSTABLE_REPEAT_SPREAD, Disturbing, Evidence, Noise, ProcessComparison,
     ShownEfficiency, disturbing_sweep,
     compare_pairs, compare_processes, compare_with_evidence, evidence, holm, host_noise, noise_bound, pair_noise,
-    percent, repeat_spread, shown_efficiency, significance, sweep_noise, unsteady, unsteady_words)
+    percent, repeat_spread, shown_efficiency, significance, sps_words, sweep_noise, unsteady, unsteady_words)
 from bench.stats.steps import (  # noqa: F401
     PHASES_MS, UNSTABLE_IQR_FRACTION, Summary, algbw_gbps, allreduce_ms_at, busbw_gbps, efficiency, exposed_comm_ms,
     loss_not_finite, loss_words,

@@ -74,20 +74,47 @@ class Noise:
     source: str
     detail: str
     workload: str = ""   # 'host': the workload selfcheck measured it on ('the synthetic MLP'), named wherever it shows
+    low: float = math.nan      # the slowest and fastest process behind it (samples/s): the figure's own evidence
+    high: float = math.nan
+    processes: int = 0
+    configuration: str = ""    # the configuration those processes ran ('single device x1 [bf16]')
+    unstable: int = 0          # how many of them stepped unsteadily (IQR above 10% of their median)
+    where: str = ""            # its source as the noise line names it: 'this sweep', 'sweep 1 of this store, 2026-11-27'
 
     @property
     def measured(self) -> bool:
         return self.source != "none" and not math.isnan(self.fraction)
 
     def source_words(self) -> str:
-        """Where the figure came from, short: 'their repeats', 'this sweep', 'selfcheck on the synthetic MLP'."""
+        """Where the figure came from, short: 'their repeats', 'this sweep', 'sweep 1 of this store', 'selfcheck on
+        the synthetic MLP'."""
         if self.source == "host":
             return "selfcheck" + (f" on {self.workload}" if self.workload else "")
+        if self.source == "earlier":
+            return self.where.split(",")[0]
         return {"repeats": "their repeats", "sweep": "this sweep", "none": "not measured"}.get(self.source, self.source)
+
+    def figure_words(self) -> str:
+        """'0.1% (75.09-75.18 samples/s, 3 processes of single device x1, this sweep)': the figure with the processes
+        behind it, as the report's noise lines and the sweep's last line give it. A sweep run to measure the noise
+        (DeepLabV3 fp32 and bf16 in 3 processes each on one H200) never stated it: only 'unstable' and a pooled median."""
+        if not self.measured:
+            return "not measured"
+        shaky = (f", {'all' if self.unstable == self.processes else f'{self.unstable} of'} {self.processes} unstable"
+                 if self.unstable else "")
+        on = f" on {self.workload}" if self.source == "host" and self.workload else ""
+        span = f"{sps_words(self.low)}-{sps_words(self.high)} samples/s, " if not math.isnan(self.low) else ""
+        return (f"{percent(self.fraction)} ({span}{self.processes} processes of {self.configuration}{on}{shaky}, "
+                f"{self.where or self.source_words()})")
 
     def words(self) -> str:
         """'0.8%, this sweep's spread between the 3 processes of ...' or 'not measured (...)'."""
         return f"{percent(self.fraction)}, {self.detail}" if self.measured else f"not measured ({self.detail})"
+
+
+def sps_words(v: float) -> str:
+    """A process's throughput as the noise line gives it: '75.09', '140.3', '89,484'."""
+    return f"{v:,.0f}" if v >= 1000 else f"{v:.1f}" if v >= 100 else f"{v:.2f}"
 
 
 def percent(fraction: float) -> str:
@@ -132,15 +159,18 @@ def noise_bound(a_sps: Sequence[float], b_sps: Sequence[float], fallback: Noise 
 def sweep_noise(repeated: Sequence[tuple], device: str) -> Optional[Noise]:
     """This sweep's process-to-process noise on one device (at one precision: the caller passes that precision's
     configurations alone): the largest spread over the configurations it ran in several processes there.
-    repeated: [(label, [samples/s per process])]; None where none ran in several."""
-    spread = [(repeat_spread(sps), label, len(sps)) for label, sps in repeated if len(sps) >= 2]
+    repeated: [(label, [samples/s per process], how many of them were unstable (optional))]; None where none ran in
+    several."""
+    spread = [(repeat_spread(r[1]), r[0], r[1], r[2] if len(r) > 2 else 0) for r in repeated if len(r[1]) >= 2]
     spread = [s for s in spread if not math.isnan(s[0])]
     if not spread:
         return None
     worst = max(spread, key=lambda s: s[0])
     others = f", the largest of the {len(spread)} configurations it repeated" if len(spread) > 1 else ""
     where = "GPU" if device == "cuda" else device.upper()
-    return Noise(worst[0], "sweep", f"this sweep's spread between the {worst[2]} processes of {worst[1]} on this {where}{others}")
+    return Noise(worst[0], "sweep", f"this sweep's spread between the {len(worst[2])} processes of {worst[1]} on this "
+                                    f"{where}{others}", low=min(worst[2]), high=max(worst[2]), processes=len(worst[2]),
+                 configuration=worst[1], unstable=worst[3], where="this sweep")
 
 
 WORKLOAD_WORDS = {"synthetic": "the synthetic MLP"}
@@ -156,10 +186,14 @@ def host_noise(entry: Optional[dict]) -> Optional[Noise]:
         return None
     where = f"{entry['store']} sweep {entry.get('sweep_id')}" if entry.get("store") else "selfcheck's store"
     workload = WORKLOAD_WORDS.get(entry.get("workload"), entry.get("workload") or "one workload")  # hostnoise fills it
-    return Noise(spread, "host", f"selfcheck's spread between {len(entry['process_sps'])} processes of "
+    sps, date = [float(v) for v in entry["process_sps"]], str(entry.get("measured_at") or "?")[:10]
+    return Noise(spread, "host", f"selfcheck's spread between {len(sps)} processes of "
                                  f"{entry.get('configuration') or 'one configuration'} on {workload}, on host "
                                  f"{entry.get('hostname')}, {entry.get('device_name') or entry.get('device_type')}, "
-                                 f"{str(entry.get('measured_at') or '?')[:10]} ({where})", workload)
+                                 f"{date} ({where})", workload, low=min(sps), high=max(sps), processes=len(sps),
+                 configuration=str(entry.get("configuration") or "one configuration").split(" (")[0],
+                 unstable=sum(bool(p.get("unstable")) for p in entry.get("processes") or [] if isinstance(p, dict)),
+                 where=f"selfcheck's host file: {workload}, {date}")
 
 
 def significance(a_ms: Sequence[float], b_ms: Sequence[float]) -> float:

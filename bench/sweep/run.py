@@ -298,11 +298,28 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
             signal.signal(sig, handler)
         if conn is not None:
             conn.close()
+    noise_line = _noise_line(cfg.store, sweep_id)
+    if noise_line:
+        log(noise_line)
     log(f"sweep {sweep_id} completed: {failures} configuration(s) failed" if failures else f"sweep {sweep_id} completed")
     status = 1 if failures else 0
     if cfg.report:
         status = render_report(cfg, sweep_id, log) or status
     return status
+
+
+def _noise_line(store_path: str, sweep_id: int) -> str:
+    """The process noise the sweep measured, in one line (noise_source.sweep_line), '' where it measured none: a sweep
+    run to measure it (--noise-repeats 3) ended with no figure. A store that cannot be read back says so in the line."""
+    from bench.analysis import noise_source
+    try:
+        conn = store.connect(store_path, readonly=True)
+        try:
+            return noise_source.sweep_line(results.load(conn, sweep_id))
+        finally:
+            conn.close()
+    except Exception as e:  # the sweep's results are stored: a read-back problem must not hide that
+        return f"process noise: could not be read back ({type(e).__name__}: {e})"
 
 
 def _left(items: list, done: set) -> list:
