@@ -389,7 +389,8 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
         if read.has_measured_steps(conn, rs[0]["result_id"]):
             c = _config(conn, rs)
             by_workload.setdefault(c.workload, []).append(c)
-    out.noise_by_precision = noise([c for cs in by_workload.values() for c in cs], envs)
+    out.noise_by_precision = noise([c for cs in by_workload.values() for c in cs], envs, noise_source.finder(
+        conn, sweep_id, envs, lambda r: label(r["strategy"], int(r["device_count"]), row_variant(r))))
     by = out.noise_by_precision   # Sweep.noise: fp32's where it ran, else the first precision's (sorted)
     out.noise = by.get("fp32") or next(iter(by.values()), stats.NOT_MEASURED)
     out.bench = {w: _with_scaling(cs, out.noise_by_precision) for w, cs in sorted(by_workload.items())}
