@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench import stats
+from bench.report import compile as compile_report
 from bench.report import report
 from bench.store import read, store
 from conftest import example_stores
@@ -31,7 +32,7 @@ def by_label(configs: list) -> dict:
 def test_compiling_is_not_resolved_where_the_rule_does_not_tell_it_from_eager_and_says_what_would_pay(example):
     configs = example("gpu.sqlite", COMPILE).bench["deeplabv3"]
     compiled = by_label(configs)["single device x1 [bf16, compiled]"]
-    row = report._compile_row(compiled, configs)
+    row = compile_report._compile_row(compiled, configs)
     assert row[3] == "not resolved", row
     said = row[4]
     assert said.startswith("single device x1 [bf16] ran 6% faster (157.4 against 148.3 samples/s), not told apart: ")
@@ -50,7 +51,7 @@ def test_never_stays_where_the_compiled_step_is_slower_beyond_the_noise(example)
                                     summary=replace(c.summary, unstable=False))
     eager = steady(by["single device x1 [bf16]"], [157.0, 157.4, 157.2])     # 3 processes each, 0.3% apart
     compiled = steady(by["single device x1 [bf16, compiled]"], [120.0, 120.3, 120.1])   # 31% slower
-    row = report._compile_row(compiled, [eager, compiled])
+    row = compile_report._compile_row(compiled, [eager, compiled])
     assert row[3] == "never" and row[4].startswith("slower than single device x1 [bf16] beyond the "), row
 
 

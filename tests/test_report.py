@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from bench import stats
+from bench.analysis import reference
 from bench.report import comm as comm_report
 from bench.report import plots, report
 from bench.store import store
@@ -282,7 +283,7 @@ def test_time_to_train_is_an_estimate_on_synthetic_data_and_measured_beside_v100
     assert rows[0]["how"].startswith("estimate: the measured warm-up steps, then "   # eager on CPU: nothing compiled
                                       "the rest of 20 x 1464 images at the synthetic-data samples/s")
     # a 64 px, batch-2 sweep's times beside the V100s' 256 px, batch-8 ones: the page says the shapes differ
-    note = report.shape_note(_configs(cpu[0], "deeplabv3"))
+    note = reference.shape_note(_configs(cpu[0], "deeplabv3"))
     assert note.startswith("This sweep trained 64x64 px images (the published runs: 256x256) and per-device batch 2 "
                            "(published: 8)") and note in cpu[2], note
     measured = md_table(cuda_voc[2], "### Time to train")
@@ -291,8 +292,8 @@ def test_time_to_train_is_an_estimate_on_synthetic_data_and_measured_beside_v100
     assert measured[1]["how"].startswith("measured")
     v100 = md_table(cuda_voc[2], "Published, on AWS V100s")
     assert [r["time"] for r in v100] == ["32m58s", "14m40s", "11m21s", "9m40s", "9m08s"]
-    bars, how = report.train_times(_configs(cuda_voc[0], "deeplabv3"))
-    fig = plots.time_to_train_figure(bars, how, "deeplabv3", "x", report.REFERENCE_V100_S)
+    bars, how = reference.train_times(_configs(cuda_voc[0], "deeplabv3"))
+    fig = plots.time_to_train_figure(bars, how, "deeplabv3", "x", reference.REFERENCE_V100_S)
     assert len(fig.axes) == 2 and fig.axes[0].get_title() == "this run (measured, warm-up included)"  # none compiled
     assert [b.get_height() for b in fig.axes[1].patches] == pytest.approx([32 + 58 / 60, 14 + 40 / 60, 11 + 21 / 60, 9 + 40 / 60, 9 + 8 / 60])
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from bench.analysis import results
+from bench.analysis import reference, results
 from bench.forecast import outlook
 from bench.report import frontier, plots, recommend, report
 from bench.store import hostnoise, store
@@ -156,16 +156,16 @@ def test_one_name_per_configuration_and_time_to_train_with_its_compilation(h100)
     budget = frontier.answer("deeplabv3", sweep.bench["deeplabv3"], 79.65 * 1024)
     assert [row[2] for row, _ in budget] == ["single device x1 [fp32, compiled]", "single device x1 [bf16, compiled]"]
     configs = sweep.bench["deeplabv3"]
-    bars = dict(report.train_times(configs)[0])
+    bars = dict(reference.train_times(configs)[0])
     assert len(bars) == len(configs)   # one bar per configuration: no two share a name
     # bf16 compiled: 3m00s at its throughput, 84 s of compilation on top, slower than eager bf16's 3m41s for 20 epochs
     assert bars["single device x1 [bf16, compiled]"] > bars["single device x1 [bf16]"]
     assert bars["single device x1 [bf16, compiled]"] == pytest.approx(84.4 + 9 * 49.05e-3 + (20 * 1464 - 80) / 163.2, rel=0.01)
     compiled = next(c for c in configs if c.label == "single device x1 [bf16, compiled]")
-    steps, eager = report.break_even(compiled, configs)
+    steps, eager = reference.break_even(compiled, configs)
     assert eager.label == "single device x1 [bf16]" and 7000 < steps < 7800   # about 40 epochs of VOC train
     ddp = next(c for c in configs if c.label == "DDP x1 [fp32, compiled]")
-    assert math.isnan(report.break_even(ddp, configs)[0])   # compiling DDP x1 never pays: it is no faster
+    assert math.isnan(reference.break_even(ddp, configs)[0])   # compiling DDP x1 never pays: it is no faster
     # the compile paragraph points at the time to train only where the page has one (the reference experiment's model)
     said = lambda w: " ".join(b[1] for b in report._workload_blocks(sweep, w, configs, {}) if b[0] == "p")  # noqa: E731
     assert "the time to train below includes the warm-up" in said("deeplabv3")
@@ -251,11 +251,11 @@ def test_compiling_pays_against_the_same_configuration_uncompiled_in_every_setti
     conn.close()
     configs = load(path).bench["deeplabv3"]
     twinless = next(c for c in configs if c.compiled and c.key == spec.key)
-    assert report.break_even(twinless, configs) is None   # no eager twin with the same setting was measured
+    assert reference.break_even(twinless, configs) is None   # no eager twin with the same setting was measured
     rows = next(b for b in report.blocks(load(path), {}) if b[0] == "table" and "compiling pays after (steps)" in b[1])[2]
     assert "– (no eager twin measured)" in [r[3] for r in rows if r[0] == twinless.label]
     plain = next(c for c in configs if c.label == "single device x1 [bf16, compiled]")
-    assert report.break_even(plain, configs)[1].label == "single device x1 [bf16]"   # its own twin still found
+    assert reference.break_even(plain, configs)[1].label == "single device x1 [bf16]"   # its own twin still found
 
 
 def test_deeplabv3_with_its_auxiliary_classifier_is_named_apart_from_without_and_held_against_its_own_single(tmp_path):
