@@ -23,49 +23,15 @@ from typing import Optional
 from bench import stats
 from bench.analysis import fit, gpustate, noise_source, utilisation
 from bench.shared import rehearsal
-from bench.shared.spec import STRATEGY_NAMES, default_mesh
+from bench.shared.spec import STRATEGY_NAMES
 from bench.stats.noise import not_carried
+from bench.analysis.labels import label, row_aux, row_variant, variant  # noqa: F401 (read as results.variant)
 from bench.analysis.memory_rows import device_names as _device_names, per_device as _memory, state as _state
-from bench.store import hostnoise, read
+from bench.analysis.memory_rows import run_reserved as _run_reserved
+from bench.store import forecasts, hostnoise, read
 
 STRATEGY_ORDER = ("single", "dp", "ddp", "zero", "fsdp", "hsdp")
 pick_sweep = read.pick_sweep   # re-exported: readers of a sweep take load and pick_sweep from here
-
-
-def variant(precision: str, channels_last: bool, compiled: bool, options: dict, optimizer: str = "sgd",
-            ac: str = "none", aux: str = "false", per_node: int = 0) -> str:
-    """'fp32', 'bf16, channels_last, bucket_cap_mb=100, adamw, ac=full, aux=true': a configuration's precision, memory
-    format, compilation, strategy settings, optimizer (when not SGD), activation checkpointing (when on) and DeepLabV3's
-    auxiliary classifier (when on: --deeplabv3-aux), as its label shows them.
-
-    per_node: the run's devices per node (its count over its nodes). HSDP's shard size equal to it is the default mesh,
-    one shard group per node, which the sweep stores with every HSDP run (the ranks build their mesh from it) but which
-    changes with the count: named, it made HSDP x1 [shard_size=1] and x2 [shard_size=2] two series of one point each,
-    with no efficiency, no line and no forecast check. Only a shard size other than one node's devices is a setting."""
-    parts = [precision] + (["channels_last"] if channels_last else []) + (["compiled"] if compiled else [])
-    shown = {k: v for k, v in options.items() if not (k == "shard_size" and default_mesh(v, per_node))}
-    parts += [f"{k}={v}" for k, v in sorted(shown.items())] + ([optimizer] if optimizer and optimizer != "sgd" else [])
-    return ", ".join(parts + ([f"ac={ac}"] if ac and ac != "none" else []) + ([f"aux={aux}"] if aux and aux != "false" else []))
-
-
-def row_aux(r: dict) -> str:
-    """--deeplabv3-aux of a results row (its spec; 'false' where the spec predates it)."""
-    return json.loads(r["spec_json"] or "{}").get("deeplabv3_aux") or "false" if "spec_json" in r.keys() else "false"
-
-
-def label(strategy: str, device_count: int, variant_text: str) -> str:
-    """'single device x1', 'single device x1 [fp32, compiled]', 'DDP x2 [bf16, bucket_cap_mb=100.0]': strategy and
-    count, then everything else that tells a configuration apart (its variant) unless that is plain 'fp32' (fp32,
-    no settings changed, SGD). Every table, sentence and plot of the report names a configuration by it."""
-    return f"{STRATEGY_NAMES.get(strategy, strategy)} x{device_count}" + (f" [{variant_text}]" if variant_text != "fp32" else "")
-
-
-def row_variant(r: dict) -> str:
-    """The variant of a results row (one that did not run too)."""
-    return variant(r["precision"] or "fp32", bool(r["channels_last"]), bool(r["compiled"]), json.loads(r["options_json"] or "{}"),
-                   (r["optimizer"] if "optimizer" in r.keys() else None) or "sgd",
-                   (r["activation_checkpointing"] if "activation_checkpointing" in r.keys() else None) or "none", row_aux(r),
-                   int(r["device_count"] or 0) // int(r["nodes"] or 1))
 
 
 @dataclass
@@ -118,6 +84,9 @@ class Config:
     optimizer: str = "sgd"
     state_mib: dict = field(default_factory=dict)  # rank -> {params_mib, grads_mib, optimizer_mib, buckets_mib, baseline_rss_mib}
     warmup_s: float = math.nan          # the warm-up steps' time (compilation and cuDNN's autotuning in it), median process
+    process_warmup_s: list = field(default_factory=list)   # each process's warm-up s, in process_sps's order
+    run_reserved_mib: dict = field(default_factory=dict)   # device -> the whole run's allocator peak reserved, net of
+                                                           # artefacts (the warm-up's cuDNN search: bench.analysis.fit)
     warmup_steps: int = 0
     activation_checkpointing: str = "none"        # none | full | selective:K
     aux: str = "false"                            # --deeplabv3-aux: false | true | unused
@@ -175,6 +144,7 @@ class Sweep:
     problems: list = field(default_factory=list)   # results rows that are not ok
     comm: list = field(default_factory=list)       # (device_count, nodes, comm rows, each with its op) per comm result
     comm_notes: list = field(default_factory=list)  # (device_count, why its interference stage failed) per comm result
+    interference: list = field(default_factory=list)  # (device_count, nodes, interference rows) per ok comm result
     equivalence: list = field(default_factory=list)
     loader: dict = field(default_factory=dict)     # device count -> loader-alone samples/s
     nodes: list = field(default_factory=list)      # per multi-node result: (result_id, node rows)
@@ -206,7 +176,7 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
     step_ms, sync_ms, nosync_ms, slowest, memory, epochs, sps, by_repeat, traces = [], [], [], [], [], [], [], {}, []
     shaky = 0
     epoch_images: list = []
-    warmup_s, warmup_steps = [], []
+    warmup_s, warmup_steps, process_warm = [], [], []
     samples = []
     for r in results:
         rid = r["result_id"]
@@ -215,8 +185,9 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         measured = [s for s in steps if s["kind"] == "measure"]
         step_ms += stats.step_times_ms(measured)
         warm = stats.step_times_ms([s for s in steps if s["kind"] == "warmup"])
+        w = (sum(warm[1:]) / 1e3 + max(warm[0] / 1e3, r["compile_s"] or 0.0)) if warm else math.nan
         if warm:  # the first step holds the compilation: its window's wall time where longer than its events
-            warmup_s.append((sum(warm[1:]) / 1e3 + max(warm[0] / 1e3, r["compile_s"] or 0.0)))
+            warmup_s.append(w)
             warmup_steps.append(len(warm))
         sync_ms += stats.step_times_ms([s for s in steps if s["kind"] == "probe_sync"])
         nosync_ms += stats.step_times_ms([s for s in steps if s["kind"] in ("probe_no_sync", "no_sync")])
@@ -231,6 +202,7 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         summary = stats.result_summary(steps, read.result_rows(conn, "windows", rid), int(r["global_batch"]))
         if summary.get("samples_per_s") is not None:
             sps.append(summary["samples_per_s"])
+            process_warm.append(w)
             by_repeat[int(r["repeat"])] = summary["samples_per_s"]
             shaky += bool(summary.get("summary") and summary["summary"].unstable)
     nodes = int(r0["nodes"] or 1)
@@ -252,7 +224,8 @@ def _config(conn: sqlite3.Connection, results: list) -> Config:
         timing_method=r0["timing_method"], numerics=json.loads(r0["numerics_json"] or "{}"),
         compile_s=stats.median(r["compile_s"] for r in results), loader_workers=r0["loader_workers"],
         params=r0["params"], data_wait_ms=stats.median(s.get("host_data_ms") for s in slowest), traces=traces,
-        warmup_s=stats.median(warmup_s), warmup_steps=int(stats.median(warmup_steps)) if warmup_steps else 0,
+        warmup_s=stats.median(warmup_s), process_warmup_s=process_warm,
+        run_reserved_mib=_run_reserved(memory, r0["device_type"], ranks_per_node), warmup_steps=int(stats.median(warmup_steps)) if warmup_steps else 0,
         optimizer=r0["optimizer"] if "optimizer" in r0 and r0["optimizer"] else "sgd", state_mib=_state(memory),
         activation_checkpointing=r0.get("activation_checkpointing") or "none", aux=row_aux(r0),
         tokens_per_sample=details.get("tokens_per_sample"),
@@ -384,6 +357,7 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
         if nodes:
             out.nodes.append((r, nodes))
     out.loader = {n: stats.median(v) for n, v in out.loader.items()}
+    out.interference = forecasts.read_interference(conn, sweep_id)  # a step above its no-overlap bound cites it
     by_workload: dict = {}
     for rs in groups.values():
         if read.has_measured_steps(conn, rs[0]["result_id"]):
