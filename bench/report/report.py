@@ -148,7 +148,9 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
                    f"of the median step, or repeats spread more than {stats.UNSTABLE_REPEAT_SPREAD:.0%}. At one device a "
                    f"wrapper (DataParallel, DDP) against single device is its overhead, not scaling."
                    + (" Memory is net of the suite's pre-generated batches; the steady peaks are those after the warm-up "
-                      "(its peaks reset), the whole run's include it: compilation and cuDNN's autotuning." if cuda else "")))
+                      "(its peaks reset); the whole run's device level is read at the warm-up's end, compilation's memory in "
+                      "it, after cuDNN's benchmark search has given its workspaces back (what the allocator held during "
+                      "the warm-up is said beside the budget table where it held more)." if cuda else "")))
     b += utilisation_report.blocks(workload, configs)  # FLOPs, peaks, MFU errors; the GPU's clocks in the window
     numerics = {c.precision: c.numerics for c in configs if c.numerics}
     if cuda and "fp32" in numerics:
