@@ -45,7 +45,7 @@ def test_the_findings_pair_reads_resolved_in_the_wrapper_cell_as_in_the_lead_col
     assert choice._margin_note(a) == "beyond 0.5% noise, this sweep"
     v = overhead.overhead_verdict(dp, single)
     assert (v.resolved, v.within_noise) == (True, False)
-    assert overhead.wrapper_overhead(dp, single) == v.words == "wrapper overhead -4.9% (against single device x1)"
+    assert overhead.wrapper_overhead(dp, single) == v.words == "wrapper overhead -4.9% (against single device x1: more time a sample, by the windows' throughput)"
 
 
 def test_the_noise_is_one_comparison_on_one_gap():
@@ -53,7 +53,7 @@ def test_the_noise_is_one_comparison_on_one_gap():
     # lead column 6% beyond it.
     dp, single, a = _pair(106.0, noise=0.058)
     assert choice._margin_note(a).startswith("beyond 5.8% noise")
-    assert overhead.wrapper_overhead(dp, single) == "wrapper overhead -5.7% (against single device x1)"
+    assert overhead.wrapper_overhead(dp, single) == "wrapper overhead -5.7% (against single device x1: more time a sample, by the windows' throughput)"
 
 
 @pytest.mark.parametrize("dp_sps", [90.0, 95.0, 95.3, 96.0, 99.0, 101.0, 104.0, 104.9, 105.0, 105.2, 106.0, 111.0])

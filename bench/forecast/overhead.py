@@ -4,7 +4,8 @@ is resolved: not where either side ran one unstable process, not inside the nois
 gap under LEAD_FLOOR comes from the windows' throughput alone while the two median steps lie inside their own spread.
 
     overhead_verdict(c, base) -> Verdict(figure, resolved, within_noise, words), None without a baseline
-    wrapper_overhead(c, base) -> 'wrapper overhead 2.7% (against single device x1)', '' without a baseline
+    wrapper_overhead(c, base) -> 'wrapper overhead 2.7% (against single device x1: more time a sample, by the
+                                 windows' throughput)', '' without a baseline
     throughput_gap(a, b), under_floor(gap), within_noise(gap, noise): the one rule the lead column (bench.report
                                  .choice.apart) and the wrapper cell judge a pair by
     own_baseline(c)           -> whether c was held against itself (a sweep without single device x1)
@@ -21,6 +22,9 @@ from typing import Optional
 from bench import stats
 
 LEAD_FLOOR = 0.05            # a gap under 5% is never a lead (bench.report.choice), nor an overhead the windows alone make
+# The overhead's basis, said with it: an H200 self-check's page gave DDP x1's as 'wrapper overhead 11.4%' here, its probe's
+# '0.30 ms, 9% of a step' and a 0.90x speed-up, three figures for one cost with no word of which each was.
+BASIS = "more time a sample, by the windows' throughput"
 
 
 def throughput_gap(a_sps: float, b_sps: float) -> float:
@@ -122,14 +126,14 @@ def overhead_verdict(c, base=None) -> Optional[Verdict]:
         return Verdict(over, False, None, f"wrapper overhead not resolved ({over:.1%} by the windows' throughput "
                                           f"against {c.baseline}; {alike})")
     if math.isnan(noise):
-        return Verdict(over, None, None, f"wrapper overhead {over:.1%} (against {c.baseline}; the noise between "
-                                         "processes is not measured)")
-    return Verdict(over, True, False, f"wrapper overhead {over:.1%} (against {c.baseline})")
+        return Verdict(over, None, None, f"wrapper overhead {over:.1%} (against {c.baseline}: {BASIS}; the noise "
+                                         "between processes is not measured)")
+    return Verdict(over, True, False, f"wrapper overhead {over:.1%} (against {c.baseline}: {BASIS})")
 
 
 def wrapper_overhead(c, base=None) -> str:
-    """'wrapper overhead 2.7% (against single device x1)': a wrapper (DDP, FSDP, DataParallel) at one device against
-    single is the time its step takes more, not scaling; 'not resolved' inside the noise between processes, or where
+    """'wrapper overhead 2.7% (against single device x1: more time a sample, by the windows' throughput)': a wrapper
+    (DDP, FSDP, DataParallel) at one device against single is the time its step takes more, not scaling; 'not resolved' inside the noise between processes, or where
     the wrapper or its baseline `base` ran one unstable process (stats.unsteady: the noise measured on steady processes
     does not speak for it; one H100's DDP x1 [bf16] read 'wrapper overhead 35.5%'), or where a gap under LEAD_FLOOR is
     not in the median steps (`steps_alike`). The floor and the noise are held against the pair's throughput gap
