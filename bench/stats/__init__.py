@@ -3,14 +3,16 @@ own summary before a result is stored, and the commands. Computed from raw value
 
     steps   one run's rows: step-time summaries, throughput from timed windows, speed-up, efficiency, bandwidths
     noise   what tells configurations apart: spread between processes, noise bounds, comparisons, shown efficiency
+    evidence  a configuration's evidence over sweeps (compare): process and sweep spread, Holm's correction
 
 `from bench import stats` then `stats.summarize(...)`, `stats.noise_bound(...)`: both modules' names, read here.
 """
 from bench.stats.noise import (  # noqa: F401
-    MIN_EVIDENCE_SWEEPS, NOT_MEASURED, UNSTABLE_REPEAT_SPREAD, Disturbing, Evidence, Noise, ProcessComparison,
-    ShownEfficiency, disturbing_sweep,
-    compare_pairs, compare_processes, compare_with_evidence, evidence, holm, host_noise, noise_bound, pair_noise,
+    NOT_MEASURED, UNSTABLE_REPEAT_SPREAD, Noise, ProcessComparison, ShownEfficiency,
+    compare_pairs, compare_processes, host_noise, noise_bound, pair_noise,
     percent, repeat_spread, shown_efficiency, significance, sps_words, sweep_noise, unsteady, unsteady_words)
+from bench.stats.evidence import (  # noqa: F401
+    MIN_EVIDENCE_SWEEPS, Disturbing, Evidence, compare_with_evidence, disturbing_sweep, evidence, holm)
 from bench.stats.steps import (  # noqa: F401
     PHASES_MS, UNSTABLE_IQR_FRACTION, Summary, algbw_gbps, allreduce_ms_at, busbw_gbps, efficiency, exposed_comm_ms,
     loss_not_finite, loss_words,
