@@ -131,33 +131,72 @@ def probe_agreement(c) -> Optional[tuple]:
 
 def figure(configs: list, workload: str, where: str):
     """Left: each rank's traced steps as shares (stacked), and for a rank that drives several GPUs (DataParallel) a bar
-    per GPU after its union's (computation drawn with the copies); right: the share of communication computation hid."""
+    per GPU after its union's (computation drawn with the copies), with a black mark at its GPU busy against the
+    measured step (the bound's figure), and a bar whose traced step ran past TRACED_LONGER labelled so; right, where a
+    configuration communicates: the share of communication computation hid. An H200's DeepLabV3 bf16 drew 77% idle
+    for a profiled step 81% longer than the measured one, in which the GPU was busy 41%, beside an empty overlap panel
+    at one device."""
     with_traces = [c for c in configs if any(t.get("span_ms") is not None for t in c.traces)]
     if not with_traces:
         return None
-    fig, (left, right) = _figure("Traced steps: where each rank's time went, and overlap", where, workload,
-                                 width=12.0, ncols=2)
-    labels, figs = [], []
+    talks = any(c.device_count > 1 for c in with_traces)   # one device communicates nothing: no overlap to draw
+    fig, axes = _figure("Traced steps: where each rank's time went" + (", and overlap" if talks else ""), where,
+                        workload, width=12.0 if talks else 8.0, ncols=2 if talks else 1)
+    left, right = axes if talks else (axes, None)
+    labels, figs, marks = [], [], []
     for c in with_traces:
         for rank, f in per_rank(c).items():
-            labels.append(f"{_label(c)} r{rank}" + (" (its GPUs' union)" if len(f["devices"]) > 1 else ""))
+            labels.append(_bar_label(c, rank, f))
             figs.append(f)
+            marks.append(_measured_busy(c, f))
             for d, sh in device_rows(f):  # DataParallel: each GPU its own bar, where the union hides a starved one
                 labels.append(f"{_label(c)} r{rank} {d} (with copies)")
                 figs.append({"compute_share": sh["work"], "comm_share": sh["comm"], "copy_share": 0.0,
                              "idle_share": sh["idle"], "overlap_share": math.nan})
+                marks.append(_measured_busy(c, f, d))
     bottom = [0.0] * len(figs)
     for key, name, color in SEGMENTS:
         h = [0.0 if math.isnan(f[key]) else f[key] * 100 for f in figs]
         left.bar(labels, h, bottom=bottom, color=color, label=name)
         bottom = [a + b for a, b in zip(bottom, h)]
-    left.set(ylabel="share of the traced steps (%)", ylim=(0, 105))
+    _draw_busy(left, marks)
+    left.set(ylabel="share of the traced (profiled) steps (%)",
+             ylim=(0, max([105.0] + [m * 100 + 5 for m in marks if not math.isnan(m)])))
     left.tick_params(axis="x", labelrotation=30)
-    left.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=4, fontsize="small")
-    right.bar(labels, [0.0 if math.isnan(f["overlap_share"]) else f["overlap_share"] * 100 for f in figs], color="#1f77b4")
-    right.set(ylabel="communication overlapped by computation (%)", ylim=(0, 105))
-    right.tick_params(axis="x", labelrotation=30)
+    left.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, fontsize="small")
+    if right is not None:
+        right.bar(labels, [0.0 if math.isnan(f["overlap_share"]) else f["overlap_share"] * 100 for f in figs],
+                  color="#1f77b4")
+        right.set(ylabel="communication overlapped by computation (%)", ylim=(0, 105))
+        right.tick_params(axis="x", labelrotation=30)
     return fig
+
+
+def _bar_label(c, rank: int, f: dict) -> str:
+    """A rank's bar: 'single device x1 [bf16] r0', and where its traced steps ran past TRACED_LONGER the measured
+    median, what its shares are of: '(profiled step, +81% longer than measured)', from the stored step times."""
+    longer = traced_longer(c, f)
+    return (f"{_label(c)} r{rank}" + (" (its GPUs' union)" if len(f["devices"]) > 1 else "")
+            + (f"\n(profiled step, +{longer:.0%} longer than measured)" if longer > TRACED_LONGER else ""))
+
+
+def _measured_busy(c, f: dict, device: Optional[str] = None) -> float:
+    """One GPU's work (computation and copies) per traced step against the measured median step, as bench.report.busy
+    holds it for the bound; nan for a union of GPUs, or where not read."""
+    devs, step = f["devices"], c.summary.median_ms
+    v = devs.get(device) if device else (next(iter(devs.values())) if len(devs) == 1 else None)
+    if not v or not step or math.isnan(step) or math.isnan(v["work_ms"]):
+        return math.nan
+    return v["work_ms"] / step
+
+
+def _draw_busy(ax, marks: list) -> None:
+    """A black mark across each bar at its GPU busy against the measured step (the text's and the bound's figure)."""
+    label = "GPU busy against the measured step (the bound's figure)"
+    for i, m in enumerate(marks):
+        if not math.isnan(m):
+            ax.plot([i - 0.4, i + 0.4], [m * 100] * 2, color="black", linewidth=2.5, label=label)
+            label = None
 
 
 def _busy_cell(share: float) -> str:
