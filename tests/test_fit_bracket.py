@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from bench.analysis import fit
 from bench.report import fit as fit_report
 from bench.report import frontier
+from bench.report import frontierplot
 
 BUDGET = 16384.0
 ORDER = [8, 16, 12, 14, 15]
@@ -123,7 +124,7 @@ def _labels(fig) -> list:
 def test_the_fit_frontier_plot_names_each_point_s_batch_and_marks_those_over_the_budget_hollow():
     over = [_config("ddp", "DDP x1 [bf16, adamw]", 14, 17978.16, 226.8),
             _config("fsdp", "FSDP x1 [bf16, adamw]", 14, 18202.0, 164.4)]
-    fig = frontier.frontier_figure(over, "transformer", "H200", BUDGET)
+    fig = frontierplot.frontier_figure(over, "transformer", "H200", BUDGET)
     assert _labels(fig) == ["DDP x1 [bf16, adamw] at batch 14 (over)", "FSDP x1 [bf16, adamw] at batch 14 (over)"]
     ax = fig.axes[0]
     faces = [c.get_facecolors() for c in ax.collections if len(c.get_offsets())]
@@ -135,9 +136,9 @@ def test_the_fit_frontier_plot_names_each_point_s_batch_and_marks_those_over_the
     # within the budget at their own batches (a fit sweep's answers): each named with its batch, filled, no '(over)'
     fits = [_config("ddp", "DDP x1 [bf16, adamw]", 12, 15266.25, 220.0),
             _config("fsdp", "FSDP x1 [bf16, adamw]", 13, 16000.0, 160.0)]
-    fig = frontier.frontier_figure(fits, "transformer", "H200", BUDGET)
+    fig = frontierplot.frontier_figure(fits, "transformer", "H200", BUDGET)
     assert _labels(fig) == ["DDP x1 [bf16, adamw] at batch 12", "FSDP x1 [bf16, adamw] at batch 13"]
     assert "hollow: over the budget" not in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     # a sweep at one batch per count, within the budget: labels as they were
     same = [_config("ddp", "DDP x1 [bf16, adamw]", 12, 15266.25, 220.0)]
-    assert _labels(frontier.frontier_figure(same, "transformer", "H200", BUDGET)) == ["DDP x1 [bf16, adamw]"]
+    assert _labels(frontierplot.frontier_figure(same, "transformer", "H200", BUDGET)) == ["DDP x1 [bf16, adamw]"]

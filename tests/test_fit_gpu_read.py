@@ -129,7 +129,7 @@ def test_category_labels_keep_a_margin_below_and_recommended_stars_hide_no_marke
 def test_the_frontier_legend_lists_only_what_is_drawn():
     # transformer_frontier.png of the H200 fit: a legend entry for a 'frontier' line that was not drawn (one point beat
     # the other) and a grey 'x1' marker matching no point, when every point was at one count.
-    from bench.report import frontier
+    from bench.report import frontierplot
     from bench.store import store
     from bench.analysis.results import load
     from pathlib import Path
@@ -137,6 +137,6 @@ def test_the_frontier_legend_lists_only_what_is_drawn():
                          readonly=True)
     cs = load(conn, 4).bench["transformer"]
     conn.close()
-    fig = frontier.frontier_figure(cs, "transformer", "x", 16384.0)
+    fig = frontierplot.frontier_figure(cs, "transformer", "x", 16384.0)
     names = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert not any(n.startswith("frontier") or n == "x1" for n in names), names

@@ -9,6 +9,8 @@ import os
 import pytest
 
 from bench.report import frontier, report, training_state
+
+from bench.report import frontierplot
 from bench.analysis import results
 from bench.store import store
 from bench.sweep import record
@@ -135,10 +137,10 @@ def test_each_optimizer_gets_its_own_row(tmp_path):
 
 
 def test_the_frontier_keeps_only_points_nothing_beats_and_the_plot_draws_the_budget(tmp_path):
-    assert frontier.frontier([(3.0, 10.0), (1.0, 5.0), (2.0, 4.0), (4.0, 9.0), (1.0, 6.0)]) == [(1.0, 6.0), (3.0, 10.0)]
+    assert frontierplot.frontier([(3.0, 10.0), (1.0, 5.0), (2.0, 4.0), (4.0, 9.0), (1.0, 6.0)]) == [(1.0, 6.0), (3.0, 10.0)]
     sweep = build(str(tmp_path / "s.sqlite"), [(spec("ddp", 2), payload(2, 10.0, 1200.0)),
                                                (spec("zero", 2), payload(2, 12.0, 960.0))])
-    fig = frontier.frontier_figure(sweep.bench["synthetic"], "synthetic", "cuda, H100", GIB)
+    fig = frontierplot.frontier_figure(sweep.bench["synthetic"], "synthetic", "cuda, H100", GIB)
     ax = fig.axes[0]
     points = sorted((tuple(c.get_offsets()[0]) for c in ax.collections if len(c.get_offsets())), key=lambda p: p[0])
     assert [round(x, 4) for x, _ in points] == [round(960 / GIB, 4), round(1200 / GIB, 4)]  # GiB per GPU
@@ -161,7 +163,7 @@ def test_the_budget_holds_the_device_level_over_the_whole_run_and_says_where_onl
     assert (frontier.peak_mib(zero), frontier.peak_source(zero)) == (720.0, "reserved")
     ((row, text),) = frontier.answer("synthetic", sweep.bench["synthetic"], GIB)
     assert row[2:5] == ["DDP+ZeRO x2", "5333.3", "720 MiB (reserved)"] and row[5] == "DDP x2 by 76 MiB (+7%)"
-    fig = frontier.frontier_figure(sweep.bench["synthetic"], "synthetic", "cuda, H100", 80 * GIB)
+    fig = frontierplot.frontier_figure(sweep.bench["synthetic"], "synthetic", "cuda, H100", 80 * GIB)
     ax = fig.axes[0]   # 80 GiB beside points under 1.1 GiB: named at the edge, the points keep the width
     assert not [ln for ln in ax.get_lines() if "budget" in str(ln.get_label())]
     assert ax.get_xlim()[1] < 1.5 and any("budget 80.00 GiB lies beyond this axis" in t.get_text() for t in ax.texts)
@@ -172,7 +174,7 @@ def test_the_frontiers_labels_never_overprint(tmp_path):
     configs = [(spec("ddp", 1), payload(1, 10.0, 6300.0)), (spec("single", 1), payload(1, 10.05, 6290.0)),
                (spec("zero", 1), payload(1, 10.1, 6310.0)), (spec("fsdp", 1), payload(1, 10.02, 6305.0))]
     sweep = build(str(tmp_path / "s.sqlite"), configs)
-    fig = frontier.frontier_figure(sweep.bench["synthetic"], "synthetic", "cuda, H100", 80 * GIB)
+    fig = frontierplot.frontier_figure(sweep.bench["synthetic"], "synthetic", "cuda, H100", 80 * GIB)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     renderer = FigureCanvasAgg(fig).get_renderer()
     fig.draw_without_rendering()
@@ -187,7 +189,7 @@ def test_a_cluster_of_points_keeps_every_label_inside_the_axes_and_numbers_those
                for i, (s, n, opt) in enumerate((s, n, o) for s in ("ddp", "fsdp", "hsdp") for n in (1, 2)
                                                for o in ("sgd", "adamw"))]
     sweep = build(str(tmp_path / "c.sqlite"), configs)
-    fig = frontier.frontier_figure(sweep.bench["synthetic"], "synthetic", "cpu", None)
+    fig = frontierplot.frontier_figure(sweep.bench["synthetic"], "synthetic", "cpu", None)
     import io
     fig.savefig(io.BytesIO(), format="png")
     from matplotlib.backends.backend_agg import FigureCanvasAgg

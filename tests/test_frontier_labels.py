@@ -11,7 +11,7 @@ from matplotlib.path import Path
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
-from bench.report import frontier
+from bench.report import frontierplot
 from bench.report.labels import place_labels
 
 # (peak GiB per GPU, samples/s, label) as the H100's sweep 2 stored them
@@ -28,7 +28,7 @@ def figure():
     ax = fig.subplots()
     for x, y, text in POINTS:
         ax.scatter([x], [y], s=50, zorder=3, label=text.split(" x1")[0])
-    line = frontier.frontier([(x, y) for x, y, _ in POINTS])
+    line = frontierplot.frontier([(x, y) for x, y, _ in POINTS])
     ax.step([p[0] for p in line], [p[1] for p in line], where="post", color="#999999", linestyle="--", label="frontier")
     ax.set_xlim(0, 12.081 * 1.15)
     ax.set_ylim(0, 177.6 * 1.12)

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 from bench.analysis import fit
 from bench.report import fit as fit_report, frontier, pages
+from bench.report import frontierplot
 from test_frontier import GIB, build, payload, spec
 
 
@@ -42,7 +43,7 @@ def test_a_cpu_budget_holds_the_nodes_total_and_the_page_gives_it_beside_the_per
 
 def test_the_cpu_frontier_plots_the_nodes_total(tmp_path):
     sweep = _sweep(tmp_path, "cpu", 1.0)
-    fig = frontier.frontier_figure(sweep.bench["synthetic"], "synthetic", "cpu", GIB)
+    fig = frontierplot.frontier_figure(sweep.bench["synthetic"], "synthetic", "cpu", GIB)
     ax = fig.axes[0]
     xs = sorted(float(c.get_offsets()[0][0]) for c in ax.collections if len(c.get_offsets()))
     assert xs == [800.0, 1400.0] and "peak memory per node: the peak RSS of its processes, summed" in ax.get_xlabel()

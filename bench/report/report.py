@@ -25,6 +25,7 @@ from bench.analysis.nodes import starved_nodes
 from bench.analysis.reference import REFERENCE_V100_S, train_times
 from bench.config import ConfigError
 from bench.report import comm as comm_report
+from bench.report import frontierplot
 from bench.report import compile as compile_report
 from bench.report import efficiency
 from bench.report.efficiency import efficiency_text, efficiency_words, speedup_text
@@ -263,7 +264,7 @@ def _blocks_and_plots(store_path: str, sweep: Sweep, plots_dir: str, memory_budg
     plot_paths = {w: trace_report.plot_paths(p, sweep.bench[w], shown[w], title[w], plots_dir)
                   for w, p in plot_paths.items()}  # --profile: the traces' figure beside the phases plot
     budget = frontier.budget_mib(sweep, memory_budget_gib)[0]
-    plot_paths = {w: {**p, **frontier.save_plots(sweep.bench[w], shown[w], title[w], plots_dir, budget)}
+    plot_paths = {w: {**p, **frontierplot.save_plots(sweep.bench[w], shown[w], title[w], plots_dir, budget)}
                   for w, p in plot_paths.items()}
     plot_paths = {w: {**p, **utilisation_report.save_plots(sweep.bench[w], shown[w], title[w], plots_dir)}
                   for w, p in plot_paths.items()}
