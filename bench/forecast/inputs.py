@@ -72,6 +72,7 @@ class Raw:
     buckets: list = field(default_factory=list)     # [(size_bytes, ready_fraction)] of DDP's buckets, in order
     units: list = field(default_factory=list)       # [size_bytes] of FSDP's units, forward order
     step_ms: list = field(default_factory=list)     # the measured window's steps, slowest rank, every repeat (`jitter`)
+    step_firsts: tuple = ()                         # the indices in step_ms of each process's first measured step
     state_mib: dict = field(default_factory=dict)   # STATE -> MiB this rank holds (the largest rank, median of repeats)
     peak_mib: Optional[float] = None                # the largest rank's measured peak (median of repeats)
     peak_method: str = ""                           # how: allocator peak (CUDA) or peak RSS less the baseline (CPU)
@@ -120,6 +121,18 @@ def jitter(rows: list, central_ms: float) -> list:
         mid = stats.median(steps) if steps else 0.0
         out += [v * central_ms / mid for v in steps] if mid > 0 else []
     return out
+
+
+def firsts(rows: list) -> tuple:
+    """The indices in `jitter`'s list of each process's first measured step: a set-apart step is named by them ('the
+    first measured', the step after the warm-up that still carries some of it: an H200's 4.60 ms among 3.31-3.33)."""
+    out, at = [], 0
+    for rs in _by_process(rows).values():
+        steps = [float(r["step_ms"]) for r in stats.slowest_rank_rows(rs)]
+        if steps and stats.median(steps) > 0:      # as `jitter` keeps them
+            out.append(at)
+            at += len(steps)
+    return tuple(out)
 
 
 def phases(rows: list) -> Optional[dict]:
@@ -245,7 +258,7 @@ def derive(rows) -> Optional[Raw]:
     state, peaks, method, runtime = _memory(rows.memory)
     return Raw(key=rows.key, measured=measured, no_sync=phases(no_sync_rows), sync=phases(sync_rows),
                buckets=bucket_fractions(rows.buckets), units=fsdp_units(rows.buckets),
-               step_ms=jitter(measured_rows, measured["step_ms"]),
+               step_ms=jitter(measured_rows, measured["step_ms"]), step_firsts=firsts(measured_rows),
                state_mib=state, peak_mib=stats.median(peaks) if peaks else None, peak_method=method,
                buffer_bytes=float(rows.details.get("buffer_bytes") or 0.0),
                spreads={k: spread(r) for k, r in (("measured", measured_rows), ("no_sync", no_sync_rows),

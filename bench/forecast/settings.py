@@ -82,6 +82,7 @@ class Inputs:
     units: list = field(default_factory=list)         # [(gather bytes, reduce bytes)]
     dp_points: dict = field(default_factory=dict)     # count -> step_ms
     step_ms: list = field(default_factory=list)       # the compute's run's steps (the slowest-rank spread)
+    step_firsts: tuple = ()                           # the indices in step_ms of each process's first measured step
     buffer_bytes: float = 0.0
     co_run_base: float = 1.0                          # the co-run slowdown already inside the compute
     own_ms: float = 0.0                               # DDP's own gradient work inside the compute (bucket copies, x1's
@@ -238,6 +239,7 @@ def inputs(s: Setting, machine: "Machine", below: Optional[int] = None):
         words.append(f"DDP's own gradient work at one rank (bucket copies): {own:.2f} ms (x1's probe, measured)")
     inter = for_setting(s, machine).inter   # the co-run of this model's bytes, where measured per model
     inp = Inputs(compute, base.global_batch / base.device_count, inter=inter, step_ms=raw.step_ms,
+                 step_firsts=raw.step_firsts,
                  buffer_bytes=raw.buffer_bytes if s.strategy in ("ddp", "zero") else 0.0,
                  co_run_base=inter.co_run_x(base.device_count, base.nodes), words=words, from_counts=(base.device_count,),
                  compute_spread=raw.spreads.get("no_sync" if ph is raw.no_sync else "measured", fi.Spread()),

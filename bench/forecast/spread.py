@@ -18,10 +18,15 @@ What a draw takes, input by input (each a spread from repeated measurement, each
                    process it is not measured: left out, said so (the range is then too narrow).
   buckets          DDP's ready times: the per-bucket medians of the (repeat, rank, step) observations resampled
   straggler/jitter the tail (bench.forecast.inputs.tail_excess_ms) of half the steps drawn without replacement, each
-                   kept twice (`half_samples`): robust to one outlier, as the central is. Resampled with replacement,
-                   one slow step of 20 (an H200's first measured step, 5.3 ms among 3.32s) came in three copies or more
-                   in 7.5% of the draws, enough for the fitted tail: DDP x16's range read 34%-77% efficiency around a
-                   central of 77%. A half-sample's tail varies more than the whole set's: the range errs wide
+                   kept twice (`half_samples`). Resampled with replacement, one slow step of 20 (an H200's first
+                   measured step, 5.3 ms among 3.32s) came in three copies or more in 7.5% of the draws, enough for the
+                   fitted tail: DDP x16's range read 34%-77% efficiency around a central of 77%. Steps far beyond the
+                   tail fitted to the others (`set_apart`), no more of them than that fit passes over, are kept once in
+                   every draw as measured and only the rest half-sampled: the central's fit reads the median of its top
+                   5 steps of 20 and passes over 2; half-sampled, 2 such steps (another H200's 4.60 ms, its first
+                   measured, and 3.57 among 3.31-3.33) came in a quarter of the draws, each twice, 4 of those 5, and
+                   DDP x16 read 76% (66%-77%). The words name the steps set apart. A half-sample's tail varies more
+                   than the whole set's: the range errs wide
   interference     each size's rounds resampled (bench.forecast.interference.redraw); the co-run's rounds likewise
   network          a measured level's fit: lognormal, its prediction error for one call (rms x sqrt(1 + 1/rows))
   memory           the peak per process, as compute (the central's uncertainty and a fresh run's)
@@ -41,6 +46,8 @@ from bench.forecast import interference as itf
 from bench.forecast import network as nw
 from bench.forecast import step as fc
 
+FAR = 0.01                       # a step the fitted tail gives under this chance among all n steps is set apart ...
+FLOOR = 0.001                    # ... that tail's scale at least this fraction of the median (steps timed alike)
 DRAWS = 400                      # draws per forecast (with the central: 401 rows)
 SEED = 0                         # the draws are the same every run: a rerun prints the same range
 LOW, HIGH = 0.05, 0.95           # the range: a 90% interval of the draws
@@ -90,6 +97,56 @@ def half_samples(x: np.ndarray, rng: np.random.Generator, draws: int) -> np.ndar
     return np.concatenate([picks, picks, x[order[:, m:m + n - 2 * m]]], axis=1)
 
 
+def _top(n: int) -> int:
+    """How many of n steps the central's fitted tail reads its scale from (inputs.tail_excess_ms: the top quarter)."""
+    return max(2, int(round(n * (1 - fi.TAIL_FROM))))
+
+
+def set_apart(steps) -> np.ndarray:
+    """A mask over the steps: those far beyond the exponential tail fitted to the steps above their upper quartile (the
+    central's fit, its scale at least the interquartile range's and FLOOR of the median), where the fit gives any of the
+    n steps under FAR of a chance to reach them; none where more lie there than the fit's median of its top steps passes
+    over (then they are a tail, and drawn as one). Such steps leave the central as it is; half-sampled, each kept twice,
+    they would set the range (module docstring)."""
+    x = np.asarray(steps, dtype=float)
+    n = x.size
+    if n < fi.MIN_TAIL_STEPS:
+        return np.zeros(n, dtype=bool)
+    q1, mid, u = np.quantile(x, [0.25, 0.5, fi.TAIL_FROM])
+    top = np.sort(x)[n - _top(n):]
+    scale = max(float(np.median(top - u)) / math.log(2), (u - q1) / math.log(3), FLOOR * mid)
+    far = x > u + scale * math.log((1 - fi.TAIL_FROM) * n / FAR)
+    return far if far.sum() <= (_top(n) - 1) // 2 else np.zeros(n, dtype=bool)
+
+
+def tail_draws(steps, rng: np.random.Generator, draws: int) -> np.ndarray:
+    """(draws, n): the steps not set apart half-sampled, those set apart kept once in every row, as measured."""
+    far = set_apart(steps)
+    kept = np.broadcast_to(steps[far], (draws, int(far.sum())))
+    return np.concatenate([half_samples(steps[~far], rng, draws), kept], axis=1)
+
+
+def tail_words(inp) -> str:
+    """What the straggler/jitter range is drawn from, naming the steps set apart."""
+    steps = np.asarray(inp.step_ms, dtype=float)
+    n = steps.size
+    if n < fi.MIN_TAIL_STEPS:
+        return "straggler/jitter: none (too few steps)"
+    far = np.flatnonzero(set_apart(steps))
+    if not far.size:
+        return f"straggler/jitter: half-samples of its {n} steps"
+    first = "the first measured" if len(inp.step_firsts) <= 1 else "a process's first measured"
+    named = [f"{fi.figure(steps[i])} ms" + (f" ({first})" if i in inp.step_firsts else "")
+             for i in sorted(far, key=lambda i: -steps[i])]
+    k = far.size
+    one = k == 1
+    return (f"straggler/jitter: half-samples of {n - k} of its {n} steps; the other {'one' if one else k}, "
+            f"{' and '.join(named)}, far beyond the tail fitted to the steps, kept once in every draw as in the central "
+            f"value, whose tail passes over {'it' if one else 'them'} (half-sampled, kept twice, "
+            f"{'it' if one else 'they'} would be {2 * k} of the {_top(n)} steps that tail is read from and set the "
+            f"range's end)")
+
+
 def _ready(inp, rng: np.random.Generator, draws: int) -> list:
     """The buckets with ready fractions over draws + 1: each bucket's median of resampled observations."""
     obs = np.asarray(inp.ready_obs, dtype=float)
@@ -111,7 +168,7 @@ def draw(inp, machine, draws: int = DRAWS, seed: int = SEED) -> tuple:
                          c.optimizer_ms * central_x)
     steps = np.asarray(inp.step_ms, dtype=float)
     if steps.size >= 2:
-        steps = np.concatenate([steps[None], half_samples(steps, rng, draws)])
+        steps = np.concatenate([steps[None], tail_draws(steps, rng, draws)])
     m = replace(machine, net=nw.redraw(machine.net, rng, draws), inter=itf.redraw(machine.inter, rng, draws))
     dp = {}
     for n, ms in inp.dp_points.items():
@@ -138,8 +195,7 @@ def words(inp, machine) -> str:
     obs = len(inp.ready_obs)
     if inp.ready_obs and obs >= 2:
         parts.append(f"bucket ready times: {obs} observations (repeats x ranks x steps) resampled")
-    parts.append(f"straggler/jitter: half-samples of its {len(inp.step_ms)} steps" if len(inp.step_ms) >= fi.MIN_TAIL_STEPS
-                 else "straggler/jitter: none (too few steps)")
+    parts.append(tail_words(inp))
     parts += [w for w in (itf.spread_words(machine.inter), nw.spread_words(machine.net)) if w]
     if inp.memory is not None:
         parts.append(memory_words(inp.memory, inp.peak_spread))
