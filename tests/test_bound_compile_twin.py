@@ -25,7 +25,7 @@ def test_a_sweep_that_measured_compile_quotes_it_instead_of_advising_it(tmp_path
         kind, why = bound.bound(sweep, "deeplabv3", by[label])
         assert kind.startswith("host-bound"), kind
         assert "fewer, larger kernels" not in why and "--compile, a larger" not in why, why
-        assert (head + "GPU work 21.3 -> 14.2 ms a step, the step 51.0 -> 54.4 ms (" + told + "): the host's launch "
+        assert (head + "GPU work from 21.3 to 14.2 ms a step, the step from 51.0 to 54.4 ms (" + told + "): the host's launch "
                 "work bounds it; a larger --per-device-batch amortises it (3.") in why, why
         assert "of the GPU's 139.80 GiB used)" in why, why
 

@@ -222,8 +222,8 @@ def _compile_advice(sweep: Sweep, workload: str, c) -> str:
     helped = told is False and faster is compiled
     head = "compiled, against its eager twin measured here" if c.compiled else "--compile, measured here"
     work = [busy(x) for x in (eager, compiled)]
-    kernels = (f"GPU work {work[0].work_ms:.1f} -> {work[1].work_ms:.1f} ms a step, " if None not in work else "")
-    step = (f"the step {eager.summary.median_ms:.1f} -> {compiled.summary.median_ms:.1f} ms "
+    kernels = (f"GPU work from {work[0].work_ms:.1f} to {work[1].work_ms:.1f} ms a step, " if None not in work else "")
+    step = (f"the step from {eager.summary.median_ms:.1f} to {compiled.summary.median_ms:.1f} ms "
             f"({'told apart' if told is False else 'within the noise' if told else 'not told apart'})")
     if helped:
         return f"{head}: {kernels}{step}: it helps; " + batch.format("the host's launch work that remains")
