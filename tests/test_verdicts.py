@@ -294,3 +294,20 @@ def test_epochs_of_a_small_tree_are_not_read_as_voc_trains_epochs():
     assert seconds == pytest.approx(1.0 + (20 * 1464 - 2) / 4.4) and "compilation" not in how
     full = SimpleNamespace(**{**c.__dict__, "epoch_images": 1464, "epoch_wall_s": [300.0]})
     assert reference.train_times([full]) == ([("single device x1", 6000.0)], "measured: median epoch wall time x 20")
+
+
+def test_the_numerics_table_of_cuda_switches_is_not_shown_on_cpu_where_they_do_not_exist(h100):
+    # The default CPU report printed 'TF32 matmul / cuDNN False / False ... cuDNN benchmark ... grad scaler' under every
+    # workload (trial D, finding 12): switches a CPU has not. On CPU only autocast is said, and only where one ran.
+    sweep = h100()
+    configs = sweep.bench["deeplabv3"]
+    header = ["precision", "autocast", "TF32 matmul / cuDNN", "float32 matmul precision", "cuDNN benchmark", "grad scaler"]
+    tables = [b[1] for b in report._workload_blocks(sweep, "deeplabv3", configs, {}) if b[0] == "table"]
+    assert header in tables                                                     # on the GPU, as it was
+    fp32 = {"autocast_dtype": None, "tf32_matmul": False, "tf32_cudnn": False, "grad_scaler": False}
+    cpu = [replace(c, device_type="cpu", precision="fp32", numerics=dict(fp32)) for c in configs]
+    tables = [b[1] for b in report._workload_blocks(sweep, "deeplabv3", cpu, {}) if b[0] == "table"]
+    assert header not in tables and ["precision", "autocast"] not in tables     # fp32 alone: nothing to say
+    cpu = cpu[1:] + [replace(cpu[0], precision="bf16", numerics=dict(fp32, autocast_dtype="bfloat16"))]
+    tables = [b for b in report._workload_blocks(sweep, "deeplabv3", cpu, {}) if b[0] == "table"]
+    assert ["bf16", "bfloat16"] in [t for t in tables if t[1] == ["precision", "autocast"]][0][2]

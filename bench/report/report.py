@@ -156,11 +156,13 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
     numerics = {c.precision: c.numerics for c in configs if c.numerics}
     if cuda and "fp32" in numerics:
         b.append(("p", FP32_ON_CUDA))
-    if numerics:
+    if numerics and cuda:
         b.append(("table", ["precision", "autocast", "TF32 matmul / cuDNN", "float32 matmul precision", "cuDNN benchmark", "grad scaler"],
                   [[p, str(n.get("autocast_dtype") or "–"), f"{n.get('tf32_matmul')} / {n.get('tf32_cudnn')}",
                     str(n.get("float32_matmul_precision")), str(n.get("cudnn_benchmark")), str(n.get("grad_scaler"))]
                    for p, n in numerics.items()]))
+    elif any(n.get("autocast_dtype") for n in numerics.values()):  # CPU: TF32, cuDNN and the scaler are the GPU's
+        b.append(("table", ["precision", "autocast"], [[p, str(n.get("autocast_dtype") or "–")] for p, n in numerics.items()]))
     b += compile_report.blocks(workload, configs)  # compilation's cost and payback; the reference job's time
     if sweep.loader and configs[0].data != "synthetic":
         rows = []
