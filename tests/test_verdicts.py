@@ -289,7 +289,7 @@ def test_epochs_of_a_small_tree_are_not_read_as_voc_trains_epochs():
     c = SimpleNamespace(label="single device x1", epoch_wall_s=[1.8, 1.8], epoch_images=8, compiled=False,
                         compile_s=None, device_type="cpu", data="voc", warmup_s=1.0, warmup_steps=1, global_batch=2,
                         samples_per_s=4.4)
-    (label, seconds), how = reference.train_times([c])[0][0], reference.train_times([c])[1]
+    (_, seconds), how = reference.train_times([c])[0][0], reference.train_times([c])[1]
     assert how.startswith("estimate: the measured epochs held 8 images, not VOC 2012 train's 1464: "), how
     assert seconds == pytest.approx(1.0 + (20 * 1464 - 2) / 4.4) and "compilation" not in how
     full = SimpleNamespace(**{**c.__dict__, "epoch_images": 1464, "epoch_wall_s": [300.0]})
