@@ -164,6 +164,13 @@ def test_environment_section_names_versions_host_commit_and_threads(cpu, cuda_vo
     assert env["hostname"] == "bench-host" and env["git_commit"] == "abc1234" and env["cpu_cores"] == "2"
     cpu_env = dict((r[""], r["environment 1 (12 result(s))"]) for r in md_table(cpu[2], "## Environment"))
     assert cpu_env["threads per process"] == "1" and cpu_env["cpu_model"] == "Test CPU &lt;i&gt;9000&lt;/i&gt;"
+    assert not env["cuda"].endswith("no GPU used)")
+    # a CUDA build of torch where no GPU ran (trial D: 'cuda | 13.0' on the 2-core CPU machine read as a GPU found)
+    from types import SimpleNamespace
+    from bench.report import environment
+    rows, _ = environment._environment_rows(SimpleNamespace(threads=[1], process_starts={}),
+                                            {"torch": "2.14.1+cu130", "cuda": "13.0", "gpu_names": []})
+    assert dict(rows)["cuda"] == "13.0 (torch's build; no GPU used)" and dict(rows)["torch"] == "2.14.1+cu130"
 
 
 def test_failed_skipped_and_interrupted_configurations_appear_with_reasons(cpu):

@@ -20,6 +20,9 @@ ENV_KEYS = ("hostname", "git_commit", "python", "torch", "torchvision", "cuda", 
 def _environment_rows(sweep: Sweep, e: dict) -> tuple:
     """([name, value] rows, topology matrix or None) of one environment row, as the report shows it."""
     rows = [[k, str(e[k]) if e.get(k) not in (None, "") else "–"] for k in ENV_KEYS]
+    if not e.get("gpu_names"):   # a CUDA build of torch on a machine without a GPU: 'cuda 13.0' read as a GPU found
+        rows = [[k, v + " (torch's build; no GPU used)" if k in ("cuda", "cudnn", "nccl") and v != "–" else v]
+                for k, v in rows]
     extra = json.loads(e.get("json") or "{}")
     rows.append(["CUDA_VISIBLE_DEVICES", str(extra.get("cuda_visible_devices") or "–")])
     settings = dict(extra.get("nccl_env") or {})
