@@ -142,9 +142,8 @@ def tail_words(inp) -> str:
     one = k == 1
     return (f"straggler/jitter: half-samples of {n - k} of its {n} steps; the other {'one' if one else k}, "
             f"{' and '.join(named)}, far beyond the tail fitted to the steps, kept once in every draw as in the central "
-            f"value, whose tail passes over {'it' if one else 'them'} (half-sampled, kept twice, "
-            f"{'it' if one else 'they'} would be {2 * k} of the {_top(n)} steps that tail is read from and set the "
-            f"range's end)")
+            f"value, whose fitted tail passes over {'it' if one else 'them'} (a half-sample holds each step twice or "
+            f"not at all: {2 * k} of the {_top(n)} steps that tail is read from)")
 
 
 def _ready(inp, rng: np.random.Generator, draws: int) -> list:
