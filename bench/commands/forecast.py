@@ -169,7 +169,10 @@ def main(argv: list) -> int:
         print(f"  network {name}: {lv.busbw_gbps:.3g} GB/s, {lv.latency_us:.3g} us per step, {lv.call_us:.3g} us per "
               f"call ({'measured' if lv.measured else 'assumed'}: {lv.source})")
     print(f"  {m.inter.words()}")
-    print("  memory budget: " + (f"{budget_name} per device" if budget else "none (--memory-budget-gib)"))
+    cpu = all(getattr(s.any, "device_type", "cuda") == "cpu" for s in f.sets)
+    per_node = m.gpus_per_node if cpu else 0    # CPU: a budget is a node's, its processes summed, as the report's
+    print("  memory budget: " + (f"{budget_name} per {'node' if per_node else 'device'}" if budget
+                                 else "none (--memory-budget-gib)"))
     price = price_of(ns, f.sweep)
     for s in f.sets:
         inp = fs.inputs(s, m)
@@ -197,7 +200,7 @@ def main(argv: list) -> int:
             print("  " + cost_line(s, pts, price, ns.prices.unit()))
         mems = [p.memory for p in whatifs[0][1] if p.memory is not None]
         if mems:
-            print(f"  memory: {mm.fit_words(mems, budget, s.strategy, budget_name)}"
+            print(f"  memory: {mm.fit_words(mems, budget, s.strategy, budget_name, per_node)}"
                   + batches.over_words(s, budget, rf.frontier.peak_mib(s.configs[min(s.configs)]))
                   + f"; at {mems[-1].count}: "
                   + ", ".join(f"{k} {v:.0f}" for k, v in mems[-1].parts.items()) + " MiB"
