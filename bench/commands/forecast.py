@@ -174,6 +174,8 @@ def main(argv: list) -> int:
     print("  memory budget: " + (f"{budget_name} per {'node' if per_node else 'device'}" if budget
                                  else "none (--memory-budget-gib)"))
     price = price_of(ns, f.sweep)
+    forecast_sets = [s for s in f.sets if not isinstance(fs.inputs(s, m), str)]
+    on, on_short = (fo.on_words(m, forecast_sets, short) for short in (False, True))
     for s in f.sets:
         inp = fs.inputs(s, m)
         print(f"\n{s.label}" + (f": {batches.head_words(s).rstrip('; ')}" if s.batch else ""))
@@ -194,8 +196,10 @@ def main(argv: list) -> int:
             print(f"  MFU: {mfu_words}")
         if s.configs.keys() - {1}:
             print(f"  {fo.BASIS_WORDS}")
-        print(f"  efficiency under {fo.EFFICIENT:.0%} from: {fo.below_words(whatifs, grid[-1])}")
-        print("  " + fo.recommendation(s, whatifs[0][1], whatifs))
+        below = fo.below_words(whatifs, grid[-1], on_short)
+        if below:                                 # none where the efficiency is unknown (no single device x1)
+            print(f"  efficiency under {fo.EFFICIENT:.0%} from: {below}")
+        print("  " + fo.recommendation(s, whatifs[0][1], whatifs, on))
         if price is not None:
             print("  " + cost_line(s, pts, price, ns.prices.unit()))
         mems = [p.memory for p in whatifs[0][1] if p.memory is not None]

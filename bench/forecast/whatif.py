@@ -6,6 +6,7 @@ bigger buckets, and half the bytes on the wire.
     what_ifs(setting, inputs, machine, counts)    # [(what, [Point])]: this network first (with its range)
     regroup(buckets, cap_bytes)                   # the same gradients in buckets of up to cap_bytes
     first_below(points), network_sets(what_ifs)   # the first count under 75%; whether the network sets it
+    on_words(machine, sets, short=False)          # the network a verdict is on: 'this network' only where measured
 """
 from __future__ import annotations
 
@@ -76,3 +77,42 @@ def network_sets(whatifs: list) -> str:
     if bound == "exposed communication":
         return f"no what-if moves it: {every}"
     return f"the network does not set it: {every}; {bound} does"
+
+
+def _origin(level: nw.Level) -> tuple:
+    """('measured' | 'typed' | 'preset' | 'flat', the preset's name or the typed flag)."""
+    src = level.source
+    if level.measured:
+        return "measured", ""
+    if src.startswith("preset "):
+        return "preset", src.split(":")[0][len("preset "):]
+    if src.startswith("--network"):
+        return "typed", src.split(":")[0]
+    return "flat", ""
+
+
+def on_words(m: fs.Machine, sets: list = (), short: bool = False) -> str:
+    """The network a verdict is on, where it is read: 'this network' only where both levels were measured. A one-GPU
+    H200 sweep read 'past 16 GPUs on this network' where the network was the h100 preset (8x H100 over NVLink 4, 400
+    Gb/s InfiniBand between nodes) and no link had been measured: 'an assumed network (the h100 preset: 8x H100 NVLink +
+    400 Gb/s InfiniBand per GPU; nothing measured: this sweep ran on one GPU)'; short, for a list or a legend: 'the
+    assumed network (preset h100)'."""
+    kinds = [_origin(m.net.node), _origin(m.net.net)]
+    if all(k == "measured" for k, _ in kinds):
+        return "this network"
+    if all(k in ("measured", "typed") for k, _ in kinds):
+        return "the network typed (" + ", ".join(w for k, w in kinds if k == "typed") + ")"
+    (nk, nw_), (tk, tw) = kinds
+    if nk == tk == "preset" and nw_ == tw:
+        if short:
+            return f"the assumed network (preset {nw_})"
+        counts = [n for t in sets for n in t.configs]
+        cuda = all(getattr(t.any, "device_type", "cuda") == "cuda" for t in sets)
+        why = (f"this sweep ran on one {'GPU' if cuda else 'process'}" if counts and max(counts) == 1 else
+               "the sweep stored no all-reduce rows")
+        return f"an assumed network (the {nw_} preset: {nw.PRESETS[nw_].summary}; nothing measured: {why})"
+    if short:
+        return "a partly assumed network"
+    said = {"measured": "measured", "typed": "typed", "flat": "assumed as fast as the other level"}
+    level = lambda k, w: f"assumed (preset {w})" if k == "preset" else said[k] + (f" ({w})" if w else "")  # noqa: E731
+    return (f"a partly assumed network (inside a node {level(nk, nw_)}; between nodes {level(tk, tw)})")

@@ -154,6 +154,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
     per_node = m.gpus_per_node if cpu else 0     # CPU: a budget is a node's, its processes summed (fit.budget_peak)
     b: list = [("h", 2, "Forecast past the measured counts"), ("p", scope_words([s for s, _ in sets], m, sweep.threads))]
     sentences, by_workload, mem_lines, rows, checks, errors = [], {}, {}, [], [], []
+    on, on_short = (fo.on_words(m, [s for s, _ in sets], short) for short in (False, True))
     for s, inp in sets:
         ws = fo.what_ifs(s, inp, m, fo.DOUBLING)
         check = fk.validate(s, f.runs, None, {}, "")
@@ -164,7 +165,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
         checked = [r for r in check if r.get("error") is not None]
         inside = [r for r in checked if r.get("in_range") is not None]
         mems = [p.memory for p in ws[0][1] if p.memory is not None]
-        sentences.append(batched(s, fo.recommendation(s, ws[0][1], ws))
+        sentences.append(batched(s, fo.recommendation(s, ws[0][1], ws, on))
                          + (f"; checked at x{','.join(str(r['device_count']) for r in checked)} with errors "
                             f"{', '.join(format(r['error'], '+.0%') for r in checked)}"
                             + (f", {sum(r['in_range'] for r in inside)} of {len(inside)} inside the range" if inside else "")
@@ -172,7 +173,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
                          + (f"; memory: {mm.fit_words(mems, budget, s.strategy, budget_name, per_node)}"
                             + batches.over_words(s, budget, frontier.peak_mib(s.configs[min(s.configs)]))
                             if mems else ""))
-        moves = fo.below_words(ws, fo.DOUBLING[-1]) if len(ws) > 1 else ""
+        moves = fo.below_words(ws, fo.DOUBLING[-1], on_short) if len(ws) > 1 else ""
         shown = [p for p in ws[0][1] if p.count in TABLE_COUNTS]
         rows += [[s.label] + cells(s, p) for p in shown]   # each with its own MFU
         mfu = mfu_words(s, [(p, None) for p in shown])

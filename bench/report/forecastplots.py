@@ -102,7 +102,8 @@ def _key(ax, assumed: str, drawn: set) -> None:
     'measured (dots)' where no dot was drawn. A dashed line (not resolved) says so in its own entry. assumed: what
     every line assumes ('' where they differ, each line's entry then says its own)."""
     if "line" in drawn:
-        ax.plot([], [], "-", color="#555555", label="forecast, this network" + (f" ({assumed} assumed)" if assumed else ""))
+        net = "an assumed network" if "network" in assumed else "this network"   # never 'this network' on a preset
+        ax.plot([], [], "-", color="#555555", label=f"forecast, {net}" + (f" ({assumed} assumed)" if assumed else ""))
     marks = [w for k, w in (("measured", "measured (dots)"), ("checked", "the check's forecast of a measured count: "
                                                                          "hollow, joined to its measurement")) if k in drawn]
     if marks:
