@@ -1,7 +1,7 @@
 """A forecast read on the afternoon H200 example (examples/h200-2026-11-27-pm, one GPU, no link measured): its verdicts
 name the assumed network where they are read, never 'this network'; where the efficiency is unknown (no single device
-x1) no 'under 75%' verdict and no superlinear per-GPU rate from two bases; one slow first step does not set the
-range."""
+x1) no 'under 75%' verdict, no superlinear per-GPU rate from two bases, no empty efficiency plot; one slow first step
+does not set the range."""
 from __future__ import annotations
 
 import os
@@ -59,14 +59,17 @@ def test_a_one_gpu_sweeps_verdict_names_the_assumed_network_and_one_slow_step_se
     assert any(t.startswith("forecast, an assumed network (") for t in legend), legend
 
 
-def test_unknown_efficiency_gives_no_verdict_and_no_two_basis_rate(tmp_path, monkeypatch):
+def test_unknown_efficiency_gives_no_verdict_no_two_basis_rate_and_no_empty_plot(tmp_path, monkeypatch):
     # transformer-fit: 'efficiency unknown' beside 'Under 75% from: this network: not up to 1024', 'per GPU 274.3
     # samples/s at 2 GPUs, above the 273.8 measured at x1' (the forecast from x1's median step, 466.1 ms; the 273.8
-    # from its windows, 467.6 ms a step)
-    bl, _ = _blocks(os.path.join(PM, "gpu.sqlite"), 3, tmp_path, monkeypatch)
+    # from its windows, 467.6 ms a step), and a linked plot of axes, a 75% line and one tick
+    bl, drawn = _blocks(os.path.join(PM, "gpu.sqlite"), 3, tmp_path, monkeypatch)
     said = _said(bl)
     assert "efficiency unknown" in said
     assert "Under 75%" not in said and "samples/s at 2 GPUs, above" not in said
+    assert "figure" not in dict(drawn) and "memory_figure" in dict(drawn)
+    assert not any(b[0] == "img" and b[1].endswith("transformer_forecast.png") for b in bl)
+    assert "No forecast scaling-efficiency plot for transformer: its efficiency is unknown at every count" in said
 
 
 def test_only_a_measured_network_is_this_network(tmp_path):

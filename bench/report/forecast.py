@@ -201,9 +201,13 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
     from bench.report import plots
     for workload, lines in by_workload.items():
         shown = display_name(workload, by_workload)   # a model given by path: its titles say my_model:build
-        path = os.path.join(plots_dir, plots.file_name(workload, "forecast"))
-        fp.figure(shown, where, lines).savefig(path, dpi=100)
-        b.append(("img", path, f"{shown}: forecast scaling efficiency"))
+        if fp.drawable(lines):
+            path = os.path.join(plots_dir, plots.file_name(workload, "forecast"))
+            fp.figure(shown, where, lines).savefig(path, dpi=100)
+            b.append(("img", path, f"{shown}: forecast scaling efficiency"))
+        else:
+            b.append(("p", f"No forecast scaling-efficiency plot for {shown}: its efficiency is unknown at every count "
+                           "(no single device x1 to hold it against, as said above)."))
         if any(p.memory is not None for _, pts in mem_lines[workload] for p in pts):
             path = os.path.join(plots_dir, plots.file_name(workload, "forecast_memory"))
             fp.memory_figure(shown, where, mem_lines[workload], budget, budget_name, per_node).savefig(path, dpi=100)

@@ -1,6 +1,7 @@
 """The forecast section's plots (bench.report.forecast draws them through here), one colour per setting.
 
     figure(workload, where, [(setting, what_ifs, checks, assumed)])   # scaling efficiency against count
+    drawable(lines)            # whether that figure has any efficiency to draw (none without a single device x1)
     memory_figure(workload, where, [(setting, [Point])], budget_mib, budget_name)   # memory per device against count
     assumed_words(machine)     # what the machine assumed, for the legend
 
@@ -126,6 +127,18 @@ def _what_ifs(ax, name: str, color, whatifs: list, main: dict, hidden: dict) -> 
                 label=f"{name}: {what}")
         drawn += ys
     return drawn
+
+
+def drawable(lines: list) -> bool:
+    """Whether `figure` has any efficiency to draw: a measured count past one, a checked one, or a forecast point with a
+    known efficiency. Without a single device x1 none is known, and a one-GPU transformer sweep's plot was axes, a 75%
+    line and one tick, linked under 'scaling efficiency past the measured counts' (read as a failed or a 0% forecast)."""
+    for s, whatifs, checks, _ in lines:
+        if any(n > 1 and not math.isnan(c.efficiency) for n, c in s.configs.items()):
+            return True
+        if any(not p.refused and not math.isnan(p.efficiency) for p in whatifs[0][1]):
+            return True
+    return False
 
 
 def figure(workload: str, where: str, lines: list):
