@@ -315,7 +315,7 @@ def tail_words(n_steps: int, where: str) -> str:
             f"GPU's clocks, is not measured there), read off them up to {up} rank{'s' if up > 1 else ''} (at least "
             f"{TAIL_BEYOND} steps beyond "
             f"the quantile); past that the steps are fewer than it needs: an exponential tail fitted to the steps above "
-            f"their upper quartile, robust to one outlier")
+            f"their upper quartile, its scale from their median excess, which a step or two far out moves little")
 
 
 def finite(v) -> bool:
