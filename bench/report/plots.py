@@ -148,6 +148,7 @@ def throughput_figure(configs: list, workload: str, where: str) -> Figure:
     k, ylabel = throughput_axis(configs, "throughput (samples/s)")
     for key, cs in _by_series(configs).items():
         ax.plot([c.device_count for c in cs], [c.samples_per_s * k for c in cs], **style[key])
+    draw_spread(ax, configs, style, k, capsize=4)
     bases = [c for c in configs if c.device_count == 1 and c.strategy == "single"] or [c for c in configs if c.device_count == 1]
     for b in bases:
         ax.plot(counts, [b.samples_per_s * k * n for n in counts], ":", color="#999999", alpha=0.7,
@@ -156,6 +157,34 @@ def throughput_figure(configs: list, workload: str, where: str) -> Figure:
     ax.set_ylim(bottom=0)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")  # beside the axes: it covers no point
     return fig
+
+
+SPREAD_LABEL = "whiskers: range of its processes"
+
+
+def processes(c) -> int:
+    """How many processes c's figures rest on (0 where a stand-in carries none)."""
+    return len(getattr(c, "process_sps", None) or ())
+
+
+def process_span(c, k: float = 1.0) -> Optional[tuple]:
+    """(slowest, fastest) of c's processes' throughputs x k; None where it ran fewer than two."""
+    return (min(c.process_sps) * k, max(c.process_sps) * k) if processes(c) > 1 else None
+
+
+def draw_spread(ax, configs: list, style: dict, k: float, capsize: float) -> None:
+    """Min-max whiskers across each configuration's processes, around its median point, in its series' colour, and one
+    legend entry saying what they are: one H200's DeepLabV3 [bf16] ran 140.3, 166.0 and 153.3 samples/s in three
+    processes and the plots drew 153.3 alone, a clean point the text calls unstable and its gaps 'not resolved'. A
+    configuration of one process keeps its bare point."""
+    spans = [(c, process_span(c, k)) for c in configs]
+    spans = [(c, sp) for c, sp in spans if sp]
+    for c, (low, high) in spans:
+        mid = c.samples_per_s * k
+        ax.errorbar([c.device_count], [mid], yerr=[[max(0.0, mid - low)], [max(0.0, high - mid)]], fmt="none",
+                    ecolor=style[c.series]["color"] or "#555555", elinewidth=1.2, capsize=capsize, zorder=2)
+    if spans:   # a neutral entry: the first whisker's colour would read as one strategy's
+        ax.errorbar([], [], yerr=[], fmt="none", ecolor="#555555", elinewidth=1.2, capsize=capsize, label=SPREAD_LABEL)
 
 
 OPEN_LABEL = "not resolved: --repeats 3"
@@ -186,7 +215,8 @@ def overview_figure(configs: list, workload: str, where: str, picks: list = (), 
     candidates of each pair where the summary reads 'not resolved' (`open_pairs`, `_marks`)."""
     style = _series_style(configs)
     star, ring = _marks(list(picks), list(open_pairs))
-    entries = len(_by_series(configs)) + 1 + bool(star) + bool(ring)   # the series, ideal, the marks drawn
+    entries = (len(_by_series(configs)) + 1 + bool(star) + bool(ring)   # the series, ideal, the marks drawn,
+               + any(process_span(c) for c in configs))                  # and the whiskers' entry
     ncol = 1 if max(len(v["label"]) for v in style.values()) > 34 else 2   # long settings' labels: one column, wider
     rows = math.ceil(entries / ncol)
     # the legend below the axes, two columns, the figure taller by its rows: inside a 3.3-inch figure five variants'
@@ -199,6 +229,7 @@ def overview_figure(configs: list, workload: str, where: str, picks: list = (), 
     k, ylabel = throughput_axis(configs)
     for key, cs in _by_series(configs).items():
         ax.plot([c.device_count for c in cs], [c.samples_per_s * k for c in cs], markersize=4, **style[key])
+    draw_spread(ax, configs, style, k, capsize=2.5)
     bases = [c for c in configs if c.device_count == 1 and c.strategy == "single"] or [c for c in configs if c.device_count == 1]
     for i, b in enumerate(bases):
         ax.plot(counts, [b.samples_per_s * k * n for n in counts], ":", color="#999999", alpha=0.7, label="ideal" if not i else None)

@@ -1,0 +1,52 @@
+"""The plots show how far a configuration's processes ran apart, as the report's text does (trial E, finding 11): one
+H200's DeepLabV3 [bf16] ran 140.3, 166.0 and 153.3 samples/s in three processes, and the throughput and overview plots
+drew 153.3 alone, the time-to-train bar '3m17s' alone (the table: 3m02s-3m44s across 3 processes), and the step-time
+box pooled the three as if one run's jitter. Stand-in configurations, built here: no store, no GPU."""
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from bench.report import plots
+from bench.stats import median
+
+BF16_SPS = [140.3, 166.0, 153.3]
+
+
+def _config(precision: str, sps: list, step_ms=(50.0, 52.0, 49.0)):
+    variant = precision
+    return SimpleNamespace(
+        strategy="single", device_count=1, variant=variant, series=("single", variant), precision=precision,
+        label="single device x1" + ("" if precision == "fp32" else f" [{precision}]"), device_type="cuda",
+        tokens_per_sample=None, process_sps=list(sps), samples_per_s=median(sps), step_ms=list(step_ms),
+        global_batch=8, warmup_s=math.nan, process_warmup_s=[], warmup_steps=0, epoch_wall_s=[], epoch_images=None,
+        data="synthetic", compiled=False, compile_s=None, image_size=256, key=f"k/{precision}")
+
+
+def _configs():
+    return [_config("fp32", [75.1]), _config("bf16", BF16_SPS)]   # fp32: one process, bf16: three
+
+
+def _whiskers(ax) -> list:
+    """(x, low, high) of each vertical whisker drawn on ax."""
+    from matplotlib.collections import LineCollection
+    return [(round(float(seg[0][0]), 3), round(float(min(seg[0][1], seg[1][1])), 3), round(float(max(seg[0][1], seg[1][1])), 3))
+            for coll in ax.collections if isinstance(coll, LineCollection) for seg in coll.get_segments() if len(seg)]
+
+
+@pytest.mark.parametrize("draw", ["throughput", "overview"])
+def test_the_throughput_plots_draw_each_configurations_range_of_processes(draw):
+    cs = _configs()
+    fig = (plots.throughput_figure(cs, "deeplabv3", "H200") if draw == "throughput"
+           else plots.overview_figure(cs, "deeplabv3", "H200", picks=[cs[1]]))
+    ax = fig.axes[0]
+    assert _whiskers(ax) == [(1.0, 140.3, 166.0)], _whiskers(ax)   # bf16's three processes; fp32's one: bare point
+    labels = ax.get_legend_handles_labels()[1]
+    assert labels.count(plots.SPREAD_LABEL) == 1 and "range of its processes" in plots.SPREAD_LABEL, labels
+
+
+def test_one_process_each_draws_no_whiskers_and_no_entry():
+    cs = [_config("fp32", [75.1]), _config("bf16", [153.3])]
+    for fig in (plots.throughput_figure(cs, "deeplabv3", "H200"), plots.overview_figure(cs, "deeplabv3", "H200")):
+        assert _whiskers(fig.axes[0]) == []
+        assert plots.SPREAD_LABEL not in fig.axes[0].get_legend_handles_labels()[1]
