@@ -7,6 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from bench.analysis import reference
+from bench.report import compile as compile_report
 from bench.report import plots
 from bench.stats import median
 
@@ -50,3 +52,19 @@ def test_one_process_each_draws_no_whiskers_and_no_entry():
     for fig in (plots.throughput_figure(cs, "deeplabv3", "H200"), plots.overview_figure(cs, "deeplabv3", "H200")):
         assert _whiskers(fig.axes[0]) == []
         assert plots.SPREAD_LABEL not in fig.axes[0].get_legend_handles_labels()[1]
+
+
+def test_the_time_to_train_bar_carries_its_processes_range_as_the_table_gives_it():
+    cs = _configs()
+    bars, how = reference.train_times(cs)
+    ax = plots.time_to_train_figure(bars, how, "deeplabv3", "H200", spans=plots.train_spans(cs)).axes[0]
+    low, high = reference.process_range(cs[1])
+    [(x, lo, hi)] = _whiskers(ax)
+    assert (x, lo, hi) == (1.0, round(low / 60, 3), round(high / 60, 3))
+    texts = [t.get_text() for t in ax.texts]
+    cell = compile_report._time_cell(cs[1], bars[1][1], cs)   # the table's '3m11s (2m56s-3m29s across 3 processes)'
+    assert "across 3 processes" in cell and texts[1].replace("\n", " ") == cell.replace("(", "").replace(")", ""), texts
+    assert "\n" not in texts[0], texts   # one process: its figure alone
+    assert "range of its processes" in ax.get_legend_handles_labels()[1]
+    # the label sits above the whisker's top and inside the axes
+    assert ax.get_ylim()[1] > high / 60
