@@ -68,3 +68,12 @@ def test_the_time_to_train_bar_carries_its_processes_range_as_the_table_gives_it
     assert "range of its processes" in ax.get_legend_handles_labels()[1]
     # the label sits above the whisker's top and inside the axes
     assert ax.get_ylim()[1] > high / 60
+
+
+def test_the_step_time_boxes_say_they_pool_the_processes():
+    fig = plots.step_times_figure(_configs(), "deeplabv3", "H200")
+    assert "processes pooled" in fig.get_suptitle()
+    caption = fig.get_supxlabel().replace("\n", " ")
+    assert "(single device x1 [bf16]: 3)" in caption and "deeplabv3_throughput.png" in caption, caption
+    alone = plots.step_times_figure([_config("fp32", [75.1])], "deeplabv3", "H200")
+    assert "pooled" not in alone.get_suptitle() and not alone.get_supxlabel()
