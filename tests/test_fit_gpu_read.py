@@ -97,11 +97,11 @@ def test_a_levers_ratio_from_an_unstable_process_is_flagged_not_resolved(tmp_pat
 
 def test_the_time_to_train_subtitle_names_compilation_only_where_a_configuration_compiled():
     # deeplabv3_time_to_train.png of the H200 example read "warm-up and compilation included": nothing was compiled.
-    from bench.report import plots
+    from bench.report import trainplot
     bars = [("single device x1 [bf16]", 164.0), ("DDP x1 [bf16]", 170.0)]
-    plain = plots.time_to_train_figure(bars, "estimate", "deeplabv3", "x")
+    plain = trainplot.time_to_train_figure(bars, "estimate", "deeplabv3", "x")
     assert plain.axes[0].get_title() == "this run (estimate, warm-up included)"
-    compiled = plots.time_to_train_figure(bars, "estimate", "deeplabv3", "x", compiled=True)
+    compiled = trainplot.time_to_train_figure(bars, "estimate", "deeplabv3", "x", compiled=True)
     assert compiled.axes[0].get_title() == "this run (estimate, warm-up and compilation included)"
 
 

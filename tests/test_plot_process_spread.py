@@ -10,6 +10,7 @@ import pytest
 from bench.analysis import reference
 from bench.report import compile as compile_report
 from bench.report import plots
+from bench.report import trainplot
 from bench.stats import median
 
 BF16_SPS = [140.3, 166.0, 153.3]
@@ -57,7 +58,7 @@ def test_one_process_each_draws_no_whiskers_and_no_entry():
 def test_the_time_to_train_bar_carries_its_processes_range_as_the_table_gives_it():
     cs = _configs()
     bars, how = reference.train_times(cs)
-    ax = plots.time_to_train_figure(bars, how, "deeplabv3", "H200", spans=plots.train_spans(cs)).axes[0]
+    ax = trainplot.time_to_train_figure(bars, how, "deeplabv3", "H200", spans=trainplot.train_spans(cs)).axes[0]
     low, high = reference.process_range(cs[1])
     [(x, lo, hi)] = _whiskers(ax)
     assert (x, lo, hi) == (1.0, round(low / 60, 3), round(high / 60, 3))

@@ -17,6 +17,8 @@ from bench import stats
 from bench.analysis import reference
 from bench.report import comm as comm_report
 from bench.report import plots, report
+from bench.report import trainplot
+from bench.report import phasesplot
 from bench.store import store
 from bench.sweep import record
 from report_fixtures import (COMM_POINTS, EVIL_REASON, GATHER_SHARE, GPU, build_compare_store, build_sweep_store, measured,
@@ -263,7 +265,7 @@ def test_memory_plot_has_one_bar_per_gpu_and_shows_dataparallel_imbalance(cuda_v
 def test_phase_plot_stacks_medians_and_keeps_an_unresolved_probe_in_backward(cpu):
     path = cpu[0]
     cs = _configs(path, "synthetic")
-    fig = plots.phases_figure(cs, "synthetic", "x")
+    fig = phasesplot.phases_figure(cs, "synthetic", "x")
     ax = fig.axes[0]
     bars = _containers(ax)
     assert {"data", "forward", "backward (compute)", "optimizer"} <= set(bars)
@@ -300,7 +302,7 @@ def test_time_to_train_is_an_estimate_on_synthetic_data_and_measured_beside_v100
     v100 = md_table(cuda_voc[2], "Published, on AWS V100s")
     assert [r["time"] for r in v100] == ["32m58s", "14m40s", "11m21s", "9m40s", "9m08s"]
     bars, how = reference.train_times(_configs(cuda_voc[0], "deeplabv3"))
-    fig = plots.time_to_train_figure(bars, how, "deeplabv3", "x", reference.REFERENCE_V100_S)
+    fig = trainplot.time_to_train_figure(bars, how, "deeplabv3", "x", reference.REFERENCE_V100_S)
     assert len(fig.axes) == 2 and fig.axes[0].get_title() == "this run (measured, warm-up included)"  # none compiled
     assert [b.get_height() for b in fig.axes[1].patches] == pytest.approx([32 + 58 / 60, 14 + 40 / 60, 11 + 21 / 60, 9 + 40 / 60, 9 + 8 / 60])
 

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from bench.report import comm as comm_report
 from bench.report import plots
+from bench.report import phasesplot
 from bench.report import training_state
 
 
@@ -32,16 +33,16 @@ def test_the_phases_plot_draws_exposed_communication_only_where_the_text_resolve
     one_rank = config(1, 11.0)                  # one rank communicates nothing: DDP's own work, in backward
     assert comm_report.resolved(told) == 12.0 and comm_report.resolved(inside) is None
     assert "not resolved" in comm_report.probe_words(inside) and "no communication" in comm_report.probe_words(one_rank)
-    seg = plots.phase_segments_ms(told)
+    seg = phasesplot.phase_segments_ms(told)
     assert seg["exposed communication"] == 12.0 and seg["backward (compute)"] == 50.0 - 12.0
     for c in (inside, negative, one_rank):
-        seg = plots.phase_segments_ms(c)
+        seg = phasesplot.phase_segments_ms(c)
         assert seg["exposed communication"] == 0.0, c
         assert seg["backward (compute)"] == 50.0, c                 # the probe stays in backward, unsplit
         assert all(v >= 0 for v in seg.values()) and sum(seg.values()) == c.summary.median_ms
-    fig = plots.phases_figure([told, inside, negative, one_rank], "synthetic", "cpu")
+    fig = phasesplot.phases_figure([told, inside, negative, one_rank], "synthetic", "cpu")
     bars = _bars(fig)
-    assert bars[plots.INFERRED] == [12.0, 0.0, 0.0, 0.0]
+    assert bars[phasesplot.INFERRED] == [12.0, 0.0, 0.0, 0.0]
     labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert ["not resolved" in t for t in labels] == [False, True, True, False]   # one rank: nothing to resolve
 
@@ -50,16 +51,16 @@ def test_the_phases_plot_says_its_split_of_backward_is_inferred_and_outlines_the
     # DDP x2's 'backward (compute)' drew 11.9 ms beside single device's 14.1: its measured 35.34 ms less the probe's
     # 23.48 ms, measured in blocks of their own, read as DDP computing faster than one device
     told, inside = config(2, 12.0), config(2, 11.0, p10_ms=90.0, p90_ms=105.0, label="DDP x2 [bf16]")
-    fig = plots.phases_figure([told, inside], "synthetic", "cpu")
+    fig = phasesplot.phases_figure([told, inside], "synthetic", "cpu")
     bars = {c.get_label(): c for c in fig.axes[0].containers}
-    assert all(p.get_hatch() == "//" for p in bars[plots.INFERRED])             # the probe's share, hatched
-    outline = bars[plots.MEASURED_BACKWARD]                                        # the backward as measured, whole
+    assert all(p.get_hatch() == "//" for p in bars[phasesplot.INFERRED])             # the probe's share, hatched
+    outline = bars[phasesplot.MEASURED_BACKWARD]                                        # the backward as measured, whole
     assert [(p.get_x() + p.get_width() / 2, p.get_y(), p.get_height()) for p in outline] == [(0.0, 35.0, 50.0)]
     assert not outline[0].get_fill()
     caption = fig.get_supxlabel().replace("\n", " ")
     assert "inferred" in caption and "DDP x2: 50.00 ms measured = 38.00 + 12.00 ms." in caption, caption
-    plain = plots.phases_figure([inside], "synthetic", "cpu")                    # nothing split: no outline, no caption
-    assert plots.MEASURED_BACKWARD not in {c.get_label() for c in plain.axes[0].containers} and not plain.get_supxlabel()
+    plain = phasesplot.phases_figure([inside], "synthetic", "cpu")                    # nothing split: no outline, no caption
+    assert phasesplot.MEASURED_BACKWARD not in {c.get_label() for c in plain.axes[0].containers} and not plain.get_supxlabel()
 
 
 # ---------------------------------------------------------------- the forecast's plot
@@ -168,7 +169,7 @@ def test_the_phases_memory_and_step_time_plots_keep_twelve_long_names_apart():
     for c in cs:
         c.device_type, c.memory_mib, c.step_ms = "cpu", {"rank 0": 400.0, "rank 1": 410.0}, [99.0, 100.0, 101.0]
         c.state_mib = {0: {"params_mib": 1.0, "grads_mib": 1.0, "optimizer_mib": 2.0, "baseline_rss_mib": 350.0}}
-    phases = plots.phases_figure(cs, "transformer", "cpu")
+    phases = phasesplot.phases_figure(cs, "transformer", "cpu")
     assert sum("not resolved" in t.get_text() for t in phases.axes[0].get_xticklabels()) == 6   # said on its label
     for fig in (phases, plots.memory_figure(cs, "transformer", "cpu"), plots.step_times_figure(cs, "transformer", "cpu"),
                 training_state.state_figure(cs, "transformer", "cpu")):

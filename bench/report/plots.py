@@ -8,7 +8,6 @@ test can read its lines, bars and legend; `render_workload` saves them as
 from __future__ import annotations
 
 import math
-import os
 import re
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -19,15 +18,12 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from bench.report import comm as comm_report  # noqa: E402
 from bench.shared.spec import STRATEGY_NAMES  # noqa: E402
 from bench.workloads.usermodel import display_name  # noqa: E402
 
 COLORS = {"single": "#555555", "dp": "#d62728", "ddp": "#1f77b4", "zero": "#9467bd", "fsdp": "#2ca02c", "hsdp": "#ff7f0e"}
 NAMES = STRATEGY_NAMES   # the one table of strategies' names (bench.shared.spec)
 STYLES = ("-", "--", ":", "-.")
-SEGMENTS = ("data", "host to device", "forward", "backward (compute)", "exposed communication", "optimizer", "other")
-SEGMENT_COLORS = ("#8c564b", "#e377c2", "#2ca02c", "#17becf", "#d62728", "#bcbd22", "#c7c7c7")
 
 
 _PAGE: ContextVar = ContextVar("page_workloads", default=())   # the workloads the page being written names (`page`)
@@ -264,152 +260,6 @@ def efficiency_figure(configs: list, workload: str, where: str) -> Figure:
     return fig
 
 
-def _hms(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-def _bars_minutes(ax, bars: list, color: str, spans: Optional[list] = None) -> None:
-    """One bar per setup at its own place: bars given by name would stack two setups of one name on one spot. Where a
-    setup ran several processes (`spans`: `train_spans`, nan where none), an error bar spans its
-    processes' times and its label reads as the report's table does: one H200's DeepLabV3 [bf16] bar read '3m17s'
-    alone, its three processes 3m02s-3m44s."""
-    labels, secs = [b[0] for b in bars], [b[1] for b in bars]
-    spans = list(spans or []) + [(math.nan, math.nan, 0)] * (len(bars) - len(spans or []))
-    ax.bar(range(len(bars)), [s / 60 for s in secs], color=color)
-    ranged = [i for i, sp in enumerate(spans) if not math.isnan(sp[0]) and not math.isnan(secs[i])]
-    if ranged:
-        mids = [secs[i] / 60 for i in ranged]
-        ax.errorbar(ranged, mids, yerr=[[max(0.0, m - spans[i][0] / 60) for i, m in zip(ranged, mids)],
-                                        [max(0.0, spans[i][1] / 60 - m) for i, m in zip(ranged, mids)]],
-                    fmt="none", ecolor="black", elinewidth=1.2, capsize=5, label="range of its processes")
-        ax.legend(loc="best", fontsize="small")   # "best" keeps clear of the bars and their labels
-    tops = [max(s, spans[i][1] if i in ranged else s) / 60 for i, s in enumerate(secs)]
-    for i, s in enumerate(secs):
-        if not math.isnan(s):
-            ax.annotate(bar_text(s, spans[i], i in ranged), (i, tops[i]), xytext=(0, 3), textcoords="offset points",
-                        ha="center", va="bottom", fontsize="small")
-    finite = [t for t in tops if not math.isnan(t)]
-    if finite:   # room above the tallest bar or whisker for its label (three lines where ranged): '4m32s' met the top
-        ax.set_ylim(0, (1.35 if ranged else 1.1) * max(finite))
-    ax.set_xticks(range(len(bars)), labels, rotation=25, ha="right", fontsize="small")
-    ax.set_ylabel("time to train (minutes)")
-
-
-def bar_text(seconds: float, span: tuple, ranged: bool) -> str:
-    """'3m17s' on a bar; beneath it where several processes ran, the report's table's words in lines a bar holds:
-    '3m02s-3m44s' and 'across 3 processes' ('in each of 3 processes' where they round to one figure)."""
-    if not ranged:
-        return _hms(seconds)
-    low, high, n = _hms(span[0]), _hms(span[1]), span[2]
-    return f"{_hms(seconds)}\n" + (f"{low} in each of\n{n} processes" if low == high else f"{low}-{high}\nacross {n} processes")
-
-
-def train_spans(configs: list) -> list:
-    """(fastest, slowest, processes) seconds per configuration to train the reference experiment, as the report's
-    table gives them (bench.report.compile: bench.analysis.reference.process_range, for estimates only); nan where
-    one process ran or the epochs were measured."""
-    from bench.analysis.reference import estimated, process_range
-    est = estimated(configs)
-    return [(*(process_range(c) if est else (math.nan, math.nan)), processes(c)) for c in configs]
-
-
-def time_to_train_figure(bars: list, how: str, workload: str, where: str, reference: Optional[tuple] = None,
-                         epochs: int = 20, compiled: bool = False, spans: Optional[list] = None) -> Figure:
-    """Bars of the time to train the reference experiment's epochs per setup, each setup's range across its processes
-    where `spans` gives one (`train_spans`, in the bars' order); the published V100 times beside them when the data is
-    VOC. The subtitle names compilation only where a configuration compiled (an H200 sweep that compiled nothing read
-    'warm-up and compilation included')."""
-    fig, axes = _figure(f"Time to train {epochs} epochs of VOC 2012 train", where, workload,
-                        width=12.0 if reference else max(8.0, 1.1 * len(bars)), ncols=2 if reference else 1)
-    ours = axes[0] if reference else axes
-    _bars_minutes(ours, bars, "#1f77b4", spans)
-    ours.set_title("this run (" + ("measured" if how.startswith("measured") else "estimate")
-                   + (", warm-up and compilation included)" if compiled else ", warm-up included)"))
-    if reference:
-        _bars_minutes(axes[1], list(reference), "#7f7f7f")
-        axes[1].set_title("published: AWS V100s (docs/reference.md)")
-    return fig
-
-
-def exposed_ms(c) -> Optional[float]:
-    """The exposed communication a bar draws (ms), judged as the report's text judges it (bench.report.comm.resolved):
-    DDP's probe where it exceeds the steps' p10-p90 spread, at more than one rank (at one, DDP communicates nothing:
-    the probe is its own work, part of backward); None where it is not resolved (a negative probe included)."""
-    return comm_report.resolved(c) if c.device_count > 1 else None
-
-
-def unresolved(c) -> bool:
-    """Whether c has a communication probe at several ranks that the text calls 'not resolved': its bar says so."""
-    probe = c.exposed_comm_ms
-    return c.device_count > 1 and probe is not None and not math.isnan(probe) and exposed_ms(c) is None
-
-
-def phase_segments_ms(c) -> dict:
-    """The median step split into stacked segments (ms). DDP's backward phase includes the all-reduce, so the exposed
-    communication is taken out of it where the probe resolves it (`exposed_ms`); an unresolved probe stays in backward,
-    never a red segment of noise or a negative one. 'other' is the rest of the median step."""
-    p = {k: (0.0 if math.isnan(v) else v) for k, v in c.phases_ms.items()}
-    exposed = exposed_ms(c) or 0.0
-    seg = dict(zip(SEGMENTS, (p.get("data_ms", 0.0), p.get("h2d_ms", 0.0), p.get("forward_ms", 0.0),
-                              max(0.0, p.get("backward_ms", 0.0) - exposed), exposed, p.get("optimizer_ms", 0.0))))
-    seg["other"] = max(0.0, c.summary.median_ms - sum(seg.values()))
-    return seg
-
-
-INFERRED = "exposed communication (inferred)"
-MEASURED_BACKWARD = "backward as measured (its all-reduce inside)"
-
-
-def phases_figure(configs: list, workload: str, where: str) -> Figure:
-    """Stacked bars: where the median step's time goes, per strategy and count (slowest rank). Where DDP's probe resolves
-    exposed communication, that segment (hatched, 'inferred') is taken out of the measured backward, which is outlined
-    whole, and a caption gives the sum: DDP x2's 'backward (compute)' drew 11.9 ms beside single device's 14.1 ms (its
-    measured 35.34 ms less the probe's 23.48 ms, from blocks of their own) and read as DDP computing faster, a bug."""
-    fig, ax = _figure("Step broken into phases (medians, slowest rank per step)", where, workload, width=10.0)
-    labels = [wrapped(_label(c)) + ("\n(exposed comm. not resolved)" if unresolved(c) else "") for c in configs]
-    segs = [phase_segments_ms(c) for c in configs]
-    bottom = [0.0] * len(configs)
-    for name, color in zip(SEGMENTS, SEGMENT_COLORS):
-        h = [s[name] for s in segs]
-        if any(h):
-            split = name == "exposed communication"
-            ax.bar(range(len(configs)), h, bottom=bottom, color=color, label=INFERRED if split else name,
-                   hatch="//" if split else None, edgecolor="white" if split else None)
-            bottom = [a + b for a, b in zip(bottom, h)]
-    caption = _split_backward(ax, configs, segs)
-    # a zero segment atop a bar ('other' at 933 ms) is a sticky edge that held the axis to the tallest bar's top
-    ax.set(ylabel="time per step (ms)", ylim=(0.0, 1.05 * max(bottom + [1e-9])))
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    category_ticks(fig, ax, labels)
-    if caption:
-        fig.supxlabel(caption, fontsize="small", ha="left", x=0.01)
-    return fig
-
-
-def _split_backward(ax, configs: list, segs: list) -> str:
-    """Outline each measured backward that the bars split, and say in a caption how the split was made; '' where none."""
-    split = [i for i, s in enumerate(segs) if s["exposed communication"] > 0]
-    if not split:
-        return ""
-    measured = [0.0 if math.isnan(v) else v for v in (configs[i].phases_ms.get("backward_ms", math.nan) for i in split)]
-    ax.bar(split, measured, bottom=[sum(segs[i][k] for k in SEGMENTS[:3]) for i in split], fill=False, edgecolor="black",
-           linewidth=1.2, label=MEASURED_BACKWARD)
-    sums = "; ".join(f"{_label(configs[i])}: {m:.2f} ms measured = {segs[i]['backward (compute)']:.2f} + {e:.2f} ms"
-                     if e <= m else f"{_label(configs[i])}: the probe's {e:.2f} ms exceed the measured {m:.2f} ms"
-                     for i, m, e in ((i, m, segs[i]["exposed communication"]) for i, m in zip(split, measured)))
-    return _caption(
-        "Hatched, inferred: DDP's exposed communication is its probe's synchronised less its no_sync() steps, measured "
-        "in blocks of their own, and is taken out of the measured backward (outlined), which includes the all-reduce; "
-        f"the rest is drawn as backward (compute), not measured apart. {sums}.")
-
-
-def _caption(text: str, width: int = 140) -> str:
-    """A caption in lines of at most `width` characters (constrained layout makes room for them below the axes)."""
-    import textwrap
-    return "\n".join(textwrap.wrap(text, width))
-
-
 def memory_figure(configs: list, workload: str, where: str) -> Figure:
     """One bar per device per configuration: DataParallel's skew onto its first GPU shows here."""
     cuda = configs[0].device_type == "cuda"
@@ -452,22 +302,7 @@ def pooled_caption(configs: list, workload: str) -> str:
     return _caption(f"{who}: its spread holds how far the processes differ as well as each one's jitter (each "
                     f"process's throughput: the whiskers of {file_name(workload, 'throughput')}).", 110)
 
-
-def render_workload(workload: str, configs: list, where: str, plots_dir: str,
-                    train: Optional[tuple] = None, reference: Optional[tuple] = None) -> dict:
-    """Save every plot of one workload; returns {question: path}. train: (bars, how) or None."""
-    os.makedirs(plots_dir, exist_ok=True)
-    figs = {"throughput": throughput_figure(configs, workload, where),
-            "efficiency": efficiency_figure(configs, workload, where)}
-    if train is not None:
-        figs["time_to_train"] = time_to_train_figure(train[0], train[1], workload, where, reference,
-                                                     compiled=any(c.compiled for c in configs),
-                                                     spans=train_spans(configs))
-    figs["phases"] = phases_figure(configs, workload, where)
-    figs["memory"] = memory_figure(configs, workload, where)
-    figs["step_times"] = step_times_figure(configs, workload, where)
-    out = {}
-    for name, fig in figs.items():
-        out[name] = os.path.join(plots_dir, file_name(workload, name))
-        fig.savefig(out[name], dpi=100)
-    return out
+def _caption(text: str, width: int = 140) -> str:
+    """A caption in lines of at most `width` characters (constrained layout makes room for them below the axes)."""
+    import textwrap
+    return "\n".join(textwrap.wrap(text, width))

@@ -25,7 +25,7 @@ from bench.analysis.nodes import starved_nodes
 from bench.analysis.reference import REFERENCE_V100_S, train_times
 from bench.config import ConfigError
 from bench.report import comm as comm_report
-from bench.report import frontierplot
+from bench.report import frontierplot, plotset
 from bench.report import compile as compile_report
 from bench.report import efficiency
 from bench.report.efficiency import efficiency_text, efficiency_words, speedup_text
@@ -260,7 +260,7 @@ def _blocks_and_plots(store_path: str, sweep: Sweep, plots_dir: str, memory_budg
     names = page_names(sweep)   # each plot's title and file name by the page's name of its workload
     shown = {w: names.get(w, w) for w in sweep.bench}
     title = {w: device_title(sweep, cs[0].device_type) for w, cs in sweep.bench.items()}
-    plot_paths = {w: plots.render_workload(shown[w], cs, title[w], plots_dir, train_times(cs) if w == "deeplabv3" else None,
+    plot_paths = {w: plotset.render_workload(shown[w], cs, title[w], plots_dir, train_times(cs) if w == "deeplabv3" else None,
                                            REFERENCE_V100_S if cs[0].data == "voc" else None)
                   for w, cs in sweep.bench.items()}
     plot_paths = {w: trace_report.plot_paths(p, sweep.bench[w], shown[w], title[w], plots_dir)
