@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from types import SimpleNamespace
 
 import pytest
 
@@ -143,6 +144,10 @@ def test_fit_prints_a_small_budget_to_the_mib_that_tells_it_apart(tmp_path):
     lines = []
     fit_cmd.run_fit(cfg, machine, 4, "fit ...", log=lines.append, run_config=run)
     assert "  transformer single x1 batch 1: fits (peak 6 MiB of 15.4)" in lines, lines  # "of 15" before
+    # the budget is a node's on CPU, as the report's table and the refusal say ('per process (peak RSS)' before)
+    assert "within 0.015 GiB per node (the peak RSS of its processes, summed, as the report's budget table)" in lines[0]
+    two = SimpleNamespace(device_count=8, nodes=2)
+    assert fit_cmd.per_node(two) == 4 and fit_cmd.per_node(SimpleNamespace(device_count=2, nodes=1)) == 0
     assert fit_cmd.mib(1536.0) == "1536" and fit_cmd.mib(10.24) == "10.2"
 
 

@@ -3,6 +3,8 @@
 its trials ran 262.7 samples/s at 64 and 262.6 at 128. Read on the CPU from the committed store, and stand-ins."""
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,12 @@ def test_a_larger_batch_faster_beyond_the_floor_or_a_search_ended_by_memory_says
                                                        "smaller faster)")
     s.speeds = {8: 60.0, 16: 99.0, 32: 100.0}   # 1% apart: under the floor
     assert "is flat from 16 to 32 (trials' figures, 1 measured step each: 99.0 and 100.0 samples/s" in fit_report._flat(s)
+
+
+def test_a_capped_search_whose_peaks_were_not_read_back_says_no_headroom_rather_than_raising():
+    # review: _left took max() of the trial's and the measured run's peaks, which raised where neither was read back
+    s = _search({16: 100.0, 32: 100.0}, {16: fit.FITS, 32: fit.FITS})
+    s.trials = [(b, v, None, "") for b, v, _, _ in s.trials]
+    assert s.capped and math.isnan(fit_report._left(s))
+    said = fit_report._capped(s, None)
+    assert said.startswith("at least 32 (the search's cap, --max-batch 32; no batch ran out of memory)"), said

@@ -7,13 +7,10 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from bench.analysis.results import load, pick_sweep
 from bench.forecast import network as nw
 from bench.forecast import outlook as fo
-from bench.report import forecast as rf
-from bench.report import forecastplots as fp
-from bench.store import store
 from test_forecast_cpu_memory import _cpu_store, _ddp
+from test_forecast_gpu_read import _blocks   # the forecast section as rendered, and the figures it drew
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PM = os.path.join(ROOT, "examples", "h200-2026-11-27-pm")
@@ -21,19 +18,6 @@ ASSUMED = ("an assumed network (the h100 preset: 8x H100 NVLink + 400 Gb/s Infin
            "sweep ran on one GPU)")
 
 
-def _blocks(path: str, sid: int, tmp_path, monkeypatch) -> tuple:
-    """(the forecast section's blocks, the names of the figures drawn)."""
-    drawn = []
-    for name in ("figure", "memory_figure"):
-        real = getattr(fp, name)
-        monkeypatch.setattr(fp, name, lambda *a, _real=real, _name=name, **k: drawn.append((_name, _real(*a, **k)))
-                            or drawn[-1][1])
-    conn = store.connect(path, readonly=True)
-    try:
-        sweep = load(conn, pick_sweep(conn, sid))
-    finally:
-        conn.close()
-    return rf.blocks(path, sweep, str(tmp_path / "plots"), "test"), drawn
 
 
 def _said(bl: list) -> str:

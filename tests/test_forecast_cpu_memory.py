@@ -80,7 +80,7 @@ def test_a_spreads_figures_are_never_written_in_powers_of_ten():
     assert fi.Spread((1036.6, 1025.2, 99.94)).words("MiB") == "3 processes (1037, 1025, 99.9 MiB)"
 
 
-def test_a_cpu_forecast_holds_a_budget_to_a_nodes_processes_summed_as_the_memory_section_does(tmp_path):
+def test_a_cpu_forecast_holds_a_budget_to_a_nodes_processes_summed_as_the_memory_section_does(tmp_path, monkeypatch):
     # the memory section holds a CPU budget against a node's processes summed (bench.analysis.fit.budget_peak): DDP x2
     # at 700 MiB a process needs 1400 MiB of a 1 GiB node, while the forecast held one process's figure and read 'fits'
     path = _cpu_store(tmp_path)
@@ -89,10 +89,41 @@ def test_a_cpu_forecast_holds_a_budget_to_a_nodes_processes_summed_as_the_memory
         sweep = load(conn, pick_sweep(conn, 1))
     finally:
         conn.close()
+    figs = []
+    real = fp.memory_figure
+    monkeypatch.setattr(fp, "memory_figure", lambda *a, **k: figs.append(real(*a, **k)) or figs[-1])
     bl = rf.blocks(path, sweep, str(tmp_path / "plots"), "test", memory_budget_gib=1.0)
+    # the plot holds each count to the share of the node its processes get, as the sentence does: one process has the
+    # whole 1024 MiB, two 512 each (it drew 512 at every count, the x1 point 'over' a budget the text said it was within)
+    line = next(ln for ln in figs[0].axes[0].get_lines() if "a process's share" in ln.get_label())
+    shares = dict(zip(line.get_xdata(), line.get_ydata()))
+    assert shares[1] == 1024.0 and shares[2] == 512.0 and shares[max(shares)] == 512.0, shares
     said = next(b[1] for b in bl if b[0] == "p" and b[1].startswith("synthetic DDP [fp32]:"))
     assert ("memory: does not fit in the 1.00 GiB budget (--memory-budget-gib) per node at any count up to 1024 "
             "(at least 1400 MiB per node)") in said, said
     assert "no memory budget: --memory-budget-gib sets one, held against a node's processes summed" in next(
         b[1] for b in rf.blocks(path, sweep, str(tmp_path / "p2"), "test") if b[0] == "p" and "synthetic DDP" in b[1])
 
+
+def test_a_sharded_cpu_forecast_holds_at_least_the_whole_model_each_process_builds_first():
+    # On CPU every FSDP rank builds the whole model before sharding and RSS peaks never reset: the page's figure (what the
+    # budget holds) read the shards' steady state and could say 'fits' at counts the construction peak cannot.
+    from bench.forecast import memory as mm
+    base = mm.Base(1, "fsdp", 800.0, 800.0, 1600.0, 0.0, 100.0, (50.0,) * 16, "rss", "cpu", 1.0, 3300.0, 400.0)
+    at8 = mm.per_device(base, "fsdp", 8, {})
+    assert at8.floor_mib == 900.0 and at8.total_mib < at8.floor_mib
+    assert at8.device_mib == 900.0 + 400.0   # the floor plus the pre-model RSS, not the shards' steady state
+    on_gpu = dataclasses.replace(base, method="nvml", device_type="cuda")
+    cuda = mm.per_device(on_gpu, "fsdp", 8, {})
+    assert cuda.floor_mib == 0.0 and cuda.device_mib == cuda.total_mib + 400.0   # a GPU frees what it built
+
+
+def test_a_named_batch_over_a_cpu_nodes_budget_already_at_its_smallest_count_is_said_by_the_nodes_total():
+    # review: the forecast's 'over the budget already at xN' held one process's peak RSS to a node's budget, so DDP x2
+    # at 700 MiB a process (1400 MiB a node) passed a 1 GiB node budget the memory section says it is over
+    from types import SimpleNamespace
+    from bench.forecast import batches
+    c = SimpleNamespace(device_type="cpu", device_count=2, nodes=1, memory_mib={"rank 0": 700.0, "rank 1": 700.0})
+    s = SimpleNamespace(batch="at batch 8", configs={2: c})
+    assert batches.over_words(s, 1024.0, frontier.held_mib(c)) == (
+        "; at batch 8 over the budget already at x2 (1.37 GiB measured)")

@@ -41,7 +41,7 @@ def test_under_75_percent_at_the_first_count_never_reads_as_paying_there_and_nam
                            "(forecast 69%, its range reaching 77%; measured 72%)"), said
     assert "up to 2)" not in said and "stays at or above" not in said
     assert ("a what-if lifts it: bf16 gradients (bf16_compress_hook) keeps it at or above 75% up to 2 processes "
-            "(under from 4)") in said
+            "(under from 4 processes)") in said
     assert "4x faster" not in said                   # a what-if that moves nothing is not named as lifting it
     # none lifts it: said as before
     flat = fo.recommendation(_Setting(), this, whatifs[:2])

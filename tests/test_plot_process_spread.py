@@ -78,3 +78,11 @@ def test_the_step_time_boxes_say_they_pool_the_processes():
     assert "(single device x1 [bf16]: 3)" in caption and "deeplabv3_throughput.png" in caption, caption
     alone = plots.step_times_figure([_config("fp32", [75.1])], "deeplabv3", "H200")
     assert "pooled" not in alone.get_suptitle() and not alone.get_supxlabel()
+
+
+def test_a_bar_past_an_hour_reads_as_the_table_does():
+    # review: the bars had their own h:m format ('2h40m') beside the table's '2h40m31s', and raised on nan
+    from bench.report import trainplot
+    from bench.report.names import hms
+    assert trainplot.bar_text(9631.0, (9600.0, 9700.0, 3), False) == hms(9631.0) == "2h40m31s"
+    assert trainplot.bar_text(9631.0, (9600.0, 9700.0, 3), True) == "2h40m31s\n2h40m00s-2h41m40s\nacross 3 processes"

@@ -197,11 +197,11 @@ def test_a_resume_keeps_the_sweeps_output_choices_and_says_whose_report_it_repla
 def test_a_cpu_sweep_that_runs_more_threads_than_cores_says_so_before_it_runs():
     # --threads-per-process 2 at 2 processes on 2 cores: DDP x2 stepped 14.7 ms against 4.8 at one thread, silently
     from types import SimpleNamespace
-    from bench.sweep import run
+    from bench.sweep import describe
     machine = SimpleNamespace(cpu_cores=2)
     cfg = SimpleNamespace(device="cpu", gpus=(1, 2), gpus_per_node=None, threads_per_process=2)
-    note = run.oversubscribed(cfg, machine)
+    note = describe.oversubscribed(cfg, machine)
     assert note.startswith("note: at 2 processes x 2 torch thread(s) the sweep runs 4 threads on 2 core(s)"), note
     assert "--threads-per-process 1 fits" in note
-    assert run.oversubscribed(SimpleNamespace(**(cfg.__dict__ | {"threads_per_process": 1})), machine) == ""
-    assert run.oversubscribed(SimpleNamespace(**(cfg.__dict__ | {"device": "cuda"})), machine) == ""
+    assert describe.oversubscribed(SimpleNamespace(**(cfg.__dict__ | {"threads_per_process": 1})), machine) == ""
+    assert describe.oversubscribed(SimpleNamespace(**(cfg.__dict__ | {"device": "cuda"})), machine) == ""

@@ -8,7 +8,7 @@ outcome and its measured peak), how the search walks the batches, and each searc
     searches(rows, memory_of, names)                         -> [Search], one per configuration searched
 
 A trial fits when it ran and its peak per device stayed within the budget, by the figure the report's fastest-that-fits
-table holds to the same budget (`device_peak`, the one rule for both): on CUDA the device level on its fullest GPU
+table holds to the same budget (`budget_peak`, the one rule for both: per GPU, on CPU per node): on CUDA the device level on its fullest GPU
 (nvidia-smi's figure, what runs out: the allocator's cache, the CUDA context and NCCL's buffers), the larger of the
 steady state's and the whole run's, net of the suite's pre-generated batches; where no device level was recorded, the
 allocator's peak reserved (source 'reserved'); on CPU the node's total, its processes' peak RSS summed (`budget_peak`:

@@ -12,7 +12,8 @@ STATE_KEYS = ("params_mib", "grads_mib", "optimizer_mib", "buckets_mib")
 
 def per_device(rows: list, device_type: str, per_node: int = 0) -> tuple:
     """(allocated, reserved, device level, whole run's device level) per device label, net of artefacts, max over
-    repeats. CPU: RSS per rank. The whole run's: before the post-warm-up reset too (compilation, cuDNN's autotuning).
+    repeats. CPU: RSS per rank. The whole run's: read at the warm-up's end, before the post-warm-up reset (compilation's memory still held,
+    cuDNN's benchmark workspaces already given back: `run_reserved` keeps what the allocator held during the warm-up).
     per_node: ranks per node of a multi-node run (0: one node). Every node numbers its GPUs cuda:0.., so there a label
     is 'node K cuda:i', node K holding ranks K*per_node.. (torchrun numbers ranks node by node): never one node's
     cuda:0 merged with another's."""

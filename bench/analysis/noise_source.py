@@ -37,11 +37,12 @@ def earlier(conn, sweep_id: int, env: dict, device_type: str, workload: str, pre
     host, name = env.get("hostname"), device_name(env, device_type)
     if not host or not name:
         return None
+    envs: dict = {}   # env_id -> its row, read once (review: once per results row, over up to LOOK_BACK sweeps)
     for sid in reversed(read.earlier_sweeps(conn, sweep_id, host, LOOK_BACK)):
         groups: dict = {}
         for r in read.latest_results(conn, sid):
             if (r["mode"] == "bench" and r["status"] == "ok" and r["workload"] == workload and r["device_type"] == device_type
-                    and (r["precision"] or "fp32") == precision and _same_machine(conn, r, host, name, device_type)):
+                    and (r["precision"] or "fp32") == precision and _same_machine(conn, r, host, name, device_type, envs)):
                 groups.setdefault(r["config_key"], []).append(r)
         found = [_processes(conn, rs) for rs in groups.values() if len(rs) >= MIN_PROCESSES]
         found = [(sps, shaky, rs) for sps, shaky, rs in found if len(sps) >= MIN_PROCESSES]
@@ -56,8 +57,10 @@ def finder(conn, sweep_id: int, envs: list, label_of: Callable[[dict], str]) -> 
     return lambda workload, precision, device: earlier(conn, sweep_id, env, device, workload, precision, label_of)
 
 
-def _same_machine(conn, r: dict, host: str, name: str, device_type: str) -> bool:
-    env = read.environment(conn, r["env_id"])
+def _same_machine(conn, r: dict, host: str, name: str, device_type: str, envs: dict) -> bool:
+    if r["env_id"] not in envs:
+        envs[r["env_id"]] = read.environment(conn, r["env_id"])
+    env = envs[r["env_id"]]
     return env.get("hostname") == host and device_name(env, device_type) == name
 
 

@@ -64,7 +64,7 @@ class Config:
     process_unstable: int = 0                          # how many of its processes stepped unsteadily (IQR > 10%)
     reserved_mib: dict = field(default_factory=dict)   # device -> peak reserved, net of artefacts
     device_mib: dict = field(default_factory=dict)     # device -> device level (nvidia-smi)
-    run_device_mib: dict = field(default_factory=dict)  # device -> device level over the whole run (warm-up, compile)
+    run_device_mib: dict = field(default_factory=dict)  # device -> device level at the warm-up's end (compilation's memory held)
     timing_method: Optional[str] = None
     numerics: dict = field(default_factory=dict)
     compile_s: Optional[float] = None

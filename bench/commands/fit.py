@@ -4,7 +4,7 @@ throughput at its own largest batch: the fair comparison when a strategy's point
 search it for one process.
 
     ./run_bench.sh fit --workloads transformer --strategies ddp,fsdp --gpus 8               # CUDA: the GPU's memory
-    ./run_bench.sh fit --device cpu --memory-budget-gib 2 --strategies ddp,fsdp --gpus 2    # CPU: each rank's peak RSS
+    ./run_bench.sh fit --device cpu --memory-budget-gib 2 --strategies ddp,fsdp --gpus 2    # CPU: a node's ranks' RSS
 
 Each configuration of the sweep (one repeat) is tried at per-device batches 1, 2, 4, ... (from --per-device-batch if
 given, at least what BatchNorm needs; the first line names the ones it will try) until one does not fit or --max-batch is reached, then bisected between the
@@ -81,8 +81,9 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
     env_id = store.insert_environment(conn, env_mod.capture())
     sweep_id = store.begin_sweep(conn, command_line, cfg.to_json(), env_id, label=cfg.label)
     items = plan.bench_specs(dataclasses.replace(cfg, repeats=1, noise_repeats=1), machine)  # one search per configuration
-    u = "GPU" if cfg.device == "cuda" else "process"
-    figure = "the device level, as the report's budget table; reserved where none is read" if cfg.device == "cuda" else "peak RSS"
+    u = "GPU" if cfg.device == "cuda" else "node"
+    figure = ("the device level, as the report's budget table; reserved where none is read" if cfg.device == "cuda"
+              else "the peak RSS of its processes, summed, as the report's budget table")
     starts = {s.workload: start_of(s, cfg) for s in items if not isinstance(s, plan.Skip)}
     log(f"fit {sweep_id} -> {cfg.store}: the largest per-device batch within {cfg.memory_budget_gib:g} GiB per {u} "
         f"({figure}), {len(items)} configuration(s), {ladder_words(starts, max_batch)}")
@@ -100,7 +101,8 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
             def try_batch(b: int, spec=spec, limits=limits) -> str:
                 t = trial_spec(spec, b)
                 out = run_config(t, limits)
-                peak = fitting.peak_mib(out.payload.get("memory", []), t.device_type) if out.status == "ok" else None
+                peak = (fitting.peak_mib(out.payload.get("memory", []), t.device_type, per_node(t))
+                        if out.status == "ok" else None)
                 v = fitting.verdict(out.status, out.reason, peak, budget_mib)
                 payload = dict(out.payload or {}, fit={"search": search_key(spec), "verdict": v, "peak_mib": peak,
                                                          "budget_mib": budget_mib, "bench_key": at_batch(spec, b).key})
@@ -123,7 +125,8 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
                 for r in range(cfg.repeats):
                     s = at_batch(spec, b, r)
                     out = run_config(s, limits)
-                    peak = fitting.peak_mib((out.payload or {}).get("memory", []), s.device_type) if out.status == "ok" else None
+                    peak = (fitting.peak_mib((out.payload or {}).get("memory", []), s.device_type, per_node(s))
+                            if out.status == "ok" else None)
                     v = fitting.verdict(out.status, out.reason, peak, budget_mib)
                     payload = dict(out.payload or {}, fit={"search": search_key(spec), "batch": b, "verdict": v,
                                                              "peak_mib": peak, "budget_mib": budget_mib})
@@ -165,6 +168,12 @@ def min_batch(spec: RunSpec, cfg) -> int:
     """The smallest per-device batch the workload trains on (BatchNorm needs 2 samples a replica)."""
     from bench.workloads import registry
     return max(1, registry.info(spec.workload, cfg).min_replica_batch)
+
+
+def per_node(spec) -> int:
+    """Ranks per node of a multi-node run, 0 on one node: how the report splits a CPU run's ranks into the nodes whose
+    RAM they share (bench.analysis.fit.peak_mib), so a trial's stored verdict and the page's peak are one rule."""
+    return spec.device_count // spec.nodes if (spec.nodes or 1) > 1 else 0
 
 
 def start_of(spec: RunSpec, cfg) -> int:

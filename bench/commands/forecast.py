@@ -205,7 +205,7 @@ def main(argv: list) -> int:
         mems = [p.memory for p in whatifs[0][1] if p.memory is not None]
         if mems:
             print(f"  memory: {mm.fit_words(mems, budget, s.strategy, budget_name, per_node)}"
-                  + batches.over_words(s, budget, rf.frontier.peak_mib(s.configs[min(s.configs)]))
+                  + batches.over_words(s, budget, rf.frontier.held_mib(s.configs[min(s.configs)]))
                   + f"; at {mems[-1].count}: "
                   + ", ".join(f"{k} {v:.0f}" for k, v in mems[-1].parts.items()) + " MiB"
                   + (f", CUDA context, NCCL and the allocator's cache {mems[-1].runtime_mib:.0f} MiB (measured at "

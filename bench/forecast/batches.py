@@ -58,7 +58,7 @@ def head_words(s) -> str:
 def over_words(s, budget_mib, peak_mib) -> str:
     """'; at batch 14 a GPU over the budget already at x1 (17.56 GiB measured)' where the batch is named and the
     setting's smallest measured count's peak per device, `peak_mib` (the caller's: the figure the page holds to the
-    budget, bench.analysis.fit.device_peak), is over the budget: the memory verdict is that batch's, not the model's."""
+    budget, bench.report.frontier.held_mib: per GPU, on CPU a node's processes summed), is over the budget: the memory verdict is that batch's, not the model's."""
     if not s.batch or not budget_mib or peak_mib is None or peak_mib <= budget_mib:
         return ""
     return f"; {s.batch} over the budget already at x{min(s.configs)} ({peak_mib / 1024:.2f} GiB measured)"

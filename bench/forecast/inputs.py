@@ -218,7 +218,7 @@ def _held_mib(r: dict) -> Optional[float]:
 def _memory(rows: list) -> tuple:
     """(state, [peak per process], method, runtime MiB or None): runtime, on CUDA where the process's level is known
     (`_held_mib`), that level beyond the allocator's steady peak: the CUDA context, NCCL's buffers, the allocator's cache,
-    and where the whole run went higher (compilation, autotuning) that too: the forecast's device level at the measured
+    and where the whole run's level, read at the warm-up's end, went higher (compilation) that too: the forecast's device level at the measured
     count is the whole run's, not the measured window's alone. On CPU the peak is the rise of RSS over the process's RSS
     before its model (what the model moves), and runtime what the process held before it (the interpreter, torch): the
     two add up to the largest rank's peak RSS, the memory section's figure. Without it the forecast's 'MiB/device' read

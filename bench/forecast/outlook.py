@@ -379,8 +379,8 @@ def first_words(s: fs.Setting, p: fs.Point, r: Optional[tuple], top: int) -> str
 
 
 def lifted_words(s: fs.Setting, whatifs: list) -> str:
-    """'bf16 gradients (bf16_compress_hook) keeps it at or above 75% up to 2 processes (under from 4)': each what-if
-    that lifts the first count under 75%, and to where; '' for none. Only 'no what-if moves it' was said: DeepLabV3 on
+    """'bf16 gradients (bf16_compress_hook) keeps it at or above 75% up to 2 processes (under from 4 processes)': each
+    what-if that lifts the first count under 75%, and to where; '' for none. Only 'no what-if moves it' was said: DeepLabV3 on
     two CPU processes read 'below 75% already at 2' where bf16 gradients kept it at 75%."""
     if len(whatifs) < 2:
         return ""
@@ -393,5 +393,5 @@ def lifted_words(s: fs.Setting, whatifs: list) -> str:
         paying = [p.count for p in pts if not p.refused and (below is None or p.count < below)]
         if paying:
             said.append(f"{what} keeps it at or above {EFFICIENT:.0%} up to {unit(s, max(paying))}"
-                        + (f" (under from {below})" if below is not None else ""))
+                        + (f" (under from {unit(s, below)})" if below is not None else ""))
     return "a what-if lifts it: " + "; ".join(said) if said else ""

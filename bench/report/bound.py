@@ -218,16 +218,22 @@ def _compile_advice(sweep: Sweep, workload: str, c) -> str:
         return "fewer, larger kernels help: --compile, a larger --per-device-batch"
     eager, compiled = (twin, c) if c.compiled else (c, twin)
     faster, slower = (compiled, eager) if compiled.samples_per_s > eager.samples_per_s else (eager, compiled)
-    told = choice.apart(faster, slower).within
+    a = choice.apart(faster, slower)
+    told = a.within
     helped = told is False and faster is compiled
     head = "compiled, against its eager twin measured here" if c.compiled else "--compile, measured here"
     work = [busy(x) for x in (eager, compiled)]
     kernels = (f"GPU work from {work[0].work_ms:.1f} to {work[1].work_ms:.1f} ms a step, " if None not in work else "")
     step = (f"the step from {eager.summary.median_ms:.1f} to {compiled.summary.median_ms:.1f} ms "
-            f"({'told apart' if told is False else 'within the noise' if told else 'not told apart'})")
+            f"({'told apart' if told is False else _tie_words(a) if told else 'not told apart'})")
     if helped:
         return f"{head}: {kernels}{step}: it helps; " + batch.format("the host's launch work that remains")
     return f"{head}: {kernels}{step}: the host's launch work bounds it; " + batch.format("it")
+
+
+def _tie_words(a) -> str:
+    """Why two steps are a tie, in the rule's own terms: under the 5% floor, or inside the noise between processes."""
+    return choice.floor_words() if choice.by_floor(a) else "within the noise"
 
 
 def _memory_used(sweep: Sweep, c) -> str:

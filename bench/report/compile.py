@@ -78,8 +78,9 @@ def _noise(a) -> str:
 def _compile_row(c, configs: list) -> list:
     """A compiled configuration: its first step, its warm-up, and after how many steps compiling has paid. 'never'
     only where its step is slower beyond the noise (choice.apart, the recommendation's rule); where the two are not told
-    apart, 'not resolved' with why and what would pay: one H200's table read 'never' on one unstable process each, 6%
-    apart, while its first screen said the two could not be told apart."""
+    apart, 'no faster (a tie)' where the gap lies inside the measured noise or under the floor (the first screen's
+    'tie'), 'not resolved' where nothing can tell, each with why and what would pay: one H200's table read 'never' on
+    one unstable process each, 6% apart, while its first screen said the two could not be told apart."""
     got = break_even(c, configs)
     if got is None:
         return [c.label, fmt(c.compile_s, ".1f"), fmt(c.warmup_s, ".1f"), "– (no eager twin measured)", "–"]
@@ -89,7 +90,7 @@ def _compile_row(c, configs: list) -> list:
         pay = payback_words(c, got[1], compile_cost(c, configs)[0])
         retry = " --repeats 3 tells them apart." if a.within is None and a.noise.source != "repeats" else ""
         lead = "as fast (less than 1% apart: " if a.gap < 0.005 else f"{a.gap:.0%} faster ("
-        pays, that = "not resolved", (
+        pays, that = ("no faster (a tie)" if a.within else "not resolved"), (
             f"{faster.label} ran {lead}{fmt(faster.samples_per_s)} against "
             f"{fmt(slower.samples_per_s)} samples/s), not told apart: {_not_told(a)}. {pay[:1].upper()}{pay[1:]}.{retry}")
     elif math.isnan(got[0]):

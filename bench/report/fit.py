@@ -54,19 +54,22 @@ def _unit(ss: list):
 
 
 def _left(s) -> float:
-    """The budget less the largest batch's peak (its trial's or its measured run's, the larger), MiB."""
+    """The budget less the largest batch's peak (its trial's or its measured run's, the larger), MiB; nan where neither
+    peak was read back or the budget is unknown (a stored 'fits' whose memory rows are gone raised here)."""
     ran = (s.measured_now(s.largest) or (None, None))[1]
-    return s.budget_mib - max(p for p in (s.peak_at(s.largest), ran) if p is not None)
+    peak = max((p for p in (s.peak_at(s.largest), ran) if p is not None), default=None)
+    return s.budget_mib - peak if peak is not None else math.nan
 
 
 def _capped(s, c, u: str = "") -> str:
     """Where the search stopped at its cap with every batch fitting: a lower bound, said as one, with the headroom and,
     where two trials give the memory a sample takes, the batch that would fill it, not tried. The H200 fit read 'DDP
     x1 fits 128 a GPU' with 15.5 GiB left at 128 and no batch out of memory: 128 was --max-batch, not the limit."""
-    said = (f"at least {s.largest}" + (f" a {u}" if u else "") + f" (the search's cap, --max-batch {s.largest}; "
-            f"{size(_left(s))} left at {s.largest}; no batch ran out of memory): raise --max-batch to find the limit")
     per, left = s.mib_per_sample(), _left(s)
-    if per is None or left < per:
+    room = f"{size(left)} left at {s.largest}; " if not math.isnan(left) else ""
+    said = (f"at least {s.largest}" + (f" a {u}" if u else "") + f" (the search's cap, --max-batch {s.largest}; "
+            f"{room}no batch ran out of memory): raise --max-batch to find the limit")
+    if per is None or math.isnan(left) or left < per:
         return said
     what = "a sequence" if c is not None and getattr(c, "tokens_per_sample", None) else "a sample"
     return said + f"; ~{size(per)} {what}: about {s.largest + int(left // per)} might fit, not tried"

@@ -171,7 +171,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
                             + (f", {sum(r['in_range'] for r in inside)} of {len(inside)} inside the range" if inside else "")
                             if checked else "; not checked (one measured count)")
                          + (f"; memory: {mm.fit_words(mems, budget, s.strategy, budget_name, per_node)}"
-                            + batches.over_words(s, budget, frontier.peak_mib(s.configs[min(s.configs)]))
+                            + batches.over_words(s, budget, frontier.held_mib(s.configs[min(s.configs)]))
                             if mems else ""))
         moves = fo.below_words(ws, fo.DOUBLING[-1], on_short) if len(ws) > 1 else ""
         shown = [p for p in ws[0][1] if p.count in TABLE_COUNTS]

@@ -248,9 +248,16 @@ def memory_figure(workload: str, where: str, lines: list, budget_mib, budget_nam
     top, per = max(tops, default=1.0), "process" if cpu else "device"
     name = budget_name or (f"budget {mm.budget_text(budget_mib)}" if budget_mib else "")
     label = f"{name} per {per}"
-    if budget_mib and per_node > 1:    # a node's budget, shared by its processes
-        budget_mib = budget_mib / per_node
-        label = f"{name} per node, shared by its {per_node} processes: {budget_mib:.0f} MiB each"
+    if budget_mib and per_node > 1:    # a node's budget, shared by the processes it runs at each count (fit_words)
+        xs = sorted(set(xs_all or [2]))
+        shares = [budget_mib / min(n, per_node) for n in xs]
+        label = f"{name} per node, shared by the processes it runs (at most {per_node}): a process's share"
+        if min(shares) <= NEAR * top:
+            ax.plot(xs, shares, color="#c0392b", linestyle="--", drawstyle="steps-post", label=label)
+            top = max(top, min(max(shares), NEAR * top))
+        else:
+            ax.plot([], [], " ", label=f"{label}: above the scale, not drawn")
+        budget_mib = None
     if budget_mib and budget_mib <= NEAR * top:
         ax.axhline(budget_mib, color="#c0392b", linestyle="--", label=label)
         top = max(top, budget_mib)

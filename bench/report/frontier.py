@@ -307,7 +307,7 @@ def blocks(sweep: Sweep, budget: Optional[float], how: str) -> list:
             "(the CUDA context and NCCL's buffers on top of the allocator's cache), net of the suite's pre-generated "
             "batches; where a configuration recorded no device level, its allocator peak reserved, marked "
             "'reserved' (the context then comes on top)." + (WARMUP_RULE if any(
-                warmup(c) for cs in sweep.bench.values() for c in cs) else "") + " On CPU the largest rank's peak RSS."
+                warmup(c) for cs in sweep.bench.values() for c in cs) else "")
             if cuda
             else "Peak memory per process: the largest rank's peak RSS; per node: the peak RSS of the processes one "
                  "node runs, summed, since they share its RAM: the budget is held against the node's.")

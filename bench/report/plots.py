@@ -1,7 +1,7 @@
 """Plots of a sweep, one PNG per question, drawn from the report's `Config`s (bench.report.report).
 
 Each `*_figure` function returns a matplotlib Figure (no pyplot, no global state, Agg canvas) so a
-test can read its lines, bars and legend; `render_workload` saves them as
+test can read its lines, bars and legend; `bench.report.plotset.render_workload` saves them as
 <plots_dir>/<workload>_<question>.png. Every title names the question, the workload and the device
 (GPU model or CPU model); every axis carries its unit.
 """
@@ -301,6 +301,7 @@ def pooled_caption(configs: list, workload: str) -> str:
            + "; ".join(f"{_label(c)}: {processes(c)}" for c in several) + ")")
     return _caption(f"{who}: its spread holds how far the processes differ as well as each one's jitter (each "
                     f"process's throughput: the whiskers of {file_name(workload, 'throughput')}).", 110)
+
 
 def _caption(text: str, width: int = 140) -> str:
     """A caption in lines of at most `width` characters (constrained layout makes room for them below the axes)."""

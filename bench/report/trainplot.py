@@ -7,12 +7,8 @@ from typing import Optional
 
 from matplotlib.figure import Figure
 
+from bench.report.names import hms
 from bench.report.plots import _figure, processes
-
-
-def _hms(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
 def _bars_minutes(ax, bars: list, color: str, spans: Optional[list] = None) -> None:
@@ -46,9 +42,9 @@ def bar_text(seconds: float, span: tuple, ranged: bool) -> str:
     """'3m17s' on a bar; beneath it where several processes ran, the report's table's words in lines a bar holds:
     '3m02s-3m44s' and 'across 3 processes' ('in each of 3 processes' where they round to one figure)."""
     if not ranged:
-        return _hms(seconds)
-    low, high, n = _hms(span[0]), _hms(span[1]), span[2]
-    return f"{_hms(seconds)}\n" + (f"{low} in each of\n{n} processes" if low == high else f"{low}-{high}\nacross {n} processes")
+        return hms(seconds)
+    low, high, n = hms(span[0]), hms(span[1]), span[2]
+    return f"{hms(seconds)}\n" + (f"{low} in each of\n{n} processes" if low == high else f"{low}-{high}\nacross {n} processes")
 
 
 def train_spans(configs: list) -> list:

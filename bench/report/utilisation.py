@@ -150,12 +150,15 @@ def throttled_sentence(c) -> str:
     return f"{flag}: {how}{_throttle_bound(c.gpu)}." if how else f"{flag}: its speed is the throttled machine's."
 
 
+NO_SHORTFALL = 0.0005   # a mean clock within 0.05% of its maximum: under what the report prints ('0.0%'), none
+
+
 def _throttle_bound(g) -> str:
     """What the clock's shortfall bounds: clock-bound work scales at most with the clock (memory-bound work less)."""
     short = g.shortfall()
     if math.isnan(short):
         return ""
-    if short <= 0.0005:
+    if short < NO_SHORTFALL:
         return "; on average the clock was not held below its maximum, so the speed is not held down by it"
     return (f", so its throughput is at most about {short:.1%} under an uncapped clock's (clock-bound work scales at "
             "most with the clock)")

@@ -136,19 +136,7 @@ def pace(watch) -> str:
     return f"; about {describe.duration(step_s)} a step, about {describe.duration(more_s)} to step {watch.total()}"
 
 
-def oversubscribed(cfg: SweepConfig, machine) -> str:
-    """A note where a CPU sweep's largest count runs more torch threads than the node has cores (--threads-per-process
-    2 at 2 processes on 2 cores: DDP x2 stepped 14.7 ms against 4.8 at one thread, and the report blamed scaling), ''
-    otherwise. A note, not a refusal: oversubscribing can be the question."""
-    if cfg.device != "cpu" or not machine.cpu_cores or not cfg.threads_per_process:
-        return ""
-    per_node = min(max(cfg.gpus), cfg.gpus_per_node or max(cfg.gpus))
-    threads = per_node * cfg.threads_per_process
-    if threads <= machine.cpu_cores:
-        return ""
-    return (f"note: at {per_node} processes x {cfg.threads_per_process} torch thread(s) the sweep runs {threads} threads "
-            f"on {machine.cpu_cores} core(s): they take turns, and the largest counts' steps measure that contention, not "
-            f"scaling (--threads-per-process {max(1, machine.cpu_cores // per_node)} fits)")
+
 
 
 def _started_fresh_instead(spec: RunSpec, outcome: Outcome) -> bool:
@@ -221,7 +209,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
                 + f", {cfg.threads_per_process} torch thread(s) per process)")
             for line in describe.describe_resolved(cfg, given):
                 log(line)
-            crowded = oversubscribed(cfg, machine)
+            crowded = describe.oversubscribed(cfg, machine)
             if crowded:
                 log(crowded)
         left = _left(items, done)   # a resume plans what is left, not the whole sweep again
