@@ -41,7 +41,9 @@ def test_configurations_hold_the_figures_the_report_shows(quick):
                 assert row[2] == picked.recommendation_note.iloc[0] and row[2].startswith(f"not resolved: --repeats 3 ({label}, ")
                 continue
             assert row[2] == label and pd.isna(picked.recommendation_note.iloc[0])
-            assert f"{picked.samples_per_s.iloc[0]:.1f}" == row[3] and picked.bound_detail.iloc[0] == row[7]
+            figure, _, flag = row[3].partition(" (unstable: ")   # the first screen marks an unstable pick, by its flag
+            assert f"{picked.samples_per_s.iloc[0]:.1f}" == figure and picked.bound_detail.iloc[0] == row[7]
+            assert bool(flag) == bool(picked.unstable.iloc[0]), (row[3], picked.unstable.iloc[0])
         for c in configs:
             got = ok.loc[c.key]
             assert got.samples_per_s == c.samples_per_s and got.step_median_ms == c.summary.median_ms
