@@ -17,7 +17,7 @@ from conftest import example_stores, read_sweep
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "h200-2026-11-27-pm"
 FP32 = "0.1% (75.09-75.18 samples/s, 3 processes of single device x1, this sweep)"
-BF16 = "17% (140.3-166.0 samples/s, 3 processes of single device x1 [bf16], all 3 unstable, this sweep)"
+BF16 = "17% (140.3-166.0 samples/s, 3 processes of single device x1 [bf16], all 3 with steps spread over 10% of their median each, this sweep)"
 
 
 def _paragraphs(sweep) -> list:
@@ -45,7 +45,7 @@ def test_a_precision_without_a_figure_says_so_and_selfchecks_names_its_workload_
     entry = next(e for e in json.loads((EXAMPLE / "host-noise.json").read_text())["entries"] if e["precision"] == "bf16")
     assert noise_source.lines({"bf16": stats.host_noise(entry)}, "cuda") == [
         "Process noise on this GPU, bf16: 15% (89,484-103,891 samples/s, 3 processes of single device x1 [bf16] on the "
-        "synthetic MLP, 1 of 3 unstable, selfcheck's host file: the synthetic MLP, 2026-11-27)"]
+        "synthetic MLP, 1 of 3 with steps spread over 10% of their median each, selfcheck's host file: the synthetic MLP, 2026-11-27)"]
 
 
 def test_the_compile_sweep_is_held_against_the_same_stores_deeplabv3_bf16_figure_not_selfchecks_mlp(tmp_path, monkeypatch):
@@ -55,7 +55,7 @@ def test_the_compile_sweep_is_held_against_the_same_stores_deeplabv3_bf16_figure
     assert bf16.source == "earlier" and abs(bf16.fraction - (166.05 - 140.33) / 153.32) < 0.002, bf16
     assert bf16.source_words() == "sweep 1 of this store"
     assert ("Process noise on this GPU, bf16: 17% (140.3-166.0 samples/s, 3 processes of single device x1 [bf16], all 3 "
-            "unstable, sweep 1 of this store, 2026-11-27).") in _paragraphs(sweep)
+            "with steps spread over 10% of their median each, sweep 1 of this store, 2026-11-27).") in _paragraphs(sweep)
     # eager 6% faster than compiled, one unstable process each, inside DeepLabV3 bf16's own 17%: a tie
     assert _lead(sweep, "deeplabv3", "bf16") == "6% (within 17% noise, sweep 1 of this store)"
 

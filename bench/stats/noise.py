@@ -100,8 +100,8 @@ class Noise:
         (DeepLabV3 fp32 and bf16 in 3 processes each on one H200) never stated it: only 'unstable' and a pooled median."""
         if not self.measured:
             return "not measured"
-        shaky = (f", {'all' if self.unstable == self.processes else f'{self.unstable} of'} {self.processes} unstable"
-                 if self.unstable else "")
+        shaky = (f", {'all' if self.unstable == self.processes else f'{self.unstable} of'} {self.processes} with "
+                 f"steps spread over {UNSTABLE_IQR_FRACTION:.0%} of their median each" if self.unstable else "")
         on = f" on {self.workload}" if self.source == "host" and self.workload else ""
         span = f"{sps_words(self.low)}-{sps_words(self.high)} samples/s, " if not math.isnan(self.low) else ""
         return (f"{percent(self.fraction)} ({span}{self.processes} processes of {self.configuration}{on}{shaky}, "
