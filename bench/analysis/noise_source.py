@@ -79,7 +79,7 @@ def _processes(conn, rs: list) -> tuple:
 def _noise(conn, sid: int, found: tuple, label_of, device_type: str) -> stats.Noise:
     sps, shaky, rs = found
     started = str(read.sweep_row(conn, sid).get("started_at") or "?")
-    where = "GPU" if device_type == "cuda" else device_type.upper()
+    where = stats.device_word(device_type)
     label = label_of(rs[0])
     return stats.Noise(stats.repeat_spread(sps), "earlier",
                        f"the spread between the {len(sps)} processes of {label} in sweep {sid} of this store "
@@ -93,7 +93,7 @@ def lines(by_precision: dict, device_type: str) -> list:
     """'Process noise on this GPU, fp32: 0.1% (75.09-75.18 samples/s, 3 processes of single device x1, this sweep)'
     per precision (by_precision: precision -> Noise, bench.analysis.results.noise), 'not measured at bf16 on this GPU'
     where it has none: where the verdicts that rest on it are made."""
-    where = "GPU" if device_type == "cuda" else device_type.upper()
+    where = stats.device_word(device_type)
     return [f"Process noise on this {where}, {p}: " + (n.figure_words() if n.measured else f"not measured at {p} on this {where}")
             for p, n in by_precision.items()]
 
@@ -108,5 +108,5 @@ def sweep_line(sweep) -> str:
            if p in sweep.noise_by_precision and sweep.noise_by_precision[p].source == "sweep"]
     if not own or device is None:
         return ""
-    where = "GPU" if device == "cuda" else device.upper()
+    where = stats.device_word(device)
     return f"process noise on this {where}: " + "; ".join(f"{p} {n.figure_words()}" for p, n in own)

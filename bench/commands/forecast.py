@@ -169,7 +169,7 @@ def main(argv: list) -> int:
         print(f"  network {name}: {lv.busbw_gbps:.3g} GB/s, {lv.latency_us:.3g} us per step, {lv.call_us:.3g} us per "
               f"call ({'measured' if lv.measured else 'assumed'}: {lv.source})")
     print(f"  {m.inter.words()}")
-    cpu = all(getattr(s.any, "device_type", "cuda") == "cpu" for s in f.sets)
+    cpu = fs.on_cpu(f.sets)
     per_node = m.gpus_per_node if cpu else 0    # CPU: a budget is a node's, its processes summed, as the report's
     print("  memory budget: " + (f"{budget_name} per {'node' if per_node else 'device'}" if budget
                                  else "none (--memory-budget-gib)"))

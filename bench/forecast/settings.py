@@ -392,3 +392,7 @@ def point(s: Setting, inp: Inputs, count: int, machine: Machine) -> Point:
             p.draws[name] = np.asarray(v, dtype=float)[1:]
     return p
 
+
+def on_cpu(settings) -> bool:
+    """Whether every setting ran on CPU: the forecast section, its plots and the terminal's forecast read it alike."""
+    return all(getattr(s.any, "device_type", "cuda") == "cpu" for s in settings)

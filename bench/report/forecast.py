@@ -150,7 +150,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
     if not sets:
         return []
     budget, budget_name = fo.budget(f.sweep, memory_budget_gib)
-    cpu = all(getattr(s.any, "device_type", "cuda") == "cpu" for s, _ in sets)
+    cpu = fs.on_cpu(s for s, _ in sets)
     per_node = m.gpus_per_node if cpu else 0     # CPU: a budget is a node's, its processes summed (fit.budget_peak)
     b: list = [("h", 2, "Forecast past the measured counts"), ("p", scope_words([s for s, _ in sets], m, sweep.threads))]
     sentences, by_workload, mem_lines, rows, checks, errors = [], {}, {}, [], [], []

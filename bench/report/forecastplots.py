@@ -202,7 +202,7 @@ def figure(workload: str, where: str, lines: list):
                 "count: " + "; ".join(f"{what} ({'every setting' if len(names) == len(lines) else ', '.join(names)})"
                                  for what, names in hidden.items()))
     _ticks(ax, xs_all)
-    cpu = bool(lines) and all(getattr(line[0].any, "device_type", "cuda") == "cpu" for line in lines)
+    cpu = bool(lines) and fs.on_cpu(line[0] for line in lines)
     ax.set(xlabel="process count (log scale)" if cpu else "device count (log scale)", ylabel="scaling efficiency (%)")
     top = efficiency_top([y for _, y, _ in marks])
     ax.set_ylim(0, top)
@@ -221,7 +221,7 @@ def memory_figure(workload: str, where: str, lines: list, budget_mib, budget_nam
     CPU the figure is a process's peak RSS, as the memory section's (bench.forecast.inputs._memory), and said so; the
     budget is a node's (per_node processes summed, as the memory section holds it), drawn as its share per process."""
     from bench.report import plots
-    cpu = bool(lines) and all(getattr(s.any, "device_type", "cuda") == "cpu" for s, _ in lines)
+    cpu = bool(lines) and fs.on_cpu(s for s, _ in lines)
     fig, ax = plots._figure("Forecast: peak RSS per process" if cpu else "Forecast: memory per device", where, workload,
                             width=10.0)
     xs_all, tops = [], []

@@ -30,7 +30,6 @@ from bench.analysis.results import Sweep
 from bench.report import choice, plots
 from bench.report.pages import fmt
 
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LISTED = 8   # configurations named per row as not fitting; the rest are counted
 
 
@@ -191,7 +190,7 @@ def budget_mib(sweep: Sweep, override_gib: Optional[float] = None) -> tuple:
     return None, "none (on CPU --memory-budget-gib sets one, per node)"
 
 
-def _groups(configs: list) -> dict:
+def groups(configs: list) -> dict:
     out: dict = {}
     for c in configs:
         if not math.isnan(c.samples_per_s) and held_mib(c) is not None:
@@ -229,7 +228,7 @@ def answer(workload: str, configs: list, budget: Optional[float], batches: bool 
     with `batches` (a fit sweep) always (`names`)."""
     _name = names(configs, batches)
     out = []
-    for (precision, optimizer), cs in _groups(configs).items():
+    for (precision, optimizer), cs in groups(configs).items():
         fits = [c for c in cs if budget is None or held_mib(c) <= budget]
         over = sorted((c for c in cs if c not in fits), key=lambda c: held_mib(c) - budget)
         best, fastest, tie = choice.choose(fits, _name) if fits else (None, None, None)

@@ -11,8 +11,11 @@ from matplotlib.figure import Figure
 from bench.analysis.results import STRATEGY_NAMES
 from bench.forecast.batches import per_device   # a configuration's batch per device
 from bench.report import plots, training_state
-from bench.report.frontier import MARKERS, _groups, held_mib, peak_source, size
+from bench.report.frontier import groups as recipe_groups, held_mib, peak_source, size
 from bench.report.labels import place_labels
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")   # one per device count
+
 
 def frontier(points: list) -> list:
     """The (memory, speed) points no other point beats on both (less or equal memory and more speed), by memory."""
@@ -51,7 +54,7 @@ def frontier_figure(configs: list, workload: str, where: str, budget: Optional[f
             label = None
         ax.scatter([held_mib(c) / scale], [c.samples_per_s], facecolors="none" if id(c) in over else colour,
                    edgecolors=colour, marker=marker, s=50, label=label, zorder=3)
-    groups = _groups(shown)  # one frontier per training recipe: precision and optimizer
+    groups = recipe_groups(shown)  # one frontier per training recipe: precision and optimizer
     for i, ((precision, optimizer), cs) in enumerate(groups.items()):
         line = frontier([(held_mib(c) / scale, c.samples_per_s) for c in cs])
         if len(line) < 2:  # one point beats the rest: no line to draw, so none in the legend (the H200 fit listed one)

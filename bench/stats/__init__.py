@@ -9,7 +9,7 @@ own summary before a result is stored, and the commands. Computed from raw value
 """
 from bench.stats.noise import (  # noqa: F401
     NOT_MEASURED, UNSTABLE_REPEAT_SPREAD, Noise, ProcessComparison, ShownEfficiency,
-    compare_pairs, compare_processes, host_noise, noise_bound, pair_noise,
+    compare_pairs, compare_processes, device_word, host_noise, noise_bound, pair_noise,
     percent, repeat_spread, shown_efficiency, significance, sps_words, sweep_noise, unsteady, unsteady_words)
 from bench.stats.evidence import (  # noqa: F401
     MIN_EVIDENCE_SWEEPS, Disturbing, Evidence, compare_with_evidence, disturbing_sweep, evidence, holm)

@@ -112,6 +112,11 @@ class Noise:
         return f"{percent(self.fraction)}, {self.detail}" if self.measured else f"not measured ({self.detail})"
 
 
+def device_word(device: str) -> str:
+    """'GPU' on CUDA, else the device type in capitals ('CPU'): what the noise's words call the device."""
+    return "GPU" if device == "cuda" else device.upper()
+
+
 def sps_words(v: float) -> str:
     """A process's throughput as the noise line gives it: '75.09', '140.3', '89,484'."""
     return f"{v:,.0f}" if v >= 1000 else f"{v:.1f}" if v >= 100 else f"{v:.2f}"
@@ -167,7 +172,7 @@ def sweep_noise(repeated: Sequence[tuple], device: str) -> Optional[Noise]:
         return None
     worst = max(spread, key=lambda s: s[0])
     others = f", the largest of the {len(spread)} configurations it repeated" if len(spread) > 1 else ""
-    where = "GPU" if device == "cuda" else device.upper()
+    where = device_word(device)
     return Noise(worst[0], "sweep", f"this sweep's spread between the {len(worst[2])} processes of {worst[1]} on this "
                                     f"{where}{others}", low=min(worst[2]), high=max(worst[2]), processes=len(worst[2]),
                  configuration=worst[1], unstable=worst[3], where="this sweep")
