@@ -12,6 +12,9 @@
 #                                            offload, fit in 16 GiB)
 #   scripts/gpu_session.sh finish [LIMIT_S]   follow-up's second call, on the warm machine: fit meeting a real
 #                                            out-of-memory error, then the self-check where time is left
+#   scripts/gpu_session.sh levers [LIMIT_S]   what four leases left unproven: fit through a real CUDA out-of-memory
+#                                            error, selective checkpointing, find_unused_parameters with DeepLabV3's
+#                                            auxiliary head (used, and unused: DDP's refusal recorded as skipped)
 # Every stage gets what is left of LIMIT_S (default 570 s) and is cut with `timeout`, so the command ends inside it;
 # an interrupted sweep is resumed by the next call (carry results/). Logs and results/ (stores, traces) are packed under $OUT (default results/gpu-session). On a machine whose Python already has a CUDA torch
 # and this suite's dependencies (BENCH_VENV, default /opt/torch/.venv where present) nothing is installed.
@@ -134,7 +137,19 @@ finish)  # the second call of a follow-up lease, on the warm machine (its store 
         --precision bf16 --optimizer adamw --per-device-batch 64 --max-batch 128 --no-report
     stage selfcheck 280 ./run_bench.sh selfcheck
     ;;
-*) echo "unknown stage set: $what (check, sweeps, extras, one-call, follow-up or finish)" >&2; exit 2 ;;
+levers)  # 2026-11-27 evening: the 134m transformer fit to 128 in 124 GiB of the H200's 140 without meeting its limit, so
+    # start there and double: 256 runs out, and bisection meets the edge; then the levers no lease measured on a GPU
+    stage env 30 bash -c 'nvidia-smi; nproc; free -g; "$BENCH_VENV/bin/python" -c "import torch, torchvision; print(torch.__version__, torch.version.cuda, torchvision.__version__, torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0), torch.cuda.nccl.version())"'
+    stage fit-oom 250 ./run_bench.sh fit --store "$STORE" --label "$gpu" --workloads transformer --strategies ddp \
+        --precision bf16 --optimizer adamw --per-device-batch 128 --max-batch 256 --no-report
+    stage transformer-checkpointing 120 ./run_bench.sh --store "$STORE" --label "$gpu" --workloads transformer \
+        --strategies ddp --precision bf16 --optimizer adamw --activation-checkpointing none,full,selective \
+        --repeats 2 --noise-repeats 1 --no-report
+    stage deeplabv3-unused 150 ./run_bench.sh --store "$STORE" --label "$gpu" --workloads deeplabv3 --strategies ddp \
+        --precision fp32 --deeplabv3-aux true,unused --find-unused-parameters false,true --repeats 2 --noise-repeats 1 \
+        --no-report
+    ;;
+*) echo "unknown stage set: $what (check, sweeps, extras, one-call, follow-up, finish or levers)" >&2; exit 2 ;;
 esac
 keep_stores
 for f in "$EXAMPLE"/*.sqlite "$EXAMPLE"/host-noise.json; do [ -f "$f" ] && cp "$f" "$OUT/"; done  # back one by one
