@@ -140,3 +140,27 @@ def test_the_frontier_legend_lists_only_what_is_drawn():
     fig = frontierplot.frontier_figure(cs, "transformer", "x", 16384.0)
     names = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert not any(n.startswith("frontier") or n == "x1" for n in names), names
+
+
+def test_a_lever_is_set_beside_a_twin_with_the_same_auxiliary_head_and_batch(tmp_path):
+    # An H200 sweep (--deeplabv3-aux true,unused --find-unused-parameters false,true) set [find_unused_parameters,
+    # aux=unused] beside [aux=true] and read "find_unused_parameters makes a step 1.12x as long": the 12% was what
+    # unused parameters cost, and [aux=unused] without find_unused_parameters (its true twin) DDP refuses.
+    from bench.analysis.results import load
+    from bench.report import levers
+    from bench.shared.spec import RunSpec
+    from bench.store import store
+    from bench.sweep import record
+    from report_fixtures import measured
+    conn = store.connect(str(tmp_path / "s.sqlite"))
+    sid = store.begin_sweep(conn, "cmd", "{}", None)
+    base = dict(workload="deeplabv3", device_type="cpu", device_count=1, image_size=64, steps=8, warmup=1, threads=1,
+                seed=0, scaling="weak")
+    for aux, unused, batch, step_ms in (("true", False, 2, 100.0), ("true", True, 2, 100.0), ("unused", True, 2, 112.0),
+                                        ("true", True, 4, 190.0)):
+        s = RunSpec(strategy="ddp", deeplabv3_aux=aux, per_device_batch=batch, global_batch=batch,
+                    options=(("find_unused_parameters", True),) if unused else (), **base)
+        record.record_result(conn, sid, None, s, "ok", payload={**measured(1, [step_ms] * 8, batch),
+                             "memory": [{"rank": 0, "device": "cpu", "peak_rss_mib": 1000.0}]})
+    rows = next(b for b in levers.blocks(load(conn, sid)) if b[0] == "table")[2]
+    assert [(r[1], r[2], r[6]) for r in rows] == [("find_unused_parameters", "DDP x1 [fp32, aux=true]", "1.00x")], rows
