@@ -177,10 +177,10 @@ def band(rows: list) -> tuple:
 
 def _origin(level: nw.Level) -> str:
     """Where an assumed level's figures come from, briefly: 'preset h100', '--network net=50@5', 'as fast as ...'."""
-    src = level.source
-    if src.startswith("preset ") or src.startswith("--network"):
-        return src.split(":")[0]
-    return "as fast as the other level" if src.startswith("assumed as fast") else ""
+    kind, name = nw.origin(level)
+    if kind == "flat":
+        return "as fast as the other level" if level.source.startswith("assumed as fast") else ""
+    return {"preset": f"preset {name}", "typed": name}.get(kind, "")
 
 
 def assumed(machine: fs.Machine, counts: Optional[tuple] = None) -> list:

@@ -76,6 +76,19 @@ class Level:
     rows: int = 0                    # the rows a measured level was fitted over
 
 
+def origin(level: Level) -> tuple:
+    """Where a level's figures come from, the one reading of `Level.source`: ('measured' | 'typed' | 'preset' |
+    'flat', the preset's name or the typed flag, '' otherwise)."""
+    src = level.source
+    if level.measured:
+        return "measured", ""
+    if src.startswith("preset "):
+        return "preset", src.split(":")[0][len("preset "):]
+    if src.startswith("--network"):
+        return "typed", src.split(":")[0]
+    return "flat", ""
+
+
 @dataclass(frozen=True)
 class Preset:
     """A named network with the public figures it rests on."""

@@ -79,25 +79,13 @@ def network_sets(whatifs: list) -> str:
     return f"the network does not set it: {every}; {bound} does"
 
 
-def _origin(level: nw.Level) -> tuple:
-    """('measured' | 'typed' | 'preset' | 'flat', the preset's name or the typed flag)."""
-    src = level.source
-    if level.measured:
-        return "measured", ""
-    if src.startswith("preset "):
-        return "preset", src.split(":")[0][len("preset "):]
-    if src.startswith("--network"):
-        return "typed", src.split(":")[0]
-    return "flat", ""
-
-
 def on_words(m: fs.Machine, sets: list = (), short: bool = False) -> str:
     """The network a verdict is on, where it is read: 'this network' only where both levels were measured. A one-GPU
     H200 sweep read 'past 16 GPUs on this network' where the network was the h100 preset (8x H100 over NVLink 4, 400
     Gb/s InfiniBand between nodes) and no link had been measured: 'an assumed network (the h100 preset: 8x H100 NVLink +
     400 Gb/s InfiniBand per GPU; nothing measured: this sweep ran on one GPU)'; short, for a list or a legend: 'the
     assumed network (preset h100)'."""
-    kinds = [_origin(m.net.node), _origin(m.net.net)]
+    kinds = [nw.origin(m.net.node), nw.origin(m.net.net)]
     if all(k == "measured" for k, _ in kinds):
         return "this network"
     if all(k in ("measured", "typed") for k, _ in kinds):
