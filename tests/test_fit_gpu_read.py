@@ -164,3 +164,62 @@ def test_a_lever_is_set_beside_a_twin_with_the_same_auxiliary_head_and_batch(tmp
                              "memory": [{"rank": 0, "device": "cpu", "peak_rss_mib": 1000.0}]})
     rows = next(b for b in levers.blocks(load(conn, sid)) if b[0] == "table")[2]
     assert [(r[1], r[2], r[6]) for r in rows] == [("find_unused_parameters", "DDP x1 [fp32, aux=true]", "1.00x")], rows
+
+
+def test_a_fit_cut_by_sigterm_ends_interrupted_with_its_trials_kept(tmp_path):
+    # An H200 fit under `timeout` (SIGTERM) was left 'running' and read back as 'died': no handler, no end of the sweep.
+    import os
+    import signal
+    import sqlite3
+    from test_fit import _h100_fit, _levels_gpu_launcher
+    from bench.commands import fit as fit_cmd
+    cfg, _, machine, path = _h100_fit(tmp_path)
+    inner, lines = _levels_gpu_launcher(700.0, 200.0), []
+
+    def run(spec, limits):
+        if spec.per_device_batch > 1:
+            os.kill(os.getpid(), signal.SIGTERM)   # the second trial: as `timeout` sends it
+        return inner(spec, limits)
+    before = signal.getsignal(signal.SIGTERM)
+    assert fit_cmd.run_fit(cfg, machine, 4096, "fit ...", log=lines.append, run_config=run) == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == before   # the handler given back
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT status FROM sweeps").fetchall() == [("interrupted",)]
+    assert conn.execute("SELECT per_device_batch, mode FROM results").fetchall()[0] == (1, "fit")
+    assert "interrupted by SIGTERM: its trials and measured runs so far are kept" in lines[-1], lines[-1]
+
+
+def test_an_out_of_memory_error_from_a_fragmented_allocator_is_said_as_fragmentation_not_capacity():
+    # The H200's measured runs at 148-154 (their trials fit) ran out with 16.7-18.0 GiB reserved but unallocated; its
+    # trials at 155-256 ran out with under 0.25 GiB so: capacity. PyTorch's messages, as stored.
+    from bench.analysis import oom
+    tail = (" If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+            "to avoid fragmentation.")
+    frag = ("rank 0 on vm: OutOfMemoryError: CUDA out of memory. Tried to allocate 18.80 GiB. GPU 0 has a total capacity "
+            "of 139.80 GiB of which 1.73 GiB is free. Including non-PyTorch memory, this process has 138.06 GiB memory in "
+            "use. Of the allocated memory 118.80 GiB is allocated by PyTorch, and 17.97 GiB is reserved by PyTorch but "
+            "unallocated." + tail)
+    full = ("rank 0 on vm: OutOfMemoryError: CUDA out of memory. Tried to allocate 18.92 GiB. GPU 0 has a total capacity "
+            "of 139.80 GiB of which 18.80 GiB is free. Including non-PyTorch memory, this process has 120.99 GiB memory in "
+            "use. Of the allocated memory 119.52 GiB is allocated by PyTorch, and 191.77 MiB is reserved by PyTorch but "
+            "unallocated." + tail)
+    assert oom.words(frag) == ("fragmentation, not capacity: 17.97 GiB reserved but unallocated and 1.73 GiB free "
+                               "against 18.80 GiB asked; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may fit it")
+    assert oom.words(full) == "" and oom.read(full).unallocated_mib == 191.77
+    assert oom.words("rank 1: OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB") == ""  # no figures
+
+
+def test_the_fit_page_says_a_measured_runs_fragmentation_beside_its_batch(tmp_path):
+    from bench.analysis.results import load
+    from bench.report import fit as fit_report
+    import sqlite3
+    conn = sqlite3.connect("examples/h200-2026-11-27-eve/gpu.sqlite")
+    conn.row_factory = sqlite3.Row
+    sweep = load(conn, 1)
+    [s] = sweep.fit
+    assert s.largest == 144 and sorted(s.measured_reasons) == [148, 152, 154]
+    table = next(b for b in fit_report.blocks(sweep) if b[0] == "table")
+    cell = table[2][0][4]
+    assert cell.startswith("148: its trial fit (peak 133.56 GiB), its measured run did not (out of memory in the measured "
+                           "run; fragmentation, not capacity: 16.73 GiB reserved but unallocated and 7.09 GiB free "
+                           "against 18.07 GiB asked; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"), cell

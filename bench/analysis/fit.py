@@ -235,6 +235,7 @@ class Search:
                                                     # worst repeat), where their rows carry details 'fit'
     order: list = field(default_factory=list)       # the trials' batches in the order the search tried them
     speeds: dict = field(default_factory=dict)      # batch -> its trial's samples/s (one measured step: a trial's figure)
+    measured_reasons: dict = field(default_factory=dict)  # batch -> why a measured run there failed (its error's text)
 
     def now(self, v: str, peak: Optional[float]) -> str:
         """A stored verdict held to today's rule: 'fits' whose peak (device_peak's figure) is over the budget is over it.
@@ -356,6 +357,8 @@ def searches(rows: list, memory_of: Callable[[int], list], names: dict) -> list:
                 got = (d.get("verdict") or verdict(r["status"], r["reason"], peak, s.budget_mib), peak)
                 b = int(r["per_device_batch"])
                 s.measured[b] = _worse(s.measured[b], got) if b in s.measured else got
+                if r["status"] != "ok":
+                    s.measured_reasons[b] = r["reason"] or ""
                 s.bench_keys[b] = r["config_key"]
             continue
         if s is None:

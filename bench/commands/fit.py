@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import signal
 from typing import Callable
 
-from bench.analysis import fit as fitting
+from bench.analysis import fit as fitting, oom
 from bench.config import ConfigError
+from bench.shared.procs import signals_deferred
 from bench.shared.spec import RunSpec
 from bench.store import store
 
@@ -74,6 +76,7 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
     from bench.sweep import plan
     from bench.sweep.launch import Limits
     from bench.sweep.record import record_result
+    from bench.sweep.run import Interrupted, raise_interrupted
     if run_config is None:
         from bench.sweep.launch import run_config
     budget_mib = cfg.memory_budget_gib * 1024
@@ -88,6 +91,10 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
     log(f"fit {sweep_id} -> {cfg.store}: the largest per-device batch within {cfg.memory_budget_gib:g} GiB per {u} "
         f"({figure}), {len(items)} configuration(s), {ladder_words(starts, max_batch)}")
     errors, status, failed_runs = 0, "interrupted", []  # failed_runs: a measured run's failure for another reason
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    for sig, handler in previous.items():  # as a sweep: a fit cut by `timeout` or a closed terminal ends 'interrupted',
+        if handler is not signal.SIG_IGN:  # not 'died' (an H200 fit under `timeout`), and says so; nohup respected
+            signal.signal(sig, raise_interrupted)
     try:
         for item in items:
             if isinstance(item, plan.Skip):
@@ -138,8 +145,9 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
                     log(f"  {describe(spec)} at batch {b}: " + (f"{sps:.1f} samples/s{where}" if out.status == "ok"
                                                                else f"{out.status.upper()}: {out.reason}"))
                     if v in fitting.NOT_FITTING:
-                        log(f"  {describe(spec)} at batch {b}: its trial fit, its measured run is {v}: {b} does not fit; "
-                            "stepping down")
+                        frag = oom.words(out.reason or "")
+                        log(f"  {describe(spec)} at batch {b}: its trial fit, its measured run is {v}"
+                            + (f" ({frag})" if frag else "") + f": {b} does not fit; stepping down")
                         return v
                     worst = fitting.ERROR if v == fitting.ERROR else worst
                 return worst
@@ -152,9 +160,17 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
                     + f" ({', '.join(str(b) for b, v in measured.items() if v in fitting.NOT_FITTING)}: its trial fit, "
                     "its measured run did not)")
         status = "completed"
+    except (KeyboardInterrupt, Interrupted) as e:
+        signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+        log(f"fit {sweep_id} interrupted by {signal.Signals(signum).name}: its trials and measured runs so far are kept "
+            "in the store; run fit again to search anew")
+        return 128 + int(signum)
     finally:
-        store.end_sweep(conn, sweep_id, status)
+        with signals_deferred():
+            store.end_sweep(conn, sweep_id, status)
         conn.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     errors += sum(failed_runs)
     log(f"fit {sweep_id} completed" + (f": {errors} run(s) failed for another reason than memory" if errors else ""))
     rc = 1 if errors else 0

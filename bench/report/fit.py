@@ -13,7 +13,7 @@ import json
 import math
 
 from bench import stats
-from bench.analysis import fit as fitting
+from bench.analysis import fit as fitting, oom
 from bench.analysis.results import diverged
 from bench.forecast import overhead
 from bench.report.frontier import held_mib, over_size, over_unit, size
@@ -81,10 +81,12 @@ def _why_not(s, unit=None) -> str:
         return "none: every batch tried fit, up to the search's cap" if s.capped else "every batch tried fit"
     batch, v, peak, reason = nxt
     if v.endswith(fitting.IN_MEASURED_RUN):
+        frag = oom.words(s.measured_reasons.get(batch, ""))
         return (f"{batch}: its trial fit (peak {size(s.peak_at(batch))}), its measured run did not "
-                f"({_peak_over(s, v, peak, unit)})")
+                f"({_peak_over(s, v, peak, unit)}{'; ' + frag if frag else ''})")
     if v == fitting.OOM:
-        return f"{batch}: out of memory"
+        frag = oom.words(reason)
+        return f"{batch}: out of memory" + (f" ({frag})" if frag else "")
     ran = s.measured_now(batch)
     return (f"{batch}: peak {size(peak)}, over by {over_size(peak - s.budget_mib, unit)}"
             + (f"; its measured run: {_peak_over(s, ran[0], ran[1], unit)}" if ran else ""))
@@ -119,12 +121,22 @@ def _overturned(ss: list, unit=None) -> str:
     for s in ss:
         if s.overturned:
             said.append(", ".join(f"{s.name}'s trial at {batch} fit (peak {size(trial_peak)}) but its measured run there "
-                                  f"did not ({_peak_over(s, v, peak, unit)})" for batch, trial_peak, v, peak in s.overturned)
+                                  f"did not ({_peak_over(s, v, peak, unit)}{_fragmented(s, batch)})"
+                                  for batch, trial_peak, v, peak in s.overturned)
+                        + (f" ({oom.EXPANDABLE} may fit those)" if any(_fragmented(s, b) for b, *_ in s.overturned)
+                           else "")
                         + (f", so it fits {s.largest}" if s.largest is not None else ", so nothing fits it"))
     if not said:
         return ""
     grew = [(s.name, batch, trial_peak, peak) for s in ss for batch, trial_peak, _, peak in s.overturned]
     return "; " + "; ".join(said) + (_heap_grows(grew) if ss[0].device_type == "cpu" else "")
+
+
+def _fragmented(s, batch: int) -> str:
+    """'; fragmentation, not capacity: ...' where the measured run at `batch` ran out of a fragmented allocator's
+    cache (bench.analysis.oom), else ''."""
+    frag = oom.words(s.measured_reasons.get(batch, ""), hint=False)
+    return f"; {frag}" if frag else ""
 
 
 def _heap_grows(grew: list) -> str:

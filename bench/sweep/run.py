@@ -152,7 +152,7 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
     for sig, handler in previous.items():
         if handler is not signal.SIG_IGN:  # respect nohup
-            signal.signal(sig, _raise_interrupted)
+            signal.signal(sig, raise_interrupted)
     try:  # tests' fault injection: a malformed BENCH_FAULT is an input error, before anything runs
         faults.parse(os.environ.get("BENCH_FAULT", ""))
     except ValueError as e:
@@ -383,7 +383,7 @@ def render_report(cfg: SweepConfig, sweep_id: int, log: Callable[[str], None]) -
     return 0
 
 
-def _raise_interrupted(signum, frame):
+def raise_interrupted(signum, frame):
     raise Interrupted(signum)
 
 
