@@ -108,6 +108,9 @@ def test_progress_lines_carry_the_measured_pace_and_what_is_left(monkeypatch):
     lines = []
     monkeypatch.setattr(run, "PROGRESS_EVERY_S", -1.0)
     assert run.pace(_Watch()) == "; about 10 s a step, about 1.5 min to step 14"
+    quick = _Watch()   # an H200's DeepLabV3 steps (111 ms) read 'about 0 s a step, about 0 s to step 75'
+    quick.advanced, quick.first_step = 110.999, (110.0, 1)
+    assert run.pace(quick) == "; about 250 ms a step, about 2 s to step 14"
     unseen = _Watch()
     unseen.first_step = None
     assert run.pace(unseen) == ""
