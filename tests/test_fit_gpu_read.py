@@ -208,18 +208,3 @@ def test_an_out_of_memory_error_from_a_fragmented_allocator_is_said_as_fragmenta
     assert oom.words(full) == "" and oom.read(full).unallocated_mib == 191.77
     assert oom.words("rank 1: OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB") == ""  # no figures
 
-
-def test_the_fit_page_says_a_measured_runs_fragmentation_beside_its_batch(tmp_path):
-    from bench.analysis.results import load
-    from bench.report import fit as fit_report
-    import sqlite3
-    conn = sqlite3.connect("examples/h200-2026-11-27-eve/gpu.sqlite")
-    conn.row_factory = sqlite3.Row
-    sweep = load(conn, 1)
-    [s] = sweep.fit
-    assert s.largest == 144 and sorted(s.measured_reasons) == [148, 152, 154]
-    table = next(b for b in fit_report.blocks(sweep) if b[0] == "table")
-    cell = table[2][0][4]
-    assert cell.startswith("148: its trial fit (peak 133.56 GiB), its measured run did not (out of memory in the measured "
-                           "run; fragmentation, not capacity: 16.73 GiB reserved but unallocated and 7.09 GiB free "
-                           "against 18.07 GiB asked; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"), cell
