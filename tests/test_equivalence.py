@@ -13,14 +13,19 @@ import torch
 from bench.sweep import equivalence
 from bench.sweep.launch import Limits, run_config
 from bench.sweep.plan import RunSpec
+from conftest import forkserver_env
 
 LIMITS = Limits(fixed_s=240.0, stall_s=60.0)
 
 
 def spec(strategy, n, **kw) -> RunSpec:
+    # Ranks forked from the session's fork server, as a CPU sweep's are (~0.3-0.7 s a launch instead of ~3 s for fresh
+    # interpreters); the fresh path has its own test (test_forkserver.py). forkserver_env() puts the session server's
+    # socket in os.environ before the first launch, or this process would start a server of its own.
+    forkserver_env()
     return RunSpec(workload="synthetic", strategy=strategy, device_type="cpu", device_count=n, per_device_batch=8,
                    global_batch=8 * n, image_size=0, steps=3, warmup=0, threads=1, seed=0, scaling="weak",
-                   synthetic_width=64, synthetic_depth=2, **kw)
+                   synthetic_width=64, synthetic_depth=2, process_start="forked", **kw)
 
 
 @pytest.mark.timeout(300)
