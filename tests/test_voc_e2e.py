@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import finished_ok, run_bench, sweep_in_background
+from conftest import finished_ok, forkserver_env, run_bench, sweep_in_background
 from voc_tree import make_voc_tree
 
 N_IMAGES = 9
@@ -51,9 +51,10 @@ def test_deeplabv3_on_voc_with_batchnorm_and_dropout_passes_the_gate_under_ddp(t
     from bench.sweep.launch import Limits
     from bench.sweep.plan import RunSpec
     root = make_voc_tree(tmp_path / "voc", n_images=8)
+    forkserver_env()  # the ranks fork from the session's server, as a CPU sweep's do (the fresh path: test_forkserver.py)
     s = RunSpec(workload="deeplabv3", strategy="ddp", device_type="cpu", device_count=2, per_device_batch=2,
                 global_batch=4, image_size=32, steps=2, warmup=0, threads=1, seed=0, scaling="weak", mode="equivalence",
-                data="voc", voc_root=str(root))
+                data="voc", voc_root=str(root), process_start="forked")
     out = equivalence.run(s, Limits(fixed_s=240.0, stall_s=60.0))
     assert out.status == "ok", out.reason
     assert out.payload["passed"] and "2 micro-batches" in out.payload["batchnorm"]
