@@ -111,7 +111,7 @@ def test_a_rank_killed_on_one_node_is_named_with_its_node_and_nothing_is_left_an
 def test_a_stalled_rank_on_one_node_is_named_with_the_node_and_nothing_listens_beyond_loopback(slurm_cluster, tmp_path):  # noqa: F811
     store = tmp_path / "results" / "bench.sqlite"
     proc = subprocess.Popen(["salloc", "-N2", "--cpus-per-task=1", sys.executable, "-m", "bench", *TINY, "--nodes", "2",
-                             "--strategies", "ddp", "--no-comm-bench", "--pg-timeout", "10", "--store", str(store)],
+                             "--strategies", "ddp", "--no-comm-bench", "--pg-timeout", "6", "--store", str(store)],
                             cwd=REPO, env={**slurm_cluster.env, "TMPDIR": str(tmp_path), "BENCH_FAULT": "hang@1:2"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
