@@ -72,6 +72,6 @@ def test_the_verdicts_come_first_then_a_cpu_sweeps_notes_then_the_rule(tmp_path,
     kinds = [b[0] for b in recommend.blocks(sweep)]
     words = [b[1] for b in recommend.blocks(sweep) if b[0] == "p"]
     assert kinds[:3] == ["h", "table", "p"] and words[0].startswith("synthetic, fp32: Fastest: DDP x2"), words
-    assert words[-1].startswith("One row per workload and precision:") and words[-1] == recommend.rule_words()
+    assert words[-1].startswith("One row per workload and precision (and model") and words[-1] == recommend.rule_words()
     cpu = [w for w in words if w.startswith("DataParallel is not in this CPU sweep")]
     assert len(cpu) == (device == "cpu") and (not cpu or words.index(cpu[0]) == len(words) - 2), words

@@ -435,3 +435,22 @@ def test_fsdp_is_set_beside_ddp_only_at_the_same_batch_and_recipe(tmp_path):
     t = text(alike)   # batch 3 against batch 3, each named: the sweep ran each label at two batches
     assert ("FSDP holds 10% less memory per GPU and is 20% slower than DDP at 2 GPUs (both batch 3 per GPU) "
             "(table: synthetic: all configurations; plot: synthetic_memory.png).") in t, t
+
+
+def test_each_auxiliary_head_is_a_model_of_its_own_with_its_own_recommendation(tmp_path):
+    # --deeplabv3-aux changes what is trained: one recommendation over [aux=true] and [aux=unused] would advise leaving
+    # the head out of the loss wherever that run is faster (here it is: 80 ms against 100).
+    import dataclasses
+    unused = (("find_unused_parameters", True),)
+    aux = lambda s, a: dataclasses.replace(s, deeplabv3_aux=a)  # noqa: E731
+    sw = build(str(tmp_path / "s.sqlite"), [
+        (aux(spec("single", 1, workload="deeplabv3"), "true"), payload(1, 100.0)),
+        (aux(spec("ddp", 1, workload="deeplabv3"), "true"), payload(1, 101.0)),
+        (aux(spec("ddp", 1, workload="deeplabv3", options=unused), "unused"), payload(1, 80.0))])
+    rows = recommend.blocks(sw)[1][2]
+    assert [(r[1], r[2].split(" (")[0]) for r in rows] == [
+        ("fp32, aux=true", "single device x1 [fp32, aux=true]"),
+        ("fp32, aux=unused", "DDP x1 [fp32, find_unused_parameters=True, aux=unused]")], rows
+    assert "deeplabv3, fp32, aux=true: " in text(sw)
+    picks = [best.label for best, _, _ in recommend.chosen(sw, sw.bench["deeplabv3"])]
+    assert picks == ["single device x1 [fp32, aux=true]", "DDP x1 [fp32, find_unused_parameters=True, aux=unused]"], picks

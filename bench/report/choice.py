@@ -5,6 +5,7 @@ where it is strictly faster, by a lead the noise resolves; then fewer settings c
 gap is a lead). The recommendation, the fastest-within-the-budget table and the side-by-side page pick by it alike.
 
     pick, fastest, tie = choose(configs)      a = apart(faster, slower)      tie_clause(pick, fastest, tie)
+    models(configs)                           the groups a recommendation chooses within: precision and model
 """
 from __future__ import annotations
 
@@ -219,3 +220,18 @@ def _tie_sentence(pick, fastest, tie: Apart, name=_label) -> str:
     why = floor_words() if by_floor(tie) else "within the noise"
     return (f"{name(fastest)} is {faster}{steps_clause(tie) or ','} {why}: {name(pick)} is recommended, "
             f"{_why_simpler(pick, fastest)}. The noise: {_noise_words(tie)}.")
+
+
+def models(configs: list) -> list:
+    """[(precision, the configurations that train one model at it)], in the sweep's order: DeepLabV3's auxiliary head
+    (--deeplabv3-aux) changes what is trained, not how fast, so each value is a model of its own and is recommended
+    on its own row. One recommendation over [aux=true] and [aux=unused] would have advised leaving the head out of the
+    loss, had that run been the faster (on an H200 it ran 11% slower, with find_unused_parameters)."""
+    auxes = list(dict.fromkeys(c.aux for c in configs))
+    return [(p, [c for c in configs if c.aux == a]) for p in dict.fromkeys(c.precision for c in configs) for a in auxes
+            if any(c.precision == p and c.aux == a for c in configs)]
+
+
+def model_words(precision: str, configs: list, every: list) -> str:
+    """'fp32', or 'fp32, aux=unused' where the workload's configurations train several models (`models`)."""
+    return precision + (f", aux={configs[0].aux}" if len({c.aux for c in every}) > 1 else "")

@@ -29,7 +29,7 @@ from bench.report.fit import over_budget
 from bench.report.frontier import names, peak_mib, peak_source
 from bench.report.bound import bound
 from bench.report.choice import (LEAD_FLOOR, _label, _margin_note, _noise_words, _tie_sentence, apart, by_floor,
-                                  choose, floor_words, instability, lead_words, steps_clause, unresolved,
+                                  choose, floor_words, instability, lead_words, model_words, models, steps_clause, unresolved,
                                   unresolved_cell, unstable_sentence)
 from bench.report.plots import where
 from bench.shared import rehearsal
@@ -77,10 +77,10 @@ def candidates(sweep: Sweep, configs: list, precision: str) -> list:
 
 
 def chosen(sweep: Sweep, configs: list, name=_label) -> list:
-    """[(recommended, fastest, tie)] of each precision that has candidates: the summary's rule (`candidates`, `choose`),
-    which the overview's marks and the export's recommendation columns read rather than choosing again."""
-    return [choose(cs, name) for cs in (candidates(sweep, configs, p) for p in dict.fromkeys(c.precision for c in configs))
-            if cs]
+    """[(recommended, fastest, tie)] of each precision (and model: `models`) that has candidates: the summary's rule
+    (`candidates`, `choose`), which the overview's marks and the export's recommendation columns read rather than
+    choosing again."""
+    return [choose(cs, name) for cs in (candidates(sweep, group, p) for p, group in models(configs)) if cs]
 
 
 def recommended(sweep: Sweep, configs: list, precision: str):
@@ -356,11 +356,12 @@ def blocks(sweep: Sweep, figures: list = ()) -> list:
         return out + [("p", "No configuration produced a measurement; see the failed configurations below.")]
     rows, paragraphs = [], []
     for workload, configs in sweep.bench.items():
-        for precision in dict.fromkeys(c.precision for c in configs):
-            row, text = answer(sweep, workload, configs, precision)
+        for precision, group in models(configs):
+            row, text = answer(sweep, workload, group, precision)
             if text:
+                row[1] = model_words(precision, group, configs)
                 rows.append(row)
-                paragraphs.append(("p", f"{workload}, {precision}: " + " ".join(text)))
+                paragraphs.append(("p", f"{workload}, {row[1]}: " + " ".join(text)))
     cpu = ((cpu_notes.DP_LEFT_OUT if cpu_notes.dp_left_out(sweep) else "") + cpu_notes.device_note(sweep)).strip()
     notes = [("p", cpu)] if cpu else []
     shown = [("imgs", list(figures))] if figures else []
@@ -380,7 +381,8 @@ def noise_blocks(sweep: Sweep) -> list:
 
 def rule_words() -> str:
     """The summary table's columns and the rule that picks its recommended cell (choice.choose), under the verdicts."""
-    return ("One row per workload and precision: the recommended configuration, the one with the most samples per "
+    return ("One row per workload and precision (and model, where DeepLabV3's auxiliary head took several values: "
+            "each trains another model): the recommended configuration, the one with the most samples per "
             "second unless a simpler one is within the noise of it (fewer devices first; at equal devices single "
             "device, then DDP, then FSDP and the rest, DataParallel only where it is strictly faster; 'not resolved: "
             "--repeats 3' and both where it stands only on a faster one's unresolved lead and ran one unstable "
