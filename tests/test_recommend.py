@@ -454,3 +454,16 @@ def test_each_auxiliary_head_is_a_model_of_its_own_with_its_own_recommendation(t
     assert "deeplabv3, fp32, aux=true: " in text(sw)
     picks = [best.label for best, _, _ in recommend.chosen(sw, sw.bench["deeplabv3"])]
     assert picks == ["single device x1 [fp32, aux=true]", "DDP x1 [fp32, find_unused_parameters=True, aux=unused]"], picks
+
+
+def test_the_budget_table_holds_each_auxiliary_head_apart_too(tmp_path):
+    import dataclasses
+    from bench.report import frontier
+    unused = (("find_unused_parameters", True),)
+    aux = lambda s, a: dataclasses.replace(s, deeplabv3_aux=a)  # noqa: E731
+    sw = build(str(tmp_path / "s.sqlite"), [
+        (aux(spec("ddp", 1, workload="deeplabv3"), "true"), payload(1, 100.0)),
+        (aux(spec("ddp", 1, workload="deeplabv3", options=unused), "unused"), payload(1, 80.0, mem_mib=900.0))])
+    got = [(row[1], row[2]) for row, _ in frontier.answer("deeplabv3", sw.bench["deeplabv3"], 80000.0)]
+    assert got == [("fp32, sgd, aux=true", "DDP x1 [fp32, aux=true]"),
+                   ("fp32, sgd, aux=unused", "DDP x1 [fp32, find_unused_parameters=True, aux=unused]")], got

@@ -191,10 +191,13 @@ def budget_mib(sweep: Sweep, override_gib: Optional[float] = None) -> tuple:
 
 
 def groups(configs: list) -> dict:
+    """(precision, optimizer, DeepLabV3's auxiliary head) -> the measured configurations of that recipe and model: an
+    unused head is another model (bench.report.choice.models), never the fastest within the budget for the one with
+    its loss."""
     out: dict = {}
     for c in configs:
         if not math.isnan(c.samples_per_s) and held_mib(c) is not None:
-            out.setdefault((c.precision, c.optimizer), []).append(c)
+            out.setdefault((c.precision, c.optimizer, c.aux), []).append(c)
     return out
 
 
@@ -228,7 +231,8 @@ def answer(workload: str, configs: list, budget: Optional[float], batches: bool 
     with `batches` (a fit sweep) always (`names`)."""
     _name = names(configs, batches)
     out = []
-    for (precision, optimizer), cs in groups(configs).items():
+    several = len({c.aux for c in configs}) > 1
+    for (precision, optimizer, aux), cs in groups(configs).items():
         fits = [c for c in cs if budget is None or held_mib(c) <= budget]
         over = sorted((c for c in cs if c not in fits), key=lambda c: held_mib(c) - budget)
         best, fastest, tie = choice.choose(fits, _name) if fits else (None, None, None)
@@ -250,7 +254,8 @@ def answer(workload: str, configs: list, budget: Optional[float], batches: bool 
                          f"{least.samples_per_s:.1f} samples/s")
             text += f" {where}"
             text += "".join(f"; {w}" for w in [warmup_words(best, _name)] if w) + "."
-        row = [workload, f"{precision}, {optimizer}", _name(best) if best else "nothing fits",
+        recipe = f"{precision}, {optimizer}" + (f", aux={aux}" if several else "")
+        row = [workload, recipe, _name(best) if best else "nothing fits",
                fmt(best.samples_per_s) if best else "–",
                (size(peak_mib(best)) + (" (reserved)" if peak_source(best) == "reserved" else "")) if best else "–",
                "; ".join(missed) or "–"]
@@ -258,7 +263,7 @@ def answer(workload: str, configs: list, budget: Optional[float], batches: bool 
             row[2:5] = [choice.unresolved_cell(best, fastest, _name), "–", "–"]
         if not cuda:   # the node's total beside the per-process peak: the figure the budget holds
             row.insert(5, size(node_mib(best)) if best is not None and row[4] != "–" else "–")
-        out.append((row, f"{workload}, {precision}, {optimizer}: {text}"))
+        out.append((row, f"{workload}, {row[1]}: {text}"))
     return out
 
 
