@@ -54,14 +54,16 @@ def frontier_figure(configs: list, workload: str, where: str, budget: Optional[f
             label = None
         ax.scatter([held_mib(c) / scale], [c.samples_per_s], facecolors="none" if id(c) in over else colour,
                    edgecolors=colour, marker=marker, s=50, label=label, zorder=3)
-    groups = recipe_groups(shown)  # one frontier per training recipe: precision and optimizer
-    for i, ((precision, optimizer), cs) in enumerate(groups.items()):
+    groups = recipe_groups(shown)  # one frontier per training recipe and model: precision, optimizer, auxiliary head
+    for i, ((precision, optimizer, aux), cs) in enumerate(groups.items()):
         line = frontier([(held_mib(c) / scale, c.samples_per_s) for c in cs])
         if len(line) < 2:  # one point beats the rest: no line to draw, so none in the legend (the H200 fit listed one)
             continue
         ax.step([p[0] for p in line], [p[1] for p in line], where="post", color="#999999", zorder=2,
                 linestyle=plots.STYLES[(i + 1) % len(plots.STYLES)],
-                label="frontier (nothing faster for less memory)" + (f" [{precision}, {optimizer}]" if len(groups) > 1 else ""))
+                label="frontier (nothing faster for less memory)" + (f" [{precision}, {optimizer}"
+                                                                      + (f", aux={aux}" if aux != "false" else "") + "]"
+                                                                      if len(groups) > 1 else ""))
     top = max([held_mib(c) / scale for c in shown], default=1.0)
     if budget and budget / scale <= BUDGET_IN_VIEW * top:
         ax.axvline(budget / scale, color="#d62728", linestyle=":", label=f"budget {size(budget)}")
