@@ -138,7 +138,10 @@ finish)  # the second call of a follow-up lease, on the warm machine (its store 
     stage selfcheck 280 ./run_bench.sh selfcheck
     ;;
 levers)  # 2026-11-27 evening: the 134m transformer fit to 128 in 124 GiB of the H200's 140 without meeting its limit, so
-    # start there and double: 256 runs out, and bisection meets the edge; then the levers no lease measured on a GPU
+    # start there and double: 256 runs out, and bisection meets the edge; then the levers no lease measured on a GPU.
+    # Run 2026-11-27 evening in 535 s (examples/h200-2026-11-27-eve), every stage cut by its limit: fit answered 144
+    # with 145-147 untried (its measured runs at 148-154 ran out of a fragmented allocator's cache); a next lease could
+    # give fit 330 s, try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True at 154, and FSDP's fit beside DDP's
     stage env 30 bash -c 'nvidia-smi; nproc; free -g; "$BENCH_VENV/bin/python" -c "import torch, torchvision; print(torch.__version__, torch.version.cuda, torchvision.__version__, torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0), torch.cuda.nccl.version())"'
     stage fit-oom 250 ./run_bench.sh fit --store "$STORE" --label "$gpu" --workloads transformer --strategies ddp \
         --precision bf16 --optimizer adamw --per-device-batch 128 --max-batch 256 --no-report
