@@ -14,6 +14,7 @@ import traceback
 
 from bench import config, options
 from bench.store import store
+from bench.shared.procs import Interrupted
 
 COMMANDS = ("run", "report", "compare", "ab", "tune", "fit", "selfcheck", "migrate", "forecast", "history", "export")
 
@@ -80,6 +81,9 @@ def main(argv: list | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted by SIGINT (Ctrl-C)", file=sys.stderr)
         return 130
+    except Interrupted as e:   # SIGTERM or SIGHUP past a command's own handling (a second one while it ended)
+        print(f"interrupted by {signal.Signals(e.signum).name}", file=sys.stderr)
+        return 128 + e.signum
     except BrokenPipeError:  # standard output's reader went away (`| head`): stop quietly, as SIGPIPE would
         from bench.shared.procs import stdout_closed
         stdout_closed()

@@ -30,7 +30,7 @@ from typing import Callable
 
 from bench.analysis import fit as fitting, oom
 from bench.config import ConfigError
-from bench.shared.procs import signals_deferred
+from bench.shared.procs import Interrupted, interruptible, signals_deferred
 from bench.shared.spec import RunSpec
 from bench.store import store
 
@@ -70,32 +70,39 @@ def describe(spec: RunSpec) -> str:
 def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str], None] = print,
             run_config: Callable = None) -> int:
     """Search every configuration, store every trial and the measured runs down to the largest batch whose measured run
-    fits; render the report.
+    fits; render the report. SIGTERM and SIGHUP end it as Ctrl-C does, 'interrupted' with what it ran kept (an H200
+    fit under `timeout` had been left 'running', read back as 'died').
     run_config: bench.sweep.launch.run_config (a stand-in in tests). Returns the exit status."""
+    with interruptible():
+        return _run_fit(cfg, machine, max_batch, command_line, log, run_config)
+
+
+def _run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str], None], run_config) -> int:
     from bench.machine import env as env_mod
     from bench.sweep import plan
     from bench.sweep.launch import Limits
-    from bench.sweep.record import record_result
-    from bench.sweep.run import Interrupted, raise_interrupted
+    from bench.sweep.record import record_result as _record
     if run_config is None:
         from bench.sweep.launch import run_config
+
+    def record_result(*args, **kwargs) -> None:   # a result and its rows written whole, a signal held till then
+        with signals_deferred():
+            _record(*args, **kwargs)
     budget_mib = cfg.memory_budget_gib * 1024
     conn = store.connect(cfg.store)
-    env_id = store.insert_environment(conn, env_mod.capture())
-    sweep_id = store.begin_sweep(conn, command_line, cfg.to_json(), env_id, label=cfg.label)
-    items = plan.bench_specs(dataclasses.replace(cfg, repeats=1, noise_repeats=1), machine)  # one search per configuration
-    u = "GPU" if cfg.device == "cuda" else "node"
-    figure = ("the device level, as the report's budget table; reserved where none is read" if cfg.device == "cuda"
-              else "the peak RSS of its processes, summed, as the report's budget table")
-    starts = {s.workload: start_of(s, cfg) for s in items if not isinstance(s, plan.Skip)}
-    log(f"fit {sweep_id} -> {cfg.store}: the largest per-device batch within {cfg.memory_budget_gib:g} GiB per {u} "
-        f"({figure}), {len(items)} configuration(s), {ladder_words(starts, max_batch)}")
     errors, status, failed_runs = 0, "interrupted", []  # failed_runs: a measured run's failure for another reason
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    for sig, handler in previous.items():  # as a sweep: a fit cut by `timeout` or a closed terminal ends 'interrupted',
-        if handler is not signal.SIG_IGN:  # not 'died' (an H200 fit under `timeout`), and says so; nohup respected
-            signal.signal(sig, raise_interrupted)
+    sweep_id = None
     try:
+        with signals_deferred():   # the sweep row exists exactly when sweep_id is known
+            env_id = store.insert_environment(conn, env_mod.capture())
+            sweep_id = store.begin_sweep(conn, command_line, cfg.to_json(), env_id, label=cfg.label)
+        items = plan.bench_specs(dataclasses.replace(cfg, repeats=1, noise_repeats=1), machine)  # one search each
+        u = "GPU" if cfg.device == "cuda" else "node"
+        figure = ("the device level, as the report's budget table; reserved where none is read" if cfg.device == "cuda"
+                  else "the peak RSS of its processes, summed, as the report's budget table")
+        starts = {s.workload: start_of(s, cfg) for s in items if not isinstance(s, plan.Skip)}
+        log(f"fit {sweep_id} -> {cfg.store}: the largest per-device batch within {cfg.memory_budget_gib:g} GiB per {u} "
+            f"({figure}), {len(items)} configuration(s), {ladder_words(starts, max_batch)}")
         for item in items:
             if isinstance(item, plan.Skip):
                 record_result(conn, sweep_id, env_id, item.spec, "skipped", item.reason)
@@ -166,11 +173,10 @@ def run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str]
             "in the store; run fit again to search anew")
         return 128 + int(signum)
     finally:
-        with signals_deferred():
-            store.end_sweep(conn, sweep_id, status)
+        if sweep_id is not None:
+            with signals_deferred():
+                store.end_sweep(conn, sweep_id, status)
         conn.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     errors += sum(failed_runs)
     log(f"fit {sweep_id} completed" + (f": {errors} run(s) failed for another reason than memory" if errors else ""))
     rc = 1 if errors else 0

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 
@@ -42,12 +43,61 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
 
 @contextmanager
 def signals_deferred():
-    """Hold SIGINT/SIGTERM/SIGHUP until the block is done (a result and its rows are written whole)."""
+    """Hold SIGINT/SIGTERM/SIGHUP until the block is done (a result and its rows are written whole). The main thread's
+    mask alone does not hold them: once torch is imported the process has other threads, the kernel may deliver a
+    signal to one of them, and Python then runs its handler in the main thread anyway (a SIGTERM sent inside a fit's
+    end of sweep left it 'running'). So the block's handlers only note a signal, and it is raised again, to the
+    handlers before the block, once the block is done. Outside the main thread, where handlers cannot be set, the mask."""
     old = signal.pthread_sigmask(signal.SIG_BLOCK, DEFERRED_SIGNALS)
+    if threading.current_thread() is not threading.main_thread():
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        return
+    caught: list = []
+    before = {sig: signal.getsignal(sig) for sig in DEFERRED_SIGNALS}
+    for sig, handler in before.items():
+        if handler not in (None, signal.SIG_IGN):   # None: a handler not set from Python, left as it is
+            signal.signal(sig, lambda num, _frame: caught.append(num))
     try:
         yield
     finally:
+        for sig, handler in before.items():
+            if handler not in (None, signal.SIG_IGN):
+                signal.signal(sig, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for num in dict.fromkeys(caught):
+            signal.raise_signal(num)
+
+
+class Interrupted(Exception):
+    """The process received SIGTERM or SIGHUP (SIGINT arrives as KeyboardInterrupt)."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+def raise_interrupted(signum, frame):
+    raise Interrupted(signum)
+
+
+@contextmanager
+def interruptible(handler=raise_interrupted):
+    """SIGTERM and SIGHUP go to `handler` (one that raises, so that a sweep or a fit ends 'interrupted', not 'died',
+    under `timeout` or a closed terminal) for the block; nohup's SIG_IGN is respected; the handlers before it are
+    restored first thing on the way out."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    for sig, h in before.items():
+        if h is not signal.SIG_IGN:
+            signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, h in before.items():
+            if h is not None:
+                signal.signal(sig, h)
 
 
 def exit_without_teardown(code: int) -> None:

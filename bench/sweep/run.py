@@ -24,7 +24,7 @@ from bench import stats
 from bench.analysis import results
 from bench.config import ConfigError, SweepConfig
 from bench.shared import faults
-from bench.shared.procs import signals_deferred, stdout_closed
+from bench.shared.procs import Interrupted, interruptible, raise_interrupted, signals_deferred, stdout_closed
 from bench.store import store
 from bench.sweep import describe, equivalence, plan, profiling, record
 from bench.sweep.describe import plan_summary
@@ -38,14 +38,6 @@ EXIT_STATUS = {0: "every configuration ok or skipped", 1: "a configuration faile
                129: "SIGHUP", 130: "Ctrl-C (SIGINT)", 141: "SIGPIPE: standard output closed (`| head`, a pager quit)",
                143: "SIGTERM"}
 PROGRESS_EVERY_S = 30.0
-
-
-class Interrupted(Exception):
-    """The sweep received SIGTERM or SIGHUP (SIGINT arrives as KeyboardInterrupt)."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"signal {signum}")
-        self.signum = signum
 
 
 def _describe(spec: RunSpec, among: tuple = ()) -> str:
@@ -150,10 +142,12 @@ def _started_fresh_instead(spec: RunSpec, outcome: Outcome) -> bool:
 def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = print, given: frozenset = frozenset(),
               machine: Optional[plan.Machine] = None) -> int:
     """Run a resolved, validated config (or resume one). Returns the process exit status (EXIT_STATUS)."""
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    for sig, handler in previous.items():
-        if handler is not signal.SIG_IGN:  # respect nohup
-            signal.signal(sig, raise_interrupted)
+    with interruptible(raise_interrupted):   # SIGTERM and SIGHUP end it 'interrupted', as Ctrl-C does
+        return _run_sweep(cfg, command_line, log, given, machine)
+
+
+def _run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None], given: frozenset,
+               machine: Optional[plan.Machine]) -> int:
     try:  # tests' fault injection: a malformed BENCH_FAULT is an input error, before anything runs
         faults.parse(os.environ.get("BENCH_FAULT", ""))
     except ValueError as e:
@@ -283,8 +277,6 @@ def run_sweep(cfg: SweepConfig, command_line: str, log: Callable[[str], None] = 
     finally:
         if refs is not None:
             refs.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         if conn is not None:
             conn.close()
     noise_line = _noise_line(cfg.store, sweep_id)
@@ -382,10 +374,6 @@ def render_report(cfg: SweepConfig, sweep_id: int, log: Callable[[str], None]) -
     log(f"report: {out['markdown']}, {out['html']}; {len(out['plots'])} plot(s) in {cfg.plots_dir}/"
         + (f"; they replace the report of {out['replaced']} that was there" if out["replaced"] else ""))
     return 0
-
-
-def raise_interrupted(signum, frame):
-    raise Interrupted(signum)
 
 
 def command_line(argv: list) -> str:
