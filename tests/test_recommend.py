@@ -467,3 +467,21 @@ def test_the_budget_table_holds_each_auxiliary_head_apart_too(tmp_path):
     got = [(row[1], row[2]) for row, _ in frontier.answer("deeplabv3", sw.bench["deeplabv3"], 80000.0)]
     assert got == [("fp32, sgd, aux=true", "DDP x1 [fp32, aux=true]"),
                    ("fp32, sgd, aux=unused", "DDP x1 [fp32, find_unused_parameters=True, aux=unused]")], got
+
+
+def test_the_side_by_side_and_cost_pages_hold_each_auxiliary_head_apart(tmp_path):
+    import dataclasses
+    from bench.analysis import cost
+    from bench.report import cost as cost_report, sidebyside
+    unused = (("find_unused_parameters", True),)
+    aux = lambda s, a: dataclasses.replace(s, deeplabv3_aux=a)  # noqa: E731
+    path = str(tmp_path / "s.sqlite")
+    build(path, [(aux(spec("ddp", 1, workload="deeplabv3"), "true"), payload(1, 100.0)),
+                 (aux(spec("ddp", 1, workload="deeplabv3", options=unused), "unused"), payload(1, 80.0))])
+    cols = sidebyside.load_targets(sidebyside.targets([path], None))
+    table = next(b for b in sidebyside.recommendation_blocks(cols, cost.parse_price("2.0")) if b[0] == "table")
+    assert [(r[1], r[2].split(":")[0]) for r in table[2]] == [("fp32, aux=true", "DDP x1 [fp32, aux=true]"),
+                                                            ("fp32, aux=unused", "DDP x1 [fp32, find_unused_parameters=True, aux=unused]")], table
+    said = [b[1] for b in cost_report.blocks(cols[0].sweep, cost.parse_price("2.0")) if b[0] == "p"]
+    assert any(t.startswith("deeplabv3 [fp32, aux=true]: ") for t in said) and any(
+        t.startswith("deeplabv3 [fp32, aux=unused]: ") for t in said), said

@@ -223,7 +223,8 @@ def _tie_sentence(pick, fastest, tie: Apart, name=_label) -> str:
 
 
 def models(configs: list) -> list:
-    """[(precision, the configurations that train one model at it)], in the sweep's order: DeepLabV3's auxiliary head
+    """[(precision, the configurations that train one model, at every precision: filter by the first)], in the sweep's
+    order: DeepLabV3's auxiliary head
     (--deeplabv3-aux) changes what is trained, not how fast, so each value is a model of its own and is recommended
     on its own row. One recommendation over [aux=true] and [aux=unused] would have advised leaving the head out of the
     loss, had that run been the faster (on an H200 it ran 11% slower, with find_unused_parameters)."""
@@ -232,6 +233,12 @@ def models(configs: list) -> list:
             if any(c.precision == p and c.aux == a for c in configs)]
 
 
+def model_suffix(aux: str, every: list) -> str:
+    """', aux=unused' where `every` (a workload's configurations) trains several models (`models`), else '': the one
+    rule by which the recommendation, the budget table, the frontier plot, the cost and side-by-side pages name one."""
+    return f", aux={aux}" if len({c.aux for c in every}) > 1 else ""
+
+
 def model_words(precision: str, configs: list, every: list) -> str:
     """'fp32', or 'fp32, aux=unused' where the workload's configurations train several models (`models`)."""
-    return precision + (f", aux={configs[0].aux}" if len({c.aux for c in every}) > 1 else "")
+    return precision + model_suffix(configs[0].aux, every)

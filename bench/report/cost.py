@@ -12,6 +12,7 @@ from typing import Optional
 
 from bench.analysis import cost
 from bench.analysis.results import Sweep
+from bench.report.choice import model_suffix, models
 from bench.report.pages import fmt, slower_words
 
 
@@ -72,9 +73,11 @@ def blocks(sweep: Sweep, prices: Optional[cost.Prices]) -> list:
         b.append(("table", ["configuration", "devices", "samples/s", "device-hours per million samples",
                             f"cost per million samples ({unit})"] + ([f"cost per million tokens ({unit})"] if tokens else [])
                   + (["reference epoch s", f"cost per reference epoch ({unit})"] if epochs else []), rows))
-        for precision in dict.fromkeys(c.precision for c in configs):
-            line = cheapest_sentence([c for c in configs if c.precision == precision], costs, unit)
+        for precision, model in models(configs):   # a model each: DeepLabV3's auxiliary head (choice.models)
+            group = [c for c in model if c.precision == precision]
+            line = cheapest_sentence(group, costs, unit)
             if line:
-                b.append(("p", (f"{workload} [{precision}]: " if len({c.precision for c in configs}) > 1 else f"{workload}: ")
-                          + line))
+                named = len({c.precision for c in configs}) > 1 or model_suffix(group[0].aux, configs)
+                b.append(("p", (f"{workload} [{precision}{model_suffix(group[0].aux, configs)}]: " if named
+                                else f"{workload}: ") + line))
     return b

@@ -231,7 +231,6 @@ def answer(workload: str, configs: list, budget: Optional[float], batches: bool 
     with `batches` (a fit sweep) always (`names`)."""
     _name = names(configs, batches)
     out = []
-    several = len({c.aux for c in configs}) > 1
     for (precision, optimizer, aux), cs in groups(configs).items():
         fits = [c for c in cs if budget is None or held_mib(c) <= budget]
         over = sorted((c for c in cs if c not in fits), key=lambda c: held_mib(c) - budget)
@@ -254,7 +253,7 @@ def answer(workload: str, configs: list, budget: Optional[float], batches: bool 
                          f"{least.samples_per_s:.1f} samples/s")
             text += f" {where}"
             text += "".join(f"; {w}" for w in [warmup_words(best, _name)] if w) + "."
-        recipe = f"{precision}, {optimizer}" + (f", aux={aux}" if several else "")
+        recipe = f"{precision}, {optimizer}" + choice.model_suffix(aux, configs)
         row = [workload, recipe, _name(best) if best else "nothing fits",
                fmt(best.samples_per_s) if best else "–",
                (size(peak_mib(best)) + (" (reserved)" if peak_source(best) == "reserved" else "")) if best else "–",

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from bench.analysis.results import STRATEGY_NAMES
 from bench.forecast.batches import per_device   # a configuration's batch per device
 from bench.report import plots, training_state
+from bench.report.choice import model_suffix
 from bench.report.frontier import groups as recipe_groups, held_mib, peak_source, size
 from bench.report.labels import place_labels
 
@@ -62,7 +63,7 @@ def frontier_figure(configs: list, workload: str, where: str, budget: Optional[f
         ax.step([p[0] for p in line], [p[1] for p in line], where="post", color="#999999", zorder=2,
                 linestyle=plots.STYLES[(i + 1) % len(plots.STYLES)],
                 label="frontier (nothing faster for less memory)" + (f" [{precision}, {optimizer}"
-                                                                      + (f", aux={aux}" if aux != "false" else "") + "]"
+                                                                      + model_suffix(aux, shown) + "]"
                                                                       if len(groups) > 1 else ""))
     top = max([held_mib(c) / scale for c in shown], default=1.0)
     if budget and budget / scale <= BUDGET_IN_VIEW * top:

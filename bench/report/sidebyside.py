@@ -137,11 +137,12 @@ def _what(c) -> str:
     return f"{STRATEGY_NAMES.get(c.strategy, c.strategy)} x{c.device_count}"
 
 
-def _fastest(col: Column, workload: str, precision: str) -> tuple:
-    """(cell, Config) of a sweep's fastest run of a workload at a precision that trained (a run whose last loss was
-    not finite is timed, not training: bench.analysis.results.diverged); ('not run', None) without one."""
-    cs = [c for c in col.sweep.bench.get(workload, []) if c.precision == precision and not math.isnan(c.samples_per_s)
-          and not diverged(c)]
+def _fastest(col: Column, workload: str, precision: str, aux: str = "false") -> tuple:
+    """(cell, Config) of a sweep's fastest run of a workload at a precision (and model: DeepLabV3's auxiliary head,
+    bench.report.choice.models) that trained (a run whose last loss was not finite is timed, not training:
+    bench.analysis.results.diverged); ('not run', None) without one."""
+    cs = [c for c in col.sweep.bench.get(workload, []) if c.precision == precision and c.aux == aux
+          and not math.isnan(c.samples_per_s) and not diverged(c)]
     if not cs:
         return "not run", None
     c = max(cs, key=lambda c: c.samples_per_s)
@@ -158,13 +159,13 @@ def _mfu(c) -> str:
     return ", MFU " + u.mfu_cell() if u.error else (", " + u.words() if u.words() else "")
 
 
-def _cheapest(col: Column, workload: str, precision: str, prices: cost.Prices) -> tuple:
-    """(cell, (Config, samples per unit of money)) of a sweep's cheapest run of a workload at a precision (None: none
-    ran, or no price for the machine)."""
+def _cheapest(col: Column, workload: str, precision: str, prices: cost.Prices, aux: str = "false") -> tuple:
+    """(cell, (Config, samples per unit of money)) of a sweep's cheapest run of a workload at a precision and model
+    (None: none ran, or no price for the machine)."""
     price = cost_report.price_of(col.sweep, prices)
     if price is None:
         return "no price for this machine", None
-    cs = [c for c in col.sweep.bench.get(workload, []) if c.precision == precision]
+    cs = [c for c in col.sweep.bench.get(workload, []) if c.precision == precision and c.aux == aux]
     costs = cost.of_configs(cs, price.per_device_hour)
     low = cost.cheapest(cs, lambda c: costs[c.key].per_million_samples)
     if low is None:
@@ -217,14 +218,16 @@ TOLD_APART = ("'fastest of them' (and 'cheapest of them') names a sweep only whe
 
 def recommendation_blocks(cols: list, prices: Optional[cost.Prices]) -> list:
     titles = [c.title for c in cols]
-    keys = list(dict.fromkeys((w, c.precision) for col in cols for w, cs in col.sweep.bench.items() for c in cs))
+    keys = list(dict.fromkeys((w, c.precision, c.aux) for col in cols for w, cs in col.sweep.bench.items() for c in cs))
     rows, cheap_rows = [], []
-    for workload, precision in keys:
-        cells, picks = zip(*(_fastest(col, workload, precision) for col in cols))
-        rows.append([workload, precision, *cells, _best(titles, [(c, c.samples_per_s) if c else None for c in picks])])
+    for workload, precision, aux in keys:
+        every = [c for col in cols for c in col.sweep.bench.get(workload, [])]
+        shown = precision + choice.model_suffix(aux, every)
+        cells, picks = zip(*(_fastest(col, workload, precision, aux) for col in cols))
+        rows.append([workload, shown, *cells, _best(titles, [(c, c.samples_per_s) if c else None for c in picks])])
         if prices is not None:
-            cells, picks = zip(*(_cheapest(col, workload, precision, prices) for col in cols))
-            cheap_rows.append([workload, precision, *cells, _best(titles, list(picks), "cost")])
+            cells, picks = zip(*(_cheapest(col, workload, precision, prices, aux) for col in cols))
+            cheap_rows.append([workload, shown, *cells, _best(titles, list(picks), "cost")])
     b: list = [("h", 2, "What to run, per sweep"),
                ("table", ["workload", "precision", *[f"fastest: {t}" for t in titles], "fastest of them"], rows),
                ("p", TOLD_APART)]
