@@ -271,3 +271,30 @@ def test_the_fit_terminal_names_a_measured_runs_fragmentation(tmp_path):
     fit_cmd.run_fit(cfg, machine, 4096, "fit ...", log=lines.append, run_config=run)
     said = [ln for ln in lines if "at batch 85: its trial fit" in ln]
     assert said and "(fragmentation, not capacity: 1.50 GiB reserved but unallocated" in said[0], lines
+
+
+def test_a_levers_ratio_inside_its_processes_spread_is_not_resolved_and_their_spread_is_named(tmp_path):
+    # An H200's checkpointing pairs read 'stable' beside two processes a side 14-21% apart: the cell names the spread,
+    # and a ratio no farther from 1 than that spread is not resolved.
+    from bench.analysis.results import load
+    from bench.report import levers
+    from bench.shared.spec import RunSpec
+    from bench.store import store
+    from bench.sweep import record
+    from report_fixtures import measured
+
+    def sweep(path, full_ms: tuple):
+        conn = store.connect(str(path))
+        sid = store.begin_sweep(conn, "cmd", "{}", None)
+        base = dict(workload="transformer", device_type="cpu", device_count=1, per_device_batch=8, global_batch=8,
+                    image_size=0, steps=8, warmup=1, threads=1, seed=0, scaling="weak")
+        for ac, per_process in (("none", (100.0, 121.0)), ("full", full_ms)):
+            for repeat, ms in enumerate(per_process):
+                s = RunSpec(strategy="ddp", activation_checkpointing=ac, repeat=repeat, **base)
+                record.record_result(conn, sid, None, s, "ok", payload={**measured(1, [ms] * 8, 8),
+                                     "memory": [{"rank": 0, "device": "cpu", "peak_rss_mib": 1000.0}]})
+        return load(conn, sid)
+    [row] = next(b for b in levers.blocks(sweep(tmp_path / "a.sqlite", (200.0, 220.0))) if b[0] == "table")[2]
+    assert row[6] == "1.91x" and row[7].startswith("unstable (without: its steps spread 19% of their median"), row
+    [row] = next(b for b in levers.blocks(sweep(tmp_path / "b.sqlite", (115.0, 120.0))) if b[0] == "table")[2]
+    assert row[6].startswith("not resolved ("), row

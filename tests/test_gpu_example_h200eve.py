@@ -37,7 +37,10 @@ def test_fit_met_the_gpus_limit_and_a_fragmented_allocator_in_the_longer_runs(ex
 
 def test_checkpointing_saves_memory_for_time_and_selective_saves_half_as_much(example):
     # DDP x1 bf16 at batch 8: 12.07 GiB; full 8.37 GiB (31% less) for a 1.81x step; selective:2 10.31 GiB (15%), 1.67x.
-    text = [b[1] for b in levers.blocks(example("gpu.sqlite", CHECKPOINTING)) if b[0] == "p"]
+    blocks = levers.blocks(example("gpu.sqlite", CHECKPOINTING))
+    rows = next(b for b in blocks if b[0] == "table")[2]   # two processes a side, 14-21% apart: not 'stable'
+    assert [(r[6], r[7].split(":")[0]) for r in rows] == [("1.81x", "unstable (with"), ("1.67x", "unstable (without")], rows
+    text = [b[1] for b in blocks if b[0] == "p"]
     full = next(t for t in text if "activation checkpointing full saves" in t)
     selective = next(t for t in text if "activation checkpointing selective:2 saves" in t)
     assert "(12.07 GiB to 8.37 GiB, 31%)" in full and "1.81x as long" in full, full
@@ -50,7 +53,7 @@ def test_find_unused_parameters_costs_nothing_measurable_and_unused_parameters_c
     # idle 26% of a step against 4%: never set beside aux=true as find_unused_parameters' cost.
     sweep = example("gpu.sqlite", UNUSED)
     rows = next(b for b in levers.blocks(sweep) if b[0] == "table")[2]
-    assert [(r[1], r[2], r[6]) for r in rows] == [("find_unused_parameters", "DDP x1 [fp32, aux=true]", "1.00x")], rows
+    assert [(r[1], r[2], r[6]) for r in rows] == [("find_unused_parameters", "DDP x1 [fp32, aux=true]", "not resolved (1.00x)")], rows  # inside its 0.4%
     [skip] = [r for r in sweep.problems if r["status"] == "skipped"]
     assert "get no gradient" in skip["reason"] and "--find-unused-parameters true" in skip["reason"]
     summary = {(r[0], r[1]): dict(zip(recommend.SUMMARY_HEADERS, r)) for r in recommend.blocks(sweep)[1][2]}

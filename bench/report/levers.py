@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from bench.report.choice import unsteady, unsteady_words
+from bench.report.choice import instability, unsteady, unsteady_words
 from bench.report.frontier import peak_mib, size
 
 LEVERS = (("activation_checkpointing", "activation checkpointing"), ("offload", "CPU offload"),
@@ -54,10 +54,23 @@ def pairs(configs: list) -> list:
 
 
 def stability(on, off) -> str:
-    """The table's stability cell: 'stable', or which side ran one unstable process and its spread (IQR / median)."""
+    """The table's stability cell: 'stable'; which side ran one unstable process and its spread (IQR / median); or,
+    where both ran several, what makes either unstable (choice.instability: an H200's checkpointing pairs read
+    'stable' beside two processes a side 14-21% apart)."""
     shaky = [f"{side} {c.summary.iqr_ms / c.summary.median_ms:.0%}" for side, c in (("with", on), ("without", off))
              if unsteady(c)]
-    return "stable" if not shaky else f"unstable, one process (IQR: {', '.join(shaky)})"
+    if shaky:
+        return f"unstable, one process (IQR: {', '.join(shaky)})"
+    spread = [f"{side}: {instability(c)[0][0]}" for side, c in (("with", on), ("without", off)) if instability(c)]
+    return "stable" if not spread else "unstable (" + "; ".join(spread) + ")"
+
+
+def spread_words(on, off, slower: float) -> str:
+    """Where either side's processes spread as far as the ratio is from 1 (a 1.10x against processes 21% apart), the
+    ratio is no more than that spread: its words, else ''."""
+    wide = [(side, c) for side, c in (("with", on), ("without", off)) if len(c.process_sps) > 1
+            and c.repeat_spread >= abs(slower - 1.0)]
+    return "; ".join(f"{c.label}'s {len(c.process_sps)} processes spread {c.repeat_spread:.0%}" for _, c in wide)
 
 
 def blocks(sweep) -> list:
@@ -69,7 +82,7 @@ def blocks(sweep) -> list:
             slower = off.samples_per_s / on.samples_per_s
             u = "GPU" if on.device_type == "cuda" else "process"
             shown = "–" if math.isnan(saved) else f"{saved:.0%}" if saved >= 0 else f"none ({-saved:.0%} more)"
-            shaky = unsteady_words([on, off])
+            shaky = unsteady_words([on, off]) or spread_words(on, off, slower)
             ratio = f"{slower:.2f}x" if not shaky else f"not resolved ({slower:.2f}x)"
             rows.append([workload, what, off.label, size(p_off), size(p_on), shown, ratio, stability(on, off)])
             mem = ("" if math.isnan(saved) else
