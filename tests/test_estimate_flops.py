@@ -111,6 +111,9 @@ def test_progress_lines_carry_the_measured_pace_and_what_is_left(monkeypatch):
     quick = _Watch()   # an H200's DeepLabV3 steps (111 ms) read 'about 0 s a step, about 0 s to step 75'
     quick.advanced, quick.first_step = 110.999, (110.0, 1)
     assert run.pace(quick) == "; about 250 ms a step, about 2 s to step 14"
+    done = _Watch()   # at its last step: no 'about 0 ms to step 14'
+    done.advanced, done.first_step, done.steps_done = 110.999, (110.0, 1), lambda: 14
+    assert run.pace(done) == "; about 77 ms a step"
     unseen = _Watch()
     unseen.first_step = None
     assert run.pace(unseen) == ""

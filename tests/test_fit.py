@@ -381,7 +381,7 @@ def test_a_trial_stored_as_fitting_under_the_reserved_peak_is_read_back_as_store
     blocks = fit_report.blocks(sweep)
     table = next(b for b in blocks if b[0] == "table")
     assert table[2][0][2:5] == ["12 (the largest tried that fits, by its trial; not measured); 13 not tried "
-                                "(./run_bench.sh fit again bisects it)", "14.91 GiB", "14: peak 16.90 GiB, over by 922 MiB"]
+                                "(fit --per-device-batch 13 --max-batch 13 with this sweep's flags tries them)", "14.91 GiB", "14: peak 16.90 GiB, over by 922 MiB"]
     assert any(b[1].startswith("Stored as fitting, but over the budget by today's figure: DDP x1 at 14.")
                for b in blocks if b[0] == "p"), blocks
 

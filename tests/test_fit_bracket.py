@@ -56,9 +56,9 @@ def test_an_untried_batch_between_the_largest_that_fits_and_the_smallest_that_di
     blocks = fit_report.blocks(sweep)
     [row] = next(b for b in blocks if b[0] == "table")[2]
     assert row[2] == ("12 (the largest tried that fits, by its trial; not measured); 13 not tried "
-                      "(./run_bench.sh fit again bisects it)"), row
+                      "(fit --per-device-batch 13 --max-batch 13 with this sweep's flags tries them)"), row
     text = _text(blocks)
-    assert "DDP x1 fits 12 (the largest tried; 13 not tried: ./run_bench.sh fit again bisects it) a GPU" in text, text
+    assert "DDP x1 fits 12 (the largest tried; 13 not tried: fit --per-device-batch 13 --max-batch 13 with this sweep's flags tries them) a GPU" in text, text
 
 
 def test_a_measured_run_over_the_budget_names_the_untried_batch_beside_the_largest_tried():
@@ -66,7 +66,7 @@ def test_a_measured_run_over_the_budget_names_the_untried_batch_beside_the_large
     s.measured = {14: (fit.FITS, 17978.16)}   # the measured run at 14, stored as fitting, 17.56 GiB
     text = _text(fit_report.blocks(sweep))
     assert ("DDP x1: 14 ran, but over the 16.00 GiB budget by 1.56 GiB; 12 is the largest tried that fits (by its "
-            "trial; no measured run there); 13 not tried (./run_bench.sh fit again bisects it)") in text, text
+            "trial; no measured run there); 13 not tried (fit --per-device-batch 13 --max-batch 13 with this sweep's flags tries them)") in text, text
     assert "largest within it: 12" not in text
 
 
@@ -114,7 +114,7 @@ def test_one_column_gives_its_overages_in_one_unit():
 def _config(strategy: str, label: str, batch: int, peak: float, sps: float):
     return SimpleNamespace(strategy=strategy, label=label, device_type="cuda", device_count=1, global_batch=batch,
                            samples_per_s=sps, device_mib={"cuda:0": peak}, run_device_mib={}, reserved_mib={},
-                           memory_mib={}, precision="bf16", optimizer="adamw")
+                           memory_mib={}, precision="bf16", optimizer="adamw", aux="false")
 
 
 def _labels(fig) -> list:

@@ -26,8 +26,8 @@ def test_a_batch_over_the_budget_is_never_the_largest_that_fits_and_is_said_as_o
     sweep = SimpleNamespace(fit=[s], bench={"transformer": [c]})
     blocks = fit_report.blocks(sweep)
     [row] = next(b for b in blocks if b[0] == "table")[2]
-    assert row[2] == ("12 (the largest tried that fits, by its trial; not measured); 13 not tried (./run_bench.sh fit "
-                      "again bisects it)") and row[3] == "14.91 GiB", row   # 13 never tried (trial C, 1)
+    assert row[2] == ("12 (the largest tried that fits, by its trial; not measured); 13 not tried (fit --per-device-batch 13 "
+                      "--max-batch 13 with this sweep's flags tries them)") and row[3] == "14.91 GiB", row   # 13 never tried (trial C, 1)
     assert row[5] == "at 14: 17.56 GiB (over)" and row[6] == "–", row
     text = " ".join(b[1] for b in blocks if b[0] == "p")
     assert "fits 14" not in text and "(over)" not in row[3], text

@@ -122,7 +122,9 @@ def _run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str
                                                          "budget_mib": budget_mib, "bench_key": at_batch(spec, b).key})
                 record_result(conn, sweep_id, env_id, t, out.status, out.reason, payload, out.started_at, out.ended_at,
                               out.wall_s, out.failed_rank)
-                where = f"peak {peak:.0f} MiB of {mib(budget_mib)}" if peak is not None else (out.reason or "").splitlines()[0][:160]
+                frag = oom.words(out.reason or "", hint=False)   # the page's words for a trial's error too
+                where = (f"peak {peak:.0f} MiB of {mib(budget_mib)}" if peak is not None
+                         else frag or ((out.reason or "").splitlines() or [""])[0][:160])
                 log(f"  {describe(spec)} batch {b}: {v} ({where})")
                 return v
 

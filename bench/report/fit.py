@@ -26,7 +26,12 @@ def _measured(sweep, s, batch="largest"):
     return next((c for c in sweep.bench.get(s.workload, []) if c.key == key), None) if key else None
 
 
-AGAIN = "./run_bench.sh fit again bisects it"
+def again(s) -> str:
+    """How to try the untried batches: a fit is not resumed, and run again it starts over from its first batch, so
+    the words give the flags that try just those ('./run_bench.sh fit again bisects it' sent an H200's fit of 128 to
+    256 back to 128 for 145-147)."""
+    gap = s.untried
+    return f"fit --per-device-batch {gap[0]} --max-batch {gap[-1]} with this sweep's flags tries them"
 
 
 def _gap(s) -> str:
@@ -37,8 +42,8 @@ def _gap(s) -> str:
 
 
 def _untried(s) -> str:
-    """'13 not tried (./run_bench.sh fit again bisects it)', '' where the boundary is resolved."""
-    return f"{_gap(s)} not tried ({AGAIN})" if s.untried else ""
+    """'13 not tried (fit --per-device-batch 13 --max-batch 13 ... tries them)', '' where the boundary is resolved."""
+    return f"{_gap(s)} not tried ({again(s)})" if s.untried else ""
 
 
 def _unit(ss: list):
@@ -161,7 +166,7 @@ def sentences(sweep) -> list:
     for (workload, recipe), ss in groups.items():
         u = "GPU" if ss[0].device_type == "cuda" else "process"
         fits = [s for s in ss if s.largest is not None]
-        parts = [f"{s.name} fits {s.largest}" + (f" (the largest tried; {_gap(s)} not tried: {AGAIN})" if s.untried else "")
+        parts = [f"{s.name} fits {s.largest}" + (f" (the largest tried; {_gap(s)} not tried: {again(s)})" if s.untried else "")
                  for s in fits if not s.ran_over and not s.capped]
         capped = [f"{s.name} fits {_capped(s, _measured(sweep, s), u)}" for s in fits if not s.ran_over and s.capped]
         said = [_ran_over(sweep, s, unit) for s in ss if s.ran_over]

@@ -125,8 +125,9 @@ def pace(watch) -> str:
     if step_s is None:
         return ""
     more_s = max(0, watch.total() - watch.steps_done()) * step_s
-    short = lambda s: f"{s * 1000:.0f} ms" if s < 1 else describe.duration(s)  # noqa: E731 (an H200's 111 ms: '0 s')
-    return f"; about {short(step_s)} a step, about {short(more_s)} to step {watch.total()}"
+    short = lambda s: f"{s * 1000:.0f} ms" if s < 0.9995 else describe.duration(s)  # noqa: E731 (an H200's 111 ms: '0 s')
+    left = f", about {short(more_s)} to step {watch.total()}" if more_s > 0 else ""
+    return f"; about {short(step_s)} a step{left}"
 
 
 
