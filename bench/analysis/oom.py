@@ -11,7 +11,9 @@ fit batches 148-154 (their two steps), and the measured runs there (ten warm-up 
 the logits with 16.7-18.0 GiB reserved but unallocated and 1.7-7.1 GiB free; the trials that ran out at 155-256 held
 0.06-0.22 GiB unallocated: capacity. PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
 grow a segment instead of splitting cached blocks, which is what such a run needs; the suite names it and leaves the
-allocator as the user runs it.
+allocator as the user runs it. Messages of other forms (before torch 2.1, XPU, MPS) read as None: no words, never a
+guess. The first clause decides a near miss: the trial at 155 held 0.19 GiB unallocated beside 18.80 GiB free against
+18.92 GiB asked, capacity by it, though the two together would have held it.
 """
 from __future__ import annotations
 
