@@ -189,7 +189,12 @@ def test_a_fit_cut_by_sigterm_ends_interrupted_with_its_trials_kept(tmp_path):
         signal.signal(signal.SIGTERM, before)
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT status FROM sweeps").fetchall() == [("interrupted",)]
-    assert conn.execute("SELECT per_device_batch, mode FROM results").fetchall()[0] == (1, "fit")
+    assert conn.execute("SELECT per_device_batch, mode, status FROM results ORDER BY result_id").fetchall() == [
+        (1, "fit", "ok"), (2, "fit", "interrupted")]   # the trial it cut is in the store, as a sweep's would be
+    from conftest import read_sweep
+    from bench.report import fit as fit_report
+    [s] = read_sweep(path).fit   # read back: the cut trial is no trial, and the page renders
+    assert s.order == [1] and not s.errors and fit_report.blocks(read_sweep(path))
     assert "interrupted by SIGTERM: its trials and measured runs so far are kept" in lines[-1], lines[-1]
 
 

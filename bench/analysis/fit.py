@@ -346,8 +346,8 @@ def searches(rows: list, memory_of: Callable[[int], list], names: dict) -> list:
     result_id) -> a run's memory rows; names: strategy -> its name in words."""
     out: dict = {}
     for r in rows:
-        d = _details(r) if r["mode"] in ("fit", "bench") else {}
-        if not d.get("search"):
+        d = _details(r) if r["mode"] in ("fit", "bench") and r["status"] != "interrupted" else {}
+        if not d.get("search"):   # an interrupted run (no details) is no trial: the page lists it with the problems
             continue
         s = out.get(d["search"])
         if r["mode"] == "bench":

@@ -85,9 +85,16 @@ def _run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str
     if run_config is None:
         from bench.sweep.launch import run_config
 
+    flight: list = []   # [(spec, started_at)] of the run in flight, recorded 'interrupted' if a signal ends the fit
+
+    def launch(spec, limits):
+        flight[:] = [(spec, store.now())]
+        return run_config(spec, limits)
+
     def record_result(*args, **kwargs) -> None:   # a result and its rows written whole, a signal held till then
         with signals_deferred():
             _record(*args, **kwargs)
+            flight.clear()
     budget_mib = cfg.memory_budget_gib * 1024
     conn = store.connect(cfg.store)
     errors, status, failed_runs = 0, "interrupted", []  # failed_runs: a measured run's failure for another reason
@@ -114,7 +121,7 @@ def _run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str
 
             def try_batch(b: int, spec=spec, limits=limits) -> str:
                 t = trial_spec(spec, b)
-                out = run_config(t, limits)
+                out = launch(t, limits)
                 peak = (fitting.peak_mib(out.payload.get("memory", []), t.device_type, per_node(t))
                         if out.status == "ok" else None)
                 v = fitting.verdict(out.status, out.reason, peak, budget_mib)
@@ -140,7 +147,7 @@ def _run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str
                 worst = fitting.FITS
                 for r in range(cfg.repeats):
                     s = at_batch(spec, b, r)
-                    out = run_config(s, limits)
+                    out = launch(s, limits)
                     peak = (fitting.peak_mib((out.payload or {}).get("memory", []), s.device_type, per_node(s))
                             if out.status == "ok" else None)
                     v = fitting.verdict(out.status, out.reason, peak, budget_mib)
@@ -171,7 +178,11 @@ def _run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str
         status = "completed"
     except (KeyboardInterrupt, Interrupted) as e:
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
-        log(f"fit {sweep_id} interrupted by {signal.Signals(signum).name}: its trials and measured runs so far are kept "
+        name = signal.Signals(signum).name
+        for spec, started in list(flight):   # as a sweep records its configuration in flight: the store says what was cut
+            record_result(conn, sweep_id, env_id, spec, "interrupted", f"fit interrupted by {name}",
+                          started_at=started, ended_at=store.now())
+        log(f"fit {sweep_id} interrupted by {name}: its trials and measured runs so far are kept "
             "in the store; run fit again to search anew")
         return 128 + int(signum)
     finally:
