@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from bench.forecast.memory import budget_text
+
 _UNITS = {"bytes": 1 / 2**20, "KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0}
 _SIZE = r"([0-9.]+) (bytes|KiB|MiB|GiB)"
 _ASKED = re.compile(r"Tried to allocate " + _SIZE)
@@ -52,10 +54,6 @@ def read(reason: str) -> Optional[Oom]:
     return Oom(*(_mib(m) for m in found)) if all(found) else None
 
 
-def _gib(mib: float) -> str:
-    return f"{mib / 1024:.2f} GiB" if mib >= 1024 else f"{mib:.0f} MiB"
-
-
 def words(reason: str, hint: bool = True) -> str:
     """'fragmentation, not capacity: 17.97 GiB reserved but unallocated and 1.73 GiB free against 18.80 GiB asked;
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may fit it' (without `hint`, the figures alone), or '' where the
@@ -63,8 +61,8 @@ def words(reason: str, hint: bool = True) -> str:
     o = read(reason)
     if o is None or not o.fragmented:
         return ""
-    return (f"fragmentation, not capacity: {_gib(o.unallocated_mib)} reserved but unallocated and {_gib(o.free_mib)} "
-            f"free against {_gib(o.asked_mib)} asked" + (f"; {HINT}" if hint else ""))
+    return (f"fragmentation, not capacity: {budget_text(o.unallocated_mib)} reserved but unallocated and {budget_text(o.free_mib)} "
+            f"free against {budget_text(o.asked_mib)} asked" + (f"; {HINT}" if hint else ""))
 
 
 HINT = f"{EXPANDABLE} may fit it"

@@ -223,14 +223,13 @@ def _tie_sentence(pick, fastest, tie: Apart, name=_label) -> str:
 
 
 def models(configs: list) -> list:
-    """[(precision, the configurations that train one model, at every precision: filter by the first)], in the sweep's
-    order: DeepLabV3's auxiliary head
-    (--deeplabv3-aux) changes what is trained (and how fast: 11% on an H200), so each value is a model of its own and is recommended
-    on its own row. One recommendation over [aux=true] and [aux=unused] would have advised leaving the head out of the
-    loss, had that run been the faster (on an H200 it ran 11% slower, with find_unused_parameters)."""
-    auxes = list(dict.fromkeys(c.aux for c in configs))
-    return [(p, [c for c in configs if c.aux == a]) for p in dict.fromkeys(c.precision for c in configs) for a in auxes
-            if any(c.precision == p and c.aux == a for c in configs)]
+    """[(precision, the configurations that train one model at it)], in the sweep's order: DeepLabV3's auxiliary head
+    (--deeplabv3-aux) changes what is trained (and how fast: 11% on an H200), so each value is a model of its own and is
+    recommended on its own row. One recommendation over [aux=true] and [aux=unused] would have advised leaving the head
+    out of the loss, had that run been the faster (on an H200 it ran 11% slower, with find_unused_parameters)."""
+    order = list(dict.fromkeys(c.precision for c in configs))   # precision first, as the rows always ran
+    keys = sorted(dict.fromkeys((c.precision, c.aux) for c in configs), key=lambda k: order.index(k[0]))
+    return [(p, [c for c in configs if c.precision == p and c.aux == a]) for p, a in keys]
 
 
 def model_suffix(aux: str, every: list) -> str:

@@ -73,8 +73,7 @@ def blocks(sweep: Sweep, prices: Optional[cost.Prices]) -> list:
         b.append(("table", ["configuration", "devices", "samples/s", "device-hours per million samples",
                             f"cost per million samples ({unit})"] + ([f"cost per million tokens ({unit})"] if tokens else [])
                   + (["reference epoch s", f"cost per reference epoch ({unit})"] if epochs else []), rows))
-        for precision, model in models(configs):   # a model each: DeepLabV3's auxiliary head (choice.models)
-            group = [c for c in model if c.precision == precision]
+        for precision, group in models(configs):   # a model each: DeepLabV3's auxiliary head (choice.models)
             line = cheapest_sentence(group, costs, unit)
             if line:
                 named = len({c.precision for c in configs}) > 1 or model_suffix(group[0].aux, configs)

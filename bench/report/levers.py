@@ -68,9 +68,8 @@ def stability(on, off) -> str:
 def spread_words(on, off, slower: float) -> str:
     """Where either side's processes spread as far as the ratio is from 1 (a 1.10x against processes 21% apart), the
     ratio is no more than that spread: its words, else ''."""
-    wide = [(side, c) for side, c in (("with", on), ("without", off)) if len(c.process_sps) > 1
-            and c.repeat_spread >= abs(slower - 1.0)]
-    return "; ".join(f"{c.label}'s {len(c.process_sps)} processes spread {c.repeat_spread:.0%}" for _, c in wide)
+    wide = [c for c in (on, off) if len(c.process_sps) > 1 and c.repeat_spread >= abs(slower - 1.0)]
+    return "; ".join(f"{c.label}'s {len(c.process_sps)} processes spread {c.repeat_spread:.0%}" for c in wide)
 
 
 def blocks(sweep) -> list:
