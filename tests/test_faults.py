@@ -411,8 +411,11 @@ def test_sigkilled_sweep_leaves_a_whole_store_no_processes_and_is_resumable(tmp_
         assert no_leftovers(s, within=20), f"children of the killed sweep linger after {delay:.1f} s"
         assert_store_whole(path)
         conn = store.connect(path)  # the next open recognises the dead sweep
-        assert [r["status"] for r in conn.execute("SELECT status FROM sweeps")] == ["died"]
+        status = [r["status"] for r in conn.execute("SELECT status FROM sweeps")]
         conn.close()
+        if status == ["completed"]:   # the kill landed after the sweep had ended, on its way out: nothing was cut
+            break
+        assert status == ["died"], status
     assert kills >= 1
     r = sweeps.start(tmp_path, "--resume", "last", store_path=path, name="final")
     rc, _ = r.wait(150)
