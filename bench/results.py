@@ -104,6 +104,8 @@ def read_tables(path: str, sweep: Union[int, str], price_table=None, who: str = 
             parts["collectives"].append(_frame(tables.collectives(s), sid))
     finally:
         conn.close()
-    frames = {name: pd.concat([f for f in fs if len(f)], ignore_index=True) if any(len(f) for f in fs) else pd.DataFrame()
-              for name, fs in parts.items()}
+    # a table without a row still has its columns (bench.report.tables.COLUMNS): queries on it give no row, the
+    # export writes its header
+    frames = {name: pd.concat([f for f in fs if len(f)], ignore_index=True) if any(len(f) for f in fs)
+              else pd.DataFrame(columns=["sweep_id", *tables.COLUMNS[name]]) for name, fs in parts.items()}
     return Results(store=path, sweeps=tuple(ids), **frames)

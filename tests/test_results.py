@@ -220,6 +220,57 @@ def test_steps_carry_the_configurations_identity_so_a_filter_on_them_cannot_pool
     assert failed.label == "DDP x2 [fp32, comm_hook=fp16]" and failed.variant == "fp32, comm_hook=fp16"
 
 
+def _single_x1_store(path: str) -> None:
+    """A store of one sweep with a single device x1 result and no collectives (a one-GPU sweep, the usual first one)."""
+    from bench.store import store
+    from bench.sweep import record
+    from report_fixtures import measured, spec
+    conn = store.connect(path)
+    sid = store.begin_sweep(conn, "bench", "{}", None)
+    record.record_result(conn, sid, None, spec("synthetic", "single", 1), "ok", payload=measured(1, [50.0] * 10, 64))
+    store.end_sweep(conn, sid, "completed")
+    conn.close()
+
+
+def test_an_empty_table_keeps_its_columns_so_a_query_gives_no_row_and_the_csv_reads_back(tmp_path, capsys):
+    # The docs' `r.collectives.query("op == 'all_reduce'")` raised "name 'op' is not defined" on a one-GPU sweep (no
+    # comm rows: a frame without columns), and its collectives.csv was one byte that pd.read_csv refused.
+    path = str(tmp_path / "one.sqlite")
+    _single_x1_store(path)
+    r = results.load(path)
+    assert len(r.steps) and len(r.collectives) == 0
+    assert len(r.collectives.query("op == 'all_reduce'")) == 0
+    assert list(r.collectives.columns) == ["sweep_id", *tables.COLLECTIVES_COLUMNS]
+    assert cli.main(["export", "--store", path, "--out", str(tmp_path / "csv")]) == 0
+    back = pd.read_csv(tmp_path / "csv" / "collectives.csv")
+    assert list(back.columns) == list(r.collectives.columns) and len(back) == 0
+    assert cli.main(["export", "--store", path, "--format", "json", "--out", str(tmp_path / "json")]) == 0
+    capsys.readouterr()
+    assert pd.read_json(tmp_path / "json" / "collectives.json", orient="records").empty   # records: `[]`, no columns
+    none = results.load(_store_of_an_empty_sweep(tmp_path / "none.sqlite"))
+    for name in results.TABLES:
+        frame = getattr(none, name)
+        assert frame.empty and list(frame.columns) == ["sweep_id", *tables.COLUMNS[name]], name
+    assert len(none.configurations.query("status == 'ok' and device_count == 2")) == 0
+
+
+def _store_of_an_empty_sweep(path) -> str:
+    """A store whose one sweep recorded nothing (it died before its first configuration)."""
+    from bench.store import store
+    conn = store.connect(str(path))
+    sid = store.begin_sweep(conn, "bench", "{}", None)
+    store.end_sweep(conn, sid, "completed")
+    conn.close()
+    return str(path)
+
+
+def test_the_empty_tables_columns_are_those_a_real_sweeps_rows_have(quick):
+    _, r = quick
+    assert list(r.steps.columns) == ["sweep_id", *tables.STEPS_COLUMNS]
+    assert list(r.collectives.columns) == ["sweep_id", *tables.COLLECTIVES_COLUMNS]
+    assert set(tables.CONFIGURATION_COLUMNS) <= set(r.configurations.columns)   # and more: the Config's own fields
+
+
 def test_a_pick_the_summary_calls_not_resolved_says_so_in_the_dataframe(tmp_path, monkeypatch):
     # The H100 self-check's bf16 pick, DDP x1 (one unstable process), stands only on DataParallel x1's unresolved 69%
     # lead: the report's cell reads 'not resolved: --repeats 3 (...)', while the DataFrame said recommended and nothing else.

@@ -22,6 +22,7 @@ from typing import Optional
 
 from bench import stats
 from bench.analysis import cost, reference
+from bench.analysis.memory_rows import STATE_KEYS
 from bench.analysis.results import STRATEGY_NAMES, Config, Sweep, diverged, label, row_aux, row_variant
 from bench.forecast import overhead
 from bench.report import bound, choice, comm, frontier, recommend, training_state
@@ -30,10 +31,30 @@ from bench.report.efficiency import efficiency_text
 from bench.report.cost import price_of
 from bench.report.report import memory_text
 from bench.store import read
+from bench.store.schema import COMM_COLUMNS, STEP_COLUMNS
 
 SCALAR = (int, float, str, bool, type(None))
 IDENTITY = ("workload", "strategy", "device_type", "device_count", "nodes", "precision", "channels_last", "compiled",
             "optimizer", "global_batch", "scaling", "data")
+# Each table's columns where it has no row (bench.results' empty frames, the export's CSV header): a one-GPU sweep has no
+# collectives, and `r.collectives.query("op == 'all_reduce'")` raised on an empty frame with no columns, and its export
+# was a 1-byte CSV that pd.read_csv refused. Steps and collectives: exactly a row's columns, in its order. A
+# configuration frame has more than these (Config's own fields, utilisation, prices): these it always has.
+IDENTITY_COLUMNS = ("config_key", *IDENTITY, "strategy_name", "options", "activation_checkpointing", "aux", "variant",
+                    "label")
+CONFIGURATION_COLUMNS = (
+    *IDENTITY_COLUMNS, "status", "reason", "recommended", "processes", "samples_per_s", "speedup", "baseline",
+    "efficiency", "efficiency_noise", "efficiency_shown", "efficiency_note", "efficiency_within_noise", "repeat_spread",
+    "unstable", "loss_not_finite", *(f"step_{f.name}" for f in dataclasses.fields(stats.Summary) if f.name != "unstable"),
+    *(f"phase_{p}" for p in stats.PHASES_MS), "exposed_comm_ms", "data_wait_ms", "compute_ms", "allreduce_grads_ms",
+    "no_overlap_bound_ms", "full_overlap_bound_ms", "peak_mib", "peak_allocated_mib", "peak_reserved_mib",
+    "device_level_mib", "state_rank", *(f"state_{k}" for k in STATE_KEYS), "loader_alone_samples_per_s", "bound",
+    "bound_detail", "bound_why", "gpu_busy_share", "gpu_busy_device", "gpu_busy_why", "epochs", "epoch_wall_s_median",
+    "gpu_sm_clock_mhz", "gpu_throttled", "gpu_throttled_why", "gpu_throttle", "gpu_power_w", "gpu_power_limit_w",
+    "gpu_power_why")
+STEPS_COLUMNS = (*IDENTITY_COLUMNS, "mode", "repeat", "result_id", *STEP_COLUMNS)
+COLLECTIVES_COLUMNS = ("device_count", "nodes", "result_id", *COMM_COLUMNS, "repeat")
+COLUMNS = {"configurations": CONFIGURATION_COLUMNS, "steps": STEPS_COLUMNS, "collectives": COLLECTIVES_COLUMNS}
 # Config's fields shown through the columns below under other names, or not one number (traces: the report's own tables)
 NOT_SCALAR = ("key", "step_ms", "summary", "process_sps", "phases_ms", "memory_mib", "epoch_wall_s", "options", "by_repeat",
               "reserved_mib", "device_mib", "numerics", "traces", "state_mib", "flops", "device_names", "gpu", "utilisation")
