@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from bench.forecast import outlook
+from bench.forecast import overhead
 from bench.report import plots, recommend, report, training_state
 from conftest import example_stores
 from test_recommend import build, payload, spec
@@ -46,7 +46,7 @@ def test_the_h200_runner_up_under_the_floor_reads_not_resolved_as_its_wrapper_ce
     sweep = example_stores(H200, ("selfcheck.sqlite",), tmp_path, monkeypatch)("selfcheck.sqlite", 1)
     configs = sweep.bench["synthetic"]
     by = _by_label(sweep, "synthetic")
-    assert outlook.wrapper_overhead(by["DataParallel x1"], by["single device x1"]).startswith("wrapper overhead not resolved")
+    assert overhead.wrapper_overhead(by["DataParallel x1"], by["single device x1"]).startswith("wrapper overhead not resolved")
     row, said = recommend.answer(sweep, "synthetic", configs, "fp32")
     text = " ".join(said)
     assert "the gap is beyond it" not in text, text
@@ -100,7 +100,7 @@ def test_the_committed_rehearsal_and_wrapper_cell_give_the_disjoint_reason(tmp_p
     # a one-device wrapper that ran one unstable process, its steps all above single's: the cell says why too
     sw = build(str(tmp_path / "w.sqlite"), [(spec("single", 1), payload(1, 50.0)), (spec("fsdp", 1), _unstable(1, 100.0))])
     by = _by_label(sw, "synthetic")
-    cell = outlook.wrapper_overhead(by["FSDP x1"], by["single device x1"])
+    cell = overhead.wrapper_overhead(by["FSDP x1"], by["single device x1"])
     assert cell.startswith("wrapper overhead not resolved (") and cell.endswith("is not told from the strategy's without --repeats 3)"), cell
 
 

@@ -4,7 +4,7 @@ the sweep, the commands or the report; the store, the analysis and the machine c
 sweep or a rank; the store reads and writes rows and never imports the analysis that derives from them; the statistics
 sit under everything that derives; the forecast is pure, imported by the analysis and the report, never importing
 them or the store back; those pure layers reach none of that through a top-level module either: bench.results, bench.cli
-and bench.options import the analysis, the report or the sweep)."""
+and bench.options import the analysis, the report or the sweep), and no module over MAX_LINES lines."""
 from __future__ import annotations
 
 import ast
@@ -36,6 +36,7 @@ ALLOWED: dict = {}   # (module, layer) -> why it may still import up the layers;
 # through top-level modules, and these three, which import the analysis, the report or the sweep, are never reached.
 PURE = ("forecast", "stats", "store", "rank")
 TOP_FORBIDDEN = ("bench.results", "bench.cli", "bench.options")
+MAX_LINES = 420   # no module over ~400 lines (issue 44): past this one splits
 
 
 def module_name(path: Path) -> str:
@@ -173,6 +174,11 @@ def test_the_walk_follows_a_pure_layer_through_the_top_level_modules():
     assert layer_violations(circle) == ["bench.stats.x reaches bench.cli through bench.config"]
     assert layer_violations({"bench.forecast.x": {"bench.config"}, "bench.config": {"bench.machine.peaks"},
                              "bench.report.y": {"bench.results"}}) == []
+
+
+def test_no_module_passes_the_line_limit():
+    long = {m: n for m, p in sorted(modules().items()) if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (split them): {long}"
 
 
 @pytest.mark.parametrize("name", ["commands", "sweep", "rank", "shared", "workloads", "machine", "store", "stats", "forecast", "analysis", "report"])

@@ -468,7 +468,7 @@ def test_memory_of_a_two_node_run_is_kept_per_node_not_merged_by_device_name():
 def test_a_wrapper_with_no_single_device_run_is_its_own_baseline_and_is_never_compared_with_itself(tmp_path):
     # An H200 sweep of FSDP and HSDP x1 alone: each x1 held against itself read 'wrapper overhead not resolved (0.0%
     # against FSDP x1 [bf16, adamw]: FSDP x1 [bf16, adamw] and FSDP x1 [bf16, adamw] ran one process each ...)'
-    from bench.forecast import outlook
+    from bench.forecast import outlook, overhead
     from bench.forecast import settings as fs
     from test_recommend import build, payload
     from test_recommend import spec as cuda_spec
@@ -479,7 +479,7 @@ def test_a_wrapper_with_no_single_device_run_is_its_own_baseline_and_is_never_co
     assert eff == {"FSDP": report.OWN_BASELINE, "DDP": report.OWN_BASELINE}, eff
     assert {row[table[1].index("speed-up")] for row in table[2]} == {"–"}   # not 1.00x against itself
     fsdp = next(c for c in sw.bench["synthetic"] if c.strategy == "fsdp")
-    assert fsdp.baseline == fsdp.label and outlook.wrapper_overhead(fsdp) == outlook.wrapper_overhead(fsdp, fsdp) == ""
+    assert fsdp.baseline == fsdp.label and overhead.wrapper_overhead(fsdp) == overhead.wrapper_overhead(fsdp, fsdp) == ""
     setting = fs.Setting("synthetic", "fsdp", "bf16", {1: fsdp}, {})
     assert outlook.measured_point(setting, 1).bound == "measured"   # the forecast's bound column: no overhead either
     # beside single x1 of its settings the wrapper's overhead is still told

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from bench.analysis import reference, results
-from bench.forecast import outlook
+from bench.forecast import overhead
 from bench.report import frontier, plots, recommend, report
 from bench.store import hostnoise, store
 
@@ -222,13 +222,13 @@ def test_a_wrapper_overhead_resting_on_an_unstable_process_is_not_resolved_and_s
     assert f"DDP x1 [bf16] ran one process whose steps spread {iqr(ddp)} of their median" in report.wrapper_text(ddp, steady(single))
     assert "single device x1 [bf16] ran one process" in report.wrapper_text(steady(ddp), single)
     # one wording: the report's row is the forecast's x1 row (bench.forecast.outlook), unstable or steady
-    assert report.wrapper_text(ddp, single) == outlook.wrapper_overhead(ddp, single) == eff[("DDP", "bf16")]
-    assert outlook.wrapper_overhead(ddp).startswith("wrapper overhead not resolved (")  # its own process is enough
+    assert report.wrapper_text(ddp, single) == overhead.wrapper_overhead(ddp, single) == eff[("DDP", "bf16")]
+    assert overhead.wrapper_overhead(ddp).startswith("wrapper overhead not resolved (")  # its own process is enough
     # steady both, 2.7% apart: under the 5% floor and the median steps (58.06, 60.08 ms) inside their p10-p90 spread
-    assert report.wrapper_text(steady(ddp), steady(single)) == outlook.wrapper_overhead(steady(ddp), steady(single))
+    assert report.wrapper_text(steady(ddp), steady(single)) == overhead.wrapper_overhead(steady(ddp), steady(single))
     assert report.wrapper_text(steady(ddp), steady(single)).startswith(
         "wrapper overhead not resolved (2.7% by the windows' throughput against single device x1 [bf16]; the median steps")
-    assert eff[("DDP", "fp32")] == outlook.wrapper_overhead(by["DDP x1"]) == "wrapper overhead 2.7% (against single device x1: more time a sample, by the windows' throughput)"
+    assert eff[("DDP", "fp32")] == overhead.wrapper_overhead(by["DDP x1"]) == "wrapper overhead 2.7% (against single device x1: more time a sample, by the windows' throughput)"
 
 
 @pytest.mark.parametrize("setting", [{"activation_checkpointing": "full"}, {"deeplabv3_aux": "true"},

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from bench.forecast import outlook
+from bench.forecast import overhead
 from bench.report import bound, choice, recommend
 from conftest import example_stores
 from test_kineto_traces import _kernel, _step, _write
@@ -31,11 +31,11 @@ def test_a_wrapper_overhead_under_the_floor_that_the_median_steps_do_not_show_is
     by = _by_label(sweep, "synthetic")
     dp, ddp, single = by["DataParallel x1"], by["DDP x1"], by["single device x1"]
     assert abs(dp.summary.median_ms - single.summary.median_ms) < single.summary.p90_ms - single.summary.p10_ms
-    said = outlook.wrapper_overhead(dp, single)
+    said = overhead.wrapper_overhead(dp, single)
     assert said == ("wrapper overhead not resolved (1.4% by the windows' throughput against single device x1; the median "
                     "steps, 3.01 and 3.01 ms, differ by less than either's p10-p90 spread (the narrower 0.02 ms))"), said
     # DDP x1's 12.3% is over the floor and in its steps (3.32 against 3.01 ms): measured, as before
-    assert outlook.wrapper_overhead(ddp, single) == "wrapper overhead 12.3% (against single device x1: more time a sample, by the windows' throughput)"
+    assert overhead.wrapper_overhead(ddp, single) == "wrapper overhead 12.3% (against single device x1: more time a sample, by the windows' throughput)"
 
 
 def test_a_small_overhead_the_median_steps_do_show_stays_measured(tmp_path, monkeypatch):
@@ -43,7 +43,7 @@ def test_a_small_overhead_the_median_steps_do_show_stays_measured(tmp_path, monk
     # both p10-p90 spreads (0.28 and 0.25 ms): the steps show it, so it stays a measured overhead.
     sweep = example_stores(H100, ("gpu.sqlite",), tmp_path, monkeypatch)("gpu.sqlite", 1)
     by = _by_label(sweep, "deeplabv3")
-    assert outlook.wrapper_overhead(by["DDP x1"], by["single device x1"]) == "wrapper overhead 1.3% (against single device x1: more time a sample, by the windows' throughput)"
+    assert overhead.wrapper_overhead(by["DDP x1"], by["single device x1"]) == "wrapper overhead 1.3% (against single device x1: more time a sample, by the windows' throughput)"
     assert choice.LEAD_FLOOR == 0.05   # one floor for the pick's lead and the overhead the windows alone make
 
 
