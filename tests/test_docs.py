@@ -1,11 +1,14 @@
 """The README and docs/ held to the code: every relative link resolves (its file, and the heading a link names),
 every repository path written in backticks exists, and every `./run_bench.sh` command line shown parses with the
 suite's own dispatch (bench.cli.main) and option parsers exactly as the command line would, without running:
-argparse is stopped right after the first parse of each command, so nothing is detected, spawned or opened."""
+argparse is stopped right after the first parse of each command, so nothing is detected, spawned or opened. A
+`scripts/*.py` line shown with its arguments parses the same way, through the script's own main()."""
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
+import inspect
 import io
 import re
 import shlex
@@ -61,21 +64,50 @@ def broken_link(page: Path, target: str, root: Path = REPO):
     return None
 
 
-def command_lines(page: Path) -> list:
-    """Every run_bench.sh command shown: a line of a shell code block (continuations joined, comments dropped), or an
-    inline code span, whose first word is ./run_bench.sh (or a path ending in run_bench.sh)."""
+def shown_lines(page: Path) -> list:
+    """Every line of a shell code block (continuations joined) and every inline code span of PAGE."""
     prose, blocks = split(page.read_text())
     out = []
     for lang, body in blocks:
         if lang in SHELL:
             out += [line for line in body.replace("\\\n", " ").splitlines() if line.strip()]
-    out += [" ".join(m.group(1).split()) for m in INLINE_CODE.finditer(prose)]
+    return out + [" ".join(m.group(1).split()) for m in INLINE_CODE.finditer(prose)]
+
+
+def command_lines(page: Path) -> list:
+    """Every run_bench.sh command shown: a line of a shell code block (continuations joined, comments dropped), or an
+    inline code span, whose first word is ./run_bench.sh (or a path ending in run_bench.sh)."""
     cmds = []
-    for line in out:
+    for line in shown_lines(page):
         line = line.strip().removeprefix("$ ")
         if line.split(maxsplit=1)[0].endswith("run_bench.sh"):
             cmds.append(shlex.split(line, comments=True)[1:])
     return cmds
+
+
+def script_lines(page: Path) -> list:
+    """(script path, its arguments) of every `scripts/*.py` line shown with arguments, run directly or by a python
+    (`.venv/bin/python scripts/compare_rates.py --store ...`); a script named alone is a mention, not a command."""
+    out = []
+    for line in shown_lines(page):
+        if not re.search(r"scripts/\w+\.py", line):   # prose in backticks need not split as a shell line
+            continue
+        words = shlex.split(line.strip().removeprefix("$ "), comments=True)
+        at = next((i for i, w in enumerate(words) if re.fullmatch(r"(\./)?scripts/\w+\.py", w)), None)
+        if at is not None and len(words) > at + 1 and all(Path(w).name.startswith("python") for w in words[:at]):
+            out.append((words[at].removeprefix("./"), words[at + 1:]))
+    return out
+
+
+def check_script(script: str, argv: list, monkeypatch) -> None:
+    """A shown script line, parsed by the script's own parser (its main() stopped right after its first parse, nothing
+    run); AssertionError with argparse's message where the script would refuse it."""
+    spec = importlib.util.spec_from_file_location(f"shown_{Path(script).stem}", REPO / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)   # defines its functions; its main runs under `if __name__ == "__main__"` alone
+    monkeypatch.setattr("sys.argv", [script, *argv])
+    takes_argv = bool(inspect.signature(module.main).parameters)
+    stop(lambda: module.main(list(argv)) if takes_argv else module.main(), monkeypatch)
 
 
 class _Parsed(BaseException):  # not an Exception: cli.main's catch-all must not turn it into "internal error"
@@ -91,6 +123,12 @@ class _Unknown(BaseException):
 def parse_as_cli(argv: list, monkeypatch) -> argparse.Namespace:
     """ARGV through bench.cli.main up to its command's first parse; raises AssertionError with argparse's message when
     the CLI would refuse the line (an unknown flag or command, a value its parser rejects). `--help` counts as parsed."""
+    return stop(lambda: cli.main(list(argv)), monkeypatch)
+
+
+def stop(main, monkeypatch) -> argparse.Namespace:
+    """Run main() up to its first argparse parse: the Namespace (an empty one for --help); AssertionError with argparse's
+    message where it refuses."""
     real = argparse.ArgumentParser.parse_known_args
 
     def stop_after_parse(self, args=None, namespace=None):
@@ -101,7 +139,7 @@ def parse_as_cli(argv: list, monkeypatch) -> argparse.Namespace:
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            status = cli.main(list(argv))
+            status = main()
     except _Parsed as p:
         return p.ns
     except _Unknown as u:
@@ -158,6 +196,38 @@ def test_every_shown_command_parses(page, monkeypatch):
         except Exception as e:  # noqa: BLE001 - every refusal is reported with its line
             bad.append(f"./run_bench.sh {shlex.join(argv)}: {e}")
     assert not bad, f"{page.relative_to(REPO)}:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_shown_script_line_parses(page, monkeypatch):
+    # docs/comparing.md showed `scripts/compare_rates.py --aa 6 --slow 3 --ranks 0,1`, which exits 2: --store is required
+    bad = []
+    for script, argv in script_lines(page):
+        try:
+            check_script(script, argv, monkeypatch)
+        except Exception as e:  # noqa: BLE001 - every refusal is reported with its line
+            bad.append(f"{script} {shlex.join(argv)}: {e}")
+    assert not bad, f"{page.relative_to(REPO)}:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("line, why", [
+    ("scripts/compare_rates.py --aa 6 --slow 3 --ranks 0,1", "the following arguments are required: --store"),
+    (".venv/bin/python scripts/forecast_rounds.py --rouds 5 -- --workloads synthetic", "unrecognised arguments: --rouds"),
+    ("scripts/ab_rates.py --out /tmp/ab --aa four", "argument --aa: invalid int value: 'four'"),
+    ("scripts/compare_rates.py --store rates.sqlite --aa 6 --slow 3 --ranks 0,1", None),
+    (".venv/bin/python scripts/forecast_rounds.py --rounds 5 -- --workloads synthetic", None),
+    ("python3 scripts/ab_rates.py --help", None),
+])
+def test_a_typo_in_a_shown_script_line_fails(line, why, monkeypatch, tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(f"Run `{line}`, with `scripts/ab_rates.py` named alone (a mention):\n\n```bash\n{line}\n```\n")
+    shown = script_lines(page)
+    assert len(shown) == 2 and shown[0] == shown[1]
+    if why is None:
+        check_script(*shown[0], monkeypatch)
+    else:
+        with pytest.raises(AssertionError, match=re.escape(why)):
+            check_script(*shown[0], monkeypatch)
 
 
 def test_shown_commands_cover_every_command():
