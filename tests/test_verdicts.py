@@ -51,13 +51,15 @@ def test_a_9_percent_lead_stands_on_1_percent_noise_ties_on_25_and_is_not_called
     # processes can differ", a figure measured on 2-core CPUs; the GPU's own processes differed by under 1%
     quiet = summary(h100(0.01))[("deeplabv3", "fp32")]
     assert quiet["recommended"] == "single device x1 [fp32, compiled]"
-    assert quiet["lead over runner-up"] == "8% (beyond 1.0% noise, this sweep)"
+    assert quiet["lead over runner-up"] == "8% (beyond 1.0% noise, this sweep on the synthetic MLP)"   # its processes
     loud = h100(0.25)
     row = summary(loud)[("deeplabv3", "fp32")]
     assert row["recommended"] == "single device x1"   # a tie: the simpler one, and why
-    assert row["lead over runner-up"] == "tie: single device x1 [fp32, compiled] 8% faster (within 25% noise, this sweep)"
-    assert ("The noise: 25%, this sweep's spread between the 3 processes of single device x1 on this GPU (a single "
-            "process on at least one side: --repeats 3 measures theirs).") in text(loud)
+    assert row["lead over runner-up"] == ("tie: single device x1 [fp32, compiled] 8% faster (within 25% noise, this sweep "
+                                          "on the synthetic MLP)")
+    assert ("The noise: 25%, this sweep's spread between the 3 processes of single device x1 on the synthetic MLP on this "
+            "GPU; deeplabv3 ran no configuration at fp32 in several processes (a single process on at least one side: "
+            "--repeats 3 measures theirs).") in text(loud)
     unmeasured = h100(None)
     row = summary(unmeasured)[("deeplabv3", "fp32")]
     assert row["recommended"] == "single device x1 [fp32, compiled]"   # the fastest; neither a lead nor a tie
@@ -117,14 +119,15 @@ def test_a_bf16_lead_is_not_judged_by_the_fp32_processes_spread(h100):
     sweep = h100(0.01)
     assert sweep.noise_by_precision["fp32"].source == "sweep" and sweep.noise.source == "sweep"
     bf16 = sweep.noise_by_precision["bf16"]
-    assert not bf16.measured and "fp32's 1.0% (this sweep) does not carry over" in bf16.detail and "no bf16 configuration" in bf16.detail
+    assert not bf16.measured and "no bf16 configuration" in bf16.detail
+    assert "fp32's 1.0% (this sweep on the synthetic MLP) does not carry over" in bf16.detail
     for c in sweep.bench["deeplabv3"]:
-        assert c.noise_fallback == sweep.noise_by_precision[c.precision], c.label
+        assert c.noise_fallback == sweep.noise_by_workload[("deeplabv3", c.precision)], c.label
     rows = summary(sweep)
-    assert rows[("deeplabv3", "fp32")]["lead over runner-up"] == "8% (beyond 1.0% noise, this sweep)"
+    assert rows[("deeplabv3", "fp32")]["lead over runner-up"] == "8% (beyond 1.0% noise, this sweep on the synthetic MLP)"
     assert rows[("deeplabv3", "bf16")]["lead over runner-up"] == ("23% (not resolved: noise not measured, one unstable "
                                                                   "process, --repeats 3)")
-    assert "fp32's 1.0% (this sweep) does not carry over" in text(sweep)
+    assert "fp32's 1.0% (this sweep on the synthetic MLP) does not carry over" in text(sweep)
     # selfcheck's bf16 figure for this host and GPU stands in for bf16 alone; its fp32 figure never for bf16
     bf16_entry = {"hostname": "vm", "device_type": "cuda", "device_name": H100, "precision": "bf16",
                   "measured_at": "2026-11-27T07:30:00+0000", "configuration": "single device x1 [bf16]",

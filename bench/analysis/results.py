@@ -22,13 +22,13 @@ from typing import Optional
 
 from bench import stats
 from bench.analysis import fit, gpustate, noise_source, utilisation
+from bench.analysis.process_noise import by_precision, noise  # noqa: F401 (read as results.noise)
 from bench.shared import rehearsal
 from bench.shared.spec import STRATEGY_NAMES
-from bench.stats.noise import not_carried
 from bench.analysis.labels import label, row_aux, row_variant, variant  # noqa: F401 (read as results.variant)
 from bench.analysis.memory_rows import device_names as _device_names, per_device as _memory, state as _state
 from bench.analysis.memory_rows import run_reserved as _run_reserved
-from bench.store import forecasts, hostnoise, read
+from bench.store import forecasts, read
 
 STRATEGY_ORDER = ("single", "dp", "ddp", "zero", "fsdp", "hsdp")
 pick_sweep = read.pick_sweep   # re-exported: readers of a sweep take load and pick_sweep from here
@@ -150,7 +150,8 @@ class Sweep:
     nodes: list = field(default_factory=list)      # per multi-node result: (result_id, node rows)
     env_results: dict = field(default_factory=dict)  # env_id -> config keys of the results measured under it
     noise: stats.Noise = stats.NOT_MEASURED         # fp32's process noise where the sweep ran fp32, else its first precision's
-    noise_by_precision: dict = field(default_factory=dict)  # precision -> the process noise at it on this device (`noise`)
+    noise_by_precision: dict = field(default_factory=dict)  # precision -> the sweep's figure at it on this device (`by_precision`)
+    noise_by_workload: dict = field(default_factory=dict)   # (workload, precision) -> what its verdicts rest on (`noise`)
     fit: list = field(default_factory=list)        # ./run_bench.sh fit: one bench.analysis.fit.Search per configuration
     rehearsal_counts: set = field(default_factory=set)  # counts whose collectives ran on shared GPUs (bench.shared.rehearsal)
     process_starts: dict = field(default_factory=dict)  # 'forked' / 'fresh' -> how many measured processes began so
@@ -266,44 +267,18 @@ def diverged(c) -> bool:
     return bool(c.loss_not_finite) and c.loss_not_finite.get("last", True)
 
 
-def noise(configs: list, envs: list, earlier=None) -> dict:
-    """precision -> the process noise this sweep's comparisons at that precision fall back on where a configuration ran
-    one process: the sweep's own spread between the processes of the configurations it repeated on its device at that
-    precision; else, where its configurations at that precision are of one workload, the same store's most recent
-    earlier sweep's figure for that workload and precision on this host and device (`earlier`: (workload, precision,
-    device type) ->
-    Noise or None, bench.analysis.noise_source.earlier); else the figure selfcheck stored for that host, device and
-    precision (bench.store.hostnoise); else not measured (`not_carried` names the figures of other precisions that do
-    not speak for it). Never another device's or precision's: one H200's fp32 DeepLabV3 processes ran 0.6% apart, two
-    of its bf16 ones 38%; and its compile sweep was held against selfcheck's MLP figure while the store's sweep two
-    minutes earlier had measured DeepLabV3 bf16's own."""
-    if not configs:
-        return {}
-    device = configs[0].device_type
-    env = envs[0] if envs else {}
-    name = noise_source.device_name(env, device)
-    host = {p: stats.host_noise(e) for p, e in hostnoise.by_precision(env.get("hostname"), device, name).items()}
-    found = {}
-    for p in sorted({c.precision for c in configs if c.device_type == device}):
-        mine = [c for c in configs if c.device_type == device and c.precision == p]
-        workloads = {c.workload for c in mine}
-        found[p] = (stats.sweep_noise([(c.label, c.process_sps, c.process_unstable) for c in mine], device)
-                    or (earlier(workloads.pop(), p, device) if earlier and len(workloads) == 1 else None) or host.get(p))
-    measured = {p: n for p, n in {**host, **found}.items() if n is not None}
-    return {p: n if n is not None else not_carried(p, measured) for p, n in found.items()}
-
-
 def _with_scaling(configs: list, fallback: dict = None) -> list:
     """Speed-up and efficiency against single at 1 device of the same numerics, optimizer and activation checkpointing,
-    else the series' own 1-device result; `fallback` (precision -> Noise, `noise`) gives the noise where a configuration
-    or its baseline (of the same precision) ran one process: its precision's, NOT_MEASURED where it has none.
+    else the series' own 1-device result; `fallback` ((workload, precision) -> Noise, `noise`) gives the noise where a
+    configuration or its baseline (of the same precision) ran one process: its workload's and precision's, NOT_MEASURED
+    where it has none.
     (Without the checkpointing in the key, one H100's DDP x1 was held against single x1 [ac=full], 1.8x slower: 'wrapper
     overhead -37%'.)"""
     numerics = lambda c: (c.precision, c.channels_last, c.compiled, c.optimizer, c.activation_checkpointing, c.aux)  # noqa: E731
     singles = {numerics(c): c for c in configs if c.strategy == "single" and c.device_count == 1}
     ones = {c.series: c for c in configs if c.device_count == 1}
     for c in configs:
-        c.noise_fallback = (fallback or {}).get(c.precision, stats.NOT_MEASURED)
+        c.noise_fallback = (fallback or {}).get((c.workload, c.precision), stats.NOT_MEASURED)
         base = singles.get(numerics(c)) or ones.get(c.series)
         if base is not None:
             c.baseline = base.label
@@ -363,11 +338,11 @@ def load(conn: sqlite3.Connection, sweep_id: int) -> Sweep:
         if read.has_measured_steps(conn, rs[0]["result_id"]):
             c = _config(conn, rs)
             by_workload.setdefault(c.workload, []).append(c)
-    out.noise_by_precision = noise([c for cs in by_workload.values() for c in cs], envs, noise_source.finder(
+    out.noise_by_workload = noise([c for cs in by_workload.values() for c in cs], envs, noise_source.finder(
         conn, sweep_id, envs, lambda r: label(r["strategy"], int(r["device_count"]), row_variant(r))))
-    by = out.noise_by_precision   # Sweep.noise: fp32's where it ran, else the first precision's (sorted)
-    out.noise = by.get("fp32") or next(iter(by.values()), stats.NOT_MEASURED)
-    out.bench = {w: _with_scaling(cs, out.noise_by_precision) for w, cs in sorted(by_workload.items())}
+    by = out.noise_by_precision = by_precision(out.noise_by_workload, [c for cs in by_workload.values() for c in cs])
+    out.noise = by.get("fp32") or next(iter(by.values()), stats.NOT_MEASURED)   # fp32's where it ran, else the first's
+    out.bench = {w: _with_scaling(cs, out.noise_by_workload) for w, cs in sorted(by_workload.items())}
     utilisation.attach(out)  # MFU against the sweep's own --peak-tflops or the table (report --peak-tflops: again)
     return out
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from bench import stats
+from bench.analysis import noise_source
 from bench.forecast import overhead
 from bench.report.pages import BOTH_AT
 
@@ -241,3 +242,25 @@ def model_suffix(aux: str, every: list) -> str:
 def model_words(precision: str, configs: list, every: list) -> str:
     """'fp32', or 'fp32, aux=unused' where the workload's configurations train several models (`models`)."""
     return precision + model_suffix(configs[0].aux, every)
+
+
+def noise_blocks(sweep) -> list:
+    """One line per precision under the verdicts (per workload and precision where the sweep ran several workloads:
+    each workload's verdicts rest on their own figure, Sweep.noise_by_workload): the process noise they were held
+    against, its processes' range and its source (noise_source.lines). A sweep run to measure it (DeepLabV3 fp32 and
+    bf16, 3 processes each, one H200) showed only 'unstable' and a pooled median: 0.1% and 17% were in the store alone;
+    the default CUDA sweep's DeepLabV3 verdicts named the synthetic MLP's processes as 'single device x1'."""
+    device = next((c.device_type for cs in sweep.bench.values() for c in cs), None)
+    if device is None:
+        return []
+    by = getattr(sweep, "noise_by_workload", None) or {}
+    if len(sweep.bench) < 2 or not by:
+        shown = dict.fromkeys(c.precision for cs in sweep.bench.values() for c in cs)   # the summary table's order
+        return [("p", line + ".") for line in noise_source.lines(
+            {p: sweep.noise_by_precision[p] for p in shown if p in sweep.noise_by_precision}, device)]
+    where = stats.device_word(device)
+    keys = dict.fromkeys((w, c.precision) for w, cs in sweep.bench.items() for c in cs)
+    return [("p", f"Process noise on this {where}, {w} at {p}: "
+                  + (n.figure_words() if n.measured else f"not measured for {w} at {p} on this {where}") + ".")
+            for (w, p), n in ((k, by[k]) for k in keys if k in by)]
+

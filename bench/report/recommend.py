@@ -29,11 +29,11 @@ from bench.report.fit import over_budget
 from bench.report.frontier import names, peak_mib, peak_source
 from bench.report.bound import bound
 from bench.report.choice import (LEAD_FLOOR, _label, _margin_note, _noise_words, _tie_sentence, apart, by_floor,
-                                  choose, floor_words, instability, lead_words, model_words, models, steps_clause, unresolved,
+                                  choose, floor_words, instability, lead_words, model_words, models, noise_blocks,
+                                  steps_clause, unresolved,
                                   unresolved_cell, unstable_sentence)
 from bench.report.plots import where
 from bench.shared import rehearsal
-from bench.analysis import noise_source
 from bench.analysis.results import Sweep, diverged
 
 EFFICIENCY_FLOOR = 0.75      # scaling "stops paying" below 75% efficiency
@@ -369,16 +369,6 @@ def blocks(sweep: Sweep, figures: list = ()) -> list:
                    ("p", rule_words())] if rows else [])
 
 
-def noise_blocks(sweep: Sweep) -> list:
-    """One line per precision under the verdicts: the process noise they were held against, its processes' range and
-    its source (noise_source.lines). A sweep run to measure it (DeepLabV3 fp32 and bf16, 3 processes each, one H200)
-    showed only 'unstable' and a pooled median: 0.1% and 17% were in the store alone."""
-    shown = dict.fromkeys(c.precision for cs in sweep.bench.values() for c in cs)   # the summary table's order
-    by = {p: sweep.noise_by_precision[p] for p in shown if p in sweep.noise_by_precision}
-    device = next((c.device_type for cs in sweep.bench.values() for c in cs), None)
-    return [("p", line + ".") for line in noise_source.lines(by, device)] if device else []
-
-
 def rule_words() -> str:
     """The summary table's columns and the rule that picks its recommended cell (choice.choose), under the verdicts."""
     return ("One row per workload and precision (and model, where DeepLabV3's auxiliary head took several values: "
@@ -395,6 +385,7 @@ def rule_words() -> str:
             f"but smaller than the {LEAD_FLOOR:.0%} the suite calls a difference (or the noise is not measured), 'not "
             "resolved' where that variation is not measured on this device, with the noise figure and where it came "
             "from (the configurations' own repeats, this sweep's repeated configuration, the same store's earlier "
-            "sweep of that workload, or selfcheck's figure for this host; the lines under the verdicts give each "
-            "precision's); and its model FLOPs utilisation (MFU: achieved FLOP/s against the device's dense peak, where "
+            "sweep of that workload, or selfcheck's figure for this host, another workload's named with it; the "
+            "lines under the verdicts give each precision's, and each workload's where the sweep ran several); and its "
+            "model FLOPs utilisation (MFU: achieved FLOP/s against the device's dense peak, where "
             "the peak is known). Each claim above names the table or plot behind it.")

@@ -4,11 +4,12 @@ paired, with a configuration's own evidence over sweeps), Holm's correction, and
 
 The noise of a comparison rests on evidence measured on the device and at the precision it speaks of, never on another
 device's or precision's (`pair_noise`): the two configurations' own repeats where both ran in several processes; else
-this sweep's spread between the processes of the configurations it repeated on this device at that precision
-(`sweep_noise`: on CUDA the sweep runs its cheapest configuration of every precision in 3 processes for it,
-bench.sweep.plan); else the figure `selfcheck` measured on this host and device at that precision (`host_noise`, kept
-by bench.store.hostnoise); else it is not measured (NOT_MEASURED, or `not_carried` where another precision's was), and
-no lead and no tie is called on it. One precision's figure does not speak for another's: on one H200 three fp32
+this sweep's spread between the processes of the configurations of that workload it repeated on this device at that
+precision (`sweep_noise`: on CUDA the sweep runs its cheapest configuration of every precision in 3 processes for it,
+bench.sweep.plan); else the same workload's figure from an earlier sweep or from `selfcheck` (`host_noise`, kept by
+bench.store.hostnoise); else another workload's, this sweep's or selfcheck's, named with that workload wherever it
+shows (bench.analysis.results.noise); else it is not measured (NOT_MEASURED, or `not_carried` where another
+precision's was), and no lead and no tie is called on it. One precision's figure does not speak for another's: on one H200 three fp32
 processes of DeepLabV3 single x1 ran 0.6% apart (75.09-75.55 samples/s, compute-bound, GPU busy 91%) and two bf16 ones
 of it 144 and 200 samples/s (host-bound, GPU busy 39-56%), 38% apart. That story stays here and in docs/verdicts.md: a
 report says only why the figures do not carry over, never that run's figures, which are not of the device it reports.
@@ -73,7 +74,8 @@ class Noise:
     fraction: float
     source: str
     detail: str
-    workload: str = ""   # 'host': the workload selfcheck measured it on ('the synthetic MLP'), named wherever it shows
+    workload: str = ""   # the workload it was measured on ('the synthetic MLP'), named wherever it shows: always for
+                         # 'host', for 'sweep' where it stands in for another workload's (bench.analysis.results.noise)
     low: float = math.nan      # the slowest and fastest process behind it (samples/s): the figure's own evidence
     high: float = math.nan
     processes: int = 0
@@ -90,6 +92,8 @@ class Noise:
         the synthetic MLP'."""
         if self.source == "host":
             return "selfcheck" + (f" on {self.workload}" if self.workload else "")
+        if self.source == "sweep" and self.workload:
+            return f"this sweep on {self.workload}"
         if self.source == "earlier":
             return self.where.split(",")[0]
         return {"repeats": "their repeats", "sweep": "this sweep", "none": "not measured"}.get(self.source, self.source)
@@ -102,7 +106,7 @@ class Noise:
             return "not measured"
         shaky = (f", {'all' if self.unstable == self.processes else f'{self.unstable} of'} {self.processes} with "
                  f"steps spread over {UNSTABLE_IQR_FRACTION:.0%} of their median each" if self.unstable else "")
-        on = f" on {self.workload}" if self.source == "host" and self.workload else ""
+        on = f" on {self.workload}" if self.source in ("host", "sweep") and self.workload else ""
         span = f"{sps_words(self.low)}-{sps_words(self.high)} samples/s, " if not math.isnan(self.low) else ""
         return (f"{percent(self.fraction)} ({span}{self.processes} processes of {self.configuration}{on}{shaky}, "
                 f"{self.where or self.source_words()})")
@@ -161,11 +165,12 @@ def noise_bound(a_sps: Sequence[float], b_sps: Sequence[float], fallback: Noise 
     return pair_noise(a_sps, b_sps, fallback).fraction
 
 
-def sweep_noise(repeated: Sequence[tuple], device: str) -> Optional[Noise]:
-    """This sweep's process-to-process noise on one device (at one precision: the caller passes that precision's
-    configurations alone): the largest spread over the configurations it ran in several processes there.
+def sweep_noise(repeated: Sequence[tuple], device: str, workload: str = "") -> Optional[Noise]:
+    """This sweep's process-to-process noise on one device (at one precision and of one workload: the caller passes
+    those configurations alone): the largest spread over the configurations it ran in several processes there.
     repeated: [(label, [samples/s per process], how many of them were unstable (optional))]; None where none ran in
-    several."""
+    several. workload: its words ('the synthetic MLP') where the figure is to name it (it stands in for another
+    workload's, or a sweep of several workloads states it): a label names no workload."""
     spread = [(repeat_spread(r[1]), r[0], r[1], r[2] if len(r) > 2 else 0) for r in repeated if len(r[1]) >= 2]
     spread = [s for s in spread if not math.isnan(s[0])]
     if not spread:
@@ -173,9 +178,10 @@ def sweep_noise(repeated: Sequence[tuple], device: str) -> Optional[Noise]:
     worst = max(spread, key=lambda s: s[0])
     others = f", the largest of the {len(spread)} configurations it repeated" if len(spread) > 1 else ""
     where = device_word(device)
-    return Noise(worst[0], "sweep", f"this sweep's spread between the {len(worst[2])} processes of {worst[1]} on this "
-                                    f"{where}{others}", low=min(worst[2]), high=max(worst[2]), processes=len(worst[2]),
-                 configuration=worst[1], unstable=worst[3], where="this sweep")
+    on = f" on {workload}" if workload else ""
+    return Noise(worst[0], "sweep", f"this sweep's spread between the {len(worst[2])} processes of {worst[1]}{on} on "
+                                    f"this {where}{others}", workload, low=min(worst[2]), high=max(worst[2]),
+                 processes=len(worst[2]), configuration=worst[1], unstable=worst[3], where="this sweep")
 
 
 WORKLOAD_WORDS = {"synthetic": "the synthetic MLP"}
