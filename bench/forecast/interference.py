@@ -292,6 +292,13 @@ def _median(values) -> float:
     return float(np.median(np.asarray(values, dtype=float)))
 
 
+def _run_median(runs: list) -> tuple:
+    """(alone, contended, lost) ms over the runs: medians, lost the median contended x the runs' median share lost (1 -
+    1/slowdown). The lost ms' own median mixed runs: a middle run timed 2x slower throughout turned a 2x into 2.5x."""
+    c = _median([r[1] for r in runs])
+    return _median([r[0] for r in runs]), c, c * _median([r[2] / r[1] if r[1] > 0 else 0.0 for r in runs])
+
+
 def from_rows(rows: list, device_type: str, source: str = "") -> Interference:
     """The lookup from interference rows {op, ranks, nodes, size_bytes, comm_alone_ms, comm_contended_ms,
     compute_slowdown, rounds_json, result_id} (nodes: of the comm run the row came from, 1 where absent; result_id
@@ -320,7 +327,7 @@ def from_rows(rows: list, device_type: str, source: str = "") -> Interference:
     table = {}
     for key, by_size in points.items():
         sizes = tuple(sorted(by_size))
-        med = {s: tuple(_median([run[i] for run in by_size[s]]) for i in range(3)) for s in sizes}  # over the runs
+        med = {s: _run_median(by_size[s]) for s in sizes}  # over the runs
         lost = fit_line([(s, med[s][2]) for s in sizes if med[s][2] > 0]) or Line(0.0, 0.0)
         kept = tuple(tuple(run for run in rounds[key][s] if run) for s in sizes)
         whole = all(len(k) == len(rounds[key][s]) and k for k, s in zip(kept, sizes))

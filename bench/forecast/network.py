@@ -33,11 +33,12 @@ in nccl-tests' sense, a its latency per algorithm step, c its constant per call)
 
 The fit (`fit_level`): weighted least squares, non-negative (scipy's nnls), of
 time_ms = c + a * steps + (1/B) * f(n-1)/n * S (f = 2 for all-reduce, 1 for all-gather and reduce-scatter; f(n-1)
-steps) over the comm rows of one collective at one level (several sizes and counts at once), each row weighted by
-1/time, so small messages (latency) and large ones (bandwidth) count alike in relative terms. The per-call constant
-and the per-step latency are told apart only by rows at two or more counts; from one count the fixed time is
-charged per step (the ring's own cost; said in the level's source). The net level is measured only by rows whose
-ranks spanned several nodes (scope 'world' of a multi-node comm run).
+steps) over the comm rows of one collective at one level (several sizes and counts at once; each count and size the
+median over the comm runs: one slow run leaves it), each row weighted by 1/time, so small messages (latency) and large
+ones (bandwidth) count alike in relative terms. The per-call constant and the per-step latency are told apart only
+by rows at two or more counts; from one count the fixed time is charged per step (the ring's own cost; said in the
+level's source). The net level is measured only by rows whose ranks spanned several nodes (scope 'world' of a
+multi-node comm run).
 A net level's B is a node's whole injection bandwidth (one NIC per GPU: g x the NIC rate), because NCCL runs
 one ring per NIC rail and a multi-node ring's bus bandwidth is bounded by it.
 Presets: the node levels are nccl-tests all-reduce bus bandwidths published for those machines; the net levels are
@@ -284,6 +285,7 @@ def fit_level(rows: Sequence[dict], source: str, node: Optional[Level] = None, o
     if node is not None:  # the steps inside nodes, at the node level's latency, are not the net level's
         pts = [(n, sz, t - f * ((n - 1) - (m - 1)) * node.latency_us / 1e3, m) for n, sz, t, m in pts]
         pts = [p for p in pts if p[2] > 0 and p[3] > 1]
+    measured, pts = pts, _medians(pts)    # one row per count, size and node count: the median over the runs
     if len(pts) < 2:
         return None
     steps = np.array([f * ((m - 1) if node is not None else (n - 1)) for n, _, _, m in pts])
@@ -301,14 +303,26 @@ def fit_level(rows: Sequence[dict], source: str, node: Optional[Level] = None, o
         lat = max(0.0, float(np.sum(steps / t * rest / t) / np.sum((steps / t) ** 2)))
         call = 0.0
         note = "; bandwidth not resolved by these sizes: the best seen"
-    pred = call + lat * steps + inv_bw * carried
-    rms = float(np.sqrt(np.mean((pred / t - 1) ** 2)))
+    n, sz, ms, m = (np.array(v, dtype=float) for v in zip(*measured))   # the error over every row: the runs' spread
+    pred = call + lat * f * ((m - 1) if node is not None else (n - 1)) + inv_bw * f * (n - 1) / n * sz
+    rms = float(np.sqrt(np.mean((pred / ms - 1) ** 2)))
     counts = ",".join(str(n) for n in sorted({n for n, _, _, _ in pts}))
     split = ("" if per_call else "; one count: its fixed time charged per ring step (a per-call constant needs rows "
              "at two counts)")
+    each = f" (each count and size's median over the runs, {len(measured)} rows)" if len(measured) > len(pts) else ""
     return Level(busbw_gbps=1.0 / inv_bw / 1e6, latency_us=lat * 1e3, call_us=call * 1e3,
-                 source=f"{source}: fit of {len(pts)} {NAMES[op]} rows at {counts} ranks (rms error {rms:.0%}{note}{split})",
-                 measured=True, rms_error=rms, rows=len(pts))
+                 source=f"{source}: fit of {len(pts)} {NAMES[op]} rows{each} at {counts} ranks (rms error {rms:.0%}"
+                        f"{note}{split})", measured=True, rms_error=rms, rows=len(pts))
+
+
+def _medians(pts: list) -> list:
+    """[(ranks, size, ms, nodes)], one row per (ranks, size, nodes): the median of the rows (runs) measuring it. Pooled,
+    one comm run of three twice as slow moved the fitted bandwidth by a tenth (least squares is a mean), and every
+    count's step with it; its spread stays in the fit's error (`fit_level`)."""
+    groups: dict = {}
+    for n, sz, t, m in pts:
+        groups.setdefault((n, sz, m), []).append(t)
+    return [(n, sz, float(np.median(ts)), m) for (n, sz, m), ts in groups.items()]
 
 
 def levels_from_comm(comm: Sequence[tuple], gpus_per_node: Optional[int] = None, op: str = "all_reduce") -> dict:
