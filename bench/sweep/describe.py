@@ -180,8 +180,9 @@ def _flops(f: float) -> str:
 def plan_warnings(items: list, cfg: SweepConfig, machine=None) -> list:
     """Lines said before a plan starts that it will not go as a user expects: a CPU plan guessed at hours (the 1.4b
     sweep file, meant for GPUs, was promised in '2.3 min' on a 2-core CPU and would have taken days) with its biggest
-    contributor, and a transformer configuration whose fp32 state and activations cannot fit this host's RAM.
-    Warnings, not refusals: the guess is rough, and a user may mean it."""
+    contributor, a transformer configuration whose fp32 state and activations cannot fit this host's RAM, and a node
+    whose usable cores are fewer than a one-node configuration's ranks need (`short_of_cores`). Warnings, not
+    refusals: the guess is rough, and a user may mean it."""
     runs = [i for i in items if isinstance(i, RunSpec)]
     out = []
     total = estimate_s(runs, cfg, machine)
@@ -197,7 +198,36 @@ def plan_warnings(items: list, cfg: SweepConfig, machine=None) -> list:
                    "Transformer presets above tiny and sweeps/transformer.toml are meant for GPUs; on CPU "
                    "--transformer-preset tiny runs in minutes. Ctrl-C stops it and keeps finished results")
     out += ram_warnings(runs, cfg, machine)
+    out += short_of_cores(runs, machine)
     return out
+
+
+def short_of_cores(runs: list, machine=None, env=None) -> list:
+    """A line where this node's usable cores (the CPUs this process may run on: Machine.cpu_cores) are fewer than the
+    ranks of a one-node configuration the plan starts here need, on any device: a core each and one per loader worker
+    (bench.analysis.nodes.least_cores, the report's rule after the fact). A bare `srun --pty bash` step holds one CPU,
+    and 8 ranks (with NCCL's proxies and the loaders) then share it while the multi-node steps get each node's CPUs:
+    the 1 -> 2 node step would read superlinear. `env`: SLURM's variables (os.environ by default), for the way out."""
+    from bench.analysis.nodes import least_cores
+    from bench.sweep import slurm
+    cores = getattr(machine, "cpu_cores", 0)
+    short = {}   # 'ddp x8' -> (need, ranks, loader workers a rank)
+    for r in runs:
+        if r.mode not in ("bench", "comm") or r.nodes > 1:
+            continue
+        workers = r.num_workers if r.data == "voc" and r.mode != "comm" else 0
+        need = least_cores(r.processes, workers)
+        if cores and cores < need:
+            short.setdefault(f"{'the collectives' if r.mode == 'comm' else r.strategy} x{r.device_count}",
+                             (need, r.processes, workers))
+    if not short:
+        return []
+    need, ranks, workers = max(short.values())
+    return [f"WARNING: this node has {cores} usable CPU core(s) (the CPUs this process may run on), fewer than the ranks "
+            f"of {', '.join(sorted(short, key=lambda k: -short[k][0]))} need: up to {ranks} rank(s) that need {need} "
+            f"({ranks} x (1 torch thread + {workers} loader worker(s))). They would share cores, and those one-node "
+            "figures would measure that confinement, not the strategy (a 1 -> 2 node step, whose srun steps get each "
+            f"node's CPUs, would read faster than it is). To measure them: {slurm.cores_way_out(need, env)}"]
 
 
 def state_bytes(r: RunSpec) -> Optional[int]:

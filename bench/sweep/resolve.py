@@ -47,6 +47,14 @@ DEFAULT_NOISE_REPEATS = {"cuda": 3, "cpu": 1}
 DEFAULT_PROFILE = {"cuda": True, "cpu": False}
 
 
+def to_a_node() -> str:
+    """The way onto an allocation's node, for a sweep started off one: its shell step asks for the node's CPUs (a bare
+    `srun --pty bash` holds one, and every one-node configuration's ranks would share it)."""
+    from bench.sweep import slurm
+    return ("run it on the allocation's first node (sbatch slurm/bench.sbatch), or from a shell there "
+            f"({slurm.shell_command()}, then ./run_bench.sh), or pass --device cpu to measure this machine's CPU")
+
+
 def device_type(cfg: SweepConfig, machine: Machine) -> str:
     if cfg.device == "auto":
         return "cuda" if machine.cuda_devices > 0 else "cpu"
@@ -71,9 +79,8 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
         import socket  # salloc's shell runs where salloc was typed (a login node) unless the cluster starts a step
         raise ConfigError(f"--device auto: this sweep runs inside a SLURM allocation with GPUs ({machine.slurm_gpus}), "
                           f"but no GPU is visible here on {socket.gethostname()} (torch.cuda.device_count() == 0): a "
-                          "login node, or a shell outside the allocation's GPUs. No GPU sweep becomes a CPU sweep: run "
-                          "it on the allocation's first node (sbatch slurm/bench.sbatch), or from a shell there "
-                          "(srun --pty bash, then ./run_bench.sh), or pass --device cpu to measure this machine's CPU")
+                          "login node, or a shell outside the allocation's GPUs. No GPU sweep becomes a CPU sweep: "
+                          + to_a_node())
     if cfg.device == "cuda" and machine.cuda_devices == 0:
         raise ConfigError("--device cuda: this machine has 0 CUDA GPUs visible (torch.cuda.device_count() == 0); "
                           "use --device cpu or auto")

@@ -152,12 +152,47 @@ def inherited_unsets(env=None) -> list:
     return ["env", *[a for n in names for a in ("-u", n)]] if names else []
 
 
+def in_step(env=None) -> bool:
+    """Whether this process runs inside an srun step (`srun --pty bash`), not a batch script or a salloc shell."""
+    env = os.environ if env is None else env
+    return env.get("SLURM_STEP_ID", "").strip() not in ("", "batch", "extern")
+
+
 def overlap(env=None) -> list:
     """`--overlap` where the sweep itself runs inside a step (`srun --pty bash`, the way out of a login node): since
     Slurm 20.11 steps share no CPUs, memory or GPUs without it, and a step asking for all of a node's CPUs waits behind
     the shell's own step until srun's --immediate gives up ('Requested nodes are busy')."""
+    return ["--overlap"] if in_step(env) else []
+
+
+def shell_command(env=None) -> str:
+    """The shell step to run the sweep from on an allocation's node, with the node's CPUs in the allocation: a bare
+    `srun --pty bash` gets one CPU where cores are confined (since Slurm 22.05 srun inherits no --cpus-per-task from
+    salloc/sbatch), and every one-node configuration's ranks then share it."""
+    cpus = node_cpus(env)
+    return (f"srun --nodes=1 --ntasks=1 --cpus-per-task={cpus or 'N'} --pty bash"
+            + ("" if cpus else " (N: the CPUs the allocation holds on a node; no SLURM variable here says)"))
+
+
+def cores_way_out(need: int, env=None) -> str:
+    """How this sweep's process gets `need` CPUs on its node, where it has fewer: a new shell step with the node's CPUs
+    (inside an srun step), a larger allocation (a batch script, or a step whose allocation holds fewer), or a container's
+    or CPU set's limit raised (outside SLURM)."""
     env = os.environ if env is None else env
-    return ["--overlap"] if env.get("SLURM_STEP_ID", "").strip() not in ("", "batch", "extern") else []
+    held = node_cpus(env)
+    more = (f"allocate at least {need} CPUs a node (--cpus-per-task={need} with --ntasks-per-node=1, --cpus-per-gpu, "
+            "or --exclusive)")
+    if "SLURM_JOB_ID" not in env:
+        return (f"if a container or a CPU set confines it, give it at least {need} CPUs (docker run --cpus={need}, or "
+                f"--cpuset-cpus naming {need} cores; taskset and numactl likewise)")
+    if in_step(env):
+        step = (f"this shell is SLURM step {env.get('SLURM_JOB_ID')}.{env.get('SLURM_STEP_ID')}, and srun gives a step "
+                "one CPU a task unless told (since Slurm 22.05 it inherits no --cpus-per-task from salloc/sbatch): ")
+        if held >= need:
+            return step + f"leave it and run the sweep from {shell_command(env)}"
+        return step + (f"the allocation holds {held} CPU(s) a node, so " if held else "") + more + \
+            f", then run the sweep from srun --nodes=1 --ntasks=1 --cpus-per-task={need} --pty bash"
+    return (f"the allocation holds {held} CPU(s) on this node: " if held else "") + more
 
 
 def command(spec, spec_path: str, rendezvous: list, worker: str, torchrun: str) -> list:
