@@ -45,6 +45,7 @@ class Machine:
     gpu_memory_bytes: tuple = ()        # total memory per GPU, as CUDA sees it (the default memory budget)
     slurm_gpus: Optional[str] = None    # 'NAME=VALUE' saying the SLURM allocation holds GPUs (None: no GPU allocation)
     host_memory_bytes: Optional[int] = None  # this node's RAM (None: unknown, not checked): the CPU's device memory
+    slurm_on_node: bool = True          # inside a SLURM allocation: on one of its nodes (False: a login node's salloc shell)
 
 
 def detect_machine() -> Machine:
@@ -58,7 +59,8 @@ def detect_machine() -> Machine:
                    gpu_memory_bytes=tuple(torch.cuda.get_device_properties(i).total_memory for i in range(n)),
                    slurm_nodes=slurm.allocation_nodes(), arch_list=tuple(torch.cuda.get_arch_list()) if n else (),
                    gpus_unusable=None if n else cudacompat.why_torch_cannot_use_gpus(torch), shm_free_bytes=shm.free_bytes(),
-                   slurm_gpus=slurm.allocation_gpus(), host_memory_bytes=_host_memory_bytes())
+                   slurm_gpus=slurm.allocation_gpus(), host_memory_bytes=_host_memory_bytes(),
+                   slurm_on_node=slurm.on_allocated_node())
 
 
 def _host_memory_bytes() -> Optional[int]:

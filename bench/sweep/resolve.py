@@ -55,6 +55,24 @@ def to_a_node() -> str:
             f"({slurm.shell_command()}, then ./run_bench.sh), or pass --device cpu to measure this machine's CPU")
 
 
+def off_the_allocation(cfg: SweepConfig, machine: Machine) -> str:
+    """Why a GPU sweep is refused in a salloc shell on a login node: its one-node configurations would run on this host
+    (on its own GPUs where it has some, planned at its count a node) while the multi-node steps run on the allocation's."""
+    import os
+    import socket
+    host = socket.gethostname()
+    listed = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    what = ", ".join(x for x in (f"{machine.slurm_nodes} node(s)" if machine.slurm_nodes else "",
+                                 machine.slurm_gpus or "") if x)
+    own = (f" Its own {machine.cuda_devices} GPU(s) ({', '.join(dict.fromkeys(machine.gpu_names)) or '?'}) are not the "
+           "allocation's: the one-node configurations would be measured on them, and planned at their count a node."
+           if machine.cuda_devices else "")
+    return (f"--device {cfg.device}: this sweep runs inside a SLURM allocation ({what}) but not on one of its nodes: "
+            f"here is {host}, a login node (SLURMD_NODENAME, which slurmd sets in batch scripts and srun steps, is unset"
+            + (f", and {host} is not in SLURM_JOB_NODELIST={listed}" if listed else "") + ")." + own
+            + " A GPU sweep runs on the allocation's nodes: " + to_a_node())
+
+
 def device_type(cfg: SweepConfig, machine: Machine) -> str:
     if cfg.device == "auto":
         return "cuda" if machine.cuda_devices > 0 else "cpu"
@@ -72,6 +90,8 @@ def _default_counts(cuda: bool, machine: Machine) -> tuple:
 
 def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
     """Every device-dependent default filled in and checked against the machine. Raises ConfigError."""
+    if not machine.slurm_on_node and (machine.slurm_gpus or machine.slurm_nodes) and cfg.device in ("cuda", "auto"):
+        raise ConfigError(off_the_allocation(cfg, machine))
     if machine.gpus_unusable and cfg.device in ("cuda", "auto"):
         raise ConfigError(f"--device {cfg.device}: this machine's driver shows NVIDIA GPU(s), but {machine.gpus_unusable}. "
                           f"No GPU sweep becomes a CPU sweep: fix the install, or pass --device cpu to measure the CPU on purpose")

@@ -44,6 +44,41 @@ def allocation_nodes() -> int:
     return 1
 
 
+def expand_nodelist(value: str) -> list:
+    """Host names of SLURM's compressed node list ('gpu[01-03,07],login2' -> gpu01, gpu02, gpu03, gpu07, login2);
+    [] where the value is not in that form."""
+    names = []
+    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", value):
+        parts = re.split(r"\[([^\]]*)\]", item)     # text, ranges, text, ranges, ...
+        expanded = [""]
+        for i, part in enumerate(parts):
+            if i % 2 == 0:
+                expanded = [e + part for e in expanded]
+                continue
+            choices = []
+            for r in part.split(","):
+                lo, _, hi = r.partition("-")
+                if not lo.isdigit() or (hi and not hi.isdigit()):
+                    return []
+                choices += [str(k).zfill(len(lo)) for k in range(int(lo), int(hi or lo) + 1)]
+            expanded = [e + c for e in expanded for c in choices]
+        names += expanded
+    return names
+
+
+def on_allocated_node(env=None, host: str | None = None) -> bool:
+    """Whether this process runs on a node of the SLURM allocation it is inside (True outside one). slurmd sets
+    SLURMD_NODENAME in batch scripts and srun steps; a salloc shell runs where salloc was typed, a login node, without
+    it, unless this host is named in the allocation's node list (salloc typed on a node of its own allocation)."""
+    env = os.environ if env is None else env
+    if "SLURM_JOB_ID" not in env or env.get("SLURMD_NODENAME", "").strip():
+        return True
+    import socket
+    short = (host or socket.gethostname()).split(".")[0]
+    listed = expand_nodelist(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "")
+    return short in {n.split(".")[0] for n in listed}
+
+
 # What says an allocation holds GPUs (sbatch/salloc/srun's output variables): GPU ids, counts ([type:]count), TRES
 GPU_ID_VARS = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS")
 GPU_COUNT_VARS = ("SLURM_GPUS_ON_NODE", "SLURM_GPUS", "SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK")
