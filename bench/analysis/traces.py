@@ -7,7 +7,10 @@ that reading a trace pins no torch version:
     `Memcpy`/`Memset` (and the gpu_memcpy/gpu_memset categories) memory copies, every other kernel computation;
   - iterations are the host's `ProfilerStep#N` annotations (Kineto's copies of them on each GPU stream,
     category gpu_user_annotation, are not steps: HTA drops them too); the figures cover the union of the steps,
-    on CUDA up to the end of the last step's GPU work, which runs behind its host annotation;
+    on CUDA each step from where its GPU work began (the copies; else its first kernel, matched to its launch by
+    correlation id; else the host's start) to where the next one's began, the last to the end of its GPU work: the
+    GPU runs behind the host, and only the kernels the counted steps launched are counted (bench.analysis.kernelsteps:
+    a window from the host's start counted the previous step's kernels, 'GPU busy 103%' on a GPU-bound H100 step);
   - idle time is the steps' span minus the union of every classified interval;
   - overlap is the time where communication and computation intervals intersect, over communication time.
 The device's work (`work_ms`) is its computation and copies only: a collective's kernel spends its time moving data
@@ -43,6 +46,7 @@ from bisect import bisect_right
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from bench.analysis import kernelsteps
 from bench.analysis.waits import Call, match, step_waits, straggler, waits_ms  # noqa: F401 (public here too)
 from bench.shared import chrometrace
 
@@ -64,7 +68,8 @@ class Figures:
     exposed_comm_ms: float  # communication not under computation
     method: str = "host_ops"  # what the intervals are: 'device_kernels' or 'host_ops'
     work_ms: float = math.nan  # the device's work: computation and copies, collectives left out (device_kernels only)
-    devices: dict = field(default_factory=dict)  # device -> {work_ms, comm_ms, exposed_comm_ms, idle_ms} (device_kernels)
+    devices: dict = field(default_factory=dict)  # device -> {work_ms, comm_ms, exposed_comm_ms, idle_ms, window}
+    window: str = ""          # how the steps' kernels were told apart (bench.analysis.kernelsteps; device_kernels only)
 
     @property
     def shares(self) -> dict:
@@ -163,18 +168,21 @@ def seq_key(event: dict) -> Optional[tuple]:
 @dataclass
 class Scan:
     """One pass over a trace's events, holding intervals (us) only: what figures() and collectives() need."""
-    steps: list       # [(start, host end, end of its GPU work too)] of the host's ProfilerStep#N (chrometrace.step_spans)
+    steps: list       # [(start, host end, end of its GPU work too, start of its GPU work)] of the host's ProfilerStep#N
+                      # (chrometrace.step_spans; the GPU's start resolved by bench.analysis.kernelsteps)
     device: dict      # kind -> [(start, end)] of the device's kernels and copies
     by_device: dict   # device index -> kind -> [(start, end)]: the same, per GPU (a DataParallel process drives several)
     host: dict        # kind -> [(tid, start, end)] of host operations
     calls: dict       # 'device' / 'host' -> [(start, name, ms, seq key or None)] of collectives
     cut_at: Optional[float] = None   # a trace cut to its size limit (bench.rank.tracefile) ends here
-    by_name: dict = field(default_factory=dict)   # the steps as scanned: name -> [host start, host end, end]
+    by_name: dict = field(default_factory=dict)   # the steps as scanned: name -> [host start, host end, end, GPU start]
     device_steps: bool = False       # Kineto copied the step annotations onto the GPU's streams
+    window: str = ""                 # how the counted steps' kernels were told apart (kernelsteps.RULES; '' no step)
+    kernels: int = 0                 # the device's kernels and copies in the trace, the counted steps' or not
 
     @property
     def on_device(self) -> bool:
-        return any(self.device.values())
+        return self.kernels > 0 or any(self.device.values())
 
     @property
     def method(self) -> str:
@@ -182,8 +190,10 @@ class Scan:
 
 
 def scan(events) -> Scan:
-    """Classify a trace's complete ('X') events, keeping tuples rather than the events (a trace can be gigabytes)."""
+    """Classify a trace's complete ('X') events, keeping tuples rather than the events (a trace can be gigabytes).
+    The device's kernels are kept where the counted steps launched them (bench.analysis.kernelsteps)."""
     out = Scan([], {"comm": [], "copy": [], "compute": []}, {}, {"comm": [], "compute": []}, {"device": [], "host": []})
+    kernels, launches = [], {}   # [(start, end, correlation, kind, device, call or None)]; correlation -> launch time
     for e in events:
         if e.get("name") == CUT_MARK and isinstance(e.get("ts"), (int, float)):
             out.cut_at = float(e["ts"])
@@ -195,20 +205,28 @@ def scan(events) -> Scan:
         b = a + float(e["dur"])
         if cat in DEVICE_CATEGORIES:
             kind = classify(e, True)
-            out.device[kind].append((a, b))
-            out.by_device.setdefault(_device_of(e), {"comm": [], "copy": [], "compute": []})[kind].append((a, b))
-            if kind == "comm" and cat == "kernel":
-                out.calls["device"].append((a, name, (b - a) / 1e3, seq_key(e)))
+            call = (a, name, (b - a) / 1e3, seq_key(e)) if kind == "comm" and cat == "kernel" else None
+            kernels.append((a, b, kernelsteps.correlation(e), kind, _device_of(e), call))
             continue
         if cat == chrometrace.DEVICE_ANNOTATION:  # Kineto's copy of a host annotation on a GPU stream: not an op
             out.device_steps = out.device_steps or name.startswith(chrometrace.STEP_PREFIX)
             continue
+        if cat in kernelsteps.LAUNCH_CATEGORIES and kernelsteps.correlation(e) is not None:
+            launches[kernelsteps.correlation(e)] = a
         kind = classify(e, False)
         if kind:
             out.host[kind].append((e.get("tid"), a, b))
         if is_comm(name):
             out.calls["host"].append((a, name, (b - a) / 1e3, seq_key(e)))
-    out.steps = chrometrace.step_spans(out.by_name)
+    out.steps = chrometrace.step_spans(out.by_name, gpu=True)
+    out.window, out.steps, kept = kernelsteps.assign(out.steps, counted_steps(out), kernels, launches)
+    out.kernels = len(kernels)
+    for a, b, _, kind, device, call in kept:
+        out.device[kind].append((a, b))
+        out.by_device.setdefault(device, {"comm": [], "copy": [], "compute": []})[kind].append((a, b))
+        if call:
+            out.calls["device"].append(call)
+    out.window = out.window if out.on_device else ""
     return out
 
 
@@ -234,15 +252,17 @@ def counted_steps(s: Scan) -> list:
 
 
 def window(s: Scan) -> list:
-    """The time the figures cover (a union, us): the counted steps, on CUDA to the end of the last one's GPU work;
+    """The time the figures cover (a union, us): the counted steps; on CUDA each from where its GPU work began to where
+    the next one's did, the last to the end of its GPU work (bench.analysis.kernelsteps: the GPU runs behind the host);
     the whole trace where it has no ProfilerStep#; never past a cut."""
     steps = counted_steps(s)
-    if steps:
-        out = union((a, b) for a, b, _ in steps)
-        if s.on_device:  # the device runs behind the host: the last step's kernels end after its annotation
-            last = max(end for _, _, end in steps)
-            if not s.device_steps:  # without the annotations' GPU copies: to the last kernel's end
-                last = max([last, *(b for v in s.device.values() for _, b in v)])
+    if steps and not s.on_device:
+        out = union((a, b) for a, b, _, _ in steps)
+    elif steps:
+        nexts = [g for *_, g in steps[1:]] + [-math.inf]
+        out = union((g, max(end, nxt)) for (_, _, end, g), nxt in zip(steps, nexts))
+        if not s.device_steps:  # without the annotations' GPU copies: to the last counted kernel's end
+            last = max((b for v in s.device.values() for _, b in v), default=out[-1][1])
             out = union([*out, (out[-1][1], max(last, out[-1][1]))])
     elif s.steps:  # a cut trace that kept no whole step
         out = []
@@ -276,11 +296,12 @@ def figures(trace) -> Figures:
     exposed = subtract(m, c)
     busy = union([*c, *m, *p])
     span = length(span_window)
-    per_device = {d: _device_figures(kinds, span_window) for d, kinds in sorted(s.by_device.items())} if device else {}
+    per_device = ({d: dict(_device_figures(kinds, span_window), window=s.window) for d, kinds in sorted(s.by_device.items())}
+                  if device else {})
     return Figures(steps=len(counted_steps(s)), span_ms=span / 1e3, compute_ms=length(c) / 1e3, comm_ms=length(m) / 1e3,
                    copy_ms=length(subtract(p, union([*c, *m]))) / 1e3, idle_ms=(span - length(busy)) / 1e3,
                    overlap_ms=length(intersect(m, c)) / 1e3, exposed_comm_ms=length(exposed) / 1e3, method=s.method,
-                   work_ms=length(union([*c, *p])) / 1e3 if device else math.nan, devices=per_device)
+                   work_ms=length(union([*c, *p])) / 1e3 if device else math.nan, devices=per_device, window=s.window)
 
 
 def _device_figures(kinds: dict, span_window: list) -> dict:
@@ -298,7 +319,7 @@ def calls(trace) -> list:
     s = _scan(trace)
     inside = window(s)
     starts = [a for a, _ in inside]
-    step_starts = [a for a, _, _ in counted_steps(s)]
+    step_starts = [g if s.on_device else a for a, _, _, g in counted_steps(s)]  # on the GPU, where its steps began
     out = []
     for a, name, ms, key in sorted(s.calls["device" if s.on_device else "host"], key=lambda c: c[0]):
         k = bisect_right(starts, a) - 1

@@ -5,6 +5,12 @@ copies per traced step against the measured median step, collectives left out: a
 
     busy(c) -> Busy or None          per_rank(c) -> {rank: figures}          device_rows(f) -> [(device, shares)]
     percent(share) -> '103%'         # past 100% never printed as '100%'
+    window_of(row) -> 'gpu_steps' | 'launches' | 'host_start' | ''   # '' : read by the old window (a store before it)
+
+The figures are stored as the sweep read them (bench.analysis.traces), never read again from the trace files. Traces
+read before bench.analysis.kernelsteps began each step's window at the host's start of the first traced step, where a
+GPU running behind the host still ran the step before it (its kernels counted as the traced steps' work); their rows
+carry no `window` in devices_json, and a share of theirs past 100% says that window is its likely cause (`Busy.error`).
 """
 from __future__ import annotations
 
@@ -104,6 +110,7 @@ class Busy:
     measured: float = math.nan   # the least busy GPU's work over the measured median step, unclamped
     span_ms: float = math.nan    # the trace's window per traced step (its steps, to the end of the last one's kernels)
     traced_ms: float = math.nan  # the traced steps' own wall time (steps of kind 'profile'), where their rows carry it
+    old_window: bool = False     # a row was read by the window from the host's start (stored before kernelsteps)
 
     @property
     def idle_share(self) -> float:
@@ -138,14 +145,32 @@ class Busy:
             return ""
         own = (f" ({percent(self.work_ms / self.traced_ms)} of the traced steps' own wall time, {self.traced_ms:.1f} ms)"
                if not math.isnan(self.traced_ms) else "")
-        return (f"GPU busy {percent(self.measured)} is a measurement error, not a full GPU: {self.work_ms:.1f} ms of "
+        head = (f"GPU busy {percent(self.measured)} is a measurement error, not a full GPU: {self.work_ms:.1f} ms of "
                 f"kernels per traced step against the {self.step_ms:.1f} ms measured median step{own}; likely cause: "
-                f"{self._cause()}. A compute-bound verdict read on it rests on that error")
+                f"{self._cause()}")
+        lag = self.lag_ms
+        if not self.old_window or math.isnan(lag):
+            return head + ". A compute-bound verdict read on it rests on that error"
+        own_work = self.work_ms - lag
+        return (f"{head}. This store's traces were read with the old window, which began at the host's start of the "
+                f"first traced step while the GPU, behind the host, still ran the step before it, and counted its kernels: "
+                f"up to {lag:.1f} ms a step (as far as the window runs past the traced steps), so at least "
+                f"{own_work:.1f} ms of kernels a step, {percent(own_work / self.step_ms)} of the measured step, are the "
+                f"traced steps' own. The figure over 100% is that window's error, not the GPU's: no verdict rests on it "
+                f"(a sweep with this version counts each traced step's own kernels)")
+
+    @property
+    def lag_ms(self) -> float:
+        """How far per traced step the trace's window ran past the traced steps' own wall time (else the measured step):
+        the GPU running behind the host at the end, and so, at most, what the old window counted of the step before the
+        first at its start; NaN where the window does not run past."""
+        beyond = self.traced_ms if not math.isnan(self.traced_ms) else self.step_ms
+        return self.span_ms - beyond if not math.isnan(self.span_ms) and self.span_ms > beyond else math.nan
 
     def _cause(self) -> str:
         """The likely cause of kernels past the measured step: where they fit the traced steps' own wall time, the
         kernels ran longer there than in the measured steps; else the trace's window where it reaches past the traced
-        step, or streams counted twice."""
+        step (read by the old window: kernels of the step before the first counted), or streams counted twice."""
         traced = not math.isnan(self.traced_ms)
         if traced and self.work_ms <= self.traced_ms:
             return (f"the kernels fit the traced steps' {self.traced_ms:.1f} ms but not the measured step: they ran "
@@ -155,6 +180,9 @@ class Busy:
         held = f"the traced steps' {beyond:.1f} ms" if traced else f"the measured step's {beyond:.1f} ms"
         if math.isnan(self.span_ms) or self.span_ms <= beyond:
             return "kernels on overlapping streams counted twice, or kernels outside the traced steps"
+        if not self.old_window:   # each step read from where it began on the GPU: no earlier step's kernels in it
+            return (f"the traced steps span {self.span_ms:.1f} ms a step on the GPU, past {held} on the host: the GPU "
+                    "ran them longer than the host's steps last (the profiler's own work on the device)")
         return (f"the trace's window spans {self.span_ms:.1f} ms a traced step, past {held}, so it counts kernels "
                 "outside the traced steps (the GPU runs behind the host)")
 
@@ -174,5 +202,16 @@ def busy(c) -> Optional[Busy]:
     share = min(1.0, measured[least])   # the bound's figure; `over` says where the measured one passes the step
     comm = min(1.0 - share, devs[least]["comm_ms"] / step) if not math.isnan(devs[least]["comm_ms"]) else 0.0
     span = _mean(f["span_per_step_ms"] for f in ranks.values())
+    old = any(t.get("method") == "device_kernels" and t.get("steps") and not window_of(t) for t in c.traces)
     return Busy(share, devs[least]["work_ms"], step, least, measured, max(0.0, comm), measured[least], span,
-                _mean(t.get("traced_step_ms") for t in c.traces))
+                _mean(t.get("traced_step_ms") for t in c.traces), old)
+
+
+def window_of(row: dict) -> str:
+    """How a stored traces row's kernels were told apart by step (bench.analysis.kernelsteps.RULES, kept in each
+    device's figures in devices_json); '' where the row does not say: read by the old window, from the host's start."""
+    try:
+        per = json.loads(row["devices_json"]) if row.get("devices_json") else {}
+    except (TypeError, ValueError):
+        return ""
+    return next((v["window"] for v in per.values() if isinstance(v, dict) and v.get("window")), "")

@@ -8,10 +8,13 @@ holds one window and one event at a time. Used where a rank cuts its trace to a 
     for kind, *rest in events(path):   # ('head', text), then ('event', dict, text) per event, then ('tail', text)
     step_annotation(event)             # 'host', 'device' or None: which copy of a ProfilerStep#N it is
     note_step(steps, event); step_spans(steps)   # the traced steps: [(start, host end, end of its GPU work too)]
+    step_spans(steps, gpu=True)                  # the same with where each step's GPU work began: [(..., gpu start)]
 
 Kineto writes each traced step's `ProfilerStep#N` once on the host (category user_annotation) and, on CUDA, again
 on every GPU stream the step's kernels ran on (category gpu_user_annotation, from the step's first kernel to its
-last): the host's marks the steps, the device's copies say when each step's GPU work ended.
+last): the host's marks the steps, the device's copies say when each step's GPU work began and ended. The GPU runs
+behind the host, so where a step's GPU work begins the previous step's kernels may still have run up to then: the
+device's start, not the host's, is where the step begins on the GPU (bench.analysis.traces).
 """
 from __future__ import annotations
 
@@ -35,22 +38,26 @@ def step_annotation(event: dict) -> Optional[str]:
 
 
 def note_step(steps: dict, event: dict) -> None:
-    """Gather a ProfilerStep#N annotation into `steps`: name -> [host start, host end, end of all the step's work]."""
+    """Gather a ProfilerStep#N annotation into `steps`: name -> [host start, host end, end of all the step's work,
+    start of its GPU work (the earliest of the device's copies; None where there is none)]."""
     kind = step_annotation(event)
     if kind is None:
         return
     a = float(event["ts"])
     b = a + float(event["dur"])
-    s = steps.setdefault(event["name"], [None, None, b])
+    s = steps.setdefault(event["name"], [None, None, b, None])
     if kind == "host":
         s[0], s[1] = a, b
+    else:
+        s[3] = a if s[3] is None else min(s[3], a)
     s[2] = max(s[2], b)
 
 
-def step_spans(steps: dict) -> list:
+def step_spans(steps: dict, gpu: bool = False) -> list:
     """[(start, host end, end)] of the steps the host annotated, in time order; end is where the step's GPU work
-    ended when it ran past the host's annotation (the device's copies), else the host's end."""
-    return sorted(tuple(v) for v in steps.values() if v[0] is not None)
+    ended when it ran past the host's annotation (the device's copies), else the host's end. gpu: each with a fourth
+    field, where the step's GPU work began (the device's copies), None where Kineto copied none."""
+    return sorted((tuple(v if gpu else v[:3]) for v in steps.values() if v[0] is not None), key=lambda t: t[:3])
 
 
 def events(path: str) -> Iterator[tuple]:
