@@ -15,7 +15,9 @@ to the budget: CUDA, the device level on the fullest GPU, the larger of the stea
 allocator's peak reserved where none was recorded), and an out-of-memory error is a recorded answer, not a failure;
 CPU, the peak RSS against --memory-budget-gib, nothing estimated). Every trial is
 stored (mode 'fit', its verdict in details), then each configuration runs as a sweep measures it at its largest batch
-(mode 'bench', --steps and --repeats as given, its verdict by the same rule in details 'fit'). A trial's two steps can
+(mode 'bench', --steps and --repeats as given, its verdict by the same rule in details 'fit'; on CUDA profiled as a
+sweep profiles by default, a few traced steps after its window, so the answer's bound has its evidence, the GPU's busy
+share: bench.sweep.profiling; the trials never are). A trial's two steps can
 understate the longer run's peak (on the CPU the heap grows for several steps more): where the measured run passes the
 budget, that batch does not fit, and the next smaller one is measured, until one fits or none does
 (bench.analysis.fit.settle). The report says which fits what and which trains fastest there (bench.report.fit). Exit
@@ -40,20 +42,33 @@ MAX_BATCH = fitting.MAX_BATCH
 MIN_BUDGET_GIB = 0.01  # 10 MiB: below any process's need (Python with torch alone takes several hundred MiB)
 REFUSED = {"check_equivalence": "fit measures memory and speed; run the gate in a sweep",
            "epochs": "fit's trials take a few steps; whole epochs belong to a sweep",
-           "resume": "a fit is not resumed; start it again", "profile": "fit's trials are not profiled; profile a sweep",
+           "resume": "a fit is not resumed; start it again",
+           "profile": "fit never profiles its trials and, on CUDA, always traces a few steps of its measured runs (the "
+                      "bound's evidence); profile a sweep for more",
            "noise_repeats": "fit measures each configuration in --repeats processes; the noise probe is a sweep's"}
 
 
 def trial_spec(spec: RunSpec, batch: int) -> RunSpec:
-    """One trial: the configuration at `batch` per device, a warm-up step and a measured one, nothing else."""
+    """One trial: the configuration at `batch` per device, a warm-up step and a measured one, nothing else (never
+    traced: its memory and its verdict are all a trial is for)."""
     return dataclasses.replace(spec, mode="fit", per_device_batch=batch, global_batch=batch * spec.device_count,
-                               micro_batch=0, warmup=FIT_WARMUP, steps=FIT_STEPS, min_window_s=0.0, repeat=0)
+                               micro_batch=0, warmup=FIT_WARMUP, steps=FIT_STEPS, min_window_s=0.0, repeat=0,
+                               profile_steps=0, profile_max_mb=0.0, trace_prefix="")
 
 
-def at_batch(spec: RunSpec, batch: int, repeat: int = 0) -> RunSpec:
-    """The configuration measured as a sweep measures it, at `batch` per device."""
-    return dataclasses.replace(spec, per_device_batch=batch, global_batch=batch * spec.device_count, micro_batch=0,
-                               repeat=repeat)
+def at_batch(spec: RunSpec, batch: int, repeat: int = 0, traced=None) -> RunSpec:
+    """The configuration measured as a sweep measures it, at `batch` per device. traced: (cfg, sweep_id, index) where
+    the run is one of fit's measured runs: on CUDA it is then profiled as a sweep profiles by default (--profile-steps
+    traced steps after its window, one trace per rank next to the store: bench.sweep.profiling), so the recommended
+    configuration's bound has evidence; an H200 fit's answer read 'not measured (fit's runs are not traced)'. Never a
+    trial's (trial_spec), nor a key's (search_key)."""
+    s = dataclasses.replace(spec, per_device_batch=batch, global_batch=batch * spec.device_count, micro_batch=0,
+                            repeat=repeat)
+    if traced is None or s.device_type != "cuda":
+        return s
+    from bench.sweep import profiling
+    cfg, sweep_id, index = traced
+    return profiling.attach(s, dataclasses.replace(cfg, profile=True), sweep_id, index)
 
 
 def search_key(spec: RunSpec) -> str:
@@ -110,7 +125,7 @@ def _run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str
         starts = {s.workload: start_of(s, cfg) for s in items if not isinstance(s, plan.Skip)}
         log(f"fit {sweep_id} -> {cfg.store}: the largest per-device batch within {cfg.memory_budget_gib:g} GiB per {u} "
             f"({figure}), {len(items)} configuration(s), {ladder_words(starts, max_batch)}")
-        for item in items:
+        for index, item in enumerate(items, 1):
             if isinstance(item, plan.Skip):
                 record_result(conn, sweep_id, env_id, item.spec, "skipped", item.reason)
                 log(f"{describe(item.spec)}: skipped: {item.reason}")
@@ -142,11 +157,12 @@ def _run_fit(cfg, machine, max_batch: int, command_line: str, log: Callable[[str
                 continue
             log(f"{describe(spec)}: {found_words(largest, smallest_not, tried, max_batch)}")
 
-            def measure(b: int, spec=spec, limits=limits) -> str:
-                """The measured runs at b, stored with details 'fit'; the first that does not fit ends them."""
+            def measure(b: int, spec=spec, limits=limits, index=index) -> str:
+                """The measured runs at b, stored with details 'fit' (on CUDA with their traces); the first that does
+                not fit ends them."""
                 worst = fitting.FITS
                 for r in range(cfg.repeats):
-                    s = at_batch(spec, b, r)
+                    s = at_batch(spec, b, r, traced=(cfg, sweep_id, index))
                     out = launch(s, limits)
                     peak = (fitting.peak_mib((out.payload or {}).get("memory", []), s.device_type, per_node(s))
                             if out.status == "ok" else None)
