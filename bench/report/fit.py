@@ -16,7 +16,7 @@ from bench import stats
 from bench.analysis import fit as fitting, oom
 from bench.analysis.results import diverged
 from bench.forecast import overhead
-from bench.report.frontier import held_mib, over_size, over_unit, size
+from bench.report.frontier import held_mib, mfu_cell, over_size, over_unit, size
 from bench.report.pages import fmt
 
 
@@ -293,7 +293,7 @@ def blocks(sweep) -> list:
         rows.append([s.workload, s.label, _largest_cell(s, c), size(s.peak_at(s.largest)), _why_not(s, unit),
                      size(measured_peak) if c is not None else "; ".join(
                          f"at {b}: {size(p)} (over)" for b, p in s.ran_over) or "–",
-                     fmt(c.samples_per_s) if c else "–",
+                     fmt(c.samples_per_s) if c else "–", mfu_cell(c),
                      fmt(tokens, ".0f") if not math.isnan(tokens) else "–", str(len(s.trials)), _trial_speeds(s)])
     u = "GPU" if sweep.fit[0].device_type == "cuda" else "process"
     how = ("the device level on the fullest GPU, the larger of the steady state's and the level at the end of the "
@@ -310,7 +310,7 @@ def blocks(sweep) -> list:
                "and the next smaller one was measured."),
          ("table", ["workload", "configuration", f"largest tried that fits, per {u}", "its peak in the trial" + per_node,
                     "smallest that did not fit", "peak in the measured run" + per_node, "samples/s at the largest",
-                    f"tokens/s per {u}", "trials", f"samples/s by batch ({TRIALS})"], rows)]
+                    "MFU at the largest", f"tokens/s per {u}", "trials", f"samples/s by batch ({TRIALS})"], rows)]
     b += [("p", t) for t in sentences(sweep)]
     before = [f"{s.name} at {', '.join(str(x) for x in s.restated)}" for s in sweep.fit if s.restated]
     if before:

@@ -257,9 +257,10 @@ def answer(workload: str, configs: list, budget: Optional[float], batches: bool 
         row = [workload, recipe, _name(best) if best else "nothing fits",
                fmt(best.samples_per_s) if best else "–",
                (size(peak_mib(best)) + (" (reserved)" if peak_source(best) == "reserved" else "")) if best else "–",
-               "; ".join(missed) or "–"]
+               "; ".join(missed) or "–", mfu_cell(best)]
         if best is not None and choice.unresolved(best, tie):   # the recommendation's row: no answer yet, no figures
             row[2:5] = [choice.unresolved_cell(best, fastest, _name), "–", "–"]
+            row[-1] = "–"
         if not cuda:   # the node's total beside the per-process peak: the figure the budget holds
             row.insert(5, size(node_mib(best)) if best is not None and row[4] != "–" else "–")
         out.append((row, f"{workload}, {row[1]}: {text}"))
@@ -290,7 +291,15 @@ UNRESOLVED_RULE = ("; 'not resolved: --repeats 3' and both, as in the recommenda
 
 
 HEADERS = ["workload", "precision, optimizer", "recommended within the budget", "samples/s", "its peak memory per device",
-           "did not fit (over the budget by)"]
+           "did not fit (over the budget by)", "MFU"]
+
+
+def mfu_cell(c) -> str:
+    """A configuration's MFU as the configuration table gives it (bench.analysis.utilisation.Utilisation.mfu_cell: HFU
+    beside it where activation checkpointing recomputes, an error above 100%); '–' without one. The budget table chose
+    a configuration by speed and memory alone: how much of the GPU it used was in the main table only (issue 39)."""
+    u = getattr(c, "utilisation", None) if c is not None else None
+    return u.mfu_cell() if u is not None else "–"
 
 
 def _cpu_headers() -> list:

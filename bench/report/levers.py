@@ -72,6 +72,14 @@ def spread_words(on, off, slower: float) -> str:
     return "; ".join(f"{c.label}'s {len(c.process_sps)} processes spread {c.repeat_spread:.0%}" for c in wide)
 
 
+def mfu_pair(on, off) -> str:
+    """'7.0% (HFU 8.6%) / 7.4%': each side's MFU cell (bench.analysis.utilisation.Utilisation.mfu_cell, HFU where
+    activation checkpointing recomputes); '–' where neither has one. An H200's checkpointing pair gave its step-time
+    ratio here and its HFU (8.6% against 7.0% MFU) in the configuration table alone."""
+    cells = [c.utilisation.mfu_cell() if getattr(c, "utilisation", None) is not None else "–" for c in (on, off)]
+    return "–" if cells == ["–", "–"] else " / ".join(cells)
+
+
 def blocks(sweep) -> list:
     rows, sentences = [], []
     for workload, configs in sweep.bench.items():
@@ -83,7 +91,8 @@ def blocks(sweep) -> list:
             shown = "–" if math.isnan(saved) else f"{saved:.0%}" if saved >= 0 else f"none ({-saved:.0%} more)"
             shaky = unsteady_words([on, off]) or spread_words(on, off, slower)
             ratio = f"{slower:.2f}x" if not shaky else f"not resolved ({slower:.2f}x)"
-            rows.append([workload, what, off.label, size(p_off), size(p_on), shown, ratio, stability(on, off)])
+            rows.append([workload, what, off.label, size(p_off), size(p_on), shown, ratio, stability(on, off),
+                         mfu_pair(on, off)])
             mem = ("" if math.isnan(saved) else
                    f"{'saves' if saved >= 0 else 'costs'} {size(abs(p_off - p_on))} of peak memory per {u} "
                    f"({size(p_off)} to {size(p_on)}, {abs(saved):.0%})")
@@ -95,6 +104,9 @@ def blocks(sweep) -> list:
     return [("h", 3, "What the memory levers saved and cost"),
             ("p", "Each configuration with a lever on beside the same configuration without it, measured in this sweep. "
                   "Peak memory per device as in the table above; step time as the ratio of throughputs, 'not resolved' "
-                  "where either side ran one process whose steps were unstable (their spread may be all the ratio says)."),
+                  "where either side ran one process whose steps were unstable (their spread may be all the ratio says). "
+                  "MFU with / without: the model's FLOPs against the dense peak, as in the table above; where "
+                  "activation checkpointing recomputes, the hardware's FLOPs utilisation (HFU, the recomputed forward "
+                  "included) beside it: the GPU's work, which the model's FLOPs do not count."),
             ("table", ["workload", "lever", "configuration", "peak without", "peak with", "memory saved",
-                       "step time with / without", "stability"], rows)] + [("p", s) for s in sentences]
+                       "step time with / without", "stability", "MFU with / without"], rows)] + [("p", s) for s in sentences]
