@@ -162,3 +162,28 @@ def test_loader_workers_for_data_no_loader_reads_are_refused_not_ignored(tmp_pat
     # --num-workers 2 with synthetic data was accepted and silently ignored (loader_workers NULL in the store)
     said = _refused(["--workloads", "synthetic", "--num-workers", "2"], tmp_path)
     assert "--num-workers 2: loader workers serve --data voc; with synthetic data" in said, said
+
+
+# ---------------------------------------------------------------- 3. an equivalence reference no GPU could hold
+
+def test_an_equivalence_check_whose_one_process_reference_cannot_fit_a_gpu_is_skipped_with_the_reason(tmp_path):
+    # 6.7b under FSDP x8 fits 8 x 80 GiB, but the gate's reference, one process with the whole model, its gradients and
+    # AdamW's state (16 bytes a parameter: ~100 GiB), cannot: it would run out of memory and read as FSDP failing the gate
+    flags = ["--workloads", "transformer", "--transformer-preset", "6.7b", "--strategies", "fsdp", "--gpus", "8",
+             "--optimizer", "adamw", "--activation-checkpointing", "full", "--per-device-batch", "1",
+             "--check-equivalence"]
+    cfg, _, machine = _prepare(flags, tmp_path, h100s(8), "cuda")
+    items = plan.plan(cfg, machine)
+    checks = [x for x in items if (x.spec if isinstance(x, Skip) else x).mode == "equivalence"]
+    assert len(checks) == 1 and isinstance(checks[0], Skip), checks
+    why = checks[0].reason
+    assert why.startswith("equivalence not checked: the gate's reference is one process holding the whole model, at "
+                          "least 100."), why
+    assert "GiB of fp32 weights, gradients and adamw state" in why and "more than the largest GPU's 80.0 GiB" in why
+    assert "read as fsdp x8 failing the gate" in why and "smaller --transformer-preset" in why
+    assert any(isinstance(x, RunSpec) and x.mode == "bench" for x in items)   # the benchmark itself still runs
+    # a preset whose reference fits keeps its check; and SGD's 12 bytes a parameter (~75 GiB) is no certain overflow
+    small = plan.plan(_prepare([*flags[:3], "1.4b", *flags[4:]], tmp_path, h100s(8), "cuda")[0], machine)
+    sgd = plan.plan(_prepare([*flags[:9], "sgd", *flags[10:]], tmp_path, h100s(8), "cuda")[0], machine)
+    for kept in (small, sgd):
+        assert [x for x in kept if isinstance(x, RunSpec) and x.mode == "equivalence"], kept

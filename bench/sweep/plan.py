@@ -237,9 +237,11 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
     runnable = [s for s in items if isinstance(s, RunSpec)]
     if cfg.check_equivalence:
         # Compressed gradients (fp16/bf16 hooks, PowerSGD) change the step on purpose: they are left out of the gate.
-        items += [dataclasses.replace(s, mode="equivalence", steps=EQUIVALENCE_STEPS, warmup=0, epochs=0)
+        checks = [dataclasses.replace(s, mode="equivalence", steps=EQUIVALENCE_STEPS, warmup=0, epochs=0)
                   for s in runnable if s.strategy in ("dp",) + PER_DEVICE and s.repeat == 0 and not s.compile
                   and s.option("comm_hook", "none") == "none"]
+        items += [Skip(s, why) if why else s for s in checks
+                  for why in [reference_skip(s, machine, cfg.per_device_batch or cfg.global_batch)]]
     if cfg.data == "voc" and cfg.loader_bench:
         seen = set()
         for s in runnable:  # the loader alone, as many loaders at once as the configurations of this count run
@@ -268,6 +270,30 @@ def plan(cfg: SweepConfig, machine: Machine) -> list:
                                      comm_extra_bytes=tuple(buckets), comm_ops=ops, interference=cfg.interference,
                                      comm_load=load, options=rehearsal.options(cfg.device, n, machine.cuda_devices)))
     return [_started(x, cfg) for x in _in_rounds(items, comm)]
+
+
+def reference_skip(check: RunSpec, machine: Machine, given_batch=None) -> Optional[str]:
+    """Why an equivalence check cannot run here (None: it can): its reference is one process holding the whole model,
+    its gradients and optimizer state on one GPU (bench.sweep.equivalence.specs; FSDP's bf16 reference is FSDP on one
+    rank, the same), which a transformer that only fits sharded cannot: it would run out of memory, and every strategy's
+    gate at that count would read 'failed', as if the strategy computed wrongly. Counted by the plan's memory floors,
+    lower bounds (transformer.state_bytes of one process, memory_floor's activations at transformer.floor_batch), so
+    only a reference that certainly cannot fit the largest GPU is skipped. CUDA transformers only."""
+    memory = max(machine.gpu_memory_bytes, default=0)
+    if check.workload != "transformer" or check.device_type != "cuda" or not memory or not check.transformer_layers:
+        return None
+    one = dataclasses.replace(check, strategy="single", device_count=1, options=(), nodes=1)
+    batch = transformer.floor_batch(check, given_batch)
+    state, act = transformer.state_bytes(one), transformer.memory_floor(transformer.spec_shape(check), batch)[1]
+    if state + act <= memory:
+        return None
+    gib = 2**30
+    return (f"equivalence not checked: the gate's reference is one process holding the whole model, at least "
+            f"{(state + act) / gib:,.1f} GiB ({state / gib:,.1f} GiB of fp32 weights, gradients and {check.optimizer} "
+            f"state, {act / gib:,.1f} GiB of activations at {batch} sequence(s)), more than the largest GPU's "
+            f"{memory / gib:,.1f} GiB: it would run out of memory and read as {check.strategy} x{check.device_count} "
+            "failing the gate. Check equivalence at a smaller --transformer-preset (or fewer --transformer-layers) with "
+            "the same flags: the same strategy, settings and code path on a model whose one-process reference fits")
 
 
 def _in_rounds(items: list, comm: list) -> list:
