@@ -186,24 +186,63 @@ def forecast_cells(s, p) -> list:
 
 def figure(configs: list, workload: str, where: str):
     """MFU (or, without a peak, achieved FLOP/s per device) against device count, one line per strategy and variant: a
-    matplotlib Figure (imported here: the forecast command reads this module's table helpers without drawing)."""
+    matplotlib Figure (imported here: the forecast command reads this module's table helpers without drawing). Where
+    the configurations' MFU stands against different peaks (fp32 against 67 TFLOP/s, bf16 against 989 on an H100),
+    one MFU axis would say the precision that does less of the model's work is the efficient one (DeepLabV3: fp32 at
+    40% MFU, 26.5 TFLOP/s; bf16 at 5%, 51.0): it plots achieved FLOP/s per device instead, on a log axis with each
+    precision's dense peak a dashed line (`_against_peaks`), so each point's distance below its own line is its MFU."""
     from bench.report import plots
     with_mfu = any(c.utilisation and not math.isnan(c.utilisation.mfu) for c in configs)
     cuda = configs[0].device_type == "cuda"
-    title = "Model FLOPs utilisation against device count" if with_mfu else "Achieved FLOP/s per device against count"
-    fig, ax = plots._figure(title, where, workload)
+    peaks = _peaks(configs) if with_mfu else []
+    several = len({peak for _, peak in peaks}) > 1
+    title = ("Achieved FLOP/s per device against device count, each precision's dense peak dashed" if several
+             else "Model FLOPs utilisation against device count" if with_mfu
+             else "Achieved FLOP/s per device against count")
+    fig, ax = plots._figure(title, where, workload, width=10.0 if several else 8.0)
     style = plots._series_style(configs)
     for key, cs in plots._by_series(configs).items():
-        pts = [(c.device_count, _value(c, with_mfu, cuda)) for c in cs]
-        pts = [(n, v) for n, v in pts if not math.isnan(v)]
+        pts = [(c.device_count, _value(c, with_mfu and not several, cuda)) for c in cs]
+        pts = [(n, v) for n, v in pts if not math.isnan(v) and (v > 0 or not several)]
         if pts:
             ax.plot([n for n, _ in pts], [v for _, v in pts], **style[key])
-    unit = "MFU (% of the dense peak)" if with_mfu else ("TFLOP/s per GPU" if cuda else "GFLOP/s per process")
+    per = "TFLOP/s per GPU" if cuda else "GFLOP/s per process"
+    unit = (f"{per} (log scale)" if several else "MFU (% of the dense peak)" if with_mfu else per)
     ax.set(xlabel=plots._devices_label(configs), ylabel=unit, xticks=sorted({c.device_count for c in configs}))
-    ax.set_ylim(0, 100 if with_mfu else None)
+    if several:
+        _against_peaks(ax, peaks, 1 if cuda else 1e3, "TFLOP/s" if cuda else "GFLOP/s")
+    else:
+        ax.set_ylim(0, 100 if with_mfu else None)
     if ax.get_lines():
-        ax.legend()
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small") if several else ax.legend()
     return fig
+
+
+def _peaks(configs: list) -> list:
+    """[(precision key, peak TFLOP/s per device)], first seen first, of the configurations with an MFU: the peaks their
+    MFU stands against."""
+    return list(dict.fromkeys((c.utilisation.precision_key, round(c.utilisation.peak_tflops, 6)) for c in configs
+                              if c.utilisation and not math.isnan(c.utilisation.mfu) and c.utilisation.peak_tflops > 0))
+
+
+PEAK_STYLES = ("--", (0, (6, 3, 1, 3)), (0, (2, 2)), (0, (8, 2)))
+
+
+def _against_peaks(ax, peaks: list, k: float, unit: str) -> None:
+    """Each precision's dense peak, a dashed line named in the legend ('bf16 dense peak: 989 TFLOP/s per device'), on
+    a log axis that holds the points and every peak (a linear one from 0 to 989 would flatten fp32's 26.5 to the
+    floor)."""
+    for i, (key, peak) in enumerate(peaks):
+        ax.axhline(peak * k, color="#777777", linewidth=1.0, linestyle=PEAK_STYLES[i % len(PEAK_STYLES)],
+                   label=f"{key} dense peak: {peak * k:.4g} {unit} per device")
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))   # 20, 50, 100, 200, 500: read without powers of 10
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    values = [y for ln in ax.get_lines() for y in ln.get_ydata() if y > 0]
+    if values:
+        ax.set_ylim(min(values) / 2, max(values) * 1.5)
 
 
 def _value(c, with_mfu: bool, cuda: bool) -> float:
