@@ -105,9 +105,28 @@ def _checked(ns: argparse.Namespace, machine) -> tuple:
     slurm.refuse_task_copies()
     machine = plan.detect_machine() if machine is None else machine
     if cfg.resume:
-        store.check_resumable(cfg.store, cfg.resume)
+        _check_resumed(cfg, store.check_resumable(cfg.store, cfg.resume), machine)
     else:
         cfg = resolve.resolve(cfg, machine)
         if any(s.launcher == "slurm" for s in plan.plan(cfg, machine) if isinstance(s, plan.RunSpec)):
             slurm.check_shared_folder(os.path.dirname(os.path.abspath(cfg.store)), max(cfg.gpus) // cfg.gpus_per_node)
     return cfg, given, machine
+
+
+def _check_resumed(cfg: config.SweepConfig, row: dict, machine) -> None:
+    """A resume's pre-flight checks on the sweep's stored configuration, as a fresh sweep's run on its flags (the
+    login-node refusal, /dev/shm, the shared folder's visibility and locks): a resume in a new allocation, or in a
+    fresh container with Docker's 64 MiB /dev/shm, went straight to NCCL's failures or a rendezvous hanging to its
+    timeout. Left to bench.sweep.run: a fit (not resumed) and a sweep still running elsewhere, which it refuses."""
+    from bench.sweep import slurm
+    if row["command_line"].split()[1:2] == ["fit"] or row["status"] == "running":
+        return
+    stored = config.SweepConfig.from_json(row["config_json"])
+    try:
+        left = resolve.check_resumed(stored, machine, store.done_keys(cfg.store, row["sweep_id"]))
+        steps = [s.nodes for s in left if s.launcher == "slurm"]
+        if steps:
+            slurm.check_shared_folder(os.path.dirname(os.path.abspath(cfg.store)), max(steps))
+    except config.ConfigError as e:
+        raise config.ConfigError(f"--resume {cfg.resume}: sweep {row['sweep_id']}, run with its stored settings here: "
+                                 f"{e}") from None

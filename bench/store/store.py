@@ -373,6 +373,16 @@ def ok_keys(conn: sqlite3.Connection, sweep_id: int) -> set:
     return {(k, rep) for k, rep, status in rows if status == "ok" or (status == "skipped" and k not in failed_here)}
 
 
+def done_keys(path: str, sweep_id: int) -> set:
+    """`ok_keys` of a sweep, read without writing anything (a resume's pre-flight checks, before it opens the store)."""
+    conn = _reader(path)
+    conn.row_factory = sqlite3.Row
+    try:
+        return ok_keys(conn, sweep_id)
+    finally:
+        conn.close()
+
+
 def latest_results(conn: sqlite3.Connection, sweep_id: int) -> list:
     """The result that counts for each (config_key, repeat) of a sweep, resumed parts included:
     the latest ok one if any, else the latest of any status."""

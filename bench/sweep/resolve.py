@@ -88,8 +88,10 @@ def _default_counts(cuda: bool, machine: Machine) -> tuple:
     return (1, 2) if machine.cpu_cores >= 2 else (1,)
 
 
-def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
-    """Every device-dependent default filled in and checked against the machine. Raises ConfigError."""
+def check_machine(cfg: SweepConfig, machine: Machine) -> None:
+    """The device asked for against the machine itself: a login node off the allocation, GPUs the driver shows but
+    torch cannot use, a GPU allocation with no GPU here, and GPUs the installed torch has no kernels for. ConfigError.
+    A resume runs it on its stored configuration (`check_resumed`)."""
     if not machine.slurm_on_node and (machine.slurm_gpus or machine.slurm_nodes) and cfg.device in ("cuda", "auto"):
         raise ConfigError(off_the_allocation(cfg, machine))
     if machine.gpus_unusable and cfg.device in ("cuda", "auto"):
@@ -104,12 +106,30 @@ def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
     if cfg.device == "cuda" and machine.cuda_devices == 0:
         raise ConfigError("--device cuda: this machine has 0 CUDA GPUs visible (torch.cuda.device_count() == 0); "
                           "use --device cpu or auto")
-    dev = device_type(cfg, machine)
-    cuda = dev == "cuda"
+    cuda = device_type(cfg, machine) == "cuda"
     missing = cudacompat.unsupported_gpus(machine.gpu_names, machine.gpu_capabilities, machine.arch_list) if cuda else []
     if missing:
         raise ConfigError("no kernel image for this machine's GPUs in the installed torch (every CUDA configuration "
                           "would fail): " + "; ".join(missing))
+
+
+def check_resumed(stored: SweepConfig, machine: Machine, done: set) -> list:
+    """A resume's pre-flight checks, on the sweep's stored (resolved) configuration and this machine, which may not be
+    the one it started on (a new allocation, a fresh container): `check_machine`, and /dev/shm against the
+    configurations left to run. Returns those (RunSpecs); nothing is checked where none is left (a finished sweep's
+    resume only renders its report). `done`: the (config key, repeat) pairs the resume leaves alone."""
+    left = [s for s in plan(stored, machine) if isinstance(s, RunSpec) and (s.key, s.repeat) not in done]
+    if left:
+        check_machine(stored, machine)
+        shm.check(left, machine.shm_free_bytes, stored.num_workers)
+    return left
+
+
+def resolve(cfg: SweepConfig, machine: Machine) -> SweepConfig:
+    """Every device-dependent default filled in and checked against the machine. Raises ConfigError."""
+    check_machine(cfg, machine)
+    dev = device_type(cfg, machine)
+    cuda = dev == "cuda"
     names = tuple(registry.canonical(w) for w in cfg.workloads)
     per_node = cfg.gpus_per_node or (machine.cuda_devices if cuda else machine.cpu_cores)
     if cuda and per_node > machine.cuda_devices:
