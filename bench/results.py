@@ -5,15 +5,22 @@
     r.configurations    # one row per configuration: samples/s, efficiency, step percentiles, memory, bound, ...
     r.steps             # every raw per-rank step, as stored (step_ms and its phases)
     r.collectives       # the collectives microbenchmark: size_bytes, time_ms, algbw_gbps, busbw_gbps
+    r.forecast          # per forecast setting and count (2 ... 1024): step_ms, samples_per_s, efficiency, memory_mib,
+                        # each with its range (_low, _high), the recommendation and what it rests on, in its words
+    r.checks            # the forecast's checks as stored (the store's forecasts table), written by ./run_bench.sh forecast
 
-A thin face over bench.report.tables (which takes every figure from bench.analysis and the report's own functions):
-nothing is derived here. Any schema version reads (an older store is migrated in a copy in memory, the file left
-as it was). `./run_bench.sh export --format csv|json` writes the same tables as files.
+A thin face over bench.report.tables (the figures the report shows per configuration, each from bench.analysis and the
+report's own functions) and bench.report.forecastrows (the forecast `./run_bench.sh forecast` prints at its default
+counts, from bench.forecast.outlook): nothing is derived here. Not in the frames: the report's other sections (fit's
+trials, the memory levers, the equivalence gate, the interference rows, the traces' overlap; the store holds them:
+docs/store.md). Any schema version reads (an older store is migrated in a copy in memory, the file left as it was).
+`./run_bench.sh export --format csv|json` writes the same tables as files.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Optional, Union
 
 import pandas as pd
@@ -22,17 +29,38 @@ from bench.config import ConfigError
 from bench.store import read
 from bench.store.store import StoreError
 
-TABLES = ("configurations", "steps", "collectives")
+TABLES = ("configurations", "steps", "collectives", "forecast", "checks")
 
 
 @dataclass(frozen=True, repr=False)
 class Results:
-    """The three tables of one or more sweeps of a store; every row names its sweep (`sweep_id`)."""
+    """The tables of one or more sweeps of a store; every row names its sweep (`sweep_id`). The forecast and its
+    checks are read from the store when first used (the forecast takes a fraction of a second a sweep, which a
+    notebook that reads only the configurations need not pay)."""
     configurations: pd.DataFrame
     steps: pd.DataFrame
     collectives: pd.DataFrame
     store: str
     sweeps: tuple
+
+    @cached_property
+    def forecast(self) -> pd.DataFrame:
+        """Per forecast setting and count: the figures `./run_bench.sh forecast` prints (bench.report.forecastrows)."""
+        return self._forecast_table("forecast")
+
+    @cached_property
+    def checks(self) -> pd.DataFrame:
+        """The forecast's checks as stored (the store's forecasts table, written by `./run_bench.sh forecast`)."""
+        return self._forecast_table("checks")
+
+    def _forecast_table(self, name: str) -> pd.DataFrame:
+        from bench.report import forecastrows
+        conn = read.connect(self.store)
+        try:
+            rows = [_frame(forecastrows.ROWS[name](conn, sid), sid) for sid in self.sweeps]
+        finally:
+            conn.close()
+        return _table(rows, forecastrows.COLUMNS[name])
 
     def __repr__(self) -> str:
         return (f"Results({self.store!r}, sweeps {list(self.sweeps)}: " + ", ".join(
@@ -96,7 +124,7 @@ def read_tables(path: str, sweep: Union[int, str], price_table=None, who: str = 
     conn = read.connect(path)
     try:
         ids = sweep_ids(conn, sweep, who)
-        parts: dict = {name: [] for name in TABLES}
+        parts: dict = {name: [] for name in tables.COLUMNS}
         for sid in ids:
             s = analysis.load(conn, sid)
             parts["configurations"].append(_frame(tables.configurations(s, price_table), sid))
@@ -104,8 +132,11 @@ def read_tables(path: str, sweep: Union[int, str], price_table=None, who: str = 
             parts["collectives"].append(_frame(tables.collectives(s), sid))
     finally:
         conn.close()
-    # a table without a row still has its columns (bench.report.tables.COLUMNS): queries on it give no row, the
-    # export writes its header
-    frames = {name: pd.concat([f for f in fs if len(f)], ignore_index=True) if any(len(f) for f in fs)
-              else pd.DataFrame(columns=["sweep_id", *tables.COLUMNS[name]]) for name, fs in parts.items()}
-    return Results(store=path, sweeps=tuple(ids), **frames)
+    return Results(store=path, sweeps=tuple(ids), **{name: _table(fs, tables.COLUMNS[name]) for name, fs in parts.items()})
+
+
+def _table(frames: list, columns: tuple) -> pd.DataFrame:
+    """One table over the sweeps' frames; without a row it still has its columns (sweep_id first), so a query on it
+    gives no row and the export writes its header."""
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["sweep_id", *columns])

@@ -3,6 +3,7 @@ the report's figures per configuration, the raw steps behind them, the collectiv
 from __future__ import annotations
 
 import dataclasses
+import re
 import sqlite3
 
 import pandas as pd
@@ -12,7 +13,7 @@ from bench import cli, results
 from bench.analysis import results as analysis
 from bench.analysis.results import Config
 from bench.config import ConfigError
-from bench.report import recommend, tables
+from bench.report import forecastrows, recommend, tables
 from bench.store import read
 from bench.store.store import StoreError
 from report_fixtures import build_sweep_store, downgrade_to_v4
@@ -106,10 +107,14 @@ def test_export_writes_the_same_tables(quick, fmt, tmp_path, capsys):
     path, r = quick
     assert cli.main(["export", "--store", path, "--format", fmt, "--out", str(tmp_path / "out")]) == 0
     assert "configurations" in capsys.readouterr().out
+    assert len(r.forecast) and r.checks.empty   # the shared store: no `./run_bench.sh forecast` stored its check
     for name in results.TABLES:
         file = tmp_path / "out" / f"{name}.{fmt}"
         back = pd.read_csv(file) if fmt == "csv" else pd.read_json(file, orient="records")
         frame = getattr(r, name)
+        if fmt == "json" and frame.empty:   # a list of records names no column without a record: `[]`
+            assert back.empty
+            continue
         assert list(back.columns) == list(frame.columns) and len(back) == len(frame)
     back = pd.read_csv(tmp_path / "out" / f"configurations.{fmt}") if fmt == "csv" else \
         pd.read_json(tmp_path / "out" / f"configurations.{fmt}", orient="records")
@@ -248,9 +253,9 @@ def test_an_empty_table_keeps_its_columns_so_a_query_gives_no_row_and_the_csv_re
     capsys.readouterr()
     assert pd.read_json(tmp_path / "json" / "collectives.json", orient="records").empty   # records: `[]`, no columns
     none = results.load(_store_of_an_empty_sweep(tmp_path / "none.sqlite"))
-    for name in results.TABLES:
+    for name, columns in {**tables.COLUMNS, **forecastrows.COLUMNS}.items():
         frame = getattr(none, name)
-        assert frame.empty and list(frame.columns) == ["sweep_id", *tables.COLUMNS[name]], name
+        assert frame.empty and list(frame.columns) == ["sweep_id", *columns], name
     assert len(none.configurations.query("status == 'ok' and device_count == 2")) == 0
 
 
@@ -269,6 +274,92 @@ def test_the_empty_tables_columns_are_those_a_real_sweeps_rows_have(quick):
     assert list(r.steps.columns) == ["sweep_id", *tables.STEPS_COLUMNS]
     assert list(r.collectives.columns) == ["sweep_id", *tables.COLLECTIVES_COLUMNS]
     assert set(tables.CONFIGURATION_COLUMNS) <= set(r.configurations.columns)   # and more: the Config's own fields
+
+
+def _ranged(row, name: str, spec: str) -> str:
+    """'66.4 (39.9-121.0)': the frame's figure and its range, written by the forecast table's own rule
+    (outlook.ranged) from the frame's numbers alone."""
+    from bench.forecast import outlook
+    from bench.forecast import settings as fs
+    point = fs.Point(count=int(row.name), nodes=int(row.nodes), ranges={name: (row[f"{name}_low"], row[f"{name}_high"])})
+    return outlook.ranged(point, name, row[name], spec)
+
+
+def test_the_forecast_frame_is_what_the_forecast_command_prints_and_outlook_returns(quick, tmp_path, capsys):
+    # The forecast was in no frame and no export: its ranges (issue 43) were the one thing a notebook could not get
+    # without reading the terminal, and its check only by SQL.
+    from bench.analysis import forecastable
+    from bench.forecast import outlook
+    from bench.forecast import settings as fs
+    path, _ = quick
+    copy = str(tmp_path / "forecast.sqlite")
+    with sqlite3.connect(path) as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)   # `forecast` stores its check: into a copy, not the shared store
+    assert cli.main(["forecast", "--store", copy]) == 0
+    printed = capsys.readouterr().out
+    r = results.load(copy)
+    f = r.forecast
+    assert list(f.columns) == ["sweep_id", *forecastrows.FORECAST_ROW_COLUMNS] and (f.sweep_id == 1).all()
+    conn = read.connect(copy)
+    shown = forecastable.load(conn, 1)
+    conn.close()
+    m = outlook.machine(shown.sweep, shown.runs)
+    figures = ("step_ms", "samples_per_s", "efficiency", "memory_mib")
+    forecast = [(s, inp) for s, inp in ((s, fs.inputs(s, m)) for s in shown.sets) if not isinstance(inp, str)]
+    assert sorted(f.setting.unique()) == sorted(s.label for s, _ in forecast) == ["deeplabv3 DDP [fp32]", "synthetic DDP [fp32]"]
+    for s, inp in forecast:
+        rows = f[f.setting == s.label].set_index("device_count")
+        points = outlook.what_ifs(s, inp, m, outlook.DOUBLING)[0][1]
+        assert list(rows.index) == [p.count for p in points] == list(outlook.DOUBLING)
+        block = printed.split(f"\n{s.label}\n")[1].split("\n\n")[0]
+        for p in points:
+            row = rows.loc[p.count]
+            central = (p.step_ms, p.samples_per_s, p.efficiency, p.memory.device_mib)
+            assert [row[name] for name in figures] == pytest.approx(central, rel=0, abs=0)   # outlook's, exactly
+            ends = [e for name in figures for e in p.range_of(name)]
+            assert [row[f"{name}{end}"] for name in figures for end in ("_low", "_high")] == pytest.approx(ends, rel=0, abs=0, nan_ok=True)
+            step, rate, mem = (_ranged(row, n, spec)
+                               for n, spec in (("step_ms", ".1f"), ("samples_per_s", ".0f"), ("memory_mib", ".0f")))
+            line = re.search(rf"^ +{p.count} +{row.nodes} +{re.escape(step)} +{re.escape(rate)} .*$", block, re.M)
+            assert line, (s.label, p.count, step, rate, block)   # the terminal's row: its step and samples/s ranged
+            efficiency = _ranged(row, "efficiency", ".0%")
+            assert efficiency in line.group(0) and re.search(rf" {re.escape(mem)} +– +{re.escape(row.bound)}$", line.group(0))
+        said = rows.iloc[0]
+        for head, words in (("", said.recommendation), ("rests on: ", said.rests_on), ("", said.range_rests_on),
+                            ("", said.assumed), ("efficiency under 75% from: ", said.under_75_from),
+                            ("memory: ", said.memory_fits)):
+            assert pd.isna(words) or f"  {head}{words}" in block, (words, block)   # empty: nothing to say
+        assert not pd.isna(said.recommendation) and not pd.isna(said.assumed)
+        assert f"({said.network_node})\n" in printed and f"({said.network_net})\n" in printed
+        assert f"  {said.interference}\n" in printed and said.gpus_per_node == m.gpus_per_node
+    with sqlite3.connect(copy) as conn:
+        conn.row_factory = sqlite3.Row
+        stored = [dict(x) for x in conn.execute("SELECT * FROM forecasts ORDER BY workload")]
+    assert len(stored) == len(r.checks) == 2
+    for want, (_, got) in zip(stored, r.checks.sort_values("workload").iterrows()):
+        assert {k: got[k] for k in want} == pytest.approx(want, rel=0, abs=0, nan_ok=True)
+        assert f"x2: forecast {want['forecast_step_ms']:.2f} ms from x1 (range {want['forecast_step_ms_low']:.2f}-" in printed
+    assert cli.main(["export", "--store", copy, "--out", str(tmp_path / "csv")]) == 0
+    for name in ("forecast", "checks"):
+        back = pd.read_csv(tmp_path / "csv" / f"{name}.csv")
+        assert list(back.columns) == list(getattr(r, name).columns) and len(back) == len(getattr(r, name))
+    assert pd.read_csv(tmp_path / "csv" / "forecast.csv").step_ms_high.tolist() == pytest.approx(f.step_ms_high.tolist(), rel=1e-12)
+
+
+def test_a_store_the_forecast_cannot_read_gives_empty_forecast_frames_with_their_columns(tmp_path, capsys):
+    # DDP x1 and x2 but no collective measured and no preset for a CPU: `forecast` refuses it ('no network to forecast
+    # on'); the frames are empty, with their columns, and so is the export
+    from test_forecast import build_store
+    path = str(tmp_path / "nonet.sqlite")
+    build_store(path, machine_counts=())
+    r = results.load(path)
+    assert len(r.configurations) and r.forecast.empty and r.checks.empty
+    assert list(r.forecast.columns) == ["sweep_id", *forecastrows.FORECAST_ROW_COLUMNS]
+    assert list(r.checks.columns) == ["sweep_id", *forecastrows.CHECK_COLUMNS]
+    assert len(r.forecast.query("device_count == 16")) == 0
+    assert cli.main(["export", "--store", path, "--out", str(tmp_path / "csv")]) == 0
+    capsys.readouterr()
+    assert list(pd.read_csv(tmp_path / "csv" / "forecast.csv").columns) == list(r.forecast.columns)
 
 
 def test_a_pick_the_summary_calls_not_resolved_says_so_in_the_dataframe(tmp_path, monkeypatch):

@@ -3,7 +3,8 @@
     ./run_bench.sh export                                   # the latest sweep, CSV, into results/export/
     ./run_bench.sh export --format json --sweep all --out /tmp/bench-json
 
-Writes configurations, steps and collectives (.csv, or .json: a list of records, NaN as null) into --out. A bad
+Writes configurations, steps, collectives, forecast and checks (.csv, or .json: a list of records, NaN as null) into
+--out: bench.results' tables (a table with no row: its CSV header alone, JSON []). A bad
 --format, --sweep or price, an --out that is a file or cannot be made (its existing part a file, or not writable), or
 a store that is not one exit 2 before anything is written; a write that fails all the same (a full disk) exits 1.
 """
@@ -29,7 +30,8 @@ def parse(argv: list) -> argparse.Namespace:
     p.add_argument("--sweep", default="last", help="a sweep id, 'last' (default) or 'all'")
     p.add_argument("--format", default="csv", help="csv (default) or json")
     p.add_argument("--out", default=os.path.join("results", "export"),
-                   help="folder for configurations, steps and collectives .csv/.json (default results/export)")
+                   help="folder for the tables' .csv/.json files (configurations, steps, collectives, forecast, checks; "
+                        "default results/export)")
     p.add_argument(cost.FLAG, dest="price", default=None, help=cost.HELP)
     ns = p.parse_args(argv)
     if ns.format not in FORMATS:

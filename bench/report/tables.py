@@ -1,7 +1,8 @@
 """A sweep as three tables of plain rows, for notebooks and other tools (bench.results makes DataFrames of them,
 `./run_bench.sh export` CSV or JSON files): the report's numbers, not a second derivation of them.
 
-    configurations(sweep, prices)   one row per configuration: every figure the report shows, each from the function
+    configurations(sweep, prices)   one row per configuration: every per-configuration figure the report shows (the
+                                    forecast's rows: bench.report.forecastrows), each from the function
                                     the report takes it from (bench.analysis.results' Config, bench.stats, recommend,
                                     comm, frontier, training_state, reference, cost); configurations that failed or
                                     were skipped too, with their status and reason
