@@ -41,7 +41,7 @@ def test_the_h200_selfchecks_ddp_x1_reads_between_bounds_and_each_overhead_figur
     kind, why = bound.bound(sweep, "synthetic", ddp)
     assert kind == "between bounds (GPU busy 84%; DDP's own work 0.30 ms of 3.32)", kind
     assert "--compile" not in why and "the GPU is busy 92%, compute-bound" in why, why
-    assert bound.bound(sweep, "synthetic", single)[0] == "compute-bound (GPU busy 91%)"
+    assert bound.bound(sweep, "synthetic", single)[0] == "GPU-bound (GPU busy 91%, MFU 46.2%)"   # under 50% MFU
     assert comm.probe_words(ddp) == ("DDP's own work at one rank (no communication): 0.30 ms a step by DDP's probe, 9% "
                                      "of its 3.32 ms median step")
     cell = report.efficiency_text(ddp, ".1%", sweep.bench["synthetic"])

@@ -40,7 +40,7 @@ def test_each_precisions_noise_is_its_own_three_processes_fp32_a_tenth_of_a_perc
 def test_the_bound_and_mfu_from_this_gpus_kernels_and_peaks(example):
     sweep = example("gpu.sqlite", NOISE)
     rows = {(r[0], r[1]): dict(zip(recommend.SUMMARY_HEADERS, r)) for r in recommend.blocks(sweep)[1][2]}
-    assert rows[("deeplabv3", "fp32")]["bound"].startswith("compute-bound (GPU busy")   # 91%
+    assert rows[("deeplabv3", "fp32")]["bound"] == "GPU-bound (GPU busy 91%, MFU 40.5%)"   # MFU under 50%
     assert rows[("deeplabv3", "bf16")]["bound"].startswith("host-bound (GPU busy")      # 41%
     dl = by_label(sweep.bench["deeplabv3"])
     assert 0.35 < dl["single device x1"].utilisation.mfu < 0.46          # 27.2 of 67 TFLOP/s (FP32, TF32 off)

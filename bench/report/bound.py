@@ -1,7 +1,8 @@
 """What bounds a configuration's step, in the report's words, with its evidence: data (the loader alone barely keeps up,
 or steps wait for data), a straggler (the traces: the same rank waits least in every traced step, beyond the steps'
 jitter), and on CUDA the GPU's busy share from its kernels (computation and copies, collectives left out;
-bench.report.busy): compute-bound at COMPUTE_BOUND_BUSY or more, else host-bound (with the advice that fits its
+bench.report.busy): at COMPUTE_BOUND_BUSY or more compute-bound where the kernels reach KERNELS_NEAR_PEAK MFU, else
+GPU-bound (the kernels set the pace, far from the math units' limit: their efficiency is the lever), else host-bound (with the advice that fits its
 cause: fewer, larger kernels, what the sweep's compiled twin measured where it ran one, or FSDP's CPU offload named
 as the host's work) or communication-bound by what fills the rest, "not measured" without kernel traces (fit's runs are
 never traced: said so); on CPU what is measured (data, exposed communication) and that the rest is not split. After data and a straggler, before the rest: a step above its
@@ -32,7 +33,9 @@ DATA_BOUND_WAIT = 0.10       # or steps wait for data more than 10% of the time
 COMM_BOUND = 0.20            # exposed communication above 20% of the step
 
 
-BOUND_CATEGORIES = {"compute-bound": "compute", "host-bound": "host", "CPU work": "cpu"}
+KERNELS_NEAR_PEAK = 0.50     # MFU at which a GPU-bound step's kernels are near the math units' limit: compute-bound
+
+BOUND_CATEGORIES = {"compute-bound": "compute", "GPU-bound": "compute", "host-bound": "host", "CPU work": "cpu"}
 
 
 def bound_category(kind: str) -> str:
@@ -87,7 +90,10 @@ def bound(sweep: Sweep, workload: str, c) -> tuple:
             f"What bounds the step is not measured: no kernel traces of {c.label} (on CUDA a few traced steps run after "
             f"every measured window unless --no-profile; a failed profiler says why in the traces' notes); {measured}")
     if b.share >= COMPUTE_BOUND_BUSY:
-        return f"compute-bound ({b.words()})", _compute_sentence(b, comm_words, workload)
+        mfu = _mfu(c)
+        if not mfu >= KERNELS_NEAR_PEAK:   # under it, or not known (nan)
+            return _gpu_bound(sweep, c, b, mfu, comm_words, workload)
+        return f"compute-bound ({b.words()}{'; ' if b.over else ', '}MFU {mfu:.1%})", _compute_sentence(b, comm_words, workload, mfu)
     probe = 0.0 if math.isnan(comm) else comm
     unseen = max(0.0, probe - b.comm_share)   # exposed communication the kernels do not show sits in their idle share
     if max(b.comm_share, probe) > max(b.idle_share - unseen, COMM_BOUND):
@@ -146,11 +152,12 @@ def _own_work_bound(c, b, workload: str) -> Optional[tuple]:
         f"profiler traces; table: {workload}: DDP against the bounds of its step).")
 
 
-def _compute_sentence(b, comm_words: str, workload: str) -> str:
+def _compute_sentence(b, comm_words: str, workload: str, mfu: float) -> str:
     """The compute-bound sentence, its busy share as the label gives it: above 100% a measurement error, never 'fill
     100%' (the H100 DeepLabV3 read 'fill 100% of a 108.0 ms step (111.0 ms from its kernel traces)' beside its label's
     'GPU busy 103%: over 100%, a measurement error')."""
-    floor = f"{COMPUTE_BOUND_BUSY:.0%} or more reads compute-bound"
+    floor = (f"{COMPUTE_BOUND_BUSY:.0%} or more busy at {KERNELS_NEAR_PEAK:.0%} MFU or more reads compute-bound; its "
+             f"kernels reach {mfu:.1%}, near the math units' dense peak")
     if b.over:
         return (f"Compute-bound, on a measurement error: the GPU's computation and copies sum to {percent(b.measured)} of a "
                 f"{b.step_ms:.1f} ms step ({b.work_ms:.1f} ms from its kernel traces), over 100%: a measurement error, "
@@ -158,6 +165,45 @@ def _compute_sentence(b, comm_words: str, workload: str) -> str:
                 f"traces, with its likely cause).")
     return (f"Compute-bound: the GPU's computation and copies fill {b.share:.0%} of a {b.step_ms:.1f} ms step "
             f"({b.work_ms:.1f} ms from its kernel traces; {floor}){comm_words} (table: {workload}: profiler traces).")
+
+
+def _mfu(c) -> float:
+    """c's MFU (bench.analysis.utilisation), nan where it has none (no peak for its GPU, no FLOPs, or an error)."""
+    u = getattr(c, "utilisation", None)
+    return u.mfu if u is not None and not u.error else math.nan
+
+
+def _gpu_bound(sweep: Sweep, c, b, mfu: float, comm_words: str, workload: str) -> tuple:
+    """Busy COMPUTE_BOUND_BUSY or more with MFU under KERNELS_NEAR_PEAK, or not known: the GPU's kernels, not the host,
+    set the pace, but they are far from the math units' limit, so it is no 'compute-bound' (which a performance
+    engineer reads as at the hardware's limit: buy a faster GPU). The H100 transformer read 'compute-bound (GPU busy
+    94%)' beside 13.9% MFU, with no lever; the levers are the kernels' efficiency. The category stays 'compute'."""
+    known = not math.isnan(mfu)
+    figure = f"MFU {mfu:.1%}" if known else "MFU not known"
+    kind = f"GPU-bound ({b.words()}{'; ' if b.over else ', '}{figure})"
+    if b.over:
+        head = (f"GPU-bound, on a measurement error: the GPU's computation and copies sum to {percent(b.measured)} of a "
+                f"{b.step_ms:.1f} ms step ({b.work_ms:.1f} ms from its kernel traces), over 100%: a measurement error, "
+                f"not a full GPU, and the verdict ({COMPUTE_BOUND_BUSY:.0%} or more busy) rests on it")
+    else:
+        head = (f"GPU-bound: the GPU's computation and copies fill {b.share:.0%} of a {b.step_ms:.1f} ms step "
+                f"({b.work_ms:.1f} ms from its kernel traces): the GPU's kernels, not the host, set the pace")
+    they = "; its kernels" if b.over else ", but they"
+    how = (f"{they} reach {mfu:.1%} MFU, under the {KERNELS_NEAR_PEAK:.0%} of the math units' dense peak that reads "
+           "compute-bound" if known else
+           "; with no MFU (the configuration table's notes say why) how near its kernels come to the math units' "
+           "limit is not known")
+    twin = _compile_twin(sweep, workload, c) if not c.compiled else None
+    tried = (f" (measured here: {twin.label} at {twin.samples_per_s:.1f} samples/s against {c.samples_per_s:.1f}"
+             + (f", MFU {_mfu(twin):.1%}" if not math.isnan(_mfu(twin)) else "") + ")" if twin is not None else "")
+    levers = ("compiled already: a larger --per-device-batch (larger matrix products)" if c.compiled
+              else f"--compile (fuses elementwise and memory-bound work){tried}, a larger --per-device-batch (larger "
+                   "matrix products)")
+    recompute = (f"; activation checkpointing ({c.activation_checkpointing}) recomputes: none where the memory allows"
+                 if c.activation_checkpointing != "none" else "")
+    return kind, (f"{head}{how}{comm_words} (table: {workload}: profiler traces; table: {workload}: all "
+                  f"configurations). The kernels' efficiency is the lever, not the host or a faster GPU: {levers}"
+                  f"{recompute}.")
 
 
 def _rehearsal_host(c, b, comm_words: str, workload: str) -> str:
