@@ -32,7 +32,8 @@ def test_a_one_gpu_sweeps_verdict_names_the_assumed_network_and_one_slow_step_se
     said = _said(bl)
     assert "this network" not in said
     verdict = next(b[1] for b in bl if b[0] == "p" and b[1].startswith("synthetic DDP [fp32]:"))
-    assert f"past 16 GPUs on {ASSUMED}, scaling stops paying" in verdict, verdict
+    # both ends of the range at 16: said so (it read nothing, as if no range were drawn: audit F5)
+    assert f"past 16 GPUs on {ASSUMED} (both ends of its range: 16), scaling stops paying" in verdict, verdict
     assert "Under 75% from: the assumed network (preset h100): 32; 4x faster" in said
     table = next(b for b in bl if b[0] == "table")
     eff = table[1].index("efficiency")

@@ -23,6 +23,7 @@ import math
 from bench import options
 from bench.analysis import cost, utilisation
 from bench.forecast import batches
+from bench.forecast import brackets
 from bench.forecast import check as fk
 from bench.analysis import forecastable
 from bench.forecast import outlook as fo
@@ -191,6 +192,9 @@ def main(argv: list) -> int:
         pts = [p for p in whatifs[0][1] if p.count in ns.to]
         shown = [(fo.measured_point(s, n), c) for n, c in s.configs.items()] + [(p, None) for p in pts]
         print(table(forecast_headers(), [rf.cells(s, p, c) for p, c in shown]))   # each row with its own MFU
+        plain = fo.unbracketed_words([p for p, _ in shown])
+        if plain:
+            print(f"  {plain}")
         mfu_words = rf.mfu_words(s, shown)
         if mfu_words:
             print(f"  MFU: {mfu_words}")
@@ -237,9 +241,7 @@ def _check(ns, f, judged) -> int:
                  if r.get("compute_error") is not None else "")
         mem = (f"; memory {r['forecast_mem_mib']:.0f} MiB against {r['measured_mem_mib']:.0f} measured "
                f"({r['mem_error']:+.0%}, {r['mem_method']})" if r.get("mem_error") is not None else "")
-        lo, hi = r.get("forecast_step_ms_low"), r.get("forecast_step_ms_high")
-        ranged = (" (no range: no input measured twice)" if lo is None or f"{lo:.2f}" == f"{hi:.2f}" else
-                  f" (range {lo:.2f}-{hi:.2f} ms)")
+        ranged = brackets.check_range(r.get("forecast_step_ms_low"), r.get("forecast_step_ms_high"))
         inside = {1: ", inside the range", 0: ", outside the range"}.get(r.get("in_range"), "")
         print(head + f"forecast {r['forecast_step_ms']:.2f} ms from x{r['from_counts']}{ranged}, measured "
               f"{r['measured_step_ms']:.2f} ms: error {r['error']:+.1%}{inside}{split}{mem}\n      basis: {r['basis']}"

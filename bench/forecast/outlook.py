@@ -9,6 +9,7 @@ scaling efficiency falls below 75%, and the sentence that says so.
     what_ifs(setting, inputs, machine, counts)           # [(what, [Point])]: this network first
     first_below(pts), stop_range(pts), recommendation(setting, pts, what_ifs)
     cells(setting, point)                                # the table's row (COLUMNS: one entry per column)
+    unbracketed_words(points)                            # once under it: what a figure without brackets means
 No claim without its basis: where the sweep has no single-device run of the same numerics, efficiency is unknown
 and the recommendation says what is missing and what to run instead of a count.
 """
@@ -18,17 +19,15 @@ import json
 import math
 from typing import Optional
 
+from bench.forecast import brackets
 from bench.forecast import check as fk
 from bench.forecast import settings as fs
 from bench.forecast import memory as mm
 from bench.forecast import network as nw
-from bench.forecast import spread
 from bench.forecast import overhead
 from bench.forecast import whatif
 from bench import stats
 from bench.shared.spec import STRATEGY_NAMES
-
-import numpy as np
 
 EFFICIENT = whatif.EFFICIENT                      # below this, scaling stops paying (0.75)
 GPU_PRESETS = (("H100", "h100"), ("H200", "h100"), ("A100", "a100"), ("V100", "v100"))
@@ -39,6 +38,10 @@ wrapper_overhead, own_baseline = overhead.wrapper_overhead, overhead.own_baselin
 what_ifs = whatif.what_ifs                        # [(what, [Point])]: this network first (bench.forecast.whatif)
 first_below, network_sets = whatif.first_below, whatif.network_sets   # the first count under 75%; what sets it
 on_words = whatif.on_words                        # the network a verdict is on: 'this network' only where measured
+# The ranges as the table and the verdicts write them (bench.forecast.brackets)
+bracket, ranged, SHOWN, stop_range, _between = (brackets.bracket, brackets.ranged, brackets.SHOWN,
+                                                brackets.stop_range, brackets.between)
+flat, unbracketed_words = brackets.flat, brackets.unbracketed_words
 WINDOWS = "windows"                               # a measured row's efficiency basis (`_efficiency`)
 BASIS_WORDS = (f"efficiency ({WINDOWS}): a measured row's, as the report's, from its measured windows' throughput; a "
                "forecast row's from its step against single device x1's median step (the forecast has no windows)")
@@ -128,25 +131,6 @@ def measured_point(s: fs.Setting, count: int) -> fs.Point:
                     memory=mem, basis=WINDOWS)
 
 
-def _num(v, spec: str) -> str:
-    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
-
-
-def bracket(p: fs.Point, name: str, show) -> str:
-    """' (39.9-121)': a figure's range as `show` writes its ends; '' where nothing was drawn or both ends read alike."""
-    lo, hi = p.range_of(name)
-    if math.isnan(lo):
-        return ""
-    a, b = show(lo), show(hi)
-    return "" if a == b else f" ({a}-{b})"
-
-
-def ranged(p: fs.Point, name: str, value, spec: str) -> str:
-    """'66.4 (39.9-121.0)': the central value and, where drawn, its range."""
-    text = _num(value, spec)
-    return text if text == "–" else text + bracket(p, name, lambda v: format(v, spec))
-
-
 def _efficiency(s: fs.Setting, p: fs.Point) -> str:
     """The efficiency cell; a measured row's marked with its basis ('31% (windows)'): it is the report's, from the
     measured windows' throughput, where a forecast row's is its step against single x1's median step (the forecast has
@@ -195,10 +179,12 @@ def above_ideal(s: fs.Setting, p: fs.Point) -> str:
 COLUMNS = [
     ("devices", lambda s, p: str(p.count)),
     ("nodes", lambda s, p: str(p.nodes)),
-    ("step ms", lambda s, p: ranged(p, "step_ms", None if p.refused else p.step_ms, ".1f")),
-    ("samples/s", lambda s, p: ranged(p, "samples_per_s", None if p.refused else p.samples_per_s, ".0f")),
+    ("step ms", lambda s, p: ranged(p, "step_ms", None if p.refused else p.step_ms, SHOWN["step_ms"])),
+    ("samples/s", lambda s, p: ranged(p, "samples_per_s", None if p.refused else p.samples_per_s,
+                                      SHOWN["samples_per_s"])),
     ("efficiency", lambda s, p: "–" if p.refused else _efficiency(s, p)),
-    ("MiB/device", lambda s, p: ranged(p, "memory_mib", p.memory.device_mib if p.memory else None, ".0f")),
+    ("MiB/device", lambda s, p: ranged(p, "memory_mib", p.memory.device_mib if p.memory else None,
+                                       SHOWN["memory_mib"])),
     ("bound", lambda s, p: f"refused: {p.refused}" if p.refused else sharded_net(p) or p.bound + (
         f" ({p.algorithm})" if p.algorithm and p.bound == "exposed communication" else "") + (
         " (unstable run)" if p.unsteady and p.bound == "straggler/jitter" else "")),
@@ -223,22 +209,6 @@ def cells(s: fs.Setting, p: fs.Point) -> list:
     return [cell(s, p) for _, cell in COLUMNS]
 
 
-def stop_range(points: list, threshold: float = EFFICIENT) -> Optional[tuple]:
-    """(N1, N2): the 5th and 95th percentile over the draws of the last count before efficiency falls under the
-    threshold (None for a percentile whose draws stay above it at every count; 0: under it already at the first);
-    None without draws."""
-    known = [p for p in points if not p.refused and "efficiency" in p.draws]
-    if not known:
-        return None
-    effs = np.stack([p.draws["efficiency"] for p in known])            # (counts, draws)
-    below = effs < threshold
-    first = np.where(below.any(axis=0), below.argmax(axis=0), len(known) + 1)  # the first count below, per draw
-    counts = np.array([0] + [p.count for p in known] + [np.inf])       # the last that pays: counts[first] (0: none)
-    last = counts[first]
-    lo, hi = (float(np.quantile(last, q, method=how)) for q, how in ((spread.LOW, "lower"), (spread.HIGH, "higher")))
-    return tuple(None if math.isinf(v) else int(v) for v in (lo, hi))
-
-
 def missing_baseline(s: fs.Setting) -> str:
     """Why efficiency cannot be stated for s ('' when it can)."""
     if s.single is not None:
@@ -253,17 +223,6 @@ def unit(s: fs.Setting, n: int) -> str:
     'past 8 GPUs'."""
     cuda = getattr(s.any, "device_type", "cuda") == "cuda"
     return f"{n} " + (("GPU" if cuda else "process") if n == 1 else ("GPUs" if cuda else "processes"))
-
-
-def _between(r: Optional[tuple], top: int, first: int = 2) -> str:
-    """' (between 1 and 8)': the range of the last count that pays, its ends in words; a draw where no count from
-    `first` on pays (0) pays only below it (1 where the counts start at 2), never 'no count'."""
-    if r is None:
-        return ""
-    lo, hi = r
-    low = lambda n: ("1" if first <= 2 else f"fewer than {first}") if n == 0 else str(n)  # noqa: E731
-    word = lambda n: f"beyond {top}" if n is None else low(n)  # noqa: E731
-    return "" if lo == hi else f" (between {word(lo)} and {word(hi)})"
 
 
 def unsteady_words(points: list, bound: str = "") -> str:

@@ -17,6 +17,7 @@ import os
 from typing import Optional
 
 from bench.forecast import batches
+from bench.forecast import brackets
 from bench.forecast import check as fk
 from bench.analysis import forecastable
 from bench.forecast import outlook as fo
@@ -153,7 +154,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
     cpu = fs.on_cpu(s for s, _ in sets)
     per_node = m.gpus_per_node if cpu else 0     # CPU: a budget is a node's, its processes summed (fit.budget_peak)
     b: list = [("h", 2, "Forecast past the measured counts"), ("p", scope_words([s for s, _ in sets], m, sweep.threads))]
-    sentences, by_workload, mem_lines, rows, checks, errors = [], {}, {}, [], [], []
+    sentences, by_workload, mem_lines, rows, checks, errors, shown_points = [], {}, {}, [], [], [], []
     on, on_short = (fo.on_words(m, [s for s, _ in sets], short) for short in (False, True))
     for s, inp in sets:
         ws = fo.what_ifs(s, inp, m, fo.DOUBLING)
@@ -175,6 +176,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
                             if mems else ""))
         moves = fo.below_words(ws, fo.DOUBLING[-1], on_short) if len(ws) > 1 else ""
         shown = [p for p in ws[0][1] if p.count in TABLE_COUNTS]
+        shown_points += shown
         rows += [[s.label] + cells(s, p) for p in shown]   # each with its own MFU
         mfu = mfu_words(s, [(p, None) for p in shown])
         if mfu:
@@ -183,8 +185,7 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
             ([batches.head_words(s).rstrip("; ")] if s.batch else []) + fo.rests_on(s, inp, m) + [spread.words(inp, m)] + ([assumed] if assumed else []))
             + (f". Under 75% from: {moves}" if moves else "")])
         for r in check:
-            ranged = (f"{r['forecast_step_ms_low']:.2f}-{r['forecast_step_ms_high']:.2f}"
-                      if r.get("forecast_step_ms_low") is not None else "–")
+            ranged = brackets.ends(r.get("forecast_step_ms_low"), r.get("forecast_step_ms_high"))
             checks.append([s.label, str(r["device_count"]), r.get("from_counts") or "–",
                            _text(r.get("forecast_step_ms"), ".2f"), ranged, _text(r["measured_step_ms"], ".2f"),
                            _text(r.get("error"), "+.1%"), {1: "yes", 0: "no"}.get(r.get("in_range"), "–"),
@@ -218,6 +219,9 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
                    + (" MiB/device is a process's peak RSS (its largest rank's), the figure the memory section gives."
                       if cpu else "")))
     b.append(("table", ["setting"] + forecast_headers(), rows))
+    plain = fo.unbracketed_words(shown_points)
+    if plain:
+        b.append(("p", plain))
     b += [("p", e) for e in errors]
     if checks:
         b.append(("p", "The check: each measured count forecast from what its basis allows (held out: nothing of that "
