@@ -112,3 +112,29 @@ def test_the_reports_one_node_rule_counts_a_core_a_rank_and_one_a_loader_worker(
                                                                                  warned):
     from bench.analysis.nodes import starved_here
     assert bool(starved_here(_store_with(tmp_path, cores, count, data=data, workers=workers))) is warned
+
+
+def test_a_multi_node_node_with_the_cores_of_the_sweeps_own_node_is_not_starved_by_loader_workers(tmp_path):
+    # 8 VOC ranks on a 224-core node get 28 threads each (224 // 8) and 2 loader workers: ranks x (threads + workers)
+    # is 240, more than any such node holds. A second node of 224 cores had what the one-node configurations had, so
+    # no warning; one of 100 is starved against them and is named with the own node's figure.
+    from bench.analysis import results
+    from bench.analysis.nodes import starved_nodes
+    from bench.shared.spec import RunSpec
+    from bench.store import store
+    from bench.sweep import record
+    conn = store.connect(str(tmp_path / "s.sqlite"))
+    env = store.insert_environment(conn, {"hostname": "n1", "cpu_cores": 224})
+    sid = store.begin_sweep(conn, "cmd", "{}", env)
+    for second in (224, 100):
+        spec = RunSpec(workload="deeplabv3", strategy="ddp", device_type="cuda", device_count=16, per_device_batch=8,
+                       global_batch=128, image_size=64, steps=2, warmup=0, threads=28, seed=second, scaling="weak",
+                       nodes=2, launcher="slurm", data="voc", num_workers=2)
+        record.record_result(conn, sid, env, spec, "ok", payload={"nodes": [
+            {"node_rank": 0, "hostname": "n1", "cpu_cores": 224}, {"node_rank": 1, "hostname": "n2", "cpu_cores": second}]})
+    sweep = results.load(conn, sid)
+    conn.close()
+    warned = starved_nodes(sweep)
+    assert len(warned) == 1, warned
+    assert "node 1 (n2) had 100 CPU core(s) for 8 rank(s) that had 224 on the sweep's own node" in warned[0], warned[0]
+    assert "would be 240" in warned[0]

@@ -47,13 +47,20 @@ def starved_nodes(sweep) -> list:
         threads = max(1, int(r.get("threads_per_process") or spec.get("threads") or 1))
         workers = int(spec.get("num_workers") or 0) if spec.get("data") == "voc" and r["mode"] != "comm" else 0
         need = ranks * (threads + workers)
+        # The sweep's own node is the fair measure where it held fewer: its threads were cut from its cores without
+        # counting loader workers (a 224-core node, 8 ranks of 28 threads and 2 workers "needs" 240), and a node with
+        # as many cores as the one-node configurations had is not starved against them.
+        fair = max(least_cores(ranks, workers), min(need, int(here))) if here else need
         for n in nodes:
             cores = n.get("cpu_cores")
-            if cores and int(cores) < need:
+            if cores and int(cores) < fair:
+                why = (f"that need {need} ({ranks} x ({threads} torch thread(s) + {workers} loader worker(s)))"
+                       if fair == need else
+                       f"that had {fair} on the sweep's own node ({ranks} x ({threads} torch thread(s) + {workers} "
+                       f"loader worker(s)) would be {need})")
                 out.append(f"{r['config_key']}: node {n['node_rank']} ({n.get('hostname') or '?'}) had {cores} CPU core(s) "
-                           f"for {ranks} rank(s) that need {need} ({ranks} x ({threads} torch thread(s) + {workers} loader "
-                           f"worker(s))): its ranks shared cores, so this figure measures the launcher's confinement as "
-                           f"much as the network" + (f" (the sweep's own node, where the one-node configurations ran, "
+                           f"for {ranks} rank(s) {why}: its ranks shared cores, so this figure measures the launcher's "
+                           f"confinement as much as the network" + (f" (the sweep's own node, where the one-node configurations ran, "
                                                      f"had {here})" if here else "")
                            + ". Allocate more CPUs per node (--cpus-per-task with --ntasks-per-node, --cpus-per-gpu, or "
                            "--exclusive): each srun step is given its node's CPUs in the allocation")
