@@ -18,6 +18,7 @@ import socket
 import subprocess
 
 from bench.machine import gpuinfo
+from bench.machine.cores import usable_cores
 from bench.machine.topology import nvml_topology
 
 NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
@@ -116,7 +117,7 @@ def capture() -> dict:
         "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda and hasattr(torch.cuda, "nccl") else "",
         "gpu_names": [p.name for p in props],
         "cpu_model": cpu_model(),
-        "cpu_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpu_cores": usable_cores(),
         "torch_threads_default": torch.get_num_threads(),
         "git_commit": git_commit(),
         "gloo_available": torch.distributed.is_gloo_available(),

@@ -19,6 +19,7 @@ from typing import Optional
 
 from bench.config import ConfigError, SweepConfig, comm_hook_parts
 from bench.machine import cudacompat
+from bench.machine.cores import usable_cores
 from bench.shared import rehearsal
 from bench.shared.spec import FSDP_BASED, PER_DEVICE, RunSpec, Skip
 from bench.sweep import settings, shm
@@ -53,7 +54,7 @@ def detect_machine() -> Machine:
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     names = tuple(torch.cuda.get_device_name(i) for i in range(n))
     caps = tuple(tuple(torch.cuda.get_device_capability(i)) for i in range(n))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     from bench.sweep import slurm
     return Machine(cuda_devices=n, cpu_cores=cores, gpu_names=names, gpu_capabilities=caps,
                    gpu_memory_bytes=tuple(torch.cuda.get_device_properties(i).total_memory for i in range(n)),
