@@ -40,7 +40,7 @@ def test_flops_per_token_is_6n_plus_12lhqt_as_flop_counter_mode_counts_a_trainin
             T.lm_loss(model(x), y).backward()
         return counter.get_total_flops()
 
-    fused = step()  # causal SDPA on the CPU counts 0 FLOPs (ANCHORS): the matmuls alone, 6 per parameter per token
+    fused = step()  # causal SDPA on the CPU counts 0 FLOPs (FlopCounterMode on torch 2.14): the matmuls alone, 6 per parameter per token
     norms = shape.layers * 2 * shape.width + shape.width  # RMSNorm's weights multiply element-wise: no matmul
     assert fused == 6 * (T.parameters(shape) - shape.vocab * shape.width - norms) * tokens
 

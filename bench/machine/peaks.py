@@ -54,7 +54,7 @@ class Device:
         return f"{self.source}; {how}"
 
 
-# Figures: ../shared/ANCHORS.md, "Utilisation against the physical limit" (NVIDIA's datasheets).
+# Figures: NVIDIA's datasheets (the sources above, one per family), dense where a sparsity datasheet prints twice.
 DEVICES = (
     Device("H100 SXM5", r"NVIDIA H100 80GB HBM3|NVIDIA H100 SXM5 80GB", 67.0, 495.0, 989.0, 989.0, _H100),
     Device("H100 PCIe", r"NVIDIA H100 PCIe", 51.0, 378.0, 756.0, 756.0, _H100),
