@@ -104,6 +104,8 @@ def _top(d: dict):
     return max(d.values()) if d else None
 
 
+WARMUP_END_HEADER = "device level at the warm-up's end MiB"   # one reading, after the cache is emptied: read 'whole run'
+WARMUP_PEAK_HEADER = "warm-up peak reserved MiB"   # the H100's DeepLabV3 fp32: 21204 beside 5631 at the warm-up's end
 STEPS_HEADER = "steps (all repeats)"   # 'steps 18, repeats 3' read as 18 per process: the count is their total (6 each)
 
 
@@ -130,10 +132,11 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
                     + [speedup_text(c),
                      efficiency_text(c, ".1%", configs), fmt(c.summary.median_ms, ".2f"), fmt(c.summary.p10_ms, ".2f"),
                      fmt(c.summary.p90_ms, ".2f"), fmt(alloc, ".0f")]
-                    + ([fmt(reserved, ".0f"), fmt(level, ".0f"), fmt(_top(c.run_device_mib), ".0f")] if cuda else [])
+                    + ([fmt(reserved, ".0f"), fmt(level, ".0f"), fmt(_top(c.run_device_mib), ".0f"),
+                        fmt(_top(c.run_reserved_mib), ".0f")] if cuda else [])
                     + utilisation_report.cells(c) + ["loss not finite" if diverged(c) else "unstable" if c.unstable else "stable"])
     mem = ["peak allocated MiB (fullest GPU)", "peak reserved MiB", "device level MiB (nvidia-smi)",
-           "whole run, device level MiB"] if cuda else ["peak RSS MiB (largest process)"]
+           WARMUP_END_HEADER, WARMUP_PEAK_HEADER] if cuda else ["peak RSS MiB (largest process)"]
     tok = ["tokens/s (all devices)", f"tokens/s per {recommend.SINGULAR[u]}"] if tokens else []
     b.append(("table", ["strategy", "precision / settings", u, "global batch", STEPS_HEADER, "repeats", "samples/s", *tok,
                         "speed-up", "efficiency", "median step ms", "p10 ms", "p90 ms", *mem,
@@ -149,9 +152,12 @@ def _workload_blocks(sweep: Sweep, workload: str, configs: list, plot_paths: dic
                    f"of the median step, or repeats spread more than {stats.UNSTABLE_REPEAT_SPREAD:.0%}. At one device a "
                    f"wrapper (DataParallel, DDP) against single device is its overhead, not scaling."
                    + (" Memory is net of the suite's pre-generated batches; the steady peaks are those after the warm-up "
-                      "(its peaks reset); the whole run's device level is read at the warm-up's end, compilation's memory in "
-                      "it, after cuDNN's benchmark search has given its workspaces back (what the allocator held during "
-                      "the warm-up is said beside the budget table where it held more)." if cuda else "")))
+                      "(its peaks reset). The device level at the warm-up's end is one nvidia-smi reading there, "
+                      "compilation's memory in it, taken after PyTorch has emptied the cache cuDNN's benchmark search "
+                      "filled: not the run's peak. The warm-up's peak reserved is the allocator's peak over the warm-up, "
+                      "compilation and that search (their workspaces sized to the memory free, so a smaller GPU "
+                      "searches less rather than runs out); the budget table says it beside its pick where it was "
+                      "higher." if cuda else "")))
     b += utilisation_report.blocks(workload, configs)  # FLOPs, peaks, MFU errors; the GPU's clocks in the window
     numerics = {c.precision: c.numerics for c in configs if c.numerics}
     if cuda and "fp32" in numerics:
