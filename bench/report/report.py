@@ -317,7 +317,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="memory per device the recommendation must fit, GiB (default: the sweep's)")
     parser.add_argument("--peak-tflops", type=peak_arg, default=None,
                         help="dense peak TFLOP/s per device for MFU: a number, or PRECISION=TFLOPS,... (e.g. "
-                        "bf16=989,fp32=67); overrides the table of known GPUs, on every sweep shown (default: the sweep's)")
+                        "bf16=989,fp32=67); overrides the table of known GPUs, on every sweep shown (default: the "
+                        "sweep's); on CPU per process: the peak of the --threads-per-process cores one process runs on, "
+                        "not the machine's")
 
 
 def peak_arg(text: str) -> str:
