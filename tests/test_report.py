@@ -240,9 +240,9 @@ def test_throughput_and_efficiency_plots_show_each_strategy_and_the_ideal_line(c
     fig = plots.throughput_figure(cs, "synthetic", "cuda, 2x " + GPU)
     ax = fig.axes[0]
     lines = {ln.get_label(): list(ln.get_ydata()) for ln in ax.get_lines()}
-    assert set(lines) == {"single device", "DataParallel", "DDP", "ideal linear (from single device x1)"}
+    assert set(lines) == {"single device x1", "DataParallel x1–x2", "DDP x1–x2", "ideal linear (from single device x1)"}
     expected = [raw(path, KEYS[("DDP", n)].format(d="cuda"))["samples_per_s"] for n in (1, 2)]
-    assert lines["DDP"] == pytest.approx(expected)
+    assert lines["DDP x1–x2"] == pytest.approx(expected)
     assert lines["ideal linear (from single device x1)"] == pytest.approx([640.0, 1280.0])
     assert ax.get_xlabel() == "device count (GPUs)" and ax.get_ylabel() == "throughput (samples/s)"
     assert "synthetic on cuda, 2x NVIDIA H100 80GB HBM3" in fig.get_suptitle()
@@ -250,7 +250,7 @@ def test_throughput_and_efficiency_plots_show_each_strategy_and_the_ideal_line(c
     assert "weak scaling" in eff.get_suptitle() and "(%)" in eff.axes[0].get_ylabel()
     eff_lines = {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ln in eff.axes[0].get_lines()}
     # DDP x1 against single is the wrapper's overhead, not scaling: the efficiency plot starts DDP's line at 2
-    assert eff_lines["DDP"] == ([2], [pytest.approx(100 * expected[1] / 640.0 / 2)])
+    assert eff_lines["DDP x2"] == ([2], [pytest.approx(100 * expected[1] / 640.0 / 2)])
 
 
 def test_memory_plot_has_one_bar_per_gpu_and_shows_dataparallel_imbalance(cuda_voc):

@@ -199,7 +199,7 @@ def test_mfu_is_shown_in_the_recommendation_table_plot_side_by_side_and_history(
     assert "MFU against the dense peak (no sparsity) of the precision that ran: H100 SXM5" in md
     fig = utilisation_report.figure(sw.bench["synthetic"], "synthetic", "cuda, H100")
     lines = {ln.get_label(): list(ln.get_ydata()) for ln in fig.axes[0].get_lines()}
-    assert lines["DDP"] == [pytest.approx(ddp.utilisation.mfu * 100)] and "synthetic_utilisation.png" in " ".join(out["plots"])
+    assert lines["DDP x2"] == [pytest.approx(ddp.utilisation.mfu * 100)] and "synthetic_utilisation.png" in " ".join(out["plots"])
     assert fig.axes[0].get_ylabel() == "MFU (% of the dense peak)"
     other = str(tmp_path / "o.sqlite")
     build(other, [(rspec("single", 1), payload(1, 20.0, MLP_FLOPS)), (rspec("ddp", 2), payload(2, 21.0, MLP_FLOPS))])

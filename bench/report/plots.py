@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
+from bench.analysis.labels import label as config_label  # noqa: E402
 from bench.shared.spec import STRATEGY_NAMES  # noqa: E402
 from bench.workloads.usermodel import display_name  # noqa: E402
 
@@ -82,12 +83,25 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
 def _series_style(configs: list) -> dict:
     """Colour by strategy, line style and marker by variant (precision, settings): a variant measured at one count is
     a lone point, where only its marker tells it from the strategy's other variants (three DDP hooks at x2 drew three
-    blue circles)."""
+    blue circles). Its legend label is `series_label`'s."""
     variants = list(dict.fromkeys(c.variant for c in configs))
+    series = _by_series(configs)
     return {c.series: {"color": COLORS.get(c.strategy), "linestyle": STYLES[variants.index(c.variant) % len(STYLES)],
-                       "marker": MARKERS[variants.index(c.variant) % len(MARKERS)],
-                       "label": NAMES.get(c.strategy, c.strategy) + (f" [{c.variant}]" if len(variants) > 1 or c.variant != "fp32" else "")}
+                       "marker": MARKERS[variants.index(c.variant) % len(MARKERS)], "label": series_label(series[c.series])}
             for c in configs}
+
+
+def series_label(cs: list) -> str:
+    """A series' legend label in the one labeller's words (bench.analysis.labels.label, as every table and sentence
+    names a configuration): 'single device x1', 'DDP x1 [bf16]'; over several counts the labeller's with their range,
+    'DDP x1–x8 [bf16]'. The legends read 'single device [fp32]' beside tables that said 'single device x1'."""
+    c = cs[0]
+    counts = sorted({x.device_count for x in cs})
+    first = config_label(c.strategy, counts[0], c.variant)
+    if len(counts) == 1:
+        return first
+    head = f"{NAMES.get(c.strategy, c.strategy)} x{counts[0]}"
+    return f"{head}–x{counts[-1]}{first[len(head):]}"
 
 
 def _label(c) -> str:
@@ -145,14 +159,23 @@ def throughput_figure(configs: list, workload: str, where: str) -> Figure:
     for key, cs in _by_series(configs).items():
         ax.plot([c.device_count for c in cs], [c.samples_per_s * k for c in cs], **style[key])
     draw_spread(ax, configs, style, k, capsize=4)
-    bases = [c for c in configs if c.device_count == 1 and c.strategy == "single"] or [c for c in configs if c.device_count == 1]
-    for b in bases:
+    for b in ideal_bases(configs, counts):
         ax.plot(counts, [b.samples_per_s * k * n for n in counts], ":", color="#999999", alpha=0.7,
                 label=f"ideal linear (from {_label(b)})")
     ax.set(xlabel=_devices_label(configs), ylabel=ylabel, xticks=counts)
     ax.set_ylim(bottom=0)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")  # beside the axes: it covers no point
     return fig
+
+
+def ideal_bases(configs: list, counts: list) -> list:
+    """The 1-device configurations an ideal-linear line starts from (single where it ran, else every 1-device one);
+    none where the sweep ran one count only: a line over one count draws nothing, and its legend entry listed lines the
+    plot did not show."""
+    if len(counts) < 2:
+        return []
+    return ([c for c in configs if c.device_count == 1 and c.strategy == "single"]
+            or [c for c in configs if c.device_count == 1])
 
 
 SPREAD_LABEL = "whiskers: range of its processes"
@@ -211,7 +234,9 @@ def overview_figure(configs: list, workload: str, where: str, picks: list = (), 
     candidates of each pair where the summary reads 'not resolved' (`open_pairs`, `_marks`)."""
     style = _series_style(configs)
     star, ring = _marks(list(picks), list(open_pairs))
-    entries = (len(_by_series(configs)) + 1 + bool(star) + bool(ring)   # the series, ideal, the marks drawn,
+    counts = sorted({c.device_count for c in configs})
+    bases = ideal_bases(configs, counts)
+    entries = (len(_by_series(configs)) + bool(bases) + bool(star) + bool(ring)   # the series, ideal, the marks drawn,
                + any(process_span(c) for c in configs))                  # and the whiskers' entry
     ncol = 1 if max(len(v["label"]) for v in style.values()) > 34 else 2   # long settings' labels: one column, wider
     rows = math.ceil(entries / ncol)
@@ -221,12 +246,10 @@ def overview_figure(configs: list, workload: str, where: str, picks: list = (), 
     fig = Figure(figsize=(max(4.6, 0.8 + 0.06 * longest * (2 if ncol == 2 else 1)), 3.0 + 0.17 * rows), layout="constrained")
     ax = fig.subplots()
     fig.suptitle(f"{workload}: throughput against device count\n{where}".replace("$", r"\$"), fontsize="medium")
-    counts = sorted({c.device_count for c in configs})
     k, ylabel = throughput_axis(configs)
     for key, cs in _by_series(configs).items():
         ax.plot([c.device_count for c in cs], [c.samples_per_s * k for c in cs], markersize=4, **style[key])
     draw_spread(ax, configs, style, k, capsize=2.5)
-    bases = [c for c in configs if c.device_count == 1 and c.strategy == "single"] or [c for c in configs if c.device_count == 1]
     for i, b in enumerate(bases):
         ax.plot(counts, [b.samples_per_s * k * n for n in counts], ":", color="#999999", alpha=0.7, label="ideal" if not i else None)
     _draw_marks(ax, star, ring, k)
@@ -248,8 +271,8 @@ def efficiency_figure(configs: list, workload: str, where: str) -> Figure:
     style = _series_style(configs)
     for key, cs in _by_series(configs).items():
         cs = [c for c in cs if not math.isnan(c.efficiency) and (c.device_count > 1 or c.strategy == "single")]
-        if cs:
-            ax.plot([c.device_count for c in cs], [c.efficiency * 100 for c in cs], **style[key])
+        if cs:   # named by the points drawn: a wrapper's x1 is left out
+            ax.plot([c.device_count for c in cs], [c.efficiency * 100 for c in cs], **{**style[key], "label": series_label(cs)})
     ax.axhline(100, linestyle="--", color="#999999", label="ideal (100%)")
     if max(counts) == 1:
         ax.text(0.5, 0.5, "one device only: no scaling to show\n(a wrapper's overhead at one device is in the report's table)",

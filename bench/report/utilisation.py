@@ -81,8 +81,8 @@ def blocks(workload: str, configs: list) -> list:
     sampled = [c for c in configs if c.gpu is not None]
     if sampled:
         out.append(("h", 3, f"{workload}: the GPU's state in the measured window"))
-        out.append(("table", ["configuration", "precision / settings", "SM clock (median of max)",
-                              "power W (median of limit)", "hottest °C", "throttled", "samples"],
+        out.append(("table", ["configuration", "precision / settings", "SM clock, median (of max)",
+                              "power W, median (of limit)", "hottest °C", "throttled", "samples"],
                     [[c.label, c.variant, c.gpu.clock_text(), c.gpu.power_text(),
                       f"{c.gpu.temperature_max_c:.0f}", throttle_cell(c), str(c.gpu.samples)] for c in sampled]))
         out.append(("p", f"Sampled from NVML every {INTERVAL_S * 1e3:.0f} ms by a thread beside the measured window (it "
