@@ -66,15 +66,19 @@ def applies(cfg: SweepConfig, name: str) -> bool:
 
 
 def _noise_line(cfg: SweepConfig) -> str:
-    """'process noise: synthetic single [fp32] and [bf16] each run in 3 processes, ...': the probe of every precision
-    (bench.sweep.plan.noise_probes), since a figure measured at one precision does not speak for another."""
+    """'process noise: single of synthetic [fp32] and [bf16], of deeplabv3 [fp32] and [bf16] each run in 3 processes,
+    ...': the probe of every workload and precision (bench.sweep.plan.noise_probes), since a figure measured at one
+    precision, or of one model, does not speak for another."""
     probes = noise_probes(cfg)
-    wl, strategy = probes[0][:2]
+    strategy = probes[0][1]
+    by_wl = {}
+    for p in probes:
+        by_wl.setdefault(p[0], []).append(f"[{p[2]}]")
+    what = ", ".join(f"{wl} {' and '.join(ps)}" for wl, ps in by_wl.items())
     several = len(probes) > 1
-    return (f"process noise: {wl} {strategy} {' and '.join(f'[{p[2]}]' for p in probes)} "
-            f"{'each run' if several else 'runs'} in {cfg.noise_repeats} processes, the spread every single-process "
-            f"comparison {'at that precision ' if several else ''}of this device is held against "
-            "(--noise-repeats sets how many)")
+    return (f"process noise: {strategy} of {what} {'each run' if several else 'runs'} in {cfg.noise_repeats} processes, "
+            f"the spread every single-process comparison {'of that model at that precision ' if several else ''}on this "
+            "device is held against (--noise-repeats sets how many)")
 
 
 # ---------------------------------------------------------------- the plan's length, guessed before anything runs

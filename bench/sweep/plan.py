@@ -130,20 +130,22 @@ def _global_batch(cfg: SweepConfig, info: WorkloadInfo, n: int) -> int:
     return pdb * n if cfg.scaling == "weak" else (cfg.global_batch or pdb * max(cfg.gpus))
 
 
-def noise_probe(cfg: SweepConfig, precision: Optional[str] = None) -> tuple:
+def noise_probe(cfg: SweepConfig, precision: Optional[str] = None, workload: Optional[str] = None) -> tuple:
     """(workload, strategy, precision, channels_last, compile, optimizer) of the configuration that runs in
-    --noise-repeats processes at `precision` (default: the sweep's first): the cheapest one, single at 1 device (else the
-    first strategy at the smallest count) in the first of every other axis, of the synthetic MLP where the sweep trains it."""
-    wl = "synthetic" if "synthetic" in cfg.workloads else cfg.workloads[0]
+    --noise-repeats processes for `workload` (default: the synthetic MLP where the sweep trains it, else the first) at
+    `precision` (default: the sweep's first): the cheapest one, single at 1 device (else the first strategy at the
+    smallest count) in the first of every other axis."""
+    wl = workload or ("synthetic" if "synthetic" in cfg.workloads else cfg.workloads[0])
     strategy = "single" if "single" in cfg.strategies else cfg.strategies[0]
     return wl, strategy, precision or cfg.precision[0], cfg.channels_last[0], cfg.compile[0], cfg.optimizer[0]
 
 
 def noise_probes(cfg: SweepConfig) -> list:
-    """`noise_probe` at every precision of the sweep: noise measured at one precision does not speak for another (one
-    H200's DeepLabV3 single x1: three fp32 processes 0.6% apart, compute-bound; two bf16 ones at 144 and 200 samples/s,
-    host-bound), so each precision's single-process comparisons are held against their own precision's processes."""
-    return [noise_probe(cfg, p) for p in cfg.precision]
+    """`noise_probe` of every workload at every precision of the sweep: noise measured at one precision does not speak
+    for another (one H200's DeepLabV3 single x1: three fp32 processes 0.6% apart, compute-bound; two bf16 ones at 144
+    and 200 samples/s, host-bound), nor one model's for another's (the MLP's 3 ms steps against DeepLabV3's host-bound
+    bf16 ones), so each workload's single-process comparisons at a precision are held against its own processes."""
+    return [noise_probe(cfg, p, wl) for wl in cfg.workloads for p in cfg.precision]
 
 
 def bench_specs(cfg: SweepConfig, machine: Machine) -> list:
