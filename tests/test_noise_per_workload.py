@@ -1,5 +1,5 @@
 """The process noise a workload's verdicts rest on is that workload's, or names the workload it came from
-(bench.analysis.process_noise). The default CUDA sweep repeats the synthetic MLP alone (bench.sweep.plan.noise_probe):
+(bench.analysis.process_noise). Before 2026-11-27 the default CUDA sweep repeated the synthetic MLP alone (bench.sweep.plan.noise_probe; every workload since):
 every DeepLabV3 lead was held against the MLP's 3 ms steps and worded "0.5%, this sweep's spread between the 3
 processes of single device x1", which a user reads as DeepLabV3's single x1."""
 from __future__ import annotations
