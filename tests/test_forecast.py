@@ -128,7 +128,7 @@ def test_the_check_forecasts_x2_from_x1_on_the_machine_measured_at_x2_and_stores
     assert "0 of 1 measured inside the range" in stdout
     assert "compute -8%" in stdout            # x1's 30 ms against x2's own 35 ms under no_sync, over 60 ms
     assert "basis: machine at x2" in stdout and "nothing of x2's training read" in stdout
-    assert "memory 200 MiB against 220 measured (-9%" in stdout
+    assert "memory 200 MiB (no range: no input measured twice) against 220 measured (-9%" in stdout   # one process
     conn = sqlite3.connect(hand_store)
     (err, frm, basis, judged, mem_err), = conn.execute(
         "SELECT error, from_counts, basis, judged_sweep, mem_error FROM forecasts WHERE strategy = 'ddp'").fetchall()
@@ -331,7 +331,7 @@ def test_the_report_draws_the_forecast_with_its_range_and_its_check(hand_store, 
     for name in ("synthetic_forecast.png", "synthetic_forecast_memory.png"):
         assert os.path.isfile(tmp_path / "plots" / name) and name in section
     assert (f"| synthetic DDP [fp32] | 2 | 1 | {X2_FROM_X1:.2f} | {X2_FROM_X1:.2f}-{X2_FROM_X1:.2f} | 60.00 | {err:+.1%} | "
-            "no | -9% | machine at x2") in section
+            "no | 200 / 220 | -9% | no | machine at x2") in section
     assert "| synthetic DDP [fp32] | 1024 | 512 |" in section and "| setting | devices | nodes | step ms |" in section
     assert ("| synthetic DataParallel [fp32] | 1024 | 512 | – | – | – | – | – | refused: DataParallel is one process driving"
             in section)

@@ -373,7 +373,8 @@ def test_a_version_5_store_migrates_and_its_interference_reads_with_its_spread_u
     from bench.store import forecasts, schema
     path = str(tmp_path / "v5.sqlite")
     v5 = (schema.SCHEMA.replace(", rounds_json TEXT", "")
-          .replace("forecast_step_ms_low REAL, forecast_step_ms_high REAL, in_range INTEGER,", ""))
+          .replace("forecast_step_ms_low REAL, forecast_step_ms_high REAL, in_range INTEGER,", "")
+          .replace("forecast_mem_mib_low REAL, forecast_mem_mib_high REAL, mem_in_range INTEGER,", ""))
     assert v5 != schema.SCHEMA and "rounds_json" not in v5 and "in_range" not in v5
     conn = sqlite3.connect(path)
     conn.executescript(v5 + ";PRAGMA user_version = 5;")

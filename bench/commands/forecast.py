@@ -208,7 +208,8 @@ def main(argv: list) -> int:
             print("  " + cost_line(s, pts, price, ns.prices.unit()))
         mems = [p.memory for p in whatifs[0][1] if p.memory is not None]
         if mems:
-            print(f"  memory: {mm.fit_words(mems, budget, s.strategy, budget_name, per_node)}"
+            highs = {p.count: p.range_of("memory_mib")[1] for p in whatifs[0][1] if p.memory is not None}
+            print(f"  memory: {mm.fit_words(mems, budget, s.strategy, budget_name, per_node, highs)}"
                   + batches.over_words(s, budget, rf.frontier.held_mib(s.configs[min(s.configs)]))
                   + f"; at {mems[-1].count}: "
                   + ", ".join(f"{k} {v:.0f}" for k, v in mems[-1].parts.items()) + " MiB"
@@ -239,8 +240,11 @@ def _check(ns, f, judged) -> int:
             continue
         split = (f" (compute {r['compute_error']:+.0%}, communication and waiting {r['error'] - r['compute_error']:+.0%})"
                  if r.get("compute_error") is not None else "")
-        mem = (f"; memory {r['forecast_mem_mib']:.0f} MiB against {r['measured_mem_mib']:.0f} measured "
-               f"({r['mem_error']:+.0%}, {r['mem_method']})" if r.get("mem_error") is not None else "")
+        mem = (f"; memory {r['forecast_mem_mib']:.0f} MiB"
+               + brackets.check_range(r.get("forecast_mem_mib_low"), r.get("forecast_mem_mib_high"), 0, "MiB")
+               + f" against {r['measured_mem_mib']:.0f} measured ({r['mem_error']:+.0%}, {r['mem_method']})"
+               + {1: ", inside its range", 0: ", outside its range"}.get(r.get("mem_in_range"), "")
+               if r.get("mem_error") is not None else "")
         ranged = brackets.check_range(r.get("forecast_step_ms_low"), r.get("forecast_step_ms_high"))
         inside = {1: ", inside the range", 0: ", outside the range"}.get(r.get("in_range"), "")
         print(head + f"forecast {r['forecast_step_ms']:.2f} ms from x{r['from_counts']}{ranged}, measured "
@@ -249,9 +253,11 @@ def _check(ns, f, judged) -> int:
     if done:
         errs = [abs(r["error"]) for r in done]
         ranged = [r for r in done if r.get("in_range") is not None]
+        mems = [r for r in done if r.get("mem_in_range") is not None]
         print(f"  {len(done)} configuration(s) checked: mean |error| {sum(errs) / len(errs):.1%}, max {max(errs):.1%} "
               f"(published: dPRO 14%, vTrain 8.4-14.7%, Lumos 3.3%); "
               + (f"{sum(r['in_range'] for r in ranged)} of {len(ranged)} measured inside the range; " if ranged else "")
+              + (f"memory: {sum(r['mem_in_range'] for r in mems)} of {len(mems)} peaks inside its range; " if mems else "")
               + f"stored in the forecasts table of {ns.store}")
         conn = store.connect(ns.store)
         try:

@@ -14,9 +14,9 @@ Basis of a check at count n (stored with each row, printed beside it):
   later sweep         the forecast read only an earlier sweep (its training and its machine measurements); the
                       measurement judged is another sweep's (`forecast --against SWEEP`)
 Where no basis exists (no network below and none at x n) the row says why and holds no error. Each row holds the
-forecast's range (bench.forecast.spread) and whether the measurement fell inside it; `assumed_words` says what a
-forecast assumed and how far it erred where the sweep measured a count (`assumed`: what it assumed, the one list the
-terminal, the report's text and its plot all name).
+forecast's range (bench.forecast.spread) of the step and of the memory, and whether each measurement fell inside it;
+`assumed_words` says what a forecast assumed and how far it erred where the sweep measured a count (`assumed`: what it
+assumed, the one list the terminal, the report's text and its plot all name).
 """
 from __future__ import annotations
 
@@ -93,8 +93,13 @@ def _row(s: fs.Setting, target, inp, machine: fs.Machine, basis: str, judged_swe
     again = raw.sync if raw is not None and s.strategy in ("ddp", "zero") else None
     row["noise"] = again["step_ms"] / target.summary.median_ms - 1 if again else None
     if p.memory is not None and raw is not None and raw.peak_mib is not None:
+        # the range of what the peak is held to: the table's (device level) less the runtime carried as measured
+        mlo, mhi = (v - p.memory.runtime_mib for v in p.range_of("memory_mib"))
         row.update(forecast_mem_mib=p.memory.checked_mib, measured_mem_mib=raw.peak_mib, mem_method=raw.peak_method,
-                   mem_error=p.memory.checked_mib / raw.peak_mib - 1 if raw.peak_mib > 0 else None)
+                   mem_error=p.memory.checked_mib / raw.peak_mib - 1 if raw.peak_mib > 0 else None,
+                   forecast_mem_mib_low=None if math.isnan(mlo) else mlo,
+                   forecast_mem_mib_high=None if math.isnan(mhi) else mhi,
+                   mem_in_range=None if math.isnan(mlo) else int(mlo <= raw.peak_mib <= mhi))
     row["why"] = why(row, inp, mine) if abs(row["error"]) > CHECK_TARGET else ""
     return row
 

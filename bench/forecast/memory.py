@@ -2,7 +2,7 @@
 
     base = base_of(raw, config)                      # Base: the state one rank held at the measured count, and the rest
     m = per_device(base, "fsdp", count, options)     # Memory: the breakdown (MiB) and its total
-    fit_words(points, budget_mib, strategy, name)    # 'fits in the GPU's 79.18 GiB at every count'
+    fit_words(points, budget_mib, strategy, name, highs=None)   # 'fits in the GPU's 79.18 GiB at every count'
     budget(sweep, given_gib) -> (MiB, TYPED | SWEPT | GPU | '')   # the budget the report and the forecast hold to
     budget_text(mib)                                 # '79.18 GiB', '431 MiB': the one format of a budget on a page
 
@@ -187,18 +187,34 @@ def budget(sweep, given_gib: Optional[float] = None) -> tuple:
     return (gpu, GPU) if gpu else (None, "")
 
 
-def fit_words(points: list, budget_mib: Optional[float], strategy: str, name: str = "", per_node: int = 0) -> str:
+def fit_words(points: list, budget_mib: Optional[float], strategy: str, name: str = "", per_node: int = 0,
+              highs: Optional[dict] = None) -> str:
     """'fits in NAME at every count' / 'fits from N devices' / 'does not fit up to N', over [Memory] in count order.
     name: which budget it is ("the sweep's 16.00 GiB budget", "the GPU's 139.80 GiB"; default its size, `budget_text`,
     not a second format of it: '0.421 GiB' beside the page's '431 MiB'): a fit sweep's forecast read 'fits in 140 GiB'
     at 17.5 GiB per device while the same page held it to the sweep's 16 GiB. per_node (CPU: the processes a node
     runs; 0 on CUDA): the budget is a node's, held against its processes' peak RSS summed, as the report's memory
-    section holds it (bench.analysis.fit.budget_peak), not against one process's."""
+    section holds it (bench.analysis.fit.budget_peak), not against one process's. highs ({count: MiB per device}: the
+    high end of each count's range, bench.forecast.spread): where one passes the budget the central fits under, what
+    fits at the high end follows ('; at its range's high end it fits ... up to 4 devices', '...; at its range's high end
+    FSDP fits from 4 devices'): 79.5 GiB (78.9-80.3) read 'fits in 80 GiB at every count'."""
     if budget_mib is None:
         return ("no memory budget: --memory-budget-gib sets one, held against a node's processes summed" if per_node
                 else "no memory budget: --memory-budget-gib (CUDA: the device's memory) sets one")
     name = (name or budget_text(budget_mib)) + (" per node" if per_node else "")
-    held = {m.count: m.device_mib * (min(m.count, per_node) if per_node else 1) for m in points}
+    x = {m.count: min(m.count, per_node) if per_node else 1 for m in points}
+    held = {m.count: m.device_mib * x[m.count] for m in points}
+    said = _verdict(points, held, budget_mib, strategy, name, per_node)
+    top = {n: (highs or {}).get(n, math.nan) * x[n] for n in held}
+    top = {n: v if v >= held[n] else held[n] for n, v in top.items()}      # nan (no range) leaves the central
+    if any(held[n] <= budget_mib < top[n] for n in held):
+        high = _verdict(points, top, budget_mib, strategy, name, per_node)
+        said += "; at its range's high end " + (high.split("; ")[-1] if "; " in high else "it " + high)
+    return said
+
+
+def _verdict(points: list, held: dict, budget_mib: float, strategy: str, name: str, per_node: int) -> str:
+    """`fit_words`' verdict on `held` ({count: MiB held to the budget})."""
     ok = [m.count for m in points if held[m.count] <= budget_mib]
     if not ok:
         least = min(held.values())

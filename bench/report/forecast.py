@@ -39,6 +39,16 @@ def _text(v: float, spec: str) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
+def _memory(r: dict) -> str:
+    """The check's memory cell: '200 (195-205) / 220', the forecast peak with its range (where drawn and told apart:
+    bench.forecast.brackets) and the measured; '–' where memory was not checked."""
+    if r.get("forecast_mem_mib") is None or r.get("measured_mem_mib") is None:
+        return "–"
+    lo, hi = r.get("forecast_mem_mib_low"), r.get("forecast_mem_mib_high")
+    ranged = "" if brackets.flat(lo, hi) else f" ({brackets.ends(lo, hi, 0)})"
+    return f"{r['forecast_mem_mib']:.0f}{ranged} / {r['measured_mem_mib']:.0f}"
+
+
 def own_mfu(s: fs.Setting, p: fs.Point, c=None) -> tuple:
     """(MFU, the higher of MFU and HFU) a row reaches on its own throughput (a measured row's c: its windows'), against
     the setting's peak and FLOPs; nan without them."""
@@ -166,12 +176,13 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
         checked = [r for r in check if r.get("error") is not None]
         inside = [r for r in checked if r.get("in_range") is not None]
         mems = [p.memory for p in ws[0][1] if p.memory is not None]
+        highs = {p.count: p.range_of("memory_mib")[1] for p in ws[0][1] if p.memory is not None}
         sentences.append(batched(s, fo.recommendation(s, ws[0][1], ws, on))
                          + (f"; checked at x{','.join(str(r['device_count']) for r in checked)} with errors "
                             f"{', '.join(format(r['error'], '+.0%') for r in checked)}"
                             + (f", {sum(r['in_range'] for r in inside)} of {len(inside)} inside the range" if inside else "")
                             if checked else "; not checked (one measured count)")
-                         + (f"; memory: {mm.fit_words(mems, budget, s.strategy, budget_name, per_node)}"
+                         + (f"; memory: {mm.fit_words(mems, budget, s.strategy, budget_name, per_node, highs)}"
                             + batches.over_words(s, budget, frontier.held_mib(s.configs[min(s.configs)]))
                             if mems else ""))
         moves = fo.below_words(ws, fo.DOUBLING[-1], on_short) if len(ws) > 1 else ""
@@ -189,7 +200,8 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
             checks.append([s.label, str(r["device_count"]), r.get("from_counts") or "–",
                            _text(r.get("forecast_step_ms"), ".2f"), ranged, _text(r["measured_step_ms"], ".2f"),
                            _text(r.get("error"), "+.1%"), {1: "yes", 0: "no"}.get(r.get("in_range"), "–"),
-                           _text(r.get("mem_error"), "+.0%"), r.get("basis") or "–",
+                           _memory(r), _text(r.get("mem_error"), "+.0%"),
+                           {1: "yes", 0: "no"}.get(r.get("mem_in_range"), "–"), r.get("basis") or "–",
                            r.get("why") or ("within 10%" if r.get("error") is not None else "–")])
     b += [("p", s + ".") for s in sentences]
     net = m.net
@@ -230,5 +242,6 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
                        + (" (on CPU both less the process's RSS before its model: what the model moves)." if cpu else
                           ".")))
         b.append(("table", ["setting", "devices", "from", "forecast ms", "range ms", "measured ms", "error", "inside",
-                            "memory error", "basis", "beyond 10%: why"], checks))
+                            "memory MiB (range) / measured", "memory error", "memory inside", "basis", "beyond 10%: why"],
+                  checks))
     return b

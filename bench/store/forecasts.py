@@ -13,7 +13,7 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from bench.store import store
-from bench.store.schema import FORECAST_COLUMNS
+from bench.store.schema import FORECAST_COLUMNS, add_late_columns
 
 
 @dataclass
@@ -60,6 +60,7 @@ def write_validation(conn: sqlite3.Connection, sweep_id: int, rows: list) -> Non
     if not rows:
         return
     with store.transaction(conn):
+        add_late_columns(conn)     # a version-6 store written before the memory's range (bench.store.schema.LATE_V6)
         conn.executemany(f"INSERT OR REPLACE INTO forecasts (sweep_id, {', '.join(FORECAST_COLUMNS)}) "
                          f"VALUES (?, {', '.join('?' * len(FORECAST_COLUMNS))})",
                          [[sweep_id] + [r.get(c) if c != "judged_sweep" else r.get(c) or sweep_id for c in FORECAST_COLUMNS]

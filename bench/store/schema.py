@@ -42,8 +42,8 @@
     forecasts     the forecast's check against the truth: each measured count forecast from what the check may read
                   (basis: nothing of the judged count, or only the machine's own measurements there), beside the
                   measurement of its sweep or of a later one (judged_sweep), step time and memory per device, with
-                  the errors, the range the inputs' spreads give the step and whether the measurement fell inside it
-                  (bench.commands.forecast)
+                  the errors, the range the inputs' spreads give the step and the memory, and whether each
+                  measurement fell inside its range (bench.commands.forecast)
 """
 from __future__ import annotations
 
@@ -75,6 +75,8 @@ SCHEMA_HISTORY = {
        "round's raw times, ms: [comm_alone, comm_contended, load_contended, load_alone], co_run [solo, together] per "
        "chunk; older rows none: their spread unknown); forecasts gain forecast_step_ms_low and forecast_step_ms_high "
        "(the range the inputs' spreads give the forecast step) and in_range (the measured step inside it: 1 or 0; "
+       "older rows none), and later forecast_mem_mib_low, forecast_mem_mib_high and mem_in_range (the memory's range "
+       "and the measured peak inside it; added to a version-6 store without them when a check is next written, "
        "older rows none); "
        "traces gain work_ms (the device's computation and copies over the traced steps, collectives left out: a "
        "kernel waiting for a peer is not work), devices_json (the same figures per GPU: a DataParallel process drives "
@@ -227,6 +229,7 @@ CREATE TABLE IF NOT EXISTS forecasts (
     compute_error REAL, noise REAL, why TEXT, network TEXT, created_at TEXT NOT NULL,
     basis TEXT, forecast_mem_mib REAL, measured_mem_mib REAL, mem_error REAL, mem_method TEXT,
     forecast_step_ms_low REAL, forecast_step_ms_high REAL, in_range INTEGER,
+    forecast_mem_mib_low REAL, forecast_mem_mib_high REAL, mem_in_range INTEGER,
     PRIMARY KEY (sweep_id, judged_sweep, config_key)
 );
 """
@@ -255,7 +258,10 @@ FORECAST_COLUMNS = ("judged_sweep", "config_key", "workload", "strategy", "varia
                     "forecast_step_ms", "measured_step_ms", "error", "forecast_samples_per_s", "measured_samples_per_s",
                     "compute_error", "noise", "why", "network", "created_at", "basis", "forecast_mem_mib",
                     "measured_mem_mib", "mem_error", "mem_method", "forecast_step_ms_low", "forecast_step_ms_high",
-                    "in_range")
+                    "in_range", "forecast_mem_mib_low", "forecast_mem_mib_high", "mem_in_range")
+# Columns added to version 6 after stores of it were written (additive: no version of their own). A version-6 store
+# without them reads as before (its rows' values None); the first check written into it adds them (`add_late_columns`).
+LATE_V6 = {"forecasts": ("forecast_mem_mib_low REAL", "forecast_mem_mib_high REAL", "mem_in_range INTEGER")}
 
 
 def create(conn: sqlite3.Connection) -> None:
@@ -267,6 +273,16 @@ def create(conn: sqlite3.Connection) -> None:
 
 def _columns(conn: sqlite3.Connection, table: str) -> list:
     return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+
+
+def add_late_columns(conn: sqlite3.Connection) -> None:
+    """Give a version-6 store the columns added to its version since it was written (LATE_V6), inside the caller's
+    write transaction; a store that has them is left as it is."""
+    for table, cols in LATE_V6.items():
+        have = _columns(conn, table)
+        for col in cols:
+            if col.split()[0] not in have:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {col}")
 
 
 def _rebuild(conn: sqlite3.Connection, table: str, fill: dict) -> None:
@@ -338,5 +354,6 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
                 conn.execute(f"ALTER TABLE results ADD COLUMN {col}")
         create(conn)  # the gpu_samples table
         version = 6
+    add_late_columns(conn)  # the forecast check's memory range (LATE_V6): a version-6 store may lack them too
     conn.execute("PRAGMA legacy_alter_table = OFF")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
