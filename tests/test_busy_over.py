@@ -40,3 +40,23 @@ def test_the_traced_steps_own_wall_time_stands_beside_the_error(deeplabv3):
     assert "(99% of the traced steps' own wall time, 112.0 ms)" in busy(slower).error()
     own = dataclasses.replace(c, traces=[dict(t, traced_step_ms=108.4) for t in c.traces])     # the store's 3 steps
     assert "(102% of the traced steps' own wall time, 108.4 ms)" in busy(own).error()
+
+
+def test_a_verdict_on_an_old_windows_figure_rests_on_the_traced_steps_own_kernels_at_the_least(tmp_path, monkeypatch):
+    # The store's 103% was read by the window from the host's start (it counted the step before the first traced one):
+    # the bound is read on 111.0 ms less the 5.2 ms that window ran past the traced steps, at least 98% of the step,
+    # never on the error itself ('compute-bound (GPU busy 103%: over 100%, a measurement error)').
+    from bench.report import bound
+    from tests.conftest import H100_2026_11_26, example_stores
+    sweep = example_stores(H100_2026_11_26, ("gpu.sqlite",), tmp_path, monkeypatch)("gpu.sqlite", 1)
+    deeplabv3 = {c.label: c for c in sweep.bench["deeplabv3"]}
+    c = deeplabv3["single device x1"]
+    b = busy(c)
+    mended = b.without_lag()
+    assert b.old_window and mended is not None and not mended.over
+    assert mended.work_ms == pytest.approx(b.work_ms - b.lag_ms) and mended.share == pytest.approx(0.98, abs=0.01)
+    assert mended.words() == "GPU busy at least 98%, the old window's 103% less its lag"
+    kind, sentence = bound.bound(sweep, "deeplabv3", c)
+    assert "measurement error" not in kind and "GPU busy at least 98%" in kind, kind
+    assert "the store's 103% came from the old window" in sentence and "rests on it" not in sentence, sentence
+    assert busy(deeplabv3["DDP x1"]).without_lag() is None   # 94%: nothing to mend

@@ -371,12 +371,13 @@ def test_a_fit_sweeps_unmeasured_bound_says_fit_does_not_trace_and_how_to_get_th
                                               (spec("ddp", 1, "bf16"), {**payload(1, 60.0), "fit": found})])
     assert sw.fit and [c.label for c in sw.bench["synthetic"]] == ["DDP x1 [bf16]"]
     t = " ".join(recommend.sentences(sw, "synthetic", sw.bench["synthetic"], "bf16"))
-    assert ("What bounds the step is not measured: fit's measured runs are not traced (fit refuses --profile), so DDP x1 "
-            "[bf16] has no kernel traces; a sweep of it at that batch (--per-device-batch 32) traces a few steps after its "
-            "measured window on CUDA and measures the bound; measured: data waits") in t, t
+    assert ("What bounds the step is not measured: this fit's measured runs left no kernel traces of DDP x1 [bf16] (a fit "
+            "stored before fit traced its measured runs on CUDA, or a profiler that failed, as the traces' notes say); a "
+            "sweep of it at that batch (--per-device-batch 32) traces a few steps after its measured window on CUDA and "
+            "measures the bound; measured: data waits") in t, t
     assert "--no-profile" not in t
     row = recommend.answer(sw, "synthetic", sw.bench["synthetic"], "bf16")[0]
-    assert row[7] == "not measured (fit's runs are not traced)" and bound.bound_category(row[7]) == "not measured"
+    assert row[7] == "not measured (this fit's runs left no traces)" and bound.bound_category(row[7]) == "not measured"
     plain = build(str(tmp_path / "plain.sqlite"), [(spec("ddp", 1, "bf16"), payload(1, 60.0))])   # a sweep: as before
     assert "no kernel traces of DDP x1 [bf16] (on CUDA a few traced steps run" in text(plain)
 

@@ -79,13 +79,14 @@ def bound(sweep: Sweep, workload: str, c) -> tuple:
                 f"processes' own work on the cores, which is not split into computation and the host's overhead on CPU "
                 f"(no device sits idle waiting for it) {where(workload, 'phases')}.")
     b = busy(c)
+    b = (b.without_lag() or b) if b is not None else None   # a figure over 100% of the old window: its own kernels
     if b is None:
         if not math.isnan(comm) and comm > COMM_BOUND:
             return f"communication ({comm:.0%})", _comm_sentence(c, comm, workload)
         measured = (f"measured: data waits {_share(wait / step) if not math.isnan(wait) else 'not recorded'}"
                     f"{comm_words} {where(workload, 'phases')}.")
         if sweep.fit:
-            return "not measured (fit's runs are not traced)", f"What bounds the step is not measured: {_fit_untraced(c)}; {measured}"
+            return "not measured (this fit's runs left no traces)", f"What bounds the step is not measured: {_fit_untraced(c)}; {measured}"
         return "not measured (no kernel traces)", (
             f"What bounds the step is not measured: no kernel traces of {c.label} (on CUDA a few traced steps run after "
             f"every measured window unless --no-profile; a failed profiler says why in the traces' notes); {measured}")
@@ -164,7 +165,8 @@ def _compute_sentence(b, comm_words: str, workload: str, mfu: float) -> str:
                 f"not a full GPU, and the verdict ({floor}) rests on it{comm_words} (table: {workload}: profiler "
                 f"traces, with its likely cause).")
     return (f"Compute-bound: the GPU's computation and copies fill {b.share:.0%} of a {b.step_ms:.1f} ms step "
-            f"({b.work_ms:.1f} ms from its kernel traces; {floor}){comm_words} (table: {workload}: profiler traces).")
+            f"({b.work_ms:.1f} ms from its kernel traces{b.mended()}; {floor}){comm_words} (table: {workload}: profiler "
+            f"traces).")
 
 
 def _mfu(c) -> float:
@@ -187,7 +189,7 @@ def _gpu_bound(sweep: Sweep, c, b, mfu: float, comm_words: str, workload: str) -
                 f"not a full GPU, and the verdict ({COMPUTE_BOUND_BUSY:.0%} or more busy) rests on it")
     else:
         head = (f"GPU-bound: the GPU's computation and copies fill {b.share:.0%} of a {b.step_ms:.1f} ms step "
-                f"({b.work_ms:.1f} ms from its kernel traces): the GPU's kernels, not the host, set the pace")
+                f"({b.work_ms:.1f} ms from its kernel traces{b.mended()}): the GPU's kernels, not the host, set the pace")
     they = "; its kernels" if b.over else ", but they"
     how = (f"{they} reach {mfu:.1%} MFU, under the {KERNELS_NEAR_PEAK:.0%} of the math units' dense peak that reads "
            "compute-bound" if known else
@@ -224,8 +226,8 @@ def _rehearsal_host(c, b, comm_words: str, workload: str) -> str:
 def _fit_untraced(c) -> str:
     """Fit refuses --profile, so "no kernel traces ... unless --no-profile" would send its reader after a flag never
     passed: its runs are not traced; a sweep at the batch fit found traces a few steps after its window on CUDA."""
-    return (f"fit's measured runs are not traced (fit refuses --profile), so {c.label} has no kernel traces; a sweep of it "
-            f"at that batch (--per-device-batch {c.global_batch // max(1, c.device_count)}) traces a few steps after its "
+    return (f"this fit's measured runs left no kernel traces of {c.label} (a fit stored before fit traced its measured "
+            f"runs on CUDA, or a profiler that failed, as the traces' notes say); a sweep of it at that batch (--per-device-batch {c.global_batch // max(1, c.device_count)}) traces a few steps after its "
             f"measured window on CUDA and measures the bound")
 
 
