@@ -32,9 +32,6 @@ from bench.shared.spec import STRATEGY_NAMES
 EFFICIENT = whatif.EFFICIENT                      # below this, scaling stops paying (0.75)
 GPU_PRESETS = (("H100", "h100"), ("H200", "h100"), ("A100", "a100"), ("V100", "v100"))
 DOUBLING = tuple(2**k for k in range(1, 11))      # 2 .. 1024: past one device
-# Defined in bench.forecast.overhead, which bench/ imports them from; kept here only for the tests that still read them
-# through outlook (test_verdicts, test_verdicts_leftovers, test_choice_round2, test_report): new code imports overhead.
-wrapper_overhead, own_baseline = overhead.wrapper_overhead, overhead.own_baseline
 what_ifs = whatif.what_ifs                        # [(what, [Point])]: this network first (bench.forecast.whatif)
 first_below, network_sets = whatif.first_below, whatif.network_sets   # the first count under 75%; what sets it
 on_words = whatif.on_words                        # the network a verdict is on: 'this network' only where measured
