@@ -25,7 +25,7 @@ def test_kernels_under_the_median_but_past_the_traced_step_are_no_over_100_perce
     b = busy(_single(111.0, 112.0, 108.4))
     assert not b.over and b.error() == ""
     assert b.words() == "GPU busy 99%"
-    assert "over 100%" not in bound._compute_sentence(b, "", "w")
+    assert "over 100%" not in bound._compute_sentence(b, "", "w", 0.6)
 
 
 def test_kernels_past_the_median_but_inside_the_traced_step_are_an_error_not_a_silent_100_percent(tmp_path):
@@ -36,7 +36,7 @@ def test_kernels_past_the_median_but_inside_the_traced_step_are_an_error_not_a_s
                                 "step against the 108.0 ms measured median step (97% of the traced steps' own wall "
                                 "time, 115.0 ms); likely cause: the kernels fit the traced steps' 115.0 ms but not the "
                                 "measured step")
-    assert "sum to 103% of a 108.0 ms step" in bound._compute_sentence(b, "", "w")
+    assert "sum to 103% of a 108.0 ms step" in bound._compute_sentence(b, "", "w", 0.6)
     md = pages.to_markdown(trace_report.blocks([c], "w"), str(tmp_path))
     assert "| single x1 | 0 | kernels | 103% (over 100%: a measurement error) |" in md
 
