@@ -125,3 +125,16 @@ def test_derive_stores_how_the_steps_kernels_were_told_apart(tmp_path):
     per = json.loads(rows[0]["devices_json"])
     assert per["0"]["window"] == "gpu_steps" and rows[0]["work_ms"] == pytest.approx(300.0)
     assert not busy(_config(dict(rows[0], traced_step_ms=100.0), 100.0)).old_window
+
+
+def test_one_traced_step_on_a_gpu_further_behind_than_a_step_is_read_not_an_index_error():
+    # --profile-steps 1 without Kineto's GPU copies: the step's kernels, matched to its launches, start 150 ms into a
+    # 100 ms host step; its interval (GPU start to host end) is empty and nothing else was left, so window() read
+    # out[-1] of an empty list (IndexError, which derive() does not catch: the result was lost).
+    events = [_step(1, 0.0, 100 * MS),
+              _ev("cudaLaunchKernel", 1 * MS, 5, "cuda_runtime", correlation=1),
+              _ev("cudaLaunchKernel", 2 * MS, 5, "cuda_runtime", correlation=2),
+              _kernel("sm90_xmma_gemm", 150 * MS, 50 * MS, device=0, correlation=1),
+              _kernel("sm90_xmma_gemm", 200 * MS, 50 * MS, device=0, correlation=2)]
+    f = traces.figures({"traceEvents": events})
+    assert f.steps == 1 and f.work_ms == pytest.approx(100.0) and f.window == "launches"

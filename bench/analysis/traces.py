@@ -262,8 +262,11 @@ def window(s: Scan) -> list:
         nexts = [g for *_, g in steps[1:]] + [-math.inf]
         out = union((g, max(end, nxt)) for (_, _, end, g), nxt in zip(steps, nexts))
         if not s.device_steps:  # without the annotations' GPU copies: to the last counted kernel's end
-            last = max((b for v in s.device.values() for _, b in v), default=out[-1][1])
-            out = union([*out, (out[-1][1], max(last, out[-1][1]))])
+            # (a GPU behind the host by more than a step starts the last step after its host end: that interval is
+            # empty, and with one counted step nothing else is left; the window then starts where its GPU work did)
+            tail = out[-1][1] if out else steps[-1][3]
+            last = max((b for v in s.device.values() for _, b in v), default=tail)
+            out = union([*out, (tail, max(last, tail))])
     elif s.steps:  # a cut trace that kept no whole step
         out = []
     else:
