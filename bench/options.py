@@ -117,9 +117,13 @@ def _check_resumed(cfg: config.SweepConfig, row: dict, machine) -> None:
     """A resume's pre-flight checks on the sweep's stored configuration, as a fresh sweep's run on its flags (the
     login-node refusal, /dev/shm, the shared folder's visibility and locks): a resume in a new allocation, or in a
     fresh container with Docker's 64 MiB /dev/shm, went straight to NCCL's failures or a rendezvous hanging to its
-    timeout. Left to bench.sweep.run: a fit (not resumed) and a sweep still running elsewhere, which it refuses."""
+    timeout. Left to bench.sweep.run: a fit (not resumed) and a sweep still running on another host, which it refuses.
+    A 'running' sweep of this host is a dead one (store.check_resumable refused a live one): a SIGKILLed or
+    out-of-memory sweep reads so until bench.sweep.run marks it died, and is checked like any other."""
+    import socket
     from bench.sweep import slurm
-    if row["command_line"].split()[1:2] == ["fit"] or row["status"] == "running":
+    if row["command_line"].split()[1:2] == ["fit"] or (row["status"] == "running"
+                                                       and row.get("hostname") != socket.gethostname()):
         return
     stored = config.SweepConfig.from_json(row["config_json"])
     try:

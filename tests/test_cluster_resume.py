@@ -103,3 +103,21 @@ def test_a_resume_of_a_multi_node_sweep_checks_that_every_node_sees_the_stores_f
     with pytest.raises(ConfigError) as e:
         _resume(path, cluster)
     assert "is not visible from all 2 nodes of the allocation (node(s) n2 cannot open it)" in str(e.value), str(e.value)
+
+
+def test_a_sweep_that_died_still_reading_running_is_checked_too(tmp_path):
+    # A SIGKILLed (or out-of-memory) sweep's row still reads 'running' until bench.sweep.run marks it died, after the
+    # pre-flight checks: it was resumed with none, the crashed sweep the checks are for.
+    import subprocess
+    import sys
+    path = str(tmp_path / "s.sqlite")
+    sid = _interrupted(path, DDP8, GPU8)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    conn = store.connect(path)
+    with conn:
+        conn.execute("UPDATE sweeps SET status = 'running', pid = ? WHERE sweep_id = ?", (dead.pid, sid))
+    conn.close()
+    with pytest.raises(ConfigError) as e:
+        _resume(path, DOCKER)
+    assert "/dev/shm has 64 MiB free" in str(e.value)
