@@ -61,6 +61,16 @@ def test_the_check_stores_the_memorys_range_and_whether_the_peak_fell_inside(tmp
     assert got == (pytest.approx(lo), pytest.approx(hi), 1)
 
 
+def test_a_memory_range_whose_draws_never_varied_is_neither_inside_nor_outside(tmp_path):
+    # one peak measured, three times alike: the line says "no range", so the check must not count it "outside"
+    path = str(tmp_path / "flat.sqlite")
+    build(path, [30.0, 30.0, 30.0], x2_ms=[48.0, 48.5, 49.0], peaks=(200.0, 200.0, 200.0))
+    f, s, _, _ = ddp(path)
+    (row,) = fk.validate(s, f.runs, None, {}, "now")
+    assert row["forecast_mem_mib_low"] == pytest.approx(row["forecast_mem_mib_high"])
+    assert row["mem_in_range"] is None
+
+
 def test_the_terminal_and_the_report_give_the_memorys_range_and_the_high_end_against_the_budget(tmp_path, capsys):
     path = _peaks(tmp_path)
     # 1.37 GiB a node (two processes): the central 700 MiB a process fits, the high end (718) does not

@@ -99,7 +99,10 @@ def _row(s: fs.Setting, target, inp, machine: fs.Machine, basis: str, judged_swe
                    mem_error=p.memory.checked_mib / raw.peak_mib - 1 if raw.peak_mib > 0 else None,
                    forecast_mem_mib_low=None if math.isnan(mlo) else mlo,
                    forecast_mem_mib_high=None if math.isnan(mhi) else mhi,
-                   mem_in_range=None if math.isnan(mlo) else int(mlo <= raw.peak_mib <= mhi))
+                   # a range whose draws never varied is none (memory_x is flat wherever each peak was measured
+                   # once): neither inside nor outside it, as the line's "no range" says
+                   mem_in_range=None if math.isnan(mlo) or math.isclose(mlo, mhi, rel_tol=1e-9, abs_tol=1e-12)
+                   else int(mlo <= raw.peak_mib <= mhi))
     row["why"] = why(row, inp, mine) if abs(row["error"]) > CHECK_TARGET else ""
     return row
 
