@@ -30,6 +30,7 @@ from bench.store import read
 from bench.store.store import StoreError
 
 TABLES = ("configurations", "steps", "collectives", "forecast", "checks")
+LAZY = ("forecast", "checks")   # read from the store when first used
 
 
 @dataclass(frozen=True, repr=False)
@@ -63,8 +64,10 @@ class Results:
         return _table(rows, forecastrows.COLUMNS[name])
 
     def __repr__(self) -> str:
+        # the forecast's tables are read when first used: showing R in a notebook must not run the forecast
         return (f"Results({self.store!r}, sweeps {list(self.sweeps)}: " + ", ".join(
-            f"{name} {len(getattr(self, name))} rows" for name in TABLES) + ")")
+            f"{name} {len(getattr(self, name))} rows" if name in vars(self) or name not in LAZY else f"{name} not read yet"
+            for name in TABLES) + ")")
 
 
 def sweep_ids(conn, sweep: Union[int, str], who: str = "--sweep ") -> list:

@@ -125,3 +125,25 @@ def test_a_version_5_store_migrates_with_the_memory_range_columns(tmp_path):
     cols = [r[1] for r in sqlite3.connect(path).execute("PRAGMA table_info(forecasts)")]
     assert cols[-6:] == ["forecast_step_ms_low", "forecast_step_ms_high", "in_range", "forecast_mem_mib_low",
                          "forecast_mem_mib_high", "mem_in_range"]
+
+
+def test_the_results_frames_memory_words_take_the_ranges_high_end_as_the_terminal_does(tmp_path, monkeypatch):
+    # r.forecast's memory_fits called fit_words without the high ends the terminal and the report pass it
+    from bench import results
+    path = _peaks(tmp_path)
+    seen = []
+    real = mm.fit_words
+    monkeypatch.setattr(mm, "fit_words", lambda *a, **k: seen.append((a, k)) or real(*a, **k))
+    frame = results.load(path).forecast
+    assert len(frame) and seen
+    assert all((len(a) > 5 and a[5]) or k.get("highs") for a, k in seen), seen
+
+
+def test_showing_the_results_does_not_run_the_forecast(tmp_path, monkeypatch):
+    from bench import results
+    from bench.report import forecastrows
+    path = _peaks(tmp_path)
+    monkeypatch.setattr(forecastrows, "ROWS", {"forecast": None, "checks": None})   # would raise if called
+    r = results.load(path)
+    said = repr(r)
+    assert "forecast not read yet" in said and "checks not read yet" in said and "configurations" in said

@@ -85,6 +85,8 @@ def write(r: results.Results, folder: str, fmt: str) -> list:
 def main(argv: list) -> int:
     ns = parse(argv)
     r = results.read_tables(ns.store, ns.sweep, ns.prices)
+    for name in results.TABLES:   # the forecast's tables are read when first used: all of them before any file
+        getattr(r, name)
     try:
         paths = write(r, ns.out, ns.format)
     except OSError as e:  # checked before, yet it can still fail (a full disk, a folder removed meanwhile)

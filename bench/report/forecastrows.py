@@ -74,12 +74,13 @@ def forecast(conn, sweep_id: int) -> list:
         pts = whatifs[0][1]
         stops = fo.stop_range([p for p in pts if not p.refused and not math.isnan(p.efficiency)])
         mems = [p.memory for p in pts if p.memory is not None]
+        highs = {p.count: p.range_of("memory_mib")[1] for p in pts if p.memory is not None}   # as the terminal's
         setting = {
             "workload": s.workload, "strategy": s.strategy, "strategy_name": STRATEGY_NAMES.get(s.strategy, s.strategy),
             "variant": s.variant, "setting": s.label, "recommendation": fo.recommendation(s, pts, whatifs, on),
             "stops_paying_low": stops[0] if stops else None, "stops_paying_high": stops[1] if stops else None,
             "under_75_from": fo.below_words(whatifs, fo.DOUBLING[-1], on_short) or None,
-            "memory_fits": (mm.fit_words(mems, budget, s.strategy, budget_name, per_node)
+            "memory_fits": (mm.fit_words(mems, budget, s.strategy, budget_name, per_node, highs)
                             + batches.over_words(s, budget, frontier.held_mib(s.configs[min(s.configs)]))) if mems else None,
             "batch": batches.head_words(s).rstrip("; ") or None, "rests_on": "; ".join(fo.rests_on(s, inp, m)),
             "range_rests_on": spread.words(inp, m),
