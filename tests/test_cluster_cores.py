@@ -138,3 +138,26 @@ def test_a_multi_node_node_with_the_cores_of_the_sweeps_own_node_is_not_starved_
     assert len(warned) == 1, warned
     assert "node 1 (n2) had 100 CPU core(s) for 8 rank(s) that had 224 on the sweep's own node" in warned[0], warned[0]
     assert "would be 240" in warned[0]
+
+
+def test_a_node_under_the_least_its_ranks_need_is_not_said_to_have_had_more_on_the_own_node(tmp_path):
+    # own node 16 cores; 8 VOC ranks of 2 threads and 2 workers need 32, at the least 24 (more than 16): the sentence
+    # read "that had 24 on the sweep's own node" beside its own "(... own node ... had 16)"
+    from bench.analysis import results
+    from bench.analysis.nodes import starved_nodes
+    from bench.shared.spec import RunSpec
+    from bench.store import store
+    from bench.sweep import record
+    conn = store.connect(str(tmp_path / "s.sqlite"))
+    env = store.insert_environment(conn, {"hostname": "n1", "cpu_cores": 16})
+    sid = store.begin_sweep(conn, "cmd", "{}", env)
+    spec = RunSpec(workload="deeplabv3", strategy="ddp", device_type="cuda", device_count=16, per_device_batch=8,
+                   global_batch=128, image_size=64, steps=2, warmup=0, threads=2, seed=0, scaling="weak",
+                   nodes=2, launcher="slurm", data="voc", num_workers=2)
+    record.record_result(conn, sid, env, spec, "ok", payload={"nodes": [
+        {"node_rank": 0, "hostname": "n1", "cpu_cores": 16}, {"node_rank": 1, "hostname": "n2", "cpu_cores": 12}]})
+    sweep = results.load(conn, sid)
+    conn.close()
+    warned = [w for w in starved_nodes(sweep) if "node 1 (n2)" in w]
+    assert len(warned) == 1 and "that need at least 24 (a core each and one per loader worker)" in warned[0], warned
+    assert "that had 24" not in warned[0]

@@ -56,6 +56,7 @@ def starved_nodes(sweep) -> list:
             if cores and int(cores) < fair:
                 why = (f"that need {need} ({ranks} x ({threads} torch thread(s) + {workers} loader worker(s)))"
                        if fair == need else
+                       f"that need at least {fair} (a core each and one per loader worker)" if fair > int(here) else
                        f"that had {fair} on the sweep's own node ({ranks} x ({threads} torch thread(s) + {workers} "
                        f"loader worker(s)) would be {need})")
                 out.append(f"{r['config_key']}: node {n['node_rank']} ({n.get('hostname') or '?'}) had {cores} CPU core(s) "
