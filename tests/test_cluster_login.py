@@ -75,3 +75,17 @@ def test_the_refusal_exits_2_before_anything_runs(allocation, tmp_path, capsys, 
     assert cli.main(["--nodes", "1,2", "--workloads", "synthetic", "--store", str(tmp_path / "s.sqlite")]) == 2
     assert "but not on one of its nodes" in capsys.readouterr().err
     assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_a_cpu_allocation_seen_from_a_login_node_is_refused_without_speaking_of_gpus(allocation, monkeypatch):
+    # salloc -N2 with no GPUs, its shell on a GPU-less login node: the refusal read "A GPU sweep runs on the allocation's
+    # nodes" of a CPU sweep
+    monkeypatch.delenv("SLURM_GPUS_PER_NODE")
+    login = dataclasses.replace(LOGIN_A10, cuda_devices=0, gpu_names=(), gpu_capabilities=(), gpu_memory_bytes=(),
+                                slurm_gpus=None)
+    with pytest.raises(ConfigError) as e:
+        resolve(CFG, login)
+    msg = str(e.value)
+    assert "GPU" not in msg.split("login node")[1], msg
+    assert "A sweep of the allocation (its one-node configurations run where the sweep starts) runs on the " \
+           "allocation's nodes" in msg and "--device cpu" in msg

@@ -56,7 +56,7 @@ def to_a_node() -> str:
 
 
 def off_the_allocation(cfg: SweepConfig, machine: Machine) -> str:
-    """Why a GPU sweep is refused in a salloc shell on a login node: its one-node configurations would run on this host
+    """Why a sweep is refused in a salloc shell on a login node: its one-node configurations would run on this host
     (on its own GPUs where it has some, planned at its count a node) while the multi-node steps run on the allocation's."""
     import os
     import socket
@@ -70,7 +70,9 @@ def off_the_allocation(cfg: SweepConfig, machine: Machine) -> str:
     return (f"--device {cfg.device}: this sweep runs inside a SLURM allocation ({what}) but not on one of its nodes: "
             f"here is {host}, a login node (SLURMD_NODENAME, which slurmd sets in batch scripts and srun steps, is unset"
             + (f", and {host} is not in SLURM_JOB_NODELIST={listed}" if listed else "") + ")." + own
-            + " A GPU sweep runs on the allocation's nodes: " + to_a_node())
+            + (" A GPU sweep" if machine.slurm_gpus or machine.cuda_devices else
+               " A sweep of the allocation (its one-node configurations run where the sweep starts)")
+            + " runs on the allocation's nodes: " + to_a_node())
 
 
 def device_type(cfg: SweepConfig, machine: Machine) -> str:
