@@ -35,6 +35,13 @@ def test_the_frontier_plot_draws_the_warmup_peak_and_names_its_axis_honestly(swe
     fig = frontierplot.frontier_figure(sweep.bench["deeplabv3"], "deeplabv3", "cuda, H100", 79.65 * 1024)
     ax = fig.axes[0]
     assert "whole run" not in ax.get_xlabel() and "warm-up's end" in ax.get_xlabel(), ax.get_xlabel()
-    warm = [ln for ln in ax.get_lines() if list(ln.get_xdata())[-1] == pytest.approx(21204 / 1024)]
+    # to the warm-up's reserved peak with the CUDA context: the axis is the device level, which holds the context (the
+    # segment ended at the reserved figure without it, ~0.6 GiB short, and could point left of a small model's point)
+    from bench.report.frontier import warmup
+    single = next(c for c in sweep.bench["deeplabv3"] if c.label == "single device x1")
+    with_context = warmup(single)[1] / 1024
+    assert with_context > 21204 / 1024
+    warm = [ln for ln in ax.get_lines() if list(ln.get_xdata())[-1] == pytest.approx(with_context)]
     assert warm and frontierplot.WARMUP_LABEL in [t.get_text() for t in ax.get_legend().get_texts()]
-    assert ax.get_xlim()[1] >= 21204 / 1024
+    assert all(x[-1] >= x[0] for x in (list(ln.get_xdata()) for ln in ax.get_lines() if ln.get_linestyle() == ":"))
+    assert ax.get_xlim()[1] >= with_context

@@ -88,7 +88,7 @@ def frontier_figure(configs: list, workload: str, where: str, budget: Optional[f
     return fig
 
 
-WARMUP_LABEL = "warm-up peak reserved\n(given back before the level\nis read; not held to the budget)"
+WARMUP_LABEL = "warm-up peak reserved with the context\n(given back before the level\nis read; not held to the budget)"
 
 
 def _warmup_peaks(ax, shown: list, scale: float) -> list:
@@ -101,7 +101,7 @@ def _warmup_peaks(ax, shown: list, scale: float) -> list:
         held = frontier_warmup(c)
         if held is None:
             continue
-        x0, x1 = held_mib(c) / scale, held[0] / scale
+        x0, x1 = held_mib(c) / scale, held[1] / scale   # with the CUDA context, as the axis' device level holds it
         ax.plot([x0, x1], [c.samples_per_s] * 2, color="#999999", linestyle=":", linewidth=1.0, marker="|",
                 markevery=[1], markersize=9, zorder=2, label=None if drawn else WARMUP_LABEL)
         drawn.append(x1)
