@@ -60,3 +60,16 @@ def test_a_verdict_on_an_old_windows_figure_rests_on_the_traced_steps_own_kernel
     assert "measurement error" not in kind and "GPU busy at least 98%" in kind, kind
     assert "the store's 103% came from the old window" in sentence and "rests on it" not in sentence, sentence
     assert busy(deeplabv3["DDP x1"]).without_lag() is None   # 94%: nothing to mend
+
+
+def test_the_export_and_the_compile_comparison_read_the_mended_share_the_verdict_reads(tmp_path, monkeypatch):
+    # the verdict read 'at least 98%' while the export's gpu_busy_share stood empty beside 'GPU busy 103% ... error'
+    from bench import results
+    from tests.conftest import H100_2026_11_26, example_stores
+    example_stores(H100_2026_11_26, ("gpu.sqlite",), tmp_path, monkeypatch)
+    path = next(p for p in tmp_path.rglob("gpu.sqlite"))
+    c = results.load(str(path), sweep=1).configurations.set_index("label")
+    single = c.loc["single device x1"]
+    assert single.gpu_busy_share == pytest.approx(0.98, abs=0.01)
+    assert single.gpu_busy_why == "GPU busy at least 98%, the old window's 103% less its lag"
+    assert c.loc["DDP x1"].gpu_busy_why is None or c.loc["DDP x1"].gpu_busy_why != c.loc["DDP x1"].gpu_busy_why

@@ -24,7 +24,7 @@ from bench.forecast import memory as mm
 from bench.report import choice, frontier, levers
 from bench.report import comm as comm_report
 from bench.report import traces as trace_report
-from bench.report.busy import COMPUTE_BOUND_BUSY, busy, percent
+from bench.report.busy import COMPUTE_BOUND_BUSY, percent, verdict_busy
 from bench.report.plots import where
 from bench.shared import rehearsal
 
@@ -78,8 +78,7 @@ def bound(sweep: Sweep, workload: str, c) -> tuple:
                 f"On CPU, measured: {data or 'the data wait is not recorded'}{comm_words}; the rest of the step is the "
                 f"processes' own work on the cores, which is not split into computation and the host's overhead on CPU "
                 f"(no device sits idle waiting for it) {where(workload, 'phases')}.")
-    b = busy(c)
-    b = (b.without_lag() or b) if b is not None else None   # a figure over 100% of the old window: its own kernels
+    b = verdict_busy(c)   # a figure over 100% of the old window: its own kernels at the least
     if b is None:
         if not math.isnan(comm) and comm > COMM_BOUND:
             return f"communication ({comm:.0%})", _comm_sentence(c, comm, workload)
@@ -270,7 +269,7 @@ def _compile_advice(sweep: Sweep, workload: str, c) -> str:
     told = a.within
     helped = told is False and faster is compiled
     head = "compiled, against its eager twin measured here" if c.compiled else "--compile, measured here"
-    work = [busy(x) for x in (eager, compiled)]
+    work = [verdict_busy(x) for x in (eager, compiled)]
     kernels = (f"GPU work from {work[0].work_ms:.1f} to {work[1].work_ms:.1f} ms a step, " if None not in work else "")
     step = (f"the step from {eager.summary.median_ms:.1f} to {compiled.summary.median_ms:.1f} ms "
             f"({'told apart' if told is False else _tie_words(a) if told else 'not told apart'})")

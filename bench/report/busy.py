@@ -240,3 +240,11 @@ def window_of(row: dict) -> str:
     except (TypeError, ValueError):
         return ""
     return next((v["window"] for v in per.values() if isinstance(v, dict) and v.get("window")), "")
+
+
+def verdict_busy(c) -> Optional[Busy]:
+    """`busy` as a verdict and the export read it: a share over 100% read by the old window mended to the traced
+    steps' own kernels at the least (`Busy.without_lag`), so the label, the compile-twin comparison and
+    gpu_busy_share give one figure (the export read the 103% the verdict had set aside)."""
+    b = busy(c)
+    return (b.without_lag() or b) if b is not None else None

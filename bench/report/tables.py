@@ -117,7 +117,7 @@ def _config_row(sweep: Sweep, c: Config, recommended: bool, costs: Optional[cost
     row["loader_alone_samples_per_s"] = sweep.loader.get(c.device_count)
     kind, why = bound.bound(sweep, c.workload, c)
     row.update(bound=bound.bound_category(kind), bound_detail=kind, bound_why=why, recommended=recommended)
-    row.update(busy_columns(busy_share.busy(c)))
+    row.update(busy_columns(busy_share.verdict_busy(c)))
     row["epochs"] = len(c.epoch_wall_s)
     row["epoch_wall_s_median"] = stats.median(c.epoch_wall_s) if c.epoch_wall_s else math.nan
     if costs is not None:
@@ -148,8 +148,9 @@ def busy_columns(b) -> dict:
     wrote a clamped 1.0 beside a report reading 'GPU busy 103%: over 100%, a measurement error'."""
     if b is None:
         return {"gpu_busy_share": None, "gpu_busy_device": None, "gpu_busy_why": None}
+    mended = b.old_reading == b.old_reading   # not NaN: mended from the old window's figure, which the words say
     return {"gpu_busy_share": None if b.over else b.share, "gpu_busy_device": b.device,
-            "gpu_busy_why": (b.error() or b.words()) if b.over else None}
+            "gpu_busy_why": (b.error() or b.words()) if b.over else b.words() if mended else None}
 
 
 def gpu_state(g) -> dict:
