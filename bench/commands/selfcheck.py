@@ -37,6 +37,7 @@ from typing import Callable
 
 from bench import stats
 from bench.commands import machinecheck, selfcheck_sweeps
+from bench.machine.cores import usable_cores
 from bench.store import store
 
 TIMING_AGREEMENT = 0.10
@@ -328,7 +329,7 @@ def main(argv: list) -> int:
         # bf16 in hardware (Ampere and later), never emulation, and no tensor made on a GPU in this process
         bf16 = min(machine.gpu_capabilities) >= (8, 0)
     else:
-        machine, n, bf16 = None, min(2, len(os.sched_getaffinity(0))), False
+        machine, n, bf16 = None, min(2, usable_cores()), False   # a container's CPU quota counts (bench.machine.cores)
     from bench import options
     from bench.sweep import run as sweep_run
     path = os.path.abspath(ns.store)

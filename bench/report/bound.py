@@ -4,8 +4,8 @@ jitter), and on CUDA the GPU's busy share from its kernels (computation and copi
 bench.report.busy): at COMPUTE_BOUND_BUSY or more compute-bound where the kernels reach KERNELS_NEAR_PEAK MFU, else
 GPU-bound (the kernels set the pace, far from the math units' limit: their efficiency is the lever), else host-bound (with the advice that fits its
 cause: fewer, larger kernels, what the sweep's compiled twin measured where it ran one, or FSDP's CPU offload named
-as the host's work) or communication-bound by what fills the rest, "not measured" without kernel traces (fit's runs are
-never traced: said so); on CPU what is measured (data, exposed communication) and that the rest is not split. After data and a straggler, before the rest: a step above its
+as the host's work) or communication-bound by what fills the rest, "not measured" without kernel traces (a fit's
+measured runs are traced on CUDA; an older fit's were not, said so); on CPU what is measured (data, exposed communication) and that the rest is not split. After data and a straggler, before the rest: a step above its
 no-overlap bound (compute and a whole all-reduce one after the other) is contention, said by device, never
 communication-bound with DDP's settings as the remedy.
 

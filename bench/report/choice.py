@@ -263,4 +263,3 @@ def noise_blocks(sweep) -> list:
     return [("p", f"Process noise on this {where}, {w} at {p}: "
                   + (n.figure_words() if n.measured else f"not measured for {w} at {p} on this {where}") + ".")
             for (w, p), n in ((k, by[k]) for k in keys if k in by)]
-

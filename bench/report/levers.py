@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from bench.report.choice import instability, unsteady, unsteady_words
-from bench.report.frontier import peak_mib, size
+from bench.report.frontier import mfu_cell, peak_mib, size
 
 LEVERS = (("activation_checkpointing", "activation checkpointing"), ("offload", "CPU offload"),
           ("find_unused_parameters", "find_unused_parameters"))
@@ -76,7 +76,7 @@ def mfu_pair(on, off) -> str:
     """'7.0% (HFU 8.6%) / 7.4%': each side's MFU cell (bench.analysis.utilisation.Utilisation.mfu_cell, HFU where
     activation checkpointing recomputes); '–' where neither has one. An H200's checkpointing pair gave its step-time
     ratio here and its HFU (8.6% against 7.0% MFU) in the configuration table alone."""
-    cells = [c.utilisation.mfu_cell() if getattr(c, "utilisation", None) is not None else "–" for c in (on, off)]
+    cells = [mfu_cell(c) for c in (on, off)]
     return "–" if cells == ["–", "–"] else " / ".join(cells)
 
 

@@ -210,7 +210,7 @@ def figure(configs: list, workload: str, where: str):
     cuda = configs[0].device_type == "cuda"
     peaks = _peaks(configs) if with_mfu else []
     several = len({peak for _, peak in peaks}) > 1
-    title = ("Achieved FLOP/s per device against device count, each precision's dense peak dashed" if several
+    title = (f"Achieved FLOP/s per {'device' if cuda else 'process'} against device count, each precision's dense peak dashed" if several
              else "Model FLOPs utilisation against device count" if with_mfu
              else "Achieved FLOP/s per device against count")
     fig, ax = plots._figure(title, where, workload, width=10.0 if several else 8.0)
@@ -224,7 +224,7 @@ def figure(configs: list, workload: str, where: str):
     unit = (f"{per} (log scale)" if several else "MFU (% of the dense peak)" if with_mfu else per)
     ax.set(xlabel=plots._devices_label(configs), ylabel=unit, xticks=sorted({c.device_count for c in configs}))
     if several:
-        _against_peaks(ax, peaks, 1 if cuda else 1e3, "TFLOP/s" if cuda else "GFLOP/s")
+        _against_peaks(ax, peaks, 1 if cuda else 1e3, "TFLOP/s per device" if cuda else "GFLOP/s per process")
     else:
         ax.set_ylim(0, 100 if with_mfu else None)
     if ax.get_lines():
@@ -243,12 +243,13 @@ PEAK_STYLES = ("--", (0, (6, 3, 1, 3)), (0, (2, 2)), (0, (8, 2)))
 
 
 def _against_peaks(ax, peaks: list, k: float, unit: str) -> None:
-    """Each precision's dense peak, a dashed line named in the legend ('bf16 dense peak: 989 TFLOP/s per device'), on
+    """Each precision's dense peak, a dashed line named in the legend ('bf16 dense peak: 989 TFLOP/s per device'; on
+    CPU per process, as --peak-tflops is there), on
     a log axis that holds the points and every peak (a linear one from 0 to 989 would flatten fp32's 26.5 to the
     floor)."""
     for i, (key, peak) in enumerate(peaks):
         ax.axhline(peak * k, color="#777777", linewidth=1.0, linestyle=PEAK_STYLES[i % len(PEAK_STYLES)],
-                   label=f"{key} dense peak: {peak * k:.4g} {unit} per device")
+                   label=f"{key} dense peak: {peak * k:.4g} {unit}")
     from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))   # 20, 50, 100, 200, 500: read without powers of 10
