@@ -236,6 +236,18 @@ def h100_spec(workload: str, strategy: str, precision: str = "fp32", compiled: b
                    seed=0, scaling="weak", repeat=repeat, precision=precision, compile=compiled)
 
 
+def write_synthetic_processes(conn, sid: int, env_id, factors) -> None:
+    """The H100 synthetic MLP's single x1 in one process per factor (its steps' time multiplied by it): a
+    configuration's processes spread as the factors say."""
+    for r, f in enumerate(factors):
+        ms = [H100_SYNTHETIC_MS * f * j for j in (1.0, 1.001, 0.999, 1.002, 0.998) * 19]
+        pl = {"steps": [{"kind": "measure", "rank": 0, "step": i, "step_ms": t} for i, t in enumerate(ms)],
+              "windows": [{"kind": "measure", "rank": 0, "wall_s": sum(ms) / 1e3, "samples": 512 * len(ms), "steps": len(ms)}],
+              "memory": [{"rank": 0, "device": "cuda:0", "device_name": H100, "peak_allocated_mib": 1618,
+                          "peak_reserved_mib": 1718, "device_used_mib": 2469}]}
+        record.record_result(conn, sid, env_id, h100_spec("synthetic", "single", repeat=r, batch=512), "ok", payload=pl)
+
+
 def build_h100_store(path: str, process_noise: float = None, traced: bool = True, hostname: str = "vm") -> int:
     """The H100 run's DeepLabV3 fp32/bf16 x compile sweep (single and DDP x1), with realistic figures, and beside it the
     synthetic MLP single x1 in 3 processes spread by `process_noise` (fraction; None: one process, nothing measured).
@@ -255,13 +267,7 @@ def build_h100_store(path: str, process_noise: float = None, traced: bool = True
         write.write_result(conn, sid, env_id, h100_spec("deeplabv3", key[0], key[1], key[2]), "ok", "", pl,
                            derived=record.summary_columns(pl["steps"], pl["windows"], 8), traces=trace_rows)
     luck = (1.0,) if process_noise is None else (1.0, 1.0, 1.0 / (1.0 + process_noise))  # throughputs spread by it
-    for r, f in enumerate(luck):
-        ms = [H100_SYNTHETIC_MS * f * j for j in (1.0, 1.001, 0.999, 1.002, 0.998) * 19]
-        pl = {"steps": [{"kind": "measure", "rank": 0, "step": i, "step_ms": t} for i, t in enumerate(ms)],
-              "windows": [{"kind": "measure", "rank": 0, "wall_s": sum(ms) / 1e3, "samples": 512 * len(ms), "steps": len(ms)}],
-              "memory": [{"rank": 0, "device": "cuda:0", "device_name": H100, "peak_allocated_mib": 1618,
-                          "peak_reserved_mib": 1718, "device_used_mib": 2469}]}
-        record.record_result(conn, sid, env_id, h100_spec("synthetic", "single", repeat=r, batch=512), "ok", payload=pl)
+    write_synthetic_processes(conn, sid, env_id, luck)
     store.end_sweep(conn, sid, "completed")
     conn.close()
     return sid

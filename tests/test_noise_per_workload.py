@@ -12,7 +12,7 @@ from bench.store import hostnoise, store
 from bench.sweep import record
 
 import report_fixtures as rf
-from report_fixtures import H100, H100_SYNTHETIC_MS, h100_payload, h100_spec
+from report_fixtures import H100, h100_payload, h100_spec, write_synthetic_processes
 
 
 def build(path: str, mlp_spread: float = 0.01, deeplab_repeats: int = 1, hostname: str = "vm", mlp_processes: int = 3) -> int:
@@ -28,13 +28,7 @@ def build(path: str, mlp_spread: float = 0.01, deeplab_repeats: int = 1, hostnam
             pl = h100_payload((strategy, "fp32", False), traced=False)
             write.write_result(conn, sid, env_id, h100_spec("deeplabv3", strategy, repeat=r), "ok", "", pl,
                                derived=record.summary_columns(pl["steps"], pl["windows"], 8), traces=[])
-    for r, f in enumerate((1.0, 1.0, 1.0 / (1.0 + mlp_spread))[:mlp_processes]):
-        ms = [H100_SYNTHETIC_MS * f * j for j in (1.0, 1.001, 0.999, 1.002, 0.998) * 19]
-        pl = {"steps": [{"kind": "measure", "rank": 0, "step": i, "step_ms": t} for i, t in enumerate(ms)],
-              "windows": [{"kind": "measure", "rank": 0, "wall_s": sum(ms) / 1e3, "samples": 512 * len(ms), "steps": len(ms)}],
-              "memory": [{"rank": 0, "device": "cuda:0", "device_name": H100, "peak_allocated_mib": 1618,
-                          "peak_reserved_mib": 1718, "device_used_mib": 2469}]}
-        record.record_result(conn, sid, env_id, h100_spec("synthetic", "single", repeat=r, batch=512), "ok", payload=pl)
+    write_synthetic_processes(conn, sid, env_id, (1.0, 1.0, 1.0 / (1.0 + mlp_spread))[:mlp_processes])
     store.end_sweep(conn, sid, "completed")
     conn.close()
     return sid
