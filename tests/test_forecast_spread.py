@@ -295,6 +295,15 @@ def test_one_slow_process_does_not_move_the_central_value_by_its_spread(tmp_path
 
 # ---------------------------------------------------------------- the check, and what the forecast says
 
+def test_a_flat_step_range_is_no_range_so_a_measurement_is_neither_inside_nor_outside_it():
+    # every input assumed (a typed network, interference not measured, one process): the draws never vary; before, the
+    # step's check read "outside its range" for any measurement off the point, where the memory's read "no range"
+    assert fk.inside(60.0, 60.0, 61.0) is None and fk.inside(math.nan, math.nan, 61.0) is None
+    assert fk.inside(58.0, 62.0, 61.0) == 1 and fk.inside(58.0, 60.0, 61.0) == 0
+    assert fk.inside(100.0, 100.0 * (1 + 1e-12), 99.0) is None       # a range of rounding only
+
+
+
 def test_the_check_stores_its_range_and_whether_the_measurement_fell_inside(tmp_path):
     path = str(tmp_path / "check.sqlite")
     build(path, list(30.0 * np.exp(0.1 * _log_standard(5))), x2_ms=[58.0, 60.0, 62.0], rounds_spread=0.3)

@@ -70,6 +70,15 @@ def _basis(runs: Runs, n: int, explicit: dict) -> tuple:
     return None, f"no network below x{n} or at it (no collectives microbenchmark; --network names one)"
 
 
+def inside(lo: float, hi: float, measured: float):
+    """1 if the measured value lies in [lo, hi], 0 if not; None where there is no range: none drawn (nan), or draws that
+    never varied (memory_x is flat wherever each peak was measured once; a step range where every input was assumed):
+    such a value is neither inside nor outside, as the line's "no range" says."""
+    if math.isnan(lo) or math.isnan(hi) or math.isclose(lo, hi, rel_tol=1e-9, abs_tol=1e-12):
+        return None
+    return int(lo <= measured <= hi)
+
+
 def _row(s: fs.Setting, target, inp, machine: fs.Machine, basis: str, judged_sweep, created_at: str, raw) -> dict:
     n = target.device_count
     p = fs.series(s, inp, (n,), machine, spread.DRAWS)[0]
@@ -80,7 +89,7 @@ def _row(s: fs.Setting, target, inp, machine: fs.Machine, basis: str, judged_swe
            "measured_samples_per_s": target.samples_per_s, "created_at": created_at, "basis": basis,
            "from_counts": ",".join(map(str, inp.from_counts)), "forecast_step_ms": p.step_ms,
            "forecast_step_ms_low": None if math.isnan(lo) else lo, "forecast_step_ms_high": None if math.isnan(hi) else hi,
-           "in_range": None if math.isnan(lo) else int(lo <= measured <= hi),
+           "in_range": inside(lo, hi, measured),
            "forecast_samples_per_s": p.samples_per_s, "error": p.step_ms / measured - 1,
            "network": f"node: {machine.net.node.source}" + (f"; net: {machine.net.net.source}" if machine.gpus_per_node < n
                                                             else "") + f"; {inp.inter.words()}"}
@@ -99,10 +108,7 @@ def _row(s: fs.Setting, target, inp, machine: fs.Machine, basis: str, judged_swe
                    mem_error=p.memory.checked_mib / raw.peak_mib - 1 if raw.peak_mib > 0 else None,
                    forecast_mem_mib_low=None if math.isnan(mlo) else mlo,
                    forecast_mem_mib_high=None if math.isnan(mhi) else mhi,
-                   # a range whose draws never varied is none (memory_x is flat wherever each peak was measured
-                   # once): neither inside nor outside it, as the line's "no range" says
-                   mem_in_range=None if math.isnan(mlo) or math.isclose(mlo, mhi, rel_tol=1e-9, abs_tol=1e-12)
-                   else int(mlo <= raw.peak_mib <= mhi))
+                   mem_in_range=inside(mlo, mhi, raw.peak_mib))
     row["why"] = why(row, inp, mine) if abs(row["error"]) > CHECK_TARGET else ""
     return row
 
