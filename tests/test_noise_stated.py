@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bench import stats
 from bench.analysis import noise_source
+from bench.stats.noise import not_carried
 from bench.report import recommend
 from bench.sweep import run
 from conftest import example_stores, read_sweep
@@ -42,6 +43,12 @@ def test_the_noise_sweep_states_each_precisions_noise_under_the_verdicts_and_at_
 def test_a_precision_without_a_figure_says_so_and_selfchecks_names_its_workload_and_date():
     assert noise_source.lines({"bf16": stats.NOT_MEASURED}, "cuda") == [
         "Process noise on this GPU, bf16: not measured at bf16 on this GPU"]
+    # where another precision's figure was measured, the line says why it does not stand in, as the verdicts do
+    fp32 = stats.Noise(0.001, "sweep", "the spread between 3 processes", "deeplabv3", low=75.09, high=75.18, processes=3,
+                       configuration="single device x1")
+    (line,) = noise_source.lines({"bf16": not_carried("bf16", {"fp32": fp32})}, "cuda")
+    assert line.startswith("Process noise on this GPU, bf16: not measured at bf16 on this GPU: no bf16 configuration ran")
+    assert "fp32's 0.1%" in line and "does not carry over" in line, line
     entry = next(e for e in json.loads((EXAMPLE / "host-noise.json").read_text())["entries"] if e["precision"] == "bf16")
     assert noise_source.lines({"bf16": stats.host_noise(entry)}, "cuda") == [
         "Process noise on this GPU, bf16: 15% (89,484-103,891 samples/s, 3 processes of single device x1 [bf16] on the "

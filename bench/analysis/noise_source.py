@@ -94,8 +94,15 @@ def lines(by_precision: dict, device_type: str) -> list:
     per precision (by_precision: precision -> Noise, bench.analysis.results.noise), 'not measured at bf16 on this GPU'
     where it has none: where the verdicts that rest on it are made."""
     where = stats.device_word(device_type)
-    return [f"Process noise on this {where}, {p}: " + (n.figure_words() if n.measured else f"not measured at {p} on this {where}")
+    return [f"Process noise on this {where}, {p}: " + (n.figure_words() if n.measured else missing(n, f"at {p} on this {where}"))
             for p, n in by_precision.items()]
+
+
+def missing(n: stats.Noise, where: str) -> str:
+    """'not measured at bf16 on this GPU', with why another precision's figure does not stand in where one was measured
+    (stats.not_carried): the verdicts' own words gave that reason, the line under them dropped it."""
+    said = f"not measured {where}"
+    return said if n is stats.NOT_MEASURED or n.detail == stats.NOT_MEASURED.detail else f"{said}: {n.detail}"
 
 
 def sweep_line(sweep) -> str:

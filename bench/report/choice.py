@@ -261,5 +261,5 @@ def noise_blocks(sweep) -> list:
     where = stats.device_word(device)
     keys = dict.fromkeys((w, c.precision) for w, cs in sweep.bench.items() for c in cs)
     return [("p", f"Process noise on this {where}, {w} at {p}: "
-                  + (n.figure_words() if n.measured else f"not measured for {w} at {p} on this {where}") + ".")
+                  + (n.figure_words() if n.measured else noise_source.missing(n, f"for {w} at {p} on this {where}")) + ".")
             for (w, p), n in ((k, by[k]) for k in keys if k in by)]
