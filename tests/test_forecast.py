@@ -122,10 +122,11 @@ X2_FROM_X1 = 1.5 + 9 + 33.5 + 4.5
 def test_the_check_forecasts_x2_from_x1_on_the_machine_measured_at_x2_and_stores_its_basis(hand_store, capsys):
     rc, stdout, stderr = forecast(["--store", hand_store, "--to", "2,4"], capsys)
     assert rc == 0, stderr
-    # one process of equal steps, rounds not kept: nothing measured twice, no range (said), and 60 ms outside it
+    # one process of equal steps, rounds not kept: nothing measured twice, no range (said), so 60 ms is neither
+    # inside nor outside one (before: "no range ..., outside the range", and "0 of 1 measured inside the range")
     assert (f"forecast {X2_FROM_X1:.2f} ms from x1 (no range: no input measured twice), measured 60.00 ms: error "
-            f"{X2_FROM_X1 / 60 - 1:+.1%}, outside the range") in stdout
-    assert "0 of 1 measured inside the range" in stdout
+            f"{X2_FROM_X1 / 60 - 1:+.1%} (compute") in stdout
+    assert "measured inside the range" not in stdout               # the summary counts ranged rows only: none
     assert "compute -8%" in stdout            # x1's 30 ms against x2's own 35 ms under no_sync, over 60 ms
     assert "basis: machine at x2" in stdout and "nothing of x2's training read" in stdout
     assert "memory 200 MiB (no range: no input measured twice) against 220 measured (-9%" in stdout   # one process
@@ -262,7 +263,8 @@ def test_a_forecast_judged_by_a_later_sweep_reads_only_its_own(tmp_path, capsys)
     assert "basis: later sweep" in stdout
     rounds = _rounds_script()                                      # scripts/forecast_rounds.py reads this very line
     got = rounds.one_round.__globals__["LINE"].search(stdout)
-    assert got and float(got.group(1)) == pytest.approx(X2_FROM_X1, abs=0.01) and got.group(6) == "outside"
+    assert got and float(got.group(1)) == pytest.approx(X2_FROM_X1, abs=0.01) and got.group(6) is None   # no range
+    assert rounds.parse(stdout)[5] is False                        # a round with no range is not one inside it
     said = rounds.summary([(48.5, 40.0, 60.0, 50.0, -3.0, True)] * 4 + [(48.5, 40.0, 45.0, 60.0, -19.2, False)])
     assert said == ("5 rounds: mean |error| 6.2%, worst 19.2%, mean error -6.2%; 4 of 5 measured inside the printed range "
                     "(targets: mean <= 10%, worst <= 15%, at least 80% inside: not met)")
@@ -327,12 +329,13 @@ def test_the_report_draws_the_forecast_with_its_range_and_its_check(hand_store, 
     md = open(out["markdown"]).read()
     section = md.split("## Forecast past the measured counts")[1].split("\n## ")[0]
     err = X2_FROM_X1 / 60 - 1
-    assert f"checked at x2 with errors {err:+.0%}, 0 of 1 inside the range" in section
+    assert f"checked at x2 with errors {err:+.0%};" in section and "of 1 inside the range" not in section   # no range
     for name in ("synthetic_forecast.png", "synthetic_forecast_memory.png"):
         assert os.path.isfile(tmp_path / "plots" / name) and name in section
-    # memory "–" in the "memory inside" column: its range never varied, so its peak is neither inside nor outside it
-    assert (f"| synthetic DDP [fp32] | 2 | 1 | {X2_FROM_X1:.2f} | {X2_FROM_X1:.2f}-{X2_FROM_X1:.2f} | 60.00 | {err:+.1%} | "
-            "no | 200 / 220 | -9% | – | machine at x2") in section
+    # "–" for the step's range and both "inside" columns: neither range varied, so neither measurement is inside or
+    # outside one (the step's read "48.50-48.50 ... no" before, beside the terminal's "no range")
+    assert (f"| synthetic DDP [fp32] | 2 | 1 | {X2_FROM_X1:.2f} | – | 60.00 | {err:+.1%} | "
+            "– | 200 / 220 | -9% | – | machine at x2") in section
     assert "| synthetic DDP [fp32] | 1024 | 512 |" in section and "| setting | devices | nodes | step ms |" in section
     assert ("| synthetic DataParallel [fp32] | 1024 | 512 | – | – | – | – | – | refused: DataParallel is one process driving"
             in section)

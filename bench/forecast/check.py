@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
+from bench.forecast import brackets
 from bench.forecast import settings as fs
 from bench.forecast import interference as itf
 from bench.forecast import network as nw
@@ -71,12 +72,10 @@ def _basis(runs: Runs, n: int, explicit: dict) -> tuple:
 
 
 def inside(lo: float, hi: float, measured: float):
-    """1 if the measured value lies in [lo, hi], 0 if not; None where there is no range: none drawn (nan), or draws that
-    never varied (memory_x is flat wherever each peak was measured once; a step range where every input was assumed):
+    """1 if the measured value lies in [lo, hi], 0 if not; None where there is no range (`brackets.flat`: none drawn, or
+    draws that never varied: memory_x wherever each peak was measured once, a step where no input was measured twice):
     such a value is neither inside nor outside, as the line's "no range" says."""
-    if math.isnan(lo) or math.isnan(hi) or math.isclose(lo, hi, rel_tol=1e-9, abs_tol=1e-12):
-        return None
-    return int(lo <= measured <= hi)
+    return None if brackets.flat(lo, hi) else int(lo <= measured <= hi)
 
 
 def _row(s: fs.Setting, target, inp, machine: fs.Machine, basis: str, judged_sweep, created_at: str, raw) -> dict:

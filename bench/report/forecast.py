@@ -196,7 +196,8 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
             ([batches.head_words(s).rstrip("; ")] if s.batch else []) + fo.rests_on(s, inp, m) + [spread.words(inp, m)] + ([assumed] if assumed else []))
             + (f". Under 75% from: {moves}" if moves else "")])
         for r in check:
-            ranged = brackets.ends(r.get("forecast_step_ms_low"), r.get("forecast_step_ms_high"))
+            lo, hi = r.get("forecast_step_ms_low"), r.get("forecast_step_ms_high")
+            ranged = "–" if brackets.flat(lo, hi) else brackets.ends(lo, hi)   # no range, as the terminal's line says
             checks.append([s.label, str(r["device_count"]), r.get("from_counts") or "–",
                            _text(r.get("forecast_step_ms"), ".2f"), ranged, _text(r["measured_step_ms"], ".2f"),
                            _text(r.get("error"), "+.1%"), {1: "yes", 0: "no"}.get(r.get("in_range"), "–"),
