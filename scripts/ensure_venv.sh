@@ -17,6 +17,7 @@ if [ ! -f "$_stamp" ] || [ "$(cat "$_stamp")" != "$_want" ]; then
     # or BENCH_NO_UV=1; what each installs is pip's configuration's
     _done=""
     if [ -z "${BENCH_NO_UV:-}" ] && ! "$BENCH_VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)" 2>/dev/null; then
+        echo "[setup] through uv (BENCH_NO_UV=1: through pip)" >&2
         if "$BENCH_VENV/bin/python" -m pip install --quiet --disable-pip-version-check uv >/dev/null 2>&1 \
             && "$BENCH_VENV/bin/python" "$_root/scripts/uv_install.py" "$BENCH_VENV/bin/python" -e "$_root[test]"; then
             _done=1
