@@ -85,6 +85,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
+def script_module(script: str, name: str = ""):
+    """A script of the repo (scripts/NAME.py: not a package) imported by its path, its main left unrun."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name or Path(script).stem, REPO / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_bench(args: list, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     """`python -m bench ARGS` in the repo root, as ./run_bench.sh runs it after its set-up, on the CPU."""
     if args and args[0] not in ("report", "compare", "tune", "selfcheck", "migrate", "forecast", "history") and "--device" not in args:

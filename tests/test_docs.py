@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import inspect
 import io
 import re
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench import cli, sweepfile
+from conftest import script_module
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -102,9 +102,7 @@ def script_lines(page: Path) -> list:
 def check_script(script: str, argv: list, monkeypatch) -> None:
     """A shown script line, parsed by the script's own parser (its main() stopped right after its first parse, nothing
     run); AssertionError with argparse's message where the script would refuse it."""
-    spec = importlib.util.spec_from_file_location(f"shown_{Path(script).stem}", REPO / script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)   # defines its functions; its main runs under `if __name__ == "__main__"` alone
+    module = script_module(script, f"shown_{Path(script).stem}")   # its main runs under `if __name__ == "__main__"` alone
     monkeypatch.setattr("sys.argv", [script, *argv])
     takes_argv = bool(inspect.signature(module.main).parameters)
     stop(lambda: module.main(list(argv)) if takes_argv else module.main(), monkeypatch)

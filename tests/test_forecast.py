@@ -14,7 +14,7 @@ import pytest
 from bench import cli
 from bench.store import store
 from bench.sweep import record
-from conftest import run_bench
+from conftest import run_bench, script_module
 from report_fixtures import spec
 
 BUCKETS = ((4e6, 0.4), (12e6, 1.0))        # bytes, ready as a fraction of backward
@@ -93,12 +93,7 @@ def hand_store(tmp_path) -> str:
 
 
 def _rounds_script():
-    import importlib.util
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "forecast_rounds.py")
-    spec_ = importlib.util.spec_from_file_location("forecast_rounds", path)
-    module = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(module)
-    return module
+    return script_module("scripts/forecast_rounds.py")
 
 
 def forecast(args: list, capsys) -> tuple:

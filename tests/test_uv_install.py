@@ -2,15 +2,12 @@
 pip's configuration gives pip, so the venv it makes is the one pip would make from the same places."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("uv_install", REPO / "scripts" / "uv_install.py")
-uv_install = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(uv_install)
+from conftest import script_module
+
+uv_install = script_module("scripts/uv_install.py")
 
 # `pip config list` on this project's machines: a PIP_* variable (":env:") and /etc/xdg/pip/pip.conf ("global")
 LISTING = """\

@@ -102,7 +102,7 @@ def missing(n: stats.Noise, where: str) -> str:
     """'not measured at bf16 on this GPU', with why another precision's figure does not stand in where one was measured
     (stats.not_carried): the verdicts' own words gave that reason, the line under them dropped it."""
     said = f"not measured {where}"
-    return said if n is stats.NOT_MEASURED or n.detail == stats.NOT_MEASURED.detail else f"{said}: {n.detail}"
+    return said if n.detail == stats.NOT_MEASURED.detail else f"{said}: {n.detail}"
 
 
 def sweep_line(sweep) -> str:

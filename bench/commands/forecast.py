@@ -28,7 +28,6 @@ from bench.forecast import check as fk
 from bench.analysis import forecastable
 from bench.forecast import outlook as fo
 from bench.forecast import settings as fs
-from bench.forecast import memory as mm
 from bench.forecast import network as nw
 from bench.forecast import spread
 from bench.analysis.reference import REFERENCE_IMAGES
@@ -208,9 +207,7 @@ def main(argv: list) -> int:
             print("  " + cost_line(s, pts, price, ns.prices.unit()))
         mems = [p.memory for p in whatifs[0][1] if p.memory is not None]
         if mems:
-            highs = {p.count: p.range_of("memory_mib")[1] for p in whatifs[0][1] if p.memory is not None}
-            print(f"  memory: {mm.fit_words(mems, budget, s.strategy, budget_name, per_node, highs)}"
-                  + batches.over_words(s, budget, rf.frontier.held_mib(s.configs[min(s.configs)]))
+            print(f"  memory: {rf.memory_fits(s, whatifs[0][1], budget, budget_name, per_node)}"
                   + f"; at {mems[-1].count}: "
                   + ", ".join(f"{k} {v:.0f}" for k, v in mems[-1].parts.items()) + " MiB"
                   + (f", CUDA context, NCCL and the allocator's cache {mems[-1].runtime_mib:.0f} MiB (measured at "

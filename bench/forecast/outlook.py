@@ -38,7 +38,7 @@ on_words = whatif.on_words                        # the network a verdict is on:
 # The ranges as the table and the verdicts write them (bench.forecast.brackets)
 bracket, ranged, SHOWN, stop_range, _between = (brackets.bracket, brackets.ranged, brackets.SHOWN,
                                                 brackets.stop_range, brackets.between)
-flat, unbracketed_words = brackets.flat, brackets.unbracketed_words
+unbracketed_words = brackets.unbracketed_words
 WINDOWS = "windows"                               # a measured row's efficiency basis (`_efficiency`)
 BASIS_WORDS = (f"efficiency ({WINDOWS}): a measured row's, as the report's, from its measured windows' throughput; a "
                "forecast row's from its step against single device x1's median step (the forecast has no windows)")

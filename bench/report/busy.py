@@ -126,13 +126,18 @@ class Busy:
         beside a 115 ms traced step and a 108 ms median a silent 'GPU busy 100%'."""
         return not math.isnan(self.measured) and self.measured > 1.0
 
+    @property
+    def is_mended(self) -> bool:
+        """Whether this is `without_lag`'s figure, mended from an old window's reading over 100%."""
+        return not math.isnan(self.old_reading)
+
     def words(self) -> str:
         """'GPU busy 38%', with the least and the busiest GPU where there are several; above 100% it says that is an
         error of the measurement (the committed H100 DeepLabV3 read 'GPU busy 100%' from 111.0 ms in 108.0 ms steps).
         The busiest is another GPU than the least: two equally busy ranks read 'GPU busy 10% (rank 0; rank 0 10%)'."""
         if self.over:
             return f"GPU busy {percent(self.measured)}: over 100%, a measurement error"
-        if not math.isnan(self.old_reading):
+        if self.is_mended:
             return f"GPU busy at least {percent(self.share)}, the old window's {percent(self.old_reading)} less its lag"
         if len(self.devices) < 2:
             return f"GPU busy {percent(self.share)}"
@@ -178,7 +183,7 @@ class Busy:
 
     def mended(self) -> str:
         """The sentence a verdict read on `without_lag`'s figure carries ('' where it is not one)."""
-        if math.isnan(self.old_reading):
+        if not self.is_mended:
             return ""
         return (f"; read on the traced steps' own kernels at the least: the store's {percent(self.old_reading)} came "
                 f"from the old window, which began at the host's start of the first traced step and counted up to "

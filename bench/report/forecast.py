@@ -35,8 +35,19 @@ from bench.workloads.usermodel import display_name
 TABLE_COUNTS = (16, 64, 256, 1024)
 
 
-def _text(v: float, spec: str) -> str:
-    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+def memory_fits(s: fs.Setting, pts: list, budget, budget_name: str, per_node: bool) -> str:
+    """What fits of a setting's forecast memory at each count, the high end of its range held to the budget too, and
+    where a larger batch would not fit: the terminal's, the report's and the DataFrame's one sentence; '' where the
+    forecast has no memory."""
+    mems = [p.memory for p in pts if p.memory is not None]
+    if not mems:
+        return ""
+    highs = {p.count: p.range_of("memory_mib")[1] for p in pts if p.memory is not None}
+    return (mm.fit_words(mems, budget, s.strategy, budget_name, per_node, highs)
+            + batches.over_words(s, budget, frontier.held_mib(s.configs[min(s.configs)])))
+
+_text = brackets.num   # a cell's figure, '–' where there is none
 
 
 def _memory(r: dict) -> str:
@@ -175,16 +186,13 @@ def blocks(store_path: str, sweep, plots_dir: str, where: str = "", memory_budge
         mem_lines.setdefault(s.workload, []).append((s, ws[0][1]))
         checked = [r for r in check if r.get("error") is not None]
         inside = [r for r in checked if r.get("in_range") is not None]
-        mems = [p.memory for p in ws[0][1] if p.memory is not None]
-        highs = {p.count: p.range_of("memory_mib")[1] for p in ws[0][1] if p.memory is not None}
+        fits = memory_fits(s, ws[0][1], budget, budget_name, per_node)
         sentences.append(batched(s, fo.recommendation(s, ws[0][1], ws, on))
                          + (f"; checked at x{','.join(str(r['device_count']) for r in checked)} with errors "
                             f"{', '.join(format(r['error'], '+.0%') for r in checked)}"
                             + (f", {sum(r['in_range'] for r in inside)} of {len(inside)} inside the range" if inside else "")
                             if checked else "; not checked (one measured count)")
-                         + (f"; memory: {mm.fit_words(mems, budget, s.strategy, budget_name, per_node, highs)}"
-                            + batches.over_words(s, budget, frontier.held_mib(s.configs[min(s.configs)]))
-                            if mems else ""))
+                         + (f"; memory: {fits}" if fits else ""))
         moves = fo.below_words(ws, fo.DOUBLING[-1], on_short) if len(ws) > 1 else ""
         shown = [p for p in ws[0][1] if p.count in TABLE_COUNTS]
         shown_points += shown

@@ -24,11 +24,10 @@ from bench.analysis import forecastable
 from bench.config import ConfigError
 from bench.forecast import batches
 from bench.forecast import check as fk
-from bench.forecast import memory as mm
 from bench.forecast import outlook as fo
 from bench.forecast import settings as fs
 from bench.forecast import spread
-from bench.report import frontier
+from bench.report.forecast import memory_fits
 from bench.report.bound import bound
 from bench.shared.spec import STRATEGY_NAMES
 from bench.store import forecasts
@@ -73,15 +72,12 @@ def forecast(conn, sweep_id: int) -> list:
         whatifs = fo.what_ifs(s, inp, m, fo.DOUBLING)
         pts = whatifs[0][1]
         stops = fo.stop_range([p for p in pts if not p.refused and not math.isnan(p.efficiency)])
-        mems = [p.memory for p in pts if p.memory is not None]
-        highs = {p.count: p.range_of("memory_mib")[1] for p in pts if p.memory is not None}   # as the terminal's
         setting = {
             "workload": s.workload, "strategy": s.strategy, "strategy_name": STRATEGY_NAMES.get(s.strategy, s.strategy),
             "variant": s.variant, "setting": s.label, "recommendation": fo.recommendation(s, pts, whatifs, on),
             "stops_paying_low": stops[0] if stops else None, "stops_paying_high": stops[1] if stops else None,
             "under_75_from": fo.below_words(whatifs, fo.DOUBLING[-1], on_short) or None,
-            "memory_fits": (mm.fit_words(mems, budget, s.strategy, budget_name, per_node, highs)
-                            + batches.over_words(s, budget, frontier.held_mib(s.configs[min(s.configs)]))) if mems else None,
+            "memory_fits": memory_fits(s, pts, budget, budget_name, per_node) or None,   # the terminal's and report's
             "batch": batches.head_words(s).rstrip("; ") or None, "rests_on": "; ".join(fo.rests_on(s, inp, m)),
             "range_rests_on": spread.words(inp, m),
             "assumed": fk.assumed_words(m, fk.validate(s, f.runs, None, {}, ""), fo.DOUBLING) or None, **machine}

@@ -148,7 +148,7 @@ def busy_columns(b) -> dict:
     wrote a clamped 1.0 beside a report reading 'GPU busy 103%: over 100%, a measurement error'."""
     if b is None:
         return {"gpu_busy_share": None, "gpu_busy_device": None, "gpu_busy_why": None}
-    mended = b.old_reading == b.old_reading   # not NaN: mended from the old window's figure, which the words say
+    mended = b.is_mended   # from the old window's figure, which the words say
     return {"gpu_busy_share": None if b.over else b.share, "gpu_busy_device": b.device,
             "gpu_busy_why": (b.error() or b.words()) if b.over else b.words() if mended else None}
 
