@@ -28,6 +28,8 @@ def test_the_peak_line_says_per_process_on_cpu():
     assert c.utilisation.achieved_cell() == "1.00" and c.utilisation.mfu == pytest.approx(0.25)
     line = next(b[1] for b in utilisation_report.blocks("synthetic", [c]) if b[0] == "p" and b[1].startswith("MFU against"))
     assert "TFLOP/s per process" in line and "per device" not in line, line
+    # worded so where it is made, so the forecast's 'past 100% of the peak (...)' says it too, not the report alone
+    assert c.utilisation.peak_text.endswith("TFLOP/s per process (--peak-tflops)"), c.utilisation.peak_text
     assert "the peak of the cores one process runs on" in line and "not the machine's" in line
 
 

@@ -210,7 +210,7 @@ def test_forecast_peak_tflops_gives_the_mfu_column_a_peak_and_an_mfu_over_100_pe
     assert cells[(2, "measured")] == f"{1067e9 / 1e12 / 1.5:.0%}", cells
     assert all(not v.startswith("error") for k, v in cells.items() if k != (1, "measured")), cells
     assert "measured 142%" not in stdout
-    assert ("MFU: past 100% of the peak (cpu, fp32: 1.5 TFLOP/s per device (--peak-tflops)) on x1 (measured: 142%), "
+    assert ("MFU: past 100% of the peak (cpu, fp32: 1.5 TFLOP/s per process (--peak-tflops)) on x1 (measured: 142%), "
             "which no device reaches: the peak or the FLOP count") in stdout
     assert stdout.count("MFU: past 100%") == 1
     from bench.report import report     # the report's forecast rows alike: each its own MFU, none past 100% here
@@ -224,7 +224,7 @@ def test_a_forecast_points_mfu_past_100_percent_is_an_error_not_a_dash():
     from bench.analysis import utilisation
     u = utilisation.Utilisation(flops=utilisation.Flops(1e12), achieved_tflops=0.5, peak_tflops=1.0, mfu=0.5)
     assert utilisation.at_cell(u, 0.5, 1) == "50%"                  # as measured: 1 TFLOP x 0.5/s against 1 TFLOP/s
-    assert utilisation.at_cell(u, 3.0, 2) == "error: 150% > 100%"   # a point at 1.5 TFLOP/s per device
+    assert utilisation.at_cell(u, 3.0, 2) == "error: 150% > 100%"   # a point at 1.5 TFLOP/s per process
     assert utilisation.at_cell(utilisation.Utilisation(flops=utilisation.Flops(None), achieved_tflops=math.nan),
                                3.0, 2) == "–"
 

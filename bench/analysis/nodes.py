@@ -54,11 +54,13 @@ def starved_nodes(sweep) -> list:
         for n in nodes:
             cores = n.get("cpu_cores")
             if cores and int(cores) < fair:
-                why = (f"that need {need} ({ranks} x ({threads} torch thread(s) + {workers} loader worker(s)))"
-                       if fair == need else
-                       f"that need at least {fair} (a core each and one per loader worker)" if fair > int(here) else
-                       f"that had {fair} on the sweep's own node ({ranks} x ({threads} torch thread(s) + {workers} "
-                       f"loader worker(s)) would be {need})")
+                each = f"{ranks} x ({threads} torch thread(s) + {workers} loader worker(s))"
+                if fair == need:
+                    why = f"that need {need} ({each})"
+                elif fair > int(here):
+                    why = f"that need at least {fair} (a core each and one per loader worker)"
+                else:
+                    why = f"that had {fair} on the sweep's own node ({each} would be {need})"
                 out.append(f"{r['config_key']}: node {n['node_rank']} ({n.get('hostname') or '?'}) had {cores} CPU core(s) "
                            f"for {ranks} rank(s) {why}: its ranks shared cores, so this figure measures the launcher's "
                            f"confinement as much as the network" + (f" (the sweep's own node, where the one-node configurations ran, "

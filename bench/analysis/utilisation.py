@@ -152,7 +152,7 @@ def of(c, override: Optional[dict] = None, env_names: tuple = ()) -> Utilisation
         return Utilisation(**base, note=f"no MFU: {why}")
     peak = sum(found[n].tflops for n in names) / len(names)
     p = found[names[0]]
-    text = f"{p.device}, {_key_words(key, cuda)}: {peak:.4g} TFLOP/s per device ({p.source})"
+    text = f"{p.device}, {_key_words(key, cuda)}: {peak:.4g} TFLOP/s per {'device' if cuda else 'process'} ({p.source})"
     base["precision_key"] = key
     mfu = achieved / peak
     hfu = hw / peak if not math.isnan(hw) else math.nan

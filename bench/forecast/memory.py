@@ -209,20 +209,20 @@ def fit_words(points: list, budget_mib: Optional[float], strategy: str, name: st
     top = {n: v if v >= held[n] else held[n] for n, v in top.items()}      # nan (no range) leaves the central
     if any(held[n] <= budget_mib < top[n] for n in held):
         high = _verdict(points, top, budget_mib, strategy, name, per_node)
-        said += "; at its range's high end " + (high.split("; ")[-1] if "; " in high else "it " + high)
-    return said
+        said.append("at its range's high end " + (high[-1] if len(high) > 1 else "it " + high[0]))
+    return "; ".join(said)
 
 
-def _verdict(points: list, held: dict, budget_mib: float, strategy: str, name: str, per_node: int) -> str:
-    """`fit_words`' verdict on `held` ({count: MiB held to the budget})."""
+def _verdict(points: list, held: dict, budget_mib: float, strategy: str, name: str, per_node: int) -> list:
+    """`fit_words`' verdict on `held` ({count: MiB held to the budget}), as its clauses: the last says where it fits."""
     ok = [m.count for m in points if held[m.count] <= budget_mib]
     if not ok:
         least = min(held.values())
-        return (f"does not fit in {name} at any count up to {points[-1].count} (at least {least:.0f} MiB per "
-                + ("node)" if per_node else "device)"))
+        return [f"does not fit in {name} at any count up to {points[-1].count} (at least {least:.0f} MiB per "
+                + ("node)" if per_node else "device)")]
     if len(ok) == len(points):
-        return f"fits in {name} at every count"
+        return [f"fits in {name} at every count"]
     if strategy in ("fsdp", "hsdp", "zero") and ok == [m.count for m in points if m.count >= min(ok)]:
-        return (f"does not fit on one device at this batch; {STRATEGY_NAMES.get(strategy, strategy)} fits from "
-                f"{min(ok)} devices")
-    return f"fits in {name} up to {max(ok)} devices"
+        return ["does not fit on one device at this batch",
+                f"{STRATEGY_NAMES.get(strategy, strategy)} fits from {min(ok)} devices"]
+    return [f"fits in {name} up to {max(ok)} devices"]

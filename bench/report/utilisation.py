@@ -69,7 +69,7 @@ def blocks(workload: str, configs: list) -> list:
         return []
     out = [("p", _flops_sentence(configs))]
     cpu = configs[0].device_type != "cuda"
-    peaks = sorted({_peak_words(c) for c in configs if c.utilisation and c.utilisation.peak_text})
+    peaks = sorted({c.utilisation.peak_text for c in configs if c.utilisation and c.utilisation.peak_text})
     if peaks:
         out.append(("p", "MFU against the dense peak (no sparsity) of the precision that ran: " + "; ".join(peaks)
                     + "." + (CPU_PEAK if cpu else "") + _across_precisions(configs)))
@@ -99,13 +99,6 @@ CPU_PEAK = (" On CPU the peak is per process: each process's share of the achiev
             "its processes) is held against it, so --peak-tflops gives the peak of the cores one process runs on (its "
             "--threads-per-process), not the machine's; the machine's peak would read DDP x2's MFU half what it is on "
             "a node running its two processes.")
-
-
-def _peak_words(c) -> str:
-    """The peak as the report's line gives it: on CPU 'per process' (utilisation.of divides by the processes), on CUDA
-    'per device' as the analysis words it. A CPU page read '2.5 TFLOP/s per device' where a user typed the machine's."""
-    text = c.utilisation.peak_text
-    return text if c.device_type == "cuda" else text.replace(" per device", " per process")
 
 
 def _across_precisions(configs: list) -> str:
