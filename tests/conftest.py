@@ -21,6 +21,7 @@ from bench.shared import forkserver
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ helpers (voc_tree, report_fixtures)
+import parts  # noqa: E402  (the test command's two parts: tests/parts.py)
 
 # A synthetic model small enough that a DDP configuration with 2 gloo processes takes seconds; no interference run
 # beside the collectives microbenchmark (the forecast's tests ask for it: the quick sweep and the held-out pair).
@@ -67,7 +68,7 @@ def pytest_configure(config):
     import tempfile
     _SESSION["host_noise"] = tempfile.mkdtemp(prefix="bench-host-noise-")   # removed at the session's end
     os.environ["BENCH_HOST_NOISE"] = os.path.join(_SESSION["host_noise"], "host-noise.json")
-    if not config.getoption("--run-gpu"):
+    if not config.getoption("--run-gpu") and os.environ.get(parts.PART) != "in-process":
         _SESSION["server"] = forkserver.launch(forkserver.PRELOAD_CLI)   # ready by the first command
 
 
@@ -83,6 +84,23 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _timing_module_alone(request):
+    """A module that times something runs with the in-process part of the test command paused (tests/parts.py)."""
+    with parts.held(exclusive=True) if Path(str(request.node.fspath)).name in parts.TIMING else contextlib.nullcontext():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _in_process_part(request):
+    """In the in-process part of the test command: each test under the shared lock, and starting no process."""
+    if os.environ.get(parts.PART) != "in-process":
+        yield
+        return
+    with parts.held(exclusive=False), parts.no_processes(request.node.nodeid):
+        yield
 
 
 def script_module(script: str, name: str = ""):

@@ -1,0 +1,92 @@
+"""The test command's two parts, run at once by ./run_tests.sh so that the two cores are both busy.
+
+The suite spends most of its time in processes it starts (sweeps, their ranks, the CLI, a SLURM cluster), which keep
+one core or both busy by turns; the rest (reports rendered from stores the tests write, refusals, the statistics, the
+forecast) runs in pytest's own process on one core. Run one after the other, one core sat idle about a third of the
+run. So the modules that start processes run in one pytest (the "spawning" part, in the order and with the session
+sweeps they always had) and every other module in a second pytest beside it (the "in-process" part), which:
+  - starts no process: a test there that does fails, naming this file (its module belongs in SPAWNING);
+  - pauses while the spawning part runs a module that times something (TIMING): a shared lock per in-process test,
+    an exclusive one for the whole of such a module, on the file QUIET_LOCK names.
+With arguments (`./run_tests.sh -k store`, `--run-gpu -m gpu`) or BENCH_TESTS_ONE_PROCESS=1 the command runs one pytest
+as before, everything in order.
+
+    python tests/parts.py spawning|in-process      # that part's test files, one per line (what run_tests.sh runs)
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+PART = "BENCH_TEST_PART"              # "in-process" in the second pytest
+QUIET_LOCK = "BENCH_TEST_QUIET_LOCK"  # the lock file both parts share (set by run_tests.sh only)
+
+# Modules whose tests start processes (the CLI, sweeps, ranks, torchrun, SLURM, a fork server) or read a session sweep.
+SPAWNING = frozenset({
+    "test_ab.py", "test_agent.py", "test_axes.py", "test_benchmarks.py", "test_cluster.py", "test_cluster_cores.py",
+    "test_cluster_resume.py", "test_config.py", "test_docs.py", "test_env.py", "test_equivalence.py",
+    "test_export_refusals.py", "test_faults.py", "test_first_screen_verdicts.py", "test_fit.py", "test_fit_bound.py",
+    "test_fit_bracket.py", "test_fit_gpu_read.py", "test_flops.py", "test_forecast.py", "test_forecast_cpu_read.py",
+    "test_forecast_cpu_terminal_budget.py", "test_forkserver.py", "test_frontier.py", "test_fsdp.py", "test_gpu.py",
+    "test_history.py", "test_html_tables.py", "test_interference.py", "test_levers.py", "test_loading.py",
+    "test_memory_state.py", "test_models.py", "test_noise_per_workload.py", "test_parts.py", "test_recommend.py", "test_refusals.py",
+    "test_report.py", "test_results.py", "test_resume_words.py", "test_selfcheck.py", "test_slurm.py",
+    "test_slurm_cluster.py", "test_step_above_bound.py", "test_store.py", "test_sweep.py", "test_sweepfile.py",
+    "test_timing.py", "test_traces.py", "test_transformer_cpu_line.py", "test_tune.py", "test_usermodel_names.py",
+    "test_utilisation.py", "test_voc_e2e.py", "test_workloads.py",
+})
+# Spawning modules that time something a neighbouring process would disturb: the in-process part waits while they run.
+TIMING = frozenset({"test_ab.py", "test_benchmarks.py", "test_tune.py", "test_history.py", "test_interference.py",
+                    "test_selfcheck.py"})
+
+
+def files(part: str) -> list:
+    """The test files of `part` ("spawning" or "in-process"), in pytest's order."""
+    if part not in ("spawning", "in-process"):
+        raise ValueError(f"part {part!r}: expected 'spawning' or 'in-process'")
+    every = sorted(p.name for p in TESTS.glob("test_*.py"))
+    return [f"tests/{n}" for n in every if (n in SPAWNING) == (part == "spawning")]
+
+
+@contextlib.contextmanager
+def held(exclusive: bool):
+    """The shared lock on QUIET_LOCK's file, exclusive or shared, for the body; nothing where it is not set."""
+    path = os.environ.get(QUIET_LOCK)
+    if not path:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def no_processes(where: str):
+    """Record every process a test of the in-process part starts; fail it after its body, naming the first one."""
+    started: list = []
+    original = subprocess.Popen._execute_child
+
+    def execute_child(self, args, *rest, **kw):
+        started.append(args)
+        return original(self, args, *rest, **kw)
+    subprocess.Popen._execute_child = execute_child
+    try:
+        yield started
+    finally:
+        subprocess.Popen._execute_child = original
+    if started:
+        import pytest
+        pytest.fail(f"{where} started a process ({str(started[0])[:160]}) in the in-process part of the test command: "
+                    f"list its module in SPAWNING in {Path(__file__).relative_to(TESTS.parent)}", pytrace=False)
+
+
+if __name__ == "__main__":
+    print("\n".join(files(sys.argv[1] if len(sys.argv) > 1 else "")))
