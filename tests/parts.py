@@ -6,6 +6,7 @@ forecast) runs in pytest's own process on one core. Run one after the other, one
 run. So the modules that start processes run in one pytest (the "spawning" part, in the order and with the session
 sweeps they always had) and every other module in a second pytest beside it (the "in-process" part), which:
   - starts no process: a test there that does fails, naming this file (its module belongs in SPAWNING);
+  - holds no wall clock to a limit: at low priority a test can wait seconds for a core (CLOCKED: in the first part);
   - pauses while the spawning part runs a module that times something (TIMING): a shared lock per in-process test,
     an exclusive one for the whole of such a module, on the file QUIET_LOCK names.
 With arguments (`./run_tests.sh -k store`, `--run-gpu -m gpu`) or BENCH_TESTS_ONE_PROCESS=1 the command runs one pytest
@@ -40,6 +41,10 @@ SPAWNING = frozenset({
     "test_timing.py", "test_traces.py", "test_transformer_cpu_line.py", "test_tune.py", "test_usermodel_names.py",
     "test_utilisation.py", "test_voc_e2e.py", "test_workloads.py",
 })
+# In-process modules whose tests hold the wall clock to a limit (an epoch shorter than a stand-in compilation, a
+# collective's timed calls within a budget, events against the host clock): at nice 19 beside two busy cores a test
+# can wait seconds for a core (an epoch of 3 tiny steps read 1.5 s, its limit 0.3 s), so they run in the first part.
+CLOCKED = frozenset({"test_commbench.py", "test_same_conditions.py", "test_machinecheck.py"})
 # Spawning modules that time something a neighbouring process would disturb: the in-process part waits while they run.
 TIMING = frozenset({"test_ab.py", "test_benchmarks.py", "test_tune.py", "test_history.py", "test_interference.py",
                     "test_selfcheck.py"})
@@ -50,7 +55,7 @@ def files(part: str) -> list:
     if part not in ("spawning", "in-process"):
         raise ValueError(f"part {part!r}: expected 'spawning' or 'in-process'")
     every = sorted(p.name for p in TESTS.glob("test_*.py"))
-    return [f"tests/{n}" for n in every if (n in SPAWNING) == (part == "spawning")]
+    return [f"tests/{n}" for n in every if (n in SPAWNING or n in CLOCKED) == (part == "spawning")]
 
 
 @contextlib.contextmanager

@@ -15,7 +15,8 @@ def test_every_test_module_is_in_exactly_one_part_and_the_lists_name_modules_tha
     every = {f"tests/{p.name}" for p in Path(parts.TESTS).glob("test_*.py")}
     spawning, in_process = parts.files("spawning"), parts.files("in-process")
     assert set(spawning) | set(in_process) == every and not set(spawning) & set(in_process)
-    assert {f"tests/{n}" for n in parts.SPAWNING} <= every, "a SPAWNING entry names no module"
+    assert {f"tests/{n}" for n in parts.SPAWNING | parts.CLOCKED} <= every, "an entry names no module"
+    assert {f"tests/{n}" for n in parts.CLOCKED} <= set(spawning)   # held to the clock: never at nice 19
     assert parts.TIMING <= parts.SPAWNING, "a module that times something must run in the spawning part"
     assert "tests/test_parts.py" in spawning   # this module starts a process below
     with pytest.raises(ValueError, match="'both'"):
