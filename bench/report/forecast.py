@@ -33,7 +33,7 @@ from bench.store import store
 from bench.workloads.usermodel import display_name
 
 TABLE_COUNTS = (16, 64, 256, 1024)
-
+_text = brackets.num   # a cell's figure, '–' where there is none
 
 
 def memory_fits(s: fs.Setting, pts: list, budget, budget_name: str, per_node: bool) -> str:
@@ -46,8 +46,6 @@ def memory_fits(s: fs.Setting, pts: list, budget, budget_name: str, per_node: bo
     highs = {p.count: p.range_of("memory_mib")[1] for p in pts if p.memory is not None}
     return (mm.fit_words(mems, budget, s.strategy, budget_name, per_node, highs)
             + batches.over_words(s, budget, frontier.held_mib(s.configs[min(s.configs)])))
-
-_text = brackets.num   # a cell's figure, '–' where there is none
 
 
 def _memory(r: dict) -> str:
