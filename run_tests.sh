@@ -29,7 +29,7 @@ else
     BENCH_TEST_PART=in-process nice -n 19 "$BENCH_PY" -m pytest -q --durations=5 "${in_process[@]}" >"$log" 2>&1 &
     beside=$!
     trap 'kill "$beside" 2>/dev/null || true; rm -f "$lock" "$log"' EXIT
-    "$BENCH_PY" -m pytest "${report[@]}" "${spawning[@]}" || status=$?
+    BENCH_TEST_PART=spawning "$BENCH_PY" -m pytest "${report[@]}" "${spawning[@]}" || status=$?
     wait "$beside" || status=$?
     echo "[run_tests.sh] the in-process part (${#in_process[@]} modules, run beside the above: tests/parts.py):"
     cat "$log"

@@ -61,6 +61,8 @@ def forkserver_env() -> dict:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped unless pytest runs with --run-gpu on a GPU machine")
+    config.addinivalue_line("markers", f"{parts.MARK}: starts no process and reads no shared sweep; a test of a module "
+                            "that starts processes, run in the in-process part of the test command (tests/parts.py)")
     if not config.getoption("--run-gpu"):
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before anything initialises CUDA; inherited by every child
     # selfcheck's per-host process noise (bench.store.hostnoise) in a file of this session's, never the user's: a
@@ -73,6 +75,12 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    part = os.environ.get(parts.PART)
+    if part:   # one of the test command's two parts: each test runs in the one it belongs to (tests/parts.py)
+        here = [parts.belongs(part, Path(str(i.fspath)).name, i.get_closest_marker(parts.MARK) is not None) for i in items]
+        if not all(here):
+            config.hook.pytest_deselected(items=[i for i, h in zip(items, here) if not h])
+            items[:] = [i for i, h in zip(items, here) if h]
     _EARLY["wanted"] = {name for name in EARLY_SWEEPS for item in items if name in getattr(item, "fixturenames", ())}
     if config.getoption("--run-gpu"):
         import torch
@@ -89,7 +97,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="module", autouse=True)
 def _timing_module_alone(request):
     """A module that times something runs with the in-process part of the test command paused (tests/parts.py)."""
-    with parts.held(exclusive=True) if Path(str(request.node.fspath)).name in parts.TIMING else contextlib.nullcontext():
+    timing = Path(str(request.node.fspath)).name in parts.TIMING and os.environ.get(parts.PART) != "in-process"
+    with parts.held(exclusive=True) if timing else contextlib.nullcontext():
         yield
 
 

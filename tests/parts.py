@@ -6,6 +6,9 @@ forecast) runs in pytest's own process on one core. Run one after the other, one
 run. So the modules that start processes run in one pytest (the "spawning" part, in the order and with the session
 sweeps they always had) and every other module in a second pytest beside it (the "in-process" part), which:
   - starts no process: a test there that does fails, naming this file (its module belongs in SPAWNING);
+  - also runs the tests of SPAWNING modules marked `@pytest.mark.no_process` (MARK): a report rendered from a store
+    the test writes itself, say, beside tests of its subject that run sweeps (conftest.py deselects each test from
+    the part it does not belong to: `belongs`);
   - holds no wall clock to a limit: at low priority a test can wait seconds for a core (CLOCKED: in the first part);
   - pauses while the spawning part runs a module that times something (TIMING): a shared lock per in-process test,
     an exclusive one for the whole of such a module, on the file QUIET_LOCK names.
@@ -16,6 +19,7 @@ as before, everything in order.
 """
 from __future__ import annotations
 
+import _posixsubprocess
 import contextlib
 import fcntl
 import os
@@ -29,17 +33,14 @@ QUIET_LOCK = "BENCH_TEST_QUIET_LOCK"  # the lock file both parts share (set by r
 
 # Modules whose tests start processes (the CLI, sweeps, ranks, torchrun, SLURM, a fork server) or read a session sweep.
 SPAWNING = frozenset({
-    "test_ab.py", "test_agent.py", "test_axes.py", "test_benchmarks.py", "test_cluster.py", "test_cluster_cores.py",
-    "test_cluster_resume.py", "test_config.py", "test_docs.py", "test_env.py", "test_equivalence.py",
-    "test_export_refusals.py", "test_faults.py", "test_first_screen_verdicts.py", "test_fit.py", "test_fit_bound.py",
-    "test_fit_bracket.py", "test_fit_gpu_read.py", "test_flops.py", "test_forecast.py", "test_forecast_cpu_read.py",
-    "test_forecast_cpu_terminal_budget.py", "test_forkserver.py", "test_frontier.py", "test_fsdp.py", "test_gpu.py",
-    "test_history.py", "test_html_tables.py", "test_interference.py", "test_levers.py", "test_loading.py",
-    "test_memory_state.py", "test_models.py", "test_noise_per_workload.py", "test_parts.py", "test_recommend.py", "test_refusals.py",
-    "test_report.py", "test_results.py", "test_resume_words.py", "test_selfcheck.py", "test_slurm.py",
-    "test_slurm_cluster.py", "test_step_above_bound.py", "test_store.py", "test_sweep.py", "test_sweepfile.py",
-    "test_timing.py", "test_traces.py", "test_transformer_cpu_line.py", "test_tune.py", "test_usermodel_names.py",
-    "test_utilisation.py", "test_voc_e2e.py", "test_workloads.py",
+    "test_ab.py", "test_agent.py", "test_axes.py", "test_benchmarks.py", "test_cluster.py", "test_cluster_resume.py",
+    "test_config.py", "test_env.py", "test_equivalence.py", "test_faults.py", "test_fit.py", "test_fit_bound.py",
+    "test_fit_gpu_read.py", "test_flops.py", "test_forecast.py", "test_forkserver.py", "test_frontier.py",
+    "test_fsdp.py", "test_gpu.py", "test_history.py", "test_html_tables.py", "test_interference.py", "test_levers.py",
+    "test_loading.py", "test_memory_state.py", "test_models.py", "test_parts.py", "test_report.py", "test_results.py",
+    "test_resume_words.py", "test_selfcheck.py", "test_slurm.py", "test_slurm_cluster.py", "test_store.py",
+    "test_sweep.py", "test_sweepfile.py", "test_timing.py", "test_traces.py", "test_tune.py",
+    "test_usermodel_names.py", "test_voc_e2e.py", "test_voc_workers.py", "test_workloads.py",
 })
 # In-process modules whose tests hold the wall clock to a limit (an epoch shorter than a stand-in compilation, a
 # collective's timed calls within a budget, events against the host clock): at nice 19 beside two busy cores a test
@@ -50,12 +51,36 @@ TIMING = frozenset({"test_ab.py", "test_benchmarks.py", "test_tune.py", "test_hi
                     "test_selfcheck.py"})
 
 
+# A test of a SPAWNING module that starts no process and reads no shared sweep, marked to run in the in-process part.
+# Not in TIMING or CLOCKED modules: what they hold to the clock is the reason they run where they do.
+MARK = "no_process"
+PARTS = ("spawning", "in-process")
+
+
+def _check(part: str) -> None:
+    if part not in PARTS:
+        raise ValueError(f"part {part!r}: expected 'spawning' or 'in-process'")
+
+
+def belongs(part: str, module: str, marked: bool) -> bool:
+    """Whether a test of `module` (a file name), marked MARK or not, runs in `part`."""
+    _check(part)
+    first = (module in SPAWNING and not marked) or module in CLOCKED
+    return first == (part == "spawning")
+
+
+def marks(module: str) -> bool:
+    """Whether the module's source marks a test MARK (the in-process part collects it, and keeps only those)."""
+    return f"pytest.mark.{MARK}" in (TESTS / module).read_text()
+
+
 def files(part: str) -> list:
     """The test files of `part` ("spawning" or "in-process"), in pytest's order."""
-    if part not in ("spawning", "in-process"):
-        raise ValueError(f"part {part!r}: expected 'spawning' or 'in-process'")
+    _check(part)
     every = sorted(p.name for p in TESTS.glob("test_*.py"))
-    return [f"tests/{n}" for n in every if (n in SPAWNING or n in CLOCKED) == (part == "spawning")]
+    if part == "spawning":
+        return [f"tests/{n}" for n in every if n in SPAWNING or n in CLOCKED]
+    return [f"tests/{n}" for n in every if not (n in SPAWNING or n in CLOCKED) or (n in SPAWNING and marks(n))]
 
 
 @contextlib.contextmanager
@@ -75,18 +100,28 @@ def held(exclusive: bool):
 
 @contextlib.contextmanager
 def no_processes(where: str):
-    """Record every process a test of the in-process part starts; fail it after its body, naming the first one."""
+    """Record every process a test of the in-process part starts; fail it after its body, naming the first one.
+    Three doors are watched for the test's duration: subprocess.Popen (fork_exec or posix_spawn underneath), the
+    fork_exec that multiprocessing's spawn and forkserver start methods call (torch.multiprocessing's included), and
+    os.fork (multiprocessing's fork method, a hand-made fork)."""
     started: list = []
-    original = subprocess.Popen._execute_child
+    doors = [(subprocess.Popen, "_execute_child", lambda self, args, *a, **k: args),
+             (_posixsubprocess, "fork_exec", lambda args, *a, **k: args),
+             (os, "fork", lambda: "os.fork()")]
+    originals = [getattr(owner, name) for owner, name, _ in doors]
 
-    def execute_child(self, args, *rest, **kw):
-        started.append(args)
-        return original(self, args, *rest, **kw)
-    subprocess.Popen._execute_child = execute_child
+    def watched(original, what):
+        def door(*a, **k):
+            started.append(what(*a, **k))
+            return original(*a, **k)
+        return door
+    for (owner, name, what), original in zip(doors, originals):
+        setattr(owner, name, watched(original, what))
     try:
         yield started
     finally:
-        subprocess.Popen._execute_child = original
+        for (owner, name, _), original in zip(doors, originals):
+            setattr(owner, name, original)
     if started:
         import pytest
         pytest.fail(f"{where} started a process ({str(started[0])[:160]}) in the in-process part of the test command: "

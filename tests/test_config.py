@@ -35,6 +35,7 @@ def no_run(monkeypatch):
     monkeypatch.setattr(plan, "detect_machine", lambda: CPU2)
 
 
+@pytest.mark.no_process
 @pytest.mark.parametrize("args, expected", [
     (["--gpus", "a"], "'a'"),
     (["--gpus", "0"], "--gpus: 0 is not allowed"),
@@ -142,6 +143,7 @@ def test_an_existing_store_is_left_byte_identical_when_input_is_refused(tmp_path
     assert hashlib.sha256(open(path, "rb").read()).hexdigest() == before
 
 
+@pytest.mark.no_process
 def test_weights_that_are_not_a_state_dict_of_the_model_are_refused_up_front(tmp_path, capsys, no_run):
     import torch
     not_torch = tmp_path / "w.txt"
@@ -176,6 +178,7 @@ def test_values_given_are_checked_before_the_machine_is_asked():
     check_values(SweepConfig())  # every default (None: not given) passes
 
 
+@pytest.mark.no_process
 def test_default_counts_follow_the_machine():
     assert resolve(SweepConfig(), GPU8).gpus == (1, 4, 8)
     assert resolve(SweepConfig(), GPU4).gpus == (1, 4)
@@ -211,6 +214,7 @@ def test_weak_scaling_grows_the_global_batch_strong_keeps_it_and_accumulates_whe
         (1, 64, 8), (4, 16, 2), (8, 8, 1)}
 
 
+@pytest.mark.no_process
 def test_strong_scaling_default_fits_deeplabv3_on_one_gpu_by_accumulating():
     cfg = resolve(SweepConfig(workloads=("deeplabv3",), scaling="strong"), GPU8)
     specs = [s for s in plan.plan(cfg, GPU8) if isinstance(s, plan.RunSpec)]
@@ -280,6 +284,7 @@ def test_config_round_trips_through_json_for_resume():
     assert SweepConfig.from_json(cfg.to_json()) == cfg
 
 
+@pytest.mark.no_process
 def test_collective_timeout_defaults_below_the_wall_clock_limit():
     assert resolve(SweepConfig(), CPU2).pg_timeout == 120 and resolve(SweepConfig(), GPU8).pg_timeout == 300
     assert resolve(SweepConfig(timeout=60), CPU2).pg_timeout == 30

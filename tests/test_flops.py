@@ -41,6 +41,7 @@ def test_the_mlps_count_is_its_hand_count_and_its_analytic_figure(width, depth, 
     assert got["forward_per_sample"] == 2 * (depth * repeats * width * width + width * synthetic.NUM_CLASSES)
 
 
+@pytest.mark.no_process
 def test_deeplabv3_counts_every_convolution_forward_and_backward():
     from bench.workloads import deeplabv3
     s = spec("deeplabv3", batch=2, image_size=64)
@@ -86,6 +87,7 @@ def test_a_grouped_transposed_convolutions_backward_is_twice_its_forward():
     assert got.forward == forward and got.by_op["aten.convolution_backward"] == 2 * forward
 
 
+@pytest.mark.no_process
 def test_mobilenet_v3_small_trains_at_three_times_its_forward_not_thirty():
     import torchvision
     with torch.device("meta"):

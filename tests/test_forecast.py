@@ -187,6 +187,7 @@ def _mfu_cells(out: str, strategy: str = "DDP") -> dict:
             for line in block[block.index(header) + 1:] if re.match(r"\s+\d+\s", line)}
 
 
+@pytest.mark.no_process
 def test_forecast_peak_tflops_gives_the_mfu_column_a_peak_and_an_mfu_over_100_percent_reads_as_an_error(tmp_path,
                                                                                                         capsys):
     # 1 GFLOP per sample; DDP x2 steps 64 samples per rank in 60 ms: 1067 samples/s per device, 1.07 TFLOP/s
@@ -229,6 +230,7 @@ def test_a_forecast_points_mfu_past_100_percent_is_an_error_not_a_dash():
                                3.0, 2) == "–"
 
 
+@pytest.mark.no_process
 def test_the_check_reads_nothing_of_the_count_it_judges(tmp_path, capsys):
     # x4 judged from x1 and x2 (the machine at x2): x4's own machine rows and bucket times must not move its check
     outs = []
@@ -289,6 +291,7 @@ def test_without_a_single_device_run_no_efficiency_is_claimed(tmp_path, capsys):
     assert "stays at or above" not in stdout and "scaling stops paying" not in stdout and "nan%" not in stdout
 
 
+@pytest.mark.no_process
 @pytest.mark.parametrize("args, named", [
     (["--network", "infiniband"], "'infiniband'"), (["--network", "net=0@5"], "'0'"),
     (["--network", "node=nan@1"], "'nan'"), (["--to", "16,6.5"], "'6.5'"), (["--to", "0"], "'0'"),
@@ -318,6 +321,7 @@ def test_a_store_without_a_network_is_refused_before_anything_is_printed_and_lef
     assert rc == 0 and "basis: held out: nothing of x2 or above (the network typed" in out
 
 
+@pytest.mark.no_process
 def test_the_report_draws_the_forecast_with_its_range_and_its_check(hand_store, tmp_path):
     from bench.report import report
     out = report.render(hand_store, plots_dir=str(tmp_path / "plots"), report_dir=str(tmp_path / "rep"))

@@ -169,6 +169,7 @@ def test_the_budget_holds_the_device_level_over_the_whole_run_and_says_where_onl
     assert ax.get_xlim()[1] < 1.5 and any("budget 80.00 GiB lies beyond this axis" in t.get_text() for t in ax.texts)
 
 
+@pytest.mark.no_process
 def test_the_frontiers_labels_never_overprint(tmp_path):
     # the H100's DDP x1 [fp32, compiled], single device x1 and DDP x1 sat within a pixel of each other, labels over labels
     configs = [(spec("ddp", 1), payload(1, 10.0, 6300.0)), (spec("single", 1), payload(1, 10.05, 6290.0)),
@@ -182,6 +183,7 @@ def test_the_frontiers_labels_never_overprint(tmp_path):
     assert len(boxes) == 4 and not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
 
 
+@pytest.mark.no_process
 def test_a_cluster_of_points_keeps_every_label_inside_the_axes_and_numbers_those_with_no_room(tmp_path):
     # twelve CPU configurations within a few MiB and samples/s of each other: one label had been put outside the axes
     # on a long leader line, others overprinted

@@ -222,6 +222,7 @@ def _plan(args: list, tmp_path):
     return plan.plan(cfg, machine)
 
 
+@pytest.mark.no_process
 def test_ddp_without_find_unused_parameters_is_refused_naming_the_parameters_and_the_flag(tmp_path):
     args = ["--workloads", "deeplabv3", "--deeplabv3-aux", "unused", "--strategies", "single,ddp", "--gpus", "2"]
     with pytest.raises(ConfigError, match=r"deeplabv3 \(--deeplabv3-aux unused\): 5 parameter\(s\) get no gradient "

@@ -36,6 +36,7 @@ def no_downloads(monkeypatch, tmp_path):
     assert list(home.iterdir()) == []
 
 
+@pytest.mark.no_process
 def test_resnet18_builds_with_random_weights_without_downloading_and_trains_one_step(no_downloads):
     spec = models.build_registry("resnet18", image_size=32)
     assert spec.task == "classification" and spec.image_size == 32 and spec.min_batch_per_replica == 2
@@ -72,6 +73,7 @@ def test_segmentation_dict_output_and_per_pixel_targets_are_handled_by_loss_fn()
     assert spec.task == "segmentation" and spec.min_batch_per_replica == 2
 
 
+@pytest.mark.no_process
 def test_googlenet_auxiliary_logits_in_train_mode_add_to_the_loss():
     spec = models.build_registry("googlenet", image_size=32, num_classes=3)
     x, y = spec.make_batch(torch.Generator().manual_seed(0), 2)
@@ -82,6 +84,7 @@ def test_googlenet_auxiliary_logits_in_train_mode_add_to_the_loss():
     check_spec(spec, "googlenet")  # and every parameter, auxiliary heads included, gets a gradient
 
 
+@pytest.mark.no_process
 def test_vit_takes_any_multiple_of_its_patch_and_refuses_other_sizes_naming_what_it_accepts():
     details = models.validate_workload("vit_b_16", 48)
     assert details["image_size"] == 48 and details["input_shape"] == [3, 48, 48]
@@ -94,12 +97,14 @@ def test_inception_below_its_auxiliary_classifiers_minimum_is_refused_with_the_m
         models.build_registry("inception_v3", 128)
 
 
+@pytest.mark.no_process
 @pytest.mark.parametrize("name,size", [("regnet_x_400mf", 32), ("maxvit_t", 224), ("swin_t", 8), ("alexnet", 63)])
 def test_awkward_models_pass_the_meta_device_dry_run_at_their_smallest_size(name, size):
     details = models.validate_workload(name, size)
     assert details["parameters"] > 0 and details["image_size"] == size and details["dry_run_loss"] is None
 
 
+@pytest.mark.no_process
 def test_registry_deeplabv3_resnet101_is_the_same_network_as_the_reference_workload():
     from bench.workloads.deeplabv3 import build_model as build_deeplabv3
     with torch.device("meta"):
@@ -163,6 +168,7 @@ def test_packed_detection_rows_carry_each_images_own_boxes_through_a_dim0_split(
     assert (boxes[..., 2:4] > boxes[..., 0:2]).all() and (boxes[..., 4] >= 1).all()  # valid boxes, no background label
 
 
+@pytest.mark.no_process
 @pytest.mark.parametrize("name", ["fasterrcnn_mobilenet_v3_large_320_fpn", "maskrcnn_resnet50_fpn", "keypointrcnn_resnet50_fpn"])
 def test_detection_models_train_a_step_from_packed_rows_with_their_own_target_kinds(name, no_downloads):
     details = models.validate_workload(name, 512)

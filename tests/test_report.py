@@ -93,6 +93,7 @@ KEYS = {("single", 1): "bench/synthetic/single/{d}x1/b64/g64/i0/synthetic/fp32",
         ("DataParallel", 2): "bench/synthetic/dp/{d}x2/b64/g128/i0/synthetic/fp32"}
 
 
+@pytest.mark.no_process
 @pytest.mark.parametrize("which", ["cpu", "cuda_voc"])
 def test_workload_table_numbers_equal_values_computed_from_raw_rows(which, request):
     path, _, md, _ = request.getfixturevalue(which)
@@ -133,6 +134,7 @@ def test_workload_table_numbers_equal_values_computed_from_raw_rows(which, reque
     assert ddp2["stability"] == "unstable" and ddp2["samples/s"] == "876.7"  # 128 / 146 ms, slowest rank
 
 
+@pytest.mark.no_process
 def test_verdict_sentences_state_speedup_efficiency_and_data_wait(cpu, cuda_voc):
     path, _, md, _ = cuda_voc
     base = raw(path, KEYS[("single", 1)].format(d="cuda"))["samples_per_s"]
@@ -146,6 +148,7 @@ def test_verdict_sentences_state_speedup_efficiency_and_data_wait(cpu, cuda_voc)
     assert "DDP reaches 1.37x on 2 processes (68% efficiency)" in cpu[2]
 
 
+@pytest.mark.no_process
 def test_a_sweep_whose_processes_started_two_ways_says_so_beside_its_environment(tmp_path):
     # A fork server gone mid-sweep: the rest of the processes start fresh, and their peak RSS is a fresh interpreter's.
     from bench.report import environment
@@ -159,6 +162,7 @@ def test_a_sweep_whose_processes_started_two_ways_says_so_beside_its_environment
     assert environment.process_starts(one) == "forked from a server that had imported torch"
 
 
+@pytest.mark.no_process
 def test_environment_section_names_versions_host_commit_and_threads(cpu, cuda_voc):
     env = dict((r[""], r["environment 1 (12 result(s))"]) for r in md_table(cuda_voc[2], "## Environment"))
     assert env["torch"] == "2.14.1" and env["cuda"] == "12.4" and env["cudnn"] == "90100" and env["nccl"] == "2.21.5"
@@ -175,6 +179,7 @@ def test_environment_section_names_versions_host_commit_and_threads(cpu, cuda_vo
     assert dict(rows)["cuda"] == "13.0 (torch's build; no GPU used)" and dict(rows)["torch"] == "2.14.1+cu130"
 
 
+@pytest.mark.no_process
 def test_failed_skipped_and_interrupted_configurations_appear_with_reasons(cpu):
     rows = md_table(cpu[2], "## Failed, skipped and interrupted")
     by_status = {r["status"]: r for r in rows}
@@ -186,6 +191,7 @@ def test_failed_skipped_and_interrupted_configurations_appear_with_reasons(cpu):
     assert "rendezvous timed out" not in cpu[2]  # failed, then resumed to ok: the ok result counts
 
 
+@pytest.mark.no_process
 def test_html_is_self_contained_and_escapes_store_text(cpu):
     _, out, _, page = cpu
     assert "<script>alert" not in page and "<b>the rest</b>" not in page and "<i>9000" not in page
@@ -199,6 +205,7 @@ def test_html_is_self_contained_and_escapes_store_text(cpu):
     assert EVIL_REASON not in open(out["markdown"], encoding="utf-8").read()
 
 
+@pytest.mark.no_process
 def test_markdown_embeds_every_plot_with_a_relative_path_that_exists(cpu):
     _, out, md, _ = cpu
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
@@ -207,6 +214,7 @@ def test_markdown_embeds_every_plot_with_a_relative_path_that_exists(cpu):
         assert not os.path.isabs(link) and os.path.isfile(os.path.join(os.path.dirname(out["markdown"]), link))
 
 
+@pytest.mark.no_process
 def test_every_plot_is_a_readable_png_with_a_stable_name(cpu):
     _, out, _, _ = cpu
     names = {os.path.basename(p) for p in out["plots"]}
@@ -234,6 +242,7 @@ def _containers(ax) -> dict:
     return {c.get_label(): [b.get_height() for b in c] for c in ax.containers}
 
 
+@pytest.mark.no_process
 def test_throughput_and_efficiency_plots_show_each_strategy_and_the_ideal_line(cuda_voc):
     path = cuda_voc[0]
     cs = _configs(path, "synthetic")
@@ -253,6 +262,7 @@ def test_throughput_and_efficiency_plots_show_each_strategy_and_the_ideal_line(c
     assert eff_lines["DDP x2"] == ([2], [pytest.approx(100 * expected[1] / 640.0 / 2)])
 
 
+@pytest.mark.no_process
 def test_memory_plot_has_one_bar_per_gpu_and_shows_dataparallel_imbalance(cuda_voc):
     cs = _configs(cuda_voc[0], "synthetic")
     ax = plots.memory_figure(cs, "synthetic", "x").axes[0]
@@ -262,6 +272,7 @@ def test_memory_plot_has_one_bar_per_gpu_and_shows_dataparallel_imbalance(cuda_v
     assert ax.get_ylabel() == "peak memory (MiB)"
 
 
+@pytest.mark.no_process
 def test_phase_plot_stacks_medians_and_keeps_an_unresolved_probe_in_backward(cpu):
     path = cpu[0]
     cs = _configs(path, "synthetic")
@@ -282,6 +293,7 @@ def test_phase_plot_stacks_medians_and_keeps_an_unresolved_probe_in_backward(cpu
     assert sum(v[i] for v in bars.values()) == pytest.approx(ddp["summary"].median_ms)
 
 
+@pytest.mark.no_process
 def test_time_to_train_is_an_estimate_on_synthetic_data_and_measured_beside_v100_on_voc(cpu, cuda_voc):
     rows = md_table(cpu[2], "### Time to train")
     single = raw(cpu[0], "bench/deeplabv3/single/cpux1/b2/g2/i64/synthetic/fp32")["samples_per_s"]
@@ -307,6 +319,7 @@ def test_time_to_train_is_an_estimate_on_synthetic_data_and_measured_beside_v100
     assert [b.get_height() for b in fig.axes[1].patches] == pytest.approx([32 + 58 / 60, 14 + 40 / 60, 11 + 21 / 60, 9 + 40 / 60, 9 + 8 / 60])
 
 
+@pytest.mark.no_process
 def test_step_time_distribution_has_one_box_per_configuration(cpu):
     cs = _configs(cpu[0], "synthetic")
     ax = plots.step_times_figure(cs, "synthetic", "x").axes[0]
@@ -314,6 +327,7 @@ def test_step_time_distribution_has_one_box_per_configuration(cpu):
     assert ax.get_ylabel() == "step time (ms)"
 
 
+@pytest.mark.no_process
 def test_collective_tables_and_ddp_exposed_communication_come_from_raw_comm_rows(cpu):
     section = cpu[2][cpu[2].index("## Collectives microbenchmark"):]
     for op, share, factor in (("all-reduce", 1.0, 2 * (2 - 1) / 2), ("all-gather", GATHER_SHARE, (2 - 1) / 2)):
@@ -335,6 +349,7 @@ def test_collective_tables_and_ddp_exposed_communication_come_from_raw_comm_rows
     close(ddp["full-overlap bound ms"], 101.0)
 
 
+@pytest.mark.no_process
 def test_equivalence_results_are_reported_passed_and_failed(cpu):
     ok, bad = md_table(cpu[2], "## Equivalence")
     assert ok["result"] == "passed" and ok["max abs diff"] == "2.5e-07" and ok["tolerance"] == "1e-05"
@@ -356,6 +371,7 @@ def _resumed_sweep(path: str, commits: list) -> None:
     conn.close()
 
 
+@pytest.mark.no_process
 def test_a_resumed_sweeps_identical_environments_are_one_table_and_a_difference_is_marked(tmp_path):
     path = str(tmp_path / "same.sqlite")
     _resumed_sweep(path, ["abc1234"] * 8)   # started, then resumed 7 times on the same machine and commit
@@ -378,6 +394,7 @@ def test_a_resumed_sweeps_identical_environments_are_one_table_and_a_difference_
     assert "<td><mark>def5678</mark></td>" in open(out["html"], encoding="utf-8").read()
 
 
+@pytest.mark.no_process
 def test_render_defaults_to_the_latest_sweep_and_rejects_an_unknown_one(tmp_path):
     path = str(tmp_path / "two.sqlite")
     build_compare_store(path, (1.0, 2.0))
@@ -427,6 +444,7 @@ def test_html_report_opens_in_headless_chromium_with_every_plot_decoded_and_a_fi
     assert star > 2 * 60, star
 
 
+@pytest.mark.no_process
 def test_a_sweep_with_no_ok_result_still_renders_its_failures(tmp_path):
     path = str(tmp_path / "s.sqlite")
     conn = store.connect(path)
@@ -443,6 +461,7 @@ def test_a_sweep_with_no_ok_result_still_renders_its_failures(tmp_path):
     assert report.main(["--store", str(tmp_path / "missing.sqlite")]) == 2
 
 
+@pytest.mark.no_process
 def test_a_sweep_at_one_device_speaks_of_one_gpu_not_one_gpus(tmp_path):
     # the first GPU sweep (one H100, every strategy at 1) read "A single device step on 1 GPUs waits for data ..."
     path = str(tmp_path / "bench.sqlite")
@@ -454,6 +473,7 @@ def test_a_sweep_at_one_device_speaks_of_one_gpu_not_one_gpus(tmp_path):
     assert "single device x1: " in md and "% of a step waits for data" in md and "on 1 GPUs" not in md
 
 
+@pytest.mark.no_process
 def test_memory_of_a_two_node_run_is_kept_per_node_not_merged_by_device_name():
     from bench.analysis.results import _memory
     # 2 nodes x 2 ranks: every node's GPUs are cuda:0 and cuda:1; node 1's cuda:0 holds more than node 0's
@@ -465,6 +485,7 @@ def test_memory_of_a_two_node_run_is_kept_per_node_not_merged_by_device_name():
     assert _memory(rows[:2], "cuda")[0] == {"cuda:0": 1000.0, "cuda:1": 1100.0}   # one node: the GPU's own name
 
 
+@pytest.mark.no_process
 def test_a_wrapper_with_no_single_device_run_is_its_own_baseline_and_is_never_compared_with_itself(tmp_path):
     # An H200 sweep of FSDP and HSDP x1 alone: each x1 held against itself read 'wrapper overhead not resolved (0.0%
     # against FSDP x1 [bf16, adamw]: FSDP x1 [bf16, adamw] and FSDP x1 [bf16, adamw] ran one process each ...)'

@@ -109,6 +109,7 @@ def test_an_empty_config_name_is_refused_not_replaced_by_the_default_sweep(value
     assert not store.exists()
 
 
+@pytest.mark.no_process
 @pytest.mark.parametrize("name", ["reference.toml", "quick-cpu.toml", "ddp-settings.toml", "transformer.toml"])
 def test_the_shipped_sweeps_resolve_on_a_cpu_and_on_eight_gpus(name, tmp_path, machine):
     extra = ["--voc-root", str(tmp_path)] if name == "reference.toml" else []

@@ -224,6 +224,7 @@ class _Prof:
             f.write('\n  ],"traceName": "x.json" }')
 
 
+@pytest.mark.no_process
 def test_a_trace_above_the_limit_is_cut_to_its_earliest_events_with_a_note_and_a_small_one_is_kept_whole(
         tmp_path, monkeypatch):
     from bench.rank import tracefile

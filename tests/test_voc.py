@@ -1,5 +1,5 @@
-"""The VOC data path on small fake trees: layout, up-front checks, named errors (also from a worker),
-image/mask alignment under the shared transform, and which images each rank consumes per epoch."""
+"""The VOC data path on small fake trees: layout, up-front checks, named errors, image/mask alignment under the
+shared transform, and which images each rank consumes per epoch (the loader's worker processes: test_voc_workers.py)."""
 from __future__ import annotations
 
 import shutil
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from bench.config import ConfigError
 from bench.workloads.voc import (IGNORE_INDEX, IMAGENET_MEAN, IMAGENET_STD, DataError, StepSampler, VOCTrain, check_tree, coverage,
@@ -84,15 +84,6 @@ def test_missing_image_is_named_with_its_index(root):
     (base(root) / "JPEGImages" / "2007_000003.jpg").unlink()
     with pytest.raises(DataError, match=r"2007_000003\.jpg.* is missing \(sample 2\)"):
         ds[2]
-
-
-def test_error_in_a_dataloader_worker_reaches_the_main_process_named(root):
-    ds = VOCTrain(str(root), image_size=S)
-    (base(root) / "JPEGImages" / "2007_000003.jpg").unlink()
-    loader = DataLoader(ds, batch_size=1, num_workers=1)
-    with pytest.raises(DataError, match=r"(?s)DataLoader worker.*2007_000003\.jpg.* is missing \(sample 2\)"):
-        for _ in loader:
-            pass
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
@@ -243,24 +234,6 @@ def test_augmentation_is_seeded_by_sample_and_epoch_whoever_loads_it(root):
     assert torch.equal(x1, x2) and torch.equal(m1, m2)
     x3, _ = a[(3, 2)]
     assert not torch.equal(x1, x3)  # another epoch, another crop
-
-
-def test_persistent_workers_serve_voc_batches_across_epochs(root):
-    ds = VOCTrain(str(root), image_size=S)
-    loader = make_loader(ds, StepSampler(len(ds), 1, [0], 2, 0), num_workers=2, pin_memory=False, persistent_workers=True)
-    assert loader.persistent_workers
-    workers = None
-    for epoch in range(2):
-        loader.sampler.set_epoch(epoch)
-        labels = []
-        for image, mask in loader:
-            assert image.shape == (2, 3, S, S) and mask.shape == (2, S, S)
-            # image i's object has label 1 + i, so the masks say which images were loaded
-            labels += [int(m[(m > 0) & (m < IGNORE_INDEX)].unique().item()) - 1 for m in mask]
-        assert labels == epoch_indices(loader, epoch)
-        if workers is None:
-            workers = loader._iterator._workers
-        assert loader._iterator._workers is workers  # the same worker processes in epoch 2
 
 
 def test_tree_with_a_voc2012_folder_but_no_vocdevkit_loads(root, tmp_path):

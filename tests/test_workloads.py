@@ -53,6 +53,7 @@ def test_dataparallel_on_cpu_is_a_pass_through_wrapper():
     assert torch.equal(wrapped(x), model(x)) and unwrap(wrapped) is model
 
 
+@pytest.mark.no_process
 def test_deeplabv3_loads_a_local_weights_file_without_downloading(tmp_path):
     torch.manual_seed(1)
     model, _ = build_deeplabv3()
@@ -64,6 +65,7 @@ def test_deeplabv3_loads_a_local_weights_file_without_downloading(tmp_path):
     assert torch.equal(loaded.state_dict()[name], p)
 
 
+@pytest.mark.no_process
 def test_deeplabv3_synthetic_masks_have_voc_classes_and_batch_shape():
     s = spec("single", 1, workload="deeplabv3", image_size=32, per_device_batch=2, global_batch=2)
     x, y = first_batch(s)
