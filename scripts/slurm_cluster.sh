@@ -107,10 +107,12 @@ SlurmdParameters=config_overrides
 ReturnToService=2
 SlurmdTimeout=30
 KillWait=5
-# sbatch --wait polls every 2 s only while 2 s < MinJobAge/3, else after 2, 8 and 32 s more: with the default
-# (300 s) the batch test's job, which ends after about 24 s, was seen ended at 42.0 s in every run (26 s with
-# this). Completed jobs are forgotten after 6 s instead of 300.
-MinJobAge=6
+# sbatch --wait sleeps 2 s between polls and multiplies that by 4 (up to 32 s) while it is under MinJobAge/2 (SLURM
+# 22.05; /3 in older releases): with the default (300 s) the batch test's job was seen ended 42.0 s after it was
+# submitted in every run (2 + 8 + 32), and with MinJobAge=6 still 42.05 s (2 s, then every 8 s) on 2026-11-28 for a
+# job that ended after about 37; with 4 the polls stay 2 s apart on either rule: 38.1 s. Completed jobs are
+# forgotten after 4 s instead of 300 (nothing here reads a job's record after it ends; sbatch polls within 2 s).
+MinJobAge=4
 InactiveLimit=0
 MailProg=/bin/true
 EOF
