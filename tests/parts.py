@@ -125,7 +125,8 @@ def no_processes(where: str):
     if started:
         import pytest
         pytest.fail(f"{where} started a process ({str(started[0])[:160]}) in the in-process part of the test command: "
-                    f"list its module in SPAWNING in {Path(__file__).relative_to(TESTS.parent)}", pytrace=False)
+                    f"list its module in SPAWNING in {Path(__file__).relative_to(TESTS.parent)}, or drop the test's "
+                    f"@pytest.mark.{MARK} where it has one", pytrace=False)
 
 
 if __name__ == "__main__":
