@@ -10,21 +10,18 @@ from torch.utils.data import DataLoader
 from bench.workloads.voc import IGNORE_INDEX, DataError, StepSampler, VOCTrain, epoch_indices, make_loader
 from voc_tree import make_voc_tree
 
-S = 32  # image side after the transform
+S = 32  # image side after the transform, as in test_voc.py
 
 
 @pytest.fixture
 def root(tmp_path) -> Path:
+    """test_voc.py's small tree: 6 images of three sizes."""
     return make_voc_tree(tmp_path, n_images=6, sizes=[(40, 48), (36, 52), (44, 40)])
-
-
-def base(root: Path) -> Path:
-    return root / "VOCdevkit" / "VOC2012"
 
 
 def test_error_in_a_dataloader_worker_reaches_the_main_process_named(root):
     ds = VOCTrain(str(root), image_size=S)
-    (base(root) / "JPEGImages" / "2007_000003.jpg").unlink()
+    (root / "VOCdevkit" / "VOC2012" / "JPEGImages" / "2007_000003.jpg").unlink()
     loader = DataLoader(ds, batch_size=1, num_workers=1)
     with pytest.raises(DataError, match=r"(?s)DataLoader worker.*2007_000003\.jpg.* is missing \(sample 2\)"):
         for _ in loader:
