@@ -36,13 +36,15 @@ def real_sweeps(tmp_path_factory):
     tests: with ranks forked from the session's fork server the sweeps take ~4 s, and measured beside a test rendering
     plots the first sweep read a median of 24.7k samples/s against 33k alone, and the slowdown was within its spread),
     single x1 in 3 processes each, labelled 'before' and 'after slow', the
-    second with every step of rank 0 sleeping 1 ms first (bench.shared.faults' nap: a slowdown of a fixed size; 3
+    second with every step of rank 0 sleeping 3 ms first (bench.shared.faults' nap: a slowdown of a fixed size, some 3-4x
+    a step of about 1 ms: with 1 ms, about 2x, a run of 2026-11-28 judged it within the noise when one process of
+    'before' read 4,493 samples/s against 9,341 and 8,285; 3
     warm-up steps, since with 1 the first process of a sweep ran up to 70x slow here). One torch thread: at two, beside
     one busy process on the 2 cores, the MLP read 452 samples/s (OpenMP's two threads waiting on each other across
     time slices) and the 1 ms nap was lost inside that."""
     path = str(tmp_path_factory.mktemp("real") / "bench.sqlite")
     bench = f"{shlex.join(bench_command())} {shlex.join(REAL)} --store {shlex.quote(path)}"
-    proc = subprocess.Popen(["sh", "-c", f"{bench} --label before && BENCH_FAULT=nap@0:1 {bench} --label 'after slow'"],
+    proc = subprocess.Popen(["sh", "-c", f"{bench} --label before && BENCH_FAULT=nap@0:3 {bench} --label 'after slow'"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         proc.wait(timeout=300)
