@@ -1,5 +1,6 @@
-"""The test command's two parts (tests/parts.py): every module in exactly one, the lists naming real modules, the
-in-process part refusing a test that starts a process, and a timing module's exclusive lock holding the other part."""
+"""The test command's two parts (tests/parts.py): every module in a part (a module that starts processes in both where
+it marks tests that start none, and each test in exactly one), the lists naming real modules, the in-process part
+refusing a test that starts a process by any door, and a timing module's exclusive lock holding the other part."""
 from __future__ import annotations
 
 import fcntl
