@@ -3,9 +3,9 @@
 # The benchmark table and the 15 slowest tests are printed at the end, then the wall time of the whole
 # command (the suite is held to 7 minutes on 2 cores from a fresh clone, the venv's set-up included: issue 44); the
 # table is saved to results/pytest-benchmark.json.
-# With no arguments it runs as two pytest processes at once (tests/parts.py): the modules that start processes, in
-# order, and beside them every other module, paused while a module that times something runs; the second's output
-# follows the first's. Extra arguments go to one pytest over everything (e.g. ./run_tests.sh -k store), as does
+# With no arguments it runs as two pytest processes at once (tests/parts.py): the tests that start processes, in
+# order, and beside them every test that starts none, paused while a module that times something runs; the second's
+# output follows the first's. Extra arguments go to one pytest over everything (e.g. ./run_tests.sh -k store), as does
 # BENCH_TESTS_ONE_PROCESS=1.
 set -euo pipefail
 SECONDS=0

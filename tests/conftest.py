@@ -77,6 +77,8 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     part = os.environ.get(parts.PART)
     if part:   # one of the test command's two parts: each test runs in the one it belongs to (tests/parts.py)
+        if part not in parts.PARTS:
+            raise pytest.UsageError(f"{parts.PART}={part!r}: expected one of {', '.join(parts.PARTS)} (set by run_tests.sh)")
         here = [parts.belongs(part, Path(str(i.fspath)).name, i.get_closest_marker(parts.MARK) is not None) for i in items]
         if not all(here):
             config.hook.pytest_deselected(items=[i for i, h in zip(items, here) if not h])

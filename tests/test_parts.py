@@ -101,5 +101,8 @@ def test_each_test_runs_in_the_part_it_belongs_to_and_the_rest_are_deselected(pa
     want = {"spawning": [spawning, clocked], "in-process": [marked, plain], None: [spawning, marked, clocked, plain]}
     assert items == want[part] and len(items) + len(deselected) == 4
     assert parts.belongs("spawning", "test_sweep.py", False) and not parts.belongs("spawning", "test_sweep.py", True)
+    monkeypatch.setenv(parts.PART, "both")
+    with pytest.raises(pytest.UsageError, match="BENCH_TEST_PART='both': expected one of spawning, in-process"):
+        conftest.pytest_collection_modifyitems(Config(), [spawning])
     with pytest.raises(ValueError, match="'nowhere'"):
         parts.belongs("nowhere", "test_sweep.py", False)
