@@ -83,7 +83,8 @@ def frontier_figure(configs: list, workload: str, where: str, budget: Optional[f
         else "node: the peak RSS of its processes, summed")
     ax.set(xlabel=f"peak memory per {what} ({unit})", ylabel="throughput (samples/s)")
     ax.set_ylim(0, max([c.samples_per_s for c in shown], default=1.0) * 1.12)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    if ax.get_legend_handles_labels()[0]:   # a lone point under no budget has nothing to explain
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     place_labels(fig, ax, [(held_mib(c) / scale, c.samples_per_s, point_label(c, shown, over)) for c in shown])
     return fig
 
