@@ -115,6 +115,18 @@ def test_one_preempted_probe_does_not_cut_the_timed_calls(one_rank, monkeypatch)
     assert row["iters"] >= cb.MIN_ITERS, row
 
 
+def test_every_collective_runs_waited_and_async_without_a_deprecation_warning(one_rank):
+    # torch 2.14 deprecated all_gather_into_tensor and reduce_scatter_tensor: every rank's log carried the warning
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for op in cb.OPS:
+            inp, out, _ = cb.buffers(op, 4096, 1, CPU)
+            assert cb.run_op(op, inp, out, None) is None
+            cb.run_op(op, inp, out, None, async_op=True).wait()
+            assert torch.equal(out, torch.ones_like(out))   # one rank of ones: every collective gives ones
+
+
 def test_host_clock_rows_say_so(one_rank):
     rows = cb.collective_sweep(CPU, 4096, ops=("reduce_scatter",), budget_s=0.2)
     assert [(r["scope"], r["op"], r["size_bytes"], r["timing"]) for r in rows] == [("world", "reduce_scatter", 4096, "host_clock")]

@@ -145,13 +145,19 @@ def buffers(op: str, size_bytes: int, ranks: int, device: torch.device) -> tuple
     raise ValueError(f"collective {op!r}: expected one of {', '.join(OPS)}")
 
 
-def run_op(op: str, inp: torch.Tensor, out: torch.Tensor, group) -> None:
+# torch 2.14 renamed the tensor forms (the old names warn, once per process, in every rank's log); older torch has
+# only the old ones, with the same arguments
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def run_op(op: str, inp: torch.Tensor, out: torch.Tensor, group, async_op: bool = False):
+    """One collective; its Work handle where async_op, else None once it has been issued and waited on."""
     if op == "all_reduce":
-        dist.all_reduce(inp, group=group)
-    elif op == "all_gather":
-        dist.all_gather_into_tensor(out, inp, group=group)
-    else:
-        dist.reduce_scatter_tensor(out, inp, group=group)
+        return dist.all_reduce(inp, group=group, async_op=async_op)
+    if op == "all_gather":
+        return _ALL_GATHER(out, inp, group=group, async_op=async_op)
+    return _REDUCE_SCATTER(out, inp, group=group, async_op=async_op)
 
 
 def _sync(device: torch.device) -> None:

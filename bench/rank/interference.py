@@ -308,7 +308,7 @@ def interference_sweep(device: torch.device, sizes: list, ops: tuple, load_shape
 
     def driver_for(op: str, size: int):
         inp, out, nbytes = buffers(op, size, ranks, device)
-        collective = lambda async_op: _issue(op, inp, out, group, async_op)  # noqa: E731
+        collective = lambda async_op: run_op(op, inp, out, group, async_op)  # noqa: E731
         d = CudaDriver(collective, chunk, device, api, lead) if device.type == "cuda" else HostDriver(collective, chunk)
         return d, nbytes
 
@@ -342,13 +342,3 @@ def interference_sweep(device: torch.device, sizes: list, ops: tuple, load_shape
             rows.append({"scope": scope, "ranks": ranks, "op": op, "size_bytes": nbytes, "load": load,
                          "timing": d.timing, **measure(d, chunk_ms, device, group)})
     return rows
-
-
-def _issue(op: str, inp: torch.Tensor, out: torch.Tensor, group, async_op: bool):
-    if not async_op:
-        return run_op(op, inp, out, group)
-    if op == "all_reduce":
-        return dist.all_reduce(inp, group=group, async_op=True)
-    if op == "all_gather":
-        return dist.all_gather_into_tensor(out, inp, group=group, async_op=True)
-    return dist.reduce_scatter_tensor(out, inp, group=group, async_op=True)
