@@ -5,10 +5,10 @@ Run inside an initialised process group (the worker's 'comm' mode). For each col
 to the model's gradient size, plus DDP's own bucket sizes, it reports nccl-tests' quantities (doc/PERFORMANCE.md):
     algbw = S / t            busbw = algbw * factor     (GB/s, 1 GB = 1e9 bytes)
 with S, as nccl-tests counts it, the size of the whole array (`size_bytes`):
-    op              call                          S                                      factor
-    all_reduce      dist.all_reduce               the tensor every rank holds            2(n-1)/n
-    all_gather      dist.all_gather_into_tensor   the OUTPUT: n x each rank's input      (n-1)/n
-    reduce_scatter  dist.reduce_scatter_tensor    the INPUT: n x each rank's output      (n-1)/n
+    op              call (torch 2.14's name; before it)                   S                                    factor
+    all_reduce      dist.all_reduce                                       the tensor every rank holds          2(n-1)/n
+    all_gather      dist.all_gather_single (all_gather_into_tensor)       the OUTPUT: n x each rank's input    (n-1)/n
+    reduce_scatter  dist.reduce_scatter_single (reduce_scatter_tensor)    the INPUT: n x each rank's output    (n-1)/n
 busbw is what each rank's link carries in a ring and does not depend on n, so one figure per collective can be
 set against the hardware and against a step's exposed communication. NCCL runs all three natively; gloo has
 had the two tensor forms since torch 2.3 (checked on 2.15), its reduce-scatter built on an all-reduce
@@ -152,7 +152,7 @@ _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_sc
 
 
 def run_op(op: str, inp: torch.Tensor, out: torch.Tensor, group, async_op: bool = False):
-    """One collective; its Work handle where async_op, else None once it has been issued and waited on."""
+    """One collective of `group`: its Work handle where async_op, else None (issued as torch issues a blocking one)."""
     if op == "all_reduce":
         return dist.all_reduce(inp, group=group, async_op=async_op)
     if op == "all_gather":
