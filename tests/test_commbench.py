@@ -116,7 +116,7 @@ def test_one_preempted_probe_does_not_cut_the_timed_calls(one_rank, monkeypatch)
 
 
 def test_every_collective_runs_waited_and_async_without_a_deprecation_warning(one_rank):
-    # torch 2.14 deprecated all_gather_into_tensor and reduce_scatter_tensor: every rank's log carried the warning
+    # torch 2.13 deprecated all_gather_into_tensor and reduce_scatter_tensor: every rank's log carried the warning
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("error")

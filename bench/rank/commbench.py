@@ -5,7 +5,7 @@ Run inside an initialised process group (the worker's 'comm' mode). For each col
 to the model's gradient size, plus DDP's own bucket sizes, it reports nccl-tests' quantities (doc/PERFORMANCE.md):
     algbw = S / t            busbw = algbw * factor     (GB/s, 1 GB = 1e9 bytes)
 with S, as nccl-tests counts it, the size of the whole array (`size_bytes`):
-    op              call (torch 2.14's name; before it)                   S                                    factor
+    op              call (torch 2.13's name; before it)                   S                                    factor
     all_reduce      dist.all_reduce                                       the tensor every rank holds          2(n-1)/n
     all_gather      dist.all_gather_single (all_gather_into_tensor)       the OUTPUT: n x each rank's input    (n-1)/n
     reduce_scatter  dist.reduce_scatter_single (reduce_scatter_tensor)    the INPUT: n x each rank's output    (n-1)/n
@@ -145,8 +145,8 @@ def buffers(op: str, size_bytes: int, ranks: int, device: torch.device) -> tuple
     raise ValueError(f"collective {op!r}: expected one of {', '.join(OPS)}")
 
 
-# torch 2.14 renamed the tensor forms (the old names warn, once per process, in every rank's log); older torch has
-# only the old ones, with the same arguments
+# torch 2.13 renamed the tensor forms (the old names warn, once per process, in every rank's log; accelerate PR 4272: same
+# arguments, same semantics); older torch has only the old ones
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
