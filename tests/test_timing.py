@@ -168,7 +168,8 @@ def test_the_store_says_which_method_timed_each_result_and_a_default_window_fill
     no_steps = [a for i, a in enumerate(FAST) if a != "--steps" and FAST[i - 1] != "--steps"]
     # No --steps: the default CPU steps (bench.sweep.resolve.DEFAULT_STEPS) of this tiny MLP (a few ms) last far less
     # than --min-window-s, so more run, as many on every rank of DDP x2. 0.5 s: FAST's one warm-up step, the first
-    # (allocation included), judges it and must take under 83 ms; at 0.1 s it had 17 ms and once, on a loaded host, took longer.
+    # (allocation included), judges it and must take under 83 ms; at 0.1 s it had 17 ms and once, on a loaded host,
+    # took longer.
     from bench.sweep.resolve import DEFAULT_STEPS
     asked = DEFAULT_STEPS["cpu"]
     p = run_bench(no_steps + ["--strategies", "single,ddp", "--gpus", "2", "--min-window-s", "0.5", "--no-comm-bench",

@@ -376,7 +376,8 @@ def point(s: Setting, inp: Inputs, count: int, machine: Machine) -> Point:
     p.sync_ms = fc.central(step.sync_ms)
     p.bound = "DataParallel: linear in the count" if s.strategy == "dp" else fc.bound_of(step, inp.local)
     step_s = np.asarray(step_ms, dtype=float) / 1e3
-    sps = np.divide(samples * count, step_s, out=np.full(np.shape(step_s), np.nan), where=step_s > 0)  # no 0-division warning
+    # samples/s only where a step has a time (np.where would divide by zero first, and warn)
+    sps = np.divide(samples * count, step_s, out=np.full(np.shape(step_s), np.nan), where=step_s > 0)
     base = math.nan
     if s.single is not None and s.single.summary.median_ms > 0:  # steps against steps (the forecast has no windows)
         base = s.single.global_batch / (s.single.summary.median_ms / 1e3)

@@ -145,8 +145,8 @@ def buffers(op: str, size_bytes: int, ranks: int, device: torch.device) -> tuple
     raise ValueError(f"collective {op!r}: expected one of {', '.join(OPS)}")
 
 
-# torch 2.13 renamed the tensor forms (the old names warn, once per process, in every rank's log; accelerate PR 4272: same
-# arguments, same semantics); older torch has only the old ones
+# torch 2.13 renamed the tensor forms (the old names warn, once per process, in every rank's log; accelerate
+# PR 4272: same arguments, same semantics); older torch has only the old ones
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
