@@ -31,7 +31,7 @@ import pytest
 from bench.shared import faults, procs
 from bench.store import store
 from bench.sweep import plan
-from conftest import forkserver_env
+from conftest import bench_command, forkserver_env
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--workloads", "synthetic", "--synthetic-width", "128", "--synthetic-depth", "2", "--steps", "3", "--repeats", "1",
@@ -63,6 +63,7 @@ class Sweep:
     runs: Path      # the sweep's TMPDIR: every configuration's out dir, so every worker's command line
     log: Path
     t0: float
+    label: str | None = None   # a forked sweep's --label: how its row is found (its pid is not the one started here)
     sweep_id: int | None = None
 
     def wait(self, timeout: float) -> tuple:
@@ -96,20 +97,25 @@ class Sweeps:
     def __init__(self):
         self.started: list = []
 
-    def start(self, tmp: Path, *args: str, fault: str = "", store_path: str = "", name: str = "sweep") -> Sweep:
+    def start(self, tmp: Path, *args: str, fault: str = "", store_path: str = "", name: str = "sweep",
+              forked: bool = False) -> Sweep:
         runs = tmp / f"{name}-runs"
         runs.mkdir(exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k != "BENCH_FAULT"}
         env.update(TMPDIR=str(runs), PYTHONUNBUFFERED="1", **({"BENCH_FAULT": fault} if fault else {}), **forkserver_env())
         path = store_path or str(tmp / "bench.sqlite")
         log = tmp / f"{name}.log"
+        # A new interpreter by default, not the session's fork server (conftest): a test that signals the sweep, or
+        # finds its forked torchrun agent among its children, needs the sweep to be the process it started (a forked
+        # sweep's launcher is a stand-in that passes signals on). A sweep that ends by itself (`forked`) forks from
+        # the server, as the other tests' commands do: ~2 s of CPU less each. Its ranks fork from the server either way.
+        command = bench_command() if forked else [sys.executable, "-m", "bench"]
         with open(log, "a") as out:
-            # A new interpreter, not the session's fork server (conftest): these tests read the sweep's own pid in the
-            # store and find its forked torchrun agent among its children. Its ranks still fork from the server.
-            proc = subprocess.Popen([sys.executable, "-m", "bench", *FAST, "--store", path, *args], cwd=REPO, env=env,
+            proc = subprocess.Popen([*command, *FAST, "--store", path, *(["--label", name] if forked else []), *args],
+                                    cwd=REPO, env=env,
                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, preexec_fn=_as_a_terminal_job)
-        s = Sweep(proc, path, runs, log, time.monotonic())
+        s = Sweep(proc, path, runs, log, time.monotonic(), label=name if forked else None)
         self.started.append(s)
         return s
 
@@ -154,6 +160,8 @@ def sweep_row(s: Sweep) -> dict:
         try:
             if s.sweep_id is not None:
                 return read(s.store, "SELECT * FROM sweeps WHERE sweep_id = ?", (s.sweep_id,))
+            if s.label is not None:
+                return read(s.store, "SELECT * FROM sweeps WHERE label = ?", (s.label,))
             return read(s.store, "SELECT * FROM sweeps WHERE pid = ?", (s.proc.pid,))
         except store.StoreError:
             return []
@@ -297,7 +305,8 @@ def together(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("together")
     path = str(tmp / "shared.sqlite")
     s = Sweeps()
-    started = {name: s.start(tmp, *flags, fault=fault, store_path=path, name=name) for name, (flags, fault) in TOGETHER.items()}
+    started = {name: s.start(tmp, *flags, fault=fault, store_path=path, name=name, forked=name in UNATTENDED)
+               for name, (flags, fault) in TOGETHER.items()}
     reader = Reader(path)
     reader.start()
     yield started, reader
