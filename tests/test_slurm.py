@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -44,55 +45,47 @@ def leftovers(store_dir: Path) -> list:
     return procs.worker_pids(str(store_dir / ".bench-runs"))
 
 
-def no_steps(cluster) -> bool:
-    return cluster.run(["squeue", "--steps", "--noheader"], timeout=30).stdout.strip() == ""
+def no_steps(cluster, but: str = "") -> bool:
+    """No SLURM step is left on the cluster, the batch job's (BUT, its job id: it runs beside this file's tests) apart."""
+    steps = cluster.run(["squeue", "--steps", "--noheader", "--format", "%i"], timeout=30).stdout.split()
+    return [st for st in steps if not (but and st.startswith(f"{but}."))] == []
 
 
-@pytest.mark.timeout(600)
-def test_the_batch_script_runs_a_whole_sweep_through_srun_and_torchrun_into_the_submit_folder(slurm_cluster, tmp_path):  # noqa: F811
+@dataclass
+class BatchJob:
+    proc: subprocess.Popen   # `sbatch --wait`: ends with the job, its exit status the job's
+    job: str                 # the job id sbatch printed when it submitted it
+    submit: Path             # the folder it was submitted from: its output file and results land there
+
+
+@pytest.fixture(scope="module", autouse=True)
+def batch_job(slurm_cluster, tmp_path_factory):  # noqa: F811
+    """The batch script's job (the last test reads it), submitted when this file's first test starts, so that its
+    sweep runs beside the other tests instead of after them: about 40 s, most of it SLURM's polls and the sweep's own
+    processes, which the others' waits on their faults leave room for. The cluster's nodes advertise the machine's
+    cores each, and every job here asks one CPU a node, so the tests' own allocations are granted beside it."""
+    tmp = tmp_path_factory.mktemp("batch")
+    submit = tmp / "submit"
+    submit.mkdir()
     # One job does what a user's would: every strategy on one and two nodes (HSDP across them: replicate 2 x shard 1),
     # the collectives on two, the report.
-    submit = tmp_path / "submit"
-    submit.mkdir()
-    p = slurm_cluster.run(["sbatch", "--wait", "--parsable", "--gpus-per-node=0", "--cpus-per-task=1",
-                           REPO / "slurm" / "bench.sbatch", *TINY[:-1], "--strategies", "single,dp,ddp,hsdp"],
-                          cwd=submit, timeout=500, env={"BENCH_REPO": str(REPO), "TMPDIR": str(tmp_path)})
-    job = p.stdout.strip().split(";")[0]
-    out = (submit / f"ddp-bench-{job}.out").read_text() if job else ""
-    assert p.returncode == 0, p.stderr + out
-    store = str(submit / "results" / "bench.sqlite")
-    got = {(r["mode"], r["strategy"], r["device_count"]): r for r in rows(store, "SELECT * FROM results")}
-    ddp2 = got[("bench", "ddp", 2)]
-    assert ddp2["status"] == "ok" and ddp2["nodes"] == 2 and ddp2["launcher"] == "slurm", out
-    assert got[("bench", "ddp", 1)]["launcher"] == "local" and got[("bench", "ddp", 1)]["status"] == "ok"
-    assert got[("bench", "single", 1)]["status"] == "ok"
-    dp2 = got[("bench", "dp", 2)]
-    assert dp2["status"] == "skipped" and "one process on one node" in dp2["reason"]
-    nodes = rows(store, f"SELECT * FROM nodes WHERE result_id = {ddp2['result_id']} ORDER BY node_rank")
-    assert [n["node_rank"] for n in nodes] == [0, 1] and {n["hostname"] for n in nodes} == set(slurm_cluster.nodes)
-    assert all(json.loads(n["env_json"])["torch"] for n in nodes)  # each node's environment
-    windows = rows(store, f"SELECT * FROM windows WHERE result_id = {ddp2['result_id']} AND kind = 'measure'")
-    assert sorted(w["rank"] for w in windows) == [0, 1]  # both ranks' rows reached the store
-    hsdp2, hsdp1 = got[("bench", "hsdp", 2)], got[("bench", "hsdp", 1)]
-    assert hsdp2["status"] == "ok" and hsdp2["nodes"] == 2 and hsdp2["launcher"] == "slurm", out
-    mesh = json.loads(hsdp2["details_json"])["strategy_settings"]
-    assert mesh["mesh"] == "replicate 2 x shard 1" and "note" not in mesh  # a shard group per node, replicated across
-    one_group = json.loads(hsdp1["details_json"])["strategy_settings"]["note"]  # one node: FSDP's sharding, HSDP's mesh
-    assert one_group.startswith("replicate 1: one shard group") and "not FSDP" in one_group
-    state = rows(store, f"SELECT * FROM memory WHERE result_id = {hsdp2['result_id']} ORDER BY rank")
-    whole = rows(store, f"SELECT params_mib FROM memory WHERE result_id = {ddp2['result_id']}")[0]["params_mib"]
-    assert [m["params_mib"] for m in state] == [pytest.approx(whole)] * 2  # shard 1: each node holds it all
-    comm = got[("comm", "comm", 2)]
-    assert comm["status"] == "ok" and comm["nodes"] == 2
-    sweep = rows(store, "SELECT * FROM sweeps")[0]
-    assert sweep["status"] == "completed" and "--nodes 1,2" in sweep["command_line"]
-    assert (submit / "results" / "report.html").is_file() and (submit / "results" / "report.md").is_file()
-    assert glob.glob(str(submit / "plots" / "synthetic_*.png"))
-    assert leftovers(submit / "results") == [] and no_steps(slurm_cluster)
+    proc = subprocess.Popen(["sbatch", "--wait", "--parsable", "--gpus-per-node=0", "--cpus-per-task=1",
+                             str(REPO / "slurm" / "bench.sbatch"), *TINY[:-1], "--strategies", "single,dp,ddp,hsdp"],
+                            cwd=submit, env={**slurm_cluster.env, "BENCH_REPO": str(REPO), "TMPDIR": str(tmp)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = proc.stdout.readline().strip().split(";")[0]  # --parsable: the id, printed on submission
+    try:
+        yield BatchJob(proc, job, submit)
+    finally:
+        if proc.poll() is None:
+            if job:
+                slurm_cluster.run(["scancel", job], timeout=30)
+            proc.kill()
+            proc.wait()
 
 
 @pytest.mark.timeout(600)
-def test_a_rank_killed_on_one_node_is_named_with_its_node_and_nothing_is_left_anywhere(slurm_cluster, tmp_path):  # noqa: F811
+def test_a_rank_killed_on_one_node_is_named_with_its_node_and_nothing_is_left_anywhere(slurm_cluster, tmp_path, batch_job):  # noqa: F811
     store = tmp_path / "results" / "bench.sqlite"
     t0 = time.monotonic()
     p = bench(slurm_cluster, ["-N2", "--cpus-per-task=1"], TINY + ["--nodes", "2", "--strategies", "ddp", "--no-comm-bench",
@@ -104,11 +97,12 @@ def test_a_rank_killed_on_one_node_is_named_with_its_node_and_nothing_is_left_an
     assert re.search(r"rank 1 .*(killed by signal 9|SIGKILL)|rank 1: killed by signal 9", r["reason"]) or \
         "rank 1" in r["reason"], r["reason"]
     assert time.monotonic() - t0 < 200
-    assert leftovers(tmp_path / "results") == [] and no_steps(slurm_cluster)
+    assert leftovers(tmp_path / "results") == [] and no_steps(slurm_cluster, but=batch_job.job)
 
 
 @pytest.mark.timeout(600)
-def test_a_stalled_rank_on_one_node_is_named_with_the_node_and_nothing_listens_beyond_loopback(slurm_cluster, tmp_path):  # noqa: F811
+def test_a_stalled_rank_on_one_node_is_named_with_the_node_and_nothing_listens_beyond_loopback(slurm_cluster, tmp_path,
+                                                                                                 batch_job):  # noqa: F811
     store = tmp_path / "results" / "bench.sqlite"
     proc = subprocess.Popen(["salloc", "-N2", "--cpus-per-task=1", sys.executable, "-m", "bench", *TINY, "--nodes", "2",
                              "--strategies", "ddp", "--no-comm-bench", "--pg-timeout", "6", "--store", str(store)],
@@ -133,7 +127,7 @@ def test_a_stalled_rank_on_one_node_is_named_with_the_node_and_nothing_listens_b
     (r,) = rows(str(store), "SELECT * FROM results")
     assert r["status"] == "failed" and r["failed_rank"] == 1 and r["reason"].startswith("stalled: rank 1"), r["reason"]
     assert re.search(r" on n[12]", r["reason"]), r["reason"]  # the node, from its heartbeat
-    assert leftovers(tmp_path / "results") == [] and no_steps(slurm_cluster)
+    assert leftovers(tmp_path / "results") == [] and no_steps(slurm_cluster, but=batch_job.job)
 
 
 def listeners(pids: list) -> list:
@@ -182,3 +176,41 @@ def test_an_allocation_too_small_for_the_node_count_is_exit_2_before_anything_ru
     assert p.returncode == 2, p.stdout + p.stderr
     assert "2 nodes needed" in p.stderr and "this SLURM allocation has 1 node(s)" in p.stderr
     assert not (tmp_path / "s.sqlite").exists()
+
+
+@pytest.mark.timeout(600)
+def test_the_batch_script_runs_a_whole_sweep_through_srun_and_torchrun_into_the_submit_folder(slurm_cluster, batch_job):  # noqa: F811
+    # Last in this file: it reads the job `batch_job` submitted at the file's first test.
+    _, err = batch_job.proc.communicate(timeout=500)
+    submit, job = batch_job.submit, batch_job.job
+    out = (submit / f"ddp-bench-{job}.out").read_text() if job else ""
+    assert batch_job.proc.returncode == 0, err + out
+    store = str(submit / "results" / "bench.sqlite")
+    got = {(r["mode"], r["strategy"], r["device_count"]): r for r in rows(store, "SELECT * FROM results")}
+    ddp2 = got[("bench", "ddp", 2)]
+    assert ddp2["status"] == "ok" and ddp2["nodes"] == 2 and ddp2["launcher"] == "slurm", out
+    assert got[("bench", "ddp", 1)]["launcher"] == "local" and got[("bench", "ddp", 1)]["status"] == "ok"
+    assert got[("bench", "single", 1)]["status"] == "ok"
+    dp2 = got[("bench", "dp", 2)]
+    assert dp2["status"] == "skipped" and "one process on one node" in dp2["reason"]
+    nodes = rows(store, f"SELECT * FROM nodes WHERE result_id = {ddp2['result_id']} ORDER BY node_rank")
+    assert [n["node_rank"] for n in nodes] == [0, 1] and {n["hostname"] for n in nodes} == set(slurm_cluster.nodes)
+    assert all(json.loads(n["env_json"])["torch"] for n in nodes)  # each node's environment
+    windows = rows(store, f"SELECT * FROM windows WHERE result_id = {ddp2['result_id']} AND kind = 'measure'")
+    assert sorted(w["rank"] for w in windows) == [0, 1]  # both ranks' rows reached the store
+    hsdp2, hsdp1 = got[("bench", "hsdp", 2)], got[("bench", "hsdp", 1)]
+    assert hsdp2["status"] == "ok" and hsdp2["nodes"] == 2 and hsdp2["launcher"] == "slurm", out
+    mesh = json.loads(hsdp2["details_json"])["strategy_settings"]
+    assert mesh["mesh"] == "replicate 2 x shard 1" and "note" not in mesh  # a shard group per node, replicated across
+    one_group = json.loads(hsdp1["details_json"])["strategy_settings"]["note"]  # one node: FSDP's sharding, HSDP's mesh
+    assert one_group.startswith("replicate 1: one shard group") and "not FSDP" in one_group
+    state = rows(store, f"SELECT * FROM memory WHERE result_id = {hsdp2['result_id']} ORDER BY rank")
+    whole = rows(store, f"SELECT params_mib FROM memory WHERE result_id = {ddp2['result_id']}")[0]["params_mib"]
+    assert [m["params_mib"] for m in state] == [pytest.approx(whole)] * 2  # shard 1: each node holds it all
+    comm = got[("comm", "comm", 2)]
+    assert comm["status"] == "ok" and comm["nodes"] == 2
+    sweep = rows(store, "SELECT * FROM sweeps")[0]
+    assert sweep["status"] == "completed" and "--nodes 1,2" in sweep["command_line"]
+    assert (submit / "results" / "report.html").is_file() and (submit / "results" / "report.md").is_file()
+    assert glob.glob(str(submit / "plots" / "synthetic_*.png"))
+    assert leftovers(submit / "results") == [] and no_steps(slurm_cluster)
