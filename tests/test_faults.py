@@ -655,6 +655,35 @@ def test_nccl_watchdog_aborts_of_waiting_ranks_are_not_their_fault(tmp_path):
     assert "on n2" in got.reason
 
 
+def test_a_rank_sigkilled_is_named_where_torchrun_observed_its_peers_echo_first(tmp_path):
+    # A DDP run whose rank 1 was SIGKILLed mid-all-reduce (the shared run's 'sigkill' sweep, 2026-11-28): rank 0's gloo
+    # read failed first, and torchrun's "Root Cause" was rank 0's "Connection reset by peer", which was stored as the
+    # reason. A genuine error beside a rank torchrun itself ended (SIGTERM) stays the genuine error's.
+    from bench.sweep import diagnose
+    out = tmp_path / "run"
+    out.mkdir()
+    echo = "[gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:19378: Connection reset by peer."
+    (out / "error-rank0.json").write_text(json.dumps({"rank": 0, "time": 1.0, "type": "RuntimeError", "message": echo}))
+    log = out / "log0.txt"
+    summary = ("Failures:\n[1]:\n  time      : 2026-11-28_07:14:49\n  host      : localhost\n  rank      : 1 (local_rank: 1)\n"
+               "  exitcode  : {code} (pid: 24443)\n  error_file: <N/A>\n  traceback : Signal 9 (SIGKILL) received by PID 24443\n"
+               "------------------------------------------------------------\nRoot Cause (first observed failure):\n[0]:\n"
+               "  time      : 2026-11-28_07:14:49\n  host      : localhost\n  rank      : 0 (local_rank: 0)\n"
+               "  exitcode  : 1 (pid: 24442)\n  error_file: <N/A>\n"
+               "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n")
+    log.write_text(summary.format(code=-9))
+    spec = plan.RunSpec(workload="synthetic", strategy="ddp", device_type="cpu", device_count=2, per_device_batch=1,
+                        global_batch=2, image_size=0, steps=3, warmup=0, threads=0, seed=0, scaling="weak")
+    got = diagnose.diagnose(str(out), str(log), 1, spec)
+    assert got.failed_rank == 1 and got.reason.startswith("rank 1: killed by signal 9 (SIGKILL)"), got.reason
+    assert got.reason.endswith("then rank 0: RuntimeError: " + echo), got.reason
+    log.write_text(summary.format(code=-15))   # ended by torchrun after rank 0's failure: rank 0's error is the cause
+    assert diagnose.diagnose(str(out), str(log), 1, spec).failed_rank == 0
+    log.write_text(summary.format(code=-9))    # a genuine error first: not an echo, so it stays the cause
+    (out / "error-rank0.json").write_text(json.dumps({"rank": 0, "time": 1.0, "type": "ValueError", "message": "bad batch"}))
+    assert diagnose.diagnose(str(out), str(log), 1, spec).reason == "rank 0: ValueError: bad batch"
+
+
 def test_a_rank_that_exits_without_an_error_record_is_given_its_own_last_words_not_torchruns_placeholder(tmp_path):
     # The fork server gone mid-sweep: the rank's starter says so on stderr and exits 1, and torchrun's summary reads
     # 'traceback : To enable traceback see: https://...', which a sweep stored as the reason.

@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 TIMEOUT_WORDS = re.compile(r"timed out|timeout|watchdog", re.I)
+# A rank's error that only echoes a peer's death: gloo's socket read or write to a process that is gone, NCCL's word
+# for the same. torchrun's "Root Cause" is whichever failure it observed first, and a peer's echo can come first: a
+# DDP run whose rank 1 was SIGKILLed mid-all-reduce was stored as rank 0's "Connection reset by peer" (2026-11-28).
+PEER_GONE_WORDS = re.compile(r"Connection reset by peer|Connection closed by (remote )?peer|Broken pipe|"
+                             r"remote process exited", re.I)
 # DDP's error when a parameter got no gradient in a step the plan's dry run did not see (a branch taken only later):
 # the plan refuses what the dry run finds (bench.sweep.settings.unused_refusal); this names the flag for the rest.
 DDP_UNUSED_WORDS = re.compile(r"Expected to have finished reduction in the prior iteration")
@@ -106,6 +111,11 @@ def diagnose(out_dir: str, log_path: str, rc: Optional[int], spec=None, watch=No
                            details, failed_rank=ranks[0])
     if root and rc is not None:
         rank, code = int(root.group(1)), int(root.group(2))
+        killed = sorted(r for r, c in exits.items() if c < 0 and c not in (-signal.SIGABRT, -signal.SIGTERM)
+                        and r not in with_error)   # SIGTERM: torchrun's own teardown of the ranks still running
+        if not (code < 0 and code != -signal.SIGABRT and rank not in with_error) and killed and errors \
+                and all(PEER_GONE_WORDS.search(e["message"]) for e in errors):
+            rank, code = killed[0], exits[killed[0]]   # the others' errors are only its echo
         if code < 0 and code != -signal.SIGABRT and rank not in with_error:
             return Outcome("failed", f"rank {rank}: {killed_by(-code)}"
                            + (f"; then {error_text(errors[0])}" if errors else ""), details, failed_rank=rank)
