@@ -12,7 +12,6 @@ import sys
 
 from bench import config, sweepfile
 from bench.store import store
-from bench.sweep import plan, resolve
 
 EPILOG = """examples:
   ./run_bench.sh                                   default sweep for this machine
@@ -101,7 +100,7 @@ def _checked(ns: argparse.Namespace, machine) -> tuple:
     cfg = config.from_args(ns)
     given = frozenset(config.given(ns))
     store.check_path(cfg.store)
-    from bench.sweep import slurm
+    from bench.sweep import plan, resolve, slurm   # here, not at the top: `report`, `compare` and --help need no torch
     slurm.refuse_task_copies()
     machine = plan.detect_machine() if machine is None else machine
     if cfg.resume:
@@ -121,7 +120,7 @@ def _check_resumed(cfg: config.SweepConfig, row: dict, machine) -> None:
     A 'running' sweep of this host is a dead one (store.check_resumable refused a live one): a SIGKILLed or
     out-of-memory sweep reads so until bench.sweep.run marks it died, and is checked like any other."""
     import socket
-    from bench.sweep import slurm
+    from bench.sweep import resolve, slurm
     if row["command_line"].split()[1:2] == ["fit"] or (row["status"] == "running"
                                                        and row.get("hostname") != socket.gethostname()):
         return
