@@ -665,9 +665,11 @@ def test_a_rank_sigkilled_is_named_where_torchrun_observed_its_peers_echo_first(
     echo = "[gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:19378: Connection reset by peer."
     (out / "error-rank0.json").write_text(json.dumps({"rank": 0, "time": 1.0, "type": "RuntimeError", "message": echo}))
     log = out / "log0.txt"
-    summary = ("Failures:\n[1]:\n  time      : 2026-11-28_07:14:49\n  host      : localhost\n  rank      : 1 (local_rank: 1)\n"
-               "  exitcode  : {code} (pid: 24443)\n  error_file: <N/A>\n  traceback : Signal 9 (SIGKILL) received by PID 24443\n"
-               "------------------------------------------------------------\nRoot Cause (first observed failure):\n[0]:\n"
+    summary = ("Failures:\n[1]:\n  time      : 2026-11-28_07:14:49\n  host      : localhost\n"
+               "  rank      : 1 (local_rank: 1)\n  exitcode  : {code} (pid: 24443)\n  error_file: <N/A>\n"
+               "  traceback : Signal 9 (SIGKILL) received by PID 24443\n"
+               "------------------------------------------------------------\n"
+               "Root Cause (first observed failure):\n[0]:\n"
                "  time      : 2026-11-28_07:14:49\n  host      : localhost\n  rank      : 0 (local_rank: 0)\n"
                "  exitcode  : 1 (pid: 24442)\n  error_file: <N/A>\n"
                "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n")
@@ -680,7 +682,8 @@ def test_a_rank_sigkilled_is_named_where_torchrun_observed_its_peers_echo_first(
     log.write_text(summary.format(code=-15))   # ended by torchrun after rank 0's failure: rank 0's error is the cause
     assert diagnose.diagnose(str(out), str(log), 1, spec).failed_rank == 0
     log.write_text(summary.format(code=-9))    # a genuine error first: not an echo, so it stays the cause
-    (out / "error-rank0.json").write_text(json.dumps({"rank": 0, "time": 1.0, "type": "ValueError", "message": "bad batch"}))
+    (out / "error-rank0.json").write_text(json.dumps({"rank": 0, "time": 1.0, "type": "ValueError",
+                                                      "message": "bad batch"}))
     assert diagnose.diagnose(str(out), str(log), 1, spec).reason == "rank 0: ValueError: bad batch"
 
 

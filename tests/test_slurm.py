@@ -47,7 +47,8 @@ def leftovers(store_dir: Path) -> list:
 
 
 def no_steps(cluster, but: str = "") -> bool:
-    """No SLURM step is left on the cluster, the batch job's (BUT, its job id: it runs beside this file's tests) apart."""
+    """No SLURM step is left on the cluster, the batch job's apart (BUT, its job id: it runs beside this file's
+    tests)."""
     steps = cluster.run(["squeue", "--steps", "--noheader", "--format", "%i"], timeout=30).stdout.split()
     return [st for st in steps if not (but and st.startswith(f"{but}."))] == []
 
