@@ -316,13 +316,13 @@ def test_torchvision_version_is_torchvisions_own_build_string_read_without_impor
     assert got == [torchvision.__version__, "False"]
 
 
-def test_the_cli_its_help_a_bad_flag_and_the_report_import_no_torch():
+def test_the_cli_its_help_a_bad_flag_and_the_commands_that_read_a_store_import_no_torch():
     # `./run_bench.sh --help`, a mistyped flag (exit 2) and `report` waited 2-3 s for torch, which they never use: the
     # sweep's planning imported it at the CLI's first line (2026-11-28: --help 2.5-3.0 s, now 0.12; report 8.6-10 s,
     # now 6.4-7.0 on one store). A sweep imports it when it plans, before any process starts.
     import subprocess
     probe = ("import contextlib, io, sys; from bench import cli; from bench.report import report; "
-             "from bench.commands import compare; err = io.StringIO()\n"
+             "from bench.commands import compare, export, forecast, history; err = io.StringIO()\n"
              "with contextlib.redirect_stderr(err): rc = cli.main(['--gpus', 'x'])\n"
              "print(rc, 'torch' in sys.modules, 'torchvision' in sys.modules)")
     got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
