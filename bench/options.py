@@ -100,7 +100,7 @@ def _checked(ns: argparse.Namespace, machine) -> tuple:
     cfg = config.from_args(ns)
     given = frozenset(config.given(ns))
     store.check_path(cfg.store)
-    from bench.sweep import plan, resolve, slurm   # here, not at the top: `report`, `compare` and --help need no torch
+    from bench.sweep import plan, resolve, slurm   # here, not at the top: --help and the reading commands need no torch
     slurm.refuse_task_copies()
     machine = plan.detect_machine() if machine is None else machine
     if cfg.resume:

@@ -111,12 +111,13 @@ def diagnose(out_dir: str, log_path: str, rc: Optional[int], spec=None, watch=No
                            details, failed_rank=ranks[0])
     if root and rc is not None:
         rank, code = int(root.group(1)), int(root.group(2))
-        killed = sorted(r for r, c in exits.items() if c < 0 and c not in (-signal.SIGABRT, -signal.SIGTERM)
-                        and r not in with_error)   # SIGTERM: torchrun's own teardown of the ranks still running
-        if not (code < 0 and code != -signal.SIGABRT and rank not in with_error) and killed and errors \
-                and all(PEER_GONE_WORDS.search(e["message"]) for e in errors):
+        silent_signal = lambda r, c: c < 0 and c != -signal.SIGABRT and r not in with_error  # noqa: E731
+        # SIGTERM left out: torchrun's own teardown of the ranks still running
+        killed = sorted(r for r, c in exits.items() if silent_signal(r, c) and c != -signal.SIGTERM)
+        echoes = bool(errors) and all(PEER_GONE_WORDS.search(e["message"]) for e in errors)
+        if not silent_signal(rank, code) and killed and echoes:
             rank, code = killed[0], exits[killed[0]]   # the others' errors are only its echo
-        if code < 0 and code != -signal.SIGABRT and rank not in with_error:
+        if silent_signal(rank, code):
             return Outcome("failed", f"rank {rank}: {killed_by(-code)}"
                            + (f"; then {error_text(errors[0])}" if errors else ""), details, failed_rank=rank)
     if errors and TIMEOUT_WORDS.search(errors[0]["message"]):
