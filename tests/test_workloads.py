@@ -45,6 +45,15 @@ def test_synthetic_parameters_follow_width_and_depth_and_repeats_add_compute_onl
     assert sum(p.numel() for p in model.parameters()) * 4 == gradient_bytes(s)
 
 
+@pytest.mark.parametrize("aux", ["false", "true", "unused"])
+def test_deeplabv3s_counted_gradient_is_what_the_built_model_trains_with_each_aux(aux):
+    with torch.device("meta"):
+        built = build_deeplabv3(aux=aux)[0]
+    counted = gradient_bytes(spec("single", 1, workload="deeplabv3", deeplabv3_aux=aux))
+    assert counted == 4 * sum(p.numel() for p in built.parameters() if p.requires_grad)
+    assert (counted > gradient_bytes(spec("single", 1, workload="deeplabv3"))) == (aux != "false")  # the head's own
+
+
 def test_dataparallel_on_cpu_is_a_pass_through_wrapper():
     model = torch.nn.Linear(4, 2)
     wrapped = STRATEGIES["dp"](model, Ctx(CPU, 1))

@@ -49,6 +49,15 @@ def loss_with_aux(out, y):
 
 
 @functools.lru_cache(maxsize=None)
+def trainable_parameters(aux: str) -> int:
+    """How many parameters the network with this --deeplabv3-aux trains, counted once on the meta device: planning asks
+    for every sweep with DeepLabV3, and building it even on meta takes a few tenths of a second."""
+    with torch.device("meta"):
+        model = build_model(aux=aux)[0]
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+@functools.lru_cache(maxsize=None)
 def unused_parameters(aux: str) -> tuple:
     """The parameters that get no gradient with this --deeplabv3-aux: the auxiliary classifier's when it is unused."""
     if aux != "unused":

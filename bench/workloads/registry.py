@@ -158,11 +158,11 @@ def gradient_bytes(spec) -> int:
     from its shape (transformer.parameters, exact): building a large one even on meta took minutes, block by block."""
     if spec.workload == "transformer":
         return 4 * transformer.parameters(transformer.spec_shape(spec))
+    if spec.workload == "deeplabv3":
+        return 4 * deeplabv3.trainable_parameters(getattr(spec, "deeplabv3_aux", "false"))
     with torch.device("meta"):
         if spec.workload == "synthetic":
             model = synthetic.MLP(spec.synthetic_width, spec.synthetic_depth)
-        elif spec.workload == "deeplabv3":
-            model = deeplabv3.build_model(aux=getattr(spec, "deeplabv3_aux", "false"))[0]
         else:
             model = _models().build_registry(spec.workload, spec.image_size or None, meta=True).model \
                 if spec.workload in _models().registry_names() else _models().build_workload(spec.workload, spec.image_size or None).model
