@@ -116,6 +116,9 @@ def _in_process_part(request):
     if os.environ.get(parts.PART) != "in-process":
         yield
         return
+    # torch imported before the watch starts: its import runs `/sbin/ldconfig -p` (cuda.pathfinder, torch 2.14), which
+    # is no test's doing; a test that imports it first (test_docs.py run alone: the CLI imports it late) was blamed
+    import torch  # noqa: F401
     with parts.held(exclusive=False), parts.no_processes(request.node.nodeid):
         yield
 
