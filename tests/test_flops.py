@@ -182,6 +182,37 @@ def test_a_model_the_counter_cannot_run_is_an_error_in_the_count_not_a_failed_ru
     assert got == {"analytic_per_sample": 12.0, "error": "RuntimeError: no meta for me"}
 
 
+def test_a_user_models_count_on_meta_is_its_hand_count():
+    # examples/my_model.py at 64 px: a 3 -> 16 3x3 convolution (padded), BatchNorm, pooling, a 16 -> 10 head. Per sample,
+    # 2 FLOPs a multiply-accumulate forward; backward, the convolution's weight gradient only (its input is the batch,
+    # which needs none) and the head's weight and input gradients.
+    from pathlib import Path
+    from bench.workloads import registry
+    text = f"{Path(__file__).resolve().parents[1] / 'examples' / 'my_model.py'}:build"
+    s = spec(text, batch=4, image_size=64)
+    wl = registry.builder(s.workload)(s, 0, torch.device("cpu"))
+    got = flops.count_workload(wl, s)
+    conv, head = 16 * 3 * 9 * 64 * 64, 16 * 10
+    assert got["device"] == "meta" and got["uncounted"] == [] and got["batch"] == 4, got
+    assert got["flops_per_sample"] == 2 * (conv + head) + 2 * conv + 4 * head
+
+
+def test_a_detection_model_is_counted_on_a_cpu_copy_and_its_own_model_is_left_as_it_was():
+    # Detection's proposals depend on the data, so meta cannot run it: a CPU copy runs CPU_BATCH images instead, and
+    # the model the run trains keeps its weights, BatchNorm statistics, gradients and the random state.
+    from bench.workloads import registry
+    s = spec("ssdlite320_mobilenet_v3_large", batch=4, image_size=320)
+    wl = registry.builder(s.workload)(s, 0, torch.device("cpu"))
+    before = {k: v.clone() for k, v in wl.model.state_dict().items()}
+    rng = torch.get_rng_state()
+    got = flops.count_workload(wl, s)
+    assert "error" not in got and got["device"] == "cpu" and got["batch"] == flops.CPU_BATCH, got
+    assert got["flops_per_sample"] > 1e9 and any("convolution" in op for op in got["by_op"]), got
+    after = wl.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert all(p.grad is None for p in wl.model.parameters()) and torch.equal(torch.get_rng_state(), rng)
+
+
 def test_a_real_sweep_stores_each_configurations_count_from_its_first_rank(quick_sweep):
     import sqlite3
     proc, path = quick_sweep

@@ -210,7 +210,7 @@ def test_a_cluster_of_points_keeps_every_label_inside_the_axes_and_numbers_those
     assert [x.split(":")[0] for x in listed] == [t.get_text() for t in sorted(numbered, key=lambda t: int(t.get_text()))]
 
 
-def test_state_per_rank_shows_zeros_uneven_shares_and_says_hsdp_on_one_node_is_fsdp(tmp_path):
+def test_state_per_rank_shows_zeros_uneven_shares_and_what_hsdp_at_one_shard_group_still_runs_beside_fsdp(tmp_path):
     whole = {"params_mib": 100.0, "grads_mib": 100.0, "buckets_mib": 100.0, "baseline_rss_mib": 500.0}
     sweep = build(str(tmp_path / "s.sqlite"), [
         (spec("ddp", 2, "adamw", "cpu"), payload(2, 10.0, 1100.0, "cpu", {r: {**whole, "optimizer_mib": 200.0} for r in (0, 1)})),
