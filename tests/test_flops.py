@@ -182,6 +182,7 @@ def test_a_model_the_counter_cannot_run_is_an_error_in_the_count_not_a_failed_ru
     assert got == {"analytic_per_sample": 12.0, "error": "RuntimeError: no meta for me"}
 
 
+@pytest.mark.no_process
 def test_a_user_models_count_on_meta_is_its_hand_count():
     # examples/my_model.py at 64 px: a 3 -> 16 3x3 convolution (padded), BatchNorm, pooling, a 16 -> 10 head. Per sample,
     # 2 FLOPs a multiply-accumulate forward; backward, the convolution's weight gradient only (its input is the batch,
@@ -197,6 +198,7 @@ def test_a_user_models_count_on_meta_is_its_hand_count():
     assert got["flops_per_sample"] == 2 * (conv + head) + 2 * conv + 4 * head
 
 
+@pytest.mark.no_process
 def test_a_detection_model_is_counted_on_a_cpu_copy_and_its_own_model_is_left_as_it_was():
     # Detection's proposals depend on the data, so meta cannot run it: a CPU copy runs CPU_BATCH images instead, and
     # the model the run trains keeps its weights, BatchNorm statistics, gradients and the random state.
