@@ -49,22 +49,23 @@ def loss_with_aux(out, y):
 
 
 @functools.lru_cache(maxsize=None)
-def trainable_parameters(aux: str) -> int:
-    """How many parameters the network with this --deeplabv3-aux trains, counted once on the meta device: planning asks
-    for every sweep with DeepLabV3, and building it even on meta takes a few tenths of a second."""
+def _on_meta(aux: str) -> nn.Module:
+    """The network with this --deeplabv3-aux built once on the meta device (no memory): building it, even there, takes a
+    few tenths of a second, and planning asks of it for every sweep with DeepLabV3."""
     with torch.device("meta"):
-        model = build_model(aux=aux)[0]
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+        return build_model(aux=aux)[0]
 
 
-@functools.lru_cache(maxsize=None)
+def trainable_parameters(aux: str) -> int:
+    """How many parameters the network with this --deeplabv3-aux trains (its fp32 gradient, a quarter of its bytes)."""
+    return sum(p.numel() for p in _on_meta(aux).parameters() if p.requires_grad)
+
+
 def unused_parameters(aux: str) -> tuple:
     """The parameters that get no gradient with this --deeplabv3-aux: the auxiliary classifier's when it is unused."""
     if aux != "unused":
         return ()
-    with torch.device("meta"):
-        model = build_model(aux=aux)[0]
-    return tuple(n for n, _ in model.named_parameters() if n.startswith(AUX_PREFIX))
+    return tuple(n for n, _ in _on_meta(aux).named_parameters() if n.startswith(AUX_PREFIX))
 
 
 def batch_maker(side: int):
