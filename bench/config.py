@@ -41,9 +41,14 @@ class ConfigError(ValueError):
     """A bad user input; the message names the value and what was expected (exit status 2)."""
 
 
-def _f(default, help_: str, parse: str, minimum=None, **extra):
-    """A SweepConfig field: default, one-line meaning with unit, how its flag parses, smallest value."""
-    return field(default=default, metadata={"help": help_, "parse": parse, "min": minimum, **extra})
+INT64_MAX = 2**63 - 1  # the largest whole number SQLite's INTEGER and torch's int64 hold: no count, size or id is larger
+MAX_REPEATS = 1000   # fresh process sets per configuration: 1000 of a 1-second configuration is most of an hour;
+                     # past it a typo (--repeats 99999999999999999999 hung while the plan was being built)
+
+
+def _f(default, help_: str, parse: str, minimum=None, maximum=None, **extra):
+    """A SweepConfig field: default, one-line meaning with unit, how its flag parses, smallest and largest value."""
+    return field(default=default, metadata={"help": help_, "parse": parse, "min": minimum, "max": maximum, **extra})
 
 
 @dataclass(frozen=True)
@@ -68,8 +73,8 @@ class SweepConfig:
     timeout: Optional[float] = _f(None, "wall-clock limit per configuration, s (default: follows the work: start-up allowance plus 3x the time the measured steps project)", "float", 1.0)
     pg_timeout: Optional[float] = _f(None, "collective timeout, s; a rank making no progress for this long is named (default: 300 on CUDA, 120 on CPU)", "float", 1.0)
     threads_per_process: Optional[int] = _f(None, "torch threads per process, every strategy (default: cores // processes per node at the largest count)", "int", 1)
-    repeats: Optional[int] = _f(None, "run each configuration this many times, each in fresh processes (the independent samples of compare; default: 3 on CPU, 1 on CUDA)", "int", 1)
-    noise_repeats: Optional[int] = _f(None, "processes the sweep's cheapest configuration at each precision runs in (at least --repeats), to measure how far fresh processes differ on this device: the noise the report holds every single-process comparison at that precision against (default: 3 on CUDA; 1 on CPU, where --repeats 3 already repeats every configuration)", "int", 1)
+    repeats: Optional[int] = _f(None, "run each configuration this many times, each in fresh processes (the independent samples of compare; default: 3 on CPU, 1 on CUDA)", "int", 1, MAX_REPEATS)
+    noise_repeats: Optional[int] = _f(None, "processes the sweep's cheapest configuration at each precision runs in (at least --repeats), to measure how far fresh processes differ on this device: the noise the report holds every single-process comparison at that precision against (default: 3 on CUDA; 1 on CPU, where --repeats 3 already repeats every configuration)", "int", 1, MAX_REPEATS)
     seed: int = _f(0, "seed for weights and synthetic data", "int", 0)
     synthetic_width: Optional[int] = _f(None, "synthetic MLP hidden width (default: 4096 on CUDA, 1024 on CPU; parameters ~ depth x width^2)", "int", 1)
     synthetic_depth: Optional[int] = _f(None, "synthetic MLP hidden layers (default: 8 on CUDA, 4 on CPU)", "int", 1)
@@ -90,7 +95,7 @@ class SweepConfig:
     pin_memory: bool = _f(True, "pin host memory in the DataLoader (CUDA only)", "bool")
     persistent_workers: bool = _f(True, "keep DataLoader workers across epochs", "bool")
     sync_bn: bool = _f(False, "convert BatchNorm to SyncBatchNorm under DDP (CUDA)", "bool")
-    bucket_cap_mb: Optional[tuple] = _f(None, "DDP bucket sizes to sweep, MiB (default: DDP's own, 25)", "floats", 0.0)
+    bucket_cap_mb: Optional[tuple] = _f(None, "DDP bucket sizes to sweep, MiB (default: DDP's own, 25)", "floats", 0.0, INT64_MAX / 2**20)  # DDP holds it in bytes, an int64
     gradient_as_bucket_view: tuple = _f((False,), "DDP gradient_as_bucket_view axis: false,true", "bools")
     static_graph: tuple = _f((False,), "DDP static_graph axis: false,true", "bools")
     find_unused_parameters: tuple = _f((False,), "DDP find_unused_parameters axis (ddp, zero): false,true (true: a graph traversal after every forward; needed where a parameter gets no gradient)", "bools")
@@ -304,10 +309,21 @@ def given(ns: argparse.Namespace) -> set:
 
 # ---------------------------------------------------------------- checks of single values
 
-def _expected(f) -> str:
-    kind, minimum = f.metadata["parse"], f.metadata["min"]
+def _largest(f):
+    """A field's largest value: its own, else for a whole number INT64_MAX (--image-size 99999999999999999999 was
+    planned, and its skip failed to be stored), else none."""
+    if f.metadata.get("max") is not None:
+        return f.metadata["max"]
+    return INT64_MAX if f.metadata["parse"] in ("int", "ints") else None
+
+
+def _expected(f, x) -> str:
+    """What a field takes, said to a user who gave it x: its largest value where it has its own or x is past it."""
+    kind, minimum, maximum = f.metadata["parse"], f.metadata["min"], _largest(f)
     what = "whole number" if kind in ("int", "ints") else "number"
     bound = f">= {minimum:g}" if kind in ("int", "ints") or minimum != 0.0 else "> 0"
+    if maximum is not None and (f.metadata.get("max") is not None or x > maximum):
+        bound += f" and <= {maximum if isinstance(maximum, int) else f'{maximum:g}'}"
     default = " (leave the flag out for the default)" if f.default is None else ""
     return f"a {what} {bound}{default}"
 
@@ -320,8 +336,9 @@ def check_values(cfg: SweepConfig) -> None:
             continue
         for x in (v if isinstance(v, tuple) else (v,)):
             too_small = x <= minimum if kind in ("float", "floats") and minimum == 0.0 else x < minimum
-            if too_small:
-                raise ConfigError(f"{flag(f.name)}: {x:g} is not allowed; expected {_expected(f)}")
+            if too_small or (_largest(f) is not None and x > _largest(f)):
+                shown = x if isinstance(x, int) else f"{x:g}"   # an int as typed: 99999999999999999999, not 1e+20
+                raise ConfigError(f"{flag(f.name)}: {shown} is not allowed; expected {_expected(f, x)}")
         if isinstance(v, tuple) and len(set(v)) != len(v):
             shown = ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v)
             raise ConfigError(f"{flag(f.name)}: {shown} lists a value twice; expected distinct values")

@@ -191,6 +191,8 @@ def test_command_line_exit_status(tmp_path, capsys):
     build_compare_store(path, (1.0,) * 4 + (2.0,), process_cv=0.02)
     assert compare_cli.main(["--store", path]) == 1
     assert compare_cli.main(["--store", path, "--history", "0"]) == 0
+    assert compare_cli.main(["--store", path, "--history", "99999999999999999999"]) == 1  # every earlier sweep, as
+                                                            # the default's 4 here (SQLite's LIMIT overflowed: exit 3)
     assert compare_cli.main(["--store", str(tmp_path / "missing.sqlite")]) == 2
     assert "does not exist" in capsys.readouterr().err
     for bad in (["--threshold", "-1"], ["--threshold", "nan"], ["--drift", "inf"], ["--history", "-1"], ["--history", "2.5"]):

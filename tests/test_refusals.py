@@ -95,6 +95,15 @@ def test_a_whole_number_flag_refuses_nan_inf_and_fractions(name, text, sandbox, 
     (["report", "--store", "old.sqlite", "--sweep", "9"], "sweep 9 is not in the store"),
     (["report", "--store", "old.sqlite", "--memory-budget-gib", "0"], "--memory-budget-gib: 0 is not allowed"),
     (["report", "--store", "old.sqlite", "--memory-budget-gib", "nan"], "--memory-budget-gib: 'nan' is not a finite number"),
+    (["--repeats", "99999999999999999999", "--device", "cpu"],     # planning that many hung
+     "--repeats: 99999999999999999999 is not allowed; expected a whole number >= 1 and <= 1000"),
+    (["--noise-repeats", "1001", "--device", "cpu"], "--noise-repeats: 1001 is not allowed"),
+    (["--image-size", "99999999999999999999", "--device", "cpu"],   # planned, then its result could not be stored
+     "--image-size: 99999999999999999999 is not allowed; expected a whole number >= 1 and <= 9223372036854775807"),
+    (["--bucket-cap-mb", "1e300", "--device", "cpu"], "--bucket-cap-mb: 1e+300 is not allowed"),   # DDP's int64 bytes
+    (["forecast", "--store", "old.sqlite", "--sweep", "99999999999999999999"],   # past SQLite's INTEGER: in no store
+     "sweep 99999999999999999999 is not in the store"),
+    (["compare", "--store", "old.sqlite", "--sweep-a", "99999999999999999999"], "sweep 99999999999999999999 is not in"),
     (["--comm-counts", "1", "--device", "cpu"], "--comm-counts: 1 is not allowed"),
     (["--comm-counts", "2", "--no-comm-bench", "--device", "cpu"], "--comm-counts 2: measures the collectives there"),
     (["--comm-counts", "64", "--device", "cpu"], "64 CPU processes asked for"),

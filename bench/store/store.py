@@ -357,7 +357,8 @@ def find_sweep(conn: sqlite3.Connection, which: str) -> sqlite3.Row:
         sid = int(which)
     except ValueError:
         raise StoreError(f"sweep {which!r}: expected 'last' or a sweep id (a whole number)") from None
-    row = conn.execute("SELECT * FROM sweeps WHERE sweep_id = ?", (sid,)).fetchone()
+    # an id past SQLite's INTEGER is in no store (sqlite3 would raise OverflowError binding it)
+    row = conn.execute("SELECT * FROM sweeps WHERE sweep_id = ?", (sid,)).fetchone() if abs(sid) < 2**63 else None
     if row is None:
         raise StoreError(f"sweep {sid} is not in the store")
     return row
