@@ -35,20 +35,18 @@ SELECTIVE_EVERY = 2          # selective alone: every 2nd block (torchtitan's de
 FSDP_OFFLOAD = ("none", "cpu")
 DEEPLABV3_AUX = ("false", "true", "unused")
 LAUNCHERS = ("auto", "local", "slurm")
+INT64_MAX = 2**63 - 1  # what SQLite's INTEGER and torch's int64 hold: --image-size 99999999999999999999 was not stored
+MAX_REPEATS = 1000     # process sets per configuration; past it a typo (99999999999999999999 hung building the plan)
 
 
 class ConfigError(ValueError):
     """A bad user input; the message names the value and what was expected (exit status 2)."""
 
 
-INT64_MAX = 2**63 - 1  # the largest whole number SQLite's INTEGER and torch's int64 hold: no count, size or id is larger
-MAX_REPEATS = 1000   # fresh process sets per configuration: 1000 of a 1-second configuration is most of an hour;
-                     # past it a typo (--repeats 99999999999999999999 hung while the plan was being built)
-
-
 def _f(default, help_: str, parse: str, minimum=None, maximum=None, **extra):
     """A SweepConfig field: default, one-line meaning with unit, how its flag parses, smallest and largest value."""
-    return field(default=default, metadata={"help": help_, "parse": parse, "min": minimum, "max": maximum, **extra})
+    top = INT64_MAX if maximum is None and parse in ("int", "ints") else maximum   # every whole number has one
+    return field(default=default, metadata={"help": help_, "parse": parse, "min": minimum, "max": top, **extra})
 
 
 @dataclass(frozen=True)
@@ -309,21 +307,11 @@ def given(ns: argparse.Namespace) -> set:
 
 # ---------------------------------------------------------------- checks of single values
 
-def _largest(f):
-    """A field's largest value: its own, else for a whole number INT64_MAX (--image-size 99999999999999999999 was
-    planned, and its skip failed to be stored), else none."""
-    if f.metadata.get("max") is not None:
-        return f.metadata["max"]
-    return INT64_MAX if f.metadata["parse"] in ("int", "ints") else None
-
-
 def _expected(f, x) -> str:
-    """What a field takes, said to a user who gave it x: its largest value where it has its own or x is past it."""
-    kind, minimum, maximum = f.metadata["parse"], f.metadata["min"], _largest(f)
+    kind, minimum, top = f.metadata["parse"], f.metadata["min"], f.metadata["max"]
     what = "whole number" if kind in ("int", "ints") else "number"
     bound = f">= {minimum:g}" if kind in ("int", "ints") or minimum != 0.0 else "> 0"
-    if maximum is not None and (f.metadata.get("max") is not None or x > maximum):
-        bound += f" and <= {maximum if isinstance(maximum, int) else f'{maximum:g}'}"
+    bound += f" and <= {top if isinstance(top, int) else f'{top:g}'}" if top and (top != INT64_MAX or x > top) else ""
     default = " (leave the flag out for the default)" if f.default is None else ""
     return f"a {what} {bound}{default}"
 
@@ -336,9 +324,8 @@ def check_values(cfg: SweepConfig) -> None:
             continue
         for x in (v if isinstance(v, tuple) else (v,)):
             too_small = x <= minimum if kind in ("float", "floats") and minimum == 0.0 else x < minimum
-            if too_small or (_largest(f) is not None and x > _largest(f)):
-                shown = x if isinstance(x, int) else f"{x:g}"   # an int as typed: 99999999999999999999, not 1e+20
-                raise ConfigError(f"{flag(f.name)}: {shown} is not allowed; expected {_expected(f, x)}")
+            if too_small or (f.metadata["max"] is not None and x > f.metadata["max"]):
+                raise ConfigError(f"{flag(f.name)}: {x if isinstance(x, int) else format(x, 'g')} is not allowed; expected {_expected(f, x)}")
         if isinstance(v, tuple) and len(set(v)) != len(v):
             shown = ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v)
             raise ConfigError(f"{flag(f.name)}: {shown} lists a value twice; expected distinct values")
