@@ -82,6 +82,16 @@ def prepare(argv: list, parser: argparse.ArgumentParser | None = None, machine=N
         raise named from None
 
 
+def check_report_folders(cfg: config.SweepConfig, given: frozenset) -> None:
+    """The folders a sweep's report is rendered into (run, fit), refused before anything runs where nothing could be
+    written there: such a sweep once ran whole, then failed to render. A resume renders into its sweep's own folders
+    unless others are named (bench.sweep.run.OUTPUT_CHOICES): those named are checked."""
+    if cfg.report:
+        for name in ("plots_dir", "report_dir"):
+            if not cfg.resume or name in given:
+                store.check_folder(config.flag(name), getattr(cfg, name))
+
+
 def _fill_from_file(ns: argparse.Namespace) -> dict:
     """The sweep file's values for the flags the command line leaves out (it overrides the file):
     {field: the file's key} of those taken, so that a later error about one names the file and its key."""

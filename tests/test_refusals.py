@@ -104,6 +104,12 @@ def test_a_whole_number_flag_refuses_nan_inf_and_fractions(name, text, sandbox, 
     (["forecast", "--store", "old.sqlite", "--sweep", "99999999999999999999"],   # past SQLite's INTEGER: in no store
      "sweep 99999999999999999999 is not in the store"),
     (["compare", "--store", "old.sqlite", "--sweep-a", "99999999999999999999"], "sweep 99999999999999999999 is not in"),
+    # a report's folder where nothing can be written: the sweep once ran whole, then failed to render (report: exit 3)
+    (["--plots-dir", "old.sqlite", "--device", "cpu"], "--plots-dir 'old.sqlite' is a file; expected a folder"),
+    (["--report-dir", "/proc/nope", "--device", "cpu"], "--report-dir '/proc/nope': cannot create folders under /proc"),
+    (["fit", "--device", "cpu", "--memory-budget-gib", "1", "--report-dir", "old.sqlite"], "--report-dir 'old.sqlite' is a"),
+    (["report", "--store", "old.sqlite", "--report-dir", "old.sqlite"], "--report-dir 'old.sqlite' is a file"),
+    (["history", "--store", "old.sqlite", "--plots-dir", "old.sqlite"], "--plots-dir 'old.sqlite' is a file"),
     (["--comm-counts", "1", "--device", "cpu"], "--comm-counts: 1 is not allowed"),
     (["--comm-counts", "2", "--no-comm-bench", "--device", "cpu"], "--comm-counts 2: measures the collectives there"),
     (["--comm-counts", "64", "--device", "cpu"], "64 CPU processes asked for"),

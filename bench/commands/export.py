@@ -44,21 +44,8 @@ def parse(argv: list) -> argparse.Namespace:
 
 
 def check_out(out: str) -> None:
-    """Refuse an --out whose files could not be written, before the store is read: a file, or a path whose nearest
-    existing ancestor is a file or a folder where nothing can be created (read-only, /proc)."""
-    if not out.strip():
-        raise ConfigError(f"--out {out!r}: expected the path of a folder (made if missing)")
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise ConfigError(f"--out {out!r} is a file; expected a folder (made if missing)")
-    folder = store.nearest_existing(out)
-    if not os.path.isdir(folder):
-        raise ConfigError(f"--out {out!r}: {folder} is a file, not a folder; expected a folder, or a path whose "
-                          "existing part is a folder (the rest is made)")
-    refused = store.write_refused(folder)
-    if refused is not None:
-        what = "files in" if folder == os.path.abspath(out) else "folders under"
-        raise ConfigError(f"--out {out!r}: cannot create {what} {folder}: {refused.strerror}; expected a folder "
-                          "this user can write to")
+    """Refuse an --out whose files could not be written, before the store is read (store.check_folder)."""
+    store.check_folder("--out", out)
 
 
 def json_records(frame) -> str:

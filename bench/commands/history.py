@@ -21,7 +21,7 @@ from bench.analysis import compare, cost
 from bench.analysis import history as hist
 from bench.commands.compare import sweep_ids
 from bench.config import ConfigError
-from bench.store import read
+from bench.store import read, store
 from bench.store.store import StoreError
 
 FILTERS = (("workloads", "workload", "names", "workloads to show, e.g. synthetic,deeplabv3"),
@@ -107,6 +107,8 @@ def describe(ns: argparse.Namespace) -> str:
 
 def main(argv: Optional[list] = None) -> int:
     ns = parse(list(argv or []))                 # every flag checked before the store is opened
+    for flag, folder in (("--plots-dir", ns.plots_dir), ("--report-dir", ns.report_dir)):
+        store.check_folder(flag, folder)
     conn = read.connect(ns.store)
     try:
         check_filters(conn, ns)

@@ -345,6 +345,8 @@ def main(argv: Optional[list] = None) -> int:
     ns = parser.parse_args(argv)
     try:
         prices = cost.parse_price(ns.price)
+        for flag, folder in (("--plots-dir", ns.plots_dir), ("--report-dir", ns.report_dir)):
+            store.check_folder(flag, folder)     # before any store is read: a file there once failed as exit 3
         pairs = sidebyside.targets(ns.store or ["results/bench.sqlite"], ns.sweep)
         out = (sidebyside.render(sidebyside.load_targets(pairs, ns.peak_tflops), ns.plots_dir, ns.report_dir, prices)
                if len(pairs) > 1 else render(pairs[0][0], pairs[0][1], ns.plots_dir, ns.report_dir, ns.memory_budget_gib,

@@ -172,6 +172,25 @@ def write_refused(folder: str) -> Optional[OSError]:
     return None
 
 
+def check_folder(flag: str, path: str) -> None:
+    """Refuse, before anything runs, an output folder (--out, --plots-dir, --report-dir) whose files could not be
+    written: an empty path, a file, a path whose nearest existing ancestor is a file or a folder where nothing can be
+    created (read-only, /proc). A sweep once ran whole and only then failed to render its report there."""
+    if not path.strip():
+        raise StoreError(f"{flag} {path!r}: expected the path of a folder (made if missing)")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise StoreError(f"{flag} {path!r} is a file; expected a folder (made if missing)")
+    folder = nearest_existing(path)
+    if not os.path.isdir(folder):
+        raise StoreError(f"{flag} {path!r}: {folder} is a file, not a folder; expected a folder, or a path whose "
+                         "existing part is a folder (the rest is made)")
+    refused = write_refused(folder)
+    if refused is not None:
+        what = "files in" if folder == os.path.abspath(path) else "folders under"
+        raise StoreError(f"{flag} {path!r}: cannot create {what} {folder}: {refused.strerror}; expected a folder "
+                         "this user can write to")
+
+
 def not_a_store(version: int, tables: set) -> Optional[str]:
     """Why a SQLite database with this version and these tables is not a results store (another program's database),
     None where it may be one: every version this suite wrote (1 to SCHEMA_VERSION) has a sweeps table, one with no
