@@ -13,7 +13,7 @@ import sys
 from typing import Optional
 
 from bench.analysis import compare as comparison
-from bench.config import INT64_MAX, ConfigError, finite
+from bench.config import ConfigError, finite
 from bench.store import store
 
 
@@ -66,7 +66,7 @@ def main(argv: Optional[list] = None) -> int:
         history = finite(ns.history, "--history")
         if history < 0 or history != int(history):
             raise ConfigError(f"--history: {ns.history!r} is not allowed; expected a whole number of sweeps >= 0")
-        history = min(int(history), INT64_MAX)   # more sweeps than a store holds: all of them (SQLite's LIMIT is an int64)
+        history = min(int(history), store.SQLITE_MAX_INTEGER)   # more sweeps than a store holds: all of them (SQLite's LIMIT is an int64)
         text, code = comparison.compare(ns.store, ns.against, ns.sweep_a, ns.sweep_b, *fractions, history=history,
                                         leave_out=sweep_ids(ns.leave_out, "--leave-out"))
     except (ConfigError, store.StoreError) as e:

@@ -172,6 +172,9 @@ def write_refused(folder: str) -> Optional[OSError]:
     return None
 
 
+SQLITE_MAX_INTEGER = 2**63 - 1   # the largest value an INTEGER column (and a LIMIT) holds
+
+
 def check_folder(flag: str, path: str) -> None:
     """Refuse, before anything runs, an output folder (--out, --plots-dir, --report-dir) whose files could not be
     written: an empty path, a file, a path whose nearest existing ancestor is a file or a folder where nothing can be
@@ -377,7 +380,7 @@ def find_sweep(conn: sqlite3.Connection, which: str) -> sqlite3.Row:
     except ValueError:
         raise StoreError(f"sweep {which!r}: expected 'last' or a sweep id (a whole number)") from None
     # an id past SQLite's INTEGER is in no store (sqlite3 would raise OverflowError binding it)
-    row = conn.execute("SELECT * FROM sweeps WHERE sweep_id = ?", (sid,)).fetchone() if abs(sid) < 2**63 else None
+    row = conn.execute("SELECT * FROM sweeps WHERE sweep_id = ?", (sid,)).fetchone() if abs(sid) <= SQLITE_MAX_INTEGER else None
     if row is None:
         raise StoreError(f"sweep {sid} is not in the store")
     return row
