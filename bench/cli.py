@@ -20,8 +20,7 @@ COMMANDS = ("run", "report", "compare", "ab", "tune", "fit", "selfcheck", "migra
 
 
 def run(argv: list) -> int:
-    cfg, given, machine = options.prepare(argv)
-    options.check_report_folders(cfg, given)
+    cfg, given, machine = options.prepare(argv, report=True)
     from bench.sweep import run as sweep_run
     return sweep_run.run_sweep(cfg, sweep_run.command_line(argv), given=given, machine=machine)
 

@@ -68,14 +68,15 @@ def run_parser() -> argparse.ArgumentParser:
     return p
 
 
-def prepare(argv: list, parser: argparse.ArgumentParser | None = None, machine=None) -> tuple:
+def prepare(argv: list, parser: argparse.ArgumentParser | None = None, machine=None, report: bool = False) -> tuple:
     """Parse, check and resolve a sweep's flags: (config, names given, machine). Raises ConfigError/StoreError.
-    `machine`: one detected already in this process (ab's variant B), not detected again."""
+    `machine`: one detected already in this process (ab's variant B), not detected again. report: the command renders
+    a report (run, fit): its folders are checked too (`check_report_folders`)."""
     ns = (parser or run_parser()).parse_args(argv)
     from_file = _fill_from_file(ns)
     try:
-        return _checked(ns, machine)
-    except config.ConfigError as e:
+        return _checked(ns, machine, report)
+    except (config.ConfigError, store.StoreError) as e:   # a sweep file's value named by its key (store = "/proc/x")
         named = sweepfile.blame(ns.config, from_file, e) if from_file else e
         if named is e:
             raise
@@ -105,11 +106,13 @@ def _fill_from_file(ns: argparse.Namespace) -> dict:
     return taken
 
 
-def _checked(ns: argparse.Namespace, machine) -> tuple:
+def _checked(ns: argparse.Namespace, machine, report: bool = False) -> tuple:
     """The flags checked alone, then together, then against the machine and the store: (config, given, machine)."""
     cfg = config.from_args(ns)
     given = frozenset(config.given(ns))
     store.check_path(cfg.store)
+    if report:
+        check_report_folders(cfg, given)
     from bench.sweep import plan, resolve, slurm   # here, not at the top: --help and the reading commands need no torch
     slurm.refuse_task_copies()
     machine = plan.detect_machine() if machine is None else machine

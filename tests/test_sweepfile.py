@@ -72,6 +72,8 @@ def test_a_file_sets_what_its_keys_name_and_the_command_line_overrides_it(tmp_pa
     ("bucket-cap-mb = []\n", "key 'bucket-cap-mb': an empty list; expected at least one number"),
     ("find-unused-parameters = [true, true]\nstrategies = [\"ddp\"]\n",
      "key 'find-unused-parameters': true,true names an entry twice; expected each entry once"),
+    # a folder the report could not be written to, from the file: named by its key as a flag's is (--store alike)
+    ('plots-dir = "/proc/nope"\n', "key 'plots-dir': --plots-dir '/proc/nope': cannot create folders under /proc"),
     ("", 'sets nothing (no keys); expected at least one setting, e.g. workloads = ["synthetic"]'),
     ("# the sweep, to be written\n\n", "sets nothing (no keys)"),
 ])

@@ -315,8 +315,7 @@ def main(argv: list) -> int:
         max_batch = 0
     if max_batch < 1:
         raise ConfigError(f"--max-batch: {ns.max_batch!r} is not allowed; expected a whole number >= 1")
-    cfg, given, machine = options.prepare(abtest._without(argv, ("--max-batch",)))
-    options.check_report_folders(cfg, given)
+    cfg, given, machine = options.prepare(abtest._without(argv, ("--max-batch",)), report=True)
     refuse(cfg, given)
     if cfg.per_device_batch and cfg.per_device_batch > max_batch:
         raise ConfigError(f"fit: --per-device-batch {cfg.per_device_batch} (where the search starts) is above "
